@@ -1,0 +1,51 @@
+# One command each, on a fresh machine with Python 3.11+: every target bootstraps .venv first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STACK ?= dev
+STAMP := $(VENV)/.installed
+
+.PHONY: help render test lint golden reference-fixtures config-docs preview up clean
+
+help:
+	@echo "make render STACK=dev     offline render of a stack into build/<stack>/ (no cloud, no CLI)"
+	@echo "make test                 the whole test suite"
+	@echo "make lint                 ruff"
+	@echo "make golden               refresh tests/golden/ after an intended change"
+	@echo "make config-docs          regenerate the configuration reference in README.md"
+	@echo "make reference-fixtures   re-derive tests/fixtures/reference from ../shared/reference"
+	@echo "make preview STACK=prod   pulumi preview (needs the Pulumi CLI and AWS credentials)"
+	@echo "make up STACK=prod        pulumi up (needs the Pulumi CLI and AWS credentials)"
+
+$(STAMP): requirements.txt requirements-dev.txt
+	@$(PYTHON) -c 'import sys; sys.exit("Python 3.11+ is required, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	@touch $(STAMP)
+
+render: $(STAMP)
+	$(BIN)/python -m stacks render $(STACK) --out build/$(STACK)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+golden: $(STAMP)
+	$(BIN)/python -m tests.golden.refresh
+
+config-docs: $(STAMP)
+	$(BIN)/python -m tools.config_reference --write README.md
+
+reference-fixtures: $(STAMP)
+	$(BIN)/python tools/derive_reference_fixtures.py
+
+preview: $(STAMP)
+	pulumi preview --stack $(STACK) --diff
+
+up: $(STAMP)
+	pulumi up --stack $(STACK)
+
+clean:
+	rm -rf build $(VENV) .pytest_cache .ruff_cache

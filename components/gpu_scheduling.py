@@ -1,0 +1,69 @@
+"""Labels, taint, selectors and tolerations that tie GPU workloads to the GPU node group.
+
+One module owns them so the node group, the device plugin, the DCGM exporter and vLLM pods can
+never disagree about which nodes are GPU nodes (a mismatch schedules a DaemonSet nowhere).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# The taint keeps every pod that does not ask for a GPU off the most expensive nodes. Value "true"
+# is the EKS convention (facts.md §5); the NVIDIA charts' defaults assume other values, see below.
+GPU_TAINT_KEY = "nvidia.com/gpu"
+GPU_TAINT_VALUE = "true"
+GPU_TAINT_EFFECT = "NoSchedule"
+# The EKS API spells taint effects in upper snake case (CreateNodegroup API, Taint.effect).
+GPU_TAINT_EFFECT_EKS = "NO_SCHEDULE"
+
+# Set by the node group itself, so it exists from the node's first second: the device plugin's
+# default affinity accepts it (chart values.yaml, nvidia-device-plugin 0.20.0), and it does not
+# wait for node-feature-discovery to label the node.
+GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+# GPU feature discovery's product label; the seed's nodeSelector uses it.
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+# Our own label naming the node group, so a workload lands on this group and not another GPU group.
+NODE_GROUP_LABEL = "llm-serving/node-group"
+
+
+def node_labels(node_group: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Labels the managed node group puts on every node it launches."""
+    return {**(extra or {}), GPU_PRESENT_LABEL: "true", NODE_GROUP_LABEL: node_group}
+
+
+def gpu_tolerations() -> list[dict[str, str]]:
+    """Tolerate the GPU taint whatever its value, as the NVIDIA charts do."""
+    return [{"key": GPU_TAINT_KEY, "operator": "Exists", "effect": GPU_TAINT_EFFECT}]
+
+
+def addon_node_selector() -> dict[str, str]:
+    """Where GPU add-ons (device plugin, GFD, NFD worker, DCGM exporter) run: every GPU node."""
+    return {GPU_PRESENT_LABEL: "true"}
+
+
+def workload_node_selector(node_group: str, gpu_product: str) -> dict[str, str]:
+    """Where GPU workloads run: this node group, and only if GFD confirmed the GPU product."""
+    return {NODE_GROUP_LABEL: node_group, GPU_PRODUCT_LABEL: gpu_product}
+
+
+def device_plugin_values() -> dict[str, Any]:
+    """Helm values for nvidia-device-plugin that schedule it, GFD and NFD exactly on GPU nodes.
+
+    The chart's bundled NFD worker tolerates only `nvidia.com/gpu=present:NoSchedule` (chart
+    values.yaml `nfd.worker.tolerations`, operator Equal), so on nodes tainted
+    `nvidia.com/gpu=true:NoSchedule` NFD never runs, GFD gets no PCI labels and the seed's
+    `nvidia.com/gpu.product` selector matches nothing. Helm replaces lists, so the toleration
+    lists below are the effective ones.
+    """
+    return {
+        # GFD labels nvidia.com/gpu.product, .count, .memory; it brings NFD as a subchart.
+        "gfd": {"enabled": True},
+        "nodeSelector": addon_node_selector(),
+        "tolerations": gpu_tolerations(),
+        "nfd": {
+            "worker": {
+                "nodeSelector": addon_node_selector(),
+                "tolerations": gpu_tolerations(),
+            },
+        },
+    }

@@ -1,0 +1,93 @@
+"""The one Kubernetes provider of a stack: the existing EKS cluster, authenticated per call.
+
+Built once at stack level and handed to every Kubernetes component through `opts`, so no component
+can talk to a different cluster by accident. No token is stored: `aws eks get-token` runs per call.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+
+
+@dataclass(frozen=True)
+class EksCluster:
+    """What the stack needs to know about the existing cluster, looked up by name."""
+
+    name: str
+    endpoint: pulumi.Output[str]
+    certificate_authority: pulumi.Output[str]
+    cluster_security_group_id: pulumi.Output[str]
+    region: pulumi.Output[str]
+
+
+def lookup_cluster(name: str, opts: pulumi.InvokeOptions | None = None) -> EksCluster:
+    """Read the cluster's endpoint, CA and security group; the cluster itself is not managed here."""
+    cluster = aws.eks.get_cluster_output(name=name, opts=opts)
+    region = aws.get_region_output(opts=opts)
+    return EksCluster(
+        name=name,
+        endpoint=cluster.endpoint,
+        certificate_authority=cluster.certificate_authorities.apply(lambda cas: cas[0].data),
+        cluster_security_group_id=cluster.vpc_config.apply(lambda v: v.cluster_security_group_id),
+        region=region.region,
+    )
+
+
+def kubeconfig(cluster_name: str, endpoint: str, certificate_authority: str, region: str) -> str:
+    """A kubeconfig whose user runs `aws eks get-token`, so credentials never land in state."""
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": cluster_name,
+                    "cluster": {"server": endpoint, "certificate-authority-data": certificate_authority},
+                }
+            ],
+            "contexts": [{"name": cluster_name, "context": {"cluster": cluster_name, "user": "aws"}}],
+            "current-context": cluster_name,
+            "users": [
+                {
+                    "name": "aws",
+                    "user": {
+                        "exec": {
+                            "apiVersion": "client.authentication.k8s.io/v1beta1",
+                            "command": "aws",
+                            "args": [
+                                "eks", "get-token",
+                                "--cluster-name", cluster_name,
+                                "--region", region,
+                                "--output", "json",
+                            ],
+                            "interactiveMode": "Never",
+                        }
+                    },
+                }
+            ],
+        },
+        sort_keys=True,
+    )
+
+
+def kubernetes_provider(
+    name: str, cluster: EksCluster, opts: pulumi.ResourceOptions | None = None
+) -> k8s.Provider:
+    """The stack's Kubernetes provider; server-side apply so Helm- and kubectl-owned fields coexist."""
+    config = pulumi.Output.all(cluster.endpoint, cluster.certificate_authority, cluster.region).apply(
+        lambda args: kubeconfig(cluster.name, args[0], args[1], args[2])
+    )
+    return k8s.Provider(
+        name,
+        kubeconfig=config,
+        enable_server_side_apply=True,
+        # An unreachable cluster (VPN down, expired SSO) must fail the update, never silently drop
+        # the GPU workloads from state as if they had been deleted.
+        delete_unreachable=False,
+        opts=opts,
+    )

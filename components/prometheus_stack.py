@@ -1,0 +1,61 @@
+"""PrometheusStack: kube-prometheus-stack for clusters that have no Prometheus Operator yet.
+
+Brings the Prometheus Operator CRDs (ServiceMonitor, PodMonitor, PrometheusRule) that the GPU and
+serving layers declare objects of, plus Prometheus, Alertmanager and Grafana.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+
+from components.helm import helm_release, namespace
+
+RELEASE_NAME = "kube-prometheus-stack"
+
+
+@dataclass(frozen=True)
+class PrometheusStackArgs:
+    namespace: str
+    chart_version: str
+    retention_days: int = 15
+
+
+def chart_values(retention_days: int) -> dict[str, object]:
+    # By default the chart's Prometheus only selects monitors and rules labelled with its own
+    # release (`*SelectorNilUsesHelmValues: true`, chart values.yaml); ours live in other
+    # namespaces without that label and would be silently ignored.
+    selectors = {
+        "serviceMonitorSelectorNilUsesHelmValues": False,
+        "podMonitorSelectorNilUsesHelmValues": False,
+        "ruleSelectorNilUsesHelmValues": False,
+    }
+    return {"prometheus": {"prometheusSpec": {**selectors, "retention": f"{retention_days}d"}}}
+
+
+def query_url(prometheus_namespace: str) -> str:
+    """In-cluster query URL of the Prometheus the chart creates (operator's governing Service)."""
+    return f"http://prometheus-operated.{prometheus_namespace}.svc:9090"
+
+
+class PrometheusStack(pulumi.ComponentResource):
+    """The kube-prometheus-stack release; other components depend on it for the CRDs."""
+
+    namespace: pulumi.Output[str]
+    url: pulumi.Output[str]
+
+    def __init__(self, name: str, args: PrometheusStackArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("llmserving:observability:PrometheusStack", name, None, opts)
+        ns = namespace(f"{name}-namespace", args.namespace, parent=self)
+        self.release = helm_release(
+            f"{name}-release",
+            chart=RELEASE_NAME,
+            version=args.chart_version,
+            release_namespace=ns.metadata.name,
+            values=chart_values(args.retention_days),
+            parent=self,
+        )
+        self.namespace = ns.metadata.name
+        self.url = pulumi.Output.from_input(query_url(args.namespace))
+        self.register_outputs({"namespace": self.namespace, "url": self.url})

@@ -1,0 +1,51 @@
+"""Every default version the stack installs, pinned in one place.
+
+A stack file may override a chart version, but the defaults live only here, so a bump is one
+reviewed diff. Each pin matches a reference copy the tests check values against.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ChartPin:
+    """A Helm chart at one published version, from its official repository."""
+
+    chart: str
+    version: str
+    repository: str
+
+
+# NVIDIA/k8s-device-plugin v0.20.0 (2026-08-19); chart repo per the project's README and the
+# EKS user guide's device-plugin procedure.
+NVIDIA_DEVICE_PLUGIN = ChartPin(
+    chart="nvidia-device-plugin",
+    version="0.20.0",
+    repository="https://nvidia.github.io/k8s-device-plugin",
+)
+
+# NVIDIA/dcgm-exporter tag 4.5.3-4.8.2: DCGM 4.5.3, exporter 4.8.2, chart version 4.8.2.
+DCGM_EXPORTER = ChartPin(
+    chart="dcgm-exporter",
+    version="4.8.2",
+    repository="https://nvidia.github.io/dcgm-exporter/helm-charts",
+)
+# The chart's own default image for 4.8.2; pinned here so a chart bump cannot move it silently.
+DCGM_EXPORTER_IMAGE_TAG = "4.5.3-4.8.2-distroless"
+
+# prometheus-community kube-prometheus-stack 88.5.3 (prometheus-operator v0.93.1); installed
+# only when a stack asks for its own Prometheus (the dev default).
+KUBE_PROMETHEUS_STACK = ChartPin(
+    chart="kube-prometheus-stack",
+    version="88.5.3",
+    repository="https://prometheus-community.github.io/helm-charts",
+)
+
+# The EKS cluster version the stack validates its Kubernetes objects against by default.
+DEFAULT_KUBERNETES_VERSION = "1.34"
+
+CHARTS: dict[str, ChartPin] = {
+    pin.chart: pin for pin in (NVIDIA_DEVICE_PLUGIN, DCGM_EXPORTER, KUBE_PROMETHEUS_STACK)
+}

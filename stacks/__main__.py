@@ -1,0 +1,84 @@
+"""Command line of the environment layer: `python -m stacks render | plan | clone`.
+
+Every command exits 2 on invalid input with one line per problem, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from stacks import clone, loader
+from stacks.problems import ConfigError
+
+
+def _stack_path(target: str) -> Path:
+    """A stack name (`prod`) or a path to a stack file."""
+    path = Path(target)
+    if path.suffix == ".yaml" or path.exists():
+        return path
+    return loader.stack_file_path(target)
+
+
+def _render(argv: list[str]) -> int:
+    from stacks import render
+
+    parser = argparse.ArgumentParser(prog="python -m stacks render", description="Offline render of a stack.")
+    parser.add_argument("stack", help="stack name (dev, prod, staging) or path to a Pulumi.<stack>.yaml")
+    parser.add_argument("--out", type=Path, help="output directory (default build/<stack>)")
+    parser.add_argument("--quiet", action="store_true", help="print only the output paths")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    result = render.render_stack(_stack_path(args.stack))
+    out = args.out or loader.PROJECT_DIR / "build" / result.stack
+    manifests, resources = render.write(result, out)
+    if not args.quiet:
+        sys.stdout.write(render.summary(result))
+        sys.stdout.write(f"\nrendered in {time.perf_counter() - started:.2f} s\n")
+    sys.stdout.write(f"wrote {manifests}\nwrote {resources}\n")
+    return 0
+
+
+def _plan(argv: list[str]) -> int:
+    from stacks import plan_cli
+
+    return plan_cli.main(argv)
+
+
+def _clone(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m stacks clone",
+        description="Write Pulumi.<to>.yaml that extends <from>, with overrides, and validate it.",
+    )
+    parser.add_argument("base", help="stack to clone, e.g. prod")
+    parser.add_argument("new", help="name of the new stack, e.g. staging-eu")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY.PATH=VALUE",
+        help="override, e.g. gpuNodeGroup.scaling.maxNodes=2 (value parsed as YAML); repeatable",
+    )
+    args = parser.parse_args(argv)
+    path = clone.clone(args.base, args.new, args.set, loader.PROJECT_DIR)
+    sys.stdout.write(f"wrote {path}\n")
+    return 0
+
+
+COMMANDS = {"render": _render, "plan": _plan, "clone": _clone}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in COMMANDS:
+        sys.stderr.write("usage: python -m stacks {render,plan,clone} ...\n")
+        return 2
+    try:
+        return COMMANDS[argv[0]](argv[1:])
+    except ConfigError as error:
+        for problem in error.problems:
+            sys.stderr.write(problem.line() + "\n")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

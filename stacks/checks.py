@@ -1,0 +1,116 @@
+"""Cross-field rules of a stack's configuration, checked after the types are known to be right.
+
+Each rule returns problems instead of raising, so a stack file with three mistakes gets three
+lines at once, and each names the key to change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from components import gpu_catalog
+from stacks.config import CapacityType, ContainerStorage, PrometheusMode, StackConfig
+from stacks.problems import Problem
+
+# The vLLM image is about 10 GB compressed; containerd keeps the compressed layers while it unpacks
+# them, and the node also pulls the device plugin, DCGM exporter and system images. Below this an
+# EBS-only node hits DiskPressure and evicts pods during the first pull (facts.md §5: community GPU
+# templates use 200-256 GiB gp3 when instance storage is not used).
+MIN_ROOT_VOLUME_FOR_IMAGES_GIB = 100
+
+NG = "gpuNodeGroup"
+
+
+def resolve_instance_type(config: StackConfig) -> gpu_catalog.InstanceType | None:
+    """The catalog entry, or one built from `customInstance`; None when neither applies."""
+    group = config.gpu_node_group
+    known = gpu_catalog.lookup_instance_type(group.instance_type)
+    if known is not None:
+        return known
+    custom = group.custom_instance
+    if custom is None:
+        return None
+    return gpu_catalog.instance_type_from_spec(
+        group.instance_type,
+        gpu_count=custom.gpu_count,
+        gpu_memory_gib=custom.gpu_memory_gib,
+        product_label=custom.gpu_product,
+        vcpus=custom.vcpus,
+        memory_gib=custom.memory_gib,
+        efa_interfaces=custom.efa_interfaces,
+        local_nvme_gib=custom.local_nvme_gib,
+    )
+
+
+def _scaling(config: StackConfig) -> Iterator[Problem]:
+    s = config.gpu_node_group.scaling
+    if s.min_nodes > s.max_nodes:
+        yield Problem(f"{NG}.scaling.minNodes", "must not exceed maxNodes", s.min_nodes,
+                      f"<= maxNodes ({s.max_nodes})")
+    if not s.min_nodes <= s.desired_nodes <= s.max_nodes:
+        yield Problem(f"{NG}.scaling.desiredNodes", "must lie between minNodes and maxNodes",
+                      s.desired_nodes, f"{s.min_nodes}..{s.max_nodes}")
+
+
+def _capacity(config: StackConfig) -> Iterator[Problem]:
+    group = config.gpu_node_group
+    if group.capacity_type is CapacityType.CAPACITY_BLOCK:
+        if group.capacity_reservation_id is None:
+            yield Problem(f"{NG}.capacityReservationId", "CAPACITY_BLOCK needs the capacity block's "
+                          "reservation id", None, "a reservation id like cr-0123456789abcdef0")
+        zones = sorted({s.availability_zone for s in group.subnets})
+        if len(zones) > 1:
+            # A capacity block lives in one availability zone; EKS only launches it from subnets
+            # there (EKS user guide, capacity-blocks-mng).
+            yield Problem(f"{NG}.subnets", "CAPACITY_BLOCK needs every subnet in the reservation's "
+                          "single availability zone", zones, "subnets of one availability zone")
+    if group.capacity_type is CapacityType.SPOT and group.capacity_reservation_id is not None:
+        yield Problem(f"{NG}.capacityReservationId", "SPOT capacity cannot launch into a capacity "
+                      "reservation", group.capacity_reservation_id, "no reservation with SPOT")
+
+
+def _instance(config: StackConfig) -> Iterator[Problem]:
+    group = config.gpu_node_group
+    known = gpu_catalog.lookup_instance_type(group.instance_type)
+    if known is not None and group.custom_instance is not None:
+        yield Problem(f"{NG}.customInstance", f"{group.instance_type} is in the GPU catalog; "
+                      "customInstance is only for instance types missing from it", "a customInstance",
+                      "no customInstance")
+    instance = resolve_instance_type(config)
+    if instance is None:
+        yield Problem(f"{NG}.instanceType", "not a GPU instance type in the catalog; give its GPU facts "
+                      "in gpuNodeGroup.customInstance if it has GPUs", group.instance_type,
+                      "one of " + ", ".join(gpu_catalog.known_instance_type_names()))
+        return
+    if group.container_storage is ContainerStorage.INSTANCE_NVME and instance.local_nvme_gib == 0:
+        yield Problem(f"{NG}.containerStorage", f"{instance.name} has no instance-store NVMe",
+                      group.container_storage.value, "ebs")
+    if (group.container_storage is ContainerStorage.EBS
+            and group.root_volume_gib < MIN_ROOT_VOLUME_FOR_IMAGES_GIB):
+        yield Problem(f"{NG}.rootVolumeGib", "too small to hold the vLLM image (about 10 GB compressed, "
+                      "unpacked beside its layers) and the GPU add-on images", group.root_volume_gib,
+                      f">= {MIN_ROOT_VOLUME_FOR_IMAGES_GIB}")
+    if group.efa_interfaces > instance.efa_interfaces:
+        yield Problem(f"{NG}.efaInterfaces", f"{instance.name} supports at most "
+                      f"{instance.efa_interfaces} EFA interfaces", group.efa_interfaces,
+                      f"0..{instance.efa_interfaces}")
+
+
+def _observability(config: StackConfig) -> Iterator[Problem]:
+    prometheus = config.observability.prometheus
+    if prometheus.mode is PrometheusMode.EXISTING and prometheus.url is None:
+        yield Problem("observability.prometheus.url", "an existing Prometheus needs its query URL",
+                      None, "a URL like http://prometheus-operated.monitoring.svc:9090")
+
+
+RULES: tuple[Callable[[StackConfig], Iterator[Problem]], ...] = (
+    _scaling,
+    _capacity,
+    _instance,
+    _observability,
+)
+
+
+def check(config: StackConfig) -> list[Problem]:
+    """Every cross-field problem of a structurally valid config."""
+    return [problem for rule in RULES for problem in rule(config)]

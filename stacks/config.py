@@ -1,0 +1,320 @@
+"""Typed model of one stack's configuration (the `llm-serving:*` keys of `Pulumi.<stack>.yaml`).
+
+pydantic checks shapes, types and ranges; `stacks.checks` checks relations between fields. Both
+report problems as one line per key path, before a single resource is registered.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic.alias_generators import to_camel
+
+from components import versions
+
+PROJECT = "llm-serving"
+
+# A Kubernetes label/annotation-safe DNS-1123 name: namespaces, release names.
+DnsLabel = Annotated[
+    str, StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", max_length=63)
+]
+KubernetesVersion = Annotated[str, StringConstraints(pattern=r"^1\.(2[89]|3[0-9])$")]
+ChartVersion = Annotated[str, StringConstraints(pattern=r"^v?\d+\.\d+\.\d+([-+][0-9A-Za-z.-]+)?$")]
+SubnetId = Annotated[str, StringConstraints(pattern=r"^subnet-[0-9a-f]{8,17}$")]
+AvailabilityZone = Annotated[str, StringConstraints(pattern=r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")]
+CapacityReservationId = Annotated[str, StringConstraints(pattern=r"^cr-[0-9a-f]{8,17}$")]
+LabelKey = Annotated[
+    str,
+    StringConstraints(pattern=r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"),
+]
+LabelValue = Annotated[str, StringConstraints(pattern=r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")]
+InstanceTypeName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")]
+HttpsUrl = Annotated[str, StringConstraints(pattern=r"^https?://[^\s]+$")]
+
+
+class ConfigModel(BaseModel):
+    """Base for every config section: unknown keys rejected, values frozen, camelCase in YAML."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        alias_generator=to_camel,
+        populate_by_name=True,
+        use_enum_values=False,
+    )
+
+
+class Environment(StrEnum):
+    """Which rules apply: prod and staging must pin everything; only prod protects data."""
+
+    DEV = "dev"
+    STAGING = "staging"
+    PROD = "prod"
+
+
+class CapacityType(StrEnum):
+    """How EC2 capacity for the GPU nodes is bought."""
+
+    ON_DEMAND = "ON_DEMAND"
+    SPOT = "SPOT"
+    CAPACITY_BLOCK = "CAPACITY_BLOCK"
+
+
+class AmiType(StrEnum):
+    """EKS-optimised GPU AMI families that carry the NVIDIA driver and container toolkit."""
+
+    AL2023_X86_64_NVIDIA = "AL2023_x86_64_NVIDIA"
+    BOTTLEROCKET_X86_64_NVIDIA = "BOTTLEROCKET_x86_64_NVIDIA"
+
+
+class ContainerStorage(StrEnum):
+    """Where containerd keeps images and pod scratch space on a GPU node."""
+
+    INSTANCE_NVME = "instance-nvme"
+    EBS = "ebs"
+
+
+class PlacementStrategy(StrEnum):
+    """EC2 placement group for the node group (cluster packs nodes for EFA/NCCL bandwidth)."""
+
+    NONE = "none"
+    CLUSTER = "cluster"
+
+
+class PrometheusMode(StrEnum):
+    """Install a Prometheus Operator stack, or use one the cluster already runs."""
+
+    INSTALL = "install"
+    EXISTING = "existing"
+
+
+class ClusterConfig(ConfigModel):
+    """The existing EKS cluster this stack attaches GPU capacity and workloads to."""
+
+    name: Annotated[str, StringConstraints(pattern=r"^[0-9A-Za-z][A-Za-z0-9\-_]{0,99}$")] = Field(
+        description="Name of the existing EKS cluster (looked up, never created, by this program)."
+    )
+    kubernetes_version: KubernetesVersion = Field(
+        default=versions.DEFAULT_KUBERNETES_VERSION,
+        description=(
+            "Kubernetes minor version of the cluster, e.g. `1.34`. Objects are validated against this "
+            "version's OpenAPI schema, and the node group runs this version."
+        ),
+    )
+
+
+class Subnet(ConfigModel):
+    """One private subnet the GPU nodes may be placed in."""
+
+    id: SubnetId = Field(description="Subnet id, e.g. `subnet-0123456789abcdef0`.")
+    availability_zone: AvailabilityZone = Field(
+        description="Availability zone of the subnet; capacity blocks need every subnet in one zone."
+    )
+
+
+class ScalingConfig(ConfigModel):
+    """Bounds of the managed node group's Auto Scaling group, in nodes."""
+
+    min_nodes: int = Field(ge=0, le=100, description="Fewest GPU nodes kept running.")
+    max_nodes: int = Field(ge=1, le=100, description="Most GPU nodes the group may grow to.")
+    desired_nodes: int = Field(
+        ge=0, le=100, description="Nodes at creation; later changes by autoscalers are not reverted."
+    )
+
+
+class CustomGpuInstance(ConfigModel):
+    """GPU facts for an instance type the built-in catalog does not know."""
+
+    gpu_count: int = Field(ge=1, le=16, description="GPUs per instance.")
+    gpu_memory_gib: float = Field(gt=0, le=1024, description="Memory of one GPU, in GiB.")
+    gpu_product: Annotated[str, StringConstraints(pattern=r"^NVIDIA-[A-Za-z0-9.-]+$")] = Field(
+        description="GPU product label as GPU feature discovery reports it (`nvidia.com/gpu.product`)."
+    )
+    vcpus: int = Field(ge=1, description="vCPUs per instance.")
+    memory_gib: int = Field(ge=1, description="Host memory per instance, in GiB.")
+    efa_interfaces: int = Field(default=0, ge=0, description="Maximum EFA interfaces (0: no EFA).")
+    local_nvme_gib: int = Field(default=0, ge=0, description="Total instance-store NVMe, in GiB (0: none).")
+
+
+class GpuNodeGroupConfig(ConfigModel):
+    """The EKS managed node group of GPU instances that serves the models."""
+
+    instance_type: InstanceTypeName = Field(
+        description="EC2 instance type, e.g. `p5.48xlarge`; see the GPU catalog in the README."
+    )
+    custom_instance: CustomGpuInstance | None = Field(
+        default=None,
+        description="GPU facts for an instance type missing from the catalog; required only then.",
+    )
+    ami_type: AmiType = Field(
+        default=AmiType.AL2023_X86_64_NVIDIA,
+        description="EKS AMI type; the NVIDIA variants ship the driver, container toolkit and fabric manager.",
+    )
+    ami_release_version: Annotated[str, StringConstraints(pattern=r"^[0-9][0-9A-Za-z.\-_]*$")] | None = (
+        Field(
+            default=None,
+            description=(
+                "Pinned EKS AMI release version (e.g. `1.34.2-20261101`); unset follows the newest "
+                "release for the Kubernetes version at node-group creation."
+            ),
+        )
+    )
+    capacity_type: CapacityType = Field(
+        default=CapacityType.ON_DEMAND, description="ON_DEMAND, SPOT or CAPACITY_BLOCK."
+    )
+    capacity_reservation_id: CapacityReservationId | None = Field(
+        default=None,
+        description="Capacity reservation (`cr-...`) to launch into; required for CAPACITY_BLOCK.",
+    )
+    subnets: list[Subnet] = Field(
+        min_length=1, description="Private subnets for the GPU nodes, each with its availability zone."
+    )
+    scaling: ScalingConfig = Field(description="Node counts: min, max and desired.")
+    root_volume_gib: int = Field(
+        default=200,
+        ge=20,
+        le=16384,
+        description=(
+            "Root EBS volume (gp3) size in GiB; with `ebs` container storage it holds images too."
+        ),
+    )
+    container_storage: ContainerStorage = Field(
+        default=ContainerStorage.INSTANCE_NVME,
+        description=(
+            "`instance-nvme` puts containerd and kubelet on the instance NVMe (RAID0), `ebs` on the root "
+            "volume. NVMe needs an instance type with instance storage."
+        ),
+    )
+    efa_interfaces: int = Field(
+        default=0,
+        ge=0,
+        le=32,
+        description="EFA network interfaces per node (0: none). Only multi-node serving needs EFA.",
+    )
+    placement: PlacementStrategy = Field(
+        default=PlacementStrategy.NONE,
+        description="`cluster` places nodes in one cluster placement group (for EFA traffic).",
+    )
+    labels: dict[LabelKey, LabelValue] = Field(
+        default_factory=dict, description="Extra Kubernetes labels for the GPU nodes."
+    )
+
+
+class DevicePluginAddon(ConfigModel):
+    """Where and at which chart version the NVIDIA device plugin is installed."""
+
+    namespace: DnsLabel = Field(
+        default="nvidia-device-plugin", description="Namespace the chart is installed into."
+    )
+    chart_version: ChartVersion = Field(
+        default=versions.NVIDIA_DEVICE_PLUGIN.version,
+        description="nvidia-device-plugin chart version; the default is pinned in components/versions.py.",
+    )
+
+
+class DcgmExporterAddon(ConfigModel):
+    """Where and at which chart version the DCGM exporter is installed."""
+
+    namespace: DnsLabel = Field(default="gpu-monitoring", description="Namespace the chart is installed into.")
+    chart_version: ChartVersion = Field(
+        default=versions.DCGM_EXPORTER.version,
+        description="dcgm-exporter chart version; the default is pinned in components/versions.py.",
+    )
+
+
+class AddonsConfig(ConfigModel):
+    """Cluster add-ons the GPU layer installs from their official charts."""
+
+    nvidia_device_plugin: DevicePluginAddon = Field(
+        default_factory=DevicePluginAddon,
+        description="NVIDIA device plugin with GPU feature discovery.",
+    )
+    dcgm_exporter: DcgmExporterAddon = Field(
+        default_factory=DcgmExporterAddon, description="NVIDIA DCGM exporter for GPU health metrics."
+    )
+
+
+class PrometheusConfig(ConfigModel):
+    """The Prometheus Operator that scrapes the GPU and serving metrics."""
+
+    mode: PrometheusMode = Field(
+        default=PrometheusMode.EXISTING,
+        description="`install` a kube-prometheus-stack, or use an `existing` Prometheus Operator.",
+    )
+    namespace: DnsLabel = Field(
+        default="monitoring", description="Namespace of Prometheus (installed or existing)."
+    )
+    chart_version: ChartVersion = Field(
+        default=versions.KUBE_PROMETHEUS_STACK.version,
+        description="kube-prometheus-stack chart version when `mode` is `install`.",
+    )
+    url: HttpsUrl | None = Field(
+        default=None,
+        description="Prometheus query URL; required with `existing`, derived with `install`.",
+    )
+    monitor_selector_labels: dict[LabelKey, LabelValue] = Field(
+        default_factory=dict,
+        description=(
+            "Labels every ServiceMonitor, PodMonitor and PrometheusRule must carry for the existing "
+            "Prometheus to select it (its `serviceMonitorSelector` / `ruleSelector`)."
+        ),
+    )
+
+
+class GpuAlertsConfig(ConfigModel):
+    """Thresholds of the GPU health alerts."""
+
+    temperature_celsius: int = Field(
+        default=85, ge=60, le=100, description="GPU temperature that raises an alert after 5 minutes."
+    )
+    throttle_minutes: int = Field(
+        default=10, ge=1, le=120, description="Minutes of thermal or power throttling before alerting."
+    )
+    exporter_absent_minutes: int = Field(
+        default=5, ge=1, le=60, description="Minutes a GPU node's exporter may be silent before alerting."
+    )
+
+
+class ObservabilityConfig(ConfigModel):
+    """Metrics, alerts and runbooks."""
+
+    prometheus: PrometheusConfig = Field(
+        default_factory=PrometheusConfig, description="Prometheus wiring."
+    )
+    runbook_base_url: HttpsUrl = Field(
+        description="Base URL of the runbooks; each alert links to `<base>#<alert-name>`."
+    )
+    gpu_alerts: GpuAlertsConfig = Field(
+        default_factory=GpuAlertsConfig, description="GPU health alert thresholds."
+    )
+
+
+class StackConfig(ConfigModel):
+    """Everything one stack (environment) of llm-serving is built from."""
+
+    environment: Environment = Field(
+        description="`dev`, `staging` or `prod`: prod and staging must pin everything; prod protects data."
+    )
+    cluster: ClusterConfig = Field(description="The existing EKS cluster.")
+    gpu_node_group: GpuNodeGroupConfig = Field(description="The GPU node group.")
+    addons: AddonsConfig = Field(default_factory=AddonsConfig, description="Cluster add-ons.")
+    observability: ObservabilityConfig = Field(description="Metrics, alerts and runbooks.")
+
+    @property
+    def production_like(self) -> bool:
+        return self.environment in (Environment.STAGING, Environment.PROD)
+
+
+# Keys handled by the loader rather than the model.
+LOADER_KEYS = ("extends",)
+
+# Top-level keys that hold secrets: never inherited through `extends`, always `secure:` values.
+SECRET_KEYS: tuple[str, ...] = ()
+
+
+def top_level_keys() -> list[str]:
+    """Every `llm-serving:` key a stack file may set, in camelCase."""
+    return sorted([*(f.alias or n for n, f in StackConfig.model_fields.items()), *LOADER_KEYS])
+

@@ -1,0 +1,208 @@
+"""Read stack files, resolve `extends` (environment cloning), and validate into a `StackConfig`.
+
+A stack file may say `llm-serving:extends: prod`: its values deep-merge over prod's file. Secrets
+are never inherited, so a clone cannot silently talk to prod with prod's credentials.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from stacks import checks
+from stacks.config import LOADER_KEYS, SECRET_KEYS, StackConfig
+from stacks.problems import MISSING, ConfigError, Problem, from_validation_error, suggest
+
+PROJECT = "llm-serving"
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+STACK_FILE = re.compile(r"^Pulumi\.(?P<stack>[A-Za-z0-9_.-]+)\.yaml$")
+SECRET_PLACEHOLDER = "[secret]"
+
+
+@dataclass(frozen=True)
+class StackFile:
+    """One `Pulumi.<stack>.yaml`, split into our keys, secret keys and other providers' keys."""
+
+    stack: str
+    path: Path
+    values: dict[str, Any]  # our keys, without the `llm-serving:` prefix; secrets as placeholders
+    secret_keys: frozenset[str]
+    other: dict[str, Any] = field(default_factory=dict)  # e.g. `aws:region`
+
+
+@dataclass(frozen=True)
+class ResolvedConfig:
+    """A stack's own values merged over its `extends` chain, before validation."""
+
+    stack: str
+    values: dict[str, Any]
+    secret_keys: frozenset[str]
+    chain: tuple[str, ...]  # the stack, then each base it extends
+    other: dict[str, Any]
+
+
+def stack_file_path(stack: str, project_dir: Path = PROJECT_DIR) -> Path:
+    return project_dir / f"Pulumi.{stack}.yaml"
+
+
+def split_config(stack: str, path: Path, config: dict[str, Any]) -> StackFile:
+    """Separate `llm-serving:` keys (un-prefixed keys belong to the project too) from the rest."""
+    values: dict[str, Any] = {}
+    other: dict[str, Any] = {}
+    secrets: set[str] = set()
+    for key, value in config.items():
+        namespace, _, name = str(key).rpartition(":")
+        if namespace and namespace != PROJECT:
+            other[str(key)] = value
+            continue
+        if isinstance(value, dict) and set(value) == {"secure"}:
+            secrets.add(name)
+            value = SECRET_PLACEHOLDER
+        values[name] = value
+    return StackFile(stack, path, values, frozenset(secrets), other)
+
+
+def read_stack_file(path: Path) -> StackFile:
+    """Parse one stack file; a missing or malformed file is a `ConfigError`."""
+    match = STACK_FILE.match(path.name)
+    if not match:
+        raise ConfigError([Problem("file", "not a stack file name", path.name, "Pulumi.<stack>.yaml")])
+    if not path.is_file():
+        raise ConfigError([Problem("file", "stack file not found", str(path), "an existing file")])
+    try:
+        document = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else "the file"
+        raise ConfigError(
+            [Problem("file", f"not valid YAML at {where}", path.name, "a YAML mapping")]
+        ) from None
+    config = document.get("config", {}) if isinstance(document, dict) else None
+    if not isinstance(config, dict):
+        raise ConfigError([Problem("file", "no `config:` mapping", path.name, "a `config:` mapping")])
+    return split_config(match["stack"], path, config)
+
+
+def deep_merge(base: Any, override: Any) -> Any:
+    """Objects key by key; lists of named objects by `name`; anything else is replaced."""
+    if isinstance(base, dict) and isinstance(override, dict):
+        merged = dict(base)
+        for key, value in override.items():
+            merged[key] = deep_merge(base[key], value) if key in base else value
+        return merged
+    if _named_list(base) and _named_list(override):
+        by_name = {item["name"]: item for item in base}
+        merged_items = [deep_merge(item, _find(override, item["name"])) for item in base]
+        merged_items = [m for m in merged_items if m is not None]
+        merged_items += [item for item in override if item["name"] not in by_name]
+        return merged_items
+    return override
+
+
+def _named_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(i, dict) and "name" in i for i in value)
+
+
+def _find(items: list[dict[str, Any]], name: str) -> Any:
+    for item in items:
+        if item["name"] == name:
+            return item
+    return {}
+
+
+def resolve(own: StackFile, project_dir: Path) -> ResolvedConfig:
+    """Merge a stack over its `extends` chain; a missing base or a cycle is a `ConfigError`."""
+    chain = [own]
+    seen = [own.stack]
+    current = own
+    while "extends" in current.values:
+        base_name = current.values["extends"]
+        if not isinstance(base_name, str) or not STACK_FILE.match(f"Pulumi.{base_name}.yaml"):
+            raise ConfigError([Problem("extends", "not a stack name", base_name, "the name of a stack")])
+        if base_name in seen:
+            cycle = " -> ".join([*seen, base_name])
+            raise ConfigError(
+                [Problem("extends", f"cyclic extends: {cycle}", base_name, "a chain that ends")]
+            )
+        base_path = stack_file_path(base_name, project_dir)
+        if not base_path.is_file():
+            known = sorted(p.name for p in project_dir.glob("Pulumi.*.yaml"))
+            raise ConfigError(
+                [
+                    Problem(
+                        "extends",
+                        f"base stack file {base_path.name} not found",
+                        base_name,
+                        "one of " + ", ".join(STACK_FILE.match(k)["stack"] for k in known),
+                    )
+                ]
+            )
+        current = read_stack_file(base_path)
+        chain.append(current)
+        seen.append(base_name)
+
+    merged: dict[str, Any] = {}
+    other: dict[str, Any] = {}
+    for layer in reversed(chain):
+        layer_values = {k: v for k, v in layer.values.items() if k not in LOADER_KEYS}
+        if layer is not own:
+            # Secrets stay with the stack that set them: a clone must set its own.
+            layer_values = {k: v for k, v in layer_values.items() if k not in layer.secret_keys}
+        merged = deep_merge(merged, layer_values)
+        other = deep_merge(other, layer.other)
+    return ResolvedConfig(own.stack, merged, own.secret_keys, tuple(s.stack for s in chain), other)
+
+
+def validate(resolved: ResolvedConfig) -> StackConfig:
+    """Validate merged values; every problem is collected into one `ConfigError`."""
+    problems: list[Problem] = []
+    for key in SECRET_KEYS:
+        if key in resolved.values and key not in resolved.secret_keys:
+            problems.append(
+                Problem(key, "must be a secret, not plaintext", "plaintext", "a value set with "
+                        f"`pulumi config set --secret {PROJECT}:{key}`")
+            )
+        if key not in resolved.values and len(resolved.chain) > 1:
+            problems.append(
+                Problem(
+                    key,
+                    f"secret not set on stack {resolved.stack}; secrets are not inherited from "
+                    f"{resolved.chain[1]}",
+                    MISSING,
+                    f"`pulumi config set --secret {PROJECT}:{key} ... -s {resolved.stack}`",
+                )
+            )
+    try:
+        config = StackConfig.model_validate(resolved.values)
+    except ValidationError as exc:
+        problems.extend(from_validation_error(exc, StackConfig, resolved.values))
+        raise ConfigError(problems) from None
+    problems.extend(checks.check(config))
+    if problems:
+        raise ConfigError(problems)
+    return config
+
+
+def load_stack_file(path: Path) -> tuple[ResolvedConfig, StackConfig]:
+    """The CLI path: read a stack file from disk, resolve `extends`, validate."""
+    own = read_stack_file(path)
+    resolved = resolve(own, path.resolve().parent)
+    return resolved, validate(resolved)
+
+
+def load_from_values(
+    stack: str, values: dict[str, Any], secret_keys: set[str], project_dir: Path = PROJECT_DIR
+) -> tuple[ResolvedConfig, StackConfig]:
+    """The program path: a stack's own values come from the Pulumi engine, bases from disk."""
+    own = StackFile(stack, stack_file_path(stack, project_dir), values, frozenset(secret_keys))
+    resolved = resolve(own, project_dir)
+    return resolved, validate(resolved)
+
+
+def unknown_key_problem(key: str, known: list[str]) -> Problem:
+    return Problem(key, "unknown key" + suggest(key, known), MISSING, "one of " + ", ".join(known))

@@ -1,0 +1,296 @@
+"""Offline render: run the real program under Pulumi's mock runtime and write what it declares.
+
+No cloud, no CLI: data-source look-ups get deterministic placeholder answers, every resource the
+program registers is recorded, and the output is byte-identical for the same input.
+"""
+
+from __future__ import annotations
+
+import json
+import runpy
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import yaml
+from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime import settings as pulumi_settings
+from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.sync_await import _sync_await
+
+from stacks import loader, program
+
+SECRET = "[secret]"
+PROGRAM = loader.PROJECT_DIR / "__main__.py"
+ACCOUNT_ID = "123456789012"
+REGION = "us-east-1"
+
+# Pulumi marks secrets on the wire with this signature (pulumi/runtime/rpc.py _special_secret_sig).
+_SIG_KEY = "4dabf18193072939515e22adb298388d"
+_SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """One resource as the program registered it."""
+
+    type: str
+    name: str
+    urn: str
+    parent_urn: str
+    custom: bool
+    inputs: dict[str, Any]
+
+
+def _placeholder_cluster(name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "id": name,
+        "arn": f"arn:aws:eks:{REGION}:{ACCOUNT_ID}:cluster/{name}",
+        "endpoint": f"https://{name}.gr7.{REGION}.eks.amazonaws.com",
+        "version": "1.34",
+        "certificateAuthorities": [{"data": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCnBsYWNlaG9sZGVyCg=="}],
+        "vpcConfig": {
+            "clusterSecurityGroupId": "sg-0123456789abcdef0",
+            "vpcId": "vpc-0123456789abcdef0",
+            "subnetIds": [],
+            "securityGroupIds": [],
+            "publicAccessCidrs": [],
+            "endpointPrivateAccess": True,
+            "endpointPublicAccess": False,
+        },
+    }
+
+
+class RenderMocks(pulumi.runtime.Mocks):
+    """Deterministic answers for data sources and for the outputs providers would compute."""
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list[Any]] | dict[str, Any]:
+        token = args.token
+        if token == "aws:eks/getCluster:getCluster":
+            return _placeholder_cluster(args.args["name"])
+        if token == "aws:index/getRegion:getRegion":
+            return {"name": REGION, "region": REGION, "id": REGION, "endpoint": f"ec2.{REGION}.amazonaws.com"}
+        if token == "aws:index/getPartition:getPartition":
+            return {"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws"}
+        if token == "aws:index/getCallerIdentity:getCallerIdentity":
+            return {"accountId": ACCOUNT_ID, "arn": f"arn:aws:iam::{ACCOUNT_ID}:user/render", "userId": "render"}
+        raise NotImplementedError(f"the offline render has no placeholder for data source {token}")
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        state = dict(args.inputs)
+        name = args.name
+        if args.typ == "aws:iam/role:Role":
+            state.setdefault("arn", f"arn:aws:iam::{ACCOUNT_ID}:role/{name}")
+            state.setdefault("name", name)
+        elif args.typ == "aws:ec2/launchTemplate:LaunchTemplate":
+            state.setdefault("latestVersion", 1)
+        elif args.typ == "aws:ec2/placementGroup:PlacementGroup":
+            state.setdefault("name", name)
+        elif args.typ == "aws:eks/nodeGroup:NodeGroup":
+            state.setdefault("resources", [{"autoscalingGroups": [{"name": f"eks-{name}-asg"}]}])
+        elif args.typ == "kubernetes:helm.sh/v3:Release":
+            state.setdefault("name", name)
+        return f"{name}-id", state
+
+
+class RecordingMonitor(pulumi_mocks.MockMonitor):
+    """The mock monitor, also keeping each registration's type, parent and inputs."""
+
+    def __init__(self, mocks: pulumi.runtime.Mocks) -> None:
+        super().__init__(mocks)
+        self.recorded: list[Recorded] = []
+
+    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 - gRPC method name
+        response = super().RegisterResource(request)
+        if request.type != "pulumi:pulumi:Stack":
+            inputs = _struct_to_python(request.object)
+            self.recorded.append(
+                Recorded(request.type, request.name, response.urn, request.parent, request.custom, inputs)
+            )
+        return response
+
+
+def _struct_to_python(struct: Any) -> dict[str, Any]:
+    """Inputs exactly as serialised for the provider, secrets still marked."""
+    from google.protobuf import json_format
+
+    return json_format.MessageToDict(struct)
+
+
+def mask_secrets(value: Any) -> Any:
+    """Replace every Pulumi-marked secret with a placeholder, at any depth."""
+    if isinstance(value, dict):
+        if value.get(_SIG_KEY) == _SECRET_SIG:
+            return SECRET
+        return {k: mask_secrets(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [mask_secrets(v) for v in value]
+    return value
+
+
+def _unwrap_resource_refs(value: Any) -> Any:
+    """Resource references and other special values become plain, stable text."""
+    if isinstance(value, dict):
+        sig = value.get(_SIG_KEY)
+        if sig == "5cf8f73096256a8f31e491e813e4eb8e":  # resource reference
+            return {"resourceRef": value.get("urn", "")}
+        if sig is not None and "value" in value:
+            return _unwrap_resource_refs(value["value"])
+        return {k: _unwrap_resource_refs(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unwrap_resource_refs(v) for v in value]
+    return value
+
+
+def _integral(value: Any) -> Any:
+    """Protobuf carries every number as a double; whole numbers go back to integers."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _integral(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_integral(v) for v in value]
+    return value
+
+
+def _clean(value: Any) -> Any:
+    return _integral(_unwrap_resource_refs(mask_secrets(value)))
+
+
+@dataclass(frozen=True)
+class RenderResult:
+    stack: str
+    resources: list[dict[str, Any]]
+    manifests: list[dict[str, Any]]
+
+    def by_type(self) -> dict[str, list[dict[str, Any]]]:
+        grouped: dict[str, list[dict[str, Any]]] = {}
+        for resource in self.resources:
+            grouped.setdefault(resource["type"], []).append(resource)
+        return grouped
+
+    def manifest(self, kind: str, name: str) -> dict[str, Any]:
+        for doc in self.manifests:
+            if doc.get("kind") == kind and doc.get("metadata", {}).get("name") == name:
+                return doc
+        raise KeyError(f"no {kind} named {name} in the render of {self.stack}")
+
+    def resource(self, type_: str, name: str) -> dict[str, Any]:
+        for resource in self.resources:
+            if resource["type"] == type_ and resource["name"] == name:
+                return resource
+        raise KeyError(f"no {type_} named {name} in the render of {self.stack}")
+
+
+def _is_kubernetes_object(recorded: Recorded) -> bool:
+    return (
+        recorded.custom
+        and recorded.type.startswith("kubernetes:")
+        and not recorded.type.startswith("kubernetes:helm.sh/")
+        and "apiVersion" in recorded.inputs
+        and "kind" in recorded.inputs
+    )
+
+
+def _manifest_key(doc: dict[str, Any]) -> tuple[int, str, str, str]:
+    metadata = doc.get("metadata", {})
+    first = 0 if doc["kind"] == "Namespace" else 1
+    return (first, doc["kind"], metadata.get("namespace", ""), metadata.get("name", ""))
+
+
+def engine_values(own: loader.StackFile) -> tuple[dict[str, str], list[str]]:
+    """A stack file's own keys as the Pulumi engine passes config: strings, objects as JSON."""
+    config: dict[str, str] = {}
+    for key, value in own.values.items():
+        full = f"{loader.PROJECT}:{key}"
+        config[full] = value if isinstance(value, str) else json.dumps(value)
+    for key, value in own.other.items():
+        config[key] = value if isinstance(value, str) else json.dumps(value)
+    return config, [f"{loader.PROJECT}:{k}" for k in own.secret_keys]
+
+
+def render_stack(stack_file: Path) -> RenderResult:
+    """Validate a stack file (ConfigError on problems), then run `__main__.py` under mocks."""
+    stack_file = stack_file.resolve()
+    own = loader.read_stack_file(stack_file)
+    loader.load_stack_file(stack_file)  # raises ConfigError before anything is registered
+    config, secret_keys = engine_values(own)
+
+    mocks = RenderMocks()
+    monitor = RecordingMonitor(mocks)
+    pulumi_settings.reset_options()
+    pulumi.runtime.set_mocks(mocks, project=loader.PROJECT, stack=own.stack, preview=False, monitor=monitor)
+    pulumi.runtime.set_all_config(config, secret_keys)
+    previous_dir = program.stack_dir
+    program.stack_dir = stack_file.parent
+    try:
+        pulumi_settings.SETTINGS.rpc_manager.clear()
+        pulumi_settings.SETTINGS.outputs.clear()
+        _sync_await(run_pulumi_func(lambda: runpy.run_path(str(PROGRAM), run_name="__main__")))
+    finally:
+        program.stack_dir = previous_dir
+
+    names = {r.urn: r for r in monitor.recorded}
+    resources = []
+    for r in monitor.recorded:
+        parent = names.get(r.parent_urn)
+        resources.append(
+            {
+                "type": r.type,
+                "name": r.name,
+                "parent": f"{parent.type}::{parent.name}" if parent else None,
+                "inputs": _clean(r.inputs),
+            }
+        )
+    resources.sort(key=lambda r: (r["type"], r["name"]))
+    manifests = sorted(
+        (_clean(r.inputs) for r in monitor.recorded if _is_kubernetes_object(r)), key=_manifest_key
+    )
+    return RenderResult(own.stack, resources, manifests)
+
+
+class _ManifestDumper(yaml.SafeDumper):
+    """Multi-line strings (counter files, dashboards) as readable literal blocks."""
+
+
+def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_ManifestDumper.add_representer(str, _str_representer)
+
+
+def write(result: RenderResult, out_dir: Path) -> tuple[Path, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    manifests_path = out_dir / "manifests.yaml"
+    resources_path = out_dir / "resources.json"
+    manifests_path.write_text(
+        yaml.dump_all(
+            result.manifests, Dumper=_ManifestDumper, sort_keys=True, default_flow_style=False, width=120
+        )
+    )
+    resources_path.write_text(json.dumps(result.resources, indent=2, sort_keys=True) + "\n")
+    return manifests_path, resources_path
+
+
+def summary(result: RenderResult) -> str:
+    """Resources by type, then each component with its children."""
+    lines = [f"stack {result.stack}: {len(result.resources)} resources, {len(result.manifests)} "
+             "Kubernetes objects", "", "resources by type:"]
+    counts = Counter(r["type"] for r in result.resources)
+    width = max(len(t) for t in counts)
+    lines += [f"  {t.ljust(width)}  {n}" for t, n in sorted(counts.items())]
+    lines += ["", "components:"]
+    children: dict[str, list[str]] = {}
+    for r in result.resources:
+        if r["parent"]:
+            children.setdefault(r["parent"], []).append(f"{r['type']}::{r['name']}")
+    component_types = {f"{r['type']}::{r['name']}" for r in result.resources if r["type"].startswith("llmserving:")}
+    for component in sorted(component_types):
+        lines.append(f"  {component}")
+        lines += [f"    - {c}" for c in sorted(children.get(component, []))]
+    return "\n".join(lines) + "\n"
