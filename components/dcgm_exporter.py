@@ -120,8 +120,9 @@ class DcgmExporter(pulumi.ComponentResource):
                         "port": METRICS_PORT_NAME,
                         "path": "/metrics",
                         "interval": f"{args.scrape_interval_seconds}s",
-                        # Alerts name the node; the exporter's own Hostname label is the pod's
-                        # hostname, not the node's, unless it runs with hostNetwork.
+                        # Alerts name the node through this label, which `up` carries too; the
+                        # exporter's own Hostname label is absent from `up` and renamed upstream
+                        # after 4.8.2 (dcgm-exporter#655).
                         "relabelings": [
                             {
                                 "sourceLabels": ["__meta_kubernetes_pod_node_name"],

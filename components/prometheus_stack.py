@@ -9,16 +9,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pulumi
+import pulumi_kubernetes as k8s
 
 from components.helm import helm_release, namespace
 
 RELEASE_NAME = "kube-prometheus-stack"
 
 
+GRAFANA_ADMIN_SECRET = "grafana-admin"
+
+
 @dataclass(frozen=True)
 class PrometheusStackArgs:
     namespace: str
     chart_version: str
+    grafana_admin_password: pulumi.Input[str]
     retention_days: int = 15
 
 
@@ -31,7 +36,12 @@ def chart_values(retention_days: int) -> dict[str, object]:
         "podMonitorSelectorNilUsesHelmValues": False,
         "ruleSelectorNilUsesHelmValues": False,
     }
-    return {"prometheus": {"prometheusSpec": {**selectors, "retention": f"{retention_days}d"}}}
+    return {
+        "prometheus": {"prometheusSpec": {**selectors, "retention": f"{retention_days}d"}},
+        # Grafana's admin password comes from our Secret, never from the chart's public default
+        # or from Helm values (which would store it in the release).
+        "grafana": {"admin": {"existingSecret": GRAFANA_ADMIN_SECRET}},
+    }
 
 
 def query_url(prometheus_namespace: str) -> str:
@@ -48,6 +58,16 @@ class PrometheusStack(pulumi.ComponentResource):
     def __init__(self, name: str, args: PrometheusStackArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llmserving:observability:PrometheusStack", name, None, opts)
         ns = namespace(f"{name}-namespace", args.namespace, parent=self)
+        admin = k8s.core.v1.Secret(
+            f"{name}-grafana-admin",
+            metadata={"name": GRAFANA_ADMIN_SECRET, "namespace": ns.metadata.name},
+            type="Opaque",
+            string_data={
+                "admin-user": "admin",
+                "admin-password": pulumi.Output.secret(args.grafana_admin_password),
+            },
+            opts=pulumi.ResourceOptions(parent=self),
+        )
         self.release = helm_release(
             f"{name}-release",
             chart=RELEASE_NAME,
@@ -55,6 +75,7 @@ class PrometheusStack(pulumi.ComponentResource):
             release_namespace=ns.metadata.name,
             values=chart_values(args.retention_days),
             parent=self,
+            depends_on=[admin],
         )
         self.namespace = ns.metadata.name
         self.url = pulumi.Output.from_input(query_url(args.namespace))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from components import gpu_catalog
-from stacks.config import CapacityType, ContainerStorage, PrometheusMode, StackConfig
+from stacks.config import AmiType, CapacityType, ContainerStorage, PrometheusMode, StackConfig
 from stacks.problems import Problem
 
 # The vLLM image is about 10 GB compressed; containerd keeps the compressed layers while it unpacks
@@ -31,7 +31,7 @@ def resolve_instance_type(config: StackConfig) -> gpu_catalog.InstanceType | Non
     if custom is None:
         return None
     return gpu_catalog.instance_type_from_spec(
-        group.instance_type,
+        group.instance_type.lower(),
         gpu_count=custom.gpu_count,
         gpu_memory_gib=custom.gpu_memory_gib,
         product_label=custom.gpu_product,
@@ -76,12 +76,22 @@ def _instance(config: StackConfig) -> Iterator[Problem]:
         yield Problem(f"{NG}.customInstance", f"{group.instance_type} is in the GPU catalog; "
                       "customInstance is only for instance types missing from it", "a customInstance",
                       "no customInstance")
-    instance = resolve_instance_type(config)
+    try:
+        instance = resolve_instance_type(config)
+    except ValueError as error:
+        yield Problem(f"{NG}.customInstance", f"not a usable GPU description: {error}",
+                      "a customInstance", "consistent GPU facts")
+        return
     if instance is None:
         yield Problem(f"{NG}.instanceType", "not a GPU instance type in the catalog; give its GPU facts "
                       "in gpuNodeGroup.customInstance if it has GPUs", group.instance_type,
                       "one of " + ", ".join(gpu_catalog.known_instance_type_names()))
         return
+    if (group.container_storage is ContainerStorage.INSTANCE_NVME
+            and group.ami_type is AmiType.BOTTLEROCKET_X86_64_NVIDIA):
+        # Our NVMe setup is an AL2023 nodeadm NodeConfig; Bottlerocket is configured differently.
+        yield Problem(f"{NG}.containerStorage", "instance-nvme is implemented for AL2023 AMIs only",
+                      group.container_storage.value, "ebs with a Bottlerocket AMI")
     if group.container_storage is ContainerStorage.INSTANCE_NVME and instance.local_nvme_gib == 0:
         yield Problem(f"{NG}.containerStorage", f"{instance.name} has no instance-store NVMe",
                       group.container_storage.value, "ebs")
@@ -101,6 +111,10 @@ def _observability(config: StackConfig) -> Iterator[Problem]:
     if prometheus.mode is PrometheusMode.EXISTING and prometheus.url is None:
         yield Problem("observability.prometheus.url", "an existing Prometheus needs its query URL",
                       None, "a URL like http://prometheus-operated.monitoring.svc:9090")
+    if prometheus.mode is PrometheusMode.INSTALL and config.grafana_admin_password is None:
+        # kube-prometheus-stack's Grafana otherwise starts with the chart's well-known password.
+        yield Problem("grafanaAdminPassword", "required when observability.prometheus.mode is install",
+                      None, "a secret: `pulumi config set --secret llm-serving:grafanaAdminPassword ...`")
 
 
 RULES: tuple[Callable[[StackConfig], Iterator[Problem]], ...] = (

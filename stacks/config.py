@@ -9,7 +9,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, StringConstraints
 from pydantic.alias_generators import to_camel
 
 from components import versions
@@ -301,6 +301,14 @@ class StackConfig(ConfigModel):
     gpu_node_group: GpuNodeGroupConfig = Field(description="The GPU node group.")
     addons: AddonsConfig = Field(default_factory=AddonsConfig, description="Cluster add-ons.")
     observability: ObservabilityConfig = Field(description="Metrics, alerts and runbooks.")
+    grafana_admin_password: SecretStr | None = Field(
+        default=None,
+        min_length=16,
+        description=(
+            "Secret. Grafana admin password for an installed Prometheus stack (required with "
+            "`observability.prometheus.mode: install`; the chart's default password is public)."
+        ),
+    )
 
     @property
     def production_like(self) -> bool:
@@ -311,7 +319,7 @@ class StackConfig(ConfigModel):
 LOADER_KEYS = ("extends",)
 
 # Top-level keys that hold secrets: never inherited through `extends`, always `secure:` values.
-SECRET_KEYS: tuple[str, ...] = ()
+SECRET_KEYS: tuple[str, ...] = ("grafanaAdminPassword",)
 
 
 def top_level_keys() -> list[str]:

@@ -152,6 +152,8 @@ def _expected(err: dict[str, Any]) -> str:
         return f"a string matching {ctx['pattern']}"
     if kind == "too_short":
         return f"at least {ctx.get('min_length')} item(s)"
+    if kind == "string_too_short":
+        return f"at least {ctx.get('min_length')} characters"
     if kind == "too_long":
         return f"at most {ctx.get('max_length')} item(s)"
     if kind == "string_too_long":
@@ -160,9 +162,13 @@ def _expected(err: dict[str, Any]) -> str:
 
 
 def from_validation_error(
-    error: ValidationError, root: type[BaseModel], data: dict[str, Any]
+    error: ValidationError,
+    root: type[BaseModel],
+    data: dict[str, Any],
+    secret_keys: frozenset[str] = frozenset(),
 ) -> list[Problem]:
-    """Translate pydantic's errors into problems with key paths, values and allowed values."""
+    """Translate pydantic's errors into problems with key paths, values and allowed values.
+    A secret's value is never echoed back."""
     problems: list[Problem] = []
     for err in error.errors(include_url=False):
         loc = tuple(err["loc"])
@@ -170,6 +176,8 @@ def from_validation_error(
         loc = tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p in ("function-after",))))
         path = _path(loc, data)
         kind = err["type"]
+        if loc and loc[0] in secret_keys:
+            err = {**err, "input": "[secret]"}
         if kind == "extra_forbidden":
             owner = _model_at(root, loc[:-1])
             allowed = _keys_of(owner) if owner else []
@@ -191,5 +199,7 @@ def from_validation_error(
                 message = "not an allowed value"
             elif kind == "string_pattern_mismatch":
                 message = "not a valid value"
+            elif kind in ("too_short", "string_too_short"):
+                message = "too short"
             problems.append(Problem(path, message, err.get("input"), _expected(err)))
     return problems

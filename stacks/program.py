@@ -20,7 +20,7 @@ from components.kubernetes_provider import EksCluster, kubernetes_provider, look
 from components.nvidia_device_plugin import NvidiaDevicePluginArgs
 from components.serving_stack import ServingStack, ServingStackArgs
 from stacks import checks, loader
-from stacks.config import ContainerStorage, PlacementStrategy, PrometheusMode, StackConfig
+from stacks.config import SECRET_KEYS, ContainerStorage, PlacementStrategy, PrometheusMode, StackConfig
 from stacks.problems import ConfigError
 
 # Where base stack files (`extends`) are read from: the project directory in a real run; the
@@ -40,9 +40,13 @@ def engine_config() -> tuple[dict[str, Any], set[str]]:
         namespace, _, name = key.rpartition(":")
         if namespace != loader.PROJECT:
             continue
-        # Structured config arrives JSON-encoded (`require_object` decodes it the same way).
-        if isinstance(value, str) and value[:1] in ("{", "["):
-            value = json.loads(value)
+        # Structured config arrives JSON-encoded (`require_object` decodes it the same way);
+        # a secret is always a plain string, whatever it starts with.
+        if isinstance(value, str) and value[:1] in ("{", "[") and name not in SECRET_KEYS:
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                pass  # left as text: the model reports it with its key path
         values[name] = value
         if key in secret_keys:
             secrets.add(name)
@@ -109,7 +113,11 @@ def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStack
             monitor_labels=dict(prometheus.monitor_selector_labels),
         ),
         prometheus=prometheus_stack.PrometheusStackArgs(
-            namespace=prometheus.namespace, chart_version=prometheus.chart_version
+            namespace=prometheus.namespace,
+            chart_version=prometheus.chart_version,
+            grafana_admin_password=pulumi.Output.secret(
+                config.grafana_admin_password.get_secret_value()  # type: ignore[union-attr]
+            ),
         )
         if installs_prometheus
         else None,

@@ -120,11 +120,20 @@ def _struct_to_python(struct: Any) -> dict[str, Any]:
     return json_format.MessageToDict(struct)
 
 
+def _mask_leaves(value: Any) -> Any:
+    """Keep a secret's shape (a Secret's `stringData` stays a map), hide every value in it."""
+    if isinstance(value, dict):
+        return {k: _mask_leaves(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mask_leaves(v) for v in value]
+    return SECRET
+
+
 def mask_secrets(value: Any) -> Any:
     """Replace every Pulumi-marked secret with a placeholder, at any depth."""
     if isinstance(value, dict):
         if value.get(_SIG_KEY) == _SECRET_SIG:
-            return SECRET
+            return _mask_leaves(_unwrap_resource_refs(value.get("value")))
         return {k: mask_secrets(v) for k, v in value.items()}
     if isinstance(value, list):
         return [mask_secrets(v) for v in value]

@@ -1,0 +1,105 @@
+"""Every stack file in the repo renders, every object it declares is valid, and nothing drifted
+from the golden snapshot without a `make golden` in the same change."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from stacks import render
+from stacks.loader import load_stack_file
+from tests.conftest import STACK_FILES, STACK_NAMES
+from tests.support import reference
+
+GOLDEN = Path(__file__).resolve().parent.parent / "golden"
+
+
+def test_repo_has_dev_prod_and_staging_stacks():
+    assert {"dev", "prod", "staging"} <= set(STACK_NAMES)
+
+
+@pytest.mark.parametrize("name", STACK_NAMES)
+def test_every_kubernetes_object_validates_against_its_schema(rendered, name):
+    result = rendered[name]
+    _, config = load_stack_file(STACK_FILES[STACK_NAMES.index(name)])
+    assert result.manifests, "a stack that declares no Kubernetes object renders nothing real"
+    errors = [
+        error
+        for manifest in result.manifests
+        for error in reference.kubernetes_object_errors(manifest, config.cluster.kubernetes_version)
+    ]
+    assert errors == []
+
+
+@pytest.mark.parametrize("name", STACK_NAMES)
+def test_every_custom_resource_validates_against_its_crd(rendered, name):
+    custom = [
+        m for m in rendered[name].manifests if reference.is_custom_kind(m["apiVersion"], m["kind"])
+    ]
+    assert {m["kind"] for m in custom} >= {"ServiceMonitor", "PrometheusRule"}
+    assert [e for m in custom for e in reference.custom_resource_errors(m)] == []
+
+
+@pytest.mark.parametrize("name", STACK_NAMES)
+def test_every_helm_value_set_exists_in_the_pinned_chart(rendered, name):
+    releases = rendered[name].by_type()["kubernetes:helm.sh/v3:Release"]
+    assert releases
+    for release in releases:
+        inputs = release["inputs"]
+        info = reference.chart_info(inputs["chart"], inputs["version"])
+        assert inputs["repositoryOpts"]["repo"] == info["repository"]
+        assert reference.helm_value_errors(inputs["chart"], inputs["version"], inputs["values"]) == []
+
+
+@pytest.mark.parametrize("name", STACK_NAMES)
+def test_render_matches_golden_snapshot(rendered, name, tmp_path):
+    manifests, resources = render.write(rendered[name], tmp_path)
+    golden = GOLDEN / name
+    assert manifests.read_text() == (golden / "manifests.yaml").read_text(), (
+        f"the {name} render changed; review it and run `make golden`"
+    )
+    assert resources.read_text() == (golden / "resources.json").read_text(), (
+        f"the {name} render changed; review it and run `make golden`"
+    )
+
+
+def test_render_is_byte_identical_across_runs(tmp_path):
+    prod = STACK_FILES[STACK_NAMES.index("prod")]
+    first = render.write(render.render_stack(prod), tmp_path / "a")
+    second = render.write(render.render_stack(prod), tmp_path / "b")
+    assert [p.read_bytes() for p in first] == [p.read_bytes() for p in second]
+
+
+def test_no_secret_value_reaches_the_render(rendered):
+    dev = rendered["dev"]
+    secret = dev.manifest("Secret", "grafana-admin")
+    assert secret["stringData"] == {"admin-user": "[secret]", "admin-password": "[secret]"}
+    text = json.dumps(dev.resources) + yaml.safe_dump_all(dev.manifests)
+    assert "encrypted in the stack file" not in text
+    assert "replace-with-pulumi-config-set-secret" not in text
+
+
+def test_resources_json_lists_every_resource_with_type_name_parent_inputs(rendered):
+    for result in rendered.values():
+        for resource in result.resources:
+            assert set(resource) == {"type", "name", "parent", "inputs"}
+        parents = {r["parent"] for r in result.resources}
+        assert "llmserving:stack:ServingStack::llm-serving" in parents
+
+
+def test_staging_renders_prod_with_staging_capacity_and_cluster(rendered):
+    prod, staging = rendered["prod"], rendered["staging"]
+    prod_group = prod.resource("aws:eks/nodeGroup:NodeGroup", "gpu-p5-48xlarge-node-group")["inputs"]
+    staging_group = staging.resource("aws:eks/nodeGroup:NodeGroup", "gpu-p5-48xlarge-node-group")["inputs"]
+    assert staging_group["scalingConfig"] == {"minSize": 1, "maxSize": 2, "desiredSize": 1}
+    assert prod_group["scalingConfig"] == {"minSize": 2, "maxSize": 4, "desiredSize": 2}
+    assert staging_group["clusterName"] == "llm-staging"
+    for key in ("amiType", "releaseVersion", "instanceTypes", "taints", "labels", "updateConfig"):
+        assert staging_group[key] == prod_group[key]
+    prod_releases = {r["name"]: r["inputs"] for r in prod.by_type()["kubernetes:helm.sh/v3:Release"]}
+    staging_releases = {r["name"]: r["inputs"] for r in staging.by_type()["kubernetes:helm.sh/v3:Release"]}
+    assert staging_releases == prod_releases
+    assert staging.manifest("PrometheusRule", "gpu-health") == prod.manifest("PrometheusRule", "gpu-health")

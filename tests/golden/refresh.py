@@ -1,0 +1,26 @@
+"""`make golden`: rewrite tests/golden/<stack>/ from fresh renders, after an intended change.
+
+The golden files make every change to what a stack creates a visible diff in review.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from stacks import render
+from stacks.loader import PROJECT_DIR
+
+GOLDEN_DIR = Path(__file__).resolve().parent
+
+
+def main() -> int:
+    for path in sorted(PROJECT_DIR.glob("Pulumi.*.yaml")):
+        result = render.render_stack(path)
+        manifests, resources = render.write(result, GOLDEN_DIR / result.stack)
+        sys.stdout.write(f"refreshed {manifests.relative_to(PROJECT_DIR)} and {resources.name}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

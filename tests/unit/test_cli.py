@@ -1,0 +1,87 @@
+"""The command line as a user runs it: exit codes, one-line messages, no traceback, speed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from stacks.loader import PROJECT_DIR
+
+
+def run(*args: str, cwd: Path = PROJECT_DIR) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_DIR)}
+    return subprocess.run(
+        [sys.executable, "-m", "stacks", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_render_dev_writes_both_files_and_a_summary(tmp_path):
+    result = run("render", "dev", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "manifests.yaml").stat().st_size > 0
+    assert (tmp_path / "resources.json").stat().st_size > 0
+    assert "resources by type:" in result.stdout
+    assert "  llmserving:stack:ServingStack::llm-serving\n" in result.stdout
+    assert "    - llmserving:gpu:GpuNodeGroup::gpu-p5-4xlarge\n" in result.stdout
+
+
+def test_render_prod_takes_under_three_seconds(tmp_path):
+    started = time.perf_counter()
+    result = run("render", "prod", "--out", str(tmp_path), "--quiet")
+    elapsed = time.perf_counter() - started
+    assert result.returncode == 0, result.stderr
+    assert elapsed < 3.0, f"rendering prod took {elapsed:.2f} s"
+
+
+def _broken_copy(tmp_path: Path, stack: str, mutate) -> Path:
+    for source in PROJECT_DIR.glob("Pulumi.*.yaml"):
+        (tmp_path / source.name).write_text(source.read_text())
+    path = tmp_path / f"Pulumi.{stack}.yaml"
+    document = yaml.safe_load(path.read_text())
+    mutate(document["config"])
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def test_misspelt_key_exits_2_with_one_line_and_no_traceback(tmp_path):
+    path = _broken_copy(tmp_path, "prod", lambda c: c["llm-serving:cluster"].update({"nmae": "x"}))
+    result = run("render", str(path), "--out", str(tmp_path / "out"))
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        'llm-serving:cluster.nmae: unknown key; did you mean "name"? (got "x"; expected one of '
+        "kubernetesVersion, name)"
+    ]
+    assert not (tmp_path / "out").exists()
+
+
+def test_wrong_type_exits_2_with_one_line(tmp_path):
+    path = _broken_copy(
+        tmp_path, "prod", lambda c: c["llm-serving:gpuNodeGroup"]["scaling"].update({"minNodes": "two"})
+    )
+    result = run("render", str(path))
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        'llm-serving:gpuNodeGroup.scaling.minNodes: wrong type (got "two"; expected an integer)'
+    ]
+
+
+def test_cyclic_extends_exits_2_with_one_line(tmp_path):
+    path = _broken_copy(tmp_path, "prod", lambda c: c.update({"llm-serving:extends": "staging"}))
+    result = run("render", str(path.with_name("Pulumi.staging.yaml")))
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        'llm-serving:extends: cyclic extends: staging -> prod -> staging (got "staging"; expected a chain '
+        "that ends)"
+    ]
+    assert "Traceback" not in result.stderr
+
+
+def test_unknown_command_exits_2():
+    result = run("deploy")
+    assert result.returncode == 2
+    assert result.stderr.startswith("usage: python -m stacks")

@@ -1,0 +1,90 @@
+"""Environment cloning: how `extends` merges, and `python -m stacks clone`."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from stacks import clone
+from stacks.loader import deep_merge, load_stack_file
+from stacks.problems import ConfigError
+
+
+def test_objects_merge_key_by_key():
+    assert deep_merge({"a": {"b": 1, "c": 2}}, {"a": {"c": 3}}) == {"a": {"b": 1, "c": 3}}
+
+
+def test_named_lists_merge_by_name_and_append_new_items():
+    base = [{"name": "llama", "replicas": 2, "tp": 4}, {"name": "qwen", "replicas": 1}]
+    override = [{"name": "llama", "replicas": 1}, {"name": "mistral", "replicas": 1}]
+    assert deep_merge(base, override) == [
+        {"name": "llama", "replicas": 1, "tp": 4},
+        {"name": "qwen", "replicas": 1},
+        {"name": "mistral", "replicas": 1},
+    ]
+
+
+def test_other_lists_replace():
+    assert deep_merge({"subnets": [{"id": "a"}, {"id": "b"}]}, {"subnets": [{"id": "c"}]}) == {
+        "subnets": [{"id": "c"}]
+    }
+
+
+def test_staging_is_prod_with_its_own_capacity_and_cluster(stack_dir):
+    _, prod = load_stack_file(stack_dir / "Pulumi.prod.yaml")
+    resolved, staging = load_stack_file(stack_dir / "Pulumi.staging.yaml")
+    assert resolved.chain == ("staging", "prod")
+    assert staging.environment.value == "staging"
+    assert staging.cluster.name == "llm-staging"
+    assert staging.gpu_node_group.scaling.max_nodes == 2
+    assert staging.gpu_node_group.instance_type == prod.gpu_node_group.instance_type
+    assert staging.gpu_node_group.ami_release_version == prod.gpu_node_group.ami_release_version
+    assert staging.addons == prod.addons
+    assert staging.observability == prod.observability
+
+
+def test_clone_writes_extends_and_overrides_and_validates(stack_dir):
+    path = clone.clone(
+        "prod", "prod-eu", ["cluster.name=llm-prod-eu", "gpuNodeGroup.scaling.maxNodes=2",
+                            "gpuNodeGroup.scaling.desiredNodes=2"], stack_dir,
+    )
+    document = yaml.safe_load(path.read_text())
+    assert document == {
+        "config": {
+            "llm-serving:extends": "prod",
+            "llm-serving:cluster": {"name": "llm-prod-eu"},
+            "llm-serving:gpuNodeGroup": {"scaling": {"maxNodes": 2, "desiredNodes": 2}},
+        }
+    }
+    _, config = load_stack_file(path)
+    assert config.gpu_node_group.scaling.max_nodes == 2
+    assert config.gpu_node_group.scaling.min_nodes == 2
+
+
+def test_clone_refuses_to_overwrite_an_existing_stack_file(stack_dir):
+    before = (stack_dir / "Pulumi.staging.yaml").read_text()
+    with pytest.raises(ConfigError) as caught:
+        clone.clone("prod", "staging", [], stack_dir)
+    assert caught.value.problems[0].line() == (
+        'llm-serving:stack: Pulumi.staging.yaml already exists; not overwriting it (got "staging"; '
+        "expected the name of a new stack)"
+    )
+    assert (stack_dir / "Pulumi.staging.yaml").read_text() == before
+
+
+def test_clone_with_an_invalid_override_writes_nothing(stack_dir):
+    with pytest.raises(ConfigError) as caught:
+        clone.clone("prod", "prod-eu", ["gpuNodeGroup.scaling.maxNodes=1"], stack_dir)
+    assert [p.line() for p in caught.value.problems] == [
+        "llm-serving:gpuNodeGroup.scaling.desiredNodes: must lie between minNodes and maxNodes "
+        "(got 2; expected 2..1)",
+        "llm-serving:gpuNodeGroup.scaling.minNodes: must not exceed maxNodes (got 2; expected <= maxNodes (1))",
+    ]
+    assert not (stack_dir / "Pulumi.prod-eu.yaml").exists()
+
+
+def test_clone_of_a_stack_with_secrets_requires_them_on_the_clone(stack_dir):
+    with pytest.raises(ConfigError) as caught:
+        clone.clone("dev", "dev-eu", [], stack_dir)
+    assert caught.value.problems[0].path == "grafanaAdminPassword"
+    assert "secrets are not inherited from dev" in caught.value.problems[0].message
