@@ -1,0 +1,194 @@
+"""`python -m stacks plan`: size one vLLM replica of a catalog model on a catalog GPU instance type.
+Prints tensor-parallel size, KV-cache tokens, concurrency and the startup-probe budget as a table or
+JSON; an impossible plan is one line on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import difflib
+import json
+import sys
+from typing import TextIO
+
+from components import capacity
+from components.capacity import CapacityError, CapacityPlan
+from components.gpu_catalog import known_instance_type_names, lookup_instance_type
+from components.model_catalog import known_model_ids, lookup_model
+
+EXIT_OK = 0
+EXIT_USAGE = 2  # argparse's own code for bad arguments; a rejected plan is the same kind of answer
+
+
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9}
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30}
+
+
+def _token_count(value: str) -> int:
+    """An integer, or vLLM's human-readable form: 32k = 32,000 and 32K = 32,768 (decimals allowed)."""
+    text = value.strip()
+    scale = _DECIMAL.get(text[-1:]) or _BINARY.get(text[-1:])
+    try:
+        number = float(text[:-1]) * scale if scale else int(text)
+        whole = int(number)
+    except (ValueError, OverflowError):
+        raise argparse.ArgumentTypeError(f"expected a token count such as 16384, 16k or 16K, got {value!r}") from None
+    if number != whole:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of tokens")
+    return whole
+
+
+def _tensor_parallel(value: str) -> int | str:
+    if value == "auto":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or 'auto', got {value!r}") from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m stacks plan",
+        description=(
+            "Plan one vLLM replica: tensor-parallel size, KV-cache tokens, concurrency at "
+            "--max-model-len and the startup-probe budget. Memory model: components/capacity.py."
+        ),
+    )
+    parser.add_argument("--model", required=True, help="Hugging Face id from the model catalog.")
+    parser.add_argument("--gpu", required=True, help="EC2 instance type from the GPU catalog, e.g. p5.48xlarge.")
+    parser.add_argument(
+        "--max-model-len",
+        required=True,
+        type=_token_count,
+        help="Tokens per request (prompt + output); 16384, 16k (16,000) or 16K (16,384).",
+    )
+    parser.add_argument(
+        "--tp",
+        "--tensor-parallel-size",
+        dest="tp",
+        type=_tensor_parallel,
+        default="auto",
+        help="GPUs per replica (1, 2, 4, 8) or 'auto' for the smallest that fits (default).",
+    )
+    parser.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=capacity.DEFAULT_GPU_MEMORY_UTILIZATION,
+        help=f"Fraction of each GPU vLLM may use (default {capacity.DEFAULT_GPU_MEMORY_UTILIZATION}).",
+    )
+    parser.add_argument(
+        "--kv-cache-dtype",
+        default="auto",
+        help=f"auto (model dtype) or one of {', '.join(capacity.KV_CACHE_DTYPE_BYTES)}.",
+    )
+    parser.add_argument(
+        "--max-num-batched-tokens",
+        type=_token_count,
+        default=capacity.DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        help=f"Tokens per engine step; drives the activation estimate "
+        f"(default {capacity.DEFAULT_MAX_NUM_BATCHED_TOKENS}).",
+    )
+    parser.add_argument(
+        "--available-kv-gib",
+        type=float,
+        default=None,
+        help="Use vLLM's logged 'Available KV cache memory' instead of the estimate (needs --tp N).",
+    )
+    parser.add_argument(
+        "--target-concurrency",
+        type=int,
+        default=1,
+        help="Full-length requests the KV cache must hold at once (default 1).",
+    )
+    parser.add_argument(
+        "--storage-read-mib-per-second",
+        type=float,
+        default=capacity.DEFAULT_STORAGE_READ_MIB_PER_SECOND,
+        help="Read throughput of the weights volume in MiB/s "
+        f"(default {capacity.DEFAULT_STORAGE_READ_MIB_PER_SECOND:g}, gp3's baseline).",
+    )
+    parser.add_argument("--json", action="store_true", help="Print the plan as JSON.")
+    return parser
+
+
+def _unknown(kind: str, value: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(value, known, n=1, cutoff=0.6)
+    hint = f' (did you mean "{close[0]}"?)' if close else ""
+    return f"unknown {kind} {value!r}{hint}; known: {', '.join(known)}"
+
+
+def render_table(result: CapacityPlan) -> str:
+    """Aligned two-column text for a terminal."""
+    overhead = (
+        "measured by vLLM (--available-kv-gib)"
+        if result.runtime_overhead_gib_per_gpu is None
+        else f"{result.runtime_overhead_gib_per_gpu:.2f} GiB (estimate)"
+    )
+    rows = [
+        ("model", result.model_id),
+        ("gpu", f"{result.gpu}: {result.gpus_per_node} x {result.gpu_memory_gib:.2f} GiB"),
+        (
+            "tensor parallel size",
+            f"{result.tensor_parallel_size} ({result.gpus_per_replica} GPU(s) per replica, "
+            f"{result.replicas_per_node} replica(s) per node)",
+        ),
+        ("gpu memory utilization", f"{result.gpu_memory_utilization}"),
+        ("weights per GPU", f"{result.weights_gib_per_gpu:.2f} GiB"),
+        ("runtime overhead per GPU", overhead),
+        ("KV cache per GPU", f"{result.available_kv_gib_per_gpu:.2f} GiB ({result.kv_cache_dtype})"),
+        ("KV bytes per token per GPU", f"{result.kv_bytes_per_token_per_gpu:,}"),
+        ("KV cache tokens", f"{result.kv_cache_tokens:,}"),
+        ("max concurrency", f"{result.max_concurrency:.2f}x at {result.max_model_len:,} tokens per request"),
+        ("cold start", f"{result.cold_start_seconds:,} s"),
+        ("startup probe budget", f"{result.startup_budget_seconds:,} s"),
+    ]
+    width = max(len(label) for label, _ in rows)
+    lines = [f"{label.ljust(width)}  {value}" for label, value in rows]
+    lines += [f"note: {note}" for note in result.notes]
+    return "\n".join(lines)
+
+
+def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    """Run `plan` with the arguments after the subcommand; returns the process exit code."""
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+    try:
+        # argparse writes usage and errors to sys.stderr/stdout itself; point them at ours.
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            args = _parser().parse_args(argv)
+    except SystemExit as exit_:  # argparse already printed usage and the problem (or --help)
+        return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
+
+    model = lookup_model(args.model)
+    if model is None:
+        print(_unknown("model", args.model, known_model_ids()), file=err)
+        return EXIT_USAGE
+    instance_type = lookup_instance_type(args.gpu)
+    if instance_type is None:
+        print(_unknown("GPU instance type", args.gpu, known_instance_type_names()), file=err)
+        return EXIT_USAGE
+
+    try:
+        result = capacity.plan(
+            model,
+            instance_type,
+            args.max_model_len,
+            tp=args.tp,
+            gpu_memory_utilization=args.gpu_memory_utilization,
+            kv_cache_dtype=args.kv_cache_dtype,
+            max_num_batched_tokens=args.max_num_batched_tokens,
+            available_kv_gib=args.available_kv_gib,
+            target_concurrency=args.target_concurrency,
+            storage_read_mib_per_second=args.storage_read_mib_per_second,
+        )
+    except CapacityError as error:
+        print(f"plan rejected: {error}", file=err)
+        return EXIT_USAGE
+
+    if args.json:
+        print(json.dumps(result.to_json(), sort_keys=True, indent=2), file=out)
+    else:
+        print(render_table(result), file=out)
+    return EXIT_OK
