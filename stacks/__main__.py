@@ -6,6 +6,7 @@ Every command exits 2 on invalid input with one line per problem, never a traceb
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -81,4 +82,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # The Pulumi runtime leaves an asyncio loop whose finaliser sometimes prints "Exception ignored
+    # ... Invalid file descriptor" at interpreter exit; everything is written, so skip finalisers.
+    os._exit(code)
