@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STACK ?= dev
 STAMP := $(VENV)/.installed
 
-.PHONY: help render test lint golden reference-fixtures config-docs preview up clean
+.PHONY: help render test lint golden reference-fixtures config-docs secrets-set preview up clean
 
 help:
 	@echo "make render STACK=dev     offline render of a stack into build/<stack>/ (no cloud, no CLI)"
@@ -41,10 +41,17 @@ config-docs: $(STAMP)
 reference-fixtures: $(STAMP)
 	$(BIN)/python tools/derive_reference_fixtures.py
 
-preview: $(STAMP)
+# A committed placeholder secret cannot be decrypted; say which command replaces it.
+secrets-set:
+	@if grep -q "placeholder:replace-with-pulumi-config-set-secret" Pulumi.$(STACK).yaml; then \
+	  echo "Pulumi.$(STACK).yaml still holds a placeholder secret; first run:"; \
+	  echo "  pulumi config set --secret llm-serving:grafanaAdminPassword '<password>' -s $(STACK)"; \
+	  exit 1; fi
+
+preview: $(STAMP) secrets-set
 	pulumi preview --stack $(STACK) --diff
 
-up: $(STAMP)
+up: $(STAMP) secrets-set
 	pulumi up --stack $(STACK)
 
 clean:

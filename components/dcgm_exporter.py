@@ -6,6 +6,7 @@ utilisation), a ServiceMonitor that names each sample's node, and the GPU health
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
 import pulumi
@@ -23,7 +24,13 @@ SERVICE_SELECTOR = {
 }
 METRICS_PORT_NAME = "metrics"  # chart templates/service.yaml
 COUNTERS_DIR = "/etc/dcgm-exporter"
-COUNTERS_CONFIGMAP = "llm-serving-dcgm-counters"
+
+def counters_configmap_name() -> str:
+    """Named after its content: a subPath mount never sees ConfigMap updates, so a changed
+    counters file must be a new ConfigMap, which also changes the pod template and rolls the
+    DaemonSet."""
+    digest = hashlib.sha256(dcgm_counters.counters_csv().encode()).hexdigest()[:10]
+    return f"llm-serving-dcgm-counters-{digest}"
 
 
 @dataclass(frozen=True)
@@ -50,7 +57,7 @@ def chart_values() -> dict[str, object]:
             {
                 "name": "llm-serving-counters",
                 "configMap": {
-                    "name": COUNTERS_CONFIGMAP,
+                    "name": counters_configmap_name(),
                     "items": [{"key": "counters.csv", "path": dcgm_counters.COUNTERS_FILE_NAME}],
                 },
             }
@@ -90,7 +97,7 @@ class DcgmExporter(pulumi.ComponentResource):
         ns = namespace(f"{name}-namespace", args.namespace, parent=self)
         counters = k8s.core.v1.ConfigMap(
             f"{name}-counters",
-            metadata={"name": COUNTERS_CONFIGMAP, "namespace": ns.metadata.name},
+            metadata={"name": counters_configmap_name(), "namespace": ns.metadata.name},
             data={"counters.csv": dcgm_counters.counters_csv()},
             opts=child,
         )

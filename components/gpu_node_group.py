@@ -198,7 +198,10 @@ class GpuNodeGroup(pulumi.ComponentResource):
         node_group = aws.eks.NodeGroup(
             f"{name}-node-group",
             cluster_name=args.cluster_name,
-            node_group_name=name,
+            # A prefix, not a fixed name: changing the instance type, AMI type, capacity type or
+            # subnets replaces the group, and only a generated name lets the new group come up
+            # before the old one is deleted, so serving never drops to zero GPU nodes.
+            node_group_name_prefix=f"{name}-",
             node_role_arn=role.arn,
             subnet_ids=args.subnet_ids,
             version=args.kubernetes_version,

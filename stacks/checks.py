@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from components import gpu_catalog
-from stacks.config import AmiType, CapacityType, ContainerStorage, PrometheusMode, StackConfig
+from stacks.config import AmiType, CapacityType, ContainerStorage, PlacementStrategy, PrometheusMode, StackConfig
 from stacks.problems import Problem
 
 # The vLLM image is about 10 GB compressed; containerd keeps the compressed layers while it unpacks
@@ -64,6 +64,10 @@ def _capacity(config: StackConfig) -> Iterator[Problem]:
             # there (EKS user guide, capacity-blocks-mng).
             yield Problem(f"{NG}.subnets", "CAPACITY_BLOCK needs every subnet in the reservation's "
                           "single availability zone", zones, "subnets of one availability zone")
+    if group.placement is PlacementStrategy.CLUSTER and len({s.availability_zone for s in group.subnets}) > 1:
+        # A cluster placement group lives in one availability zone; launches elsewhere fail.
+        yield Problem(f"{NG}.subnets", "placement cluster needs every subnet in one availability zone",
+                      sorted({s.availability_zone for s in group.subnets}), "subnets of one availability zone")
     if group.capacity_type is CapacityType.SPOT and group.capacity_reservation_id is not None:
         yield Problem(f"{NG}.capacityReservationId", "SPOT capacity cannot launch into a capacity "
                       "reservation", group.capacity_reservation_id, "no reservation with SPOT")

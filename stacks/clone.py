@@ -35,15 +35,16 @@ def _set(tree: dict[str, Any], parts: list[str], value: Any) -> None:
     node[parts[-1]] = value
 
 
-def clone_document(base: str, overrides: list[str]) -> dict[str, Any]:
-    """The YAML document of the new stack file."""
+def clone_document(base: str, overrides: list[str], base_other: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The YAML document of the new stack file. Provider keys (aws:region) are copied from the
+    base: `pulumi up` passes only the clone's own file, so they cannot be inherited."""
     values: dict[str, Any] = {}
     for text in overrides:
         parts, value = parse_override(text)
         if parts[0] == "extends":
             raise ConfigError([Problem("extends", "set by clone itself", text, "no --set extends")])
         _set(values, parts, value)
-    config: dict[str, Any] = {f"{loader.PROJECT}:extends": base}
+    config: dict[str, Any] = {**(base_other or {}), f"{loader.PROJECT}:extends": base}
     for key in sorted(values):
         config[f"{loader.PROJECT}:{key}"] = values[key]
     return {"config": config}
@@ -58,7 +59,8 @@ def clone(base: str, new: str, overrides: list[str], project_dir: Path) -> Path:
                                    "the name of a new stack")])
     if not loader.stack_file_path(base, project_dir).is_file():
         raise ConfigError([Problem("extends", "no such stack to clone", base, "an existing stack file")])
-    document = clone_document(base, overrides)
+    base_file = loader.read_stack_file(loader.stack_file_path(base, project_dir))
+    document = clone_document(base, overrides, base_file.other)
     own = loader.split_config(new, target, document["config"])
     loader.validate(loader.resolve(own, project_dir))  # raises ConfigError: nothing is written
     header = (

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from stacks import checks
 from stacks.config import LOADER_KEYS, SECRET_KEYS, StackConfig
-from stacks.problems import MISSING, ConfigError, Problem, from_validation_error
+from stacks.problems import MISSING, ConfigError, Problem, from_validation_error, mask_problem
 
 PROJECT = "llm-serving"
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -150,7 +150,8 @@ def resolve(own: StackFile, project_dir: Path) -> ResolvedConfig:
         seen.append(base_name)
 
     merged: dict[str, Any] = {}
-    other: dict[str, Any] = {}
+    # Provider keys (aws:region) are not ours to merge: `pulumi up` passes only this stack's file.
+    other = dict(own.other)
     uninherited: set[str] = set()
     for layer in reversed(chain):
         layer_values = {k: v for k, v in layer.values.items() if k not in LOADER_KEYS}
@@ -160,7 +161,6 @@ def resolve(own: StackFile, project_dir: Path) -> ResolvedConfig:
             uninherited |= {k for k in layer.secret_keys if k not in own.values}
             layer_values = {k: v for k, v in layer_values.items() if k not in layer.secret_keys}
         merged = deep_merge(merged, layer_values)
-        other = deep_merge(other, layer.other)
     chain_names = tuple(s.stack for s in chain)
     return ResolvedConfig(own.stack, merged, own.secret_keys, chain_names, other, frozenset(uninherited))
 
@@ -168,6 +168,8 @@ def resolve(own: StackFile, project_dir: Path) -> ResolvedConfig:
 def validate(resolved: ResolvedConfig) -> StackConfig:
     """Validate merged values; every problem is collected into one `ConfigError`."""
     problems: list[Problem] = []
+    # Keys the engine reports as secret, even misspelt or structured ones, are never echoed.
+    secret_keys = frozenset(SECRET_KEYS) | resolved.secret_keys
     for key in SECRET_KEYS:
         if key in resolved.values and key not in resolved.secret_keys:
             problems.append(
@@ -187,10 +189,11 @@ def validate(resolved: ResolvedConfig) -> StackConfig:
     try:
         config = StackConfig.model_validate(resolved.values)
     except ValidationError as exc:
-        problems.extend(from_validation_error(exc, StackConfig, resolved.values, frozenset(SECRET_KEYS)))
-        raise ConfigError(problems) from None
+        problems.extend(from_validation_error(exc, StackConfig, resolved.values, secret_keys))
+        raise ConfigError([mask_problem(p, secret_keys) for p in problems]) from None
     # A missing uninherited secret is already reported above; don't report it twice.
     problems.extend(p for p in checks.check(config) if p.path not in resolved.uninherited_secrets)
+    problems = [mask_problem(p, secret_keys) for p in problems]
     if problems:
         raise ConfigError(problems)
     return config

@@ -66,6 +66,14 @@ def suggest(word: str, candidates: list[str]) -> str:
     return f'; did you mean "{close[0]}"?' if close else ""
 
 
+def mask_problem(problem: Problem, secret_keys: frozenset[str]) -> Problem:
+    """A problem under a secret key shows "[secret]" instead of the value."""
+    head = problem.path.split(".", 1)[0].split("[", 1)[0]
+    if head in secret_keys and problem.got is not MISSING and problem.got is not None:
+        return Problem(problem.path, problem.message, "[secret]", problem.expected)
+    return problem
+
+
 def _model_at(root: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
     """The pydantic model class that owns the field at `loc` (for listing allowed keys)."""
     import typing
@@ -176,7 +184,7 @@ def from_validation_error(
         loc = tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p in ("function-after",))))
         path = _path(loc, data)
         kind = err["type"]
-        if loc and loc[0] in secret_keys:
+        if loc and str(loc[0]) in secret_keys:
             err = {**err, "input": "[secret]"}
         if kind == "extra_forbidden":
             owner = _model_at(root, loc[:-1])

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import runpy
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,9 @@ class Recorded:
     parent_urn: str
     custom: bool
     inputs: dict[str, Any]
+    dependencies: tuple[str, ...] = ()
+    provider: str = ""
+    ignore_changes: tuple[str, ...] = ()
 
 
 def _placeholder_cluster(name: str) -> dict[str, Any]:
@@ -91,6 +94,7 @@ class RenderMocks(pulumi.runtime.Mocks):
             state.setdefault("name", name)
         elif args.typ == "aws:eks/nodeGroup:NodeGroup":
             state.setdefault("resources", [{"autoscalingGroups": [{"name": f"eks-{name}-asg"}]}])
+            state.setdefault("nodeGroupName", f"{args.inputs.get('nodeGroupNamePrefix', name)}placeholder")
         elif args.typ == "kubernetes:helm.sh/v3:Release":
             state.setdefault("name", name)
         return f"{name}-id", state
@@ -108,7 +112,10 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         if request.type != "pulumi:pulumi:Stack":
             inputs = _struct_to_python(request.object)
             self.recorded.append(
-                Recorded(request.type, request.name, response.urn, request.parent, request.custom, inputs)
+                Recorded(
+                    request.type, request.name, response.urn, request.parent, request.custom, inputs,
+                    tuple(request.dependencies), request.provider, tuple(request.ignoreChanges),
+                )
             )
         return response
 
@@ -174,6 +181,9 @@ class RenderResult:
     stack: str
     resources: list[dict[str, Any]]
     manifests: list[dict[str, Any]]
+    # "type::name" -> dependsOn ("type::name" list), provider ("type::name") and ignoreChanges:
+    # how resources are wired, which the engine sees but the inputs do not show.
+    wiring: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def by_type(self) -> dict[str, list[dict[str, Any]]]:
         grouped: dict[str, list[dict[str, Any]]] = {}
@@ -258,7 +268,20 @@ def render_stack(stack_file: Path) -> RenderResult:
     manifests = sorted(
         (_clean(r.inputs) for r in monitor.recorded if _is_kubernetes_object(r)), key=_manifest_key
     )
-    return RenderResult(own.stack, resources, manifests)
+    def label(urn: str) -> str:
+        found = names.get(urn)
+        return f"{found.type}::{found.name}" if found else urn
+
+    wiring = {
+        f"{r.type}::{r.name}": {
+            "dependsOn": sorted(label(u) for u in r.dependencies),
+            # A provider reference is "<urn>::<id>".
+            "provider": label(r.provider.rsplit("::", 1)[0]) if r.provider else "",
+            "ignoreChanges": list(r.ignore_changes),
+        }
+        for r in monitor.recorded
+    }
+    return RenderResult(own.stack, resources, manifests, wiring)
 
 
 class _ManifestDumper(yaml.SafeDumper):

@@ -47,7 +47,7 @@ def test_node_group_inputs_for_prod(rendered):
         "instanceTypes": ["p5.48xlarge"],
         "labels": {"llm-serving/node-group": GROUP, "nvidia.com/gpu.present": "true"},
         "launchTemplate": {"id": f"{GROUP}-launch-template-id", "version": "1"},
-        "nodeGroupName": GROUP,
+        "nodeGroupNamePrefix": f"{GROUP}-",
         "nodeRoleArn": f"arn:aws:iam::123456789012:role/{GROUP}-node-role",
         "releaseVersion": "1.34.2-20261101",
         "scalingConfig": {"desiredSize": 2, "maxSize": 4, "minSize": 2},
@@ -218,7 +218,7 @@ def test_gpu_workload_selector_lands_on_the_group_once_gfd_labelled_it(rendered)
 
 def test_dcgm_exporter_reads_our_counters_file(rendered):
     release = release_values(rendered, "dcgm-exporter")["values"]
-    configmap = rendered["prod"].manifest("ConfigMap", "llm-serving-dcgm-counters")
+    (configmap,) = [m for m in rendered["prod"].manifests if m["kind"] == "ConfigMap"]
     mount = release["extraVolumeMounts"][0]
     assert release["arguments"] == ["-f", mount["mountPath"]]
     volume = release["extraConfigMapVolumes"][0]
@@ -257,3 +257,37 @@ def test_dev_installs_prometheus_with_a_secret_grafana_password(rendered):
     assert release["values"]["prometheus"]["prometheusSpec"]["serviceMonitorSelectorNilUsesHelmValues"] is False
     # Prod uses the cluster's existing Prometheus Operator and installs none.
     assert not [r for r in rendered["prod"].resources if r["name"] == "prometheus-release"]
+
+
+def test_every_kubernetes_resource_uses_the_stack_provider(rendered):
+    for stack in ("dev", "prod"):
+        result = rendered[stack]
+        kubernetes = [r for r in result.resources if r["type"].startswith("kubernetes:")]
+        assert kubernetes
+        for r in kubernetes:
+            assert result.wiring[f"{r['type']}::{r['name']}"]["provider"] == "pulumi:providers:kubernetes::kubernetes"
+
+
+def test_monitors_and_rules_wait_for_the_release_that_brings_their_crds(rendered):
+    wiring = rendered["dev"].wiring
+    for name in ("dcgm-exporter-service-monitor", "dcgm-exporter-gpu-health-rules"):
+        kind = "ServiceMonitor" if "monitor" in name else "PrometheusRule"
+        depends = wiring[f"kubernetes:monitoring.coreos.com/v1:{kind}::{name}"]["dependsOn"]
+        assert "kubernetes:helm.sh/v3:Release::prometheus-release" in depends
+        assert "kubernetes:helm.sh/v3:Release::dcgm-exporter-release" in depends
+
+
+def test_node_group_leaves_desired_size_to_autoscalers(rendered):
+    wiring = rendered["prod"].wiring[f"aws:eks/nodeGroup:NodeGroup::{GROUP}-node-group"]
+    assert wiring["ignoreChanges"] == ["scalingConfig.desiredSize"]
+
+
+def test_counters_configmap_name_changes_with_its_content(monkeypatch):
+    from components import dcgm_counters, dcgm_exporter
+
+    before = dcgm_exporter.counters_configmap_name()
+    monkeypatch.setattr(dcgm_counters, "counters_csv", lambda: "DCGM_FI_DEV_GPU_TEMP, gauge, t\n")
+    assert dcgm_exporter.counters_configmap_name() != before
+    assert dcgm_exporter.chart_values()["extraConfigMapVolumes"][0]["configMap"]["name"] == (
+        dcgm_exporter.counters_configmap_name()
+    )

@@ -153,7 +153,7 @@ def test_rejects_plaintext_secret_without_echoing_it(stack_dir):
     path = edit(stack_dir, "dev", "grafanaAdminPassword", lambda _: "hunter2hunter2hunter2")
     lines = problems(path)
     assert lines == [
-        'llm-serving:grafanaAdminPassword: must be a secret, not plaintext (got "plaintext"; expected a '
+        'llm-serving:grafanaAdminPassword: must be a secret, not plaintext (got "[secret]"; expected a '
         "value set with `pulumi config set --secret llm-serving:grafanaAdminPassword`)"
     ]
     assert "hunter2" not in "\n".join(lines)
@@ -163,3 +163,38 @@ def test_rejects_malformed_yaml(stack_dir):
     path = stack_dir / "Pulumi.prod.yaml"
     path.write_text("config:\n  llm-serving:environment: [prod\n")
     assert problems(path)[0].startswith("llm-serving:file: not valid YAML at line ")
+
+
+def test_misspelt_secret_key_never_echoes_the_secret(stack_dir):
+    write_stack(
+        stack_dir,
+        "dev-eu",
+        {
+            "llm-serving:extends": "dev",
+            "llm-serving:grafanaAdminPassword": {"secure": "v1:abc"},
+            "llm-serving:grafanaAdminPasswrd": {"secure": "v1:def"},
+        },
+    )
+    (line,) = problems(stack_dir / "Pulumi.dev-eu.yaml")
+    assert line.startswith(
+        'llm-serving:grafanaAdminPasswrd: unknown key; did you mean "grafanaAdminPassword"? (got "[secret]"; '
+    )
+
+
+def test_every_stack_file_sets_its_own_region():
+    # The engine passes only the stack's own file; provider settings do not travel through extends.
+    from stacks.loader import PROJECT_DIR
+
+    for path in PROJECT_DIR.glob("Pulumi.*.yaml"):
+        assert "aws:region" in yaml.safe_load(path.read_text())["config"], path.name
+
+
+def test_every_declared_project_key_is_set_on_every_stack():
+    # Pulumi treats a key declared in Pulumi.yaml without a default as required on every stack.
+    from stacks.loader import PROJECT_DIR
+
+    declared = yaml.safe_load((PROJECT_DIR / "Pulumi.yaml").read_text())["config"]
+    required = [k for k, v in declared.items() if "default" not in v]
+    for path in PROJECT_DIR.glob("Pulumi.*.yaml"):
+        config = yaml.safe_load(path.read_text())["config"]
+        assert [k for k in required if k not in config] == [], path.name

@@ -132,3 +132,10 @@ def test_rejects_existing_prometheus_without_url():
         "llm-serving:observability.prometheus.url: an existing Prometheus needs its query URL "
         "(got null; expected a URL like http://prometheus-operated.monitoring.svc:9090)"
     ]
+
+
+def test_rejects_cluster_placement_across_zones():
+    assert lines(placement="cluster") == [
+        "llm-serving:gpuNodeGroup.subnets: placement cluster needs every subnet in one availability zone "
+        '(got ["us-east-1a", "us-east-1b"]; expected subnets of one availability zone)'
+    ]

@@ -51,6 +51,7 @@ def test_clone_writes_extends_and_overrides_and_validates(stack_dir):
     document = yaml.safe_load(path.read_text())
     assert document == {
         "config": {
+            "aws:region": "us-east-1",
             "llm-serving:extends": "prod",
             "llm-serving:cluster": {"name": "llm-prod-eu"},
             "llm-serving:gpuNodeGroup": {"scaling": {"maxNodes": 2, "desiredNodes": 2}},
