@@ -14,8 +14,6 @@ from pydantic.alias_generators import to_camel
 
 from components import versions
 
-PROJECT = "llm-serving"
-
 # A Kubernetes label/annotation-safe DNS-1123 name: namespaces, release names.
 DnsLabel = Annotated[
     str, StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", max_length=63)
@@ -320,9 +318,4 @@ LOADER_KEYS = ("extends",)
 
 # Top-level keys that hold secrets: never inherited through `extends`, always `secure:` values.
 SECRET_KEYS: tuple[str, ...] = ("grafanaAdminPassword",)
-
-
-def top_level_keys() -> list[str]:
-    """Every `llm-serving:` key a stack file may set, in camelCase."""
-    return sorted([*(f.alias or n for n, f in StackConfig.model_fields.items()), *LOADER_KEYS])
 

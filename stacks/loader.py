@@ -16,9 +16,8 @@ from pydantic import ValidationError
 
 from stacks import checks
 from stacks.config import LOADER_KEYS, SECRET_KEYS, StackConfig
-from stacks.problems import MISSING, ConfigError, Problem, from_validation_error, mask_problem
+from stacks.problems import MISSING, PROJECT, ConfigError, Problem, from_validation_error, mask_problem
 
-PROJECT = "llm-serving"
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 STACK_FILE = re.compile(r"^Pulumi\.(?P<stack>[A-Za-z0-9_.-]+)\.yaml$")
 # Stand-in for a `secure:` value the offline render cannot decrypt; long enough to pass the

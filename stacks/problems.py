@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import difflib
 import json
+import typing
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-PROJECT = "llm-serving"
+PROJECT = "llm-serving"  # the Pulumi project name: the namespace of every config key
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,6 @@ def mask_problem(problem: Problem, secret_keys: frozenset[str]) -> Problem:
 
 def _model_at(root: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
     """The pydantic model class that owns the field at `loc` (for listing allowed keys)."""
-    import typing
-
     model: Any = root
     for part in loc:
         if isinstance(part, int):

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from stacks import plan_cli
+from tests.unit.test_capacity import AGREED_JSON_KEYS
 
 PROD = ["--model", "meta-llama/Llama-3.1-70B-Instruct", "--gpu", "p5.48xlarge", "--max-model-len", "16384"]
 REPO = Path(__file__).resolve().parents[2]
@@ -26,15 +27,7 @@ def test_json_output_has_the_agreed_keys_sorted() -> None:
     code, out, err = _run([*PROD, "--gpu-memory-utilization", "0.92", "--json"])
     assert (code, err) == (0, "")
     data = json.loads(out)
-    assert {
-        "tensor_parallel_size",
-        "weights_gib_per_gpu",
-        "kv_bytes_per_token_per_gpu",
-        "available_kv_gib_per_gpu",
-        "kv_cache_tokens",
-        "max_concurrency",
-        "startup_budget_seconds",
-    } <= set(data)
+    assert AGREED_JSON_KEYS <= set(data)
     assert data["tensor_parallel_size"] == 4
     assert data["kv_cache_tokens"] == 418_672
     assert out == json.dumps(data, sort_keys=True, indent=2) + "\n"
