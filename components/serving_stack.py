@@ -9,11 +9,39 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pulumi
+import pulumi_kubernetes as k8s
 
+from components import vllm_engine
 from components.dcgm_exporter import DcgmExporter, DcgmExporterArgs
 from components.gpu_node_group import GpuNodeGroup, GpuNodeGroupArgs
+from components.helm import namespace
+from components.model_weights import ModelWeights, ModelWeightsArgs
 from components.nvidia_device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
 from components.prometheus_stack import PrometheusStack, PrometheusStackArgs
+from components.vllm_deployment import VllmDeployment, VllmDeploymentArgs
+
+API_KEY_SECRET = "vllm-api-key"
+HF_TOKEN_SECRET = "hf-token"
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """One model, as plain values; the stack adds namespace, selectors and secrets."""
+
+    name: str
+    model_id: str
+    revision: str
+    tokenizer_revision: str | None
+    image: str
+    replicas: int
+    settings: vllm_engine.EngineSettings
+    startup_budget_seconds: int
+    resources: dict
+    chat_template: str | None
+    storage_class: str
+    access_mode: str
+    size_gib: int
+    download_deadline_seconds: int
 
 
 @dataclass(frozen=True)
@@ -24,6 +52,11 @@ class ServingStackArgs:
     dcgm_exporter: DcgmExporterArgs
     prometheus: PrometheusStackArgs | None  # None: use the cluster's existing Prometheus Operator
     prometheus_url: str | None
+    serving_namespace: str
+    models: tuple[ServedModel, ...]
+    api_key: pulumi.Input[str]
+    hf_token: pulumi.Input[str] | None
+    protect_weights: bool
 
 
 class ServingStack(pulumi.ComponentResource):
@@ -47,6 +80,7 @@ class ServingStack(pulumi.ComponentResource):
             child,
             crds_from=[prometheus.release] if prometheus else None,
         )
+        self.endpoints = self._models(args, child)
         self.prometheus_url = (
             prometheus.url if prometheus else pulumi.Output.from_input(args.prometheus_url or "")
         )
@@ -57,5 +91,72 @@ class ServingStack(pulumi.ComponentResource):
                 "gpus_per_node": self.gpu_node_group.gpus_per_node,
                 "max_gpus": self.gpu_node_group.max_gpus,
                 "prometheus_url": self.prometheus_url,
+                "endpoints": self.endpoints,
             }
         )
+
+    def _models(self, args: ServingStackArgs, child: pulumi.ResourceOptions) -> dict[str, pulumi.Output[str]]:
+        """Serving namespace, its secrets, and per model the weights and the deployment."""
+        ns = namespace("serving-namespace", args.serving_namespace, parent=self)
+        api_key = k8s.core.v1.Secret(
+            "vllm-api-key",
+            metadata={"name": API_KEY_SECRET, "namespace": ns.metadata.name},
+            type="Opaque",
+            string_data={"api-key": pulumi.Output.secret(args.api_key)},
+            opts=child,
+        )
+        hf_token_secret = None
+        if args.hf_token is not None:
+            k8s.core.v1.Secret(
+                "hf-token",
+                metadata={"name": HF_TOKEN_SECRET, "namespace": ns.metadata.name},
+                type="Opaque",
+                string_data={"token": pulumi.Output.secret(args.hf_token)},
+                opts=child,
+            )
+            hf_token_secret = HF_TOKEN_SECRET
+        endpoints: dict[str, pulumi.Output[str]] = {}
+        for model in args.models:
+            weights = ModelWeights(
+                f"{model.name}-weights",
+                ModelWeightsArgs(
+                    namespace=ns.metadata.name,
+                    model_name=model.name,
+                    model_id=model.model_id,
+                    revision=model.revision,
+                    tokenizer_revision=model.tokenizer_revision,
+                    image=model.image,
+                    storage_class=model.storage_class,
+                    access_mode=model.access_mode,
+                    size_gib=model.size_gib,
+                    download_deadline_seconds=model.download_deadline_seconds,
+                    hf_token_secret=hf_token_secret,
+                    protect=args.protect_weights,
+                ),
+                child,
+            )
+            deployment = VllmDeployment(
+                model.name,
+                VllmDeploymentArgs(
+                    namespace=ns.metadata.name,
+                    model_name=model.name,
+                    image=model.image,
+                    replicas=model.replicas,
+                    settings=model.settings,
+                    startup_budget_seconds=model.startup_budget_seconds,
+                    resources=model.resources,
+                    node_selector=self.gpu_node_group.node_selector,
+                    tolerations=self.gpu_node_group.tolerations,
+                    claim_name=weights.claim_name,
+                    api_key_secret=API_KEY_SECRET,
+                    chat_template=model.chat_template,
+                    # Serving starts only once its revision is fully staged.
+                    after=(weights.job, api_key),
+                    weights_shared=model.access_mode == "ReadWriteMany",
+                ),
+                child,
+            )
+            endpoints[model.name] = pulumi.Output.concat(
+                "http://", deployment.service_name, ".", args.serving_namespace, ".svc:", str(vllm_engine.PORT)
+            )
+        return endpoints

@@ -43,6 +43,12 @@ KUBE_PROMETHEUS_STACK = ChartPin(
     repository="https://prometheus-community.github.io/helm-charts",
 )
 
+# vLLM's OpenAI-compatible server image at the pinned engine version (flags and metrics in
+# tests/fixtures/reference/vllm/0.33.0 were read from this release). Tag convention vX.Y.Z.
+VLLM_IMAGE_REPOSITORY = "vllm/vllm-openai"
+VLLM_IMAGE_TAG = "v0.33.0"
+VLLM_VERSION = "0.33.0"
+
 # The EKS cluster version the stack validates its Kubernetes objects against by default.
 DEFAULT_KUBERNETES_VERSION = "1.34"
 

@@ -60,8 +60,13 @@ def _clone(argv: list[str]) -> int:
         help="override, e.g. gpuNodeGroup.scaling.maxNodes=2 (value parsed as YAML); repeatable",
     )
     args = parser.parse_args(argv)
-    path = clone.clone(args.base, args.new, args.set, loader.PROJECT_DIR)
+    path, secrets = clone.clone(args.base, args.new, args.set, loader.PROJECT_DIR)
     sys.stdout.write(f"wrote {path}\n")
+    for key in secrets:
+        sys.stdout.write(
+            f"set its own secret before a preview: pulumi config set --secret {loader.PROJECT}:{key} <value> "
+            f"-s {args.new}\n"
+        )
     return 0
 
 

@@ -6,10 +6,23 @@ lines at once, and each names the key to change.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 
-from components import gpu_catalog
-from stacks.config import AmiType, CapacityType, ContainerStorage, PlacementStrategy, PrometheusMode, StackConfig
+from components import capacity, gpu_catalog, vllm_engine
+from components.model_catalog import ModelArchitecture, lookup_model
+from stacks.config import (
+    AccessMode,
+    AmiType,
+    CapacityType,
+    ContainerStorage,
+    Environment,
+    KvCacheDtype,
+    ModelConfig,
+    PlacementStrategy,
+    PrometheusMode,
+    StackConfig,
+)
 from stacks.problems import Problem
 
 # The vLLM image is about 10 GB compressed; containerd keeps the compressed layers while it unpacks
@@ -121,11 +134,112 @@ def _observability(config: StackConfig) -> Iterator[Problem]:
                       None, "a secret: `pulumi config set --secret llm-serving:grafanaAdminPassword ...`")
 
 
+COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")
+# Tags that move: a pod rescheduled tomorrow would run a different engine than the one reviewed.
+MOVING_TAGS = frozenset({"latest", "nightly", "main", "stable"})
+
+
+def model_architecture(model: ModelConfig) -> ModelArchitecture | None:
+    """The catalog entry, or one built from the model's `architecture` facts."""
+    known = lookup_model(model.model_id)
+    if known is not None or model.architecture is None:
+        return known
+    a = model.architecture
+    return ModelArchitecture(
+        model_id=model.model_id,
+        parameters_billion=a.parameters_billion,
+        num_layers=a.num_layers,
+        num_attention_heads=a.num_attention_heads,
+        num_kv_heads=a.num_kv_heads,
+        head_dim=a.head_dim,
+        hidden_size=a.hidden_size,
+        native_dtype=a.native_dtype,
+        weight_bytes=int(a.weight_gib * 1024**3),
+        max_context_tokens=a.max_context_tokens,
+        is_moe=a.is_moe,
+    )
+
+
+def model_plan(config: StackConfig, model: ModelConfig) -> capacity.CapacityPlan:
+    """The capacity plan of one model on the node group's GPUs; CapacityError when it cannot work."""
+    instance = resolve_instance_type(config)
+    architecture = model_architecture(model)
+    if instance is None or architecture is None:
+        raise capacity.CapacityError("no plan without a known instance type and model architecture")
+    return capacity.plan(
+        architecture,
+        instance,
+        model.max_model_len,
+        tp=model.tensor_parallel_size,
+        gpu_memory_utilization=model.gpu_memory_utilization,
+        kv_cache_dtype=model.kv_cache_dtype.value,
+        max_num_batched_tokens=model.max_num_batched_tokens,
+        max_num_seqs=model.max_num_seqs,
+        target_concurrency=model.target_concurrency,
+        storage_read_mib_per_second=model.storage.read_mib_per_second,
+    )
+
+
+def _models(config: StackConfig) -> Iterator[Problem]:
+    names = [m.name for m in config.models]
+    for name in sorted({n for n in names if names.count(n) > 1}):
+        yield Problem("models", f"two models are named {name}", name, "unique model names")
+    gpus_needed = 0
+    for model in config.models:
+        at = f"models[{model.name}]"
+        if model_architecture(model) is None:
+            yield Problem(f"{at}.modelId", "not in the model catalog; give its facts in architecture",
+                          model.model_id, "a catalog model or an architecture block")
+            continue
+        if model.storage.access_mode is AccessMode.READ_WRITE_ONCE and model.replicas > 1:
+            yield Problem(f"{at}.storage.accessMode", "replicas on several nodes cannot share a ReadWriteOnce "
+                          "volume", model.storage.access_mode.value, "ReadWriteMany, or replicas: 1")
+        if model.image.tag in MOVING_TAGS:
+            yield Problem(f"{at}.image.tag", "a moving tag; pin the engine version", model.image.tag,
+                          "a release tag like v0.33.0")
+        conflicts = vllm_engine.managed_flag_conflicts(model.extra_args)
+        if conflicts:
+            yield Problem(f"{at}.extraArgs", "sets flags that typed keys own", conflicts,
+                          "only flags without a key of their own")
+        if config.production_like:
+            for key, value in (("revision", model.revision), ("tokenizerRevision", model.tokenizer_revision)):
+                if value is not None and not COMMIT_SHA.match(value):
+                    yield Problem(f"{at}.{key}", f"{config.environment.value} needs a pinned commit, not a "
+                                  "branch or tag (a silent upstream change would change outputs)", value,
+                                  "a 40-character commit SHA")
+        if config.environment is Environment.PROD and model.quality_eval is None:
+            if model.kv_cache_dtype not in (KvCacheDtype.AUTO, KvCacheDtype.BFLOAT16):
+                yield Problem(f"{at}.qualityEval", f"kvCacheDtype {model.kv_cache_dtype.value} in prod needs "
+                              "the eval that showed quality holds", None, "the eval's name or URL")
+            if model.quantization is not None:
+                yield Problem(f"{at}.qualityEval", f"quantization {model.quantization} in prod needs the "
+                              "eval that showed quality holds", None, "the eval's name or URL")
+        if resolve_instance_type(config) is None:
+            continue
+        try:
+            plan = model_plan(config, model)
+        except capacity.CapacityError as error:
+            yield Problem(at, f"cannot serve on {config.gpu_node_group.instance_type}: {error}",
+                          f"maxModelLen {model.max_model_len}", "a plan whose weights and one request fit")
+            continue
+        # Each model also needs room to surge one replica during a rolling update.
+        gpus_needed += (model.replicas + 1) * plan.tensor_parallel_size
+    instance = resolve_instance_type(config)
+    if instance is not None and gpus_needed:
+        offered = instance.gpu_count * config.gpu_node_group.scaling.max_nodes
+        if gpus_needed > offered:
+            yield Problem("gpuNodeGroup.scaling.maxNodes", f"the models need {gpus_needed} GPUs (replicas plus "
+                          f"one surge replica each, times TP) but {config.gpu_node_group.scaling.max_nodes} x "
+                          f"{instance.name} offer {offered}", config.gpu_node_group.scaling.max_nodes,
+                          f">= {-(-gpus_needed // instance.gpu_count)}")
+
+
 RULES: tuple[Callable[[StackConfig], Iterator[Problem]], ...] = (
     _scaling,
     _capacity,
     _instance,
     _observability,
+    _models,
 )
 
 

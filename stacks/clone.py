@@ -6,6 +6,7 @@ base reach it. It is validated before it is written, and an existing file is nev
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,8 @@ def clone_document(base: str, overrides: list[str], base_other: dict[str, Any] |
     return {"config": config}
 
 
-def clone(base: str, new: str, overrides: list[str], project_dir: Path) -> Path:
+def clone(base: str, new: str, overrides: list[str], project_dir: Path) -> tuple[Path, list[str]]:
+    """Write the clone; returns its path and the secrets it must set before a preview."""
     target = loader.stack_file_path(new, project_dir)
     if not loader.STACK_FILE.match(target.name):
         raise ConfigError([Problem("stack", "not a valid stack name", new, "letters, digits, - _ .")])
@@ -62,10 +64,21 @@ def clone(base: str, new: str, overrides: list[str], project_dir: Path) -> Path:
     base_file = loader.read_stack_file(loader.stack_file_path(base, project_dir))
     document = clone_document(base, overrides, base_file.other)
     own = loader.split_config(new, target, document["config"])
-    loader.validate(loader.resolve(own, project_dir))  # raises ConfigError: nothing is written
+    resolved = loader.resolve(own, project_dir)
+    # Secrets cannot be cloned and cannot be given here; validate everything else with stand-ins
+    # and tell the user which secrets to set (raises ConfigError on anything else: nothing written).
+    stand_ins = {key: loader.SECRET_PLACEHOLDER for key in resolved.uninherited_secrets}
+    loader.validate(
+        dataclasses.replace(
+            resolved,
+            values={**resolved.values, **stand_ins},
+            secret_keys=resolved.secret_keys | set(stand_ins),
+            uninherited_secrets=frozenset(),
+        )
+    )
     header = (
         f"# Clone of {base}: values here deep-merge over Pulumi.{base}.yaml.\n"
         f"# Secrets are not inherited; set each with `pulumi config set --secret ... -s {new}`.\n"
     )
     target.write_text(header + yaml.safe_dump(document, sort_keys=False, default_flow_style=False))
-    return target
+    return target, sorted(resolved.uninherited_secrets)

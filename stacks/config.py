@@ -7,7 +7,7 @@ report problems as one line per key path, before a single resource is registered
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, StringConstraints
 from pydantic.alias_generators import to_camel
@@ -86,6 +86,140 @@ class PrometheusMode(StrEnum):
 
     INSTALL = "install"
     EXISTING = "existing"
+
+
+class KvCacheDtype(StrEnum):
+    """KV cache storage type; fp8 halves KV memory but needs evidence that quality holds."""
+
+    AUTO = "auto"
+    BFLOAT16 = "bfloat16"
+    FP8 = "fp8"
+    FP8_E4M3 = "fp8_e4m3"
+    FP8_E5M2 = "fp8_e5m2"
+
+
+class AccessMode(StrEnum):
+    """How the weights volume is shared: many replicas need ReadWriteMany (e.g. EFS)."""
+
+    READ_WRITE_MANY = "ReadWriteMany"
+    READ_WRITE_ONCE = "ReadWriteOnce"
+
+
+ModelId = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")]
+Revision = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$")]
+ImageTag = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")]
+ImageDigest = Annotated[str, StringConstraints(pattern=r"^sha256:[0-9a-f]{64}$")]
+EngineFlag = Annotated[str, StringConstraints(pattern=r"^--[a-z0-9][a-z0-9-]*(\.[a-z0-9-]+)*(=.*)?$")]
+
+
+class VllmImageConfig(ConfigModel):
+    """The vLLM server image, pinned by tag and optionally by digest."""
+
+    repository: str = Field(default=versions.VLLM_IMAGE_REPOSITORY, description="Image repository.")
+    tag: ImageTag = Field(default=versions.VLLM_IMAGE_TAG, description="Image tag; never `latest`.")
+    digest: ImageDigest | None = Field(
+        default=None, description="Image digest (`sha256:...`); when set the image is pulled by digest."
+    )
+
+
+class WeightsStorageConfig(ConfigModel):
+    """The volume the weights are pre-staged on, read by every replica of the model."""
+
+    storage_class: DnsLabel = Field(
+        default="efs-sc", description="StorageClass of the weights volume (EFS for ReadWriteMany on EKS)."
+    )
+    access_mode: AccessMode = Field(
+        default=AccessMode.READ_WRITE_MANY,
+        description="ReadWriteMany lets every replica, on any node, mount the same weights.",
+    )
+    size_gib: int | None = Field(
+        default=None, ge=1, le=65536, description="Volume size in GiB; unset: weights plus 25 % headroom."
+    )
+    read_mib_per_second: float = Field(
+        default=125.0,
+        gt=0,
+        le=100000,
+        description="Sustained read throughput in MiB/s; sizes the cold-start estimate and startup probe.",
+    )
+
+
+class CustomModelArchitecture(ConfigModel):
+    """Architecture facts for a model the built-in catalog does not know."""
+
+    parameters_billion: float = Field(gt=0, description="Total parameters, in billions.")
+    num_layers: int = Field(ge=1, description="Transformer layers holding a KV cache.")
+    num_attention_heads: int = Field(ge=1, description="Query heads.")
+    num_kv_heads: int = Field(ge=1, description="Key/value heads (GQA).")
+    head_dim: int = Field(ge=1, description="Dimension of one attention head.")
+    hidden_size: int = Field(ge=1, description="Hidden size.")
+    weight_gib: float = Field(gt=0, description="Size of the checkpoint's weights, in GiB.")
+    max_context_tokens: int = Field(ge=1, description="Longest context the model supports, in tokens.")
+    native_dtype: str = Field(default="bfloat16", description="Storage type of the weights.")
+    is_moe: bool = Field(default=False, description="Whether the model is a mixture of experts.")
+
+
+class ModelConfig(ConfigModel):
+    """One served model: its pinned artifacts, engine settings and replicas."""
+
+    name: DnsLabel = Field(description="Name of the model's Kubernetes objects and its served model name.")
+    model_id: ModelId = Field(description="Hugging Face repository, e.g. `meta-llama/Llama-3.1-70B-Instruct`.")
+    revision: Revision = Field(description="Model revision; a 40-character commit SHA in prod and staging.")
+    tokenizer_revision: Revision | None = Field(
+        default=None, description="Tokenizer revision when it differs from the model's; a commit SHA in prod."
+    )
+    architecture: CustomModelArchitecture | None = Field(
+        default=None, description="Architecture facts for a model missing from the catalog; required only then."
+    )
+    replicas: int = Field(default=1, ge=1, le=64, description="Serving replicas (pods), each one TP group.")
+    max_model_len: int = Field(
+        ge=256, le=10_000_000, description="`--max-model-len` in tokens: what the product needs, no default."
+    )
+    gpu_memory_utilization: float = Field(
+        default=0.92, gt=0, le=0.98, description="`--gpu-memory-utilization`: fraction of GPU memory for vLLM."
+    )
+    tensor_parallel_size: int | Literal["auto"] = Field(
+        default="auto",
+        description="`--tensor-parallel-size`: 1, 2, 4 or 8, or `auto` for the smallest that leaves KV room.",
+    )
+    target_concurrency: int = Field(
+        default=1, ge=1, le=100000, description="Requests at max-model-len the KV cache must hold (for `auto`)."
+    )
+    kv_cache_dtype: KvCacheDtype = Field(default=KvCacheDtype.AUTO, description="`--kv-cache-dtype`.")
+    quantization: Annotated[str, StringConstraints(pattern=r"^[a-z0-9_-]+$")] | None = Field(
+        default=None, description="`--quantization`; unset lets vLLM read the checkpoint's own config."
+    )
+    quality_eval: Annotated[str, StringConstraints(min_length=3, max_length=500)] | None = Field(
+        default=None,
+        description="The eval (name or URL) showing quality holds with fp8 KV or quantization; required in prod.",
+    )
+    max_num_seqs: int = Field(default=256, ge=1, le=65536, description="`--max-num-seqs`, set explicitly.")
+    max_num_batched_tokens: int = Field(
+        default=8192, ge=256, le=1_048_576, description="`--max-num-batched-tokens`, set explicitly."
+    )
+    enable_prefix_caching: bool = Field(default=True, description="`--enable-prefix-caching` (or disable).")
+    chat_template: str | None = Field(
+        default=None, description="Jinja chat template, mounted from a ConfigMap; unset uses the tokenizer's."
+    )
+    shutdown_timeout_seconds: int = Field(
+        default=300,
+        ge=0,
+        le=3600,
+        description="`--shutdown-timeout`: seconds vLLM lets in-flight requests finish on SIGTERM.",
+    )
+    extra_args: list[EngineFlag] = Field(
+        default_factory=list,
+        description="Other `vllm serve` flags as `--flag` or `--flag=value`; flags set by keys above are refused.",
+    )
+    storage: WeightsStorageConfig = Field(
+        default_factory=WeightsStorageConfig, description="The pre-staged weights volume."
+    )
+    image: VllmImageConfig = Field(default_factory=VllmImageConfig, description="The vLLM image.")
+
+
+class ServingConfig(ConfigModel):
+    """Where the models run."""
+
+    namespace: DnsLabel = Field(default="llm-serving", description="Namespace of the vLLM workloads.")
 
 
 class ClusterConfig(ConfigModel):
@@ -299,6 +433,17 @@ class StackConfig(ConfigModel):
     gpu_node_group: GpuNodeGroupConfig = Field(description="The GPU node group.")
     addons: AddonsConfig = Field(default_factory=AddonsConfig, description="Cluster add-ons.")
     observability: ObservabilityConfig = Field(description="Metrics, alerts and runbooks.")
+    serving: ServingConfig = Field(default_factory=ServingConfig, description="Where the models run.")
+    models: list[ModelConfig] = Field(min_length=1, description="The served models, merged by `name` in clones.")
+    api_key: SecretStr = Field(
+        min_length=16,
+        description="Secret. API key clients must present (vLLM `--api-key`, from a Kubernetes Secret).",
+    )
+    hf_token: SecretStr | None = Field(
+        default=None,
+        min_length=8,
+        description="Secret. Hugging Face token for gated models, used only by the weight pre-staging Job.",
+    )
     grafana_admin_password: SecretStr | None = Field(
         default=None,
         min_length=16,
@@ -317,5 +462,5 @@ class StackConfig(ConfigModel):
 LOADER_KEYS = ("extends",)
 
 # Top-level keys that hold secrets: never inherited through `extends`, always `secure:` values.
-SECRET_KEYS: tuple[str, ...] = ("grafanaAdminPassword",)
+SECRET_KEYS: tuple[str, ...] = ("apiKey", "grafanaAdminPassword", "hfToken")
 

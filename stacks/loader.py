@@ -188,7 +188,12 @@ def validate(resolved: ResolvedConfig) -> StackConfig:
     try:
         config = StackConfig.model_validate(resolved.values)
     except ValidationError as exc:
-        problems.extend(from_validation_error(exc, StackConfig, resolved.values, secret_keys))
+        problems.extend(
+            p
+            for p in from_validation_error(exc, StackConfig, resolved.values, secret_keys)
+            # An uninherited secret is reported above with what to do; "missing" would repeat it.
+            if not (p.path in resolved.uninherited_secrets and p.got is MISSING)
+        )
         raise ConfigError([mask_problem(p, secret_keys) for p in problems]) from None
     # A missing uninherited secret is already reported above; don't report it twice.
     problems.extend(p for p in checks.check(config) if p.path not in resolved.uninherited_secrets)

@@ -7,20 +7,30 @@ with a `RunError` (no traceback) before any resource is registered.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 import pulumi
 from pulumi.runtime import config as runtime_config
 
-from components import prometheus_stack
+from components import prometheus_stack, vllm_engine
 from components.dcgm_exporter import DcgmExporterArgs
+from components.gpu_catalog import InstanceType
 from components.gpu_node_group import GpuNodeGroupArgs
 from components.kubernetes_provider import EksCluster, kubernetes_provider, lookup_cluster
 from components.nvidia_device_plugin import NvidiaDevicePluginArgs
-from components.serving_stack import ServingStack, ServingStackArgs
+from components.serving_stack import ServedModel, ServingStack, ServingStackArgs
 from stacks import checks, loader
-from stacks.config import SECRET_KEYS, ContainerStorage, PlacementStrategy, PrometheusMode, StackConfig
+from stacks.config import (
+    SECRET_KEYS,
+    ContainerStorage,
+    Environment,
+    ModelConfig,
+    PlacementStrategy,
+    PrometheusMode,
+    StackConfig,
+)
 from stacks.problems import ConfigError
 
 # Where base stack files (`extends`) are read from: the project directory in a real run; the
@@ -65,6 +75,57 @@ def load_config() -> StackConfig:
             "nothing was created"
         ) from None
     return config
+
+
+# A conservative sustained download rate from the Hugging Face Hub; the staging Job's deadline is
+# twice the time the weights take at this rate, and never under 30 minutes.
+HUB_DOWNLOAD_MIB_PER_SECOND = 50
+
+
+def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType) -> ServedModel:
+    """A model's plain values, with TP and the startup budget from the capacity planner."""
+    plan = checks.model_plan(config, model)
+    architecture = checks.model_architecture(model)
+    assert architecture is not None  # guaranteed by checks.check
+    tp = plan.tensor_parallel_size
+    tokenizer_revision = model.tokenizer_revision if model.tokenizer_revision != model.revision else None
+    image = f"{model.image.repository}:{model.image.tag}"
+    if model.image.digest:
+        image += f"@{model.image.digest}"
+    download_seconds = architecture.weight_bytes / (HUB_DOWNLOAD_MIB_PER_SECOND * 1024**2)
+    return ServedModel(
+        name=model.name,
+        model_id=model.model_id,
+        revision=model.revision,
+        tokenizer_revision=tokenizer_revision,
+        image=image,
+        replicas=model.replicas,
+        settings=vllm_engine.EngineSettings(
+            model_path=vllm_engine.staged_model_path(model.model_id, model.revision),
+            served_model_name=model.name,
+            max_model_len=model.max_model_len,
+            gpu_memory_utilization=model.gpu_memory_utilization,
+            tensor_parallel_size=tp,
+            kv_cache_dtype=model.kv_cache_dtype.value,
+            max_num_seqs=model.max_num_seqs,
+            max_num_batched_tokens=model.max_num_batched_tokens,
+            enable_prefix_caching=model.enable_prefix_caching,
+            shutdown_timeout_seconds=model.shutdown_timeout_seconds,
+            quantization=model.quantization,
+            tokenizer_path=vllm_engine.staged_tokenizer_path(model.model_id, tokenizer_revision)
+            if tokenizer_revision
+            else None,
+            chat_template_path=vllm_engine.CHAT_TEMPLATE_PATH if model.chat_template is not None else None,
+            extra_args=tuple(model.extra_args),
+        ),
+        startup_budget_seconds=plan.startup_budget_seconds,
+        resources=vllm_engine.pod_resources(instance.vcpus, instance.memory_gib, instance.gpu_count, tp),
+        chat_template=model.chat_template,
+        storage_class=model.storage.storage_class,
+        access_mode=model.storage.access_mode.value,
+        size_gib=model.storage.size_gib or vllm_engine.weights_volume_gib(architecture.weight_bytes),
+        download_deadline_seconds=max(1800, math.ceil(2 * download_seconds)),
+    )
 
 
 def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStackArgs:
@@ -122,6 +183,11 @@ def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStack
         if installs_prometheus
         else None,
         prometheus_url=prometheus.url,
+        serving_namespace=config.serving.namespace,
+        models=tuple(served_model(config, m, instance) for m in config.models),
+        api_key=pulumi.Output.secret(config.api_key.get_secret_value()),
+        hf_token=pulumi.Output.secret(config.hf_token.get_secret_value()) if config.hf_token else None,
+        protect_weights=config.environment is Environment.PROD,
     )
 
 
@@ -140,3 +206,4 @@ def run() -> None:
     pulumi.export("gpusPerNode", stack.gpu_node_group.gpus_per_node)
     pulumi.export("maxGpus", stack.gpu_node_group.max_gpus)
     pulumi.export("prometheusUrl", stack.prometheus_url)
+    pulumi.export("modelEndpoints", stack.endpoints)

@@ -126,7 +126,10 @@ def test_capacity_block_group_launches_into_the_reservation(stack_dir):
         yaml.safe_dump(
             {
                 "config": {
+                    "aws:region": "us-east-1",
                     "llm-serving:extends": "prod",
+                    "llm-serving:apiKey": {"secure": "v1:abc"},
+                    "llm-serving:hfToken": {"secure": "v1:def"},
                     "llm-serving:gpuNodeGroup": {
                         "capacityType": "CAPACITY_BLOCK",
                         "capacityReservationId": "cr-0123456789abcdef0",

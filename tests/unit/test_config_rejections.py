@@ -133,9 +133,10 @@ def test_rejects_secret_not_set_on_a_clone(stack_dir):
     # dev sets grafanaAdminPassword as a secret; a clone of dev must set its own.
     write_stack(stack_dir, "dev-eu", {"llm-serving:extends": "dev"})
     assert problems(stack_dir / "Pulumi.dev-eu.yaml") == [
-        "llm-serving:grafanaAdminPassword: secret not set on stack dev-eu; secrets are not inherited "
-        "from dev (got nothing; expected its own value: `pulumi config set --secret "
-        "llm-serving:grafanaAdminPassword <value> -s dev-eu`)",
+        f"llm-serving:{key}: secret not set on stack dev-eu; secrets are not inherited "
+        f"from dev (got nothing; expected its own value: `pulumi config set --secret "
+        f"llm-serving:{key} <value> -s dev-eu`)"
+        for key in ("apiKey", "grafanaAdminPassword", "hfToken")
     ]
 
 
@@ -143,7 +144,12 @@ def test_accepts_a_clone_that_sets_its_own_secret(stack_dir):
     write_stack(
         stack_dir,
         "dev-eu",
-        {"llm-serving:extends": "dev", "llm-serving:grafanaAdminPassword": {"secure": "v1:abc"}},
+        {
+            "llm-serving:extends": "dev",
+            "llm-serving:grafanaAdminPassword": {"secure": "v1:abc"},
+            "llm-serving:apiKey": {"secure": "v1:ghi"},
+            "llm-serving:hfToken": {"secure": "v1:jkl"},
+        },
     )
     _, config = load_stack_file(stack_dir / "Pulumi.dev-eu.yaml")
     assert config.grafana_admin_password is not None
@@ -173,6 +179,8 @@ def test_misspelt_secret_key_never_echoes_the_secret(stack_dir):
             "llm-serving:extends": "dev",
             "llm-serving:grafanaAdminPassword": {"secure": "v1:abc"},
             "llm-serving:grafanaAdminPasswrd": {"secure": "v1:def"},
+            "llm-serving:apiKey": {"secure": "v1:ghi"},
+            "llm-serving:hfToken": {"secure": "v1:jkl"},
         },
     )
     (line,) = problems(stack_dir / "Pulumi.dev-eu.yaml")

@@ -24,6 +24,17 @@ BASE: dict[str, Any] = {
         "prometheus": {"mode": "existing", "url": "http://prometheus-operated.monitoring.svc:9090"},
         "runbookBaseUrl": "https://runbooks.example.com/llm-serving",
     },
+    "apiKey": "a-test-api-key-of-some-length",
+    # A model that fits any catalog GPU, so these tests see only node-group problems.
+    "models": [
+        {
+            "name": "qwen-7b",
+            "modelId": "Qwen/Qwen2.5-7B-Instruct",
+            "revision": "a09a35458c702b33eeacc393d103063234e8bc28",
+            "maxModelLen": 4096,
+            "tensorParallelSize": 1,
+        }
+    ],
 }
 
 

@@ -44,22 +44,24 @@ def test_staging_is_prod_with_its_own_capacity_and_cluster(stack_dir):
 
 
 def test_clone_writes_extends_and_overrides_and_validates(stack_dir):
-    path = clone.clone(
-        "prod", "prod-eu", ["cluster.name=llm-prod-eu", "gpuNodeGroup.scaling.maxNodes=2",
+    path, secrets = clone.clone(
+        "prod", "prod-eu", ["cluster.name=llm-prod-eu", "gpuNodeGroup.scaling.maxNodes=3",
                             "gpuNodeGroup.scaling.desiredNodes=2"], stack_dir,
     )
+    assert secrets == ["apiKey", "hfToken"]
     document = yaml.safe_load(path.read_text())
     assert document == {
         "config": {
             "aws:region": "us-east-1",
             "llm-serving:extends": "prod",
             "llm-serving:cluster": {"name": "llm-prod-eu"},
-            "llm-serving:gpuNodeGroup": {"scaling": {"maxNodes": 2, "desiredNodes": 2}},
+            "llm-serving:gpuNodeGroup": {"scaling": {"maxNodes": 3, "desiredNodes": 2}},
         }
     }
-    _, config = load_stack_file(path)
-    assert config.gpu_node_group.scaling.max_nodes == 2
-    assert config.gpu_node_group.scaling.min_nodes == 2
+    # The clone is complete except for its own secrets, which loading it reports by name.
+    with pytest.raises(ConfigError) as caught:
+        load_stack_file(path)
+    assert [p.path for p in caught.value.problems] == ["apiKey", "hfToken"]
 
 
 def test_clone_refuses_to_overwrite_an_existing_stack_file(stack_dir):
@@ -79,13 +81,14 @@ def test_clone_with_an_invalid_override_writes_nothing(stack_dir):
     assert [p.line() for p in caught.value.problems] == [
         "llm-serving:gpuNodeGroup.scaling.desiredNodes: must lie between minNodes and maxNodes "
         "(got 2; expected 2..1)",
+        "llm-serving:gpuNodeGroup.scaling.maxNodes: the models need 12 GPUs (replicas plus one surge replica "
+        "each, times TP) but 1 x p5.48xlarge offer 8 (got 1; expected >= 2)",
         "llm-serving:gpuNodeGroup.scaling.minNodes: must not exceed maxNodes (got 2; expected <= maxNodes (1))",
     ]
     assert not (stack_dir / "Pulumi.prod-eu.yaml").exists()
 
 
-def test_clone_of_a_stack_with_secrets_requires_them_on_the_clone(stack_dir):
-    with pytest.raises(ConfigError) as caught:
-        clone.clone("dev", "dev-eu", [], stack_dir)
-    assert caught.value.problems[0].path == "grafanaAdminPassword"
-    assert "secrets are not inherited from dev" in caught.value.problems[0].message
+def test_clone_names_the_secrets_it_must_set_itself(stack_dir):
+    path, secrets = clone.clone("dev", "dev-eu", [], stack_dir)
+    assert secrets == ["apiKey", "grafanaAdminPassword", "hfToken"]
+    assert "secure" not in path.read_text()

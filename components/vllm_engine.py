@@ -1,0 +1,170 @@
+"""vLLM engine arguments, probe budgets, drain timings and pod sizing (pure, no Pulumi import).
+
+Everything a vLLM pod's spec is computed from, as plain functions a table test can check: the
+`vllm serve` arguments, the seed's probe rules, graceful drain, and resources from the node share.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+PORT = 8000
+MODELS_MOUNT = "/models"  # the weights volume, read-only in serving pods
+CACHE_MOUNT = "/var/cache/vllm"  # torch.compile / CUDA graph cache, on the weights volume
+CHAT_TEMPLATE_PATH = "/etc/vllm/chat-template.jinja"
+COMPLETE_MARKER = ".llm-serving-complete"  # written last by the pre-staging Job
+
+# Flags the typed settings own; the escape hatch may not set them a second time (vLLM would take
+# the last one silently, so a stray extra arg could undo a reviewed setting).
+MANAGED_FLAGS = frozenset(
+    {
+        "--model", "--served-model-name", "--max-model-len", "--gpu-memory-utilization",
+        "--tensor-parallel-size", "-tp", "--kv-cache-dtype", "--quantization", "-q", "--max-num-seqs",
+        "--max-num-batched-tokens", "--enable-prefix-caching", "--no-enable-prefix-caching",
+        "--disable-prefix-caching", "--chat-template", "--tokenizer", "--port", "--host", "--api-key",
+        "--shutdown-timeout", "--revision", "--tokenizer-revision", "--download-dir", "--load-format",
+    }
+)
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """The typed settings `vllm serve` is started with."""
+
+    model_path: str
+    served_model_name: str
+    max_model_len: int
+    gpu_memory_utilization: float
+    tensor_parallel_size: int
+    kv_cache_dtype: str
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    enable_prefix_caching: bool
+    shutdown_timeout_seconds: int
+    quantization: str | None = None
+    tokenizer_path: str | None = None
+    chat_template_path: str | None = None
+    extra_args: tuple[str, ...] = field(default_factory=tuple)
+
+
+def staged_model_path(model_id: str, revision: str) -> str:
+    """Where the pre-staging Job puts one revision: a new revision never overwrites the one serving."""
+    return f"{MODELS_MOUNT}/{model_id}/{revision}"
+
+
+def staged_tokenizer_path(model_id: str, tokenizer_revision: str) -> str:
+    return f"{MODELS_MOUNT}/{model_id}/tokenizer-{tokenizer_revision}"
+
+
+def managed_flag_conflicts(extra_args: tuple[str, ...] | list[str]) -> list[str]:
+    """Extra args that would override a typed setting."""
+    return [arg for arg in extra_args if arg.split("=", 1)[0] in MANAGED_FLAGS]
+
+
+def engine_args(s: EngineSettings) -> list[str]:
+    """Container args for the `vllm/vllm-openai` image, whose entrypoint is `vllm serve`: the
+    model first, then every flag that decides memory, concurrency and latency, set explicitly
+    so an engine upgrade that changes a default cannot change behaviour unseen."""
+    args = [
+        s.model_path,
+        "--served-model-name", s.served_model_name,
+        "--max-model-len", str(s.max_model_len),
+        "--gpu-memory-utilization", f"{s.gpu_memory_utilization:g}",
+        "--tensor-parallel-size", str(s.tensor_parallel_size),
+        "--kv-cache-dtype", s.kv_cache_dtype,
+        "--max-num-seqs", str(s.max_num_seqs),
+        "--max-num-batched-tokens", str(s.max_num_batched_tokens),
+        "--enable-prefix-caching" if s.enable_prefix_caching else "--no-enable-prefix-caching",
+        "--port", str(PORT),
+        # vLLM's default 0 aborts in-flight requests on SIGTERM, cutting every open stream during a
+        # rollout (serve-flags.json 0.33.0: "0 = abort, >0 = wait").
+        "--shutdown-timeout", str(s.shutdown_timeout_seconds),
+    ]
+    if s.quantization:
+        args += ["--quantization", s.quantization]
+    if s.tokenizer_path:
+        args += ["--tokenizer", s.tokenizer_path]
+    if s.chat_template_path:
+        args += ["--chat-template", s.chat_template_path]
+    conflicts = managed_flag_conflicts(s.extra_args)
+    if conflicts:
+        raise ValueError(f"extra args override typed settings: {', '.join(conflicts)}")
+    return args + list(s.extra_args)
+
+
+@dataclass(frozen=True)
+class Probes:
+    """Probe settings (seconds) per the seed's rules."""
+
+    startup_period_seconds: int
+    startup_failure_threshold: int
+    readiness_period_seconds: int
+    readiness_failure_threshold: int
+    readiness_timeout_seconds: int
+    liveness_period_seconds: int
+    liveness_failure_threshold: int
+    liveness_timeout_seconds: int
+
+    @property
+    def startup_budget_seconds(self) -> int:
+        return self.startup_period_seconds * self.startup_failure_threshold
+
+    @property
+    def liveness_window_seconds(self) -> int:
+        return self.liveness_period_seconds * self.liveness_failure_threshold
+
+
+def probes(startup_budget_seconds: int) -> Probes:
+    """Startup: the planner's budget, so a slow weight load is never mistaken for a crash (the most
+    common complaint about existing charts). Readiness: /health answers only once weights are
+    loaded and CUDA graphs captured (the server starts listening after warm-up). Liveness: lenient,
+    a 10 s timeout and a 90 s window, because an engine at full load answers health checks slowly
+    and killing it turns a spike into an outage."""
+    period = 10
+    return Probes(
+        startup_period_seconds=period,
+        startup_failure_threshold=math.ceil(startup_budget_seconds / period),
+        readiness_period_seconds=5,
+        readiness_failure_threshold=3,
+        readiness_timeout_seconds=5,
+        liveness_period_seconds=15,
+        liveness_failure_threshold=6,
+        liveness_timeout_seconds=10,
+    )
+
+
+# Endpoint removal reaches kube-proxy and gateways a few seconds after a pod starts terminating;
+# sleeping first keeps the pod serving until no new request can be routed to it.
+PRE_STOP_SECONDS = 15
+# Time for the process to exit after the shutdown timeout (engine core teardown, NCCL).
+EXIT_MARGIN_SECONDS = 30
+
+
+def termination_grace_seconds(shutdown_timeout_seconds: int) -> int:
+    """Longer than preStop plus vLLM's own shutdown timeout, so SIGKILL never cuts a drain short."""
+    return PRE_STOP_SECONDS + shutdown_timeout_seconds + EXIT_MARGIN_SECONDS
+
+
+def shm_size_gib(tensor_parallel_size: int) -> int:
+    """/dev/shm for the TP workers' shared-memory transport: the 64 MiB default crashes TP > 1 with
+    a bus error (vllm-project/production-stack PR #994); the seed gives 16 GiB to a TP4 pod."""
+    return max(2, 4 * tensor_parallel_size)
+
+
+def pod_resources(node_vcpus: int, node_memory_gib: int, node_gpus: int, tensor_parallel_size: int) -> dict:
+    """GPUs = TP; CPU and memory in proportion to the GPUs taken, less 10 % of the node for the
+    kubelet, system reserve and GPU daemons, so two TP4 pods fit one 8-GPU node."""
+    share = tensor_parallel_size / node_gpus * 0.9
+    cpu = max(1, math.floor(node_vcpus * share))
+    memory_gib = max(8, math.floor(node_memory_gib * share))
+    return {
+        "requests": {"cpu": str(cpu), "memory": f"{memory_gib}Gi", "nvidia.com/gpu": str(tensor_parallel_size)},
+        "limits": {"memory": f"{memory_gib}Gi", "nvidia.com/gpu": str(tensor_parallel_size)},
+    }
+
+
+def weights_volume_gib(weight_bytes: int) -> int:
+    """Room for two revisions plus 10 %: a new revision is staged beside the one still serving,
+    and each revision is its own directory (old ones are pruned by hand)."""
+    return max(10, math.ceil(weight_bytes * 2.2 / 1024**3))
