@@ -44,8 +44,9 @@ reference-fixtures: $(STAMP)
 # A committed placeholder secret cannot be decrypted; say which command replaces it.
 secrets-set:
 	@if grep -q "placeholder:replace-with-pulumi-config-set-secret" Pulumi.$(STACK).yaml; then \
-	  echo "Pulumi.$(STACK).yaml still holds a placeholder secret; first run:"; \
-	  echo "  pulumi config set --secret llm-serving:grafanaAdminPassword '<password>' -s $(STACK)"; \
+	  echo "Pulumi.$(STACK).yaml still holds placeholder secrets; set each of these first:"; \
+	  grep -B1 "placeholder:replace-with" Pulumi.$(STACK).yaml | grep -o "llm-serving:[A-Za-z]*" | \
+	    sed "s/^/  pulumi config set --secret /; s/$$/ <value> -s $(STACK)/"; \
 	  exit 1; fi
 
 preview: $(STAMP) secrets-set

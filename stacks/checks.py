@@ -219,8 +219,11 @@ def _models(config: StackConfig) -> Iterator[Problem]:
         try:
             plan = model_plan(config, model)
         except capacity.CapacityError as error:
-            yield Problem(at, f"cannot serve on {config.gpu_node_group.instance_type}: {error}",
-                          f"maxModelLen {model.max_model_len}", "a plan whose weights and one request fit")
+            settings = (f"tensorParallelSize={model.tensor_parallel_size} maxModelLen={model.max_model_len} "
+                        f"gpuMemoryUtilization={model.gpu_memory_utilization:g} "
+                        f"kvCacheDtype={model.kv_cache_dtype.value}")
+            yield Problem(at, f"cannot serve on {config.gpu_node_group.instance_type}: {error}", settings,
+                          "settings whose weights and one max-length request fit (see python -m stacks plan)")
             continue
         # Each model also needs room to surge one replica during a rolling update.
         gpus_needed += (model.replicas + 1) * plan.tensor_parallel_size

@@ -45,6 +45,9 @@ class Recorded:
     dependencies: tuple[str, ...] = ()
     provider: str = ""
     ignore_changes: tuple[str, ...] = ()
+    protect: bool = False
+    retain_on_delete: bool = False
+    custom_timeouts: tuple[str, str] = ("", "")  # create, update
 
 
 def _placeholder_cluster(name: str) -> dict[str, Any]:
@@ -115,6 +118,8 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 Recorded(
                     request.type, request.name, response.urn, request.parent, request.custom, inputs,
                     tuple(request.dependencies), request.provider, tuple(request.ignoreChanges),
+                    bool(request.protect), bool(request.retainOnDelete),
+                    (request.customTimeouts.create, request.customTimeouts.update),
                 )
             )
         return response
@@ -181,8 +186,9 @@ class RenderResult:
     stack: str
     resources: list[dict[str, Any]]
     manifests: list[dict[str, Any]]
-    # "type::name" -> dependsOn ("type::name" list), provider ("type::name") and ignoreChanges:
-    # how resources are wired, which the engine sees but the inputs do not show.
+    # "type::name" -> dependsOn ("type::name" list), provider ("type::name"), ignoreChanges,
+    # protect, retainOnDelete and customTimeouts: resource options the engine sees but the
+    # inputs do not show.
     wiring: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def by_type(self) -> dict[str, list[dict[str, Any]]]:
@@ -278,6 +284,9 @@ def render_stack(stack_file: Path) -> RenderResult:
             # A provider reference is "<urn>::<id>".
             "provider": label(r.provider.rsplit("::", 1)[0]) if r.provider else "",
             "ignoreChanges": list(r.ignore_changes),
+            "protect": r.protect,
+            "retainOnDelete": r.retain_on_delete,
+            "customTimeouts": {"create": r.custom_timeouts[0], "update": r.custom_timeouts[1]},
         }
         for r in monitor.recorded
     }

@@ -85,3 +85,18 @@ def test_unknown_command_exits_2():
     result = run("deploy")
     assert result.returncode == 2
     assert result.stderr.startswith("usage: python -m stacks")
+
+
+def test_model_that_cannot_fit_exits_2_before_anything_is_created(tmp_path):
+    def shrink(config):
+        config["llm-serving:models"][0].update({"tensorParallelSize": 2, "maxModelLen": 131072})
+
+    path = _broken_copy(tmp_path, "prod", shrink)
+    result = run("render", str(path), "--out", str(tmp_path / "out"))
+    assert result.returncode == 2
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(
+        "llm-serving:models[llama-70b]: cannot serve on p5.48xlarge: KV cache holds 8,496 tokens but one "
+        "request at --max-model-len 131072 needs 131,072"
+    )
+    assert not (tmp_path / "out").exists()
