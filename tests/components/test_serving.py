@@ -169,3 +169,44 @@ def test_dev_serves_a_small_model_on_one_gpu(rendered):
     c = rendered["dev"].manifest("Deployment", "llama-8b")["spec"]["template"]["spec"]["containers"][0]
     assert c["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert c["args"][c["args"].index("--tensor-parallel-size") + 1] == "1"
+
+
+def test_chat_template_and_separate_tokenizer_revision_are_mounted_and_passed(stack_dir):
+    import yaml
+
+    from tests.conftest import render_file
+
+    template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    (stack_dir / "Pulumi.dev-tpl.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "config": {
+                    "aws:region": "us-east-1",
+                    "llm-serving:extends": "dev",
+                    "llm-serving:models": [
+                        {"name": "llama-8b", "chatTemplate": template, "tokenizerRevision": "a" * 40}
+                    ],
+                    **{f"llm-serving:{k}": {"secure": "v1:x"} for k in ("apiKey", "hfToken", "grafanaAdminPassword")},
+                }
+            }
+        )
+    )
+    result = render_file(stack_dir / "Pulumi.dev-tpl.yaml")
+    configmap = result.manifest("ConfigMap", "llama-8b-chat-template")
+    assert configmap["data"] == {"chat-template.jinja": template}
+    spec = result.manifest("Deployment", "llama-8b")["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    tokenizer = "/models/meta-llama/Llama-3.1-8B-Instruct/tokenizer-" + "a" * 40
+    assert c["args"][-4:] == ["--tokenizer", tokenizer, "--chat-template", vllm_engine.CHAT_TEMPLATE_PATH]
+    assert {"name": "chat-template", "configMap": {"name": "llama-8b-chat-template"}} in spec["volumes"]
+    assert {
+        "name": "chat-template",
+        "mountPath": vllm_engine.CHAT_TEMPLATE_PATH,
+        "subPath": "chat-template.jinja",
+        "readOnly": True,
+    } in c["volumeMounts"]
+    (job,) = [m for m in result.manifests if m["kind"] == "Job"]
+    env = {e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["TOKENIZER_TARGET"] == tokenizer
+    assert reference.vllm_flag_errors(c["args"]) == []
+    assert [e for m in result.manifests for e in reference.kubernetes_object_errors(m, "1.34")] == []
