@@ -39,12 +39,15 @@ def helm_release(
     depends_on: list[pulumi.Resource] | None = None,
 ) -> k8s.helm.v3.Release:
     """A pinned chart from its official repository; the release is named after the chart."""
+    repository = CHARTS[chart].repository
+    oci = repository.startswith("oci://")
     return k8s.helm.v3.Release(
         resource_name,
         name=chart,
-        chart=chart,
+        # An OCI chart is addressed by its full reference; a classic one by name plus repository.
+        chart=repository if oci else chart,
         version=version,
-        repository_opts={"repo": CHARTS[chart].repository},
+        repository_opts=None if oci else {"repo": repository},
         namespace=release_namespace,
         values=values,
         # Roll back on failure instead of leaving a half-installed release behind.

@@ -49,9 +49,35 @@ VLLM_IMAGE_REPOSITORY = "vllm/vllm-openai"
 VLLM_IMAGE_TAG = "v0.33.0"
 VLLM_VERSION = "0.33.0"
 
+# Envoy Gateway's chart is published to an OCI registry only (release workflow of envoyproxy/gateway
+# v1.9.0); the version carries the leading "v".
+ENVOY_GATEWAY = ChartPin(chart="gateway-helm", version="v1.9.0", repository="oci://docker.io/envoyproxy/gateway-helm")
+
+# kubernetes-sigs/aws-load-balancer-controller v3.5.0, published in the EKS charts repository.
+AWS_LOAD_BALANCER_CONTROLLER = ChartPin(
+    chart="aws-load-balancer-controller", version="3.5.0", repository="https://aws.github.io/eks-charts"
+)
+
+# kedacore/charts v2.20.2 (KEDA 2.20.2 and its CRDs).
+KEDA = ChartPin(chart="keda", version="2.20.2", repository="https://kedacore.github.io/charts")
+
+# prometheus-community prometheus-adapter 5.3.0 (adapter v0.12.0).
+PROMETHEUS_ADAPTER = ChartPin(
+    chart="prometheus-adapter", version="5.3.0", repository="https://prometheus-community.github.io/helm-charts"
+)
+
 # The EKS cluster version the stack validates its Kubernetes objects against by default.
 DEFAULT_KUBERNETES_VERSION = "1.34"
 
 CHARTS: dict[str, ChartPin] = {
-    pin.chart: pin for pin in (NVIDIA_DEVICE_PLUGIN, DCGM_EXPORTER, KUBE_PROMETHEUS_STACK)
+    pin.chart: pin
+    for pin in (
+        NVIDIA_DEVICE_PLUGIN,
+        DCGM_EXPORTER,
+        KUBE_PROMETHEUS_STACK,
+        ENVOY_GATEWAY,
+        AWS_LOAD_BALANCER_CONTROLLER,
+        KEDA,
+        PROMETHEUS_ADAPTER,
+    )
 }

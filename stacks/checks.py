@@ -6,6 +6,7 @@ lines at once, and each names the key to change.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterator
 
@@ -16,6 +17,9 @@ from stacks.config import (
     AmiType,
     CapacityType,
     ContainerStorage,
+    ControllerMode,
+    EdgeAuth,
+    EdgeMode,
     Environment,
     KvCacheDtype,
     ModelConfig,
@@ -225,16 +229,102 @@ def _models(config: StackConfig) -> Iterator[Problem]:
             yield Problem(at, f"cannot serve on {config.gpu_node_group.instance_type}: {error}", settings,
                           "settings whose weights and one max-length request fit (see python -m stacks plan)")
             continue
-        # Each model also needs room to surge one replica during a rolling update.
-        gpus_needed += (model.replicas + 1) * plan.tensor_parallel_size
+        # Each model may grow to its maximum and also surge one replica during a rolling update.
+        gpus_needed += (replica_bounds(model)[1] + 1) * plan.tensor_parallel_size
+        yield from _scaling_bounds(config, model, plan)
     instance = resolve_instance_type(config)
     if instance is not None and gpus_needed:
         offered = instance.gpu_count * config.gpu_node_group.scaling.max_nodes
         if gpus_needed > offered:
-            yield Problem("gpuNodeGroup.scaling.maxNodes", f"the models need {gpus_needed} GPUs (replicas plus "
-                          f"one surge replica each, times TP) but {config.gpu_node_group.scaling.max_nodes} x "
+            yield Problem("gpuNodeGroup.scaling.maxNodes", f"the models need {gpus_needed} GPUs (max replicas "
+                          f"plus one surge replica each, times TP) but {config.gpu_node_group.scaling.max_nodes} x "
                           f"{instance.name} offer {offered}", config.gpu_node_group.scaling.max_nodes,
                           f">= {-(-gpus_needed // instance.gpu_count)}")
+
+
+def replica_bounds(model: ModelConfig) -> tuple[int, int]:
+    """(min, max) replicas; both default to `replicas` (no scaling unless asked for)."""
+    scaling = model.autoscaling
+    low = model.replicas if scaling.min_replicas is None else scaling.min_replicas
+    high = model.replicas if scaling.max_replicas is None else scaling.max_replicas
+    return low, high
+
+
+def cooldown_seconds(model: ModelConfig, plan: capacity.CapacityPlan) -> int:
+    """Scale-to-zero cool-down: twice the cold start unless set, so a loading pod is never scaled away."""
+    return model.autoscaling.cooldown_seconds or 2 * plan.cold_start_seconds
+
+
+def _scaling_bounds(config: StackConfig, model: ModelConfig, plan: capacity.CapacityPlan) -> Iterator[Problem]:
+    at = f"models[{model.name}].autoscaling"
+    low, high = replica_bounds(model)
+    if low > high:
+        yield Problem(f"{at}.minReplicas", "must not exceed maxReplicas", low, f"<= maxReplicas ({high})")
+    if not low <= model.replicas <= high:
+        yield Problem(f"models[{model.name}].replicas", "must lie between the autoscaling bounds", model.replicas,
+                      f"{low}..{high}")
+    if low == 0:
+        if config.environment is Environment.PROD and not model.autoscaling.allow_scale_to_zero_in_prod:
+            yield Problem(f"{at}.minReplicas", "scale-to-zero in prod makes the first request wait a whole cold "
+                          f"start ({plan.cold_start_seconds} s)", 0, ">= 1, or allowScaleToZeroInProd: true")
+        if cooldown_seconds(model, plan) <= plan.cold_start_seconds:
+            yield Problem(f"{at}.cooldownSeconds", f"shorter than the cold start ({plan.cold_start_seconds} s): "
+                          "a loading pod would be scaled away", model.autoscaling.cooldown_seconds,
+                          f"> {plan.cold_start_seconds}")
+
+
+def route_host(config: StackConfig, model: ModelConfig) -> str:
+    return model.route.host or config.edge.host
+
+
+def generation_seconds(config: StackConfig, model: ModelConfig) -> int:
+    """Time to generate max-model-len tokens at the slowest decode speed we allow for."""
+    return math.ceil(model.max_model_len / config.edge.min_decode_tokens_per_second)
+
+
+# ALB idle timeout upper bound (Elastic Load Balancing API, LoadBalancerAttribute
+# idle_timeout.timeout_seconds: 1-4000).
+ALB_MAX_IDLE_TIMEOUT_SECONDS = 4000
+
+
+def _edge(config: StackConfig) -> Iterator[Problem]:
+    edge = config.edge
+    tls = edge.tls
+    if edge.mode is EdgeMode.ALB:
+        if tls.acm_certificate_arn is None:
+            yield Problem("edge.tls.acmCertificateArn", "HTTPS on an ALB needs an ACM certificate", None,
+                          "an ACM certificate ARN")
+        if edge.controller is ControllerMode.INSTALL and edge.alb_controller_role_arn is None:
+            yield Problem("edge.albControllerRoleArn", "installing the ALB controller needs its IAM role", None,
+                          "the ARN of a role with the controller's IAM policy")
+    elif tls.secret_name is None and tls.cert_manager_issuer is None:
+        yield Problem("edge.tls", f"{edge.mode.value} mode needs a certificate source", "no secretName or "
+                      "certManagerIssuer", "tls.secretName or tls.certManagerIssuer")
+    elif tls.secret_name is not None and tls.cert_manager_issuer is not None:
+        yield Problem("edge.tls", "two certificate sources", "secretName and certManagerIssuer", "one of them")
+    if edge.auth is not EdgeAuth.VLLM_API_KEY and edge.mode is not EdgeMode.GATEWAY:
+        yield Problem("edge.auth", f"gateway authentication needs mode gateway, not {edge.mode.value}",
+                      edge.auth.value, "vllm-api-key")
+    if edge.auth is EdgeAuth.JWT and edge.jwt is None:
+        yield Problem("edge.jwt", "auth jwt needs an issuer and a JWKS URI", None, "jwt.issuer and jwt.jwksUri")
+    seen: dict[tuple[str, str], str] = {}
+    for model in config.models:
+        key = (route_host(config, model), model.route.path_prefix)
+        if key in seen:
+            yield Problem(f"models[{model.name}].route", f"same host and path as model {seen[key]}",
+                          f"{key[0]}{key[1]}", "a distinct host or pathPrefix")
+        seen.setdefault(key, model.name)
+        needed = generation_seconds(config, model)
+        timeout = model.route.request_timeout_seconds
+        if timeout and timeout < needed:
+            yield Problem(f"models[{model.name}].route.requestTimeoutSeconds", f"cuts generations short: "
+                          f"{model.max_model_len} tokens at {edge.min_decode_tokens_per_second:g} tokens/s take "
+                          f"{needed} s", timeout, f">= {needed}, or 0 to disable")
+        if edge.mode is EdgeMode.ALB and needed > ALB_MAX_IDLE_TIMEOUT_SECONDS:
+            yield Problem(f"models[{model.name}].maxModelLen", f"a non-streamed response of {model.max_model_len} "
+                          f"tokens at {edge.min_decode_tokens_per_second:g} tokens/s takes {needed} s, beyond the "
+                          f"ALB's {ALB_MAX_IDLE_TIMEOUT_SECONDS} s idle timeout", model.max_model_len,
+                          "a gateway edge, or a shorter maxModelLen")
 
 
 RULES: tuple[Callable[[StackConfig], Iterator[Problem]], ...] = (
@@ -243,6 +333,7 @@ RULES: tuple[Callable[[StackConfig], Iterator[Problem]], ...] = (
     _instance,
     _observability,
     _models,
+    _edge,
 )
 
 

@@ -158,6 +158,67 @@ class CustomModelArchitecture(ConfigModel):
     is_moe: bool = Field(default=False, description="Whether the model is a mixture of experts.")
 
 
+Hostname = Annotated[
+    str,
+    StringConstraints(
+        max_length=253, pattern=r"^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)+[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
+    ),
+]
+PathPrefix = Annotated[str, StringConstraints(pattern=r"^/([a-z0-9][-a-z0-9._]*(/[a-z0-9][-a-z0-9._]*)*)?$")]
+
+
+class RouteConfig(ConfigModel):
+    """Where the edge publishes a model's OpenAI API (`<pathPrefix>/v1/...`)."""
+
+    host: Hostname | None = Field(default=None, description="Hostname; unset uses `edge.host`.")
+    path_prefix: PathPrefix = Field(default="/", description="Path prefix before `/v1`, e.g. `/` or `/llama-70b`.")
+    request_timeout_seconds: int = Field(
+        default=0,
+        ge=0,
+        le=86400,
+        description="Whole-request timeout at the edge; 0 disables it (long generations), the idle timeout remains.",
+    )
+
+
+class ModelAutoscalingConfig(ConfigModel):
+    """How one model scales: queue depth first, KV-cache usage second, never CPU or GPU utilisation."""
+
+    min_replicas: int | None = Field(
+        default=None, ge=0, le=64, description="Fewest replicas; unset: `replicas`. 0 is scale-to-zero."
+    )
+    max_replicas: int | None = Field(default=None, ge=1, le=64, description="Most replicas; unset: `replicas`.")
+    waiting_per_replica_target: float = Field(
+        default=5, gt=0, le=10000, description="Waiting requests per replica the autoscaler aims for."
+    )
+    waiting_activation: float = Field(
+        default=1, ge=0, le=10000, description="Waiting requests that wake a model scaled to zero."
+    )
+    kv_usage_target: float = Field(
+        default=0.8, gt=0, le=1, description="KV-cache usage (0..1) per replica the autoscaler aims for."
+    )
+    kv_usage_activation: float = Field(default=0.5, ge=0, le=1, description="KV-cache usage that activates scaling.")
+    scale_down_window_seconds: int = Field(
+        default=900, ge=60, le=7200, description="Load must stay low this long before one replica is removed."
+    )
+    cooldown_seconds: int | None = Field(
+        default=None, ge=60, le=86400,
+        description="Scale-to-zero cool-down; unset: twice the cold-start estimate. Must exceed the cold start.",
+    )
+    fallback_replicas: int | None = Field(
+        default=None, ge=1, le=64, description="Replicas while Prometheus is unreachable; unset: min (at least 1)."
+    )
+    allow_scale_to_zero_in_prod: bool = Field(
+        default=False, description="Explicit override: prod may scale this model to zero."
+    )
+
+
+class SloConfig(ConfigModel):
+    """Latency objectives the serving alerts check."""
+
+    ttft_p95_seconds: float = Field(default=2.0, gt=0, le=600, description="Time to first token, p95, in seconds.")
+    itl_p95_seconds: float = Field(default=0.1, gt=0, le=60, description="Inter-token latency, p95, in seconds.")
+
+
 class ModelConfig(ConfigModel):
     """One served model: its pinned artifacts, engine settings and replicas."""
 
@@ -214,6 +275,114 @@ class ModelConfig(ConfigModel):
         default_factory=WeightsStorageConfig, description="The pre-staged weights volume."
     )
     image: VllmImageConfig = Field(default_factory=VllmImageConfig, description="The vLLM image.")
+    route: RouteConfig = Field(default_factory=RouteConfig, description="How the edge publishes the model.")
+    autoscaling: ModelAutoscalingConfig = Field(
+        default_factory=ModelAutoscalingConfig, description="Replica bounds and scaling targets."
+    )
+    slo: SloConfig = Field(default_factory=SloConfig, description="Latency SLOs for the serving alerts.")
+
+
+class EdgeMode(StrEnum):
+    """What publishes the models: Gateway API (Envoy Gateway), an AWS ALB, or legacy ingress-nginx."""
+
+    GATEWAY = "gateway"
+    ALB = "alb"
+    INGRESS_NGINX = "ingress-nginx"
+
+
+class EdgeAuth(StrEnum):
+    """Who checks credentials: vLLM's own API key, or the gateway (API keys or JWT)."""
+
+    VLLM_API_KEY = "vllm-api-key"
+    GATEWAY_API_KEY = "gateway-api-key"
+    JWT = "jwt"
+
+
+class ControllerMode(StrEnum):
+    """Install the edge controller from its chart, or use one the cluster already runs."""
+
+    INSTALL = "install"
+    EXISTING = "existing"
+
+
+class LoadBalancerScheme(StrEnum):
+    INTERNAL = "internal"
+    INTERNET_FACING = "internet-facing"
+
+
+AcmCertificateArn = Annotated[
+    str, StringConstraints(pattern=r"^arn:aws[a-z-]*:acm:[a-z0-9-]+:\d{12}:certificate/[0-9a-f-]+$")
+]
+IamRoleArn = Annotated[str, StringConstraints(pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/.+$")]
+
+
+class TlsConfig(ConfigModel):
+    """Where the edge's certificate comes from."""
+
+    secret_name: DnsLabel | None = Field(default=None, description="Existing TLS Secret in the edge namespace.")
+    cert_manager_issuer: DnsLabel | None = Field(
+        default=None, description="cert-manager ClusterIssuer that issues the certificate."
+    )
+    acm_certificate_arn: AcmCertificateArn | None = Field(
+        default=None, description="ACM certificate ARN (alb mode)."
+    )
+
+
+class JwtConfig(ConfigModel):
+    issuer: HttpsUrl = Field(description="Expected `iss` of client tokens.")
+    jwks_uri: HttpsUrl = Field(description="Where the gateway fetches the signing keys.")
+
+
+class EdgeConfig(ConfigModel):
+    """The streaming-safe edge in front of the models."""
+
+    mode: EdgeMode = Field(default=EdgeMode.GATEWAY, description="`gateway` (default), `alb` or `ingress-nginx`.")
+    controller: ControllerMode = Field(
+        default=ControllerMode.INSTALL, description="Install the controller's chart, or use an existing one."
+    )
+    namespace: DnsLabel = Field(default="envoy-gateway-system", description="Namespace of the edge controller.")
+    envoy_gateway_chart_version: ChartVersion = Field(
+        default=versions.ENVOY_GATEWAY.version, description="gateway-helm chart version (gateway mode)."
+    )
+    alb_controller_chart_version: ChartVersion = Field(
+        default=versions.AWS_LOAD_BALANCER_CONTROLLER.version,
+        description="aws-load-balancer-controller chart version (alb mode with `install`).",
+    )
+    alb_controller_role_arn: IamRoleArn | None = Field(
+        default=None, description="IAM role for the ALB controller's service account (alb mode with `install`)."
+    )
+    host: Hostname = Field(description="Default hostname of the model APIs.")
+    scheme: LoadBalancerScheme = Field(
+        default=LoadBalancerScheme.INTERNAL, description="`internal` (default) or `internet-facing` load balancer."
+    )
+    tls: TlsConfig = Field(default_factory=TlsConfig, description="Certificate source.")
+    auth: EdgeAuth = Field(default=EdgeAuth.VLLM_API_KEY, description="Who checks client credentials.")
+    jwt: JwtConfig | None = Field(default=None, description="JWT provider (auth `jwt`).")
+    stream_idle_timeout_seconds: int = Field(
+        default=300, ge=10, le=3600, description="Longest silence allowed inside a response stream."
+    )
+    min_decode_tokens_per_second: float = Field(
+        default=10, gt=0, le=10000,
+        description="Slowest decode speed to allow for: timeouts must cover max-model-len tokens at this speed.",
+    )
+
+
+class AutoscalingMode(StrEnum):
+    """KEDA with Prometheus triggers, or an HPA on prometheus-adapter metrics."""
+
+    KEDA = "keda"
+    PROMETHEUS_ADAPTER = "prometheus-adapter"
+
+
+class AutoscalingConfig(ConfigModel):
+    """The autoscaler installation shared by all models."""
+
+    mode: AutoscalingMode = Field(default=AutoscalingMode.KEDA, description="`keda` or `prometheus-adapter`.")
+    namespace: DnsLabel = Field(default="keda", description="Namespace of KEDA or prometheus-adapter.")
+    keda_chart_version: ChartVersion = Field(default=versions.KEDA.version, description="KEDA chart version.")
+    prometheus_adapter_chart_version: ChartVersion = Field(
+        default=versions.PROMETHEUS_ADAPTER.version, description="prometheus-adapter chart version."
+    )
 
 
 class ServingConfig(ConfigModel):
@@ -434,6 +603,10 @@ class StackConfig(ConfigModel):
     addons: AddonsConfig = Field(default_factory=AddonsConfig, description="Cluster add-ons.")
     observability: ObservabilityConfig = Field(description="Metrics, alerts and runbooks.")
     serving: ServingConfig = Field(default_factory=ServingConfig, description="Where the models run.")
+    edge: EdgeConfig = Field(description="The streaming-safe edge.")
+    autoscaling: AutoscalingConfig = Field(
+        default_factory=AutoscalingConfig, description="The autoscaler shared by all models."
+    )
     models: list[ModelConfig] = Field(min_length=1, description="The served models, merged by `name` in clones.")
     api_key: SecretStr = Field(
         min_length=16,

@@ -136,7 +136,7 @@ def test_capacity_block_group_launches_into_the_reservation(stack_dir):
                         "subnets": [{"id": "subnet-0bb00000000000001", "availabilityZone": "us-east-1a"}],
                         "efaInterfaces": 32,
                         "placement": "cluster",
-                        "scaling": {"minNodes": 0, "maxNodes": 2, "desiredNodes": 0},
+                        "scaling": {"minNodes": 0, "maxNodes": 3, "desiredNodes": 0},
                     },
                 }
             }

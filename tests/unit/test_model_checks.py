@@ -111,8 +111,8 @@ def test_rejects_extra_args_that_override_typed_settings():
 
 def test_rejects_more_gpus_than_the_node_group_offers():
     assert lines(max_nodes=1) == [
-        "llm-serving:gpuNodeGroup.scaling.maxNodes: the models need 12 GPUs (replicas plus one surge replica "
-        "each, times TP) but 1 x p5.48xlarge offer 8 (got 1; expected >= 2)"
+        "llm-serving:gpuNodeGroup.scaling.maxNodes: the models need 12 GPUs (max replicas plus one surge "
+        "replica each, times TP) but 1 x p5.48xlarge offer 8 (got 1; expected >= 2)"
     ]
 
 
