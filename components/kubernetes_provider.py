@@ -23,18 +23,23 @@ class EksCluster:
     certificate_authority: pulumi.Output[str]
     cluster_security_group_id: pulumi.Output[str]
     region: pulumi.Output[str]
+    vpc_id: pulumi.Output[str]
+    vpc_cidr: pulumi.Output[str]
 
 
 def lookup_cluster(name: str, opts: pulumi.InvokeOptions | None = None) -> EksCluster:
     """Read the cluster's endpoint, CA and security group; the cluster itself is not managed here."""
     cluster = aws.eks.get_cluster_output(name=name, opts=opts)
     region = aws.get_region_output(opts=opts)
+    vpc_id = cluster.vpc_config.apply(lambda v: v.vpc_id)
     return EksCluster(
         name=name,
         endpoint=cluster.endpoint,
         certificate_authority=cluster.certificate_authorities.apply(lambda cas: cas[0].data),
         cluster_security_group_id=cluster.vpc_config.apply(lambda v: v.cluster_security_group_id),
         region=region.region,
+        vpc_id=vpc_id,
+        vpc_cidr=aws.ec2.get_vpc_output(id=vpc_id, opts=opts).cidr_block,
     )
 
 

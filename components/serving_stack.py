@@ -12,13 +12,22 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import vllm_engine
+from components.autoscaling import ScalingTarget
 from components.dcgm_exporter import DcgmExporter, DcgmExporterArgs
+from components.edge import Edge, EdgeArgs
 from components.gpu_node_group import GpuNodeGroup, GpuNodeGroupArgs
 from components.helm import namespace
+from components.model_autoscaling import ModelAutoscaling, ModelAutoscalingArgs
 from components.model_weights import ModelWeights, ModelWeightsArgs
 from components.nvidia_device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
 from components.prometheus_stack import PrometheusStack, PrometheusStackArgs
+from components.serving_alerts import ModelSlo
+from components.serving_observability import ServingObservability, ServingObservabilityArgs
 from components.vllm_deployment import VllmDeployment, VllmDeploymentArgs
+
+# Labels every vLLM pod and every staging Job pod carries (NetworkPolicies and the PodMonitor).
+VLLM_POD_SELECTOR = {"app.kubernetes.io/component": "vllm"}
+STAGING_POD_SELECTOR = {"app.kubernetes.io/component": "stage-weights"}
 
 API_KEY_SECRET = "vllm-api-key"
 HF_TOKEN_SECRET = "hf-token"
@@ -42,6 +51,9 @@ class ServedModel:
     access_mode: str
     size_gib: int
     download_deadline_seconds: int
+    scaling: ScalingTarget
+    slo: ModelSlo
+    extra_env: tuple[dict, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -57,6 +69,12 @@ class ServingStackArgs:
     api_key: pulumi.Input[str]
     hf_token: pulumi.Input[str] | None
     protect_weights: bool
+    vllm_checks_api_key: bool  # False when the gateway authenticates clients
+    edge: EdgeArgs
+    autoscaling: ModelAutoscalingArgs
+    prometheus_namespace: str
+    monitor_labels: dict[str, str]
+    runbook_base_url: str
 
 
 class ServingStack(pulumi.ComponentResource):
@@ -81,6 +99,25 @@ class ServingStack(pulumi.ComponentResource):
             crds_from=[prometheus.release] if prometheus else None,
         )
         self.endpoints = self._models(args, child)
+        crds = [prometheus.release] if prometheus else []
+        ServingObservability(
+            "serving-observability",
+            ServingObservabilityArgs(
+                serving_namespace=args.serving_namespace,
+                prometheus_namespace=args.prometheus_namespace,
+                pod_selector=VLLM_POD_SELECTOR,
+                port_name="http",
+                monitor_labels=args.monitor_labels,
+                runbook_base_url=args.runbook_base_url,
+                models=tuple(m.slo for m in args.models),
+            ),
+            pulumi.ResourceOptions(parent=self, depends_on=self._deployments),
+            crds_from=crds,
+        )
+        ModelAutoscaling(
+            "autoscaling", args.autoscaling, pulumi.ResourceOptions(parent=self, depends_on=self._deployments)
+        )
+        Edge("edge", args.edge, pulumi.ResourceOptions(parent=self, depends_on=self._services))
         self.prometheus_url = (
             prometheus.url if prometheus else pulumi.Output.from_input(args.prometheus_url or "")
         )
@@ -116,6 +153,8 @@ class ServingStack(pulumi.ComponentResource):
             )
             hf_token_secret = HF_TOKEN_SECRET
         endpoints: dict[str, pulumi.Output[str]] = {}
+        self._deployments: list[pulumi.Resource] = []
+        self._services: list[pulumi.Resource] = [ns]
         for model in args.models:
             weights = ModelWeights(
                 f"{model.name}-weights",
@@ -148,7 +187,8 @@ class ServingStack(pulumi.ComponentResource):
                     node_selector=self.gpu_node_group.node_selector,
                     tolerations=self.gpu_node_group.tolerations,
                     claim_name=weights.claim_name,
-                    api_key_secret=API_KEY_SECRET,
+                    api_key_secret=API_KEY_SECRET if args.vllm_checks_api_key else None,
+                    extra_env=model.extra_env,
                     chat_template=model.chat_template,
                     # Serving starts only once its revision is fully staged.
                     after=(weights.job, api_key),
@@ -156,6 +196,8 @@ class ServingStack(pulumi.ComponentResource):
                 ),
                 child,
             )
+            self._deployments.append(deployment.deployment)
+            self._services.append(deployment)
             endpoints[model.name] = pulumi.Output.concat(
                 "http://", deployment.service_name, ".", args.serving_namespace, ".svc:", str(vllm_engine.PORT)
             )

@@ -26,12 +26,13 @@ class VllmDeploymentArgs:
     node_selector: pulumi.Input[dict[str, str]]
     tolerations: pulumi.Input[list[dict[str, str]]]
     claim_name: pulumi.Input[str]
-    api_key_secret: str  # Secret with key `api-key`
+    api_key_secret: str | None  # Secret with key `api-key`; None when the gateway checks credentials
     chat_template: str | None = None
     labels: dict[str, str] | None = None
     # Resources the pods must not start before (the weight pre-staging Job, the API key Secret).
     after: tuple[pulumi.Resource, ...] = ()
     weights_shared: bool = True  # False for a ReadWriteOnce volume, attachable to one node only
+    extra_env: tuple[dict, ...] = ()
 
 
 def selector_labels(model_name: str) -> dict[str, str]:
@@ -98,10 +99,17 @@ class VllmDeployment(pulumi.ComponentResource):
                 {"name": "HF_HUB_OFFLINE", "value": "1"},
                 {"name": "VLLM_CACHE_ROOT", "value": vllm_engine.CACHE_MOUNT},
                 {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
-                {
-                    "name": "VLLM_API_KEY",
-                    "valueFrom": {"secretKeyRef": {"name": args.api_key_secret, "key": "api-key"}},
-                },
+                *(
+                    [
+                        {
+                            "name": "VLLM_API_KEY",
+                            "valueFrom": {"secretKeyRef": {"name": args.api_key_secret, "key": "api-key"}},
+                        }
+                    ]
+                    if args.api_key_secret
+                    else []
+                ),
+                *args.extra_env,
             ],
             "resources": args.resources,
             "volumeMounts": mounts,
@@ -176,6 +184,8 @@ class VllmDeployment(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(
                 parent=self,
                 depends_on=list(args.after),
+                # The autoscaler owns the replica count; `pulumi up` must not reset it.
+                ignore_changes=["spec.replicas"],
                 # Never skip the await: `pulumi up` finishes only when every replica is ready, and
                 # waits at least the startup budget for a slow load.
                 custom_timeouts=pulumi.CustomTimeouts(

@@ -250,27 +250,17 @@ def replica_bounds(model: ModelConfig) -> tuple[int, int]:
     return low, high
 
 
-def cooldown_seconds(model: ModelConfig, plan: capacity.CapacityPlan) -> int:
-    """Scale-to-zero cool-down: twice the cold start unless set, so a loading pod is never scaled away."""
-    return model.autoscaling.cooldown_seconds or 2 * plan.cold_start_seconds
-
-
 def _scaling_bounds(config: StackConfig, model: ModelConfig, plan: capacity.CapacityPlan) -> Iterator[Problem]:
-    at = f"models[{model.name}].autoscaling"
+    at = f"models[{model.name}]"
     low, high = replica_bounds(model)
     if low > high:
-        yield Problem(f"{at}.minReplicas", "must not exceed maxReplicas", low, f"<= maxReplicas ({high})")
-    if not low <= model.replicas <= high:
-        yield Problem(f"models[{model.name}].replicas", "must lie between the autoscaling bounds", model.replicas,
+        yield Problem(f"{at}.autoscaling.minReplicas", "must not exceed maxReplicas", low, f"<= maxReplicas ({high})")
+    elif not low <= model.replicas <= high:
+        yield Problem(f"{at}.replicas", "must lie between the autoscaling bounds", model.replicas, f"{low}..{high}")
+    fallback = model.autoscaling.fallback_replicas
+    if fallback is not None and not low <= fallback <= high:
+        yield Problem(f"{at}.autoscaling.fallbackReplicas", "must lie between the autoscaling bounds", fallback,
                       f"{low}..{high}")
-    if low == 0:
-        if config.environment is Environment.PROD and not model.autoscaling.allow_scale_to_zero_in_prod:
-            yield Problem(f"{at}.minReplicas", "scale-to-zero in prod makes the first request wait a whole cold "
-                          f"start ({plan.cold_start_seconds} s)", 0, ">= 1, or allowScaleToZeroInProd: true")
-        if cooldown_seconds(model, plan) <= plan.cold_start_seconds:
-            yield Problem(f"{at}.cooldownSeconds", f"shorter than the cold start ({plan.cold_start_seconds} s): "
-                          "a loading pod would be scaled away", model.autoscaling.cooldown_seconds,
-                          f"> {plan.cold_start_seconds}")
 
 
 def route_host(config: StackConfig, model: ModelConfig) -> str:
@@ -281,6 +271,9 @@ def generation_seconds(config: StackConfig, model: ModelConfig) -> int:
     """Time to generate max-model-len tokens at the slowest decode speed we allow for."""
     return math.ceil(model.max_model_len / config.edge.min_decode_tokens_per_second)
 
+
+# AWS NLB TCP idle timeout (Network Load Balancer guide, "update-idle-timeout": 350 s default).
+NLB_IDLE_SECONDS = 350
 
 # ALB idle timeout upper bound (Elastic Load Balancing API, LoadBalancerAttribute
 # idle_timeout.timeout_seconds: 1-4000).
@@ -305,6 +298,10 @@ def _edge(config: StackConfig) -> Iterator[Problem]:
     if edge.auth is not EdgeAuth.VLLM_API_KEY and edge.mode is not EdgeMode.GATEWAY:
         yield Problem("edge.auth", f"gateway authentication needs mode gateway, not {edge.mode.value}",
                       edge.auth.value, "vllm-api-key")
+    if edge.mode is EdgeMode.GATEWAY and edge.stream_idle_timeout_seconds >= NLB_IDLE_SECONDS:
+        yield Problem("edge.streamIdleTimeoutSeconds", f"the NLB in front of Envoy drops flows silent for "
+                      f"{NLB_IDLE_SECONDS} s without telling Envoy", edge.stream_idle_timeout_seconds,
+                      f"< {NLB_IDLE_SECONDS}")
     if edge.auth is EdgeAuth.JWT and edge.jwt is None:
         yield Problem("edge.jwt", "auth jwt needs an issuer and a JWKS URI", None, "jwt.issuer and jwt.jwksUri")
     seen: dict[tuple[str, str], str] = {}
@@ -314,6 +311,10 @@ def _edge(config: StackConfig) -> Iterator[Problem]:
             yield Problem(f"models[{model.name}].route", f"same host and path as model {seen[key]}",
                           f"{key[0]}{key[1]}", "a distinct host or pathPrefix")
         seen.setdefault(key, model.name)
+        if edge.mode is not EdgeMode.GATEWAY and model.route.path_prefix != "/":
+            # Neither Ingress rewrites paths and vLLM serves /v1 at its root: a prefix would 404.
+            yield Problem(f"models[{model.name}].route.pathPrefix", f"{edge.mode.value} mode cannot strip a path "
+                          "prefix; give each model its own host", model.route.path_prefix, "/")
         needed = generation_seconds(config, model)
         timeout = model.route.request_timeout_seconds
         if timeout and timeout < needed:

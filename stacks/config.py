@@ -184,31 +184,36 @@ class ModelAutoscalingConfig(ConfigModel):
     """How one model scales: queue depth first, KV-cache usage second, never CPU or GPU utilisation."""
 
     min_replicas: int | None = Field(
-        default=None, ge=0, le=64, description="Fewest replicas; unset: `replicas`. 0 is scale-to-zero."
+        default=None,
+        ge=1,
+        le=64,
+        description=(
+            "Fewest replicas; unset: `replicas`. No scale-to-zero: at zero replicas no pod reports the "
+            "queue, so nothing could wake the model."
+        ),
     )
     max_replicas: int | None = Field(default=None, ge=1, le=64, description="Most replicas; unset: `replicas`.")
     waiting_per_replica_target: float = Field(
         default=5, gt=0, le=10000, description="Waiting requests per replica the autoscaler aims for."
     )
     waiting_activation: float = Field(
-        default=1, ge=0, le=10000, description="Waiting requests that wake a model scaled to zero."
+        default=1, ge=0, le=10000, description="Waiting requests at which the queue trigger becomes active."
     )
     kv_usage_target: float = Field(
-        default=0.8, gt=0, le=1, description="KV-cache usage (0..1) per replica the autoscaler aims for."
+        default=0.8, gt=0, le=1, description="Mean KV-cache usage (0..1) across replicas the autoscaler aims for."
     )
     kv_usage_activation: float = Field(default=0.5, ge=0, le=1, description="KV-cache usage that activates scaling.")
     scale_down_window_seconds: int = Field(
-        default=900, ge=60, le=7200, description="Load must stay low this long before one replica is removed."
+        default=900,
+        ge=60,
+        le=3600,  # the HPA API's maximum stabilization window
+        description="Load must stay low this long before a replica is removed (then one per 2 minutes).",
     )
-    cooldown_seconds: int | None = Field(
-        default=None, ge=60, le=86400,
-        description="Scale-to-zero cool-down; unset: twice the cold-start estimate. Must exceed the cold start.",
+    scale_up_window_seconds: int = Field(
+        default=0, ge=0, le=600, description="Stabilization before scaling up; 0 reacts at once."
     )
     fallback_replicas: int | None = Field(
-        default=None, ge=1, le=64, description="Replicas while Prometheus is unreachable; unset: min (at least 1)."
-    )
-    allow_scale_to_zero_in_prod: bool = Field(
-        default=False, description="Explicit override: prod may scale this model to zero."
+        default=None, ge=1, le=64, description="Replicas while Prometheus is unreachable; unset: max replicas."
     )
 
 

@@ -15,16 +15,30 @@ import pulumi
 from pulumi.runtime import config as runtime_config
 
 from components import prometheus_stack, vllm_engine
+from components.autoscaling import ScalingTarget
 from components.dcgm_exporter import DcgmExporterArgs
+from components.edge import EdgeArgs
+from components.edge_objects import EdgeSettings, Route
 from components.gpu_catalog import InstanceType
 from components.gpu_node_group import GpuNodeGroupArgs
 from components.kubernetes_provider import EksCluster, kubernetes_provider, lookup_cluster
+from components.model_autoscaling import ModelAutoscalingArgs
 from components.nvidia_device_plugin import NvidiaDevicePluginArgs
-from components.serving_stack import ServedModel, ServingStack, ServingStackArgs
+from components.serving_alerts import ModelSlo
+from components.serving_stack import (
+    STAGING_POD_SELECTOR,
+    VLLM_POD_SELECTOR,
+    ServedModel,
+    ServingStack,
+    ServingStackArgs,
+)
 from stacks import checks, loader
 from stacks.config import (
     SECRET_KEYS,
     ContainerStorage,
+    ControllerMode,
+    EdgeAuth,
+    EdgeMode,
     Environment,
     ModelConfig,
     PlacementStrategy,
@@ -93,6 +107,15 @@ def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType
     if model.image.digest:
         image += f"@{model.image.digest}"
     download_seconds = architecture.weight_bytes / (HUB_DOWNLOAD_MIB_PER_SECOND * 1024**2)
+    low, high = checks.replica_bounds(model)
+    scaling = model.autoscaling
+    namespace = config.serving.namespace
+    extra_env: tuple[dict, ...] = ()
+    if config.edge.mode is EdgeMode.ALB:
+        # An ALB reuses idle backend connections for up to its idle timeout; uvicorn's 5 s keep-alive
+        # would close them first and the ALB answers 502 (ELB guide: backend keep-alive must exceed
+        # the idle timeout).
+        extra_env = ({"name": "VLLM_HTTP_TIMEOUT_KEEP_ALIVE", "value": str(alb_idle_timeout(config) + 5)},)
     return ServedModel(
         name=model.name,
         model_id=model.model_id,
@@ -125,6 +148,98 @@ def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType
         access_mode=model.storage.access_mode.value,
         size_gib=model.storage.size_gib or vllm_engine.weights_volume_gib(architecture.weight_bytes),
         download_deadline_seconds=max(1800, math.ceil(2 * download_seconds)),
+        scaling=ScalingTarget(
+            deployment_name=model.name,
+            namespace=namespace,
+            served_model_name=model.name,
+            min_replicas=low,
+            max_replicas=high,
+            waiting_per_replica_target=scaling.waiting_per_replica_target,
+            waiting_activation=scaling.waiting_activation,
+            kv_usage_target=scaling.kv_usage_target,
+            kv_usage_activation=scaling.kv_usage_activation,
+            scale_down_window_seconds=scaling.scale_down_window_seconds,
+            scale_up_window_seconds=scaling.scale_up_window_seconds,
+            # Only consulted when scaling to zero, which this stack does not do.
+            cooldown_seconds=max(300, 2 * plan.cold_start_seconds),
+            fallback_replicas=scaling.fallback_replicas or high,
+        ),
+        slo=ModelSlo(
+            served_model_name=model.name,
+            deployment_name=model.name,
+            namespace=namespace,
+            max_replicas=high,
+            min_replicas=low,
+            ttft_p95_seconds=model.slo.ttft_p95_seconds,
+            itl_p95_seconds=model.slo.itl_p95_seconds,
+        ),
+        extra_env=extra_env,
+    )
+
+
+def alb_idle_timeout(config: StackConfig) -> int:
+    """Long enough for the longest non-streamed generation (the ALB sees no byte until the end)."""
+    longest = max(checks.generation_seconds(config, m) for m in config.models)
+    return min(checks.ALB_MAX_IDLE_TIMEOUT_SECONDS, max(longest, config.edge.stream_idle_timeout_seconds))
+
+
+# Bytes of request body per token of context: JSON, chat-message framing and multi-byte text,
+# generously; a prompt that fills max-model-len must never meet a 413 at the edge.
+BODY_BYTES_PER_TOKEN = 16
+
+
+def edge_args(config: StackConfig, cluster: EksCluster) -> EdgeArgs:
+    edge = config.edge
+    settings = EdgeSettings(
+        namespace=edge.namespace,
+        gateway_name="llm-serving",
+        tls_secret_name=edge.tls.secret_name,
+        cert_manager_issuer=edge.tls.cert_manager_issuer,
+        load_balancer_scheme=edge.scheme.value,
+        auth=edge.auth.value,
+        api_key_secret="llm-serving-client-keys" if edge.auth is EdgeAuth.GATEWAY_API_KEY else None,
+        jwt_issuer=edge.jwt.issuer if edge.jwt else None,
+        jwt_jwks_uri=edge.jwt.jwks_uri if edge.jwt else None,
+        acm_certificate_arn=edge.tls.acm_certificate_arn,
+        alb_idle_timeout_seconds=alb_idle_timeout(config),
+    )
+    routes = tuple(
+        Route(
+            model_name=m.name,
+            namespace=config.serving.namespace,
+            port=vllm_engine.PORT,
+            host=checks.route_host(config, m),
+            path_prefix=m.route.path_prefix,
+            request_timeout_seconds=m.route.request_timeout_seconds,
+            stream_idle_timeout_seconds=edge.stream_idle_timeout_seconds,
+            request_body_limit_bytes=max(1024**2, m.max_model_len * BODY_BYTES_PER_TOKEN),
+            drain_seconds=m.shutdown_timeout_seconds,
+        )
+        for m in config.models
+    )
+    alb = edge.mode is EdgeMode.ALB
+    return EdgeArgs(
+        mode=edge.mode.value,
+        install_controller=edge.controller is ControllerMode.INSTALL,
+        settings=settings,
+        routes=routes,
+        envoy_gateway_chart_version=edge.envoy_gateway_chart_version,
+        alb_controller_chart_version=edge.alb_controller_chart_version,
+        alb_controller_values={
+            "clusterName": config.cluster.name,
+            "region": cluster.region,
+            "vpcId": cluster.vpc_id,
+            "serviceAccount": {"annotations": {"eks.amazonaws.com/role-arn": edge.alb_controller_role_arn or ""}},
+        },
+        serving_namespace=config.serving.namespace,
+        model_selector=VLLM_POD_SELECTOR,
+        staging_job_selector=STAGING_POD_SELECTOR,
+        port=vllm_engine.PORT,
+        prometheus_namespace=config.observability.prometheus.namespace,
+        load_balancer_cidrs=(cluster.vpc_cidr,) if alb else (),
+        client_api_key=pulumi.Output.secret(config.api_key.get_secret_value())
+        if edge.auth is EdgeAuth.GATEWAY_API_KEY
+        else None,
     )
 
 
@@ -138,6 +253,7 @@ def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStack
     installs_prometheus = prometheus.mode is PrometheusMode.INSTALL
     alerts = config.observability.gpu_alerts
     node_group_name = f"gpu-{instance.name.replace('.', '-')}"
+    models = tuple(served_model(config, m, instance) for m in config.models)
     return ServingStackArgs(
         node_group_name=node_group_name,
         node_group=GpuNodeGroupArgs(
@@ -184,10 +300,23 @@ def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStack
         else None,
         prometheus_url=prometheus.url,
         serving_namespace=config.serving.namespace,
-        models=tuple(served_model(config, m, instance) for m in config.models),
+        models=models,
         api_key=pulumi.Output.secret(config.api_key.get_secret_value()),
         hf_token=pulumi.Output.secret(config.hf_token.get_secret_value()) if config.hf_token else None,
         protect_weights=config.environment is Environment.PROD,
+        vllm_checks_api_key=config.edge.auth is EdgeAuth.VLLM_API_KEY,
+        edge=edge_args(config, cluster),
+        autoscaling=ModelAutoscalingArgs(
+            mode=config.autoscaling.mode.value,
+            namespace=config.autoscaling.namespace,
+            keda_chart_version=config.autoscaling.keda_chart_version,
+            prometheus_adapter_chart_version=config.autoscaling.prometheus_adapter_chart_version,
+            prometheus_url=prometheus.url or prometheus_stack.query_url(prometheus.namespace),
+            targets=tuple(m.scaling for m in models),
+        ),
+        prometheus_namespace=prometheus.namespace,
+        monitor_labels=dict(prometheus.monitor_selector_labels),
+        runbook_base_url=config.observability.runbook_base_url,
     )
 
 

@@ -79,6 +79,9 @@ class RenderMocks(pulumi.runtime.Mocks):
             return _placeholder_cluster(args.args["name"])
         if token == "aws:index/getRegion:getRegion":
             return {"name": REGION, "region": REGION, "id": REGION, "endpoint": f"ec2.{REGION}.amazonaws.com"}
+        if token == "aws:ec2/getVpc:getVpc":
+            vpc = args.args["id"]
+            return {"id": vpc, "cidrBlock": "10.0.0.0/16", "arn": f"arn:aws:ec2:{REGION}:{ACCOUNT_ID}:vpc/{vpc}"}
         if token == "aws:index/getPartition:getPartition":
             return {"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws"}
         if token == "aws:index/getCallerIdentity:getCallerIdentity":

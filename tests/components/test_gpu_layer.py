@@ -221,7 +221,10 @@ def test_gpu_workload_selector_lands_on_the_group_once_gfd_labelled_it(rendered)
 
 def test_dcgm_exporter_reads_our_counters_file(rendered):
     release = release_values(rendered, "dcgm-exporter")["values"]
-    (configmap,) = [m for m in rendered["prod"].manifests if m["kind"] == "ConfigMap"]
+    (configmap,) = [
+        m for m in rendered["prod"].manifests
+        if m["kind"] == "ConfigMap" and m["metadata"]["name"].startswith("llm-serving-dcgm-counters-")
+    ]
     mount = release["extraVolumeMounts"][0]
     assert release["arguments"] == ["-f", mount["mountPath"]]
     volume = release["extraConfigMapVolumes"][0]

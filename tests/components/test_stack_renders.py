@@ -49,9 +49,16 @@ def test_every_helm_value_set_exists_in_the_pinned_chart(rendered, name):
     assert releases
     for release in releases:
         inputs = release["inputs"]
-        info = reference.chart_info(inputs["chart"], inputs["version"])
-        assert inputs["repositoryOpts"]["repo"] == info["repository"]
-        assert reference.helm_value_errors(inputs["chart"], inputs["version"], inputs["values"]) == []
+        # An OCI chart is addressed by its full reference; the reference folder drops the "v".
+        chart = inputs["chart"].rsplit("/", 1)[-1]
+        version = inputs["version"].removeprefix("v")
+        info = reference.chart_info(chart, version)
+        assert inputs["version"] == info["version"]
+        if inputs["chart"].startswith("oci://"):
+            assert inputs["chart"] == info["repository"] and "repositoryOpts" not in inputs
+        else:
+            assert inputs["repositoryOpts"]["repo"] == info["repository"]
+        assert reference.helm_value_errors(chart, version, inputs["values"]) == []
 
 
 @pytest.mark.parametrize("name", STACK_NAMES)

@@ -1,0 +1,107 @@
+"""Edge: publishes each model's OpenAI API through Envoy Gateway, an AWS ALB or ingress-nginx.
+
+Installs the controller's chart when asked, declares the streaming-safe objects that
+`edge_objects` builds, and fences the vLLM pods with NetworkPolicies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components import edge_objects
+from components.edge_objects import EdgeSettings, Route
+from components.helm import helm_release, namespace
+from components.manifests import manifest_resource
+
+
+@dataclass(frozen=True)
+class EdgeArgs:
+    mode: str  # "gateway" | "alb" | "ingress-nginx"
+    install_controller: bool
+    settings: EdgeSettings
+    routes: tuple[Route, ...]
+    envoy_gateway_chart_version: str
+    alb_controller_chart_version: str
+    alb_controller_values: dict  # clusterName, region, vpcId, service account role
+    serving_namespace: str
+    model_selector: dict[str, str]
+    staging_job_selector: dict[str, str]
+    port: int
+    prometheus_namespace: str
+    load_balancer_cidrs: tuple[pulumi.Input[str], ...] = ()  # ALB subnets reach pods directly (target type ip)
+    client_api_key: pulumi.Input[str] | None = None  # auth gateway-api-key: the key clients present
+
+
+class Edge(pulumi.ComponentResource):
+    """The load balancer, routes and policies in front of the vLLM Services."""
+
+    def __init__(self, name: str, args: EdgeArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("llmserving:edge:Edge", name, None, opts)
+        routes = list(args.routes)
+        controller: list[pulumi.Resource] = []
+        if args.mode == "gateway":
+            ns = namespace(f"{name}-namespace", args.settings.namespace, parent=self)
+            if args.install_controller:
+                controller.append(
+                    helm_release(
+                        f"{name}-envoy-gateway",
+                        chart="gateway-helm",
+                        version=args.envoy_gateway_chart_version,
+                        release_namespace=ns.metadata.name,
+                        values=edge_objects.envoy_gateway_chart_values(),
+                        parent=self,
+                    )
+                )
+            objects = edge_objects.gateway_objects(args.settings, routes)
+            controller.append(ns)
+            if args.settings.auth == "gateway-api-key":
+                # Envoy Gateway's apiKeyAuth reads client id -> key pairs from this Secret.
+                k8s.core.v1.Secret(
+                    f"{name}-client-keys",
+                    metadata={"name": args.settings.api_key_secret, "namespace": ns.metadata.name},
+                    type="Opaque",
+                    string_data={"llm-serving": pulumi.Output.secret(args.client_api_key)},
+                    opts=pulumi.ResourceOptions(parent=self),
+                )
+        elif args.mode == "alb":
+            if args.install_controller:
+                controller.append(
+                    helm_release(
+                        f"{name}-alb-controller",
+                        chart="aws-load-balancer-controller",
+                        version=args.alb_controller_chart_version,
+                        release_namespace=args.settings.namespace,
+                        values=args.alb_controller_values,
+                        parent=self,
+                    )
+                )
+            objects = edge_objects.alb_ingress(args.settings, routes)
+        else:
+            # ingress-nginx was retired in March 2026: no releases or security fixes since.
+            pulumi.log.warn(
+                "edge.mode ingress-nginx: ingress-nginx is retired (no security fixes since March 2026); "
+                "move to mode gateway",
+                resource=self,
+            )
+            objects = edge_objects.nginx_ingress(args.settings, routes)
+
+        # Custom resources wait for the chart that brings their CRDs (and the namespace they live in).
+        after = pulumi.ResourceOptions(parent=self, depends_on=controller)
+        for obj in objects:
+            metadata = obj["metadata"]
+            manifest_resource(f"{name}-{obj['kind'].lower()}-{metadata['name']}", obj, after)
+        for policy in edge_objects.network_policies(
+            serving_namespace=args.serving_namespace,
+            model_selector=args.model_selector,
+            port=args.port,
+            edge_namespace=args.settings.namespace,
+            prometheus_namespace=args.prometheus_namespace,
+            staging_job_selector=args.staging_job_selector,
+            load_balancer_cidrs=args.load_balancer_cidrs,
+        ):
+            resource_name = f"{name}-netpol-{policy['metadata']['name']}"
+            manifest_resource(resource_name, policy, pulumi.ResourceOptions(parent=self))
+        self.register_outputs({})

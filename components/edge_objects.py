@@ -1,0 +1,524 @@
+"""The streaming-safe edge as plain manifests: Envoy Gateway, ALB or ingress-nginx, plus NetworkPolicies.
+
+Pure builders (no Pulumi import) that a table test can pin: every timeout, buffer and drain setting
+that keeps a long token stream alive from the load balancer to vLLM, with the failure it prevents.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+Manifest = dict[str, Any]
+
+GATEWAY_API = "gateway.networking.k8s.io/v1"
+ENVOY_API = "gateway.envoyproxy.io/v1alpha1"
+GATEWAY_GROUP = "gateway.networking.k8s.io"
+# The controller name gateway-helm 1.9.0 configures by default (values.yaml config.envoyGateway.gateway).
+CONTROLLER_NAME = "gateway.envoyproxy.io/gatewayclass-controller"
+NAMESPACE_LABEL = "kubernetes.io/metadata.name"  # set on every namespace by the API server
+AUTH_MODES = ("vllm-api-key", "gateway-api-key", "jwt")
+SCHEMES = ("internet-facing", "internal")
+
+# AWS NLB: "The default idle timeout value for TCP flows is 350 seconds" (docs.aws.amazon.com/
+# elasticloadbalancing/latest/network/update-idle-timeout.html). A silent stream longer than this is
+# dropped by the NLB without a reset reaching Envoy, so stream idle timeouts must stay below it.
+NLB_TCP_IDLE_SECONDS = 350
+# Envoy closes idle client keep-alive connections before the NLB forgets the flow; otherwise the
+# client's next request on that socket meets a reset instead of a clean close.
+CLIENT_CONNECTION_IDLE_SECONDS = 300
+# vLLM's uvicorn closes idle keep-alive connections after VLLM_HTTP_TIMEOUT_KEEP_ALIVE, default 5 s
+# (vllm/envs.py). A POST sent on a connection uvicorn is closing fails ("upstream connect error ...
+# connection termination"), and with retries off the client sees it: Envoy must close idle ones first.
+UPSTREAM_CONNECTION_IDLE_SECONDS = 4
+# ALB idle timeout range 1-4000 s (anchors.md §5; facts.md §6.2 marks the range UNVERIFIED).
+ALB_IDLE_RANGE = (1, 4000)
+# Gateway API Duration (GEP-2257) allows at most 5 digits per unit.
+_MAX_DURATION_SECONDS = 99_999
+_HOST = re.compile(r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_PREFIX = re.compile(r"^/([A-Za-z0-9._~-]+(/[A-Za-z0-9._~-]+)*)?/?$")
+
+
+@dataclass(frozen=True)
+class Route:
+    """One model published at host + path_prefix; the Service shares the model's name."""
+
+    model_name: str  # e.g. "llama-70b"; also the backend Service name
+    namespace: str  # serving namespace of the Service, e.g. "llm-serving"
+    port: int  # Service port, 8000
+    host: str  # e.g. "llm.example.com"
+    path_prefix: str  # e.g. "/" or "/llama-70b"
+    request_timeout_seconds: int  # whole-request timeout for long generations; 0 = disabled
+    stream_idle_timeout_seconds: int  # max silence between bytes of a stream
+    request_body_limit_bytes: int  # fits the model's max-model-len prompt
+    drain_seconds: int  # how long open streams may finish when an endpoint is removed
+
+
+@dataclass(frozen=True)
+class EdgeSettings:
+    """The shared edge. In gateway mode `namespace` must be the namespace Envoy Gateway is installed in:
+    Envoy Gateway runs the Envoy pods in its own namespace, and the NetworkPolicies admit that namespace.
+    """
+
+    namespace: str  # edge namespace, e.g. "envoy-gateway-system"
+    gateway_name: str  # e.g. "llm-serving"
+    tls_secret_name: str | None  # existing Secret in the edge namespace (nginx: in the route's namespace)
+    cert_manager_issuer: str | None  # ClusterIssuer name; cert-manager creates "<gateway>-tls"
+    load_balancer_scheme: str  # "internet-facing" | "internal"
+    auth: str  # "vllm-api-key" (vLLM checks the key itself) | "gateway-api-key" | "jwt"
+    api_key_secret: str | None  # for gateway-api-key: Secret in the edge namespace holding client keys
+    jwt_issuer: str | None
+    jwt_jwks_uri: str | None
+    acm_certificate_arn: str | None  # alb mode
+    alb_idle_timeout_seconds: int  # alb mode
+
+
+# --------------------------------------------------------------------------------------------
+# Shared helpers
+
+
+def _duration(seconds: int) -> str:
+    if not 0 <= seconds <= _MAX_DURATION_SECONDS:
+        raise ValueError(f"duration {seconds}s is outside 0..{_MAX_DURATION_SECONDS}s")
+    return f"{seconds}s"
+
+
+def _size(size: int, units: tuple[tuple[str, int], ...]) -> str | int:
+    for suffix, unit in units:
+        if size % unit == 0:
+            return f"{size // unit}{suffix}"
+    return size
+
+
+def _quantity(size: int) -> str | int:
+    """Bytes as a Kubernetes quantity (64 MiB -> "64Mi")."""
+    return _size(size, (("Gi", 1024**3), ("Mi", 1024**2), ("Ki", 1024)))
+
+
+def _nginx_size(size: int) -> str:
+    """Bytes in nginx size syntax (m = MiB, k = KiB)."""
+    return str(_size(size, (("m", 1024**2), ("k", 1024))))
+
+
+def v1_path(path_prefix: str) -> str:
+    """The only path published per model: the OpenAI API under the prefix ("/" -> "/v1").
+
+    vLLM's --api-key guards only paths starting with /v1; /health and /metrics stay open
+    (facts.md §1.3), so publishing anything else would expose them to the internet.
+    """
+    if not _PREFIX.match(path_prefix) or "//" in path_prefix:
+        raise ValueError(f"path prefix {path_prefix!r} must be an absolute path like '/' or '/llama-70b'")
+    return path_prefix.rstrip("/") + "/v1"
+
+
+def _slug(host: str) -> str:
+    return host.replace("*", "wildcard").replace(".", "-")
+
+
+def _check(settings: EdgeSettings, routes: list[Route]) -> None:
+    if settings.load_balancer_scheme not in SCHEMES:
+        raise ValueError(f"load balancer scheme {settings.load_balancer_scheme!r} is not one of {SCHEMES}")
+    if settings.auth not in AUTH_MODES:
+        raise ValueError(f"auth {settings.auth!r} is not one of {AUTH_MODES}")
+    if not routes:
+        raise ValueError("at least one route is required")
+    seen: dict[tuple[str, str], str] = {}
+    names: set[tuple[str, str]] = set()
+    for route in routes:
+        if not _HOST.match(route.host):
+            raise ValueError(f"{route.model_name}: host {route.host!r} is not a lowercase DNS name")
+        key = (route.host, v1_path(route.path_prefix))
+        if key in seen:
+            raise ValueError(f"{route.model_name} and {seen[key]} both claim https://{key[0]}{key[1]}")
+        seen[key] = route.model_name
+        if (route.namespace, route.model_name) in names:
+            raise ValueError(f"model {route.model_name} is routed twice in {route.namespace}")
+        names.add((route.namespace, route.model_name))
+        if min(route.stream_idle_timeout_seconds, route.request_body_limit_bytes) <= 0 or route.drain_seconds < 0:
+            raise ValueError(f"{route.model_name}: stream idle timeout and body limit must be positive, drain >= 0")
+        _duration(route.request_timeout_seconds)
+
+
+def _tls_secret(settings: EdgeSettings) -> str:
+    if bool(settings.tls_secret_name) == bool(settings.cert_manager_issuer):
+        raise ValueError("set exactly one of tls_secret_name or cert_manager_issuer")
+    return settings.tls_secret_name or f"{settings.gateway_name}-tls"
+
+
+def _meta(name: str, namespace: str | None = None, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    meta = {"name": name, "namespace": namespace, "annotations": annotations}
+    return {key: value for key, value in meta.items() if value}
+
+
+# --------------------------------------------------------------------------------------------
+# Envoy Gateway (the default edge: NLB -> Envoy -> vLLM)
+
+
+def envoy_gateway_chart_values() -> dict[str, Any]:
+    """gateway-helm 1.9.0 values: the defaults, with the controller name the GatewayClass names pinned."""
+    return {"config": {"envoyGateway": {"gateway": {"controllerName": CONTROLLER_NAME}}}}
+
+
+def gateway_objects(settings: EdgeSettings, routes: list[Route]) -> list[Manifest]:
+    """EnvoyProxy, GatewayClass, Gateway, ClientTrafficPolicy, optional SecurityPolicy, then per route
+    an HTTPRoute and a BackendTrafficPolicy. Routes live in the Service's namespace (no ReferenceGrant)."""
+    _check(settings, routes)
+    secret = _tls_secret(settings)
+    for route in routes:
+        if route.stream_idle_timeout_seconds >= NLB_TCP_IDLE_SECONDS:
+            raise ValueError(
+                f"{route.model_name}: stream idle timeout {route.stream_idle_timeout_seconds}s must be below the "
+                f"NLB's {NLB_TCP_IDLE_SECONDS}s TCP idle timeout, or the NLB drops silent streams first"
+            )
+    name, edge = settings.gateway_name, settings.namespace
+    drain = max(route.drain_seconds for route in routes)
+    route_namespaces = sorted({route.namespace for route in routes})
+
+    envoy_proxy = {
+        "apiVersion": ENVOY_API,
+        "kind": "EnvoyProxy",
+        "metadata": _meta(f"{name}-proxy", edge),
+        "spec": {
+            "provider": {
+                "type": "Kubernetes",
+                "kubernetes": {
+                    "envoyDeployment": {"replicas": 2},
+                    "envoyPDB": {"minAvailable": 1},
+                    "envoyService": {
+                        "type": "LoadBalancer",
+                        "annotations": {
+                            # "external" hands the Service to the AWS Load Balancer Controller (an NLB),
+                            # ip targets send straight to Envoy pods (no kube-proxy hop to drain as well).
+                            "service.beta.kubernetes.io/aws-load-balancer-type": "external",
+                            "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type": "ip",
+                            "service.beta.kubernetes.io/aws-load-balancer-scheme": settings.load_balancer_scheme,
+                            # Keep a removed Envoy pod's flows open as long as Envoy itself drains them.
+                            "service.beta.kubernetes.io/aws-load-balancer-target-group-attributes": (
+                                f"deregistration_delay.timeout_seconds={drain}"
+                            ),
+                        },
+                    },
+                },
+            },
+            # Failure: an Envoy rollout or node drain cuts open streams after the 60 s default drain
+            # (gateway.envoyproxy.io/v1.9/tasks/operations/graceful-shutdown/). Drain as long as the
+            # longest route may; Envoy Gateway sets the pod's grace period to drainTimeout + 300 s
+            # (gitlab-org/charts/gitlab MR 5625).
+            "shutdown": {"drainTimeout": _duration(drain)},
+        },
+    }
+    gateway_class = {
+        "apiVersion": GATEWAY_API,
+        "kind": "GatewayClass",
+        "metadata": _meta(name),
+        "spec": {
+            "controllerName": CONTROLLER_NAME,
+            "parametersRef": {"group": "gateway.envoyproxy.io", "kind": "EnvoyProxy", "name": f"{name}-proxy",
+                              "namespace": edge},
+        },
+    }
+    issuer = settings.cert_manager_issuer
+    annotations = {"cert-manager.io/cluster-issuer": issuer} if issuer else {}
+    gateway = {
+        "apiVersion": GATEWAY_API,
+        "kind": "Gateway",
+        "metadata": _meta(name, edge, annotations=annotations),
+        "spec": {
+            "gatewayClassName": name,
+            "listeners": [
+                {
+                    "name": f"https-{_slug(host)}",
+                    "hostname": host,
+                    "port": 443,
+                    "protocol": "HTTPS",
+                    "tls": {"mode": "Terminate", "certificateRefs": [{"group": "", "kind": "Secret", "name": secret}]},
+                    # HTTPRoutes sit next to their Services; only the serving namespaces may attach.
+                    "allowedRoutes": {
+                        "kinds": [{"group": GATEWAY_GROUP, "kind": "HTTPRoute"}],
+                        "namespaces": {
+                            "from": "Selector",
+                            "selector": {"matchExpressions": [
+                                {"key": NAMESPACE_LABEL, "operator": "In", "values": route_namespaces}
+                            ]},
+                        },
+                    },
+                }
+                for host in sorted({route.host for route in routes})
+            ],
+        },
+    }
+    client_policy = {
+        "apiVersion": ENVOY_API,
+        "kind": "ClientTrafficPolicy",
+        "metadata": _meta(name, edge),
+        "spec": {
+            "targetRefs": [{"group": GATEWAY_GROUP, "kind": "Gateway", "name": name}],
+            "timeout": {
+                "http": {
+                    # Listener-wide stream idle (CRD default 5 min) for HTTP/1.1 and HTTP/2 alike; each route's
+                    # policy narrows it. A non-streamed request is silent until generation ends, so this is
+                    # also its ceiling. requestReceivedTimeout stays unset (disabled): no client-side deadline
+                    # is shorter than a route's request timeout.
+                    "streamIdleTimeout": _duration(max(r.stream_idle_timeout_seconds for r in routes)),
+                    "idleTimeout": _duration(CLIENT_CONNECTION_IDLE_SECONDS),
+                }
+            },
+            # Per-connection buffer (CRD default 32768 bytes): sized to the largest allowed prompt so a
+            # filter that must hold a whole body never answers 413 to a legal request. Costs memory only
+            # under backpressure.
+            "connection": {"bufferLimit": _quantity(max(r.request_body_limit_bytes for r in routes))},
+        },
+    }
+    objects = [envoy_proxy, gateway_class, gateway, client_policy]
+    security = _security_policy(settings)
+    if security:
+        objects.append(security)
+    for route in routes:
+        objects.extend(_route_objects(settings, route))
+    return objects
+
+
+def _security_policy(settings: EdgeSettings) -> Manifest | None:
+    if settings.auth == "vllm-api-key":
+        return None  # vLLM checks the Bearer key itself; the edge passes Authorization through.
+    if settings.auth == "gateway-api-key":
+        if not settings.api_key_secret:
+            raise ValueError("auth gateway-api-key needs api_key_secret")
+        spec: dict[str, Any] = {
+            "apiKeyAuth": {
+                "credentialRefs": [{"group": "", "kind": "Secret", "name": settings.api_key_secret}],
+                # OpenAI clients send "Authorization: Bearer <key>"; Envoy Gateway strips the Bearer
+                # prefix, so the Secret holds bare keys (envoyproxy/gateway#7706, PR #7767).
+                "extractFrom": [{"headers": ["authorization"]}],
+                "sanitize": True,  # clients' keys never reach vLLM or its logs
+            }
+        }
+    else:
+        if not (settings.jwt_issuer and settings.jwt_jwks_uri):
+            raise ValueError("auth jwt needs jwt_issuer and jwt_jwks_uri")
+        spec = {"jwt": {"providers": [
+            {"name": "default", "issuer": settings.jwt_issuer, "remoteJWKS": {"uri": settings.jwt_jwks_uri}}
+        ]}}
+    return {
+        "apiVersion": ENVOY_API,
+        "kind": "SecurityPolicy",
+        "metadata": _meta(f"{settings.gateway_name}-auth", settings.namespace),
+        "spec": {"targetRefs": [{"group": GATEWAY_GROUP, "kind": "Gateway", "name": settings.gateway_name}], **spec},
+    }
+
+
+def _route_objects(settings: EdgeSettings, route: Route) -> list[Manifest]:
+    request_timeout = _duration(route.request_timeout_seconds)  # "0s" disables (Gateway API GEP-1742)
+    match_path = v1_path(route.path_prefix)
+    rule: dict[str, Any] = {"matches": [{"path": {"type": "PathPrefix", "value": match_path}}]}
+    if match_path != "/v1":
+        # vLLM serves the OpenAI API at /v1 on its root; strip the model prefix on the way in.
+        rule["filters"] = [{"type": "URLRewrite", "urlRewrite": {
+            "path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/v1"}}}]
+    rule["backendRefs"] = [{"group": "", "kind": "Service", "name": route.model_name, "port": route.port}]
+    # Failure: Envoy Gateway's default request timeout is 15 s, so any generation longer than that is
+    # cut mid-stream (https://gateway.envoyproxy.io/latest/tasks/traffic/http-timeouts/; facts.md §6.3).
+    rule["timeouts"] = {"request": request_timeout}
+    http_route = {
+        "apiVersion": GATEWAY_API,
+        "kind": "HTTPRoute",
+        "metadata": _meta(route.model_name, route.namespace),
+        "spec": {
+            "parentRefs": [{"group": GATEWAY_GROUP, "kind": "Gateway", "name": settings.gateway_name,
+                            "namespace": settings.namespace, "sectionName": f"https-{_slug(route.host)}"}],
+            "hostnames": [route.host],
+            "rules": [rule],
+        },
+    }
+    backend_policy = {
+        "apiVersion": ENVOY_API,
+        "kind": "BackendTrafficPolicy",
+        "metadata": _meta(route.model_name, route.namespace),
+        "spec": {
+            "targetRefs": [{"group": GATEWAY_GROUP, "kind": "HTTPRoute", "name": route.model_name}],
+            "timeout": {
+                "http": {
+                    # Failure: a BackendTrafficPolicy on a route made Envoy Gateway ignore the route's
+                    # timeouts.request and fall back to 15 s (envoyproxy/gateway#4091): repeat it here.
+                    "requestTimeout": request_timeout,
+                    # Failure: with request timeout 0s, Envoy Gateway 1.9.1 also drops the default stream
+                    # idle deadline unless one is set (nextjs/adapter-k8s#88; anchors.md §5), so a hung
+                    # engine would hold the stream forever. Set it per route (envoyproxy/gateway#8454).
+                    "streamIdleTimeout": _duration(route.stream_idle_timeout_seconds),
+                    "connectionIdleTimeout": _duration(UPSTREAM_CONNECTION_IDLE_SECONDS),
+                }
+            },
+            # Retries off: a retried POST re-runs a whole generation (twice the GPU time, and a client that
+            # already got tokens gets a second stream). The CRD's default trigger set retries on 503.
+            "retry": {"numRetries": 0},
+            # vLLM's uvicorn speaks HTTP/1.1 only: HTTP/2 clients must not be proxied upstream as h2c.
+            "useClientProtocol": False,
+            # requestBuffer stays unset: it holds the whole request in Envoy before forwarding
+            # (CRD: "incompatible with streaming APIs"). Without it Envoy Gateway 1.9 cannot reject an
+            # oversized body; vLLM rejects prompts beyond --max-model-len itself.
+        },
+    }
+    return [http_route, backend_policy]
+
+
+# --------------------------------------------------------------------------------------------
+# Ingress modes. AWS ALB (aws-load-balancer-controller): ALB -> vLLM pods, no proxy in between
+
+
+def _ingress_routes(settings: EdgeSettings, routes: list[Route], mode: str) -> list[Route]:
+    """The routes sorted by host; with every prefix "/", _check leaves one route per host."""
+    _check(settings, routes)
+    if settings.auth != "vllm-api-key":
+        raise ValueError(f"{mode} mode cannot check keys or JWTs at the edge; use auth vllm-api-key or gateway mode")
+    for route in routes:
+        if route.path_prefix.rstrip("/"):
+            # Neither builder rewrites paths, and vLLM serves /v1 at its root: a prefixed path would 404.
+            raise ValueError(f"{route.model_name}: {mode} mode publishes each model on its own host at '/'")
+    return sorted(routes, key=lambda route: route.host)
+
+
+def _ingress(settings: EdgeSettings, route: Route, class_name: str, annotations: dict[str, str],
+             tls: list[dict[str, Any]] | None = None) -> Manifest:
+    spec: dict[str, Any] = {
+        "ingressClassName": class_name,
+        "rules": [{
+            "host": route.host,
+            "http": {"paths": [{
+                "path": v1_path(route.path_prefix),
+                "pathType": "Prefix",
+                "backend": {"service": {"name": route.model_name, "port": {"number": route.port}}},
+            }]},
+        }],
+    }
+    if tls:
+        spec["tls"] = tls
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "Ingress",
+        "metadata": _meta(f"{settings.gateway_name}-{_slug(route.host)}", route.namespace, annotations),
+        "spec": spec,
+    }
+
+
+def alb_ingress(settings: EdgeSettings, routes: list[Route]) -> list[Manifest]:
+    """One Ingress per host, all in one ALB (group.name), TLS from ACM, HTTP/1.1 to ip targets."""
+    if not settings.acm_certificate_arn:
+        raise ValueError("alb mode needs acm_certificate_arn")
+    low, high = ALB_IDLE_RANGE
+    idle = settings.alb_idle_timeout_seconds
+    if not low <= idle <= high:
+        raise ValueError(f"ALB idle timeout {idle}s is outside {low}..{high}s")
+    objects = []
+    for route in _ingress_routes(settings, routes, "alb"):
+        if idle < route.stream_idle_timeout_seconds:
+            raise ValueError(f"{route.model_name}: ALB idle timeout {idle}s is shorter than the stream idle timeout "
+                             f"{route.stream_idle_timeout_seconds}s; the ALB would cut silent streams first")
+        annotations = {
+            "alb.ingress.kubernetes.io/group.name": settings.gateway_name,
+            "alb.ingress.kubernetes.io/scheme": settings.load_balancer_scheme,
+            "alb.ingress.kubernetes.io/target-type": "ip",
+            "alb.ingress.kubernetes.io/listen-ports": '[{"HTTPS": 443}]',
+            "alb.ingress.kubernetes.io/certificate-arn": settings.acm_certificate_arn,
+            # Failure: the ALB closes a connection silent for 60 s by default (facts.md §6.2), which cuts
+            # a queued or slow stream, and is the whole budget of a non-streamed generation.
+            "alb.ingress.kubernetes.io/load-balancer-attributes": f"idle_timeout.timeout_seconds={idle}",
+            "alb.ingress.kubernetes.io/backend-protocol-version": "HTTP1",  # uvicorn speaks HTTP/1.1
+            "alb.ingress.kubernetes.io/healthcheck-path": "/health",  # facts.md §6.2, §1.3
+            # Failure: a deregistered pod's in-flight streams are cut when the delay ends; match vLLM's drain.
+            "alb.ingress.kubernetes.io/target-group-attributes": (
+                f"deregistration_delay.timeout_seconds={route.drain_seconds}"
+            ),
+        }
+        objects.append(_ingress(settings, route, "alb", annotations))
+    return objects
+
+
+# --------------------------------------------------------------------------------------------
+# ingress-nginx: retired (kubernetes.io/blog/2025/11/11/ingress-nginx-retirement/; facts.md §6.1).
+# Only for clusters that already run it; new stacks use gateway_objects.
+
+
+def nginx_ingress(settings: EdgeSettings, routes: list[Route]) -> list[Manifest]:
+    """One Ingress per host with buffering off; the TLS Secret must be in the route's namespace."""
+    secret = _tls_secret(settings)
+    objects = []
+    for route in _ingress_routes(settings, routes, "nginx"):
+        # nginx has no "disabled": proxy_read_timeout is the gap between two reads, not the whole response,
+        # so it is the stream idle timeout (default 60 s, facts.md §6.1). There is no whole-request cap.
+        idle = str(route.stream_idle_timeout_seconds)
+        annotations = {
+            # Failure: buffered responses arrive all at once at the end instead of token by token.
+            "nginx.ingress.kubernetes.io/proxy-buffering": "off",
+            # Default "on" holds the whole prompt before vLLM sees a byte (facts.md §6.1).
+            "nginx.ingress.kubernetes.io/proxy-request-buffering": "off",
+            "nginx.ingress.kubernetes.io/proxy-http-version": "1.1",
+            "nginx.ingress.kubernetes.io/proxy-read-timeout": idle,
+            "nginx.ingress.kubernetes.io/proxy-send-timeout": idle,
+            # Failure: the default "1m" answers 413 to long prompts (facts.md §6.1).
+            "nginx.ingress.kubernetes.io/proxy-body-size": _nginx_size(route.request_body_limit_bytes),
+            # No retry to another pod: a second attempt re-runs the generation.
+            "nginx.ingress.kubernetes.io/proxy-next-upstream": "off",
+        }
+        if settings.cert_manager_issuer:
+            annotations["cert-manager.io/cluster-issuer"] = settings.cert_manager_issuer
+        objects.append(_ingress(settings, route, "nginx", annotations, [{"hosts": [route.host], "secretName": secret}]))
+    return objects
+
+
+# --------------------------------------------------------------------------------------------
+# NetworkPolicies
+
+
+def _namespace(name: str) -> dict[str, Any]:
+    return {"namespaceSelector": {"matchLabels": {NAMESPACE_LABEL: name}}}
+
+
+def _dns_egress() -> dict[str, Any]:
+    return {
+        "to": [{**_namespace("kube-system"), "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+        "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+    }
+
+
+def network_policies(
+    *,
+    serving_namespace: str,
+    model_selector: dict[str, str],
+    port: int,
+    edge_namespace: str,
+    prometheus_namespace: str,
+    staging_job_selector: dict[str, str],
+    load_balancer_cidrs: tuple[str, ...] = (),
+) -> list[Manifest]:
+    """Serving pods: in on `port` from the edge and Prometheus only, out to DNS only. Staging Jobs:
+    nothing in, DNS and HTTPS out. `load_balancer_cidrs` admits ALB subnets (ALB ip targets bypass the edge)."""
+    sources = [_namespace(edge_namespace), _namespace(prometheus_namespace)]
+    sources += [{"ipBlock": {"cidr": cidr}} for cidr in load_balancer_cidrs]
+    serving = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta("vllm-serving", serving_namespace),
+        "spec": {
+            "podSelector": {"matchLabels": dict(model_selector)},
+            "policyTypes": ["Ingress", "Egress"],
+            # Selecting the pods denies every other ingress; only the API port is opened.
+            "ingress": [{"from": sources, "ports": [{"protocol": "TCP", "port": port}]}],
+            # Tensor-parallel workers talk over shared memory inside the pod and weights are pre-staged
+            # (HF_HUB_OFFLINE=1), so a serving pod needs no pod-to-pod or internet egress: DNS only.
+            "egress": [_dns_egress()],
+        },
+    }
+    staging = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta("weights-staging", serving_namespace),
+        "spec": {
+            "podSelector": {"matchLabels": dict(staging_job_selector)},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [],  # nothing may reach the pod holding the Hugging Face token
+            "egress": [_dns_egress(), {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}],
+                                     "ports": [{"protocol": "TCP", "port": 443}]}],
+        },
+    }
+    return [serving, staging]
