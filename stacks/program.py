@@ -184,8 +184,10 @@ def alb_idle_timeout(config: StackConfig) -> int:
 
 
 # Bytes of request body per token of context: JSON, chat-message framing and multi-byte text,
-# generously; a prompt that fills max-model-len must never meet a 413 at the edge.
-BODY_BYTES_PER_TOKEN = 16
+# generously; a prompt that fills max-model-len must never meet a 413 at the edge (the usual 1 MB
+# default rejects long prompts). Never below 8 MiB.
+BODY_BYTES_PER_TOKEN = 64
+MIN_BODY_LIMIT_BYTES = 8 * 1024**2
 
 
 def edge_args(config: StackConfig, cluster: EksCluster) -> EdgeArgs:
@@ -212,7 +214,7 @@ def edge_args(config: StackConfig, cluster: EksCluster) -> EdgeArgs:
             path_prefix=m.route.path_prefix,
             request_timeout_seconds=m.route.request_timeout_seconds,
             stream_idle_timeout_seconds=edge.stream_idle_timeout_seconds,
-            request_body_limit_bytes=max(1024**2, m.max_model_len * BODY_BYTES_PER_TOKEN),
+            request_body_limit_bytes=max(MIN_BODY_LIMIT_BYTES, m.max_model_len * BODY_BYTES_PER_TOKEN),
             drain_seconds=m.shutdown_timeout_seconds,
         )
         for m in config.models

@@ -153,3 +153,14 @@ def counter_function_errors(expr: str, metric_types: dict[str, str]) -> list[str
                         f"{node.func.name}() on {name!r} of type {metric_types.get(name)!r}, not a counter"
                     )
     return errors
+
+
+# Grafana's interval macros are not PromQL; a fixed range stands in for them when parsing.
+GRAFANA_MACROS = {"$__rate_interval": "5m", "$__interval": "1m", "$__range": "1h"}
+
+
+def expand_grafana_macros(expr: str) -> str:
+    """A dashboard query as Prometheus receives it (`$var` in label values is left as text)."""
+    for macro, value in GRAFANA_MACROS.items():
+        expr = expr.replace(macro, value)
+    return expr

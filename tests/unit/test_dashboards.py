@@ -41,8 +41,6 @@ KSM_LABELS = {
 # Labels on DCGM series: the exporter's per-GPU labels (render_metrics.go), `xid` on the windowed
 # Xid count, and `node` from our ServiceMonitor relabeling.
 DCGM_LABELS = {"gpu", "UUID", "Hostname", "modelName", "xid", "window_size_in_ms", "node"}
-# Grafana's interval macros are not PromQL; a fixed range stands in for them when parsing.
-GRAFANA_MACROS = {"$__rate_interval": "5m", "$__interval": "1m", "$__range": "1h"}
 
 
 def _panels(dashboard: dict) -> list[dict]:
@@ -54,9 +52,7 @@ def _panels(dashboard: dict) -> list[dict]:
 
 
 def _as_promql(expr: str) -> str:
-    for macro, value in GRAFANA_MACROS.items():
-        expr = expr.replace(macro, value)
-    return expr
+    return promql.expand_grafana_macros(expr)
 
 
 def _variable_selector(definition: str) -> str:
