@@ -1,7 +1,7 @@
 """Edge: publishes each model's OpenAI API through Envoy Gateway, an AWS ALB or ingress-nginx.
 
-Installs the controller's chart when asked, declares the streaming-safe objects that
-`edge_objects` builds, and fences the vLLM pods with NetworkPolicies.
+Installs the controller's chart when asked and declares the streaming-safe objects that
+`edge_objects` builds (the NetworkPolicies around the pods are the ServingStack's, created first).
 """
 
 from __future__ import annotations
@@ -26,11 +26,6 @@ class EdgeArgs:
     envoy_gateway_chart_version: str
     alb_controller_chart_version: str
     alb_controller_values: dict  # clusterName, region, vpcId, service account role
-    serving_namespace: str
-    model_selector: dict[str, str]
-    staging_job_selector: dict[str, str]
-    port: int
-    prometheus_namespace: str
     load_balancer_cidrs: tuple[pulumi.Input[str], ...] = ()  # ALB subnets reach pods directly (target type ip)
     client_api_key: pulumi.Input[str] | None = None  # auth gateway-api-key: the key clients present
 
@@ -43,8 +38,10 @@ class Edge(pulumi.ComponentResource):
         routes = list(args.routes)
         controller: list[pulumi.Resource] = []
         if args.mode == "gateway":
-            ns = namespace(f"{name}-namespace", args.settings.namespace, parent=self)
             if args.install_controller:
+                # Only an installed controller's namespace is ours; an existing one is left alone.
+                ns = namespace(f"{name}-namespace", args.settings.namespace, parent=self)
+                controller.append(ns)
                 controller.append(
                     helm_release(
                         f"{name}-envoy-gateway",
@@ -56,15 +53,14 @@ class Edge(pulumi.ComponentResource):
                     )
                 )
             objects = edge_objects.gateway_objects(args.settings, routes)
-            controller.append(ns)
             if args.settings.auth == "gateway-api-key":
                 # Envoy Gateway's apiKeyAuth reads client id -> key pairs from this Secret.
                 k8s.core.v1.Secret(
                     f"{name}-client-keys",
-                    metadata={"name": args.settings.api_key_secret, "namespace": ns.metadata.name},
+                    metadata={"name": args.settings.api_key_secret, "namespace": args.settings.namespace},
                     type="Opaque",
                     string_data={"llm-serving": pulumi.Output.secret(args.client_api_key)},
-                    opts=pulumi.ResourceOptions(parent=self),
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=controller),
                 )
         elif args.mode == "alb":
             if args.install_controller:
@@ -93,15 +89,4 @@ class Edge(pulumi.ComponentResource):
         for obj in objects:
             metadata = obj["metadata"]
             manifest_resource(f"{name}-{obj['kind'].lower()}-{metadata['name']}", obj, after)
-        for policy in edge_objects.network_policies(
-            serving_namespace=args.serving_namespace,
-            model_selector=args.model_selector,
-            port=args.port,
-            edge_namespace=args.settings.namespace,
-            prometheus_namespace=args.prometheus_namespace,
-            staging_job_selector=args.staging_job_selector,
-            load_balancer_cidrs=args.load_balancer_cidrs,
-        ):
-            resource_name = f"{name}-netpol-{policy['metadata']['name']}"
-            manifest_resource(resource_name, policy, pulumi.ResourceOptions(parent=self))
         self.register_outputs({})

@@ -517,7 +517,8 @@ def network_policies(
             "podSelector": {"matchLabels": dict(staging_job_selector)},
             "policyTypes": ["Ingress", "Egress"],
             "ingress": [],  # nothing may reach the pod holding the Hugging Face token
-            "egress": [_dns_egress(), {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}],
+            # Both families: on an IPv6 EKS cluster the Hub and its CDN are reached over IPv6.
+            "egress": [_dns_egress(), {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}, {"ipBlock": {"cidr": "::/0"}}],
                                      "ports": [{"protocol": "TCP", "port": 443}]}],
         },
     }

@@ -42,7 +42,13 @@ def adapter_values(prometheus_url: str) -> dict:
 class ModelAutoscaling(pulumi.ComponentResource):
     """The autoscaler installation and a ScaledObject (or HPA) per model."""
 
-    def __init__(self, name: str, args: ModelAutoscalingArgs, opts: pulumi.ResourceOptions | None = None):
+    def __init__(
+        self,
+        name: str,
+        args: ModelAutoscalingArgs,
+        opts: pulumi.ResourceOptions | None = None,
+        workloads: list[pulumi.Resource] | None = None,
+    ):
         super().__init__("llmserving:autoscaling:ModelAutoscaling", name, None, opts)
         ns = namespace(f"{name}-namespace", args.namespace, parent=self)
         keda = args.mode == "keda"
@@ -54,8 +60,9 @@ class ModelAutoscaling(pulumi.ComponentResource):
             values=autoscaling.keda_chart_values() if keda else adapter_values(args.prometheus_url),
             parent=self,
         )
-        # ScaledObjects need KEDA's CRD; an HPA on adapter metrics needs the metrics API to answer.
-        after = pulumi.ResourceOptions(parent=self, depends_on=[release])
+        # ScaledObjects need KEDA's CRD and their target Deployment; an HPA on adapter metrics needs
+        # the metrics API to answer.
+        after = pulumi.ResourceOptions(parent=self, depends_on=[release, *(workloads or [])])
         for target in args.targets:
             if keda:
                 manifest = autoscaling.scaled_object(

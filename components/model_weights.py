@@ -53,6 +53,8 @@ class ModelWeightsArgs:
     download_deadline_seconds: int
     hf_token_secret: str | None  # name of a Secret with key `token`
     protect: bool  # prod: the claim cannot be deleted by `pulumi destroy` or a replace
+    # Resources that must exist first (the NetworkPolicy fencing the Job that holds the HF token).
+    after: tuple[pulumi.Resource, ...] = ()
 
 
 def job_name(model_name: str, revision: str, tokenizer_revision: str | None) -> str:
@@ -87,6 +89,7 @@ class ModelWeights(pulumi.ComponentResource):
             },
             opts=pulumi.ResourceOptions(
                 parent=self,
+                depends_on=list(args.after),
                 # Re-downloading hundreds of GB is slow and may hit the Hub's rate limits: the claim
                 # outlives the stack's resources, and prod refuses to delete it at all.
                 retain_on_delete=True,
@@ -122,6 +125,9 @@ class ModelWeights(pulumi.ComponentResource):
                 "name": name_of_job,
                 "namespace": args.namespace,
                 "labels": {"app.kubernetes.io/name": args.model_name, "app.kubernetes.io/component": "stage-weights"},
+                # A Job that failed (Hub down, token revoked) is replaced on the next `pulumi up`
+                # instead of failing every later update until someone deletes it by hand.
+                "annotations": {"pulumi.com/replaceUnready": "true"},
             },
             spec={
                 "backoffLimit": 4,
@@ -163,7 +169,7 @@ class ModelWeights(pulumi.ComponentResource):
             },
             opts=pulumi.ResourceOptions(
                 parent=self,
-                depends_on=[claim],
+                depends_on=[claim, *args.after],
                 # Pulumi waits for the Job to succeed; the download may take as long as its deadline.
                 custom_timeouts=pulumi.CustomTimeouts(
                     create=f"{args.download_deadline_seconds + 300}s",

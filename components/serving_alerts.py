@@ -18,7 +18,6 @@ from components.autoscaling import NAMESPACE_LABEL, POD_LABEL, check_dns_label, 
 KUBE_STATE_METRICS: frozenset[str] = frozenset(
     {
         "kube_deployment_spec_replicas",
-        "kube_deployment_status_replicas",
         "kube_deployment_status_replicas_available",
         "kube_pod_container_status_restarts_total",
     }
@@ -212,7 +211,9 @@ def _model_rules(m: ModelSlo, runbook_base_url: str) -> list[dict[str, Any]]:
         ),
         _rule(
             alert="VllmReplicasAtMax",
-            expr=f"kube_deployment_status_replicas{{{deploy}}} >= {m.max_replicas}",
+            # spec, not status: status counts the surge pod of a rollout and would read "at max"
+            # during every rollout at max - 1.
+            expr=f"kube_deployment_spec_replicas{{{deploy}}} >= {m.max_replicas}",
             for_minutes=AT_MAX_FOR_MINUTES,
             severity="warning",
             model=model,

@@ -11,12 +11,13 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components import vllm_engine
+from components import edge_objects, vllm_engine
 from components.autoscaling import ScalingTarget
 from components.dcgm_exporter import DcgmExporter, DcgmExporterArgs
 from components.edge import Edge, EdgeArgs
 from components.gpu_node_group import GpuNodeGroup, GpuNodeGroupArgs
 from components.helm import namespace
+from components.manifests import manifest_resource
 from components.model_autoscaling import ModelAutoscaling, ModelAutoscalingArgs
 from components.model_weights import ModelWeights, ModelWeightsArgs
 from components.nvidia_device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
@@ -111,13 +112,11 @@ class ServingStack(pulumi.ComponentResource):
                 runbook_base_url=args.runbook_base_url,
                 models=tuple(m.slo for m in args.models),
             ),
-            pulumi.ResourceOptions(parent=self, depends_on=self._deployments),
+            child,
             crds_from=crds,
         )
-        ModelAutoscaling(
-            "autoscaling", args.autoscaling, pulumi.ResourceOptions(parent=self, depends_on=self._deployments)
-        )
-        Edge("edge", args.edge, pulumi.ResourceOptions(parent=self, depends_on=self._services))
+        ModelAutoscaling("autoscaling", args.autoscaling, child, workloads=self._deployments)
+        Edge("edge", args.edge, child)
         self.prometheus_url = (
             prometheus.url if prometheus else pulumi.Output.from_input(args.prometheus_url or "")
         )
@@ -152,9 +151,22 @@ class ServingStack(pulumi.ComponentResource):
                 opts=child,
             )
             hf_token_secret = HF_TOKEN_SECRET
+        # The fences go up before anything runs in the namespace: the staging Job holds the HF token.
+        after_namespace = pulumi.ResourceOptions(parent=self, depends_on=[ns])
+        fences = [
+            manifest_resource(f"serving-netpol-{policy['metadata']['name']}", policy, after_namespace)
+            for policy in edge_objects.network_policies(
+                serving_namespace=args.serving_namespace,
+                model_selector=VLLM_POD_SELECTOR,
+                port=vllm_engine.PORT,
+                edge_namespace=args.edge.settings.namespace,
+                prometheus_namespace=args.prometheus_namespace,
+                staging_job_selector=STAGING_POD_SELECTOR,
+                load_balancer_cidrs=args.edge.load_balancer_cidrs,
+            )
+        ]
         endpoints: dict[str, pulumi.Output[str]] = {}
         self._deployments: list[pulumi.Resource] = []
-        self._services: list[pulumi.Resource] = [ns]
         for model in args.models:
             weights = ModelWeights(
                 f"{model.name}-weights",
@@ -171,6 +183,7 @@ class ServingStack(pulumi.ComponentResource):
                     download_deadline_seconds=model.download_deadline_seconds,
                     hf_token_secret=hf_token_secret,
                     protect=args.protect_weights,
+                    after=tuple(fences),
                 ),
                 child,
             )
@@ -189,6 +202,7 @@ class ServingStack(pulumi.ComponentResource):
                     claim_name=weights.claim_name,
                     api_key_secret=API_KEY_SECRET if args.vllm_checks_api_key else None,
                     extra_env=model.extra_env,
+                    max_replicas=model.scaling.max_replicas,
                     chat_template=model.chat_template,
                     # Serving starts only once its revision is fully staged.
                     after=(weights.job, api_key),
@@ -197,7 +211,6 @@ class ServingStack(pulumi.ComponentResource):
                 child,
             )
             self._deployments.append(deployment.deployment)
-            self._services.append(deployment)
             endpoints[model.name] = pulumi.Output.concat(
                 "http://", deployment.service_name, ".", args.serving_namespace, ".svc:", str(vllm_engine.PORT)
             )

@@ -33,6 +33,7 @@ class VllmDeploymentArgs:
     after: tuple[pulumi.Resource, ...] = ()
     weights_shared: bool = True  # False for a ReadWriteOnce volume, attachable to one node only
     extra_env: tuple[dict, ...] = ()
+    max_replicas: int = 1  # a rollout replaces pods one by one, up to this many
 
 
 def selector_labels(model_name: str) -> dict[str, str]:
@@ -99,6 +100,9 @@ class VllmDeployment(pulumi.ComponentResource):
                 {"name": "HF_HUB_OFFLINE", "value": "1"},
                 {"name": "VLLM_CACHE_ROOT", "value": vllm_engine.CACHE_MOUNT},
                 {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
+                # The API server gives up on the engine core after 600 s by default, and loading the
+                # weights counts (vllm#35616): a 70B cold start from EFS would restart forever.
+                {"name": "VLLM_ENGINE_READY_TIMEOUT_S", "value": str(args.startup_budget_seconds)},
                 *(
                     [
                         {
@@ -138,6 +142,7 @@ class VllmDeployment(pulumi.ComponentResource):
                 "privileged": False,
             },
         }
+        rollout_seconds = max(args.replicas, args.max_replicas) * (args.startup_budget_seconds + 30) + 900
         deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",
             metadata={"name": args.model_name, "namespace": args.namespace, "labels": labels},
@@ -186,12 +191,9 @@ class VllmDeployment(pulumi.ComponentResource):
                 depends_on=list(args.after),
                 # The autoscaler owns the replica count; `pulumi up` must not reset it.
                 ignore_changes=["spec.replicas"],
-                # Never skip the await: `pulumi up` finishes only when every replica is ready, and
-                # waits at least the startup budget for a slow load.
-                custom_timeouts=pulumi.CustomTimeouts(
-                    create=f"{args.startup_budget_seconds + 900}s",
-                    update=f"{args.startup_budget_seconds + 900}s",
-                ),
+                # Never skip the await: `pulumi up` finishes only when every replica is ready. A
+                # rollout surges one pod at a time, so it may take a startup budget per replica.
+                custom_timeouts=pulumi.CustomTimeouts(create=f"{rollout_seconds}s", update=f"{rollout_seconds}s"),
             ),
         )
         service = k8s.core.v1.Service(

@@ -1,4 +1,4 @@
-"""Command line of the environment layer: `python -m stacks render | plan | clone`.
+"""Command line of the environment layer: `python -m stacks render | plan | clone | diff`.
 
 Every command exits 2 on invalid input with one line per problem, never a traceback.
 """
@@ -70,13 +70,19 @@ def _clone(argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"render": _render, "plan": _plan, "clone": _clone}
+def _diff(argv: list[str]) -> int:
+    from stacks import diff
+
+    return diff.main(argv)
+
+
+COMMANDS = {"render": _render, "plan": _plan, "clone": _clone, "diff": _diff}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in COMMANDS:
-        sys.stderr.write("usage: python -m stacks {render,plan,clone} ...\n")
+        sys.stderr.write("usage: python -m stacks {render,plan,clone,diff} ...\n")
         return 2
     try:
         return COMMANDS[argv[0]](argv[1:])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterator
+from urllib.parse import urlsplit
 
 from components import capacity, gpu_catalog, vllm_engine
 from components.model_catalog import ModelArchitecture, lookup_model
@@ -132,6 +133,14 @@ def _observability(config: StackConfig) -> Iterator[Problem]:
     if prometheus.mode is PrometheusMode.EXISTING and prometheus.url is None:
         yield Problem("observability.prometheus.url", "an existing Prometheus needs its query URL",
                       None, "a URL like http://prometheus-operated.monitoring.svc:9090")
+    if prometheus.url is not None:
+        host = urlsplit(prometheus.url).hostname or ""
+        parts = host.split(".")
+        # An in-cluster URL names the namespace; the NetworkPolicy admits scrapes from `namespace`,
+        # so a mismatch silently blocks scraping (and the autoscaler then sees an empty queue).
+        if len(parts) >= 3 and parts[2] == "svc" and parts[1] != prometheus.namespace:
+            yield Problem("observability.prometheus.namespace", f"the URL points at namespace {parts[1]}",
+                          prometheus.namespace, parts[1])
     if prometheus.mode is PrometheusMode.INSTALL and config.grafana_admin_password is None:
         # kube-prometheus-stack's Grafana otherwise starts with the chart's well-known password.
         yield Problem("grafanaAdminPassword", "required when observability.prometheus.mode is install",
@@ -261,6 +270,19 @@ def _scaling_bounds(config: StackConfig, model: ModelConfig, plan: capacity.Capa
     if fallback is not None and not low <= fallback <= high:
         yield Problem(f"{at}.autoscaling.fallbackReplicas", "must lie between the autoscaling bounds", fallback,
                       f"{low}..{high}")
+
+
+# Where each mode's controller conventionally runs: Envoy Gateway's quickstart namespace, the
+# ALB controller's documented install namespace, and the ingress-nginx chart's usual namespace.
+DEFAULT_EDGE_NAMESPACE = {
+    EdgeMode.GATEWAY: "envoy-gateway-system",
+    EdgeMode.ALB: "kube-system",
+    EdgeMode.INGRESS_NGINX: "ingress-nginx",
+}
+
+
+def edge_namespace(config: StackConfig) -> str:
+    return config.edge.namespace or DEFAULT_EDGE_NAMESPACE[config.edge.mode]
 
 
 def route_host(config: StackConfig, model: ModelConfig) -> str:

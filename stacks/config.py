@@ -345,7 +345,13 @@ class EdgeConfig(ConfigModel):
     controller: ControllerMode = Field(
         default=ControllerMode.INSTALL, description="Install the controller's chart, or use an existing one."
     )
-    namespace: DnsLabel = Field(default="envoy-gateway-system", description="Namespace of the edge controller.")
+    namespace: DnsLabel | None = Field(
+        default=None,
+        description=(
+            "Namespace of the edge controller (and its proxies); unset: `envoy-gateway-system` (gateway), "
+            "`kube-system` (alb), `ingress-nginx` (ingress-nginx)."
+        ),
+    )
     envoy_gateway_chart_version: ChartVersion = Field(
         default=versions.ENVOY_GATEWAY.version, description="gateway-helm chart version (gateway mode)."
     )

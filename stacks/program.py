@@ -26,8 +26,6 @@ from components.model_autoscaling import ModelAutoscalingArgs
 from components.nvidia_device_plugin import NvidiaDevicePluginArgs
 from components.serving_alerts import ModelSlo
 from components.serving_stack import (
-    STAGING_POD_SELECTOR,
-    VLLM_POD_SELECTOR,
     ServedModel,
     ServingStack,
     ServingStackArgs,
@@ -193,7 +191,7 @@ MIN_BODY_LIMIT_BYTES = 8 * 1024**2
 def edge_args(config: StackConfig, cluster: EksCluster) -> EdgeArgs:
     edge = config.edge
     settings = EdgeSettings(
-        namespace=edge.namespace,
+        namespace=checks.edge_namespace(config),
         gateway_name="llm-serving",
         tls_secret_name=edge.tls.secret_name,
         cert_manager_issuer=edge.tls.cert_manager_issuer,
@@ -233,11 +231,6 @@ def edge_args(config: StackConfig, cluster: EksCluster) -> EdgeArgs:
             "vpcId": cluster.vpc_id,
             "serviceAccount": {"annotations": {"eks.amazonaws.com/role-arn": edge.alb_controller_role_arn or ""}},
         },
-        serving_namespace=config.serving.namespace,
-        model_selector=VLLM_POD_SELECTOR,
-        staging_job_selector=STAGING_POD_SELECTOR,
-        port=vllm_engine.PORT,
-        prometheus_namespace=config.observability.prometheus.namespace,
         load_balancer_cidrs=(cluster.vpc_cidr,) if alb else (),
         client_api_key=pulumi.Output.secret(config.api_key.get_secret_value())
         if edge.auth is EdgeAuth.GATEWAY_API_KEY

@@ -210,3 +210,20 @@ def test_chat_template_and_separate_tokenizer_revision_are_mounted_and_passed(st
     assert env["TOKENIZER_TARGET"] == tokenizer
     assert reference.vllm_flag_errors(c["args"]) == []
     assert [e for m in result.manifests for e in reference.kubernetes_object_errors(m, "1.34")] == []
+
+
+def test_engine_waits_as_long_as_the_startup_probe_and_pulumi_waits_for_every_replica(rendered):
+    env = {e["name"]: e.get("value") for e in container(rendered)["env"]}
+    assert env["VLLM_ENGINE_READY_TIMEOUT_S"] == "2640"
+    deploy = rendered["prod"].wiring[f"kubernetes:apps/v1:Deployment::{MODEL}-deployment"]
+    # Up to 4 replicas rolled one at a time, each within its startup budget plus minReadySeconds.
+    assert deploy["customTimeouts"]["create"] == f"{4 * (2640 + 30) + 900}s"
+
+
+def test_network_policies_exist_before_the_weights_are_staged(rendered):
+    fence = "kubernetes:networking.k8s.io/v1:NetworkPolicy::serving-netpol-weights-staging"
+    for resource in (f"kubernetes:batch/v1:Job::{MODEL}-weights-stage",
+                     f"kubernetes:core/v1:PersistentVolumeClaim::{MODEL}-weights-claim"):
+        assert fence in rendered["prod"].wiring[resource]["dependsOn"]
+    (job,) = [m for m in rendered["prod"].manifests if m["kind"] == "Job"]
+    assert job["metadata"]["annotations"] == {"pulumi.com/replaceUnready": "true"}

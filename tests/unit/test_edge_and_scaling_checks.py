@@ -142,3 +142,20 @@ def test_rejects_max_replicas_beyond_node_group_gpus():
         "llm-serving:gpuNodeGroup.scaling.maxNodes: the models need 21 GPUs (max replicas plus one surge replica "
         "each, times TP) but 2 x p5.48xlarge offer 16 (got 2; expected >= 3)"
     ]
+
+
+def test_rejects_prometheus_url_in_another_namespace_than_the_scrape_namespace():
+    observability = {**BASE["observability"], "prometheus": {
+        "mode": "existing", "namespace": "observability", "url": "http://prometheus-operated.monitoring.svc:9090"}}
+    cfg = StackConfig.model_validate({**BASE, "observability": observability})
+    assert [p.line() for p in checks.check(cfg)] == [
+        'llm-serving:observability.prometheus.namespace: the URL points at namespace monitoring (got "observability"; '
+        "expected monitoring)"
+    ]
+
+
+@pytest.mark.parametrize(("mode", "namespace"), [("gateway", "envoy-gateway-system"), ("alb", "kube-system"),
+                                                 ("ingress-nginx", "ingress-nginx")])
+def test_each_edge_mode_has_its_own_default_namespace(mode, namespace):
+    assert checks.edge_namespace(config(edge={"mode": mode})) == namespace
+    assert checks.edge_namespace(config(edge={"mode": mode, "namespace": "edge"})) == "edge"

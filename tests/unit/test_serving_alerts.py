@@ -59,7 +59,7 @@ EXPECTED = [
         "5m",
         "critical",
     ),
-    ("VllmReplicasAtMax", f"kube_deployment_status_replicas{{{D}}} >= 4", "30m", "warning"),
+    ("VllmReplicasAtMax", f"kube_deployment_spec_replicas{{{D}}} >= 4", "30m", "warning"),
     (
         "VllmPodRestarting",
         f"increase(kube_pod_container_status_restarts_total{{{P}}}[15m]) > 0",
@@ -77,7 +77,6 @@ EXPECTED = [
 # Independent of the module: the series our alerts may name, and their Prometheus types.
 KNOWN = vllm_series_names() | {
     "kube_deployment_spec_replicas",
-    "kube_deployment_status_replicas",
     "kube_deployment_status_replicas_available",
     "kube_pod_container_status_restarts_total",
 }
@@ -87,7 +86,6 @@ TARGET_LABELS = {"namespace", "pod", "node"}
 # has namespace, pod, container and uid.
 KSM_LABELS = {
     "kube_deployment_spec_replicas": {"namespace", "deployment"},
-    "kube_deployment_status_replicas": {"namespace", "deployment"},
     "kube_deployment_status_replicas_available": {"namespace", "deployment"},
     "kube_pod_container_status_restarts_total": {"namespace", "pod", "container", "uid"},
 }

@@ -1,0 +1,516 @@
+"""`python -m stacks diff <stack>`: what a change does to a stack's rendered resources, offline.
+
+Renders the stack at a base git ref and in the working tree and lists added, removed and changed
+resources, each changed field as a dotted path with old -> new. Exit 0: no change; 1: changes; 2: error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import difflib
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from stacks import loader
+
+EXIT_UNCHANGED = 0
+EXIT_CHANGED = 1
+EXIT_ERROR = 2
+DEFAULT_BRANCH = "main"
+VALUE_CHARS = 120  # longest value shown; longer ones are clipped around their first difference
+LINE_DIFF_LINES = 40  # most changed lines shown for one multi-line string
+MARKDOWN_BUDGET = 60_000  # a GitHub comment holds 65,536 characters; leave room for the rest
+LONG_SECTION_ROWS = 25  # a markdown section longer than this is folded into <details>
+RENDER_TIMEOUT_SECONDS = 300
+ERROR_TAIL_LINES = 20
+
+
+class _Absent:
+    """A field on one side only; distinct from JSON null, which is a real value."""
+
+    def __repr__(self) -> str:
+        return "(absent)"
+
+
+ABSENT: Any = _Absent()
+
+
+class DiffError(Exception):
+    """Anything that stops the diff; each line is printed to stderr and the command exits 2."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+        super().__init__("\n".join(lines))
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    path: str  # e.g. inputs.spec.template.spec.containers[vllm].args[13]
+    old: Any  # ABSENT when the field is new
+    new: Any  # ABSENT when the field is gone
+    lines: tuple[str, ...] = ()  # unified-diff lines when both sides are multi-line strings
+    note: str = ""  # "order": a named list has the same items in a different order
+
+
+@dataclass(frozen=True)
+class ResourceChange:
+    type: str
+    name: str
+    fields: tuple[FieldChange, ...]
+
+
+@dataclass(frozen=True)
+class StackDiff:
+    stack: str
+    base: str  # the ref given, or how it was chosen: "the merge base with main"
+    commit: str = ""  # the base commit, abbreviated
+    added: tuple[tuple[str, str], ...] = ()  # (type, name)
+    removed: tuple[tuple[str, str], ...] = ()
+    changed: tuple[ResourceChange, ...] = ()
+    note: str = ""  # e.g. the stack file is new, so every resource is added
+
+    @property
+    def empty(self) -> bool:
+        return not (self.added or self.removed or self.changed)
+
+    @property
+    def against(self) -> str:
+        return f"{self.base} ({self.commit})" if self.commit else self.base
+
+    def counts(self) -> str:
+        return f"{len(self.added)} added, {len(self.removed)} removed, {len(self.changed)} changed"
+
+
+# --- comparing values ----------------------------------------------------------------------------
+
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+# A list item's name is shown bare unless it could be misread as an index or break the brackets.
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:/-]*")
+
+
+def _key_path(path: str, key: str) -> str:
+    if _PLAIN_KEY.fullmatch(key):
+        return f"{path}.{key}" if path else key
+    return f"{path}[{json.dumps(key)}]"  # labels like app.kubernetes.io/name contain dots
+
+
+def _name_path(path: str, name: str) -> str:
+    return f"{path}[{name}]" if _PLAIN_NAME.fullmatch(name) else f"{path}[{json.dumps(name)}]"
+
+
+def _names(items: list[Any]) -> list[str] | None:
+    """The items' names when every item is a dict with a unique string `name`, else None."""
+    if not all(isinstance(i, dict) and isinstance(i.get("name"), str) for i in items):
+        return None
+    names = [i["name"] for i in items]
+    # Duplicate names (two volumeMounts of one volume) cannot key the items: compare by index.
+    return names if len(set(names)) == len(names) else None
+
+
+def _same(old: Any, new: Any) -> bool:
+    # True == 1 and 1 == 1.0 in Python, but a manifest that turns a bool into an int has changed.
+    return type(old) is type(new) and old == new
+
+
+def _line_diff(old: Any, new: Any) -> tuple[str, ...]:
+    if not (isinstance(old, str) and isinstance(new, str) and ("\n" in old or "\n" in new)):
+        return ()
+    diff = difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=0)
+    return tuple(line for line in diff if not line.startswith(("---", "+++")))
+
+
+def diff_values(old: Any, new: Any, path: str = "") -> list[FieldChange]:
+    """Every leaf that differs, as dotted paths; a subtree on one side only is one change."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        changes: list[FieldChange] = []
+        for key in sorted(old.keys() | new.keys()):
+            changes += diff_values(old.get(key, ABSENT), new.get(key, ABSENT), _key_path(path, key))
+        return changes
+    if isinstance(old, list) and isinstance(new, list):
+        old_names, new_names = _names(old), _names(new)
+        if old_names is not None and new_names is not None and (old or new):
+            return _diff_named(old, new, old_names, new_names, path)
+        changes = []
+        for index in range(max(len(old), len(new))):
+            changes += diff_values(
+                old[index] if index < len(old) else ABSENT,
+                new[index] if index < len(new) else ABSENT,
+                f"{path}[{index}]",
+            )
+        return changes
+    if _same(old, new):
+        return []
+    return [FieldChange(path, old, new, _line_diff(old, new))]
+
+
+def _diff_named(
+    old: list[dict[str, Any]], new: list[dict[str, Any]], old_names: list[str], new_names: list[str], path: str
+) -> list[FieldChange]:
+    """Lists of named objects (containers, env, ports) by name, so an insertion shifts nothing."""
+    changes: list[FieldChange] = []
+    old_by_name = dict(zip(old_names, old, strict=True))
+    new_by_name = dict(zip(new_names, new, strict=True))
+    common_old = [n for n in old_names if n in new_by_name]
+    common_new = [n for n in new_names if n in old_by_name]
+    if common_old != common_new:
+        # Order can matter (env vars referring to earlier ones), so a pure reorder is reported.
+        changes.append(FieldChange(path, common_old, common_new, note="order"))
+    for name in old_names + [n for n in new_names if n not in old_by_name]:
+        changes += diff_values(old_by_name.get(name, ABSENT), new_by_name.get(name, ABSENT), _name_path(path, name))
+    return changes
+
+
+def _keyed(resources: list[dict[str, Any]], ambiguous: set[tuple[str, str]]) -> dict[tuple[str, ...], dict[str, Any]]:
+    keyed: dict[tuple[str, ...], dict[str, Any]] = {}
+    for r in resources:
+        key: tuple[str, ...] = (r["type"], r["name"])
+        keyed[(*key, r.get("parent") or "") if key in ambiguous else key] = r
+    return keyed
+
+
+def _ambiguous(resources: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    seen: set[tuple[str, str]] = set()
+    twice: set[tuple[str, str]] = set()
+    for r in resources:
+        key = (r["type"], r["name"])
+        (twice if key in seen else seen).add(key)
+    return twice
+
+
+def diff_resources(
+    base: list[dict[str, Any]], head: list[dict[str, Any]], stack: str, base_label: str, commit: str = "",
+    note: str = "",
+) -> StackDiff:
+    """Compare two renders' `resources` by (type, name); parent and inputs are compared field by field."""
+    # Pulumi allows one (type, name) under two parents; only then does the parent join the key.
+    ambiguous = _ambiguous(base) | _ambiguous(head)
+    old, new = _keyed(base, ambiguous), _keyed(head, ambiguous)
+    added = tuple(sorted((k[0], k[1]) for k in new.keys() - old.keys()))
+    removed = tuple(sorted((k[0], k[1]) for k in old.keys() - new.keys()))
+    changed = []
+    for key in sorted(old.keys() & new.keys()):
+        fields = diff_values(
+            {"parent": old[key].get("parent"), "inputs": old[key].get("inputs", {})},
+            {"parent": new[key].get("parent"), "inputs": new[key].get("inputs", {})},
+        )
+        if fields:
+            changed.append(ResourceChange(key[0], key[1], tuple(fields)))
+    return StackDiff(stack, base_label, commit, added, removed, tuple(changed), note)
+
+
+# --- showing values ------------------------------------------------------------------------------
+
+
+def show_value(value: Any) -> str:
+    if value is ABSENT:
+        return "(absent)"
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+def _first_difference(a: str, b: str) -> int:
+    for index, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return index
+    return min(len(a), len(b))
+
+
+def _clip(text: str, at: int, width: int) -> str:
+    if len(text) <= width:
+        return text
+    start = max(0, min(at - width // 3, len(text) - width))
+    clipped = text[start : start + width]
+    return ("…" if start else "") + clipped + ("…" if start + width < len(text) else "")
+
+
+def shown_pair(change: FieldChange, width: int = VALUE_CHARS) -> tuple[str, str]:
+    """Both values as JSON, long ones clipped around where they first differ so the change stays visible."""
+    old, new = show_value(change.old), show_value(change.new)
+    at = _first_difference(old, new) if change.old is not ABSENT and change.new is not ABSENT else 0
+    return _clip(old, at, width), _clip(new, at, width)
+
+
+def _shown_lines(change: FieldChange) -> list[str]:
+    lines = [_clip(line, 0, VALUE_CHARS) for line in change.lines[:LINE_DIFF_LINES]]
+    if len(change.lines) > LINE_DIFF_LINES:
+        lines.append(f"… {len(change.lines) - LINE_DIFF_LINES} more lines")
+    return lines
+
+
+def format_text(diff: StackDiff) -> str:
+    if diff.empty:
+        lines = [f"{diff.stack}: no changes against {diff.against}"]
+    else:
+        lines = [f"{diff.stack}: {diff.counts()} against {diff.against}"]
+    if diff.note:
+        lines.append(f"  ({diff.note})")
+    lines += [f"+ {t} {n}" for t, n in diff.added]
+    lines += [f"- {t} {n}" for t, n in diff.removed]
+    for resource in diff.changed:
+        lines.append(f"~ {resource.type} {resource.name}")
+        for change in resource.fields:
+            if change.lines:
+                lines.append(f"    {change.path}: {sum(1 for x in change.lines if x[:1] in '+-')} lines changed")
+                lines += [f"      {line}" for line in _shown_lines(change)]
+            else:
+                old, new = shown_pair(change)
+                label = f"{change.path} ({change.note})" if change.note else change.path
+                lines.append(f"    {label}: {old} -> {new}")
+    return "\n".join(lines) + "\n"
+
+
+def _code(text: str) -> str:
+    """A markdown code span that survives backticks in the value."""
+    ticks = max((len(run) for run in re.findall(r"`+", text)), default=0) + 1
+    fence = "`" * ticks
+    return f"{fence} {text} {fence}" if ticks > 1 or text.startswith(" ") else f"{fence}{text}{fence}"
+
+
+def _escape(text: str) -> str:
+    """Plain text (a branch name like fix_a_b) that markdown must not read as emphasis or HTML."""
+    return re.sub(r"([\\`*_\[\]<>#|~])", r"\\\1", text)
+
+
+def _cell(text: str) -> str:
+    # GitHub tables split on "|" even inside code spans unless it is escaped.
+    return _code(text).replace("|", "\\|")
+
+
+def _fenced(lines: list[str], info: str) -> list[str]:
+    longest = max((len(run) for line in lines for run in re.findall(r"`+", line)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [f"{fence}{info}", *lines, fence]
+
+
+def _folded(summary: str, body: list[str], rows: int) -> list[str]:
+    if rows <= LONG_SECTION_ROWS:
+        return body
+    return [f"<details><summary>{summary}</summary>", "", *body, "", "</details>"]
+
+
+def _changed_block(resource: ResourceChange) -> list[str]:
+    block = [f"**{_code(resource.type)} {_code(resource.name)}**", ""]
+    block += ["| path | base | working tree |", "|---|---|---|"]
+    multi_line = []
+    for change in resource.fields:
+        if change.lines:
+            count = sum(1 for x in change.lines if x[:1] in "+-")
+            block.append(f"| {_cell(change.path)} | {count} lines changed, see below | |")
+            multi_line.append(change)
+            continue
+        old, new = shown_pair(change)
+        path = f"{change.path} ({change.note})" if change.note else change.path
+        block.append(f"| {_cell(path)} | {_cell(old)} | {_cell(new)} |")
+    for change in multi_line:
+        block += ["", f"<details><summary>{_code(change.path)}</summary>", ""]
+        block += _fenced(_shown_lines(change), "diff")
+        block += ["", "</details>"]
+    return [*block, ""]
+
+
+def format_markdown(diff: StackDiff, budget: int = MARKDOWN_BUDGET) -> str:
+    """A pull-request comment: a heading with counts, then Added / Removed / Changed sections."""
+    # The marker lets a workflow find and update its own comment for this stack.
+    lines = [f"<!-- llm-serving diff: {diff.stack} -->"]
+    against = _escape(diff.base) + (f" ({_code(diff.commit)})" if diff.commit else "")
+    if diff.empty:
+        lines += [f"### Stack {_code(diff.stack)}: no changes", "", f"Rendered offline against {against}."]
+        return "\n".join(lines) + "\n"
+    lines += [f"### Stack {_code(diff.stack)}: {diff.counts()}", ""]
+    lines.append(f"Rendered offline against {against}; secrets are masked.")
+    if diff.note:
+        lines += ["", f"_{diff.note}_"]
+    for title, items in (("Added", diff.added), ("Removed", diff.removed)):
+        if items:
+            table = ["| type | name |", "|---|---|", *(f"| {_cell(t)} | {_cell(n)} |" for t, n in items)]
+            lines += ["", f"#### {title} ({len(items)})", ""]
+            lines += _folded(f"{len(items)} resources", table, len(items))
+    if diff.changed:
+        lines += ["", f"#### Changed ({len(diff.changed)})", ""]
+        used = sum(len(line) + 1 for line in lines)
+        body: list[str] = []
+        rows = 0
+        for index, resource in enumerate(diff.changed):
+            block = _changed_block(resource)
+            size = sum(len(line) + 1 for line in block)
+            if used + size > budget:
+                # Cut at a whole resource so no table or <details> is left open.
+                left = len(diff.changed) - index
+                body.append(f"_… {left} more changed resources not shown; run `python -m stacks diff "
+                            f"{diff.stack}` for the full diff._")
+                break
+            body += block
+            used += size
+            rows += len(resource.fields) + 1
+        fields = sum(len(r.fields) for r in diff.changed)
+        lines += _folded(f"{len(diff.changed)} resources, {fields} fields", body, rows)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+# --- rendering both sides ------------------------------------------------------------------------
+
+
+def _git(project_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", *args], cwd=project_dir, capture_output=True, text=True, check=False)
+
+
+def _commit(project_dir: Path, ref: str) -> str:
+    found = _git(project_dir, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    if found.returncode != 0:
+        raise DiffError([f"diff: {ref!r} is not a commit in this repository"])
+    return found.stdout.strip()
+
+
+def default_base(project_dir: Path) -> tuple[str, str]:
+    """The merge base with main, as a pull request compares; HEAD when there is none. Returns (ref, label)."""
+    # CI checkouts often have origin/main but no local main.
+    for branch in (DEFAULT_BRANCH, f"origin/{DEFAULT_BRANCH}"):
+        found = _git(project_dir, "merge-base", "HEAD", branch)
+        if found.returncode == 0 and found.stdout.strip():
+            return found.stdout.strip(), f"the merge base with {branch}"
+    return "HEAD", "HEAD"
+
+
+def _export(project_dir: Path, commit: str, into: Path) -> None:
+    """The project directory as committed, via `git archive`: no worktree state is left behind."""
+    prefix = _git(project_dir, "rev-parse", "--show-prefix").stdout.strip()
+    top = _git(project_dir, "rev-parse", "--show-toplevel").stdout.strip()
+    # From the top: run in a subdirectory, git archive would look for that subdirectory again inside
+    # the `<commit>:<prefix>` tree it was given.
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", f"{commit}:{prefix}"], cwd=top, capture_output=True, check=False
+    )
+    if archive.returncode != 0:
+        message = archive.stderr.decode(errors="replace").strip()
+        raise DiffError([f"diff: git archive of {commit[:12]} failed: {message}"])
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        # The "data" filter (Python 3.11.4+) refuses links and paths that would escape the directory;
+        # git's own archive of a commit holds neither, so older 3.11s extract without it.
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(into, filter="data")
+        else:
+            tar.extractall(into)
+
+
+def _start_render(project_dir: Path, stack_file: str, out_dir: Path) -> subprocess.Popen[str]:
+    """Render in a subprocess whose imports resolve to `project_dir` only (the base's own code)."""
+    env = {**os.environ, "PYTHONPATH": str(project_dir), "PYTHONDONTWRITEBYTECODE": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "stacks", "render", stack_file, "--out", str(out_dir), "--quiet"],
+        cwd=project_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def _finish_render(process: subprocess.Popen[str], out_dir: Path, side: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """The rendered resources, or the lines explaining why the render failed."""
+    try:
+        _, stderr = process.communicate(timeout=RENDER_TIMEOUT_SECONDS)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        return [], [f"diff: rendering {side} took longer than {RENDER_TIMEOUT_SECONDS} s"]
+    resources_file = out_dir / "resources.json"
+    if process.returncode != 0 or not resources_file.is_file():
+        # The render prints one masked line per config problem; a crash ends with its exception.
+        tail = stderr.strip().splitlines()[-ERROR_TAIL_LINES:] or [f"exit code {process.returncode}"]
+        return [], [f"diff: {side} does not render:", *(f"  {line}" for line in tail)]
+    return json.loads(resources_file.read_text()), []
+
+
+def _stack_file(target: str, project_dir: Path) -> str:
+    """A stack name (`prod`) or a stack file path, as a path relative to the project directory."""
+    path = Path(target)
+    if path.suffix != ".yaml":
+        path = loader.stack_file_path(target, project_dir)
+    path = path.resolve()
+    if not loader.STACK_FILE.match(path.name):
+        raise DiffError([f"diff: {target!r} is not a stack name or a Pulumi.<stack>.yaml file"])
+    try:
+        return str(path.relative_to(project_dir.resolve()))
+    except ValueError:
+        raise DiffError([f"diff: {path} is outside the project {project_dir}, so it has no base in git"]) from None
+
+
+def diff_stack(target: str, base: str | None = None, project_dir: Path = loader.PROJECT_DIR) -> StackDiff:
+    """Render `target` at `base` (default: the merge base with main) and in the working tree, then compare."""
+    stack_file = _stack_file(target, project_dir)
+    stack = loader.STACK_FILE.match(Path(stack_file).name)["stack"]
+    if _git(project_dir, "rev-parse", "--git-dir").returncode != 0:
+        raise DiffError([f"diff: {project_dir} is not in a git repository"])
+    ref, chosen = (base, base) if base else default_base(project_dir)
+    commit = _commit(project_dir, ref)
+    label = f"{chosen} ({commit[:7]})"  # only for messages; the diff keeps both parts
+
+    with tempfile.TemporaryDirectory(prefix="stacks-diff-") as scratch:
+        tree = Path(scratch) / "base"
+        tree.mkdir()
+        _export(project_dir, commit, tree)
+        in_base = (tree / stack_file).is_file()
+        in_head = (project_dir / stack_file).is_file()
+        if not in_base and not in_head:
+            raise DiffError([f"diff: {stack_file} exists neither at {label} nor in the working tree"])
+        # Both renders at once: each is a separate interpreter, so they overlap on two cores.
+        head_out, base_out = Path(scratch) / "head-render", Path(scratch) / "base-render"
+        head_run = _start_render(project_dir, stack_file, head_out) if in_head else None
+        base_run = _start_render(tree, stack_file, base_out) if in_base else None
+        head, head_errors = _finish_render(head_run, head_out, "the working tree") if head_run else ([], [])
+        old, base_errors = _finish_render(base_run, base_out, f"the base, {label},") if base_run else ([], [])
+    if base_errors or head_errors:
+        raise DiffError(base_errors + head_errors)
+    note = ""
+    if not in_base:
+        note = f"{stack_file} does not exist at the base: every resource is added"
+    elif not in_head:
+        note = f"{stack_file} was deleted: every resource is removed"
+    return diff_resources(old, head, stack, chosen, commit[:7], note)
+
+
+# --- command line --------------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m stacks diff",
+        description="Compare a stack's offline render at a git ref with the working tree. "
+        "Exit 0: no changes; 1: changes; 2: error.",
+    )
+    parser.add_argument("stack", help="stack name (dev, prod, staging) or path to a Pulumi.<stack>.yaml")
+    parser.add_argument(
+        "--base", metavar="REF",
+        help=f"git ref to compare against (default: the merge base of HEAD with {DEFAULT_BRANCH}, else HEAD)",
+    )
+    parser.add_argument(
+        "--format", choices=("text", "markdown"), default="text", help="markdown for a pull-request comment"
+    )
+    return parser
+
+
+def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    """Run `diff` with the arguments after the subcommand; returns the exit code."""
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            args = _parser().parse_args(argv)
+    except SystemExit as exit_:  # argparse printed usage and the problem (or --help)
+        return exit_.code if isinstance(exit_.code, int) else EXIT_ERROR
+    try:
+        diff = diff_stack(args.stack, args.base)
+    except DiffError as error:
+        err.write("\n".join(error.lines) + "\n")
+        return EXIT_ERROR
+    out.write(format_markdown(diff) if args.format == "markdown" else format_text(diff))
+    return EXIT_UNCHANGED if diff.empty else EXIT_CHANGED
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,384 @@
+"""`python -m stacks diff`: the field diff on its own, and the command on real git history.
+
+The command runs in a scratch git repository built from this project's files (never this repo's own
+history), with a `main` commit as the base and edits on a branch or in the working tree.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from stacks.diff import (
+    ABSENT,
+    FieldChange,
+    ResourceChange,
+    StackDiff,
+    default_base,
+    diff_resources,
+    diff_values,
+    format_markdown,
+    format_text,
+)
+from stacks.loader import PROJECT_DIR
+
+# --- the field diff ------------------------------------------------------------------------------
+
+
+def paths(changes: list[FieldChange]) -> dict[str, tuple[object, object]]:
+    return {c.path: (c.old, c.new) for c in changes}
+
+
+def test_equal_values_have_no_changes():
+    value = {"a": [1, {"b": None}], "c": "x"}
+    assert diff_values(value, {"a": [1, {"b": None}], "c": "x"}) == []
+
+
+def test_nested_dicts_report_leaves_and_whole_subtrees_once():
+    old = {"spec": {"replicas": 2, "selector": {"app": "a"}, "gone": {"deep": 1}}}
+    new = {"spec": {"replicas": 3, "selector": {"app": "a"}, "new": {"deep": [1, 2]}}}
+    assert paths(diff_values(old, new, "inputs")) == {
+        "inputs.spec.gone": ({"deep": 1}, ABSENT),
+        "inputs.spec.new": (ABSENT, {"deep": [1, 2]}),
+        "inputs.spec.replicas": (2, 3),
+    }
+
+
+def test_keys_that_are_not_plain_words_are_quoted():
+    old = {"labels": {"app.kubernetes.io/name": "a"}, "limits": {"nvidia.com/gpu": "4"}}
+    new = {"labels": {"app.kubernetes.io/name": "b"}, "limits": {"nvidia.com/gpu": "8"}}
+    assert list(paths(diff_values(old, new))) == ['labels["app.kubernetes.io/name"]', 'limits["nvidia.com/gpu"]']
+
+
+def test_named_lists_are_keyed_by_name_so_an_insertion_shifts_nothing():
+    vllm = {"name": "vllm", "image": "vllm/vllm-openai:v0.33.0", "args": ["--port", "8000"]}
+    sidecar = {"name": "proxy", "image": "envoy:1"}
+    old = {"containers": [vllm]}
+    new = {"containers": [sidecar, {**vllm, "image": "vllm/vllm-openai:v0.34.0"}]}
+    assert paths(diff_values(old, new)) == {
+        "containers[vllm].image": ("vllm/vllm-openai:v0.33.0", "vllm/vllm-openai:v0.34.0"),
+        "containers[proxy]": (ABSENT, sidecar),
+    }
+
+
+def test_env_vars_by_name_and_args_by_index():
+    old = {"env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}], "args": ["--x", "1", "--y", "2"]}
+    new = {"env": [{"name": "B", "value": "3"}, {"name": "A", "value": "1"}], "args": ["--x", "1", "--y", "5", "--z"]}
+    changes = diff_values(old, new)
+    assert paths(changes) == {
+        "env": (["A", "B"], ["B", "A"]),  # a pure reorder is still a change: env vars may refer to earlier ones
+        "env[B].value": ("2", "3"),
+        "args[3]": ("2", "5"),
+        "args[4]": (ABSENT, "--z"),
+    }
+    assert [c.note for c in changes if c.path == "env"] == ["order"]
+
+
+def test_duplicate_names_fall_back_to_indexes():
+    # Two volumeMounts of one volume share a name; keying them by it would lose one.
+    old = {"volumeMounts": [{"name": "w", "mountPath": "/models"}, {"name": "w", "mountPath": "/cache"}]}
+    new = {"volumeMounts": [{"name": "w", "mountPath": "/models"}, {"name": "w", "mountPath": "/var/cache"}]}
+    assert paths(diff_values(old, new)) == {"volumeMounts[1].mountPath": ("/cache", "/var/cache")}
+
+
+def test_names_that_look_like_indexes_are_quoted():
+    old = {"ports": [{"name": "8000", "port": 1}]}
+    new = {"ports": [{"name": "8000", "port": 2}]}
+    assert list(paths(diff_values(old, new))) == ['ports["8000"].port']
+
+
+def test_type_changes_are_changes_even_when_python_calls_them_equal():
+    old = {"a": "4", "b": True, "c": {"x": 1}, "d": None, "e": 1}
+    new = {"a": 4, "b": 1, "c": [1], "e": 1.5}
+    assert paths(diff_values(old, new)) == {
+        "a": ("4", 4),
+        "b": (True, 1),
+        "c": ({"x": 1}, [1]),
+        "d": (None, ABSENT),  # null and absent differ
+        "e": (1, 1.5),
+    }
+
+
+def test_multi_line_strings_carry_a_line_diff():
+    old = {"data": {"counters.csv": "a, gauge\nb, gauge\nc, gauge\n"}}
+    new = {"data": {"counters.csv": "a, gauge\nb, counter\nc, gauge\n"}}
+    (change,) = diff_values(old, new)
+    assert change.path == 'data["counters.csv"]'
+    assert [line for line in change.lines if not line.startswith("@@")] == ["-b, gauge", "+b, counter"]
+
+
+# --- comparing renders ---------------------------------------------------------------------------
+
+
+def resource(type_: str, name: str, parent: str | None = None, **inputs: object) -> dict[str, object]:
+    return {"type": type_, "name": name, "parent": parent, "inputs": inputs}
+
+
+DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+SECRET = "kubernetes:core/v1:Secret"
+
+
+def test_resources_are_keyed_by_type_and_name():
+    base = [
+        resource(DEPLOYMENT, "a", "c::a", replicas=1),
+        resource(DEPLOYMENT, "gone"),
+        resource(SECRET, "a", stringData={"k": "[secret]"}),
+    ]
+    head = [
+        resource(DEPLOYMENT, "a", "c::b", replicas=2),
+        resource(DEPLOYMENT, "new"),
+        resource(SECRET, "a", stringData={"k": "[secret]"}),
+    ]
+    diff = diff_resources(base, head, "prod", "main", "1a2b3c4")
+    assert diff.added == ((DEPLOYMENT, "new"),)
+    assert diff.removed == ((DEPLOYMENT, "gone"),)
+    (changed,) = diff.changed
+    assert (changed.type, changed.name) == (DEPLOYMENT, "a")
+    assert paths(list(changed.fields)) == {"inputs.replicas": (1, 2), "parent": ("c::a", "c::b")}
+
+
+def test_unchanged_renders_make_an_empty_diff():
+    base = [resource(DEPLOYMENT, "a", replicas=1)]
+    diff = diff_resources(base, [dict(r) for r in base], "prod", "main")
+    assert diff.empty
+    assert format_text(diff) == "prod: no changes against main\n"
+
+
+# --- output formats ------------------------------------------------------------------------------
+
+
+def change(path: str, old: object, new: object) -> FieldChange:
+    return FieldChange(path, old, new)
+
+
+SAMPLE = StackDiff(
+    "prod", "main", "1a2b3c4",
+    added=((DEPLOYMENT, "qwen-7b-deployment"),),
+    removed=(("kubernetes:core/v1:Namespace", "prometheus-namespace"),),
+    changed=(ResourceChange(DEPLOYMENT, "llama-70b-deployment", (change("inputs.a[vllm].args[12]", "256", "128"),)),),
+)
+
+
+def test_text_format():
+    assert format_text(SAMPLE) == (
+        "prod: 1 added, 1 removed, 1 changed against main (1a2b3c4)\n"
+        "+ kubernetes:apps/v1:Deployment qwen-7b-deployment\n"
+        "- kubernetes:core/v1:Namespace prometheus-namespace\n"
+        "~ kubernetes:apps/v1:Deployment llama-70b-deployment\n"
+        '    inputs.a[vllm].args[12]: "256" -> "128"\n'
+    )
+
+
+def test_markdown_sections_and_table():
+    text = format_markdown(SAMPLE)
+    assert text.startswith("<!-- llm-serving diff: prod -->\n### Stack `prod`: 1 added, 1 removed, 1 changed\n")
+    for heading in ("#### Added (1)", "#### Removed (1)", "#### Changed (1)"):
+        assert f"\n{heading}\n" in text
+    assert '| `inputs.a[vllm].args[12]` | `"256"` | `"128"` |' in text
+    assert "<details>" not in text  # short diffs stay unfolded
+
+
+def test_markdown_folds_long_sections_clips_values_and_escapes_pipes():
+    long_old, long_new = "x" * 300 + "OLD" + "y" * 300, "x" * 300 + "NEW" + "y" * 300
+    fields = tuple(change(f"inputs.f{i}", i, i + 1) for i in range(30)) + (
+        change("inputs.expr", long_old, long_new),
+        change("inputs.pipe", "a|b", "a`b"),
+    )
+    diff = StackDiff("dev", "main", changed=(ResourceChange(DEPLOYMENT, "d", fields),))
+    text = format_markdown(diff)
+    assert "<details><summary>1 resources, 32 fields</summary>" in text
+    row = next(line for line in text.splitlines() if line.startswith("| `inputs.expr`"))
+    # Clipped to the limit around the first difference, so the change itself stays visible.
+    assert "OLD" in row and "NEW" in row and "…" in row and len(row) < 2 * 120 + 60
+    assert '| `inputs.pipe` | `"a\\|b"` | `` "a`b" `` |' in text
+
+
+def test_markdown_stays_under_the_comment_budget():
+    many = tuple(
+        ResourceChange(DEPLOYMENT, f"d{i}", tuple(change(f"inputs.f{j}", "a" * 100, "b" * 100) for j in range(10)))
+        for i in range(100)
+    )
+    text = format_markdown(StackDiff("prod", "main", changed=many), budget=20_000)
+    assert len(text) < 21_000
+    assert "more changed resources not shown; run `python -m stacks diff prod`" in text
+    assert text.count("<details>") == text.count("</details>")
+
+
+def test_multi_line_changes_show_their_lines():
+    fields = diff_values({"script": "set -e\ndownload a\n"}, {"script": "set -e\ndownload b\n"}, "inputs")
+    diff = StackDiff("dev", "main", changed=(ResourceChange("kubernetes:batch/v1:Job", "j", tuple(fields)),))
+    assert "    inputs.script: 2 lines changed\n      @@ -2 +2 @@\n      -download a\n      +download b\n" in (
+        format_text(diff)
+    )
+    assert "```diff\n@@ -2 +2 @@\n-download a\n+download b\n```" in format_markdown(diff)
+
+
+# --- the command on real git history -------------------------------------------------------------
+
+GIT = ["git", "-c", "user.name=diff-test", "-c", "user.email=diff-test@example.com", "-c", "commit.gpgsign=false"]
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run([*GIT, *args], cwd=repo, check=True, capture_output=True, text=True).stdout
+
+
+def run_diff(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    return subprocess.run(
+        [sys.executable, "-m", "stacks", "diff", *args], cwd=repo, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This project's files (working-tree versions, tests excluded) committed as `main`, then a branch."""
+    root = tmp_path_factory.mktemp("diff-repo")
+    # Tracked and new files alike, so the code under test (maybe not committed yet) is what runs.
+    listed = git(PROJECT_DIR, "ls-files", "--cached", "--others", "--exclude-standard").splitlines()
+    for name in listed:
+        source = PROJECT_DIR / name
+        if not name.startswith("tests/") and source.is_file():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, root / name)
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "base")
+    # A base whose prod no longer validates: more GPUs needed than one node offers.
+    git(root, "checkout", "-q", "-b", "broken")
+    edit_text(root / "Pulumi.prod.yaml", "maxNodes: 4", "maxNodes: 1")
+    git(root, "commit", "-q", "-am", "prod cannot fit its model")
+    git(root, "checkout", "-q", "-b", "feature", "main")
+    return root
+
+
+def edit_text(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {path.name}"
+    path.write_text(text.replace(old, new, 1))
+
+
+@contextmanager
+def edited(repo: Path, name: str, *replacements: tuple[str, str]) -> Iterator[None]:
+    """Working-tree edits of one tracked file, undone afterwards so the next test starts clean."""
+    try:
+        for old, new in replacements:
+            edit_text(repo / name, old, new)
+        yield
+    finally:
+        git(repo, "checkout", "-q", "--", name)
+
+
+QWEN = """\
+    - name: qwen-7b
+      modelId: Qwen/Qwen2.5-7B-Instruct
+      revision: a09a35458c702b33eeacc393d103063234e8bc28
+      maxModelLen: 4096
+      tensorParallelSize: 1
+      route:
+        pathPrefix: /qwen-7b
+  llm-serving:edge:
+"""
+
+
+def test_no_change_against_the_merge_base(repo):
+    result = run_diff(repo, "prod")  # on `feature`, the default base is its merge base with main
+    assert result.returncode == 0, result.stderr
+    main = git(repo, "rev-parse", "--short=7", "main").strip()
+    assert result.stdout == f"prod: no changes against the merge base with main ({main})\n"
+
+
+def test_changed_flag_shows_the_container_arg(repo):
+    with edited(repo, "Pulumi.prod.yaml", ("maxNumSeqs: 256", "maxNumSeqs: 128")):
+        text = run_diff(repo, "prod", "--base", "main")
+        markdown = run_diff(repo, "prod", "--base", "main", "--format", "markdown")
+    assert text.returncode == 1, text.stderr
+    lines = text.stdout.splitlines()
+    assert lines[0].startswith("prod: 0 added, 0 removed, 1 changed against main (")
+    assert lines[1] == "~ kubernetes:apps/v1:Deployment llama-70b-deployment"
+    assert re.fullmatch(r'    inputs\.spec\.template\.spec\.containers\[vllm\]\.args\[\d+\]: "256" -> "128"', lines[2])
+    assert len(lines) == 3
+
+    assert markdown.returncode == 1, markdown.stderr
+    assert "### Stack `prod`: 0 added, 0 removed, 1 changed" in markdown.stdout
+    assert "#### Changed (1)" in markdown.stdout and "#### Added" not in markdown.stdout
+    assert re.search(r'\| `inputs\.spec\.template\.spec\.containers\[vllm\]\.args\[\d+\]` \| `"256"` \| `"128"` \|',
+                     markdown.stdout)
+
+
+def test_added_model_committed_on_a_branch(repo):
+    git(repo, "checkout", "-q", "-b", "add-qwen", "main")
+    try:
+        # Two models need two GPUs plus a surge replica each: dev's node group must be allowed 4 nodes.
+        edit_text(repo / "Pulumi.dev.yaml", "maxNodes: 2", "maxNodes: 4")
+        edit_text(repo / "Pulumi.dev.yaml", "  llm-serving:edge:\n", QWEN)
+        git(repo, "commit", "-q", "-am", "serve qwen-7b in dev")
+        result = run_diff(repo, "dev")
+    finally:
+        git(repo, "checkout", "-q", "feature")
+    assert result.returncode == 1, result.stderr
+    for type_, name in [
+        ("kubernetes:apps/v1:Deployment", "qwen-7b-deployment"),
+        ("kubernetes:core/v1:Service", "qwen-7b-service"),
+        ("kubernetes:policy/v1:PodDisruptionBudget", "qwen-7b-pdb"),
+        ("kubernetes:core/v1:PersistentVolumeClaim", "qwen-7b-weights-claim"),
+        ("kubernetes:gateway.networking.k8s.io/v1:HTTPRoute", "edge-httproute-qwen-7b"),
+        ("llmserving:serving:VllmDeployment", "qwen-7b"),
+    ]:
+        assert f"\n+ {type_} {name}\n" in result.stdout
+    assert "\n~ aws:eks/nodeGroup:NodeGroup gpu-p5-4xlarge-node-group\n    inputs.scalingConfig.maxSize: 2 -> 4\n" in (
+        result.stdout
+    )
+    assert "\n- " not in result.stdout
+
+
+def test_removed_prometheus_stack_in_the_working_tree(repo):
+    existing = "mode: existing\n      url: http://prometheus-operated.monitoring.svc:9090"
+    with edited(repo, "Pulumi.dev.yaml", ("mode: install", existing)):
+        result = run_diff(repo, "dev", "--base", "main")
+    assert result.returncode == 1, result.stderr
+    removed = [line for line in result.stdout.splitlines() if line.startswith("- ")]
+    assert "- kubernetes:helm.sh/v3:Release prometheus-release" in removed
+    assert "- kubernetes:core/v1:Namespace prometheus-namespace" in removed
+    assert "- llmserving:observability:PrometheusStack prometheus" in removed
+    assert "[secret: encrypted" not in result.stdout
+
+
+def test_a_base_that_does_not_render_is_an_error(repo):
+    result = run_diff(repo, "prod", "--base", "broken")
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert re.fullmatch(r"diff: the base, broken \([0-9a-f]{7}\), does not render:", lines[0])
+    assert any("llm-serving:gpuNodeGroup.scaling.maxNodes:" in line for line in lines[1:])
+
+
+def test_a_stack_new_since_the_base_is_all_added(repo):
+    shutil.copy(repo / "Pulumi.staging.yaml", repo / "Pulumi.qa.yaml")
+    try:
+        result = run_diff(repo, "qa", "--base", "main")
+    finally:
+        (repo / "Pulumi.qa.yaml").unlink()
+    assert result.returncode == 1, result.stderr
+    assert "  (Pulumi.qa.yaml does not exist at the base: every resource is added)\n" in result.stdout
+    assert "\n+ kubernetes:apps/v1:Deployment llama-70b-deployment\n" in result.stdout
+    assert not re.search(r"^[-~] ", result.stdout, re.MULTILINE)
+
+
+def test_an_unknown_ref_is_an_error(repo):
+    result = run_diff(repo, "prod", "--base", "no-such-branch")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == "diff: 'no-such-branch' is not a commit in this repository\n"
+
+
+def test_without_main_the_default_base_is_head(tmp_path):
+    git(tmp_path, "init", "-q", "-b", "trunk")
+    git(tmp_path, "commit", "-q", "--allow-empty", "-m", "first")
+    assert default_base(tmp_path) == ("HEAD", "HEAD")
