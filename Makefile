@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STACK ?= dev
 STAMP := $(VENV)/.installed
 
-.PHONY: help render test lint golden reference-fixtures config-docs secrets-set preview up clean
+.PHONY: help render test lint golden reference-fixtures config-docs secrets-set preview up clean policy-check diff
 
 help:
 	@echo "make render STACK=dev     offline render of a stack into build/<stack>/ (no cloud, no CLI)"
@@ -14,6 +14,8 @@ help:
 	@echo "make golden               refresh tests/golden/ after an intended change"
 	@echo "make config-docs          regenerate the configuration reference in README.md"
 	@echo "make reference-fixtures   re-derive tests/fixtures/reference from ../shared/reference"
+	@echo "make diff STACK=prod      offline diff of a stack against the merge base with main"
+	@echo "make policy-check         run the policy pack's rules on every stack's offline render"
 	@echo "make preview STACK=prod   pulumi preview (needs the Pulumi CLI and AWS credentials)"
 	@echo "make up STACK=prod        pulumi up (needs the Pulumi CLI and AWS credentials)"
 
@@ -50,10 +52,16 @@ secrets-set:
 	  exit 1; fi
 
 preview: $(STAMP) secrets-set
-	pulumi preview --stack $(STACK) --diff
+	pulumi preview --stack $(STACK) --diff --policy-pack policies
 
 up: $(STAMP) secrets-set
-	pulumi up --stack $(STACK)
+	pulumi up --stack $(STACK) --policy-pack policies
 
 clean:
 	rm -rf build $(VENV) .pytest_cache .ruff_cache
+
+policy-check: $(STAMP)
+	$(BIN)/python -m policies.check
+
+diff: $(STAMP)
+	$(BIN)/python -m stacks diff $(STACK)

@@ -289,9 +289,19 @@ def route_host(config: StackConfig, model: ModelConfig) -> str:
     return model.route.host or config.edge.host
 
 
+# No edge timeout below 10 minutes, whatever the arithmetic says: queueing and prefill under load
+# come on top of decode time. The policy pack's `edge-non-buffering` rule enforces the same floor.
+MIN_EDGE_TIMEOUT_SECONDS = 600
+
+
 def generation_seconds(config: StackConfig, model: ModelConfig) -> int:
     """Time to generate max-model-len tokens at the slowest decode speed we allow for."""
     return math.ceil(model.max_model_len / config.edge.min_decode_tokens_per_second)
+
+
+def edge_timeout_floor(config: StackConfig, model: ModelConfig) -> int:
+    """The shortest edge timeout a model's route may have."""
+    return max(MIN_EDGE_TIMEOUT_SECONDS, generation_seconds(config, model))
 
 
 # AWS NLB TCP idle timeout (Network Load Balancer guide, "update-idle-timeout": 350 s default).
@@ -338,11 +348,13 @@ def _edge(config: StackConfig) -> Iterator[Problem]:
             yield Problem(f"models[{model.name}].route.pathPrefix", f"{edge.mode.value} mode cannot strip a path "
                           "prefix; give each model its own host", model.route.path_prefix, "/")
         needed = generation_seconds(config, model)
+        floor = edge_timeout_floor(config, model)
         timeout = model.route.request_timeout_seconds
-        if timeout and timeout < needed:
+        if timeout and timeout < floor:
             yield Problem(f"models[{model.name}].route.requestTimeoutSeconds", f"cuts generations short: "
                           f"{model.max_model_len} tokens at {edge.min_decode_tokens_per_second:g} tokens/s take "
-                          f"{needed} s", timeout, f">= {needed}, or 0 to disable")
+                          f"{needed} s, and no edge timeout may be under {MIN_EDGE_TIMEOUT_SECONDS} s", timeout,
+                          f">= {floor}, or 0 to disable")
         if edge.mode is EdgeMode.ALB and needed > ALB_MAX_IDLE_TIMEOUT_SECONDS:
             yield Problem(f"models[{model.name}].maxModelLen", f"a non-streamed response of {model.max_model_len} "
                           f"tokens at {edge.min_decode_tokens_per_second:g} tokens/s takes {needed} s, beyond the "

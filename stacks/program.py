@@ -177,7 +177,7 @@ def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType
 
 def alb_idle_timeout(config: StackConfig) -> int:
     """Long enough for the longest non-streamed generation (the ALB sees no byte until the end)."""
-    longest = max(checks.generation_seconds(config, m) for m in config.models)
+    longest = max(checks.edge_timeout_floor(config, m) for m in config.models)
     return min(checks.ALB_MAX_IDLE_TIMEOUT_SECONDS, max(longest, config.edge.stream_idle_timeout_seconds))
 
 

@@ -77,9 +77,11 @@ def test_rejects_two_models_on_the_same_host_and_path():
 def test_rejects_a_timeout_shorter_than_a_max_length_generation():
     assert lines(models=[model(route={"requestTimeoutSeconds": 60})]) == [
         "llm-serving:models[qwen-7b].route.requestTimeoutSeconds: cuts generations short: 4096 tokens at 10 "
-        "tokens/s take 410 s (got 60; expected >= 410, or 0 to disable)"
+        "tokens/s take 410 s, and no edge timeout may be under 600 s (got 60; expected >= 600, or 0 to disable)"
     ]
-    assert lines(models=[model(route={"requestTimeoutSeconds": 410})]) == []
+    assert lines(models=[model(route={"requestTimeoutSeconds": 600})]) == []
+    (line,) = lines(models=[model(maxModelLen=16384, route={"requestTimeoutSeconds": 900})])
+    assert "16384 tokens at 10 tokens/s take 1639 s" in line and "expected >= 1639" in line
 
 
 def test_rejects_stream_idle_timeout_the_nlb_would_cut():
