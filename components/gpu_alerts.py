@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from components import dcgm_counters
+from components.prometheus_rules import alert_rule
 
 # Target label carrying the Kubernetes node name. Our dcgm-exporter ServiceMonitor MUST relabel
 #   sourceLabels: [__meta_kubernetes_pod_node_name] -> targetLabel: node (action: replace)
@@ -71,29 +72,6 @@ def _check(name: str, value: int, low: int, high: int) -> None:
         raise ValueError(f"{name}={value!r}: expected an integer from {low} to {high}")
 
 
-def _rule(
-    *,
-    alert: str,
-    expr: str,
-    for_minutes: int,
-    severity: str,
-    summary: str,
-    description: str,
-    runbook_base_url: str,
-) -> dict[str, Any]:
-    return {
-        "alert": alert,
-        "expr": expr,
-        "for": f"{for_minutes}m",
-        "labels": {"severity": severity},
-        "annotations": {
-            "summary": summary,
-            "description": description,
-            "runbook_url": f"{runbook_base_url}#{alert.lower()}",
-        },
-    }
-
-
 def gpu_health_rule_groups(
     *,
     runbook_base_url: str,
@@ -136,7 +114,7 @@ def gpu_health_rule_groups(
         # dcgm_counters) sees repeats and every code separately, so `> 0` means "this Xid arrived in
         # the last window" (default 5 minutes). Caveat: DCGM said in 2024 it could not report Xid 79,
         # 119 and 120 through NVML (DCGM#162), hence the GpuMissing and exporter alerts as backstops.
-        _rule(
+        alert_rule(
             alert="GpuXidCritical",
             expr=f'{xid_count}{{{job},xid=~"{xid_regex}"}} > 0',
             for_minutes=0,
@@ -149,7 +127,7 @@ def gpu_health_rule_groups(
             ),
             runbook_base_url=runbook_base_url,
         ),
-        _rule(
+        alert_rule(
             alert="GpuXidError",
             expr=f'{xid_count}{{{job},xid!~"{xid_regex}"}} > 0',
             for_minutes=0,
@@ -165,7 +143,7 @@ def gpu_health_rule_groups(
         ),
         # ECC double-bit errors are uncorrectable: data on this GPU may be wrong (NVIDIA catalog,
         # Xid 48). increase() copes with the volatile counter resetting on a GPU reset.
-        _rule(
+        alert_rule(
             alert="GpuEccDoubleBitErrors",
             expr=f"increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{{job}}}[10m]) > 0",
             for_minutes=0,
@@ -180,7 +158,7 @@ def gpu_health_rule_groups(
         ),
         # A failed row remap is a state, not an event: it stays set, so `> 0` firing until the GPU is
         # replaced is the intended behaviour.
-        _rule(
+        alert_rule(
             alert="GpuRowRemapFailure",
             expr=f"DCGM_FI_DEV_ROW_REMAP_FAILURE{{{job}}} > 0",
             for_minutes=0,
@@ -192,7 +170,7 @@ def gpu_health_rule_groups(
             ),
             runbook_base_url=runbook_base_url,
         ),
-        _rule(
+        alert_rule(
             alert="GpuUncorrectableRowRemapsIncreasing",
             expr=f"increase(DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS{{{job}}}[1h]) > 0",
             for_minutes=0,
@@ -210,7 +188,7 @@ def gpu_health_rule_groups(
         # unit-proof: DCGM documents ns, older exporter CSVs said us, and a fraction threshold would
         # silently never fire if the unit were wrong by 1000x. The cost: any throttling in every
         # 5-minute window for the whole `for` period fires, not "throttled X% of the time".
-        _rule(
+        alert_rule(
             alert="GpuThermalThrottling",
             expr=f"rate(DCGM_FI_DEV_THERMAL_VIOLATION{{{job}}}[5m]) > 0",
             for_minutes=throttle_for_minutes,
@@ -225,7 +203,7 @@ def gpu_health_rule_groups(
         ),
         # Power capping under sustained full load can be normal on H100-class GPUs; it is a warning
         # because it lowers decode throughput for the whole replica, not because the GPU is failing.
-        _rule(
+        alert_rule(
             alert="GpuPowerThrottling",
             expr=f"rate(DCGM_FI_DEV_POWER_VIOLATION{{{job}}}[5m]) > 0",
             for_minutes=throttle_for_minutes,
@@ -244,7 +222,7 @@ def gpu_health_rule_groups(
         #   bit 0x8 (k=3):          x % 16 >= 8
         #   bit 0x40 or 0x80 (k=6,7): x % 256 = b7*128 + b6*64 + (< 64), which is >= 64 iff b6 or b7.
         # Exact in float64: the mask is an integer far below 2^53 (the exporter prints it with %d).
-        _rule(
+        alert_rule(
             alert="GpuHardwareSlowdown",
             expr=(
                 f"({reasons} % {2 * HW_SLOWDOWN_BIT}) >= {HW_SLOWDOWN_BIT}"
@@ -260,7 +238,7 @@ def gpu_health_rule_groups(
             ),
             runbook_base_url=runbook_base_url,
         ),
-        _rule(
+        alert_rule(
             alert="GpuTemperatureHigh",
             expr=f"{temp} > {temperature_celsius}",
             for_minutes=5,
@@ -280,7 +258,7 @@ def gpu_health_rule_groups(
         # still report, so scaling a node away never fires it. It resolves once the GPU ages out of
         # the 1h lookback even if it never returns: the node's nvidia.com/gpu allocatable is the
         # lasting record.
-        _rule(
+        alert_rule(
             alert="GpuMissing",
             expr=(
                 f"(max by ({NODE_LABEL}, {UUID_LABEL}, {GPU_LABEL}) (max_over_time({temp}[1h]))"
@@ -300,7 +278,7 @@ def gpu_health_rule_groups(
         # absent(up{...}) would fire all night. A node that is gone is Kubernetes' business; a node
         # that is there but unmonitored is ours: either the scrape fails (up == 0) or the exporter
         # answers without any GPU metric (DCGM hung or lost every GPU).
-        _rule(
+        alert_rule(
             alert="DcgmExporterNotReporting",
             expr=f"up{{{job}}} == 0 or (up{{{job}}} == 1 unless on ({NODE_LABEL}) {temp})",
             for_minutes=exporter_absent_minutes,

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from components.autoscaling import NAMESPACE_LABEL, POD_LABEL, check_dns_label, check_label_value
+from components.prometheus_rules import alert_rule
 
 # kube-state-metrics series the rules read (kubernetes/kube-state-metrics docs/metrics/workload/
 # deployment-metrics.md and pod-metrics.md, all STABLE). Their `namespace`, `deployment` and `pod`
@@ -81,30 +82,10 @@ def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
-def _rule(
-    *,
-    alert: str,
-    expr: str,
-    for_minutes: int,
-    severity: str,
-    model: str,
-    summary: str,
-    description: str,
-    runbook_base_url: str,
-) -> dict[str, Any]:
-    return {
-        "alert": alert,
-        "expr": expr,
-        "for": f"{for_minutes}m",
-        # model_name on every alert, also the kube-state-metrics ones, so routing and grouping work
-        # per model; on the vLLM ones it equals the series' own label.
-        "labels": {"severity": severity, "model_name": model},
-        "annotations": {
-            "summary": summary,
-            "description": description,
-            "runbook_url": f"{runbook_base_url}#{alert.lower()}",
-        },
-    }
+def _rule(*, model: str, **fields: Any) -> dict[str, Any]:
+    # model_name on every alert, also the kube-state-metrics ones, so routing and grouping work per
+    # model; on the vLLM ones it equals the series' own label.
+    return alert_rule(labels={"model_name": model}, **fields)
 
 
 def group_name(m: ModelSlo) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from components import dashboards
-from components.autoscaling import ScalingTarget, kv_query, prometheus_adapter_values, queue_query, scaled_object
+from components.autoscaling import kv_query, prometheus_adapter_values, queue_query, scaled_object
 from components.dashboards import dashboard_configmap, gpu_dashboard, panel_queries, serving_dashboard
 from components.dcgm_counters import COUNTERS
 from components.serving_alerts import KUBE_STATE_METRICS, ModelSlo, serving_rule_groups
@@ -27,6 +27,7 @@ from tests.support.reference import (
     vllm_metrics,
     vllm_series_names,
 )
+from tests.unit.test_autoscaling import PROD
 
 DASHBOARDS = {"serving": serving_dashboard(), "gpu": gpu_dashboard()}
 EXPORTED_DCGM = {c.field: c.prom_type for c in COUNTERS if c.prom_type != "label"}
@@ -224,21 +225,7 @@ def test_configmap_rejects_nonsense(kwargs: dict, message: str) -> None:
 # --------------------------------------------------------------------------------------------
 # Every PromQL expression the autoscaling, alert and dashboard modules emit.
 
-_TARGET = ScalingTarget(
-    deployment_name="llama-70b",
-    namespace="llm-serving",
-    served_model_name="llama-70b",
-    min_replicas=2,
-    max_replicas=4,
-    waiting_per_replica_target=5,
-    waiting_activation=1,
-    kv_usage_target=0.8,
-    kv_usage_activation=0.5,
-    scale_down_window_seconds=900,
-    scale_up_window_seconds=30,
-    cooldown_seconds=1200,
-    fallback_replicas=2,
-)
+_TARGET = PROD  # the prod-like target of the autoscaling tests
 _SLO = ModelSlo("llama-70b", "llama-70b", "llm-serving", max_replicas=4, ttft_p95_seconds=2, itl_p95_seconds=0.1)
 
 
