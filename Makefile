@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 help:
 	@echo "make render STACK=dev     offline render of a stack into build/<stack>/ (no cloud, no CLI)"
 	@echo "make test                 the whole test suite"
-	@echo "make lint                 ruff"
+	@echo "make lint                 ruff, and the layering contracts (import-linter, pyproject.toml)"
 	@echo "make golden               refresh tests/golden/ after an intended change"
 	@echo "make config-docs          regenerate the configuration reference in README.md"
 	@echo "make reference-fixtures   re-derive tests/fixtures/reference from ../shared/reference"
@@ -33,6 +33,7 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports --no-cache
 
 golden: $(STAMP)
 	$(BIN)/python -m tests.golden.refresh
@@ -61,7 +62,7 @@ clean:
 	rm -rf build $(VENV) .pytest_cache .ruff_cache
 
 policy-check: $(STAMP)
-	$(BIN)/python -m policies.check
+	$(BIN)/python -m stacks.policy_check
 
 diff: $(STAMP)
 	$(BIN)/python -m stacks diff $(STACK)

@@ -11,20 +11,26 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components import edge_objects, vllm_engine
-from components.autoscaling import ScalingTarget
-from components.dcgm_exporter import DcgmExporter, DcgmExporterArgs
-from components.edge import Edge, EdgeArgs
-from components.gpu_node_group import GpuNodeGroup, GpuNodeGroupArgs
-from components.helm import namespace
-from components.manifests import manifest_resource
-from components.model_autoscaling import ModelAutoscaling, ModelAutoscalingArgs
-from components.model_weights import ModelWeights, ModelWeightsArgs
-from components.nvidia_device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
-from components.prometheus_stack import PrometheusStack, PrometheusStackArgs
-from components.serving_alerts import ModelSlo
-from components.serving_observability import ServingObservability, ServingObservabilityArgs
-from components.vllm_deployment import VllmDeployment, VllmDeploymentArgs
+from components.edge import Edge, EdgeArgs, network_policies
+from components.gpu import (
+    DcgmExporter,
+    DcgmExporterArgs,
+    GpuNodeGroup,
+    GpuNodeGroupArgs,
+    NvidiaDevicePlugin,
+    NvidiaDevicePluginArgs,
+    exported_metric_names,
+)
+from components.observability import (
+    ModelSlo,
+    PrometheusStack,
+    PrometheusStackArgs,
+    ServingObservability,
+    ServingObservabilityArgs,
+)
+from components.platform import manifest_resource, namespace
+from components.scaling import ModelAutoscaling, ModelAutoscalingArgs, ScalingTarget
+from components.serving import PORT, EngineSettings, ModelWeights, ModelWeightsArgs, VllmDeployment, VllmDeploymentArgs
 
 # Labels every vLLM pod and every staging Job pod carries (NetworkPolicies and the PodMonitor).
 VLLM_POD_SELECTOR = {"app.kubernetes.io/component": "vllm"}
@@ -44,7 +50,7 @@ class ServedModel:
     tokenizer_revision: str | None
     image: str
     replicas: int
-    settings: vllm_engine.EngineSettings
+    settings: EngineSettings
     startup_budget_seconds: int
     resources: dict
     chat_template: str | None
@@ -111,6 +117,7 @@ class ServingStack(pulumi.ComponentResource):
                 monitor_labels=args.monitor_labels,
                 runbook_base_url=args.runbook_base_url,
                 models=tuple(m.slo for m in args.models),
+                gpu_metric_names=exported_metric_names(),
             ),
             child,
             crds_from=crds,
@@ -155,10 +162,10 @@ class ServingStack(pulumi.ComponentResource):
         after_namespace = pulumi.ResourceOptions(parent=self, depends_on=[ns])
         fences = [
             manifest_resource(f"serving-netpol-{policy['metadata']['name']}", policy, after_namespace)
-            for policy in edge_objects.network_policies(
+            for policy in network_policies(
                 serving_namespace=args.serving_namespace,
                 model_selector=VLLM_POD_SELECTOR,
-                port=vllm_engine.PORT,
+                port=PORT,
                 edge_namespace=args.edge.settings.namespace,
                 prometheus_namespace=args.prometheus_namespace,
                 staging_job_selector=STAGING_POD_SELECTOR,
@@ -212,6 +219,6 @@ class ServingStack(pulumi.ComponentResource):
             )
             self._deployments.append(deployment.deployment)
             endpoints[model.name] = pulumi.Output.concat(
-                "http://", deployment.service_name, ".", args.serving_namespace, ".svc:", str(vllm_engine.PORT)
+                "http://", deployment.service_name, ".", args.serving_namespace, ".svc:", str(PORT)
             )
         return endpoints

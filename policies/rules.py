@@ -18,14 +18,14 @@ ENVIRONMENTS: tuple[str, ...] = ("dev", "staging", "prod")
 RENDERED_SECRET = "[secret]"
 
 GPU_RESOURCE = "nvidia.com/gpu"
-# The GPU node group's taint (components/gpu_node_group.py): key nvidia.com/gpu, value true, NoSchedule.
+# The GPU node group's taint (components/gpu/scheduling.py): key nvidia.com/gpu, value true, NoSchedule.
 GPU_TAINT = {"key": GPU_RESOURCE, "value": "true", "effect": "NoSchedule"}
 # Node labels that only GPU nodes carry: GPU feature discovery's nvidia.com/gpu.* and our node group label.
 GPU_NODE_LABEL_PREFIXES = ("nvidia.com/gpu", "llm-serving/node-group")
 WEIGHTS_COMPONENT = "weights"
 
-# Mirrors components/capacity.py MIN_STARTUP_BUDGET_SECONDS and the vLLM liveness settings in
-# components/vllm_engine.py; tests/unit/test_policy_rules.py keeps them equal.
+# Mirrors components/serving/capacity.py MIN_STARTUP_BUDGET_SECONDS and the vLLM liveness settings in
+# components/serving/engine.py; tests/policies/test_rules.py keeps them equal.
 MIN_STARTUP_BUDGET_SECONDS = 600
 MIN_LIVENESS_TIMEOUT_SECONDS = 10
 MIN_LIVENESS_WINDOW_SECONDS = 90

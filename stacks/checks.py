@@ -11,8 +11,8 @@ import re
 from collections.abc import Callable, Iterator
 from urllib.parse import urlsplit
 
-from components import capacity, gpu_catalog, vllm_engine
-from components.model_catalog import ModelArchitecture, lookup_model
+from components import gpu, serving
+from components.serving import ModelArchitecture, lookup_model
 from stacks.config import (
     AccessMode,
     AmiType,
@@ -39,16 +39,16 @@ MIN_ROOT_VOLUME_FOR_IMAGES_GIB = 100
 NG = "gpuNodeGroup"
 
 
-def resolve_instance_type(config: StackConfig) -> gpu_catalog.InstanceType | None:
+def resolve_instance_type(config: StackConfig) -> gpu.InstanceType | None:
     """The catalog entry, or one built from `customInstance`; None when neither applies."""
     group = config.gpu_node_group
-    known = gpu_catalog.lookup_instance_type(group.instance_type)
+    known = gpu.lookup_instance_type(group.instance_type)
     if known is not None:
         return known
     custom = group.custom_instance
     if custom is None:
         return None
-    return gpu_catalog.instance_type_from_spec(
+    return gpu.instance_type_from_spec(
         group.instance_type.lower(),
         gpu_count=custom.gpu_count,
         gpu_memory_gib=custom.gpu_memory_gib,
@@ -93,7 +93,7 @@ def _capacity(config: StackConfig) -> Iterator[Problem]:
 
 def _instance(config: StackConfig) -> Iterator[Problem]:
     group = config.gpu_node_group
-    known = gpu_catalog.lookup_instance_type(group.instance_type)
+    known = gpu.lookup_instance_type(group.instance_type)
     if known is not None and group.custom_instance is not None:
         yield Problem(f"{NG}.customInstance", f"{group.instance_type} is in the GPU catalog; "
                       "customInstance is only for instance types missing from it", "a customInstance",
@@ -107,7 +107,7 @@ def _instance(config: StackConfig) -> Iterator[Problem]:
     if instance is None:
         yield Problem(f"{NG}.instanceType", "not a GPU instance type in the catalog; give its GPU facts "
                       "in gpuNodeGroup.customInstance if it has GPUs", group.instance_type,
-                      "one of " + ", ".join(gpu_catalog.known_instance_type_names()))
+                      "one of " + ", ".join(gpu.known_instance_type_names()))
         return
     if (group.container_storage is ContainerStorage.INSTANCE_NVME
             and group.ami_type is AmiType.BOTTLEROCKET_X86_64_NVIDIA):
@@ -173,13 +173,13 @@ def model_architecture(model: ModelConfig) -> ModelArchitecture | None:
     )
 
 
-def model_plan(config: StackConfig, model: ModelConfig) -> capacity.CapacityPlan:
+def model_plan(config: StackConfig, model: ModelConfig) -> serving.CapacityPlan:
     """The capacity plan of one model on the node group's GPUs; CapacityError when it cannot work."""
     instance = resolve_instance_type(config)
     architecture = model_architecture(model)
     if instance is None or architecture is None:
-        raise capacity.CapacityError("no plan without a known instance type and model architecture")
-    return capacity.plan(
+        raise serving.CapacityError("no plan without a known instance type and model architecture")
+    return serving.plan(
         architecture,
         instance,
         model.max_model_len,
@@ -210,7 +210,7 @@ def _models(config: StackConfig) -> Iterator[Problem]:
         if model.image.tag in MOVING_TAGS:
             yield Problem(f"{at}.image.tag", "a moving tag; pin the engine version", model.image.tag,
                           "a release tag like v0.33.0")
-        conflicts = vllm_engine.managed_flag_conflicts(model.extra_args)
+        conflicts = serving.managed_flag_conflicts(model.extra_args)
         if conflicts:
             yield Problem(f"{at}.extraArgs", "sets flags that typed keys own", conflicts,
                           "only flags without a key of their own")
@@ -231,7 +231,7 @@ def _models(config: StackConfig) -> Iterator[Problem]:
             continue
         try:
             plan = model_plan(config, model)
-        except capacity.CapacityError as error:
+        except serving.CapacityError as error:
             settings = (f"tensorParallelSize={model.tensor_parallel_size} maxModelLen={model.max_model_len} "
                         f"gpuMemoryUtilization={model.gpu_memory_utilization:g} "
                         f"kvCacheDtype={model.kv_cache_dtype.value}")
@@ -259,7 +259,7 @@ def replica_bounds(model: ModelConfig) -> tuple[int, int]:
     return low, high
 
 
-def _scaling_bounds(config: StackConfig, model: ModelConfig, plan: capacity.CapacityPlan) -> Iterator[Problem]:
+def _scaling_bounds(config: StackConfig, model: ModelConfig, plan: serving.CapacityPlan) -> Iterator[Problem]:
     at = f"models[{model.name}]"
     low, high = replica_bounds(model)
     if low > high:

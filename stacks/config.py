@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, StringConstraints
 from pydantic.alias_generators import to_camel
 
-from components import versions
+from components.platform import versions
 
 # A Kubernetes label/annotation-safe DNS-1123 name: namespaces, release names.
 DnsLabel = Annotated[
@@ -522,7 +522,7 @@ class DevicePluginAddon(ConfigModel):
     )
     chart_version: ChartVersion = Field(
         default=versions.NVIDIA_DEVICE_PLUGIN.version,
-        description="nvidia-device-plugin chart version; the default is pinned in components/versions.py.",
+        description="nvidia-device-plugin chart version; the default is pinned in components/platform/versions.py.",
     )
 
 
@@ -532,7 +532,7 @@ class DcgmExporterAddon(ConfigModel):
     namespace: DnsLabel = Field(default="gpu-monitoring", description="Namespace the chart is installed into.")
     chart_version: ChartVersion = Field(
         default=versions.DCGM_EXPORTER.version,
-        description="dcgm-exporter chart version; the default is pinned in components/versions.py.",
+        description="dcgm-exporter chart version; the default is pinned in components/platform/versions.py.",
     )
 
 

@@ -12,10 +12,9 @@ import json
 import sys
 from typing import TextIO
 
-from components import capacity
-from components.capacity import CapacityError, CapacityPlan
-from components.gpu_catalog import known_instance_type_names, lookup_instance_type
-from components.model_catalog import known_model_ids, lookup_model
+from components import serving
+from components.gpu import known_instance_type_names, lookup_instance_type
+from components.serving import CapacityError, CapacityPlan, known_model_ids, lookup_model
 
 EXIT_OK = 0
 EXIT_USAGE = 2  # argparse's own code for bad arguments; a rejected plan is the same kind of answer
@@ -53,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m stacks plan",
         description=(
             "Plan one vLLM replica: tensor-parallel size, KV-cache tokens, concurrency at "
-            "--max-model-len and the startup-probe budget. Memory model: components/capacity.py."
+            "--max-model-len and the startup-probe budget. Memory model: components/serving/capacity.py."
         ),
     )
     parser.add_argument("--model", required=True, help="Hugging Face id from the model catalog.")
@@ -75,20 +74,20 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--gpu-memory-utilization",
         type=float,
-        default=capacity.DEFAULT_GPU_MEMORY_UTILIZATION,
-        help=f"Fraction of each GPU vLLM may use (default {capacity.DEFAULT_GPU_MEMORY_UTILIZATION}).",
+        default=serving.DEFAULT_GPU_MEMORY_UTILIZATION,
+        help=f"Fraction of each GPU vLLM may use (default {serving.DEFAULT_GPU_MEMORY_UTILIZATION}).",
     )
     parser.add_argument(
         "--kv-cache-dtype",
         default="auto",
-        help=f"auto (model dtype) or one of {', '.join(capacity.KV_CACHE_DTYPE_BYTES)}.",
+        help=f"auto (model dtype) or one of {', '.join(serving.KV_CACHE_DTYPE_BYTES)}.",
     )
     parser.add_argument(
         "--max-num-batched-tokens",
         type=_token_count,
-        default=capacity.DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        default=serving.DEFAULT_MAX_NUM_BATCHED_TOKENS,
         help=f"Tokens per engine step; drives the activation estimate "
-        f"(default {capacity.DEFAULT_MAX_NUM_BATCHED_TOKENS}).",
+        f"(default {serving.DEFAULT_MAX_NUM_BATCHED_TOKENS}).",
     )
     parser.add_argument(
         "--available-kv-gib",
@@ -105,9 +104,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--storage-read-mib-per-second",
         type=float,
-        default=capacity.DEFAULT_STORAGE_READ_MIB_PER_SECOND,
+        default=serving.DEFAULT_STORAGE_READ_MIB_PER_SECOND,
         help="Read throughput of the weights volume in MiB/s "
-        f"(default {capacity.DEFAULT_STORAGE_READ_MIB_PER_SECOND:g}, gp3's baseline).",
+        f"(default {serving.DEFAULT_STORAGE_READ_MIB_PER_SECOND:g}, gp3's baseline).",
     )
     parser.add_argument("--json", action="store_true", help="Print the plan as JSON.")
     return parser
@@ -171,7 +170,7 @@ def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = 
         return EXIT_USAGE
 
     try:
-        result = capacity.plan(
+        result = serving.plan(
             model,
             instance_type,
             args.max_model_len,

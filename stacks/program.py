@@ -14,17 +14,12 @@ from typing import Any
 import pulumi
 from pulumi.runtime import config as runtime_config
 
-from components import prometheus_stack, vllm_engine
-from components.autoscaling import ScalingTarget
-from components.dcgm_exporter import DcgmExporterArgs
-from components.edge import EdgeArgs
-from components.edge_objects import EdgeSettings, Route
-from components.gpu_catalog import InstanceType
-from components.gpu_node_group import GpuNodeGroupArgs
-from components.kubernetes_provider import EksCluster, kubernetes_provider, lookup_cluster
-from components.model_autoscaling import ModelAutoscalingArgs
-from components.nvidia_device_plugin import NvidiaDevicePluginArgs
-from components.serving_alerts import ModelSlo
+from components import observability, serving
+from components.edge import EdgeArgs, EdgeSettings, Route
+from components.gpu import DcgmExporterArgs, GpuNodeGroupArgs, InstanceType, NvidiaDevicePluginArgs
+from components.observability import ModelSlo
+from components.platform import EksCluster, kubernetes_provider, lookup_cluster
+from components.scaling import ModelAutoscalingArgs, ScalingTarget
 from components.serving_stack import (
     ServedModel,
     ServingStack,
@@ -121,8 +116,8 @@ def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType
         tokenizer_revision=tokenizer_revision,
         image=image,
         replicas=model.replicas,
-        settings=vllm_engine.EngineSettings(
-            model_path=vllm_engine.staged_model_path(model.model_id, model.revision),
+        settings=serving.EngineSettings(
+            model_path=serving.staged_model_path(model.model_id, model.revision),
             served_model_name=model.name,
             max_model_len=model.max_model_len,
             gpu_memory_utilization=model.gpu_memory_utilization,
@@ -133,18 +128,18 @@ def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType
             enable_prefix_caching=model.enable_prefix_caching,
             shutdown_timeout_seconds=model.shutdown_timeout_seconds,
             quantization=model.quantization,
-            tokenizer_path=vllm_engine.staged_tokenizer_path(model.model_id, tokenizer_revision)
+            tokenizer_path=serving.staged_tokenizer_path(model.model_id, tokenizer_revision)
             if tokenizer_revision
             else None,
-            chat_template_path=vllm_engine.CHAT_TEMPLATE_PATH if model.chat_template is not None else None,
+            chat_template_path=serving.CHAT_TEMPLATE_PATH if model.chat_template is not None else None,
             extra_args=tuple(model.extra_args),
         ),
         startup_budget_seconds=plan.startup_budget_seconds,
-        resources=vllm_engine.pod_resources(instance.vcpus, instance.memory_gib, instance.gpu_count, tp),
+        resources=serving.pod_resources(instance.vcpus, instance.memory_gib, instance.gpu_count, tp),
         chat_template=model.chat_template,
         storage_class=model.storage.storage_class,
         access_mode=model.storage.access_mode.value,
-        size_gib=model.storage.size_gib or vllm_engine.weights_volume_gib(architecture.weight_bytes),
+        size_gib=model.storage.size_gib or serving.weights_volume_gib(architecture.weight_bytes),
         download_deadline_seconds=max(1800, math.ceil(2 * download_seconds)),
         scaling=ScalingTarget(
             deployment_name=model.name,
@@ -207,7 +202,7 @@ def edge_args(config: StackConfig, cluster: EksCluster) -> EdgeArgs:
         Route(
             model_name=m.name,
             namespace=config.serving.namespace,
-            port=vllm_engine.PORT,
+            port=serving.PORT,
             host=checks.route_host(config, m),
             path_prefix=m.route.path_prefix,
             request_timeout_seconds=m.route.request_timeout_seconds,
@@ -284,7 +279,7 @@ def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStack
             exporter_absent_minutes=alerts.exporter_absent_minutes,
             monitor_labels=dict(prometheus.monitor_selector_labels),
         ),
-        prometheus=prometheus_stack.PrometheusStackArgs(
+        prometheus=observability.PrometheusStackArgs(
             namespace=prometheus.namespace,
             chart_version=prometheus.chart_version,
             grafana_admin_password=pulumi.Output.secret(
@@ -306,7 +301,7 @@ def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStack
             namespace=config.autoscaling.namespace,
             keda_chart_version=config.autoscaling.keda_chart_version,
             prometheus_adapter_chart_version=config.autoscaling.prometheus_adapter_chart_version,
-            prometheus_url=prometheus.url or prometheus_stack.query_url(prometheus.namespace),
+            prometheus_url=prometheus.url or observability.query_url(prometheus.namespace),
             targets=tuple(m.scaling for m in models),
         ),
         prometheus_namespace=prometheus.namespace,

@@ -1,0 +1,92 @@
+"""Edge: publishes each model's OpenAI API through Envoy Gateway, an AWS ALB or ingress-nginx.
+
+Installs the controller's chart when asked and declares the streaming-safe objects that
+`edge_objects` builds (the NetworkPolicies around the pods are the ServingStack's, created first).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.platform import helm_release, manifest_resource, namespace
+
+from . import objects
+from .objects import EdgeSettings, Route
+
+
+@dataclass(frozen=True)
+class EdgeArgs:
+    mode: str  # "gateway" | "alb" | "ingress-nginx"
+    install_controller: bool
+    settings: EdgeSettings
+    routes: tuple[Route, ...]
+    envoy_gateway_chart_version: str
+    alb_controller_chart_version: str
+    alb_controller_values: dict  # clusterName, region, vpcId, service account role
+    load_balancer_cidrs: tuple[pulumi.Input[str], ...] = ()  # ALB subnets reach pods directly (target type ip)
+    client_api_key: pulumi.Input[str] | None = None  # auth gateway-api-key: the key clients present
+
+
+class Edge(pulumi.ComponentResource):
+    """The load balancer, routes and policies in front of the vLLM Services."""
+
+    def __init__(self, name: str, args: EdgeArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("llmserving:edge:Edge", name, None, opts)
+        routes = list(args.routes)
+        controller: list[pulumi.Resource] = []
+        if args.mode == "gateway":
+            if args.install_controller:
+                # Only an installed controller's namespace is ours; an existing one is left alone.
+                ns = namespace(f"{name}-namespace", args.settings.namespace, parent=self)
+                controller.append(ns)
+                controller.append(
+                    helm_release(
+                        f"{name}-envoy-gateway",
+                        chart="gateway-helm",
+                        version=args.envoy_gateway_chart_version,
+                        release_namespace=ns.metadata.name,
+                        values=objects.envoy_gateway_chart_values(),
+                        parent=self,
+                    )
+                )
+            manifests = objects.gateway_objects(args.settings, routes)
+            if args.settings.auth == "gateway-api-key":
+                # Envoy Gateway's apiKeyAuth reads client id -> key pairs from this Secret.
+                k8s.core.v1.Secret(
+                    f"{name}-client-keys",
+                    metadata={"name": args.settings.api_key_secret, "namespace": args.settings.namespace},
+                    type="Opaque",
+                    string_data={"llm-serving": pulumi.Output.secret(args.client_api_key)},
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=controller),
+                )
+        elif args.mode == "alb":
+            if args.install_controller:
+                controller.append(
+                    helm_release(
+                        f"{name}-alb-controller",
+                        chart="aws-load-balancer-controller",
+                        version=args.alb_controller_chart_version,
+                        release_namespace=args.settings.namespace,
+                        values=args.alb_controller_values,
+                        parent=self,
+                    )
+                )
+            manifests = objects.alb_ingress(args.settings, routes)
+        else:
+            # ingress-nginx was retired in March 2026: no releases or security fixes since.
+            pulumi.log.warn(
+                "edge.mode ingress-nginx: ingress-nginx is retired (no security fixes since March 2026); "
+                "move to mode gateway",
+                resource=self,
+            )
+            manifests = objects.nginx_ingress(args.settings, routes)
+
+        # Custom resources wait for the chart that brings their CRDs (and the namespace they live in).
+        after = pulumi.ResourceOptions(parent=self, depends_on=controller)
+        for obj in manifests:
+            metadata = obj["metadata"]
+            manifest_resource(f"{name}-{obj['kind'].lower()}-{metadata['name']}", obj, after)
+        self.register_outputs({})

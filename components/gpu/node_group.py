@@ -1,0 +1,286 @@
+"""GpuNodeGroup: an EKS managed node group of GPU instances attached to an existing cluster.
+
+Creates the node IAM role, a launch template (IMDSv2, container storage, EFA, capacity blocks) and
+the node group with the GPU taint and labels; outputs what GPU workloads must carry to land there.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_aws as aws
+
+from . import scheduling
+from .catalog import InstanceType
+
+# Managed policies a worker node needs. The CNI policy sits on the node role because the VPC CNI
+# add-on uses it unless the cluster moved it to IRSA/Pod Identity (EKS user guide, create-node-role).
+# SSM lets an operator reach a sick GPU node (nvidia-smi, dmesg for Xids) without SSH keys.
+NODE_POLICIES: dict[str, str] = {
+    "worker": "AmazonEKSWorkerNodePolicy",
+    "cni": "AmazonEKS_CNI_Policy",
+    "ecr": "AmazonEC2ContainerRegistryPullOnly",
+    "ssm": "AmazonSSMManagedInstanceCore",
+}
+
+# Root device names: AL2023 boots and keeps containerd on xvda; Bottlerocket keeps its OS on xvda
+# and container data on the second volume, xvdb (Bottlerocket FAQ: data volume).
+ROOT_DEVICE = {"AL2023_x86_64_NVIDIA": "/dev/xvda", "BOTTLEROCKET_x86_64_NVIDIA": "/dev/xvdb"}
+
+# nodeadm NodeConfig asking AL2023 to RAID0 the instance NVMe and put containerd and kubelet on it
+# (awslabs/amazon-eks-ami nodeadm API: spec.instance.localStorage.strategy). A p5 has 8 x 3.84 TB
+# NVMe that otherwise sit idle while a 200 GiB root volume fills with 10 GB+ images.
+_NODEADM_RAID0 = """MIME-Version: 1.0
+Content-Type: multipart/mixed; boundary="LLMSERVING"
+
+--LLMSERVING
+Content-Type: application/node.eks.aws
+
+---
+apiVersion: node.eks.aws/v1alpha1
+kind: NodeConfig
+spec:
+  instance:
+    localStorage:
+      strategy: RAID0
+
+--LLMSERVING--
+"""
+
+
+@dataclass(frozen=True)
+class GpuNodeGroupArgs:
+    """Plain values the node group is built from (validated by `stacks` before they get here)."""
+
+    cluster_name: str
+    cluster_security_group_id: pulumi.Input[str]
+    kubernetes_version: str
+    instance: InstanceType
+    subnet_ids: list[str]
+    min_nodes: int
+    max_nodes: int
+    desired_nodes: int
+    ami_type: str = "AL2023_x86_64_NVIDIA"
+    ami_release_version: str | None = None
+    capacity_type: str = "ON_DEMAND"
+    capacity_reservation_id: str | None = None
+    root_volume_gib: int = 200
+    nvme_container_storage: bool = True
+    efa_interfaces: int = 0
+    cluster_placement_group: bool = False
+    extra_labels: dict[str, str] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+def node_user_data(args: GpuNodeGroupArgs) -> str | None:
+    """Base64 user data merged by EKS into the node's bootstrap; None when nothing is needed."""
+    if args.nvme_container_storage and args.ami_type.startswith("AL2023"):
+        return base64.b64encode(_NODEADM_RAID0.encode()).decode()
+    return None
+
+
+def autoscaler_tags(node_group: str, args: GpuNodeGroupArgs) -> dict[str, str]:
+    """Node-template tags Cluster Autoscaler reads on the Auto Scaling group to scale it up from
+    zero: with no node to look at, it must learn the GPU count, labels and taint from tags
+    (cluster-autoscaler AWS provider README, "Scaling a node group to 0"). EKS adds the
+    auto-discovery tags to the group itself but does not copy node-group tags to it."""
+    prefix = "k8s.io/cluster-autoscaler/node-template"
+    tags = {
+        f"{prefix}/resources/nvidia.com/gpu": str(args.instance.gpu_count),
+        f"{prefix}/taint/{scheduling.GPU_TAINT_KEY}":
+            f"{scheduling.GPU_TAINT_VALUE}:{scheduling.GPU_TAINT_EFFECT}",
+        f"{prefix}/label/{scheduling.GPU_PRODUCT_LABEL}": args.instance.gpu.product_label,
+    }
+    for key, value in scheduling.node_labels(node_group, args.extra_labels).items():
+        tags[f"{prefix}/label/{key}"] = value
+    return tags
+
+
+class GpuNodeGroup(pulumi.ComponentResource):
+    """A managed node group of GPU instances, tainted so only GPU workloads land on it."""
+
+    node_selector: pulumi.Output[dict[str, str]]
+    """Node selector GPU workloads must carry: this group and the GPU product GFD reports."""
+    tolerations: pulumi.Output[list[dict[str, str]]]
+    """Tolerations GPU workloads must carry for the `nvidia.com/gpu` taint."""
+    gpus_per_node: pulumi.Output[int]
+    max_gpus: pulumi.Output[int]
+    """GPUs the group can offer at its maximum size; autoscaling bounds must fit within it."""
+    node_group_name: pulumi.Output[str]
+    node_role_arn: pulumi.Output[str]
+
+    def __init__(self, name: str, args: GpuNodeGroupArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("llmserving:gpu:GpuNodeGroup", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        partition = aws.get_partition_output(opts=pulumi.InvokeOptions(parent=self)).partition
+
+        role = aws.iam.Role(
+            f"{name}-node-role",
+            assume_role_policy=pulumi.Output.json_dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Principal": {"Service": "ec2.amazonaws.com"},
+                            "Action": "sts:AssumeRole",
+                        }
+                    ],
+                }
+            ),
+            description=f"GPU worker nodes of {args.cluster_name} ({name})",
+            tags=args.tags,
+            opts=child,
+        )
+        attachments = [
+            aws.iam.RolePolicyAttachment(
+                f"{name}-node-{suffix}",
+                role=role.name,
+                policy_arn=pulumi.Output.concat("arn:", partition, ":iam::aws:policy/", policy),
+                opts=child,
+            )
+            for suffix, policy in NODE_POLICIES.items()
+        ]
+
+        placement = None
+        if args.cluster_placement_group:
+            group = aws.ec2.PlacementGroup(
+                f"{name}-placement", strategy="cluster", tags=args.tags, opts=child
+            )
+            placement = {"group_name": group.name}
+
+        template = aws.ec2.LaunchTemplate(
+            f"{name}-launch-template",
+            description=f"GPU nodes of {args.cluster_name} ({args.instance.name})",
+            # IMDSv2 only, hop limit 1: pods cannot read the node role's credentials through the
+            # metadata service (EKS best practices guide, "Restrict access to the instance profile").
+            metadata_options={
+                "http_endpoint": "enabled",
+                "http_tokens": "required",
+                "http_put_response_hop_limit": 1,
+            },
+            block_device_mappings=[
+                {
+                    "device_name": ROOT_DEVICE[args.ami_type],
+                    "ebs": {
+                        "volume_size": args.root_volume_gib,
+                        "volume_type": "gp3",
+                        "encrypted": "true",
+                        "delete_on_termination": "true",
+                    },
+                }
+            ],
+            network_interfaces=self._efa_interfaces(args),
+            # A capacity block must name the instance type in the launch template (EKS user guide,
+            # capacity-blocks-mng); the node group then may not list instance types itself.
+            instance_type=args.instance.name if args.capacity_type == "CAPACITY_BLOCK" else None,
+            instance_market_options={"market_type": "capacity-block"}
+            if args.capacity_type == "CAPACITY_BLOCK"
+            else None,
+            capacity_reservation_specification={
+                "capacity_reservation_target": {"capacity_reservation_id": args.capacity_reservation_id}
+            }
+            if args.capacity_reservation_id
+            else None,
+            placement=placement,
+            user_data=node_user_data(args),
+            tag_specifications=[
+                {"resource_type": "instance", "tags": {**args.tags, "Name": f"{args.cluster_name}-{name}"}},
+                {"resource_type": "volume", "tags": args.tags},
+            ],
+            tags=args.tags,
+            opts=child,
+        )
+
+        node_group = aws.eks.NodeGroup(
+            f"{name}-node-group",
+            cluster_name=args.cluster_name,
+            # A prefix, not a fixed name: changing the instance type, AMI type, capacity type or
+            # subnets replaces the group, and only a generated name lets the new group come up
+            # before the old one is deleted, so serving never drops to zero GPU nodes.
+            node_group_name_prefix=f"{name}-",
+            node_role_arn=role.arn,
+            subnet_ids=args.subnet_ids,
+            version=args.kubernetes_version,
+            release_version=args.ami_release_version,
+            ami_type=args.ami_type,
+            capacity_type=args.capacity_type,
+            instance_types=None if args.capacity_type == "CAPACITY_BLOCK" else [args.instance.name],
+            # A pinned template version, not $Latest: $Latest shows a diff on every preview.
+            launch_template={"id": template.id, "version": template.latest_version.apply(str)},
+            scaling_config={
+                "min_size": args.min_nodes,
+                "max_size": args.max_nodes,
+                "desired_size": args.desired_nodes,
+            },
+            # Replace one GPU node at a time: each holds whole model replicas, and draining several
+            # at once drops serving capacity during an AMI or Kubernetes upgrade.
+            update_config={"max_unavailable": 1},
+            labels=scheduling.node_labels(name, args.extra_labels),
+            taints=[
+                {
+                    "key": scheduling.GPU_TAINT_KEY,
+                    "value": scheduling.GPU_TAINT_VALUE,
+                    "effect": scheduling.GPU_TAINT_EFFECT_EKS,
+                }
+            ],
+            tags=args.tags,
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=attachments,
+                # Autoscalers own the current size; a later `pulumi up` must not reset it.
+                ignore_changes=["scalingConfig.desiredSize"],
+            ),
+        )
+
+        # Copy the node-template tags onto the Auto Scaling group EKS created for the node group.
+        asg_name = node_group.resources.apply(lambda r: r[0].autoscaling_groups[0].name)
+        for key, value in sorted(autoscaler_tags(name, args).items()):
+            suffix = re.sub(r"[^a-z0-9]+", "-", key.split("/node-template/", 1)[1].lower())
+            aws.autoscaling.Tag(
+                f"{name}-asg-{suffix}",
+                autoscaling_group_name=asg_name,
+                tag={"key": key, "value": value, "propagate_at_launch": False},
+                opts=child,
+            )
+
+        self.node_selector = pulumi.Output.from_input(
+            scheduling.workload_node_selector(name, args.instance.gpu.product_label)
+        )
+        self.tolerations = pulumi.Output.from_input(scheduling.gpu_tolerations())
+        self.gpus_per_node = pulumi.Output.from_input(args.instance.gpu_count)
+        self.max_gpus = pulumi.Output.from_input(args.instance.gpu_count * args.max_nodes)
+        self.node_group_name = node_group.node_group_name
+        self.node_role_arn = role.arn
+        self.register_outputs(
+            {
+                "node_selector": self.node_selector,
+                "tolerations": self.tolerations,
+                "gpus_per_node": self.gpus_per_node,
+                "max_gpus": self.max_gpus,
+                "node_group_name": self.node_group_name,
+                "node_role_arn": self.node_role_arn,
+            }
+        )
+
+    @staticmethod
+    def _efa_interfaces(args: GpuNodeGroupArgs) -> list[dict[str, object]] | None:
+        """EFA interfaces: card 0 carries ENA+EFA for normal traffic, the rest EFA-only for NCCL
+        (EC2 user guide, "Maximize network bandwidth on accelerated instances": the primary interface
+        must be ENA-capable). Declaring interfaces replaces EKS's default, so the cluster security
+        group must be attached explicitly."""
+        if args.efa_interfaces == 0:
+            return None
+        return [
+            {
+                "network_card_index": index,
+                "device_index": 0 if index == 0 else 1,
+                "interface_type": "efa" if index == 0 else "efa-only",
+                "security_groups": [args.cluster_security_group_id],
+                "delete_on_termination": "true",
+            }
+            for index in range(args.efa_interfaces)
+        ]

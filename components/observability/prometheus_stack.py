@@ -1,0 +1,82 @@
+"""PrometheusStack: kube-prometheus-stack for clusters that have no Prometheus Operator yet.
+
+Brings the Prometheus Operator CRDs (ServiceMonitor, PodMonitor, PrometheusRule) that the GPU and
+serving layers declare objects of, plus Prometheus, Alertmanager and Grafana.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.platform import helm_release, namespace
+
+RELEASE_NAME = "kube-prometheus-stack"
+
+
+GRAFANA_ADMIN_SECRET = "grafana-admin"
+
+
+@dataclass(frozen=True)
+class PrometheusStackArgs:
+    namespace: str
+    chart_version: str
+    grafana_admin_password: pulumi.Input[str]
+    retention_days: int = 15
+
+
+def chart_values(retention_days: int) -> dict[str, object]:
+    # By default the chart's Prometheus only selects monitors and rules labelled with its own
+    # release (`*SelectorNilUsesHelmValues: true`, chart values.yaml); ours live in other
+    # namespaces without that label and would be silently ignored.
+    selectors = {
+        "serviceMonitorSelectorNilUsesHelmValues": False,
+        "podMonitorSelectorNilUsesHelmValues": False,
+        "ruleSelectorNilUsesHelmValues": False,
+    }
+    return {
+        "prometheus": {"prometheusSpec": {**selectors, "retention": f"{retention_days}d"}},
+        # Grafana's admin password comes from our Secret, never from the chart's public default
+        # or from Helm values (which would store it in the release).
+        "grafana": {"admin": {"existingSecret": GRAFANA_ADMIN_SECRET}},
+    }
+
+
+def query_url(prometheus_namespace: str) -> str:
+    """In-cluster query URL of the Prometheus the chart creates (operator's governing Service)."""
+    return f"http://prometheus-operated.{prometheus_namespace}.svc:9090"
+
+
+class PrometheusStack(pulumi.ComponentResource):
+    """The kube-prometheus-stack release; other components depend on it for the CRDs."""
+
+    namespace: pulumi.Output[str]
+    url: pulumi.Output[str]
+
+    def __init__(self, name: str, args: PrometheusStackArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("llmserving:observability:PrometheusStack", name, None, opts)
+        ns = namespace(f"{name}-namespace", args.namespace, parent=self)
+        admin = k8s.core.v1.Secret(
+            f"{name}-grafana-admin",
+            metadata={"name": GRAFANA_ADMIN_SECRET, "namespace": ns.metadata.name},
+            type="Opaque",
+            string_data={
+                "admin-user": "admin",
+                "admin-password": pulumi.Output.secret(args.grafana_admin_password),
+            },
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.release = helm_release(
+            f"{name}-release",
+            chart=RELEASE_NAME,
+            version=args.chart_version,
+            release_namespace=ns.metadata.name,
+            values=chart_values(args.retention_days),
+            parent=self,
+            depends_on=[admin],
+        )
+        self.namespace = ns.metadata.name
+        self.url = pulumi.Output.from_input(query_url(args.namespace))
+        self.register_outputs({"namespace": self.namespace, "url": self.url})

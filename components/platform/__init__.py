@@ -1,0 +1,26 @@
+"""What every other package builds on: the stack's Kubernetes provider, Helm and manifest helpers,
+the pinned versions and the shapes every Prometheus rule and query shares."""
+
+from . import versions
+from .helm import HELM_TIMEOUT_SECONDS, helm_release, namespace
+from .kubernetes import EksCluster, kubeconfig, kubernetes_provider, lookup_cluster
+from .manifests import manifest_resource
+from .prometheus import NAMESPACE_LABEL, NODE_LABEL, POD_LABEL, alert_rule, check_dns_label, check_label_value
+
+__all__ = [
+    "HELM_TIMEOUT_SECONDS",
+    "NAMESPACE_LABEL",
+    "NODE_LABEL",
+    "POD_LABEL",
+    "EksCluster",
+    "alert_rule",
+    "check_dns_label",
+    "check_label_value",
+    "helm_release",
+    "kubeconfig",
+    "kubernetes_provider",
+    "lookup_cluster",
+    "manifest_resource",
+    "namespace",
+    "versions",
+]

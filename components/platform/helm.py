@@ -1,0 +1,59 @@
+"""Shared helpers for installing official charts and creating namespaces.
+
+Charts are installed as `helm.v3.Release`: a real Helm release (visible to `helm list`, with
+hooks and rollback) that the offline render can show with its chart, version, repo and values.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from .versions import CHARTS
+
+# Charts whose pods pull multi-GB images or wait for GPU nodes to appear can take long to become
+# ready; Helm's own default of 300 s turns a slow node launch into a failed `pulumi up`.
+HELM_TIMEOUT_SECONDS = 900
+
+
+def namespace(
+    resource_name: str, name: str, *, parent: pulumi.Resource, labels: dict[str, str] | None = None
+) -> k8s.core.v1.Namespace:
+    return k8s.core.v1.Namespace(
+        resource_name,
+        metadata={"name": name, "labels": {"app.kubernetes.io/part-of": "llm-serving", **(labels or {})}},
+        opts=pulumi.ResourceOptions(parent=parent),
+    )
+
+
+def helm_release(
+    resource_name: str,
+    *,
+    chart: str,
+    version: str,
+    release_namespace: pulumi.Input[str],
+    values: dict[str, Any],
+    parent: pulumi.Resource,
+    depends_on: list[pulumi.Resource] | None = None,
+) -> k8s.helm.v3.Release:
+    """A pinned chart from its official repository; the release is named after the chart."""
+    repository = CHARTS[chart].repository
+    oci = repository.startswith("oci://")
+    return k8s.helm.v3.Release(
+        resource_name,
+        name=chart,
+        # An OCI chart is addressed by its full reference; a classic one by name plus repository.
+        chart=repository if oci else chart,
+        version=version,
+        repository_opts=None if oci else {"repo": repository},
+        namespace=release_namespace,
+        values=values,
+        # Roll back on failure instead of leaving a half-installed release behind.
+        atomic=True,
+        timeout=HELM_TIMEOUT_SECONDS,
+        # Never skip the await: `pulumi up` must fail when the add-on does not come up.
+        skip_await=False,
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=depends_on or []),
+    )

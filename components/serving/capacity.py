@@ -1,0 +1,607 @@
+"""Capacity planner: per-GPU memory of a vLLM replica, tensor-parallel size, KV-cache tokens,
+concurrency at a context length, and cold-start/startup-probe budgets. Pure functions, no Pulumi,
+so `python -m stacks plan` and the workload component derive every number from the same code.
+
+Memory model (per GPU of one replica; follows vLLM V1 `gpu_worker.determine_available_memory`, see
+facts.md §2.1):
+
+    usable       = total_gpu_memory x --gpu-memory-utilization
+    kv_available = usable - weights/TP - runtime_overhead
+    kv_tokens    = floor(kv_available / (kv_bytes_per_token x block)) x block      (block = 16)
+    kv_bytes_per_token = 2 (K and V) x layers x max(1, kv_heads // TP) x head_dim x dtype_bytes
+    max_concurrency    = kv_tokens / max_model_len
+
+vLLM measures the overhead by profiling; we estimate it (runtime_overhead_bytes) as four terms:
+
+  activation  max_num_batched_tokens x hidden x (16 + 40/TP) bytes, x2 on the sharded part for MoE.
+              16 B = 8 bf16 copies of the hidden state every rank keeps whole (residual, norm input,
+              attention and MLP outputs after all-reduce); 40 B = 20 bf16 copies that TP splits
+              (qkv, attention context, gate/up, activated MLP; Llama's MLP is 3.5x hidden, Qwen2.5's
+              5.3x). For Llama-3.1-8B at TP1 that is 224 KiB/token, 1.75 GiB at 8192 tokens.
+  sampler     min(max_num_batched_tokens, max_num_seqs) x vocab x 20 bytes: V1's profile ends with a
+              dummy sampler run over max_num_seqs rows of fp32 logits (4 B) plus softmax (4 B), sort
+              values (4 B) and int64 indices (8 B). 2.45 GiB for a 128k vocab at 1024 rows.
+  non-torch   1 GiB + 0.5 GiB per extra TP rank: cuBLAS workspaces, NCCL and custom all-reduce buffers.
+  cudagraphs  1.5 GiB: since v0.21 vLLM subtracts its CUDA-graph estimate (facts.md §2.1).
+
+Calibration: to the V1 engine (the pinned v0.33.0 runs V1), never below a measurement, rounded up.
+  - vllm#19996 (facts.md §2.2 ex. 4, V1 0.9.1, Llama-3.1-8B + EAGLE head, H100, util 0.9): 71.28 GiB
+    usable - 51.63 GiB KV = 19.65 GiB non-KV, so ~4.2 GiB of overhead besides ~15.4 GiB of weights
+    (graphs not yet counted then). Our non-graph terms give 5.2 GiB.
+  - vllm PR #10511 log (Llama-3-8B, H100, 8192 tokens): activation peak 1.26 GiB; unattributed V1 logs
+    of an 8B model (14.99 GiB of weights): torch peak 1.19-1.89 GiB, non-torch 0.04-0.25 GiB.
+    Ours for Llama-3.1-8B: 4.2 GiB (activation + sampler) and 1 GiB non-torch.
+  - vllm#10517 (ex. 2, V0): KV fell 0.92 GiB when the batch grew 9,000 tokens: 107 KiB/token for
+    Llama-3.1-8B. Ours: 224 KiB/token, 2.1x that slope.
+  - CUDA graphs: logged estimates 0.36 GiB (gpustack/runner#251) and 1.10 GiB; "Graph capturing
+    finished ..., took 0.11-1.2 GiB" in stored logs. Ours: 1.5 GiB.
+  - Not calibrated to: vllm#12330 (ex. 1), the V0 engine's 9.37 GiB activation peak for Llama-3-8B at
+    8192 tokens. That is V0's profiler, a different code path from the V1 engine the pin runs;
+    fitting it would take ~7 GiB/GPU (a fifth) of the KV that V1 gives a 70B TP4 replica.
+    vllm#6746 (ex. 6, V0 0.5.x, 405B-FP8 TP8) logged 79,392 tokens; our estimate at its util (0.90)
+    is lower (58,112), i.e. conservative there too.
+A measured "Available KV cache memory: X GiB" line always beats this estimate: plan(...,
+available_kv_gib=X) skips it.
+
+Approximations: weights split evenly over TP (replicated norms and biases are ignored; KV heads
+replicated when TP > kv_heads add their K/V projections again); sliding-window layers are sized as
+full attention (conservative: vLLM's hybrid allocator gives them less); no pipeline parallelism,
+no prefix-cache or speculative-decoding extras (a draft model adds KV layers, facts.md §2.2 ex. 4).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal
+
+from .models import ModelArchitecture, lookup_model
+
+GIB = 1024**3
+MIB = 1024**2
+
+# vLLM's CUDA block size (facts.md §2.1); KV capacity is whole blocks.
+DEFAULT_BLOCK_SIZE = 16
+TENSOR_PARALLEL_SIZES = (1, 2, 4, 8)
+# Above 0.98 nothing is left for the CUDA context and NCCL buffers vLLM allocates before its own
+# accounting starts; vLLM's own default is 0.92 since v0.21 (facts.md §1.4).
+MAX_GPU_MEMORY_UTILIZATION = 0.98
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
+# The OpenAI server's default batch budget on >= 70 GiB GPUs up to ~v0.28 (facts.md §1.5). Newer
+# versions default to 16384, so the stack sets the flag explicitly and plans with the same number.
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
+
+# --- the overhead model (see the module docstring for the calibration) ---------------------------
+REPLICATED_ACTIVATION_BYTES_PER_HIDDEN = 16
+SHARDED_ACTIVATION_BYTES_PER_HIDDEN = 40
+MOE_SHARDED_ACTIVATION_FACTOR = 2  # fused-MoE scratch for top-k routed copies of each token
+SAMPLER_BYTES_PER_LOGIT = 20
+# vLLM's max_num_seqs default: 1024 on >= 70 GiB GPUs other than A100, else 256 (facts.md §1.5).
+LARGE_GPU_MAX_NUM_SEQS = 1024
+SMALL_GPU_MAX_NUM_SEQS = 256
+LARGE_GPU_BYTES = 70 * GIB
+# A logits width at least as large as any catalog model's (gpt-oss: 201,088), for unknown vocab.
+UNKNOWN_VOCAB_SIZE = 262_144
+NON_TORCH_BASE_BYTES = 1 * GIB
+NON_TORCH_PER_EXTRA_RANK_BYTES = GIB // 2
+CUDA_GRAPH_BYTES = 3 * GIB // 2
+
+# --- cold start --------------------------------------------------------------------------------------
+# gp3's baseline throughput: what a weights PVC delivers unless throughput was provisioned (valid
+# range 125-1000 MiB/s, newer API 2,000; EC2 CreateVolume `Throughput`). Pass the real figure.
+DEFAULT_STORAGE_READ_MIB_PER_SECOND = 125.0
+# Process start, imports, NCCL init, torch.compile and memory profiling. Stored V1 logs show "init
+# engine (profile, create kv cache, warmup model) took" 20-210 s, and 539 s once with a DeepGEMM
+# warmup; first boots compile, later ones hit the compile cache (VLLM_CACHE_ROOT, facts.md §1.6).
+DEFAULT_ENGINE_STARTUP_SECONDS = 180
+# "Graph capturing finished in N secs": 1-69 s in stored logs.
+DEFAULT_GRAPH_CAPTURE_SECONDS = 60
+# Why x2 and a 10-minute floor: a startup probe that kills a pod mid-load restarts the whole load,
+# so a too-small budget turns one slow start into a crash loop that never serves (aibrix#772,
+# kserve#5063 in anchors.md); too large only delays noticing a hung start. Read speed varies
+# (volumes restored from EBS snapshots fetch blocks lazily on first read; shared storage), and a
+# cold compile cache adds minutes. Surveyed charts use 10-60 min budgets (production-stack 10 min,
+# llm-d 60 min).
+STARTUP_SAFETY_FACTOR = 2.0
+MIN_STARTUP_BUDGET_SECONDS = 600
+STARTUP_PROBE_PERIOD_SECONDS = 10
+
+# --kv-cache-dtype values the planner can size. vLLM knows more (facts.md §1.4; per-token-head
+# quantized modes add scale tensors this model does not count), so those are refused, not guessed.
+KV_CACHE_DTYPE_BYTES: Mapping[str, int] = MappingProxyType(
+    {"bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+)
+
+
+class CapacityError(Exception):
+    """A plan that cannot work; the message is one line with the numbers and what to change."""
+
+
+# --- units --------------------------------------------------------------------------------------------
+
+
+def _gib(value: float) -> str:
+    return f"{value / GIB:,.2f} GiB"
+
+
+def _tokens(value: int) -> str:
+    return f"{value:,}"
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+# --- building blocks ------------------------------------------------------------------------------------
+
+
+def weight_bytes_per_gpu(model: ModelArchitecture, tp: int) -> int:
+    """Weights each rank holds: total / TP, rounded up.
+
+    An approximation: vLLM shards every Linear, the vocab-parallel embedding and lm_head, and MoE
+    experts over TP, but replicates norms and biases, pads some shapes (vocab, MXFP4 experts), and
+    replicates K/V projections when TP > kv_heads. Those are small next to the sharded matrices
+    (Meta's 405B-FP8 at TP8: 56.72 GiB here, 57.75 GiB logged by vLLM, vllm#6746).
+    """
+    return -(-model.weight_bytes // tp)
+
+
+def kv_dtype_bytes(model: ModelArchitecture, kv_cache_dtype: str) -> int:
+    """Bytes per KV element for `--kv-cache-dtype`; "auto" is the model's activation dtype."""
+    if kv_cache_dtype == "auto":
+        # FP8/MXFP4 checkpoints run bf16 activations, so "auto" means 2 bytes for them too.
+        return model.activation_bytes
+    if kv_cache_dtype in KV_CACHE_DTYPE_BYTES:
+        return KV_CACHE_DTYPE_BYTES[kv_cache_dtype]
+    raise ValueError(
+        f"--kv-cache-dtype {kv_cache_dtype!r} is not one the planner can size; "
+        f"use one of: auto, {', '.join(KV_CACHE_DTYPE_BYTES)}"
+    )
+
+
+def kv_bytes_per_token_per_gpu(model: ModelArchitecture, tp: int, kv_cache_dtype: str) -> int:
+    """KV bytes one token occupies on one rank (vLLM AttentionSpec page size / block size).
+
+    KV heads split over TP; when TP exceeds them each rank keeps one (replicated), vLLM
+    `get_num_kv_heads`. Every layer is counted as full attention, including sliding-window ones.
+    """
+    kv_heads_per_gpu = max(1, model.num_kv_heads // tp)
+    return 2 * model.num_layers * kv_heads_per_gpu * model.head_dim * kv_dtype_bytes(model, kv_cache_dtype)
+
+
+def default_max_num_seqs(gpu_memory_bytes: int, gpu_name: str = "") -> int:
+    """vLLM's max_num_seqs default for the OpenAI server on this GPU (facts.md §1.5)."""
+    if gpu_memory_bytes >= LARGE_GPU_BYTES and "a100" not in gpu_name.lower():
+        return LARGE_GPU_MAX_NUM_SEQS
+    return SMALL_GPU_MAX_NUM_SEQS
+
+
+def runtime_overhead_bytes(
+    model: ModelArchitecture,
+    tp: int,
+    max_num_batched_tokens: int,
+    *,
+    max_num_seqs: int = LARGE_GPU_MAX_NUM_SEQS,
+) -> int:
+    """Non-weight, non-KV memory per rank: activation peak + sampler + non-torch + CUDA graphs.
+
+    A deliberately conservative estimate calibrated to V1 logs (module docstring). It grows
+    linearly with max_num_batched_tokens and with hidden size, and with vocab up to max_num_seqs rows.
+    """
+    sharded = SHARDED_ACTIVATION_BYTES_PER_HIDDEN * (MOE_SHARDED_ACTIVATION_FACTOR if model.is_moe else 1)
+    per_token = model.hidden_size * (REPLICATED_ACTIVATION_BYTES_PER_HIDDEN * tp + sharded) // tp
+    activation = max_num_batched_tokens * per_token
+    vocab = model.vocab_size or UNKNOWN_VOCAB_SIZE
+    sampler = min(max_num_batched_tokens, max_num_seqs) * vocab * SAMPLER_BYTES_PER_LOGIT
+    non_torch = NON_TORCH_BASE_BYTES + (tp - 1) * NON_TORCH_PER_EXTRA_RANK_BYTES
+    return activation + sampler + non_torch + CUDA_GRAPH_BYTES
+
+
+def available_kv_bytes_per_gpu(
+    gpu_memory_bytes: int,
+    gpu_memory_utilization: float,
+    model: ModelArchitecture,
+    tp: int,
+    max_num_batched_tokens: int,
+    *,
+    max_num_seqs: int = LARGE_GPU_MAX_NUM_SEQS,
+) -> int:
+    """Per-rank KV budget: memory x util - weights/TP - overhead. Negative means it does not fit."""
+    usable = int(gpu_memory_bytes * gpu_memory_utilization)
+    return (
+        usable
+        - weight_bytes_per_gpu(model, tp)
+        - runtime_overhead_bytes(model, tp, max_num_batched_tokens, max_num_seqs=max_num_seqs)
+    )
+
+
+def kv_cache_tokens(available_kv_bytes: int, kv_bytes_per_token: int, block_size: int = DEFAULT_BLOCK_SIZE) -> int:
+    """Tokens of KV that fit, in whole blocks (vLLM `num_blocks x block_size`); 0 when none fit."""
+    if available_kv_bytes <= 0:
+        return 0
+    return available_kv_bytes // (kv_bytes_per_token * block_size) * block_size
+
+
+def max_concurrency(kv_tokens: int, max_model_len: int) -> float:
+    """Requests of max_model_len tokens the KV cache holds at once (vLLM's "Maximum concurrency")."""
+    return kv_tokens / max_model_len
+
+
+def tokens_per_request(max_model_len: int, block_size: int = DEFAULT_BLOCK_SIZE) -> int:
+    """KV tokens one full-length request reserves: whole blocks, as vLLM checks at startup."""
+    return -(-max_model_len // block_size) * block_size
+
+
+def tensor_parallel_problem(
+    model: ModelArchitecture, tp: int, gpus_per_node: int, node: str = "the node"
+) -> str | None:
+    """Why `tp` cannot serve `model` on a node with `gpus_per_node` GPUs, or None when it can."""
+    if not _is_int(tp) or tp not in TENSOR_PARALLEL_SIZES:
+        return f"--tensor-parallel-size {tp} is not one of {', '.join(map(str, TENSOR_PARALLEL_SIZES))}"
+    if gpus_per_node % tp:
+        # A TP group is one pod on one node (DESIGN.md), so it must fit, and tile, the node's GPUs.
+        return f"--tensor-parallel-size {tp} does not divide the {gpus_per_node} GPU(s) of {node}"
+    if model.num_attention_heads % tp:
+        return (
+            f"{model.model_id} has {model.num_attention_heads} attention heads, which "
+            f"--tensor-parallel-size {tp} does not divide (vLLM requires it)"
+        )
+    if model.num_kv_heads % tp and tp % model.num_kv_heads:
+        return (
+            f"{model.model_id} has {model.num_kv_heads} KV heads; --tensor-parallel-size {tp} must divide "
+            "them or be a multiple of them"
+        )
+    return None
+
+
+def choose_tensor_parallel_size(
+    model: ModelArchitecture,
+    gpu_memory_bytes: int,
+    gpus_per_node: int,
+    max_model_len: int,
+    *,
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+    kv_cache_dtype: str = "auto",
+    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    max_num_seqs: int = LARGE_GPU_MAX_NUM_SEQS,
+    target_concurrency: int = 1,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+) -> int:
+    """Smallest TP in 1, 2, 4, 8 that tiles the node and holds `target_concurrency` full requests.
+
+    Smallest because every extra rank is a GPU not serving another replica, and TP adds all-reduce
+    latency (the seed's tuning order: "the smallest value that leaves healthy KV room").
+    """
+    needed = target_concurrency * tokens_per_request(max_model_len, block_size)
+    usable = int(gpu_memory_bytes * gpu_memory_utilization)
+    reasons: list[str] = []
+    for tp in TENSOR_PARALLEL_SIZES:
+        if tp > gpus_per_node:
+            break
+        problem = tensor_parallel_problem(model, tp, gpus_per_node)
+        if problem:
+            reasons.append(f"TP{tp}: {problem}")
+            continue
+        weights = weight_bytes_per_gpu(model, tp)
+        if weights > usable:
+            reasons.append(f"TP{tp}: weights {_gib(weights)}/GPU > {_gib(usable)} usable")
+            continue
+        available = available_kv_bytes_per_gpu(
+            gpu_memory_bytes,
+            gpu_memory_utilization,
+            model,
+            tp,
+            max_num_batched_tokens,
+            max_num_seqs=max_num_seqs,
+        )
+        tokens = kv_cache_tokens(available, kv_bytes_per_token_per_gpu(model, tp, kv_cache_dtype), block_size)
+        if tokens >= needed:
+            return tp
+        reasons.append(f"TP{tp}: KV holds {_tokens(tokens)} tokens, needs {_tokens(needed)}")
+    sizes = ", ".join(str(tp) for tp in TENSOR_PARALLEL_SIZES if tp <= gpus_per_node)
+    raise CapacityError(
+        f"no --tensor-parallel-size in {sizes} fits {model.model_id} on {gpus_per_node} x "
+        f"{_gib(gpu_memory_bytes)} GPU(s) for {target_concurrency} request(s) at --max-model-len "
+        f"{max_model_len}: {'; '.join(reasons)}; use a GPU with more memory, an FP8 checkpoint, "
+        "--kv-cache-dtype fp8 or a lower --max-model-len (multi-node pipeline parallelism is not planned)"
+    )
+
+
+def cold_start_seconds(
+    weight_bytes: int,
+    storage_read_bytes_per_second: float,
+    engine_startup_seconds: float = DEFAULT_ENGINE_STARTUP_SECONDS,
+    graph_capture_seconds: float = DEFAULT_GRAPH_CAPTURE_SECONDS,
+) -> int:
+    """Seconds from container start to serving: read weights + engine init + CUDA-graph capture.
+
+    Pass the TOTAL checkpoint bytes: all TP ranks read their shards from the same volume at once, so
+    they share its throughput. Image pull happens before the container starts and is not counted
+    (startup probes only run after it); a weight download from the Hub is not modelled (the stack
+    pre-stages weights on a PVC).
+    """
+    if storage_read_bytes_per_second <= 0:
+        raise ValueError(f"storage read speed must be positive, got {storage_read_bytes_per_second!r}")
+    return math.ceil(weight_bytes / storage_read_bytes_per_second + engine_startup_seconds + graph_capture_seconds)
+
+
+def startup_probe_budget_seconds(
+    cold_start: int,
+    *,
+    safety_factor: float = STARTUP_SAFETY_FACTOR,
+    minimum_seconds: int = MIN_STARTUP_BUDGET_SECONDS,
+    period_seconds: int = STARTUP_PROBE_PERIOD_SECONDS,
+) -> int:
+    """failureThreshold x periodSeconds for the startup probe: cold start x factor, floor, whole periods."""
+    budget = max(minimum_seconds, math.ceil(cold_start * safety_factor))
+    return -(-budget // period_seconds) * period_seconds
+
+
+# --- the plan -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """The GPU facts the planner needs, for hardware outside the GPU catalog (or tests)."""
+
+    name: str
+    memory_bytes: int  # per GPU, as CUDA reports it (what vLLM multiplies by the utilization)
+    gpus_per_node: int
+    supports_fp8: bool | None = None  # None: unknown
+
+    @classmethod
+    def from_instance_type(cls, instance_type: Any) -> GpuSpec:
+        """From a `components.gpu.InstanceType` (duck-typed: no import, this module stays pure)."""
+        gpu = instance_type.gpu
+        return cls(
+            name=instance_type.name,
+            memory_bytes=gpu.memory_bytes,
+            gpus_per_node=instance_type.gpu_count,
+            # A GPU described only in stack config has architecture "unknown": FP8 support unknown too.
+            supports_fp8=None if gpu.architecture == "unknown" else gpu.supports_fp8,
+        )
+
+
+def _gpu_spec(value: Any) -> tuple[GpuSpec, str]:
+    """(spec, label for messages): a GpuSpec as is, an InstanceType converted."""
+    if isinstance(value, GpuSpec):
+        return value, value.name
+    if hasattr(value, "gpu") and hasattr(value, "gpu_count"):
+        spec = GpuSpec.from_instance_type(value)
+        return spec, f"{spec.name} ({value.gpu.product_label})"
+    raise TypeError(f"expected a GpuSpec or a components.gpu.InstanceType, got {type(value).__name__}")
+
+
+@dataclass(frozen=True)
+class CapacityPlan:
+    """One replica of one model on one GPU type: what it needs and what it holds."""
+
+    model_id: str
+    gpu: str
+    gpu_memory_gib: float
+    gpus_per_node: int
+    tensor_parallel_size: int
+    max_model_len: int
+    gpu_memory_utilization: float
+    kv_cache_dtype: str
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    weights_gib_per_gpu: float
+    runtime_overhead_gib_per_gpu: float | None  # None when the KV budget came from a vLLM log
+    kv_bytes_per_token_per_gpu: int
+    available_kv_gib_per_gpu: float
+    kv_source: Literal["estimate", "measured"]
+    kv_cache_tokens: int
+    max_concurrency: float
+    cold_start_seconds: int
+    startup_budget_seconds: int
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tensor_parallel_size
+
+    @property
+    def replicas_per_node(self) -> int:
+        return self.gpus_per_node // self.tensor_parallel_size
+
+    def to_json(self) -> dict[str, Any]:
+        """snake_case keys; GiB and concurrency rounded to 2 decimals as vLLM logs them."""
+        overhead = self.runtime_overhead_gib_per_gpu
+        return {
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "weights_gib_per_gpu": round(self.weights_gib_per_gpu, 2),
+            "kv_bytes_per_token_per_gpu": self.kv_bytes_per_token_per_gpu,
+            "available_kv_gib_per_gpu": round(self.available_kv_gib_per_gpu, 2),
+            "kv_cache_tokens": self.kv_cache_tokens,
+            "max_concurrency": round(self.max_concurrency, 2),
+            "startup_budget_seconds": self.startup_budget_seconds,
+            # Extras.
+            "model_id": self.model_id,
+            "gpu": self.gpu,
+            "gpu_memory_gib": round(self.gpu_memory_gib, 2),
+            "gpus_per_node": self.gpus_per_node,
+            "gpus_per_replica": self.gpus_per_replica,
+            "replicas_per_node": self.replicas_per_node,
+            "max_model_len": self.max_model_len,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "kv_cache_dtype": self.kv_cache_dtype,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "max_num_seqs": self.max_num_seqs,
+            "runtime_overhead_gib_per_gpu": None if overhead is None else round(overhead, 2),
+            "kv_source": self.kv_source,
+            "cold_start_seconds": self.cold_start_seconds,
+            "notes": list(self.notes),
+        }
+
+
+def plan(
+    model: ModelArchitecture | str,
+    instance_type_or_gpu_spec: Any,
+    max_model_len: int,
+    tp: int | Literal["auto"] = "auto",
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+    kv_cache_dtype: str = "auto",
+    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    available_kv_gib: float | None = None,
+    target_concurrency: int = 1,
+    storage_read_mib_per_second: float = DEFAULT_STORAGE_READ_MIB_PER_SECOND,
+    engine_startup_seconds: float = DEFAULT_ENGINE_STARTUP_SECONDS,
+    graph_capture_seconds: float = DEFAULT_GRAPH_CAPTURE_SECONDS,
+    max_num_seqs: int | None = None,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+) -> CapacityPlan:
+    """Plan one replica; raises CapacityError (one line, with numbers) when it cannot work.
+
+    `available_kv_gib` takes vLLM's own "Available KV cache memory: X GiB" for this model, GPU and TP
+    instead of the overhead estimate, so a plan can be checked against (or pinned to) a real boot.
+    """
+    if isinstance(model, str):
+        found = lookup_model(model)
+        if found is None:
+            raise CapacityError(f"unknown model {model!r}; the catalog is components/serving/models.py")
+        model = found
+    gpu, gpu_label = _gpu_spec(instance_type_or_gpu_spec)
+
+    if isinstance(gpu_memory_utilization, bool) or not 0 < gpu_memory_utilization <= MAX_GPU_MEMORY_UTILIZATION:
+        raise CapacityError(
+            f"--gpu-memory-utilization {gpu_memory_utilization} must be above 0 and at most "
+            f"{MAX_GPU_MEMORY_UTILIZATION} (the rest holds the CUDA context and NCCL buffers)"
+        )
+    if not _is_int(max_model_len) or max_model_len < 1:
+        raise CapacityError(f"--max-model-len must be a positive integer, got {max_model_len!r}")
+    if max_model_len > model.max_context_tokens:
+        raise CapacityError(
+            f"--max-model-len {max_model_len} exceeds {model.model_id}'s context of "
+            f"{model.max_context_tokens} tokens (max_position_embeddings); lower it"
+        )
+    if not _is_int(max_num_batched_tokens) or max_num_batched_tokens < 1:
+        raise CapacityError(f"--max-num-batched-tokens must be a positive integer, got {max_num_batched_tokens!r}")
+    if not _is_int(target_concurrency) or target_concurrency < 1:
+        raise CapacityError(f"--target-concurrency must be a positive integer, got {target_concurrency!r}")
+    if not storage_read_mib_per_second > 0:  # also refuses NaN
+        raise CapacityError(f"storage read speed must be positive MiB/s, got {storage_read_mib_per_second!r}")
+    try:
+        kv_dtype_bytes(model, kv_cache_dtype)
+    except ValueError as error:
+        raise CapacityError(str(error)) from None
+    if max_num_seqs is None:
+        max_num_seqs = min(default_max_num_seqs(gpu.memory_bytes, gpu_label), max_num_batched_tokens)
+
+    usable = int(gpu.memory_bytes * gpu_memory_utilization)
+    if tp == "auto":
+        if available_kv_gib is not None:
+            raise CapacityError(
+                "--available-kv-gib is one measured boot at one tensor-parallel size; "
+                "give that --tensor-parallel-size instead of auto"
+            )
+        tp = choose_tensor_parallel_size(
+            model,
+            gpu.memory_bytes,
+            gpu.gpus_per_node,
+            max_model_len,
+            gpu_memory_utilization=gpu_memory_utilization,
+            kv_cache_dtype=kv_cache_dtype,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs,
+            target_concurrency=target_concurrency,
+            block_size=block_size,
+        )
+    problem = tensor_parallel_problem(model, tp, gpu.gpus_per_node, gpu.name)
+    if problem:
+        raise CapacityError(problem)
+
+    weights = weight_bytes_per_gpu(model, tp)
+    if weights > usable:
+        raise CapacityError(
+            f"{model.model_id} needs {_gib(weights)} of weights per GPU at --tensor-parallel-size {tp}, "
+            f"but {_gib(gpu.memory_bytes)} x --gpu-memory-utilization {gpu_memory_utilization} leaves "
+            f"{_gib(usable)}; raise --tensor-parallel-size, use an FP8 checkpoint or a GPU with more memory"
+        )
+
+    overhead: int | None
+    if available_kv_gib is None:
+        overhead = runtime_overhead_bytes(model, tp, max_num_batched_tokens, max_num_seqs=max_num_seqs)
+        available = usable - weights - overhead
+        if available <= 0:
+            raise CapacityError(
+                f"no room for a KV cache: {_gib(usable)} usable - {_gib(weights)} weights - "
+                f"{_gib(overhead)} runtime overhead per GPU at --tensor-parallel-size {tp}; raise "
+                "--tensor-parallel-size, lower --max-num-batched-tokens or use an FP8 checkpoint"
+            )
+        kv_source: Literal["estimate", "measured"] = "estimate"
+    else:
+        if not (math.isfinite(available_kv_gib) and available_kv_gib > 0):
+            raise CapacityError(f"--available-kv-gib must be positive, got {available_kv_gib!r}")
+        overhead = None
+        available = int(available_kv_gib * GIB)
+        kv_source = "measured"
+
+    per_token = kv_bytes_per_token_per_gpu(model, tp, kv_cache_dtype)
+    tokens = kv_cache_tokens(available, per_token, block_size)
+    per_request = tokens_per_request(max_model_len, block_size)
+    if tokens < target_concurrency * per_request:
+        if target_concurrency == 1:
+            wanted = f"one request at --max-model-len {max_model_len} needs {_tokens(per_request)}"
+        else:
+            wanted = (
+                f"{target_concurrency} requests at --max-model-len {max_model_len} need "
+                f"{_tokens(target_concurrency * per_request)}"
+            )
+        raise CapacityError(
+            f"KV cache holds {_tokens(tokens)} tokens but {wanted}; lower --max-model-len, raise "
+            "--tensor-parallel-size, or use --kv-cache-dtype fp8"
+        )
+
+    cold = cold_start_seconds(
+        model.weight_bytes,
+        storage_read_mib_per_second * MIB,
+        engine_startup_seconds,
+        graph_capture_seconds,
+    )
+    return CapacityPlan(
+        model_id=model.model_id,
+        gpu=gpu.name,
+        gpu_memory_gib=gpu.memory_bytes / GIB,
+        gpus_per_node=gpu.gpus_per_node,
+        tensor_parallel_size=tp,
+        max_model_len=max_model_len,
+        gpu_memory_utilization=gpu_memory_utilization,
+        kv_cache_dtype=kv_cache_dtype,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs,
+        weights_gib_per_gpu=weights / GIB,
+        runtime_overhead_gib_per_gpu=None if overhead is None else overhead / GIB,
+        kv_bytes_per_token_per_gpu=per_token,
+        available_kv_gib_per_gpu=available / GIB,
+        kv_source=kv_source,
+        kv_cache_tokens=tokens,
+        max_concurrency=max_concurrency(tokens, max_model_len),
+        cold_start_seconds=cold,
+        startup_budget_seconds=startup_probe_budget_seconds(cold),
+        notes=_notes(model, gpu, tp, kv_cache_dtype, kv_source),
+    )
+
+
+def _notes(model: ModelArchitecture, gpu: GpuSpec, tp: int, kv_cache_dtype: str, kv_source: str) -> tuple[str, ...]:
+    notes: list[str] = []
+    if kv_source == "estimate":
+        notes.append(
+            "KV budget is a conservative estimate; pass --available-kv-gib from vLLM's "
+            "'Available KV cache memory' log line to plan from a measurement"
+        )
+    if model.sliding_window_layers:
+        notes.append(
+            f"{model.sliding_window_layers} of {model.num_layers} layers use a "
+            f"{model.sliding_window_tokens}-token sliding window but are sized as full attention; "
+            "vLLM will report more KV tokens"
+        )
+    if model.num_kv_heads < tp:
+        notes.append(f"{model.num_kv_heads} KV heads over {tp} ranks: each rank keeps a replicated head")
+    if model.native_dtype == "fp8" and gpu.supports_fp8 is False:
+        notes.append(f"{gpu.name} has no FP8 compute; vLLM runs this FP8 checkpoint weight-only (slower)")
+    if kv_cache_dtype.startswith("fp8"):
+        notes.append("fp8 KV cache without calibrated scales uses scale 1.0; check quality with evals")
+    return tuple(notes)

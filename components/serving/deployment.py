@@ -1,0 +1,219 @@
+"""VllmDeployment: one model's vLLM Deployment, Service and PodDisruptionBudget.
+
+Pinned image, engine args from typed settings, probes sized by the capacity planner, a drain that
+lets open streams finish, and rolling updates that never drop serving capacity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from . import engine
+
+
+@dataclass(frozen=True)
+class VllmDeploymentArgs:
+    namespace: pulumi.Input[str]
+    model_name: str
+    image: str
+    replicas: int
+    settings: engine.EngineSettings
+    startup_budget_seconds: int
+    resources: dict
+    node_selector: pulumi.Input[dict[str, str]]
+    tolerations: pulumi.Input[list[dict[str, str]]]
+    claim_name: pulumi.Input[str]
+    api_key_secret: str | None  # Secret with key `api-key`; None when the gateway checks credentials
+    chat_template: str | None = None
+    labels: dict[str, str] | None = None
+    # Resources the pods must not start before (the weight pre-staging Job, the API key Secret).
+    after: tuple[pulumi.Resource, ...] = ()
+    weights_shared: bool = True  # False for a ReadWriteOnce volume, attachable to one node only
+    extra_env: tuple[dict, ...] = ()
+    max_replicas: int = 1  # a rollout replaces pods one by one, up to this many
+
+
+def selector_labels(model_name: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": model_name, "app.kubernetes.io/component": "vllm"}
+
+
+class VllmDeployment(pulumi.ComponentResource):
+    """The serving pods of one model and the Service in front of them."""
+
+    service_name: pulumi.Output[str]
+    port: pulumi.Output[int]
+
+    def __init__(self, name: str, args: VllmDeploymentArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("llmserving:serving:VllmDeployment", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        selector = selector_labels(args.model_name)
+        labels = {**(args.labels or {}), **selector, "app.kubernetes.io/part-of": "llm-serving"}
+        probes = engine.probes(args.startup_budget_seconds)
+        settings = args.settings
+
+        shm_size = f"{engine.shm_size_gib(settings.tensor_parallel_size)}Gi"
+        volumes: list[dict] = [
+            {"name": "weights", "persistentVolumeClaim": {"claimName": args.claim_name}},
+            {
+                "name": "shm",
+                "emptyDir": {"medium": "Memory", "sizeLimit": shm_size},
+            },
+            {"name": "tmp", "emptyDir": {}},
+        ]
+        mounts: list[dict] = [
+            {"name": "weights", "mountPath": engine.MODELS_MOUNT, "readOnly": True},
+            # torch.compile and CUDA graph artifacts survive restarts, shortening the next cold start.
+            {"name": "weights", "mountPath": engine.CACHE_MOUNT, "subPath": "vllm-cache"},
+            {"name": "shm", "mountPath": "/dev/shm"},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ]
+        if args.chat_template is not None:
+            template = k8s.core.v1.ConfigMap(
+                f"{name}-chat-template",
+                metadata={"name": f"{args.model_name}-chat-template", "namespace": args.namespace, "labels": labels},
+                data={"chat-template.jinja": args.chat_template},
+                opts=child,
+            )
+            volumes.append({"name": "chat-template", "configMap": {"name": template.metadata.name}})
+            mounts.append(
+                {
+                    "name": "chat-template",
+                    "mountPath": engine.CHAT_TEMPLATE_PATH,
+                    "subPath": "chat-template.jinja",
+                    "readOnly": True,
+                }
+            )
+
+        health = {"path": "/health", "port": "http"}
+        container = {
+            "name": "vllm",
+            "image": args.image,
+            "imagePullPolicy": "IfNotPresent",
+            "args": engine.engine_args(settings),
+            "ports": [{"name": "http", "containerPort": engine.PORT, "protocol": "TCP"}],
+            "env": [
+                # Everything was pre-staged: no Hub call at start-up, so a Hub outage or rate limit
+                # cannot stop a pod from starting.
+                {"name": "HF_HUB_OFFLINE", "value": "1"},
+                {"name": "VLLM_CACHE_ROOT", "value": engine.CACHE_MOUNT},
+                {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
+                # The API server gives up on the engine core after 600 s by default, and loading the
+                # weights counts (vllm#35616): a 70B cold start from EFS would restart forever.
+                {"name": "VLLM_ENGINE_READY_TIMEOUT_S", "value": str(args.startup_budget_seconds)},
+                *(
+                    [
+                        {
+                            "name": "VLLM_API_KEY",
+                            "valueFrom": {"secretKeyRef": {"name": args.api_key_secret, "key": "api-key"}},
+                        }
+                    ]
+                    if args.api_key_secret
+                    else []
+                ),
+                *args.extra_env,
+            ],
+            "resources": args.resources,
+            "volumeMounts": mounts,
+            "startupProbe": {
+                "httpGet": health,
+                "periodSeconds": probes.startup_period_seconds,
+                "failureThreshold": probes.startup_failure_threshold,
+                "timeoutSeconds": 5,
+            },
+            "readinessProbe": {
+                "httpGet": health,
+                "periodSeconds": probes.readiness_period_seconds,
+                "failureThreshold": probes.readiness_failure_threshold,
+                "timeoutSeconds": probes.readiness_timeout_seconds,
+            },
+            "livenessProbe": {
+                "httpGet": health,
+                "periodSeconds": probes.liveness_period_seconds,
+                "failureThreshold": probes.liveness_failure_threshold,
+                "timeoutSeconds": probes.liveness_timeout_seconds,
+            },
+            "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(engine.PRE_STOP_SECONDS)]}}},
+            "securityContext": {
+                "allowPrivilegeEscalation": False,
+                "capabilities": {"drop": ["ALL"]},
+                "privileged": False,
+            },
+        }
+        rollout_seconds = max(args.replicas, args.max_replicas) * (args.startup_budget_seconds + 30) + 900
+        deployment = k8s.apps.v1.Deployment(
+            f"{name}-deployment",
+            metadata={"name": args.model_name, "namespace": args.namespace, "labels": labels},
+            spec={
+                "replicas": args.replicas,
+                "selector": {"matchLabels": selector},
+                # Surge one replica and never take one away first: capacity stays whole during a
+                # rollout (at the cost of needing spare GPUs for the surge pod). A ReadWriteOnce
+                # volume cannot follow a surge pod to another node, so such a model replaces in place.
+                "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+                if args.weights_shared
+                else {"type": "Recreate"},
+                # A new pod counts as available only after it has been ready for a minute.
+                "minReadySeconds": 30,
+                "progressDeadlineSeconds": args.startup_budget_seconds + 600,
+                "revisionHistoryLimit": 5,
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "nodeSelector": args.node_selector,
+                        "tolerations": args.tolerations,
+                        # Replicas on different nodes: losing one node loses one replica, not all.
+                        "topologySpreadConstraints": [
+                            {
+                                "maxSkew": 1,
+                                "topologyKey": "kubernetes.io/hostname",
+                                "whenUnsatisfiable": "ScheduleAnyway",
+                                "labelSelector": {"matchLabels": selector},
+                            }
+                        ],
+                        "terminationGracePeriodSeconds": engine.termination_grace_seconds(
+                            settings.shutdown_timeout_seconds
+                        ),
+                        # Kubernetes would inject VLLM_* variables for a Service named like the
+                        # engine's own settings (vLLM docs, environment variables).
+                        "enableServiceLinks": False,
+                        "automountServiceAccountToken": False,
+                        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+                        "containers": [container],
+                        "volumes": volumes,
+                    },
+                },
+            },
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=list(args.after),
+                # The autoscaler owns the replica count; `pulumi up` must not reset it.
+                ignore_changes=["spec.replicas"],
+                # Never skip the await: `pulumi up` finishes only when every replica is ready. A
+                # rollout surges one pod at a time, so it may take a startup budget per replica.
+                custom_timeouts=pulumi.CustomTimeouts(create=f"{rollout_seconds}s", update=f"{rollout_seconds}s"),
+            ),
+        )
+        service = k8s.core.v1.Service(
+            f"{name}-service",
+            metadata={"name": args.model_name, "namespace": args.namespace, "labels": labels},
+            spec={
+                "type": "ClusterIP",
+                "selector": selector,
+                "ports": [{"name": "http", "port": engine.PORT, "targetPort": "http", "protocol": "TCP"}],
+            },
+            opts=child,
+        )
+        k8s.policy.v1.PodDisruptionBudget(
+            f"{name}-pdb",
+            metadata={"name": args.model_name, "namespace": args.namespace, "labels": labels},
+            # Node drains take one replica at a time; a single-replica model can still be drained.
+            spec={"maxUnavailable": 1, "selector": {"matchLabels": selector}},
+            opts=child,
+        )
+        self.deployment = deployment
+        self.service_name = service.metadata.name
+        self.port = pulumi.Output.from_input(engine.PORT)
+        self.register_outputs({"service_name": self.service_name, "port": self.port})

@@ -1,0 +1,182 @@
+"""ModelWeights: a retained PersistentVolumeClaim and a Job that pre-stages one pinned revision.
+
+Weights land in a directory named after the revision and are marked complete last, so a rollout
+never reads half-written weights and re-running the same revision downloads nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from . import engine
+
+# Runs in the pinned vLLM image, which ships huggingface_hub, so the downloader needs no other
+# image to pin. `snapshot_download` resumes partial files; the marker is written only after every
+# file (model and tokenizer) is in place.
+STAGE_SCRIPT = f"""set -eu
+if [ -f "$TARGET/{engine.COMPLETE_MARKER}" ]; then
+  echo "revision $REVISION of $MODEL_ID already staged in $TARGET"
+  exit 0
+fi
+python3 - <<'PY'
+import os
+from huggingface_hub import snapshot_download
+
+token = os.environ.get("HF_TOKEN") or None
+snapshot_download(os.environ["MODEL_ID"], revision=os.environ["REVISION"],
+                  local_dir=os.environ["TARGET"], token=token)
+if os.environ.get("TOKENIZER_TARGET"):
+    snapshot_download(os.environ["MODEL_ID"], revision=os.environ["TOKENIZER_REVISION"],
+                      local_dir=os.environ["TOKENIZER_TARGET"], token=token,
+                      allow_patterns=["tokenizer*", "special_tokens_map.json", "*.jinja", "vocab*", "merges.txt"])
+PY
+date -u +%Y-%m-%dT%H:%M:%SZ > "$TARGET/{engine.COMPLETE_MARKER}"
+echo "staged $MODEL_ID@$REVISION in $TARGET"
+"""
+
+
+@dataclass(frozen=True)
+class ModelWeightsArgs:
+    namespace: pulumi.Input[str]
+    model_name: str
+    model_id: str
+    revision: str
+    tokenizer_revision: str | None
+    image: str
+    storage_class: str
+    access_mode: str
+    size_gib: int
+    download_deadline_seconds: int
+    hf_token_secret: str | None  # name of a Secret with key `token`
+    protect: bool  # prod: the claim cannot be deleted by `pulumi destroy` or a replace
+    # Resources that must exist first (the NetworkPolicy fencing the Job that holds the HF token).
+    after: tuple[pulumi.Resource, ...] = ()
+
+
+def job_name(model_name: str, revision: str, tokenizer_revision: str | None) -> str:
+    """One Job per pinned revision: a Job's pod template is immutable, and a new revision must be
+    a new download while the old weights keep serving."""
+    digest = hashlib.sha256(f"{revision}/{tokenizer_revision or ''}".encode()).hexdigest()[:10]
+    return f"{model_name}-stage-{digest}"
+
+
+class ModelWeights(pulumi.ComponentResource):
+    """The weights claim and the Job that fills it; serving depends on `job`."""
+
+    claim_name: pulumi.Output[str]
+    model_path: pulumi.Output[str]
+
+    def __init__(self, name: str, args: ModelWeightsArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("llmserving:serving:ModelWeights", name, None, opts)
+        claim = k8s.core.v1.PersistentVolumeClaim(
+            f"{name}-claim",
+            metadata={
+                "name": f"{args.model_name}-weights",
+                "namespace": args.namespace,
+                "labels": {"app.kubernetes.io/name": args.model_name, "app.kubernetes.io/component": "weights"},
+                # With a WaitForFirstConsumer storage class the claim stays Pending until the Job's
+                # pod mounts it; awaiting Bound here would deadlock. The Job's await covers it.
+                "annotations": {"pulumi.com/skipAwait": "true"},
+            },
+            spec={
+                "accessModes": [args.access_mode],
+                "storageClassName": args.storage_class,
+                "resources": {"requests": {"storage": f"{args.size_gib}Gi"}},
+            },
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=list(args.after),
+                # Re-downloading hundreds of GB is slow and may hit the Hub's rate limits: the claim
+                # outlives the stack's resources, and prod refuses to delete it at all.
+                retain_on_delete=True,
+                protect=args.protect,
+            ),
+        )
+        target = engine.staged_model_path(args.model_id, args.revision)
+        env = [
+            {"name": "MODEL_ID", "value": args.model_id},
+            {"name": "REVISION", "value": args.revision},
+            {"name": "TARGET", "value": target},
+            {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
+        ]
+        if args.tokenizer_revision and args.tokenizer_revision != args.revision:
+            env += [
+                {"name": "TOKENIZER_REVISION", "value": args.tokenizer_revision},
+                {
+                    "name": "TOKENIZER_TARGET",
+                    "value": engine.staged_tokenizer_path(args.model_id, args.tokenizer_revision),
+                },
+            ]
+        if args.hf_token_secret:
+            env.append(
+                {
+                    "name": "HF_TOKEN",
+                    "valueFrom": {"secretKeyRef": {"name": args.hf_token_secret, "key": "token"}},
+                }
+            )
+        name_of_job = job_name(args.model_name, args.revision, args.tokenizer_revision)
+        self.job = k8s.batch.v1.Job(
+            f"{name}-stage",
+            metadata={
+                "name": name_of_job,
+                "namespace": args.namespace,
+                "labels": {"app.kubernetes.io/name": args.model_name, "app.kubernetes.io/component": "stage-weights"},
+                # A Job that failed (Hub down, token revoked) is replaced on the next `pulumi up`
+                # instead of failing every later update until someone deletes it by hand.
+                "annotations": {"pulumi.com/replaceUnready": "true"},
+            },
+            spec={
+                "backoffLimit": 4,
+                "activeDeadlineSeconds": args.download_deadline_seconds,
+                "template": {
+                    "metadata": {
+                        "labels": {
+                            "app.kubernetes.io/name": args.model_name,
+                            "app.kubernetes.io/component": "stage-weights",
+                        }
+                    },
+                    "spec": {
+                        "restartPolicy": "OnFailure",
+                        "automountServiceAccountToken": False,
+                        "enableServiceLinks": False,
+                        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+                        "containers": [
+                            {
+                                "name": "stage",
+                                "image": args.image,
+                                "command": ["/bin/sh", "-c", STAGE_SCRIPT],
+                                "env": env,
+                                "resources": {
+                                    "requests": {"cpu": "2", "memory": "8Gi"},
+                                    "limits": {"memory": "8Gi"},
+                                },
+                                "securityContext": {
+                                    "allowPrivilegeEscalation": False,
+                                    "capabilities": {"drop": ["ALL"]},
+                                },
+                                "volumeMounts": [{"name": "weights", "mountPath": engine.MODELS_MOUNT}],
+                            }
+                        ],
+                        "volumes": [
+                            {"name": "weights", "persistentVolumeClaim": {"claimName": f"{args.model_name}-weights"}}
+                        ],
+                    },
+                },
+            },
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=[claim, *args.after],
+                # Pulumi waits for the Job to succeed; the download may take as long as its deadline.
+                custom_timeouts=pulumi.CustomTimeouts(
+                    create=f"{args.download_deadline_seconds + 300}s",
+                    update=f"{args.download_deadline_seconds + 300}s",
+                ),
+            ),
+        )
+        self.claim_name = claim.metadata.name
+        self.model_path = pulumi.Output.from_input(target)
+        self.register_outputs({"claim_name": self.claim_name, "model_path": self.model_path})

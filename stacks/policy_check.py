@@ -1,0 +1,50 @@
+"""The policy rules over offline renders: `python -m stacks.policy_check [stack ...]`, no cloud and no CLI.
+
+Exits 1 when a mandatory rule fails, 2 on an invalid stack file; advisory findings are printed only.
+Unlike the pack it sees retainOnDelete and secretness, because the render records both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from policies import rules
+from stacks import loader, render
+from stacks.problems import ConfigError
+
+
+def report(result: Any, environment: str) -> tuple[str, int]:
+    """One line per rule, its messages below it; exit code 1 if any mandatory rule failed."""
+    found = rules.violations(result, environment)
+    lines = [f"stack {result.stack} ({environment}):"]
+    failed = 0
+    for rule in rules.RULES:
+        messages = found[rule.name]
+        lines.append(f"  {rule.name} [{rule.enforcement}]: " + (f"{len(messages)} violation(s)" if messages else "ok"))
+        lines += [f"    - {message}" for message in messages]
+        failed |= int(bool(messages) and rule.enforcement == "mandatory")
+    return "\n".join(lines) + "\n", failed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m stacks.policy_check", description=__doc__.splitlines()[0])
+    parser.add_argument("stacks", nargs="*", default=["dev", "staging", "prod"], help="stack names (default: all)")
+    args = parser.parse_args(argv)
+    status = 0
+    for stack in args.stacks:
+        path = loader.stack_file_path(stack)
+        try:
+            environment = loader.load_stack_file(path)[1].environment.value
+            text, failed = report(render.render_stack(path), environment)
+        except ConfigError as error:
+            sys.stderr.write(f"{error}\n")
+            return 2
+        sys.stdout.write(text)
+        status |= failed
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

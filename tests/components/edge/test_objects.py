@@ -1,0 +1,618 @@
+"""Tests for components/edge_objects.py: the streaming-safe edge in three modes, and NetworkPolicies.
+
+They validate every object against the pinned CRDs and Kubernetes schema, pin each streaming setting
+to an exact value, walk host + path to a Service, and evaluate the NetworkPolicies with a small model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from components.edge import objects as edge
+from components.edge.objects import EdgeSettings, Route
+from components.serving.engine import PORT
+from tests.support.reference import helm_value_errors, kubernetes_object_errors
+
+MiB = 1024 * 1024
+EDGE_NS = "envoy-gateway-system"
+SERVING_NS = "llm-serving"
+HOST = "llm.example.com"
+
+LLAMA = Route(
+    model_name="llama-70b", namespace=SERVING_NS, port=PORT, host=HOST, path_prefix="/",
+    request_timeout_seconds=0, stream_idle_timeout_seconds=120, request_body_limit_bytes=8 * MiB, drain_seconds=300,
+)
+QWEN = Route(
+    model_name="qwen-7b", namespace=SERVING_NS, port=PORT, host=HOST, path_prefix="/qwen-7b",
+    request_timeout_seconds=900, stream_idle_timeout_seconds=60, request_body_limit_bytes=4 * MiB, drain_seconds=120,
+)
+QWEN_OWN_HOST = dataclasses.replace(QWEN, host="qwen.example.com", path_prefix="/")
+ROUTES = [LLAMA, QWEN]
+INGRESS_ROUTES = [LLAMA, QWEN_OWN_HOST]
+
+SETTINGS = EdgeSettings(
+    namespace=EDGE_NS, gateway_name="llm-serving", tls_secret_name="llm-tls", cert_manager_issuer=None,
+    load_balancer_scheme="internet-facing", auth="vllm-api-key", api_key_secret=None, jwt_issuer=None,
+    jwt_jwks_uri=None, acm_certificate_arn="arn:aws:acm:us-east-1:123456789012:certificate/0000",
+    alb_idle_timeout_seconds=600,
+)
+API_KEYS = dataclasses.replace(SETTINGS, auth="gateway-api-key", api_key_secret="client-api-keys")
+JWT = dataclasses.replace(SETTINGS, auth="jwt", jwt_issuer="https://auth.example.com",
+                          jwt_jwks_uri="https://auth.example.com/.well-known/jwks.json")
+CERT_MANAGER = dataclasses.replace(SETTINGS, tls_secret_name=None, cert_manager_issuer="letsencrypt")
+
+# The Services VllmDeployment creates: named after the model, on the engine port.
+SERVICES = {(SERVING_NS, "llama-70b"): {PORT}, (SERVING_NS, "qwen-7b"): {PORT}}
+
+
+def by_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+def one(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    (found,) = [o for o in by_kind(objects, kind) if o["metadata"]["name"] == name]
+    return found
+
+
+GATEWAY = edge.gateway_objects(SETTINGS, ROUTES)
+
+
+# --------------------------------------------------------------------------------------------
+# Validity against the pinned schemas
+
+
+@pytest.mark.parametrize("settings", [SETTINGS, API_KEYS, JWT, CERT_MANAGER], ids=["vllm", "keys", "jwt", "acme"])
+def test_every_gateway_object_validates_against_its_crd(settings: EdgeSettings) -> None:
+    objects = edge.gateway_objects(settings, ROUTES)
+    assert [e for o in objects for e in kubernetes_object_errors(o, "1.34")] == []
+
+
+def test_every_ingress_validates_against_kubernetes_1_34() -> None:
+    objects = edge.alb_ingress(SETTINGS, INGRESS_ROUTES) + edge.nginx_ingress(SETTINGS, INGRESS_ROUTES)
+    assert len(objects) == 4
+    assert [e for o in objects for e in kubernetes_object_errors(o, "1.34")] == []
+
+
+def test_chart_values_exist_in_gateway_helm_1_9_0() -> None:
+    assert helm_value_errors("gateway-helm", "1.9.0", edge.envoy_gateway_chart_values()) == []
+
+
+def test_gateway_class_names_the_controller_the_chart_configures() -> None:
+    values = edge.envoy_gateway_chart_values()
+    gateway_class = one(GATEWAY, "GatewayClass", "llm-serving")
+    assert gateway_class["spec"]["controllerName"] == values["config"]["envoyGateway"]["gateway"]["controllerName"]
+    assert gateway_class["spec"]["controllerName"] == "gateway.envoyproxy.io/gatewayclass-controller"
+
+
+# --------------------------------------------------------------------------------------------
+# Gateway mode: exact streaming settings
+
+
+def test_gateway_objects_are_the_expected_kinds_in_namespaces() -> None:
+    assert [(o["kind"], o["metadata"]["name"], o["metadata"].get("namespace")) for o in GATEWAY] == [
+        ("EnvoyProxy", "llm-serving-proxy", EDGE_NS),
+        ("GatewayClass", "llm-serving", None),
+        ("Gateway", "llm-serving", EDGE_NS),
+        ("ClientTrafficPolicy", "llm-serving", EDGE_NS),
+        ("HTTPRoute", "llama-70b", SERVING_NS),
+        ("BackendTrafficPolicy", "llama-70b", SERVING_NS),
+        ("HTTPRoute", "qwen-7b", SERVING_NS),
+        ("BackendTrafficPolicy", "qwen-7b", SERVING_NS),
+    ]
+
+
+def test_envoy_proxy_is_an_ip_target_nlb_that_drains_as_long_as_the_longest_route() -> None:
+    assert one(GATEWAY, "EnvoyProxy", "llm-serving-proxy")["spec"] == {
+        "provider": {
+            "type": "Kubernetes",
+            "kubernetes": {
+                "envoyDeployment": {"replicas": 2},
+                "envoyPDB": {"minAvailable": 1},
+                "envoyService": {
+                    "type": "LoadBalancer",
+                    "annotations": {
+                        "service.beta.kubernetes.io/aws-load-balancer-type": "external",
+                        "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type": "ip",
+                        "service.beta.kubernetes.io/aws-load-balancer-scheme": "internet-facing",
+                        "service.beta.kubernetes.io/aws-load-balancer-target-group-attributes":
+                            "deregistration_delay.timeout_seconds=300",
+                    },
+                },
+            },
+        },
+        "shutdown": {"drainTimeout": "300s"},
+    }
+    internal = edge.gateway_objects(dataclasses.replace(SETTINGS, load_balancer_scheme="internal"), ROUTES)
+    annotations = internal[0]["spec"]["provider"]["kubernetes"]["envoyService"]["annotations"]
+    assert annotations["service.beta.kubernetes.io/aws-load-balancer-scheme"] == "internal"
+
+
+def test_gateway_class_points_at_the_envoy_proxy() -> None:
+    assert one(GATEWAY, "GatewayClass", "llm-serving")["spec"]["parametersRef"] == {
+        "group": "gateway.envoyproxy.io", "kind": "EnvoyProxy", "name": "llm-serving-proxy", "namespace": EDGE_NS,
+    }
+
+
+def test_gateway_has_one_https_listener_per_host_terminating_tls() -> None:
+    objects = edge.gateway_objects(SETTINGS, [LLAMA, QWEN, dataclasses.replace(QWEN_OWN_HOST, model_name="qwen-chat")])
+    gateway = one(objects, "Gateway", "llm-serving")
+    assert "annotations" not in gateway["metadata"]
+    assert gateway["spec"]["gatewayClassName"] == "llm-serving"
+    listeners = gateway["spec"]["listeners"]
+    assert [(x["name"], x["hostname"], x["port"], x["protocol"]) for x in listeners] == [
+        ("https-llm-example-com", "llm.example.com", 443, "HTTPS"),
+        ("https-qwen-example-com", "qwen.example.com", 443, "HTTPS"),
+    ]
+    assert {str(x["tls"]) for x in listeners} == {
+        str({"mode": "Terminate", "certificateRefs": [{"group": "", "kind": "Secret", "name": "llm-tls"}]})
+    }
+    assert listeners[0]["allowedRoutes"]["namespaces"] == {
+        "from": "Selector",
+        "selector": {"matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [SERVING_NS]}
+        ]},
+    }
+
+
+def test_cert_manager_annotates_the_gateway_and_names_the_secret() -> None:
+    gateway = one(edge.gateway_objects(CERT_MANAGER, ROUTES), "Gateway", "llm-serving")
+    assert gateway["metadata"]["annotations"] == {"cert-manager.io/cluster-issuer": "letsencrypt"}
+    assert gateway["spec"]["listeners"][0]["tls"]["certificateRefs"] == [
+        {"group": "", "kind": "Secret", "name": "llm-serving-tls"}
+    ]
+
+
+@pytest.mark.parametrize("secret,issuer", [(None, None), ("llm-tls", "letsencrypt")])
+def test_tls_needs_exactly_one_source(secret: str | None, issuer: str | None) -> None:
+    settings = dataclasses.replace(SETTINGS, tls_secret_name=secret, cert_manager_issuer=issuer)
+    with pytest.raises(ValueError, match="exactly one of tls_secret_name or cert_manager_issuer"):
+        edge.gateway_objects(settings, ROUTES)
+
+
+def test_route_request_timeout_is_0s_when_disabled_and_seconds_otherwise() -> None:
+    llama = one(GATEWAY, "HTTPRoute", "llama-70b")["spec"]
+    qwen = one(GATEWAY, "HTTPRoute", "qwen-7b")["spec"]
+    assert llama["rules"][0]["timeouts"] == {"request": "0s"}
+    assert qwen["rules"][0]["timeouts"] == {"request": "900s"}
+
+
+def test_http_routes_publish_only_v1_under_the_prefix_to_the_model_service() -> None:
+    assert one(GATEWAY, "HTTPRoute", "llama-70b")["spec"] == {
+        "parentRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "llm-serving",
+                        "namespace": EDGE_NS, "sectionName": "https-llm-example-com"}],
+        "hostnames": [HOST],
+        "rules": [{
+            "matches": [{"path": {"type": "PathPrefix", "value": "/v1"}}],
+            "backendRefs": [{"group": "", "kind": "Service", "name": "llama-70b", "port": 8000}],
+            "timeouts": {"request": "0s"},
+        }],
+    }
+    qwen_rule = one(GATEWAY, "HTTPRoute", "qwen-7b")["spec"]["rules"][0]
+    assert qwen_rule["matches"] == [{"path": {"type": "PathPrefix", "value": "/qwen-7b/v1"}}]
+    assert qwen_rule["filters"] == [{"type": "URLRewrite", "urlRewrite": {
+        "path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/v1"}}}]
+
+
+def test_backend_policy_repeats_the_route_timeout_sets_idle_timeouts_and_never_retries() -> None:
+    llama = one(GATEWAY, "BackendTrafficPolicy", "llama-70b")["spec"]
+    assert llama == {
+        "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "llama-70b"}],
+        "timeout": {"http": {"requestTimeout": "0s", "streamIdleTimeout": "120s", "connectionIdleTimeout": "4s"}},
+        "retry": {"numRetries": 0},
+        "useClientProtocol": False,
+    }
+    qwen = one(GATEWAY, "BackendTrafficPolicy", "qwen-7b")["spec"]
+    assert qwen["timeout"]["http"] == {"requestTimeout": "900s", "streamIdleTimeout": "60s",
+                                       "connectionIdleTimeout": "4s"}
+    # The policy's request timeout always equals its route's (envoyproxy/gateway#4091).
+    for route in by_kind(GATEWAY, "HTTPRoute"):
+        policy = one(GATEWAY, "BackendTrafficPolicy", route["metadata"]["name"])
+        assert policy["spec"]["timeout"]["http"]["requestTimeout"] == route["spec"]["rules"][0]["timeouts"]["request"]
+
+
+def test_upstream_idle_timeout_is_below_vllm_keep_alive() -> None:
+    assert edge.UPSTREAM_CONNECTION_IDLE_SECONDS < 5  # VLLM_HTTP_TIMEOUT_KEEP_ALIVE default
+
+
+def test_backend_policy_never_buffers_requests() -> None:
+    for policy in by_kind(GATEWAY, "BackendTrafficPolicy"):
+        assert "requestBuffer" not in policy["spec"]
+        assert "connection" not in policy["spec"]
+
+
+def test_client_policy_sets_idle_timeouts_and_a_buffer_for_the_largest_prompt() -> None:
+    assert one(GATEWAY, "ClientTrafficPolicy", "llm-serving")["spec"] == {
+        "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "llm-serving"}],
+        "timeout": {"http": {"streamIdleTimeout": "120s", "idleTimeout": "300s"}},
+        "connection": {"bufferLimit": "8Mi"},
+    }
+
+
+def test_client_idle_timeouts_stay_below_the_nlb_idle_timeout() -> None:
+    assert edge.CLIENT_CONNECTION_IDLE_SECONDS < edge.NLB_TCP_IDLE_SECONDS == 350
+    too_long = dataclasses.replace(LLAMA, stream_idle_timeout_seconds=350)
+    with pytest.raises(ValueError, match="below the NLB's 350s TCP idle timeout"):
+        edge.gateway_objects(SETTINGS, [too_long])
+
+
+def test_vllm_api_key_mode_adds_no_security_policy() -> None:
+    assert by_kind(GATEWAY, "SecurityPolicy") == []
+
+
+def test_gateway_api_key_mode_checks_bearer_keys_from_the_secret() -> None:
+    policy = one(edge.gateway_objects(API_KEYS, ROUTES), "SecurityPolicy", "llm-serving-auth")
+    assert policy["metadata"]["namespace"] == EDGE_NS
+    assert policy["spec"] == {
+        "targetRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "llm-serving"}],
+        "apiKeyAuth": {
+            "credentialRefs": [{"group": "", "kind": "Secret", "name": "client-api-keys"}],
+            "extractFrom": [{"headers": ["authorization"]}],
+            "sanitize": True,
+        },
+    }
+
+
+def test_jwt_mode_verifies_tokens_against_the_remote_jwks() -> None:
+    policy = one(edge.gateway_objects(JWT, ROUTES), "SecurityPolicy", "llm-serving-auth")
+    assert policy["spec"]["jwt"] == {"providers": [{
+        "name": "default", "issuer": "https://auth.example.com",
+        "remoteJWKS": {"uri": "https://auth.example.com/.well-known/jwks.json"},
+    }]}
+
+
+@pytest.mark.parametrize("settings,message", [
+    (dataclasses.replace(SETTINGS, auth="gateway-api-key"), "needs api_key_secret"),
+    (dataclasses.replace(JWT, jwt_jwks_uri=None), "needs jwt_issuer and jwt_jwks_uri"),
+    (dataclasses.replace(SETTINGS, auth="basic"), "is not one of"),
+    (dataclasses.replace(SETTINGS, load_balancer_scheme="public"), "is not one of"),
+])
+def test_incomplete_settings_are_rejected(settings: EdgeSettings, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        edge.gateway_objects(settings, ROUTES)
+
+
+@pytest.mark.parametrize("routes,message", [
+    ([], "at least one route"),
+    ([LLAMA, dataclasses.replace(LLAMA, model_name="other")], "both claim https://llm.example.com/v1"),
+    ([LLAMA, dataclasses.replace(LLAMA, host="other.example.com")], "routed twice"),
+    ([dataclasses.replace(LLAMA, path_prefix="llama")], "must be an absolute path"),
+    ([dataclasses.replace(LLAMA, host="LLM.example.com")], "lowercase DNS name"),
+    ([dataclasses.replace(LLAMA, request_timeout_seconds=100_000)], "outside 0..99999s"),
+])
+def test_conflicting_or_malformed_routes_are_rejected(routes: list[Route], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        edge.gateway_objects(SETTINGS, routes)
+
+
+# --------------------------------------------------------------------------------------------
+# Walking host + path to a Service (gateway mode)
+
+
+def _prefix_matches(prefix: str, path: str) -> bool:
+    """Gateway API and Ingress Prefix matching: whole path elements only."""
+    prefix = prefix.rstrip("/")
+    return path == prefix or path.startswith(prefix + "/") or prefix == ""
+
+
+def _selector_matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    for expression in selector.get("matchExpressions", []):
+        value, operator = labels.get(expression["key"]), expression["operator"]
+        if operator == "In" and value not in expression["values"]:
+            return False
+        if operator == "NotIn" and value in expression["values"]:
+            return False
+        if operator == "Exists" and value is None:
+            return False
+        if operator == "DoesNotExist" and value is not None:
+            return False
+    return True
+
+
+def gateway_backend(objects: list[dict[str, Any]], host: str, path: str) -> tuple[str, str, int, str] | None:
+    """(namespace, service, port, upstream path) that host + path reach through the Gateway, or None."""
+    found = []
+    for gateway in by_kind(objects, "Gateway"):
+        gw_name, gw_ns = gateway["metadata"]["name"], gateway["metadata"]["namespace"]
+        for listener in gateway["spec"]["listeners"]:
+            if listener["hostname"] != host:
+                continue
+            for route in by_kind(objects, "HTTPRoute"):
+                ns = route["metadata"]["namespace"]
+                allowed = listener["allowedRoutes"]["namespaces"]
+                if not _selector_matches(allowed["selector"], {"kubernetes.io/metadata.name": ns}):
+                    continue
+                if not any(p["name"] == gw_name and p.get("namespace", ns) == gw_ns
+                           and p.get("sectionName") in (None, listener["name"]) for p in route["spec"]["parentRefs"]):
+                    continue
+                if host not in route["spec"]["hostnames"]:
+                    continue
+                for rule in route["spec"]["rules"]:
+                    for match in rule["matches"]:
+                        prefix = match["path"]["value"]
+                        if match["path"]["type"] == "PathPrefix" and _prefix_matches(prefix, path):
+                            found.append((len(prefix), ns, prefix, rule))
+    if not found:
+        return None
+    _, ns, prefix, rule = max(found, key=lambda item: item[0])
+    upstream = path
+    for f in rule.get("filters", []):
+        rewrite = f["urlRewrite"]["path"]
+        assert rewrite["type"] == "ReplacePrefixMatch"
+        upstream = rewrite["replacePrefixMatch"] + path[len(prefix):]
+    (ref,) = rule["backendRefs"]
+    assert ref["kind"] == "Service" and ref.get("namespace", ns) == ns
+    return ns, ref["name"], ref["port"], upstream
+
+
+@pytest.mark.parametrize("path,expected", [
+    ("/v1/chat/completions", (SERVING_NS, "llama-70b", PORT, "/v1/chat/completions")),
+    ("/v1/models", (SERVING_NS, "llama-70b", PORT, "/v1/models")),
+    ("/v1", (SERVING_NS, "llama-70b", PORT, "/v1")),
+    ("/qwen-7b/v1/completions", (SERVING_NS, "qwen-7b", PORT, "/v1/completions")),
+])
+def test_openai_paths_reach_the_model_service_on_its_port(path: str, expected: tuple[str, str, int, str]) -> None:
+    backend = gateway_backend(GATEWAY, HOST, path)
+    assert backend == expected
+    assert backend[2] in SERVICES[(backend[0], backend[1])]
+    assert backend[3].startswith("/v1")  # vLLM's API key guards exactly these paths
+
+
+@pytest.mark.parametrize("path", [
+    "/metrics", "/health", "/qwen-7b/metrics", "/qwen-7b/health", "/", "/v1x", "/docs", "/openapi.json",
+    "/tokenize", "/qwen-7b",
+])
+def test_metrics_health_and_other_paths_are_not_routed(path: str) -> None:
+    assert gateway_backend(GATEWAY, HOST, path) is None
+
+
+def test_unknown_host_is_not_routed() -> None:
+    assert gateway_backend(GATEWAY, "other.example.com", "/v1/chat/completions") is None
+
+
+# --------------------------------------------------------------------------------------------
+# ALB mode
+
+
+ALB = edge.alb_ingress(SETTINGS, INGRESS_ROUTES)
+
+
+def ingress_backend(objects: list[dict[str, Any]], host: str, path: str) -> tuple[str, str, int] | None:
+    found = []
+    for ingress in by_kind(objects, "Ingress"):
+        for rule in ingress["spec"]["rules"]:
+            if rule["host"] != host:
+                continue
+            for entry in rule["http"]["paths"]:
+                assert entry["pathType"] == "Prefix"
+                if _prefix_matches(entry["path"], path):
+                    service = entry["backend"]["service"]
+                    found.append((len(entry["path"]), ingress["metadata"]["namespace"], service["name"],
+                                  service["port"]["number"]))
+    return max(found)[1:] if found else None
+
+
+def test_alb_annotations_pin_every_streaming_setting() -> None:
+    llama = one(ALB, "Ingress", "llm-serving-llm-example-com")
+    assert llama["metadata"]["namespace"] == SERVING_NS
+    assert llama["spec"]["ingressClassName"] == "alb"
+    assert llama["metadata"]["annotations"] == {
+        "alb.ingress.kubernetes.io/group.name": "llm-serving",
+        "alb.ingress.kubernetes.io/scheme": "internet-facing",
+        "alb.ingress.kubernetes.io/target-type": "ip",
+        "alb.ingress.kubernetes.io/listen-ports": '[{"HTTPS": 443}]',
+        "alb.ingress.kubernetes.io/certificate-arn": "arn:aws:acm:us-east-1:123456789012:certificate/0000",
+        "alb.ingress.kubernetes.io/load-balancer-attributes": "idle_timeout.timeout_seconds=600",
+        "alb.ingress.kubernetes.io/backend-protocol-version": "HTTP1",
+        "alb.ingress.kubernetes.io/healthcheck-path": "/health",
+        "alb.ingress.kubernetes.io/target-group-attributes": "deregistration_delay.timeout_seconds=300",
+    }
+    qwen = one(ALB, "Ingress", "llm-serving-qwen-example-com")["metadata"]["annotations"]
+    assert qwen["alb.ingress.kubernetes.io/target-group-attributes"] == "deregistration_delay.timeout_seconds=120"
+
+
+@pytest.mark.parametrize("host,path,expected", [
+    (HOST, "/v1/chat/completions", (SERVING_NS, "llama-70b", PORT)),
+    ("qwen.example.com", "/v1/completions", (SERVING_NS, "qwen-7b", PORT)),
+    (HOST, "/metrics", None),
+    (HOST, "/health", None),
+    ("qwen.example.com", "/metrics", None),
+    (HOST, "/v1x", None),
+])
+def test_alb_routes_only_v1_to_the_model_service(host: str, path: str, expected: tuple | None) -> None:
+    backend = ingress_backend(ALB, host, path)
+    assert backend == expected
+    if backend:
+        assert backend[2] in SERVICES[(backend[0], backend[1])]
+
+
+@pytest.mark.parametrize("settings,routes,message", [
+    (dataclasses.replace(SETTINGS, alb_idle_timeout_seconds=90), INGRESS_ROUTES, "shorter than the stream idle"),
+    (dataclasses.replace(SETTINGS, alb_idle_timeout_seconds=4001), INGRESS_ROUTES, "outside 1..4000s"),
+    (dataclasses.replace(SETTINGS, acm_certificate_arn=None), INGRESS_ROUTES, "needs acm_certificate_arn"),
+    (SETTINGS, ROUTES, "publishes each model on its own host"),
+    (API_KEYS, INGRESS_ROUTES, "cannot check keys or JWTs"),
+])
+def test_alb_rejects_settings_it_cannot_serve_safely(settings: EdgeSettings, routes: list[Route], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        edge.alb_ingress(settings, routes)
+
+
+# --------------------------------------------------------------------------------------------
+# ingress-nginx mode
+
+
+NGINX = edge.nginx_ingress(SETTINGS, INGRESS_ROUTES)
+
+
+def test_nginx_annotations_turn_buffering_off_and_pin_timeouts_and_body_size() -> None:
+    llama = one(NGINX, "Ingress", "llm-serving-llm-example-com")
+    assert llama["spec"]["ingressClassName"] == "nginx"
+    assert llama["metadata"]["annotations"] == {
+        "nginx.ingress.kubernetes.io/proxy-buffering": "off",
+        "nginx.ingress.kubernetes.io/proxy-request-buffering": "off",
+        "nginx.ingress.kubernetes.io/proxy-http-version": "1.1",
+        "nginx.ingress.kubernetes.io/proxy-read-timeout": "120",
+        "nginx.ingress.kubernetes.io/proxy-send-timeout": "120",
+        "nginx.ingress.kubernetes.io/proxy-body-size": "8m",
+        "nginx.ingress.kubernetes.io/proxy-next-upstream": "off",
+    }
+    assert llama["spec"]["tls"] == [{"hosts": [HOST], "secretName": "llm-tls"}]
+    qwen = one(NGINX, "Ingress", "llm-serving-qwen-example-com")["metadata"]["annotations"]
+    assert qwen["nginx.ingress.kubernetes.io/proxy-read-timeout"] == "60"
+    assert qwen["nginx.ingress.kubernetes.io/proxy-body-size"] == "4m"
+
+
+def test_nginx_body_size_keeps_odd_sizes_exact() -> None:
+    route = dataclasses.replace(LLAMA, request_body_limit_bytes=1536 * 1024)
+    (ingress,) = edge.nginx_ingress(SETTINGS, [route])
+    assert ingress["metadata"]["annotations"]["nginx.ingress.kubernetes.io/proxy-body-size"] == "1536k"
+
+
+def test_nginx_with_cert_manager_annotates_and_names_the_secret() -> None:
+    (ingress, _) = edge.nginx_ingress(CERT_MANAGER, INGRESS_ROUTES)
+    assert ingress["metadata"]["annotations"]["cert-manager.io/cluster-issuer"] == "letsencrypt"
+    assert ingress["spec"]["tls"] == [{"hosts": [HOST], "secretName": "llm-serving-tls"}]
+
+
+@pytest.mark.parametrize("path,expected", [
+    ("/v1/chat/completions", (SERVING_NS, "llama-70b", PORT)),
+    ("/metrics", None),
+    ("/health", None),
+])
+def test_nginx_routes_only_v1(path: str, expected: tuple | None) -> None:
+    assert ingress_backend(NGINX, HOST, path) == expected
+
+
+# --------------------------------------------------------------------------------------------
+# NetworkPolicies, checked with a small evaluator of the NetworkPolicy API semantics
+
+
+MONITORING_NS = "monitoring"
+VLLM_LABELS = {"app.kubernetes.io/name": "llama-70b", "app.kubernetes.io/component": "vllm"}
+JOB_LABELS = {"app.kubernetes.io/name": "llama-70b", "app.kubernetes.io/component": "stage-weights"}
+ALB_SUBNET = "10.0.64.0/20"
+POLICIES = edge.network_policies(
+    serving_namespace=SERVING_NS, model_selector={"app.kubernetes.io/component": "vllm"}, port=PORT,
+    edge_namespace=EDGE_NS, prometheus_namespace=MONITORING_NS,
+    staging_job_selector={"app.kubernetes.io/component": "stage-weights"}, load_balancer_cidrs=(ALB_SUBNET,),
+)
+
+
+@dataclass(frozen=True)
+class Pod:
+    namespace: str
+    labels: tuple[tuple[str, str], ...] = ()
+
+    def label_map(self) -> dict[str, str]:
+        return dict(self.labels)
+
+
+def pod(namespace: str, labels: dict[str, str] | None = None) -> Pod:
+    return Pod(namespace, tuple(sorted((labels or {}).items())))
+
+
+VLLM = pod(SERVING_NS, VLLM_LABELS)
+JOB = pod(SERVING_NS, JOB_LABELS)
+ENVOY = pod(EDGE_NS, {"app.kubernetes.io/name": "envoy"})
+PROMETHEUS = pod(MONITORING_NS, {"app.kubernetes.io/name": "prometheus"})
+STRANGER = pod("team-b", {"app": "curl"})
+KUBE_DNS = pod("kube-system", {"k8s-app": "kube-dns"})
+INTERNET = "104.16.0.10"
+ALB_NODE = "10.0.70.5"
+
+
+def _peer_matches(peer: dict[str, Any], policy_ns: str, endpoint: Pod | str) -> bool:
+    if "ipBlock" in peer:
+        if not isinstance(endpoint, str):
+            return False  # pod traffic is matched by selectors here (ipBlock is meant for cluster-external IPs)
+        address = ipaddress.ip_address(endpoint)
+        block = peer["ipBlock"]
+        return address in ipaddress.ip_network(block["cidr"]) and not any(
+            address in ipaddress.ip_network(e) for e in block.get("except", []))
+    if isinstance(endpoint, str):
+        return False
+    if "namespaceSelector" in peer:
+        if not _selector_matches(peer["namespaceSelector"], {"kubernetes.io/metadata.name": endpoint.namespace}):
+            return False
+    elif endpoint.namespace != policy_ns:
+        return False
+    return _selector_matches(peer.get("podSelector", {}), endpoint.label_map())
+
+
+def _ports_match(ports: list[dict[str, Any]] | None, port: int, protocol: str) -> bool:
+    return not ports or any(p.get("protocol", "TCP") == protocol and p.get("port", port) == port for p in ports)
+
+
+def _direction_allows(target: Pod, peer: Pod | str, port: int, protocol: str, direction: str) -> bool:
+    """Whether the policies selecting `target` for `direction` admit traffic with `peer`."""
+    key, peers_key = ("ingress", "from") if direction == "Ingress" else ("egress", "to")
+    selecting = [
+        p for p in POLICIES
+        if p["metadata"]["namespace"] == target.namespace
+        and _selector_matches(p["spec"]["podSelector"], target.label_map())
+        and direction in p["spec"]["policyTypes"]
+    ]
+    if not selecting:
+        return True  # a pod no policy selects is not isolated
+    return any(
+        _ports_match(rule.get("ports"), port, protocol)
+        and (peers_key not in rule or any(_peer_matches(x, p["metadata"]["namespace"], peer) for x in rule[peers_key]))
+        for p in selecting for rule in p["spec"].get(key, [])
+    )
+
+
+def allowed(source: Pod | str, destination: Pod | str, port: int, protocol: str = "TCP") -> bool:
+    egress_ok = isinstance(source, str) or _direction_allows(source, destination, port, protocol, "Egress")
+    ingress_ok = isinstance(destination, str) or _direction_allows(destination, source, port, protocol, "Ingress")
+    return egress_ok and ingress_ok
+
+
+def test_network_policies_validate() -> None:
+    assert [e for o in POLICIES for e in kubernetes_object_errors(o, "1.34")] == []
+
+
+@pytest.mark.parametrize("source,destination,port,protocol,expected", [
+    (ENVOY, VLLM, PORT, "TCP", True),
+    (PROMETHEUS, VLLM, PORT, "TCP", True),
+    (ALB_NODE, VLLM, PORT, "TCP", True),
+    (STRANGER, VLLM, PORT, "TCP", False),
+    (ENVOY, VLLM, 9000, "TCP", False),
+    (JOB, VLLM, PORT, "TCP", False),
+    (VLLM, INTERNET, 443, "TCP", False),
+    (VLLM, pod(SERVING_NS, {**VLLM_LABELS, "app.kubernetes.io/name": "qwen-7b"}), PORT, "TCP", False),
+    (VLLM, KUBE_DNS, 53, "UDP", True),
+    (VLLM, KUBE_DNS, 53, "TCP", True),
+    (JOB, INTERNET, 443, "TCP", True),
+    (JOB, INTERNET, 80, "TCP", False),
+    (JOB, KUBE_DNS, 53, "UDP", True),
+    (ENVOY, JOB, PORT, "TCP", False),
+    (PROMETHEUS, JOB, PORT, "TCP", False),
+    (VLLM, JOB, 443, "TCP", False),
+    (STRANGER, JOB, 443, "TCP", False),
+    (INTERNET, JOB, 443, "TCP", False),
+], ids=lambda v: v if isinstance(v, str | int | bool) else getattr(v, "namespace", str(v)))
+def test_network_policies_allow_only_the_intended_flows(
+    source: Pod | str, destination: Pod | str, port: int, protocol: str, expected: bool
+) -> None:
+    assert allowed(source, destination, port, protocol) is expected
+
+
+def test_without_load_balancer_cidrs_only_namespaces_may_reach_vllm() -> None:
+    policies = edge.network_policies(
+        serving_namespace=SERVING_NS, model_selector={"app.kubernetes.io/component": "vllm"}, port=PORT,
+        edge_namespace=EDGE_NS, prometheus_namespace=MONITORING_NS,
+        staging_job_selector={"app.kubernetes.io/component": "stage-weights"},
+    )
+    (rule,) = policies[0]["spec"]["ingress"]
+    assert rule == {
+        "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": EDGE_NS}}},
+                 {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": MONITORING_NS}}}],
+        "ports": [{"protocol": "TCP", "port": PORT}],
+    }

@@ -1,0 +1,300 @@
+"""The GPU layer as rendered for prod: node group, launch template, role, add-ons, and where the
+add-ons' pods can land."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+import yaml
+
+from components.gpu import scheduling as gpu_scheduling
+from tests.conftest import render_file
+from tests.support import reference
+from tests.support.scheduling import Node, fits, helm_merge
+
+GROUP = "gpu-p5-48xlarge"
+
+GPU_NODE = Node(
+    "ip-10-0-1-10",
+    labels={
+        **gpu_scheduling.node_labels(GROUP),
+        # Set by GPU feature discovery once the node runs it.
+        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+        "node.kubernetes.io/instance-type": "p5.48xlarge",
+    },
+    taints=[{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}],
+)
+CPU_NODE = Node("ip-10-0-2-20", labels={"node.kubernetes.io/instance-type": "m7i.2xlarge"})
+TAINTED_SYSTEM_NODE = Node(
+    "ip-10-0-3-30",
+    labels={"node.kubernetes.io/instance-type": "m7i.xlarge"},
+    taints=[{"key": "CriticalAddonsOnly", "value": "true", "effect": "NoSchedule"}],
+)
+NODES = [GPU_NODE, CPU_NODE, TAINTED_SYSTEM_NODE]
+
+
+def inputs(rendered, stack, type_, name):
+    return rendered[stack].resource(type_, name)["inputs"]
+
+
+def test_node_group_inputs_for_prod(rendered):
+    group = inputs(rendered, "prod", "aws:eks/nodeGroup:NodeGroup", f"{GROUP}-node-group")
+    assert group == {
+        "amiType": "AL2023_x86_64_NVIDIA",
+        "capacityType": "ON_DEMAND",
+        "clusterName": "llm-prod",
+        "instanceTypes": ["p5.48xlarge"],
+        "labels": {"llm-serving/node-group": GROUP, "nvidia.com/gpu.present": "true"},
+        "launchTemplate": {"id": f"{GROUP}-launch-template-id", "version": "1"},
+        "nodeGroupNamePrefix": f"{GROUP}-",
+        "nodeRoleArn": f"arn:aws:iam::123456789012:role/{GROUP}-node-role",
+        "releaseVersion": "1.34.2-20261101",
+        "scalingConfig": {"desiredSize": 2, "maxSize": 4, "minSize": 2},
+        "subnetIds": ["subnet-0bb00000000000001", "subnet-0bb00000000000002", "subnet-0bb00000000000003"],
+        "tags": {"app.kubernetes.io/part-of": "llm-serving", "llm-serving/environment": "prod"},
+        "taints": [{"effect": "NO_SCHEDULE", "key": "nvidia.com/gpu", "value": "true"}],
+        "updateConfig": {"maxUnavailable": 1},
+        "version": "1.34",
+    }
+
+
+def test_launch_template_requires_imdsv2_and_puts_containers_on_nvme(rendered):
+    template = inputs(rendered, "prod", "aws:ec2/launchTemplate:LaunchTemplate", f"{GROUP}-launch-template")
+    assert template["metadataOptions"] == {
+        "httpEndpoint": "enabled",
+        "httpPutResponseHopLimit": 1,
+        "httpTokens": "required",
+    }
+    assert template["blockDeviceMappings"] == [
+        {
+            "deviceName": "/dev/xvda",
+            "ebs": {"deleteOnTermination": "true", "encrypted": "true", "volumeSize": 200, "volumeType": "gp3"},
+        }
+    ]
+    user_data = base64.b64decode(template["userData"]).decode()
+    node_config = yaml.safe_load(user_data.split("application/node.eks.aws", 1)[1].split("--LLMSERVING--")[0])
+    assert node_config == {
+        "apiVersion": "node.eks.aws/v1alpha1",
+        "kind": "NodeConfig",
+        "spec": {"instance": {"localStorage": {"strategy": "RAID0"}}},
+    }
+    # No instance type, market options or interfaces unless a capacity block or EFA asks for them.
+    for key in ("instanceType", "instanceMarketOptions", "networkInterfaces", "capacityReservationSpecification"):
+        assert key not in template
+
+
+def test_node_role_trusts_ec2_and_carries_worker_policies(rendered):
+    role = inputs(rendered, "prod", "aws:iam/role:Role", f"{GROUP}-node-role")
+    assert yaml.safe_load(role["assumeRolePolicy"]) == {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}
+        ],
+    }
+    policies = sorted(
+        r["inputs"]["policyArn"]
+        for r in rendered["prod"].by_type()["aws:iam/rolePolicyAttachment:RolePolicyAttachment"]
+    )
+    assert policies == [
+        "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryPullOnly",
+        "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy",
+        "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy",
+        "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore",
+    ]
+
+
+def test_autoscaler_can_scale_the_group_from_zero(rendered):
+    tags = {
+        r["inputs"]["tag"]["key"]: r["inputs"]["tag"]["value"]
+        for r in rendered["prod"].by_type()["aws:autoscaling/tag:Tag"]
+    }
+    prefix = "k8s.io/cluster-autoscaler/node-template"
+    assert tags == {
+        f"{prefix}/resources/nvidia.com/gpu": "8",
+        f"{prefix}/taint/nvidia.com/gpu": "true:NoSchedule",
+        f"{prefix}/label/nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+        f"{prefix}/label/nvidia.com/gpu.present": "true",
+        f"{prefix}/label/llm-serving/node-group": GROUP,
+    }
+    asgs = {r["inputs"]["autoscalingGroupName"] for r in rendered["prod"].by_type()["aws:autoscaling/tag:Tag"]}
+    assert asgs == {f"eks-{GROUP}-node-group-asg"}
+
+
+def test_capacity_block_group_launches_into_the_reservation(stack_dir):
+    (stack_dir / "Pulumi.cb.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "config": {
+                    "aws:region": "us-east-1",
+                    "llm-serving:extends": "prod",
+                    "llm-serving:apiKey": {"secure": "v1:abc"},
+                    "llm-serving:hfToken": {"secure": "v1:def"},
+                    "llm-serving:gpuNodeGroup": {
+                        "capacityType": "CAPACITY_BLOCK",
+                        "capacityReservationId": "cr-0123456789abcdef0",
+                        "subnets": [{"id": "subnet-0bb00000000000001", "availabilityZone": "us-east-1a"}],
+                        "efaInterfaces": 32,
+                        "placement": "cluster",
+                        "scaling": {"minNodes": 0, "maxNodes": 3, "desiredNodes": 0},
+                    },
+                }
+            }
+        )
+    )
+    result = render_file(stack_dir / "Pulumi.cb.yaml")
+    template = result.resource("aws:ec2/launchTemplate:LaunchTemplate", f"{GROUP}-launch-template")["inputs"]
+    group = result.resource("aws:eks/nodeGroup:NodeGroup", f"{GROUP}-node-group")["inputs"]
+    assert template["instanceType"] == "p5.48xlarge"
+    assert template["instanceMarketOptions"] == {"marketType": "capacity-block"}
+    assert template["capacityReservationSpecification"] == {
+        "capacityReservationTarget": {"capacityReservationId": "cr-0123456789abcdef0"}
+    }
+    assert template["placement"] == {"groupName": f"{GROUP}-placement"}
+    interfaces = template["networkInterfaces"]
+    assert len(interfaces) == 32
+    assert interfaces[0] == {
+        "deleteOnTermination": "true",
+        "deviceIndex": 0,
+        "interfaceType": "efa",
+        "networkCardIndex": 0,
+        "securityGroups": ["sg-0123456789abcdef0"],
+    }
+    assert {(i["interfaceType"], i["deviceIndex"]) for i in interfaces[1:]} == {("efa-only", 1)}
+    assert group["capacityType"] == "CAPACITY_BLOCK"
+    # EKS rejects instance types on the node group when the launch template names one.
+    assert "instanceTypes" not in group
+    assert result.resource("aws:ec2/placementGroup:PlacementGroup", f"{GROUP}-placement")["inputs"][
+        "strategy"
+    ] == "cluster"
+
+
+def release_values(rendered, chart):
+    releases = rendered["prod"].by_type()["kubernetes:helm.sh/v3:Release"]
+    (release,) = [r["inputs"] for r in releases if r["inputs"]["chart"] == chart]
+    return release
+
+
+def effective(chart: str, version: str, values: dict) -> dict:
+    return helm_merge(reference.scheduling_defaults(chart, version), values)
+
+
+def where(pod: dict) -> list[str]:
+    return [n.name for n in NODES if fits(n, pod)]
+
+
+def test_device_plugin_and_gfd_run_exactly_on_gpu_nodes(rendered):
+    release = release_values(rendered, "nvidia-device-plugin")
+    assert release["version"] == "0.20.0"
+    assert release["values"]["gfd"] == {"enabled": True}
+    pod = effective("nvidia-device-plugin", "0.20.0", release["values"])
+    assert where(pod) == [GPU_NODE.name]
+
+
+def test_nfd_worker_tolerates_the_eks_gpu_taint(rendered):
+    release = release_values(rendered, "nvidia-device-plugin")
+    worker = effective("nvidia-device-plugin", "0.20.0", release["values"])["nfd"]["worker"]
+    assert where(worker) == [GPU_NODE.name]
+
+
+def test_chart_default_nfd_worker_would_miss_the_gpu_nodes():
+    # The trap this stack avoids: operator Equal, value "present" does not match our taint "true".
+    worker = reference.scheduling_defaults("nvidia-device-plugin", "0.20.0")["nfd"]["worker"]
+    assert GPU_NODE.name not in where(worker)
+
+
+def test_dcgm_exporter_runs_exactly_on_gpu_nodes(rendered):
+    release = release_values(rendered, "dcgm-exporter")
+    pod = effective("dcgm-exporter", "4.8.2", release["values"])
+    assert where(pod) == [GPU_NODE.name]
+    # Without our values the chart's pods would land on the CPU node only.
+    assert where(reference.scheduling_defaults("dcgm-exporter", "4.8.2")) == [CPU_NODE.name]
+
+
+def test_gpu_workload_selector_lands_on_the_group_once_gfd_labelled_it(rendered):
+    pod = {
+        "nodeSelector": gpu_scheduling.workload_node_selector(GROUP, "NVIDIA-H100-80GB-HBM3"),
+        "tolerations": gpu_scheduling.gpu_tolerations(),
+    }
+    assert where(pod) == [GPU_NODE.name]
+
+
+def test_dcgm_exporter_reads_our_counters_file(rendered):
+    release = release_values(rendered, "dcgm-exporter")["values"]
+    (configmap,) = [
+        m for m in rendered["prod"].manifests
+        if m["kind"] == "ConfigMap" and m["metadata"]["name"].startswith("llm-serving-dcgm-counters-")
+    ]
+    mount = release["extraVolumeMounts"][0]
+    assert release["arguments"] == ["-f", mount["mountPath"]]
+    volume = release["extraConfigMapVolumes"][0]
+    assert volume["name"] == mount["name"]
+    assert volume["configMap"]["name"] == configmap["metadata"]["name"]
+    assert volume["configMap"]["items"][0]["key"] in configmap["data"]
+    assert release["serviceMonitor"] == {"enabled": False}
+
+
+def test_service_monitor_scrapes_the_exporter_service_and_names_the_node(rendered):
+    monitor = rendered["prod"].manifest("ServiceMonitor", "dcgm-exporter")
+    assert monitor["metadata"]["labels"] == {"release": "kube-prometheus-stack"}
+    assert monitor["spec"]["selector"] == {
+        "matchLabels": {"app.kubernetes.io/instance": "dcgm-exporter", "app.kubernetes.io/name": "dcgm-exporter"}
+    }
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] == "metrics"
+    assert endpoint["relabelings"] == [
+        {"action": "replace", "sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}
+    ]
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_prometheus_rule_carries_selector_labels_and_gpu_alerts(rendered, stack):
+    rule = rendered[stack].manifest("PrometheusRule", "gpu-health")
+    expected_labels = {"release": "kube-prometheus-stack"} if stack == "prod" else {}
+    assert rule["metadata"]["labels"] == expected_labels
+    alerts = [r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]]
+    assert len(alerts) == len(set(alerts)) >= 6
+
+
+def test_dev_installs_prometheus_with_a_secret_grafana_password(rendered):
+    dev = rendered["dev"]
+    release = dev.resource("kubernetes:helm.sh/v3:Release", "prometheus-release")["inputs"]
+    assert release["values"]["grafana"] == {"admin": {"existingSecret": "grafana-admin"}}
+    assert release["values"]["prometheus"]["prometheusSpec"]["serviceMonitorSelectorNilUsesHelmValues"] is False
+    # Prod uses the cluster's existing Prometheus Operator and installs none.
+    assert not [r for r in rendered["prod"].resources if r["name"] == "prometheus-release"]
+
+
+def test_every_kubernetes_resource_uses_the_stack_provider(rendered):
+    for stack in ("dev", "prod"):
+        result = rendered[stack]
+        kubernetes = [r for r in result.resources if r["type"].startswith("kubernetes:")]
+        assert kubernetes
+        for r in kubernetes:
+            assert result.wiring[f"{r['type']}::{r['name']}"]["provider"] == "pulumi:providers:kubernetes::kubernetes"
+
+
+def test_monitors_and_rules_wait_for_the_release_that_brings_their_crds(rendered):
+    wiring = rendered["dev"].wiring
+    for name in ("dcgm-exporter-service-monitor", "dcgm-exporter-gpu-health-rules"):
+        kind = "ServiceMonitor" if "monitor" in name else "PrometheusRule"
+        depends = wiring[f"kubernetes:monitoring.coreos.com/v1:{kind}::{name}"]["dependsOn"]
+        assert "kubernetes:helm.sh/v3:Release::prometheus-release" in depends
+        assert "kubernetes:helm.sh/v3:Release::dcgm-exporter-release" in depends
+
+
+def test_node_group_leaves_desired_size_to_autoscalers(rendered):
+    wiring = rendered["prod"].wiring[f"aws:eks/nodeGroup:NodeGroup::{GROUP}-node-group"]
+    assert wiring["ignoreChanges"] == ["scalingConfig.desiredSize"]
+
+
+def test_counters_configmap_name_changes_with_its_content(monkeypatch):
+    from components.gpu import counters as dcgm_counters
+    from components.gpu import dcgm_exporter
+
+    before = dcgm_exporter.counters_configmap_name()
+    monkeypatch.setattr(dcgm_counters, "counters_csv", lambda: "DCGM_FI_DEV_GPU_TEMP, gauge, t\n")
+    assert dcgm_exporter.counters_configmap_name() != before
+    assert dcgm_exporter.chart_values()["extraConfigMapVolumes"][0]["configMap"]["name"] == (
+        dcgm_exporter.counters_configmap_name()
+    )

@@ -1,0 +1,229 @@
+"""Prod's serving objects as rendered: the Deployment's exact container, the weights claim and
+Job, the Service and PDB, and how they are wired."""
+
+from __future__ import annotations
+
+from components.serving import engine as vllm_engine
+from tests.support import reference
+
+MODEL = "llama-70b"
+REVISION = "1605565b47bb9346c5515c34102e054115b4f98b"
+MODEL_PATH = f"/models/meta-llama/Llama-3.1-70B-Instruct/{REVISION}"
+
+
+def deployment(rendered, stack="prod"):
+    return rendered[stack].manifest("Deployment", MODEL)
+
+
+def container(rendered, stack="prod"):
+    (only,) = deployment(rendered, stack)["spec"]["template"]["spec"]["containers"]
+    return only
+
+
+def test_prod_container_args_are_the_seeds_flags_with_tp_from_the_planner(rendered):
+    args = container(rendered)["args"]
+    assert args == [
+        MODEL_PATH,
+        "--served-model-name", MODEL,
+        "--max-model-len", "16384",
+        "--gpu-memory-utilization", "0.92",
+        "--tensor-parallel-size", "4",
+        "--kv-cache-dtype", "auto",
+        "--max-num-seqs", "256",
+        "--max-num-batched-tokens", "8192",
+        "--enable-prefix-caching",
+        "--port", "8000",
+        "--shutdown-timeout", "300",
+    ]
+
+
+def test_every_emitted_flag_exists_in_the_pinned_vllm(rendered):
+    for stack in ("dev", "prod", "staging"):
+        for doc in rendered[stack].manifests:
+            if doc["kind"] == "Deployment":
+                for c in doc["spec"]["template"]["spec"]["containers"]:
+                    assert reference.vllm_flag_errors(c["args"]) == []
+
+
+def test_image_is_pinned_to_the_reference_vllm_version(rendered):
+    assert container(rendered)["image"] == "vllm/vllm-openai:v0.33.0"
+    assert reference.pinned_versions()["vllm/vllm-openai image"] == "v0.33.0"
+
+
+def test_probes_startup_budget_from_planner_and_lenient_liveness(rendered):
+    c = container(rendered)
+    health = {"path": "/health", "port": "http"}
+    assert c["startupProbe"] == {"httpGet": health, "periodSeconds": 10, "failureThreshold": 264, "timeoutSeconds": 5}
+    assert c["readinessProbe"] == {"httpGet": health, "periodSeconds": 5, "failureThreshold": 3, "timeoutSeconds": 5}
+    assert c["livenessProbe"] == {"httpGet": health, "periodSeconds": 15, "failureThreshold": 6, "timeoutSeconds": 10}
+
+
+def test_volumes_weights_read_only_cache_writable_and_shm_sized_for_tp(rendered):
+    spec = deployment(rendered)["spec"]["template"]["spec"]
+    assert container(rendered)["volumeMounts"] == [
+        {"mountPath": "/models", "name": "weights", "readOnly": True},
+        {"mountPath": "/var/cache/vllm", "name": "weights", "subPath": "vllm-cache"},
+        {"mountPath": "/dev/shm", "name": "shm"},
+        {"mountPath": "/tmp", "name": "tmp"},
+    ]
+    assert spec["volumes"] == [
+        {"name": "weights", "persistentVolumeClaim": {"claimName": f"{MODEL}-weights"}},
+        {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
+        {"name": "tmp", "emptyDir": {}},
+    ]
+    env = {e["name"]: e for e in container(rendered)["env"]}
+    assert env["HF_HUB_OFFLINE"]["value"] == "1"
+    assert env["VLLM_CACHE_ROOT"]["value"] == "/var/cache/vllm"
+    assert env["VLLM_API_KEY"]["valueFrom"] == {"secretKeyRef": {"name": "vllm-api-key", "key": "api-key"}}
+
+
+def test_resources_selectors_and_tolerations(rendered):
+    spec = deployment(rendered)["spec"]["template"]["spec"]
+    assert container(rendered)["resources"] == {
+        "requests": {"cpu": "86", "memory": "921Gi", "nvidia.com/gpu": "4"},
+        "limits": {"memory": "921Gi", "nvidia.com/gpu": "4"},
+    }
+    assert spec["nodeSelector"] == {
+        "llm-serving/node-group": "gpu-p5-48xlarge",
+        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+    }
+    assert spec["tolerations"] == [{"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"}]
+
+
+def test_drain_lets_streams_finish(rendered):
+    spec = deployment(rendered)["spec"]["template"]["spec"]
+    assert container(rendered)["lifecycle"] == {"preStop": {"exec": {"command": ["sleep", "15"]}}}
+    assert spec["terminationGracePeriodSeconds"] == 345 > 15 + 300
+    assert deployment(rendered)["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+
+
+def test_pod_security_without_privilege(rendered):
+    spec = deployment(rendered)["spec"]["template"]["spec"]
+    assert container(rendered)["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "privileged": False,
+    }
+    assert spec["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+    assert spec["enableServiceLinks"] is False
+    assert spec["automountServiceAccountToken"] is False
+
+
+def test_service_is_not_named_vllm_and_selects_the_pods(rendered):
+    service = rendered["prod"].manifest("Service", MODEL)
+    pod_labels = deployment(rendered)["spec"]["template"]["metadata"]["labels"]
+    assert service["metadata"]["name"] != "vllm"
+    assert all(pod_labels[k] == v for k, v in service["spec"]["selector"].items())
+    assert service["spec"]["ports"] == [{"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"}]
+    pdb = rendered["prod"].manifest("PodDisruptionBudget", MODEL)
+    assert pdb["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": service["spec"]["selector"]}}
+
+
+def test_weights_claim_is_retained_and_protected_in_prod_only(rendered):
+    for stack, protected in (("prod", True), ("staging", False)):
+        wiring = rendered[stack].wiring[f"kubernetes:core/v1:PersistentVolumeClaim::{MODEL}-weights-claim"]
+        assert wiring["retainOnDelete"] is True
+        assert wiring["protect"] is protected
+    claim = rendered["prod"].manifest("PersistentVolumeClaim", f"{MODEL}-weights")
+    assert claim["spec"] == {
+        "accessModes": ["ReadWriteMany"],
+        "storageClassName": "efs-sc",
+        "resources": {"requests": {"storage": "290Gi"}},
+    }
+
+
+def test_staging_job_downloads_the_pinned_revision_into_its_own_directory(rendered):
+    (job,) = [m for m in rendered["prod"].manifests if m["kind"] == "Job"]
+    assert job["metadata"]["name"].startswith(f"{MODEL}-stage-")
+    (c,) = job["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in c["env"]}
+    assert env["MODEL_ID"] == "meta-llama/Llama-3.1-70B-Instruct"
+    assert env["REVISION"] == REVISION
+    assert env["TARGET"] == MODEL_PATH
+    assert env["HF_TOKEN"] == {"secretKeyRef": {"name": "hf-token", "key": "token"}}
+    script = c["command"][2]
+    # Re-running the same revision does nothing; the marker is written only after the download.
+    assert script.index(vllm_engine.COMPLETE_MARKER) < script.index("snapshot_download")
+    assert script.rindex(vllm_engine.COMPLETE_MARKER) > script.rindex("snapshot_download")
+    assert c["image"] == container(rendered)["image"]
+
+
+def test_serving_waits_for_the_staged_weights_with_timeouts_above_the_budget(rendered):
+    wiring = rendered["prod"].wiring
+    deploy = wiring[f"kubernetes:apps/v1:Deployment::{MODEL}-deployment"]
+    assert f"kubernetes:batch/v1:Job::{MODEL}-weights-stage" in deploy["dependsOn"]
+    assert int(deploy["customTimeouts"]["create"].removesuffix("s")) >= 2640
+    assert deploy["customTimeouts"]["create"] == deploy["customTimeouts"]["update"]
+
+
+def test_staging_serves_prods_model_and_flags_with_one_replica(rendered):
+    assert container(rendered, "staging")["args"] == container(rendered)["args"]
+    assert deployment(rendered, "staging")["spec"]["replicas"] == 1
+    assert deployment(rendered)["spec"]["replicas"] == 2
+
+
+def test_dev_serves_a_small_model_on_one_gpu(rendered):
+    c = rendered["dev"].manifest("Deployment", "llama-8b")["spec"]["template"]["spec"]["containers"][0]
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert c["args"][c["args"].index("--tensor-parallel-size") + 1] == "1"
+
+
+def test_chat_template_and_separate_tokenizer_revision_are_mounted_and_passed(stack_dir):
+    import yaml
+
+    from tests.conftest import render_file
+
+    template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    (stack_dir / "Pulumi.dev-tpl.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "config": {
+                    "aws:region": "us-east-1",
+                    "llm-serving:extends": "dev",
+                    "llm-serving:models": [
+                        {"name": "llama-8b", "chatTemplate": template, "tokenizerRevision": "a" * 40}
+                    ],
+                    **{f"llm-serving:{k}": {"secure": "v1:x"} for k in ("apiKey", "hfToken", "grafanaAdminPassword")},
+                }
+            }
+        )
+    )
+    result = render_file(stack_dir / "Pulumi.dev-tpl.yaml")
+    configmap = result.manifest("ConfigMap", "llama-8b-chat-template")
+    assert configmap["data"] == {"chat-template.jinja": template}
+    spec = result.manifest("Deployment", "llama-8b")["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    tokenizer = "/models/meta-llama/Llama-3.1-8B-Instruct/tokenizer-" + "a" * 40
+    assert c["args"][-4:] == ["--tokenizer", tokenizer, "--chat-template", vllm_engine.CHAT_TEMPLATE_PATH]
+    assert {"name": "chat-template", "configMap": {"name": "llama-8b-chat-template"}} in spec["volumes"]
+    assert {
+        "name": "chat-template",
+        "mountPath": vllm_engine.CHAT_TEMPLATE_PATH,
+        "subPath": "chat-template.jinja",
+        "readOnly": True,
+    } in c["volumeMounts"]
+    (job,) = [m for m in result.manifests if m["kind"] == "Job"]
+    env = {e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["TOKENIZER_TARGET"] == tokenizer
+    assert reference.vllm_flag_errors(c["args"]) == []
+    assert [e for m in result.manifests for e in reference.kubernetes_object_errors(m, "1.34")] == []
+
+
+def test_engine_waits_as_long_as_the_startup_probe_and_pulumi_waits_for_every_replica(rendered):
+    env = {e["name"]: e.get("value") for e in container(rendered)["env"]}
+    assert env["VLLM_ENGINE_READY_TIMEOUT_S"] == "2640"
+    deploy = rendered["prod"].wiring[f"kubernetes:apps/v1:Deployment::{MODEL}-deployment"]
+    # Up to 4 replicas rolled one at a time, each within its startup budget plus minReadySeconds.
+    assert deploy["customTimeouts"]["create"] == f"{4 * (2640 + 30) + 900}s"
+
+
+def test_network_policies_exist_before_the_weights_are_staged(rendered):
+    fence = "kubernetes:networking.k8s.io/v1:NetworkPolicy::serving-netpol-weights-staging"
+    for resource in (f"kubernetes:batch/v1:Job::{MODEL}-weights-stage",
+                     f"kubernetes:core/v1:PersistentVolumeClaim::{MODEL}-weights-claim"):
+        assert fence in rendered["prod"].wiring[resource]["dependsOn"]
+    (job,) = [m for m in rendered["prod"].manifests if m["kind"] == "Job"]
+    assert job["metadata"]["annotations"] == {"pulumi.com/replaceUnready": "true"}

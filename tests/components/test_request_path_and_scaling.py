@@ -1,0 +1,222 @@
+"""The whole stack as a user's request and an autoscaler see it: every edge mode's request path
+for prod, the scaling objects, and every PromQL expression any stack emits."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import yaml
+
+from components.gpu.counters import COUNTERS
+from components.observability.serving_alerts import KUBE_STATE_METRICS
+from stacks import checks
+from stacks.loader import load_stack_file
+from tests.conftest import STACK_FILES, STACK_NAMES, render_file
+from tests.support import promql, reference
+
+MODEL = "llama-70b"
+HOST = "llm.example.com"
+SECRETS = {f"llm-serving:{k}": {"secure": "v1:x"} for k in ("apiKey", "hfToken")}
+MODES: dict[str, dict[str, Any]] = {
+    "gateway": {},
+    "alb": {
+        "mode": "alb",
+        "namespace": "kube-system",
+        "albControllerRoleArn": "arn:aws:iam::123456789012:role/alb-controller",
+        "tls": {"certManagerIssuer": None, "acmCertificateArn":
+                "arn:aws:acm:us-east-1:123456789012:certificate/0a1b2c3d-0000-4000-8000-000000000000"},
+    },
+    "ingress-nginx": {"mode": "ingress-nginx", "namespace": "ingress-nginx", "controller": "existing"},
+}
+
+
+@pytest.fixture(scope="module")
+def prod_in_mode(tmp_path_factory) -> dict[str, Any]:
+    directory = tmp_path_factory.mktemp("modes")
+    for path in STACK_FILES:
+        (directory / path.name).write_text(path.read_text())
+    renders = {}
+    for mode, edge in MODES.items():
+        name = f"prod-{mode}"
+        config = {"aws:region": "us-east-1", "llm-serving:extends": "prod", **SECRETS}
+        if edge:
+            config["llm-serving:edge"] = edge
+        path = directory / f"Pulumi.{name}.yaml"
+        path.write_text(yaml.safe_dump({"config": config}))
+        renders[mode] = (render_file(path), load_stack_file(path)[1])
+    return renders
+
+
+def _container(result) -> dict:
+    return result.manifest("Deployment", MODEL)["spec"]["template"]["spec"]["containers"][0]
+
+
+def _service_and_pods(result, service_name: str, port: int | str) -> tuple[dict, dict]:
+    service = result.manifest("Service", service_name)
+    (service_port,) = [p for p in service["spec"]["ports"] if port in (p["port"], p.get("name"))]
+    deployment = next(
+        d for d in result.manifests
+        if d["kind"] == "Deployment"
+        and all(d["spec"]["template"]["metadata"]["labels"].get(k) == v for k, v in service["spec"]["selector"].items())
+    )
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    (container_port,) = [p for p in container["ports"] if p["name"] == service_port["targetPort"]]
+    return service_port, {"deployment": deployment["metadata"]["name"], "port": container_port["containerPort"]}
+
+
+def _gateway_backend(result, host: str, path: str) -> tuple[str, int]:
+    for route in (m for m in result.manifests if m["kind"] == "HTTPRoute"):
+        if host not in route["spec"]["hostnames"]:
+            continue
+        for rule in route["spec"]["rules"]:
+            if any(path.startswith(m["path"]["value"]) for m in rule["matches"]):
+                (backend,) = rule["backendRefs"]
+                return backend["name"], backend["port"]
+    raise AssertionError(f"no route for {host}{path}")
+
+
+def _ingress_backend(result, host: str, path: str) -> tuple[str, int]:
+    for ingress in (m for m in result.manifests if m["kind"] == "Ingress"):
+        for rule in ingress["spec"]["rules"]:
+            if rule["host"] != host:
+                continue
+            for p in rule["http"]["paths"]:
+                if path.startswith(p["path"]):
+                    service = p["backend"]["service"]
+                    return service["name"], service["port"].get("number", service["port"].get("name"))
+    raise AssertionError(f"no ingress for {host}{path}")
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_request_path_reaches_the_model_pods_in_every_mode(prod_in_mode, mode):
+    result, _ = prod_in_mode[mode]
+    backend = _gateway_backend if mode == "gateway" else _ingress_backend
+    service, port = backend(result, HOST, "/v1/chat/completions")
+    service_port, pods = _service_and_pods(result, service, port)
+    assert (service, service_port["port"]) == (MODEL, 8000)
+    assert pods == {"deployment": MODEL, "port": 8000}
+    with pytest.raises(AssertionError):
+        backend(result, HOST, "/metrics")
+    with pytest.raises(AssertionError):
+        backend(result, HOST, "/health")
+    assert [e for m in result.manifests for e in reference.kubernetes_object_errors(m, "1.34")] == []
+
+
+def test_gateway_path_never_buffers_or_times_out_a_long_generation(prod_in_mode):
+    result, config = prod_in_mode["gateway"]
+    needed = checks.generation_seconds(config, config.models[0])
+    route = result.manifest("HTTPRoute", MODEL)
+    assert route["spec"]["rules"][0]["timeouts"] == {"request": "0s"}
+    backend = result.manifest("BackendTrafficPolicy", MODEL)["spec"]
+    assert backend["retry"] == {"numRetries": 0}
+    assert "requestBuffer" not in backend
+    assert backend["timeout"]["http"]["requestTimeout"] == "0s"
+    client = result.manifest("ClientTrafficPolicy", "llm-serving")["spec"]
+    assert "requestReceivedTimeout" not in client.get("timeout", {}).get("http", {})
+    assert needed == 1639  # 16,384 tokens at 10 tokens/s: the route must not cut it
+
+
+def test_alb_path_idle_timeout_covers_the_longest_generation(prod_in_mode):
+    result, config = prod_in_mode["alb"]
+    (ingress,) = [m for m in result.manifests if m["kind"] == "Ingress"]
+    annotations = ingress["metadata"]["annotations"]
+    alb = "alb.ingress.kubernetes.io/"
+    assert annotations[alb + "load-balancer-attributes"] == "idle_timeout.timeout_seconds=1639"
+    assert annotations[alb + "target-group-attributes"] == "deregistration_delay.timeout_seconds=300"
+    env = {e["name"]: e.get("value") for e in _container(result)["env"]}
+    assert int(env["VLLM_HTTP_TIMEOUT_KEEP_ALIVE"]) > 1639
+    release = result.resource("kubernetes:helm.sh/v3:Release", "edge-alb-controller")["inputs"]
+    assert release["values"]["serviceAccount"]["annotations"] == {
+        "eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/alb-controller"
+    }
+    assert reference.helm_value_errors("aws-load-balancer-controller", "3.5.0", release["values"]) == []
+    netpol = result.manifest("NetworkPolicy", "vllm-serving")
+    assert {"ipBlock": {"cidr": "10.0.0.0/16"}} in netpol["spec"]["ingress"][0]["from"]
+
+
+def test_nginx_path_turns_buffering_off_in_both_directions(prod_in_mode):
+    result, _ = prod_in_mode["ingress-nginx"]
+    (ingress,) = [m for m in result.manifests if m["kind"] == "Ingress"]
+    annotations = ingress["metadata"]["annotations"]
+    prefix = "nginx.ingress.kubernetes.io/"
+    assert annotations[prefix + "proxy-buffering"] == "off"
+    assert annotations[prefix + "proxy-request-buffering"] == "off"
+    assert annotations[prefix + "proxy-http-version"] == "1.1"
+    assert annotations[prefix + "proxy-read-timeout"] == "300"
+    assert annotations[prefix + "proxy-body-size"] == "8m"
+
+
+def test_vllm_checks_the_key_unless_the_gateway_does(stack_dir):
+    config = {"aws:region": "us-east-1", "llm-serving:extends": "prod", **SECRETS,
+              "llm-serving:edge": {"auth": "gateway-api-key"}}
+    (stack_dir / "Pulumi.prod-keys.yaml").write_text(yaml.safe_dump({"config": config}))
+    result = render_file(stack_dir / "Pulumi.prod-keys.yaml")
+    env = [e["name"] for e in _container(result)["env"]]
+    assert "VLLM_API_KEY" not in env
+    policy = result.manifest("SecurityPolicy", "llm-serving-auth")
+    assert policy["spec"]["apiKeyAuth"]["credentialRefs"] == [
+        {"group": "", "kind": "Secret", "name": "llm-serving-client-keys"}
+    ]
+    assert result.manifest("Secret", "llm-serving-client-keys")["stringData"] == {"llm-serving": "[secret]"}
+
+
+def test_prod_scaled_object_scales_on_queue_then_kv(rendered):
+    scaled = rendered["prod"].manifest("ScaledObject", MODEL)
+    spec = scaled["spec"]
+    assert spec["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": MODEL}
+    assert (spec["minReplicaCount"], spec["maxReplicaCount"]) == (2, 4)
+    queue, kv = spec["triggers"]
+    assert queue["metricType"] == "AverageValue"
+    assert queue["metadata"]["query"] == (
+        'sum(vllm:num_requests_waiting{namespace="llm-serving", model_name="llama-70b"}) or vector(0)'
+    )
+    assert (queue["metadata"]["threshold"], queue["metadata"]["activationThreshold"]) == ("5", "1")
+    assert kv["metricType"] == "Value"
+    assert kv["metadata"]["query"] == (
+        'avg(vllm:kv_cache_usage_perc{namespace="llm-serving", model_name="llama-70b"}) or vector(0)'
+    )
+    assert kv["metadata"]["threshold"] == "0.8"
+    behavior = spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+    assert behavior["scaleDown"] == {
+        "stabilizationWindowSeconds": 900,
+        "selectPolicy": "Min",
+        "policies": [{"type": "Pods", "value": 1, "periodSeconds": 120}],
+    }
+    assert behavior["scaleUp"]["stabilizationWindowSeconds"] == 0
+    assert spec["fallback"]["replicas"] == 4
+    triggers = {t["type"] for t in spec["triggers"]}
+    assert triggers == {"prometheus"}  # never cpu or memory
+    wiring = rendered["prod"].wiring["kubernetes:apps/v1:Deployment::llama-70b-deployment"]
+    assert wiring["ignoreChanges"] == ["spec.replicas"]
+
+
+def _emitted_queries(result) -> list[str]:
+    queries = []
+    for m in result.manifests:
+        if m["kind"] == "PrometheusRule":
+            queries += [r["expr"] for g in m["spec"]["groups"] for r in g["rules"]]
+        elif m["kind"] == "ScaledObject":
+            queries += [t["metadata"]["query"] for t in m["spec"]["triggers"]]
+        elif m["kind"] == "ConfigMap" and m["metadata"].get("labels", {}).get("grafana_dashboard") == "1":
+            from components.observability.dashboards import panel_queries
+
+            for text in m["data"].values():
+                queries += [promql.expand_grafana_macros(q) for q in panel_queries(json.loads(text))]
+    return queries
+
+
+@pytest.mark.parametrize("name", STACK_NAMES)
+def test_every_promql_expression_parses_and_names_known_metrics(rendered, name):
+    known = (
+        reference.vllm_series_names()
+        | {c.field for c in COUNTERS}
+        | set(KUBE_STATE_METRICS)
+        | {"up"}
+    )
+    queries = _emitted_queries(rendered[name])
+    assert len(queries) > 30
+    for query in queries:
+        assert promql.parse_errors(query) == [], query
+        assert promql.unknown_metric_errors(query, known) == [], query

@@ -1,0 +1,245 @@
+"""The policy rules on every stack's offline render, on a deliberately broken copy of prod, and through
+pulumi-policy's own analyzer (in process, no engine) to show what the real pack sees and reports.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from policies import rules
+from stacks import policy_check
+from stacks.loader import load_stack_file
+from tests.conftest import STACK_FILES, STACK_NAMES
+
+POLICIES_DIR = Path(rules.__file__).parent
+ENVIRONMENTS = {name: load_stack_file(path)[1].environment.value for name, path in zip(STACK_NAMES, STACK_FILES,
+                                                                                        strict=True)}
+MANDATORY = [r.name for r in rules.RULES if r.enforcement == "mandatory"]
+DIGEST_RULE = "images-digest-pinned-in-prod"
+PVC_KEY = f"{rules.PVC}::llama-70b-weights-claim"
+
+
+def _pods(result: Any) -> dict[str, dict[str, Any]]:
+    """Pod specs of prod's vLLM Deployment and weight-staging Job, keyed by kind."""
+    found = {}
+    for resource in result.resources:
+        if resource["type"] in (rules.DEPLOYMENT, rules.JOB):
+            found[resource["inputs"]["kind"]] = resource["inputs"]
+    return found
+
+
+@pytest.mark.parametrize("name", STACK_NAMES)
+def test_every_stack_passes_every_mandatory_rule(rendered, name):
+    found = rules.violations(rendered[name], ENVIRONMENTS[name])
+    assert {rule: found[rule] for rule in MANDATORY} == {rule: [] for rule in MANDATORY}
+
+
+def test_only_prods_vllm_image_misses_a_digest(rendered):
+    found = rules.violations(rendered["prod"], "prod")
+    pods = _pods(rendered["prod"])
+    job = pods["Job"]["metadata"]["name"]
+    image = pods["Deployment"]["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image == "vllm/vllm-openai:v0.33.0"
+    tail = ("has no digest; a tag can be pushed again, so prod should pull exactly the build that was tested: set "
+            "the digest (for vLLM, models[].image.digest: sha256:...).")
+    # The serving Deployment and the weight-staging Job run the same vLLM image.
+    assert found[DIGEST_RULE] == [
+        f"Deployment llm-serving/llama-70b container vllm: image {image} {tail}",
+        f"Job llm-serving/{job} container stage: image {image} {tail}",
+    ]
+    for name in ("dev", "staging"):
+        assert rules.violations(rendered[name], ENVIRONMENTS[name])[DIGEST_RULE] == []
+
+
+def broken_prod(result: Any) -> Any:
+    """prod's render with one mistake per rule, except requests-and-limits-set."""
+    resources, wiring = copy.deepcopy(result.resources), copy.deepcopy(result.wiring)
+    broken = dataclasses.replace(result, resources=resources, wiring=wiring)
+    pods = _pods(broken)
+    serving = pods["Deployment"]["spec"]["template"]["spec"]
+    del serving["tolerations"]
+    serving["containers"][0]["livenessProbe"]["timeoutSeconds"] = 1
+    stage = pods["Job"]["spec"]["template"]["spec"]["containers"][0]
+    stage["image"] = "vllm/vllm-openai:latest"
+    stage["securityContext"]["privileged"] = True
+    (hf_token,) = [e for e in stage["env"] if e["name"] == "HF_TOKEN"]
+    del hf_token["valueFrom"]
+    hf_token["value"] = "hf_" + "x" * 34
+    wiring[PVC_KEY]["retainOnDelete"] = False
+    (scaled,) = [r["inputs"] for r in resources if r["type"] == rules.SCALED_OBJECT]
+    scaled["spec"]["triggers"].append({"type": "cpu", "metricType": "Utilization", "metadata": {"value": "60"}})
+    resources.append({"type": rules.INGRESS, "name": "legacy-ingress", "parent": None, "inputs": {
+        "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": {"name": "legacy", "namespace": "llm-serving", "annotations": {
+            "nginx.ingress.kubernetes.io/proxy-buffering": "on",
+            "nginx.ingress.kubernetes.io/proxy-request-buffering": "off",
+        }},
+        "spec": {"ingressClassName": "nginx"},
+    }})
+    wiring[f"{rules.INGRESS}::legacy-ingress"] = {**wiring[PVC_KEY], "protect": False, "retainOnDelete": False}
+    return broken
+
+
+def _first_clauses(found: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Each message up to its first ';': what is wrong and where (unit tests pin the full text)."""
+    return {rule: [m.split(";")[0] for m in messages] for rule, messages in found.items() if messages}
+
+
+def expected_broken_findings(job: str) -> dict[str, list[str]]:
+    stage, vllm = f"Job llm-serving/{job} container stage", "Deployment llm-serving/llama-70b container vllm"
+    return {
+        "images-pinned": [f"{stage}: image vllm/vllm-openai:latest uses the moving tag 'latest', so nodes can run "
+                          "different builds and a rollback cannot return to the old one"],
+        DIGEST_RULE: [f"{vllm}: image vllm/vllm-openai:v0.33.0 has no digest",
+                      f"{stage}: image vllm/vllm-openai:latest has no digest"],
+        "gpu-pods-select-gpu-nodes": ["Deployment llm-serving/llama-70b requests nvidia.com/gpu but does not tolerate "
+                                      "the GPU nodes' taint nvidia.com/gpu=true:NoSchedule, so it stays Pending"],
+        "probes-present-lenient-liveness": [f"{vllm}: livenessProbe.timeoutSeconds is 1"],
+        "no-privileged-containers": [f"{stage}: securityContext.privileged is true, which gives the container the "
+                                     "node's devices and kernel"],
+        "no-plaintext-secrets": [f"{stage}: env HF_TOKEN is set as a plain value, readable by anyone who can read "
+                                 "the Job and stored in the stack state"],
+        "weights-retained-and-protected-in-prod": ["PersistentVolumeClaim llm-serving/llama-70b-weights holds model "
+                                                   "weights without retainOnDelete"],
+        "edge-non-buffering": ["Ingress llm-serving/legacy: nginx.ingress.kubernetes.io/proxy-buffering is on"],
+        "autoscaling-not-on-utilisation": ["ScaledObject llm-serving/llama-70b trigger #2: type cpu scales on "
+                                           "utilisation, which says nothing about an LLM server's load"],
+    }
+
+
+def test_a_broken_prod_fails_exactly_the_rules_it_breaks(rendered):
+    broken = broken_prod(rendered["prod"])
+    job = _pods(broken)["Job"]["metadata"]["name"]
+    assert _first_clauses(rules.violations(broken, "prod")) == expected_broken_findings(job)
+    # The copy is deep: the session's render is untouched.
+    assert rules.violations(rendered["prod"], "prod")["no-plaintext-secrets"] == []
+
+
+def test_check_command_reports_and_fails_only_on_mandatory_rules(rendered):
+    text, status = policy_check.report(rendered["prod"], "prod")
+    assert status == 0
+    assert "  images-digest-pinned-in-prod [advisory]: 2 violation(s)\n" in text
+    assert "  edge-non-buffering [mandatory]: ok\n" in text
+    text, status = policy_check.report(broken_prod(rendered["prod"]), "prod")
+    assert status == 1 and "  autoscaling-not-on-utilisation [mandatory]: 1 violation(s)\n" in text
+
+
+# --------------------------------------------------------------------------------------------
+# The pack: pulumi-policy's analyzer servicer, called in process with the request the engine sends.
+
+
+def analyzer(environment: str) -> Any:
+    pytest.importorskip("pulumi_policy")
+    from pulumi_policy import EnforcementLevel
+    from pulumi_policy.policy import _PolicyAnalyzerServicer  # the pack's gRPC Analyze, without a server
+
+    from policies.pack import build_policies
+
+    return _PolicyAnalyzerServicer("llm-serving", "0.1.0", build_policies(environment), EnforcementLevel.MANDATORY)
+
+
+def analyze(servicer: Any, resource: dict[str, Any], protect: bool) -> list[tuple[str, str, str]]:
+    """(policy, enforcement, message) for one resource, its inputs sent as a protobuf Struct as the engine does."""
+    from google.protobuf import json_format, struct_pb2
+    from pulumi.runtime.proto import analyzer_pb2 as proto
+
+    properties = struct_pb2.Struct()
+    json_format.ParseDict(resource["inputs"], properties)
+    request = proto.AnalyzeRequest(
+        type=resource["type"], properties=properties, name=resource["name"],
+        urn=f"urn:pulumi:test::llm-serving::{resource['type']}::{resource['name']}",
+        options=proto.AnalyzerResourceOptions(protect=protect),
+    )
+    levels = {proto.ADVISORY: "advisory", proto.MANDATORY: "mandatory"}
+    return [(d.policyName, levels[d.enforcementLevel], d.message) for d in servicer.Analyze(request, None).diagnostics]
+
+
+def pack_findings(result: Any, environment: str) -> dict[str, list[str]]:
+    servicer = analyzer(environment)
+    found: dict[str, list[str]] = {}
+    for resource in result.resources:
+        protect = result.wiring[f"{resource['type']}::{resource['name']}"]["protect"]
+        for policy, level, message in analyze(servicer, resource, protect):
+            (rule,) = [r for r in rules.RULES if r.name == policy]
+            assert level == rule.enforcement
+            # pulumi-policy prefixes the policy's description on its own line.
+            description, text = message.split("\n", 1)
+            assert description == rule.description
+            found.setdefault(policy, []).append(text)
+    return found
+
+
+def test_pack_builds_one_policy_per_rule_without_the_engine():
+    pytest.importorskip("pulumi_policy")
+    from pulumi_policy import EnforcementLevel
+
+    from policies.pack import build_policies
+
+    policies = build_policies()
+    assert [(p.name, p.description, p.enforcement_level) for p in policies] == [
+        (r.name, r.description, EnforcementLevel(r.enforcement)) for r in rules.RULES
+    ]
+
+
+def test_pack_entry_point_serves_build_policies():
+    # Running __main__.py would start the gRPC server and block; its shape is checked instead.
+    tree = ast.parse((POLICIES_DIR / "__main__.py").read_text())
+    (call,) = [n.value for n in tree.body if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)]
+    assert ast.unparse(call) == (
+        "PolicyPack('llm-serving', enforcement_level=EnforcementLevel.MANDATORY, policies=build_policies())"
+    )
+    project = yaml.safe_load((POLICIES_DIR / "PulumiPolicy.yaml").read_text())
+    assert project["runtime"] == {"name": "python", "options": {"toolchain": "pip", "virtualenv": ".venv"}}
+    pins = [line for line in (POLICIES_DIR / "requirements.txt").read_text().splitlines() if "==" in line]
+    assert pins == ["pulumi-policy==1.21.0", "pulumi==3.272.0"]
+    program_pins = (POLICIES_DIR.parent / "requirements.txt").read_text().splitlines()
+    assert "pulumi==3.272.0" in program_pins
+
+
+def test_pack_agrees_with_the_render_on_prod(rendered):
+    assert pack_findings(rendered["prod"], "prod") == {
+        DIGEST_RULE: rules.violations(rendered["prod"], "prod")[DIGEST_RULE]
+    }
+    assert pack_findings(rendered["dev"], "dev") == {}
+
+
+def test_pack_on_a_broken_prod_misses_only_what_the_engine_hides(rendered):
+    broken = broken_prod(rendered["prod"])
+    expected = expected_broken_findings(_pods(broken)["Job"]["metadata"]["name"])
+    # retainOnDelete is not in the analyzer protocol, so only the offline render catches the unretained claim.
+    del expected["weights-retained-and-protected-in-prod"]
+    assert _first_clauses(pack_findings(broken, "prod")) == expected
+
+
+def test_pack_sees_protect_but_not_secretness(rendered):
+    servicer = analyzer("prod")
+    claim = rendered["prod"].resource(rules.PVC, "llama-70b-weights-claim")
+    assert analyze(servicer, claim, protect=True) == []
+    ((policy, level, message),) = analyze(servicer, claim, protect=False)
+    assert (policy, level) == ("weights-retained-and-protected-in-prod", "mandatory")
+    assert "holds prod model weights without protect" in message
+    # A Secret's value reaches validations as plain text whether or not it is a Pulumi secret.
+    secret = copy.deepcopy(rendered["prod"].resource(rules.SECRET, "hf-token"))
+    secret["inputs"]["stringData"]["token"] = "hf_plaintext"
+    assert analyze(servicer, secret, protect=False) == []
+
+
+def test_pack_defers_a_failing_rule_on_values_unknown_at_preview(rendered):
+    servicer = analyzer("dev")
+    deployment = copy.deepcopy(rendered["dev"].resource(rules.DEPLOYMENT, "llama-8b-deployment"))
+    from pulumi_policy.proxy import UNKNOWN_STRING_VALUE
+
+    deployment["inputs"]["spec"]["template"]["spec"]["containers"][0]["image"] = UNKNOWN_STRING_VALUE
+    ((policy, level, message),) = analyze(servicer, deployment, protect=False)
+    assert (policy, level) == ("images-pinned", "advisory")
+    assert message == (
+        "can't run policy 'images-pinned' from policy pack 'llm-serving@v0.1.0' during preview: string value at "
+        ".spec.template.spec.containers.0.image can't be known during preview"
+    )

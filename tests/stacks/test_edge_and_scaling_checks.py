@@ -1,0 +1,163 @@
+"""Edge and autoscaling settings that cannot work are rejected at preview, with the numbers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from stacks import checks
+from stacks.config import StackConfig
+from tests.stacks.test_gpu_node_group_checks import BASE
+
+ACM = "arn:aws:acm:us-east-1:123456789012:certificate/0a1b2c3d-0000-4000-8000-000000000000"
+
+
+def config(edge: dict[str, Any] | None = None, models: list[dict[str, Any]] | None = None) -> StackConfig:
+    return StackConfig.model_validate(
+        {**BASE, "edge": {**BASE["edge"], **(edge or {})}, "models": models or BASE["models"]}
+    )
+
+
+def lines(**kwargs: Any) -> list[str]:
+    return [p.line() for p in checks.check(config(**kwargs))]
+
+
+def model(**fields: Any) -> dict[str, Any]:
+    return {**BASE["models"][0], **fields}
+
+
+def test_base_edge_is_valid():
+    assert lines() == []
+
+
+def test_rejects_unknown_mode():
+    with pytest.raises(ValidationError) as caught:
+        config(edge={"mode": "traefik"})
+    assert caught.value.errors()[0]["loc"] == ("edge", "mode")
+
+
+def test_rejects_tls_without_a_certificate_source():
+    assert lines(edge={"tls": {}}) == [
+        'llm-serving:edge.tls: gateway mode needs a certificate source (got "no secretName or certManagerIssuer"; '
+        "expected tls.secretName or tls.certManagerIssuer)"
+    ]
+
+
+def test_rejects_alb_without_an_acm_certificate():
+    assert lines(edge={"mode": "alb", "controller": "existing"}) == [
+        "llm-serving:edge.tls.acmCertificateArn: HTTPS on an ALB needs an ACM certificate (got null; "
+        "expected an ACM certificate ARN)"
+    ]
+
+
+def test_rejects_installing_the_alb_controller_without_its_role():
+    assert lines(edge={"mode": "alb", "tls": {"acmCertificateArn": ACM}}) == [
+        "llm-serving:edge.albControllerRoleArn: installing the ALB controller needs its IAM role (got null; "
+        "expected the ARN of a role with the controller's IAM policy)"
+    ]
+
+
+def test_rejects_a_hostname_that_is_not_a_dns_name():
+    with pytest.raises(ValidationError) as caught:
+        config(edge={"host": "LLM_example.com"})
+    assert caught.value.errors()[0]["loc"] == ("edge", "host")
+
+
+def test_rejects_two_models_on_the_same_host_and_path():
+    second = model(name="qwen-7b-b")
+    assert lines(models=[model(), second]) == [
+        'llm-serving:models[qwen-7b-b].route: same host and path as model qwen-7b (got "llm.example.com/"; '
+        "expected a distinct host or pathPrefix)"
+    ]
+    assert lines(models=[model(), model(name="qwen-7b-b", route={"pathPrefix": "/b"})]) == []
+
+
+def test_rejects_a_timeout_shorter_than_a_max_length_generation():
+    assert lines(models=[model(route={"requestTimeoutSeconds": 60})]) == [
+        "llm-serving:models[qwen-7b].route.requestTimeoutSeconds: cuts generations short: 4096 tokens at 10 "
+        "tokens/s take 410 s, and no edge timeout may be under 600 s (got 60; expected >= 600, or 0 to disable)"
+    ]
+    assert lines(models=[model(route={"requestTimeoutSeconds": 600})]) == []
+    (line,) = lines(models=[model(maxModelLen=16384, route={"requestTimeoutSeconds": 900})])
+    assert "16384 tokens at 10 tokens/s take 1639 s" in line and "expected >= 1639" in line
+
+
+def test_rejects_stream_idle_timeout_the_nlb_would_cut():
+    assert lines(edge={"streamIdleTimeoutSeconds": 400}) == [
+        "llm-serving:edge.streamIdleTimeoutSeconds: the NLB in front of Envoy drops flows silent for 350 s "
+        "without telling Envoy (got 400; expected < 350)"
+    ]
+
+
+def test_rejects_generation_longer_than_the_alb_idle_limit():
+    edge = {"mode": "alb", "controller": "existing", "tls": {"acmCertificateArn": ACM}}
+    # 32,768 tokens at 10 tokens/s take 3,277 s: within the ALB's limit.
+    assert lines(edge=edge, models=[model(maxModelLen=32768)]) == []
+    assert lines(edge={**edge, "minDecodeTokensPerSecond": 5}, models=[model(maxModelLen=32768)]) == [
+        "llm-serving:models[qwen-7b].maxModelLen: a non-streamed response of 32768 tokens at 5 tokens/s takes "
+        "6554 s, beyond the ALB's 4000 s idle timeout (got 32768; expected a gateway edge, or a shorter maxModelLen)"
+    ]
+
+
+def test_rejects_path_prefix_an_ingress_cannot_strip():
+    edge = {"mode": "ingress-nginx", "controller": "existing"}
+    assert lines(edge=edge, models=[model(route={"pathPrefix": "/qwen"})]) == [
+        'llm-serving:models[qwen-7b].route.pathPrefix: ingress-nginx mode cannot strip a path prefix; give each '
+        'model its own host (got "/qwen"; expected /)'
+    ]
+
+
+def test_rejects_gateway_auth_outside_gateway_mode_and_jwt_without_provider():
+    assert lines(edge={"mode": "ingress-nginx", "controller": "existing", "auth": "jwt"}) == [
+        'llm-serving:edge.auth: gateway authentication needs mode gateway, not ingress-nginx (got "jwt"; '
+        "expected vllm-api-key)",
+        "llm-serving:edge.jwt: auth jwt needs an issuer and a JWKS URI (got null; expected jwt.issuer and "
+        "jwt.jwksUri)",
+    ]
+
+
+def test_rejects_min_replicas_above_max():
+    assert lines(models=[model(autoscaling={"minReplicas": 3, "maxReplicas": 2})]) == [
+        "llm-serving:models[qwen-7b].autoscaling.minReplicas: must not exceed maxReplicas (got 3; expected "
+        "<= maxReplicas (2))"
+    ]
+
+
+def test_rejects_scale_to_zero():
+    with pytest.raises(ValidationError) as caught:
+        config(models=[model(autoscaling={"minReplicas": 0})])
+    assert caught.value.errors()[0]["loc"] == ("models", 0, "autoscaling", "minReplicas")
+
+
+@pytest.mark.parametrize(("field", "value"), [("kvUsageTarget", 1.5), ("kvUsageTarget", 0),
+                                               ("waitingPerReplicaTarget", 0), ("scaleDownWindowSeconds", 7200)])
+def test_rejects_targets_out_of_range(field, value):
+    with pytest.raises(ValidationError) as caught:
+        config(models=[model(autoscaling={field: value})])
+    assert caught.value.errors()[0]["loc"] == ("models", 0, "autoscaling", field)
+
+
+def test_rejects_max_replicas_beyond_node_group_gpus():
+    assert lines(models=[model(autoscaling={"maxReplicas": 20})]) == [
+        "llm-serving:gpuNodeGroup.scaling.maxNodes: the models need 21 GPUs (max replicas plus one surge replica "
+        "each, times TP) but 2 x p5.48xlarge offer 16 (got 2; expected >= 3)"
+    ]
+
+
+def test_rejects_prometheus_url_in_another_namespace_than_the_scrape_namespace():
+    observability = {**BASE["observability"], "prometheus": {
+        "mode": "existing", "namespace": "observability", "url": "http://prometheus-operated.monitoring.svc:9090"}}
+    cfg = StackConfig.model_validate({**BASE, "observability": observability})
+    assert [p.line() for p in checks.check(cfg)] == [
+        'llm-serving:observability.prometheus.namespace: the URL points at namespace monitoring (got "observability"; '
+        "expected monitoring)"
+    ]
+
+
+@pytest.mark.parametrize(("mode", "namespace"), [("gateway", "envoy-gateway-system"), ("alb", "kube-system"),
+                                                 ("ingress-nginx", "ingress-nginx")])
+def test_each_edge_mode_has_its_own_default_namespace(mode, namespace):
+    assert checks.edge_namespace(config(edge={"mode": mode})) == namespace
+    assert checks.edge_namespace(config(edge={"mode": mode, "namespace": "edge"})) == "edge"

@@ -1,0 +1,148 @@
+"""Models that cannot work are rejected at preview, with the numbers, instead of crash-looping."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stacks import checks
+from stacks.config import StackConfig
+from tests.stacks.test_gpu_node_group_checks import BASE
+
+SHA = "1605565b47bb9346c5515c34102e054115b4f98b"
+LLAMA_70B = {
+    "name": "llama-70b",
+    "modelId": "meta-llama/Llama-3.1-70B-Instruct",
+    "revision": SHA,
+    "maxModelLen": 16384,
+    "replicas": 2,
+}
+
+
+def lines(environment: str = "prod", max_nodes: int = 2, **model: Any) -> list[str]:
+    group = {**BASE["gpuNodeGroup"], "scaling": {"minNodes": 1, "maxNodes": max_nodes, "desiredNodes": 1}}
+    config = StackConfig.model_validate(
+        {**BASE, "environment": environment, "gpuNodeGroup": group, "models": [{**LLAMA_70B, **model}]}
+    )
+    return [p.line() for p in checks.check(config)]
+
+
+def test_prod_model_plans_cleanly():
+    assert lines() == []
+
+
+PREFIX = "llm-serving:models[llama-70b]: cannot serve on p5.48xlarge: "
+
+
+def rejected(tp, mml):
+    return (
+        f' (got "tensorParallelSize={tp} maxModelLen={mml} gpuMemoryUtilization=0.92 kvCacheDtype=auto"; '
+        "expected settings whose weights and one max-length request fit (see python -m stacks plan))"
+    )
+
+
+def test_rejects_max_model_len_above_the_models_context():
+    assert lines(maxModelLen=200_000) == [
+        PREFIX + "--max-model-len 200000 exceeds meta-llama/Llama-3.1-70B-Instruct's context of 131072 tokens "
+        "(max_position_embeddings); lower it" + rejected("auto", 200000)
+    ]
+
+
+def test_rejects_tp_that_is_not_a_node_divisor():
+    assert lines(tensorParallelSize=3) == [
+        PREFIX + "--tensor-parallel-size 3 is not one of 1, 2, 4, 8" + rejected(3, 16384)
+    ]
+
+
+def test_rejects_weights_that_do_not_fit():
+    assert lines(tensorParallelSize=1) == [
+        PREFIX + "meta-llama/Llama-3.1-70B-Instruct needs 131.42 GiB of weights per GPU at "
+        "--tensor-parallel-size 1, but 79.20 GiB x --gpu-memory-utilization 0.92 leaves 72.87 GiB; raise "
+        "--tensor-parallel-size, use an FP8 checkpoint or a GPU with more memory" + rejected(1, 16384)
+    ]
+
+
+def test_rejects_kv_cache_that_cannot_hold_one_request():
+    assert lines(tensorParallelSize=2, maxModelLen=131072) == [
+        PREFIX + "KV cache holds 8,496 tokens but one request at --max-model-len 131072 needs 131,072; lower "
+        "--max-model-len, raise --tensor-parallel-size, or use --kv-cache-dtype fp8" + rejected(2, 131072)
+    ]
+
+
+def test_rejects_branch_revision_in_prod_but_not_in_dev():
+    assert lines(revision="main") == [
+        'llm-serving:models[llama-70b].revision: prod needs a pinned commit, not a branch or tag (a silent '
+        'upstream change would change outputs) (got "main"; expected a 40-character commit SHA)'
+    ]
+    assert lines(environment="dev", revision="main") == []
+
+
+def test_rejects_unpinned_tokenizer_revision_in_staging():
+    (line,) = lines(environment="staging", tokenizerRevision="v1")
+    assert line.startswith("llm-serving:models[llama-70b].tokenizerRevision: staging needs a pinned commit")
+
+
+def test_rejects_moving_image_tag():
+    assert lines(environment="dev", image={"tag": "latest"}) == [
+        'llm-serving:models[llama-70b].image.tag: a moving tag; pin the engine version (got "latest"; '
+        "expected a release tag like v0.33.0)"
+    ]
+
+
+def test_rejects_fp8_kv_cache_in_prod_without_an_eval():
+    assert lines(kvCacheDtype="fp8") == [
+        "llm-serving:models[llama-70b].qualityEval: kvCacheDtype fp8 in prod needs the eval that showed "
+        "quality holds (got null; expected the eval's name or URL)"
+    ]
+    assert lines(kvCacheDtype="fp8", qualityEval="evals/llama-70b-fp8-kv-2026-11.md") == []
+    assert lines(environment="staging", kvCacheDtype="fp8") == []
+
+
+def test_rejects_quantization_in_prod_without_an_eval():
+    (line,) = lines(quantization="fp8")
+    assert line.startswith("llm-serving:models[llama-70b].qualityEval: quantization fp8 in prod needs the eval")
+
+
+def test_rejects_extra_args_that_override_typed_settings():
+    assert lines(extraArgs=["--max-model-len=4096", "--enable-log-requests"]) == [
+        'llm-serving:models[llama-70b].extraArgs: sets flags that typed keys own (got ["--max-model-len=4096"]; '
+        "expected only flags without a key of their own)"
+    ]
+
+
+def test_rejects_more_gpus_than_the_node_group_offers():
+    assert lines(max_nodes=1) == [
+        "llm-serving:gpuNodeGroup.scaling.maxNodes: the models need 12 GPUs (max replicas plus one surge "
+        "replica each, times TP) but 1 x p5.48xlarge offer 8 (got 1; expected >= 2)"
+    ]
+
+
+def test_rejects_read_write_once_weights_for_several_replicas():
+    assert lines(storage={"accessMode": "ReadWriteOnce"}) == [
+        'llm-serving:models[llama-70b].storage.accessMode: replicas on several nodes cannot share a '
+        'ReadWriteOnce volume (got "ReadWriteOnce"; expected ReadWriteMany, or replicas: 1)'
+    ]
+
+
+def test_rejects_unknown_model_without_architecture():
+    assert lines(modelId="acme/secret-model") == [
+        'llm-serving:models[llama-70b].modelId: not in the model catalog; give its facts in architecture '
+        '(got "acme/secret-model"; expected a catalog model or an architecture block)'
+    ]
+
+
+def test_accepts_unknown_model_with_architecture():
+    architecture = {"parametersBillion": 8, "numLayers": 32, "numAttentionHeads": 32, "numKvHeads": 8,
+                    "headDim": 128, "hiddenSize": 4096, "weightGib": 15, "maxContextTokens": 32768}
+    assert lines(modelId="acme/secret-model", architecture=architecture, maxModelLen=8192) == []
+
+
+def test_rejects_utilisation_outside_the_allowed_range():
+    from pydantic import ValidationError
+
+    for value in (0, 0.99):
+        try:
+            StackConfig.model_validate({**BASE, "models": [{**LLAMA_70B, "gpuMemoryUtilization": value}]})
+        except ValidationError as error:
+            assert error.errors()[0]["loc"] == ("models", 0, "gpuMemoryUtilization")
+        else:
+            raise AssertionError(f"{value} accepted")

@@ -1,0 +1,142 @@
+"""`python -m stacks plan`: JSON and table output, and exit code 2 with one line (never a traceback)
+for rejected plans, unknown models or GPUs, and bad arguments.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from stacks import plan_cli
+from tests.components.serving.test_capacity import AGREED_JSON_KEYS
+
+PROD = ["--model", "meta-llama/Llama-3.1-70B-Instruct", "--gpu", "p5.48xlarge", "--max-model-len", "16384"]
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _run(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = plan_cli.main(argv, stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_json_output_has_the_agreed_keys_sorted() -> None:
+    code, out, err = _run([*PROD, "--gpu-memory-utilization", "0.92", "--json"])
+    assert (code, err) == (0, "")
+    data = json.loads(out)
+    assert AGREED_JSON_KEYS <= set(data)
+    assert data["tensor_parallel_size"] == 4
+    assert data["kv_cache_tokens"] == 418_672
+    assert out == json.dumps(data, sort_keys=True, indent=2) + "\n"
+
+
+def test_table_output_shows_the_tensor_parallel_size() -> None:
+    code, out, _ = _run(PROD)
+    assert code == 0
+    line = next(line for line in out.splitlines() if line.startswith("tensor parallel size"))
+    assert line.split()[3] == "4"
+    assert "418,672" in out and "25.55x at 16,384 tokens per request" in out
+
+
+def test_rejected_plan_exits_2_with_one_line_on_stderr() -> None:
+    code, out, err = _run(
+        [
+            "--model",
+            "meta-llama/Llama-3.1-405B-Instruct",
+            "--gpu",
+            "p5.4xlarge",
+            "--max-model-len",
+            "8192",
+            "--tp",
+            "1",
+        ]
+    )
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1
+    assert err.startswith("plan rejected: meta-llama/Llama-3.1-405B-Instruct needs 755.96 GiB")
+    assert "Traceback" not in err
+
+
+def test_kv_cache_too_small_for_one_request_is_rejected_with_numbers() -> None:
+    code, _, err = _run(
+        [
+            "--model",
+            "meta-llama/Llama-3.1-8B-Instruct",
+            "--gpu",
+            "p5.4xlarge",
+            "--max-model-len",
+            "16384",
+            "--tp",
+            "1",
+            "--available-kv-gib",
+            "1.5",
+        ]
+    )
+    assert code == 2
+    assert "KV cache holds 12,288 tokens but one request at --max-model-len 16384 needs 16,384" in err
+
+
+def test_measured_kv_budget_is_used_as_given() -> None:
+    code, out, _ = _run([*PROD, "--tensor-parallel-size", "4", "--available-kv-gib", "30", "--json"])
+    data = json.loads(out)
+    # 30 GiB / 81,920 B = 393,216 tokens (whole blocks)
+    assert code == 0
+    assert (data["kv_source"], data["kv_cache_tokens"]) == ("measured", 393_216)
+    assert data["runtime_overhead_gib_per_gpu"] is None
+
+
+def test_unknown_model_lists_known_ones_and_exits_2() -> None:
+    code, _, err = _run(["--model", "meta-llama/Llama-3.1-70B", "--gpu", "p5.48xlarge", "--max-model-len", "8192"])
+    assert code == 2
+    assert err.startswith("unknown model 'meta-llama/Llama-3.1-70B'")
+    assert "Qwen/Qwen3-8B" in err and "openai/gpt-oss-120b" in err
+
+
+def test_unknown_gpu_lists_known_instance_types_and_exits_2() -> None:
+    code, _, err = _run(["--model", "Qwen/Qwen3-8B", "--gpu", "p5.48xl", "--max-model-len", "8192"])
+    assert code == 2
+    assert 'did you mean "p5.48xlarge"' in err and "g6e.xlarge" in err
+
+
+def test_max_model_len_accepts_vllm_human_readable_counts() -> None:
+    # vLLM's convention: 16K = 16 x 1024 = 16,384; 16k = 16 x 1000 = 16,000.
+    _, binary, _ = _run([*PROD[:-1], "16K", "--json"])
+    _, decimal, _ = _run([*PROD[:-1], "16k", "--json"])
+    assert json.loads(binary)["max_model_len"] == 16_384
+    assert json.loads(decimal)["max_model_len"] == 16_000
+    for bad in ("16.5", "1.5k5", "infk", "16x"):
+        code, _, err = _run([*PROD[:-1], bad])
+        assert code == 2 and "--max-model-len" in err, bad
+
+
+def test_bad_tensor_parallel_value_is_a_usage_error() -> None:
+    code, _, _ = _run([*PROD, "--tp", "four"])
+    assert code == 2
+
+
+def test_non_finite_numbers_are_rejected_without_a_traceback() -> None:
+    for flag in ("--available-kv-gib", "--gpu-memory-utilization", "--storage-read-mib-per-second"):
+        code, _, err = _run([*PROD, "--tp", "4", flag, "nan"])
+        assert code == 2 and err.startswith("plan rejected:"), flag
+
+
+def test_auto_tp_with_measured_kv_budget_exits_2() -> None:
+    code, _, err = _run([*PROD, "--available-kv-gib", "30"])
+    assert code == 2 and "give that --tensor-parallel-size" in err
+
+
+def test_python_m_stacks_plan_never_prints_a_traceback() -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "stacks", "plan", "--model", "meta-llama/Llama-3.1-405B-Instruct"]
+        + ["--gpu", "p5.48xlarge", "--max-model-len", "16384"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 2
+    assert "Traceback" not in completed.stderr
+    assert completed.stderr.startswith("plan rejected: no --tensor-parallel-size in 1, 2, 4, 8 fits")
