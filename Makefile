@@ -5,11 +5,12 @@ BIN := $(VENV)/bin
 STACK ?= dev
 STAMP := $(VENV)/.installed
 
-.PHONY: help render test lint golden reference-fixtures config-docs secrets-set preview up clean policy-check diff
+.PHONY: help bench render test lint golden reference-fixtures config-docs secrets-set preview up clean policy-check diff
 
 help:
 	@echo "make render STACK=dev     offline render of a stack into build/<stack>/ (no cloud, no CLI)"
 	@echo "make test                 the whole test suite"
+	@echo "make bench                render time per stack and per model count (figures, not a test)"
 	@echo "make lint                 ruff, and the layering contracts (import-linter, pyproject.toml)"
 	@echo "make golden               refresh tests/golden/ after an intended change"
 	@echo "make config-docs          regenerate the configuration reference in README.md"
@@ -30,6 +31,9 @@ render: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python -m tools.bench
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

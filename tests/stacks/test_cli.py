@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import yaml
@@ -30,12 +29,13 @@ def test_render_dev_writes_both_files_and_a_summary(tmp_path):
     assert "    - llmserving:gpu:GpuNodeGroup::gpu-p5-4xlarge\n" in result.stdout
 
 
-def test_render_prod_takes_under_three_seconds(tmp_path):
-    started = time.perf_counter()
+def test_render_quiet_writes_both_files_and_prints_only_their_paths(tmp_path):
+    # Render speed is measured by `make bench`, not asserted here: CI machines are shared and noisy.
     result = run("render", "prod", "--out", str(tmp_path), "--quiet")
-    elapsed = time.perf_counter() - started
     assert result.returncode == 0, result.stderr
-    assert elapsed < 3.0, f"rendering prod took {elapsed:.2f} s"
+    assert (tmp_path / "manifests.yaml").stat().st_size > 0
+    assert (tmp_path / "resources.json").stat().st_size > 0
+    assert "resources by type:" not in result.stdout
 
 
 def _broken_copy(tmp_path: Path, stack: str, mutate) -> Path:
