@@ -13,7 +13,7 @@ help:
 	@echo "make bench                render time per stack and per model count (figures, not a test)"
 	@echo "make lint                 ruff, and the layering contracts (import-linter, pyproject.toml)"
 	@echo "make golden               refresh tests/golden/ after an intended change"
-	@echo "make config-docs          regenerate the configuration reference in README.md"
+	@echo "make config-docs          regenerate the configuration reference in docs/configuration.md"
 	@echo "make reference-fixtures   re-derive tests/fixtures/reference from ../shared/reference"
 	@echo "make diff STACK=prod      offline diff of a stack against the merge base with main"
 	@echo "make policy-check         run the policy pack's rules on every stack's offline render"
@@ -43,7 +43,7 @@ golden: $(STAMP)
 	$(BIN)/python -m tests.golden.refresh
 
 config-docs: $(STAMP)
-	$(BIN)/python -m tools.config_reference --write README.md
+	$(BIN)/python -m tools.config_reference --write docs/configuration.md
 
 reference-fixtures: $(STAMP)
 	$(BIN)/python tools/derive_reference_fixtures.py

@@ -1,7 +1,10 @@
 """The llm-serving guardrails as pure functions: one check per rule, no Pulumi import.
 
-The Pulumi policy pack (pack.py) and the offline render (`violations()`, tests, check.py) run the same
+The Pulumi policy pack (pack.py) and the offline render (`violations()`, tests, stacks/policy_check.py) run the same
 checks on the same input form: a resource's type token and its inputs (a Kubernetes manifest, camelCase).
+
+Length: the complete rule set; the policy pack loads it as one module next to pack.py (the CLI
+runs the pack from its own directory), and each rule carries its message and its reason.
 """
 
 from __future__ import annotations

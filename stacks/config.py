@@ -2,6 +2,9 @@
 
 pydantic checks shapes, types and ranges; `stacks.checks` checks relations between fields. Both
 report problems as one line per key path, before a single resource is registered.
+
+Length: the whole configuration schema in key order; the reference generator and a reader see the
+tree as a stack file has it, and cross-field rules live apart in checks.py.
 """
 
 from __future__ import annotations

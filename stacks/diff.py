@@ -2,6 +2,9 @@
 
 Renders the stack at a base git ref and in the working tree and lists added, removed and changed
 resources, each changed field as a dotted path with old -> new. Exit 0: no change; 1: changes; 2: error.
+
+Length: one command's pipeline, read top to bottom (export the base, render both sides, compare,
+format as text or markdown); it splits when resource-type replacement rules are added.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""Generate the README's configuration reference from the pydantic models in `stacks/config.py`.
+"""Generate the configuration reference (docs/configuration.md) from the pydantic models in `stacks/config.py`.
 
-`python -m tools.config_reference --write README.md` replaces the text between the markers; a test
-fails when the README is stale, so the reference can never drift from the code.
+`python -m tools.config_reference --write docs/configuration.md` replaces the text between the
+markers; a test fails when the page is stale, so the reference can never drift from the code.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def reference() -> str:
 
 def splice(readme: str) -> str:
     if BEGIN not in readme or END not in readme:
-        raise SystemExit(f"README lacks the markers {BEGIN!r} ... {END!r}")
+        raise SystemExit(f"the page lacks the markers {BEGIN!r} ... {END!r}")
     head, rest = readme.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
     return head + reference() + tail
@@ -103,7 +103,7 @@ def splice(readme: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--write", type=Path, help="README to update in place")
+    parser.add_argument("--write", type=Path, help="page to update in place (docs/configuration.md)")
     args = parser.parse_args(argv)
     if args.write:
         args.write.write_text(splice(args.write.read_text()))

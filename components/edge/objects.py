@@ -2,6 +2,9 @@
 
 Pure builders (no Pulumi import) that a table test can pin: every timeout, buffer and drain setting
 that keeps a long token stream alive from the load balancer to vLLM, with the failure it prevents.
+
+Length: three edge modes and the NetworkPolicies share one validation and naming core; split by
+mode, each file would repeat it, and a reviewer compares the modes' settings side by side here.
 """
 
 from __future__ import annotations

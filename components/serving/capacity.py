@@ -47,6 +47,9 @@ Approximations: weights split evenly over TP (replicated norms and biases are ig
 replicated when TP > kv_heads add their K/V projections again); sliding-window layers are sized as
 full attention (conservative: vLLM's hybrid allocator gives them less); no pipeline parallelism,
 no prefix-cache or speculative-decoding extras (a draft model adds KV layers, facts.md §2.2 ex. 4).
+
+Length: the memory model with its sources (this docstring) and the one calculation that follows
+it; every figure `plan` prints is computed in this file so it can be checked against one text.
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 """Architectures of the models this program plans and serves, keyed by Hugging Face repository id.
 Only the figures KV-cache, weight and tensor-parallel sizing need, each cited next to its entry, so
 the capacity planner and the vLLM flags derive from one place instead of retyped numbers.
+
+Length: a data table, one entry per model with the source of each figure beside it; splitting the
+catalog would separate figures from their citations.
 """
 
 from __future__ import annotations

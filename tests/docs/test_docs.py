@@ -1,14 +1,29 @@
-"""The configuration reference in the README is generated from the models and must be current."""
+"""The documentation stays true: the generated configuration reference is current, every relative
+link resolves (files and heading anchors), every alert has its runbook section, and the planner
+example is the planner's real output."""
 
 from __future__ import annotations
 
+import io
+import re
+import shlex
 import typing
+from pathlib import Path
 
+import pytest
 from pydantic import BaseModel
 
+from components.gpu.alerts import gpu_health_rule_groups
+from components.observability.serving_alerts import ModelSlo, alert_names, serving_rule_groups
+from stacks import plan_cli
 from stacks.config import StackConfig
 from stacks.loader import PROJECT_DIR
 from tools import config_reference
+
+DOCS = PROJECT_DIR / "docs"
+PAGES = [PROJECT_DIR / "README.md", *sorted(DOCS.glob("*.md"))]
+LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
+FENCE = re.compile(r"^```.*?^```", re.M | re.S)
 
 
 def _models(model: type[BaseModel], seen: set[type[BaseModel]]) -> set[type[BaseModel]]:
@@ -18,6 +33,17 @@ def _models(model: type[BaseModel], seen: set[type[BaseModel]]) -> set[type[Base
             if sub not in seen:
                 _models(sub, seen)
     return seen
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's heading anchor: lowercase, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[`*_]", "", heading.strip().lower())
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def _anchors(page: Path) -> set[str]:
+    text = FENCE.sub("", page.read_text(encoding="utf-8"))
+    return {_anchor(m.group(1)) for m in re.finditer(r"^#{1,6} (.+)$", text, re.M)}
 
 
 def test_every_config_field_has_a_description():
@@ -36,9 +62,9 @@ def test_every_config_model_forbids_unknown_keys_and_is_frozen():
         assert model.model_config["frozen"] is True, model.__name__
 
 
-def test_readme_configuration_reference_is_current():
-    readme = (PROJECT_DIR / "README.md").read_text()
-    assert config_reference.splice(readme) == readme, "run `make config-docs`"
+def test_configuration_reference_is_current():
+    page = (DOCS / "configuration.md").read_text(encoding="utf-8")
+    assert config_reference.splice(page) == page, "run `make config-docs`"
 
 
 def test_reference_lists_nested_keys_with_their_paths():
@@ -46,3 +72,66 @@ def test_reference_lists_nested_keys_with_their_paths():
     assert "| `gpuNodeGroup.scaling.minNodes` | int | **required** |" in text
     assert "| `gpuNodeGroup.subnets[].availabilityZone` | str | **required** |" in text
     assert typing.get_origin(StackConfig.model_fields["gpu_node_group"].annotation) is None
+
+
+def test_anchor_rule_matches_githubs_for_the_headings_we_link():
+    layout = "Layout: one package per domain, layering enforced"
+    assert _anchor(layout) == "layout-one-package-per-domain-layering-enforced"
+    assert _anchor("Autoscaling: `components/scaling/`, with the serving alerts and dashboards") == (
+        "autoscaling-componentsscaling-with-the-serving-alerts-and-dashboards"
+    )
+    assert _anchor("GpuXidCritical") == "gpuxidcritical"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(PROJECT_DIR).as_posix())
+def test_every_relative_link_resolves(page: Path):
+    broken = []
+    for target in LINK.findall(FENCE.sub("", page.read_text(encoding="utf-8"))):
+        if re.match(r"^[a-z]+:", target):  # https:, mailto: ...
+            continue
+        path_part, _, fragment = target.partition("#")
+        resolved = (page.parent / path_part).resolve() if path_part else page
+        if not resolved.exists():
+            broken.append(f"{target}: no such file")
+        elif fragment and resolved.suffix == ".md" and fragment not in _anchors(resolved):
+            broken.append(f"{target}: no heading #{fragment}")
+    assert broken == []
+
+
+def test_readme_is_the_front_door_and_links_every_docs_page():
+    readme = (PROJECT_DIR / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 260
+    for page in sorted(DOCS.glob("*.md")):
+        assert f"](docs/{page.name})" in readme, page.name
+
+
+def _emitted_alerts() -> set[str]:
+    slo = ModelSlo(
+        served_model_name="m", deployment_name="m", namespace="n", max_replicas=2, ttft_p95_seconds=2,
+        itl_p95_seconds=0.1,
+    )  # fmt: skip
+    groups = gpu_health_rule_groups(runbook_base_url="https://x") + serving_rule_groups(
+        [slo], runbook_base_url="https://x"
+    )
+    return set(alert_names(groups))
+
+
+def test_every_alert_has_exactly_one_runbook_section_at_its_link_anchor():
+    text = FENCE.sub("", (DOCS / "runbooks.md").read_text(encoding="utf-8"))
+    sections = re.findall(r"^### (.+)$", text, re.M)
+    emitted = _emitted_alerts()
+    assert len(emitted) == 19
+    assert sorted(sections) == sorted(emitted)
+    # Each alert links to <base>#<alert lowercased>; the section's anchor must be exactly that.
+    assert {name.lower() for name in emitted} <= _anchors(DOCS / "runbooks.md")
+
+
+def test_planner_examples_are_the_planners_real_output():
+    blocks = re.findall(r"^```console\n\$ (.+?)\n(.*?)^```", (DOCS / "capacity-planner.md").read_text(), re.M | re.S)
+    assert len(blocks) == 2
+    for command, shown in blocks:
+        argv = shlex.split(command)
+        assert argv[:4] == [".venv/bin/python", "-m", "stacks", "plan"]
+        out, err = io.StringIO(), io.StringIO()
+        plan_cli.main(argv[4:], out, err)
+        assert out.getvalue() + err.getvalue() == shown

@@ -2,6 +2,8 @@
 
 Messages are pinned exactly, since they are what a reviewer reads in a failed preview. The edge and
 autoscaling generators of components/ are run through the rules too, for the modes no stack renders.
+
+Length: every rule on a compliant, a non-compliant and a missing-property input.
 """
 
 from __future__ import annotations

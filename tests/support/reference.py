@@ -2,6 +2,9 @@
 
 Tests use them to prove that CRD objects, Kubernetes objects, Helm values, vLLM flags and metric names
 exist at the pinned versions. They read only the committed fixtures, so a bare clone can run them.
+
+Length: one checker per kind of upstream fact (CRD, Kubernetes schema, Helm values, vLLM flags and
+metrics), sharing the fixture loading.
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 The component tests trust these checkers to catch wrong CRD fields, Helm keys and vLLM flags, so
 every rule gets a passing and a failing case here, plus a check that the fixtures are current.
+
+Length: a passing and a failing case for every checker rule, as tables.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
-"""Tests for components/edge_objects.py: the streaming-safe edge in three modes, and NetworkPolicies.
+"""Tests for components/edge/objects.py: the streaming-safe edge in three modes, and NetworkPolicies.
 
 They validate every object against the pinned CRDs and Kubernetes schema, pin each streaming setting
 to an exact value, walk host + path to a Service, and evaluate the NetworkPolicies with a small model.
+
+Length: tables of exact settings for three edge modes and the NetworkPolicy evaluator.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Tests for components/gpu_alerts.py: the GPU health PrometheusRule groups.
+"""Tests for components/gpu/alerts.py: the GPU health PrometheusRule groups.
 
 They pin every alert's expression, duration and severity, prove each expression parses and only
 uses metrics our counters file exports, and check that every alert names its node and GPU.

@@ -1,4 +1,4 @@
-"""Tests for components/dcgm_counters.py: the DCGM exporter counters file we ship.
+"""Tests for components/gpu/counters.py: the DCGM exporter counters file we ship.
 
 Every field must be one the pinned exporter knows, with the upstream Prometheus type, and the
 rendered CSV must parse the way the exporter's Go csv reader parses it.

@@ -1,4 +1,4 @@
-"""Tests for components/dashboards.py, and one walk over every PromQL expression the serving modules emit.
+"""Tests for components/observability/dashboards.py, and one walk over every PromQL expression the serving modules emit.
 
 Dashboards must be valid JSON with unique panel ids and a query on every panel; their ConfigMaps must
 carry the Grafana sidecar's label. Every trigger, adapter series query, alert and panel must parse

@@ -1,4 +1,4 @@
-"""Tests for components/serving_alerts.py: the per-model vLLM serving PrometheusRule groups.
+"""Tests for components/observability/serving_alerts.py: the per-model vLLM serving PrometheusRule groups.
 
 They pin every alert's expression, duration and severity for a prod-like model, prove each expression
 uses only vLLM 0.33.0 and kube-state-metrics series with labels those series have, and validate the rule.

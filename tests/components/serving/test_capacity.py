@@ -1,5 +1,7 @@
 """Capacity planner: KV bytes per token, overhead estimate, TP choice and rejections, checked against
 hand arithmetic (tables in comments) and against vLLM's own log lines (facts.md §2.2).
+
+Length: planner tables, one row per model, GPU and context length.
 """
 
 from __future__ import annotations
