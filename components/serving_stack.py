@@ -28,7 +28,7 @@ from components.observability import (
     ServingObservability,
     ServingObservabilityArgs,
 )
-from components.platform import manifest_resource, namespace
+from components.platform import RESTRICTED, manifest_resource, namespace
 from components.scaling import ModelAutoscaling, ModelAutoscalingArgs, ScalingTarget
 from components.serving import PORT, EngineSettings, ModelWeights, ModelWeightsArgs, VllmDeployment, VllmDeploymentArgs
 
@@ -61,6 +61,8 @@ class ServedModel:
     scaling: ScalingTarget
     slo: ModelSlo
     extra_env: tuple[dict, ...] = ()
+    cache_gib: int = 20
+    tmp_gib: int = 8
 
 
 @dataclass(frozen=True)
@@ -140,7 +142,8 @@ class ServingStack(pulumi.ComponentResource):
 
     def _models(self, args: ServingStackArgs, child: pulumi.ResourceOptions) -> dict[str, pulumi.Output[str]]:
         """Serving namespace, its secrets, and per model the weights and the deployment."""
-        ns = namespace("serving-namespace", args.serving_namespace, parent=self)
+        # Only our own pods run here, all under the restricted profile.
+        ns = namespace("serving-namespace", args.serving_namespace, parent=self, pod_security=RESTRICTED)
         api_key = k8s.core.v1.Secret(
             "vllm-api-key",
             metadata={"name": API_KEY_SECRET, "namespace": ns.metadata.name},
@@ -210,6 +213,8 @@ class ServingStack(pulumi.ComponentResource):
                     api_key_secret=API_KEY_SECRET if args.vllm_checks_api_key else None,
                     extra_env=model.extra_env,
                     max_replicas=model.scaling.max_replicas,
+                    cache_gib=model.cache_gib,
+                    tmp_gib=model.tmp_gib,
                     chat_template=model.chat_template,
                     # Serving starts only once its revision is fully staged.
                     after=(weights.job, api_key),

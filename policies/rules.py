@@ -406,6 +406,9 @@ def check_requests_and_limits_set(resource_type: str, inputs: Mapping[str, Any],
 
 # Whole words of an env var name: HF_TOKEN and VLLM_API_KEY, not TOKENIZER_REVISION.
 SECRET_ENV_NAME = re.compile(r"(?i)(?:^|_)(?:token|key|secret|password|passwd|apikey)s?(?:$|_)")
+# Names of a file or directory that holds a credential (HF_TOKEN_PATH): the value is a path, and the
+# credential itself sits in a mounted Secret, which is what the rule asks for.
+SECRET_PATH_ENV_NAME = re.compile(r"(?i)_(?:path|file|dir)$")
 SECRET_DATA_KEY = re.compile(
     r"(?i)(?:^|[-_.])(?:token|password|passwd|secret|api[-_]?key|access[-_]?key|private[-_]?key)s?(?:$|[-_.])"
 )
@@ -458,7 +461,7 @@ def check_no_plaintext_secrets(resource_type: str, inputs: Mapping[str, Any], co
             if not isinstance(env, Mapping) or "value" not in env:
                 continue
             name = env.get("name", "?")
-            if SECRET_ENV_NAME.search(str(name)):
+            if SECRET_ENV_NAME.search(str(name)) and not SECRET_PATH_ENV_NAME.search(str(name)):
                 messages.append(
                     f"{where}: env {name} is set as a plain value, readable by anyone who can read the "
                     f"{_kind(resource_type)} and stored in the stack state; use valueFrom.secretKeyRef and "

@@ -282,6 +282,14 @@ class ModelConfig(ConfigModel):
     storage: WeightsStorageConfig = Field(
         default_factory=WeightsStorageConfig, description="The pre-staged weights volume."
     )
+    cache_volume_gib: int = Field(
+        default=20,
+        ge=1,
+        le=1000,
+        description="Per-pod disk emptyDir for HOME and the compile, kernel and Hub caches (the root "
+        "filesystem is read-only).",
+    )
+    tmp_volume_gib: int = Field(default=8, ge=1, le=1000, description="Per-pod disk emptyDir mounted at /tmp.")
     image: VllmImageConfig = Field(default_factory=VllmImageConfig, description="The vLLM image.")
     route: RouteConfig = Field(default_factory=RouteConfig, description="How the edge publishes the model.")
     autoscaling: ModelAutoscalingConfig = Field(

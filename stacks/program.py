@@ -167,6 +167,8 @@ def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType
             itl_p95_seconds=model.slo.itl_p95_seconds,
         ),
         extra_env=extra_env,
+        cache_gib=model.cache_volume_gib,
+        tmp_gib=model.tmp_volume_gib,
     )
 
 

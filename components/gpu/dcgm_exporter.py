@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.platform import helm_release, namespace, versions
+from components.platform import PodSecurity, helm_release, namespace, versions
 
 from . import alerts, counters, scheduling
 
@@ -25,6 +25,9 @@ SERVICE_SELECTOR = {
 }
 METRICS_PORT_NAME = "metrics"  # chart templates/service.yaml
 COUNTERS_DIR = "/etc/dcgm-exporter"
+# dcgm-exporter 4.8.2's chart runs the exporter as root with SYS_ADMIN added (values.yaml
+# securityContext, needed for the DCGM_FI_PROF_* profiling fields), which only `privileged` admits.
+DCGM_POD_SECURITY = PodSecurity("privileged", "dcgm-exporter runs as root with SYS_ADMIN for profiling metrics")
 
 def counters_configmap_name() -> str:
     """Named after its content: a subPath mount never sees ConfigMap updates, so a changed
@@ -95,7 +98,7 @@ class DcgmExporter(pulumi.ComponentResource):
     ):
         super().__init__("llmserving:gpu:DcgmExporter", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        ns = namespace(f"{name}-namespace", args.namespace, parent=self)
+        ns = namespace(f"{name}-namespace", args.namespace, parent=self, pod_security=DCGM_POD_SECURITY)
         counters_file = k8s.core.v1.ConfigMap(
             f"{name}-counters",
             metadata={"name": counters_configmap_name(), "namespace": ns.metadata.name},

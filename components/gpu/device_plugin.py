@@ -11,9 +11,15 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.platform import helm_release, namespace
+from components.platform import PodSecurity, helm_release, namespace
 
 from . import scheduling
+
+# The device plugin registers with the kubelet through a hostPath socket directory, and GPU feature
+# discovery runs privileged (nvidia-device-plugin 0.20.0 values: gfd securityContext privileged: true).
+DEVICE_PLUGIN_POD_SECURITY = PodSecurity(
+    "privileged", "gpu-feature-discovery runs privileged; the device plugin mounts the kubelet socket (hostPath)"
+)
 
 
 @dataclass(frozen=True)
@@ -32,7 +38,7 @@ class NvidiaDevicePlugin(pulumi.ComponentResource):
         self, name: str, args: NvidiaDevicePluginArgs, opts: pulumi.ResourceOptions | None = None
     ):
         super().__init__("llmserving:gpu:NvidiaDevicePlugin", name, None, opts)
-        ns = namespace(f"{name}-namespace", args.namespace, parent=self)
+        ns = namespace(f"{name}-namespace", args.namespace, parent=self, pod_security=DEVICE_PLUGIN_POD_SECURITY)
         release: k8s.helm.v3.Release = helm_release(
             f"{name}-release",
             chart="nvidia-device-plugin",

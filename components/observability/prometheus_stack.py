@@ -11,9 +11,12 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.platform import helm_release, namespace
+from components.platform import PodSecurity, helm_release, namespace
 
 RELEASE_NAME = "kube-prometheus-stack"
+# kube-prometheus-stack's node-exporter DaemonSet reads the host: hostNetwork, hostPID and a hostPath
+# of the root filesystem, which only `privileged` admits.
+MONITORING_POD_SECURITY = PodSecurity("privileged", "node-exporter uses hostNetwork, hostPID and hostPath /")
 
 
 GRAFANA_ADMIN_SECRET = "grafana-admin"
@@ -57,7 +60,7 @@ class PrometheusStack(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: PrometheusStackArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llmserving:observability:PrometheusStack", name, None, opts)
-        ns = namespace(f"{name}-namespace", args.namespace, parent=self)
+        ns = namespace(f"{name}-namespace", args.namespace, parent=self, pod_security=MONITORING_POD_SECURITY)
         admin = k8s.core.v1.Secret(
             f"{name}-grafana-admin",
             metadata={"name": GRAFANA_ADMIN_SECRET, "namespace": ns.metadata.name},

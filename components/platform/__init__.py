@@ -5,6 +5,7 @@ from . import versions
 from .helm import HELM_TIMEOUT_SECONDS, helm_release, namespace
 from .kubernetes import EksCluster, kubeconfig, kubernetes_provider, lookup_cluster
 from .manifests import manifest_resource
+from .pod_security import RESTRICTED, PodSecurity
 from .prometheus import NAMESPACE_LABEL, NODE_LABEL, POD_LABEL, alert_rule, check_dns_label, check_label_value
 
 __all__ = [
@@ -12,7 +13,9 @@ __all__ = [
     "NAMESPACE_LABEL",
     "NODE_LABEL",
     "POD_LABEL",
+    "RESTRICTED",
     "EksCluster",
+    "PodSecurity",
     "alert_rule",
     "check_dns_label",
     "check_label_value",

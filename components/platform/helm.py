@@ -11,6 +11,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from .pod_security import POD_SECURITY_REASON_ANNOTATION, PodSecurity, pod_security_labels
 from .versions import CHARTS
 
 # Charts whose pods pull multi-GB images or wait for GPU nodes to appear can take long to become
@@ -19,13 +20,20 @@ HELM_TIMEOUT_SECONDS = 900
 
 
 def namespace(
-    resource_name: str, name: str, *, parent: pulumi.Resource, labels: dict[str, str] | None = None
+    resource_name: str,
+    name: str,
+    *,
+    parent: pulumi.Resource,
+    pod_security: PodSecurity,
+    labels: dict[str, str] | None = None,
 ) -> k8s.core.v1.Namespace:
-    return k8s.core.v1.Namespace(
-        resource_name,
-        metadata={"name": name, "labels": {"app.kubernetes.io/part-of": "llm-serving", **(labels or {})}},
-        opts=pulumi.ResourceOptions(parent=parent),
-    )
+    """A namespace of ours, with Pod Security Admission labels (`pod_security_labels`) and, below
+    `restricted`, the reason as an annotation the policy pack requires."""
+    own = {"app.kubernetes.io/part-of": "llm-serving", **pod_security_labels(pod_security.level)}
+    metadata: dict = {"name": name, "labels": {**own, **(labels or {})}}
+    if pod_security.level != "restricted":
+        metadata["annotations"] = {POD_SECURITY_REASON_ANNOTATION: pod_security.reason}
+    return k8s.core.v1.Namespace(resource_name, metadata=metadata, opts=pulumi.ResourceOptions(parent=parent))
 
 
 def helm_release(

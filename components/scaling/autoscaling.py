@@ -11,10 +11,17 @@ from urllib.parse import urlsplit
 
 import pulumi
 
-from components.platform import helm_release, manifest_resource, namespace
+from components.platform import PodSecurity, helm_release, manifest_resource, namespace
 
 from . import objects
 from .objects import ScalingTarget
+
+# KEDA 2.20.2's chart drops all capabilities and sets seccomp on every container, but sets
+# runAsNonRoot by default on the operator's pod only, so its other pods are not known to pass
+# `restricted`; warn and audit report any gap.
+SCALING_POD_SECURITY = PodSecurity(
+    "baseline", "KEDA sets runAsNonRoot only on the operator pod by default; warn/audit show any gap"
+)
 
 
 @dataclass(frozen=True)
@@ -50,7 +57,7 @@ class ModelAutoscaling(pulumi.ComponentResource):
         workloads: list[pulumi.Resource] | None = None,
     ):
         super().__init__("llmserving:autoscaling:ModelAutoscaling", name, None, opts)
-        ns = namespace(f"{name}-namespace", args.namespace, parent=self)
+        ns = namespace(f"{name}-namespace", args.namespace, parent=self, pod_security=SCALING_POD_SECURITY)
         keda = args.mode == "keda"
         release = helm_release(
             f"{name}-{'keda' if keda else 'prometheus-adapter'}",

@@ -34,6 +34,8 @@ class VllmDeploymentArgs:
     weights_shared: bool = True  # False for a ReadWriteOnce volume, attachable to one node only
     extra_env: tuple[dict, ...] = ()
     max_replicas: int = 1  # a rollout replaces pods one by one, up to this many
+    cache_gib: int = 20  # per-pod disk emptyDir: HOME, compile and kernel caches
+    tmp_gib: int = 8  # per-pod disk emptyDir at /tmp
 
 
 def selector_labels(model_name: str) -> dict[str, str]:
@@ -56,19 +58,22 @@ class VllmDeployment(pulumi.ComponentResource):
 
         shm_size = f"{engine.shm_size_gib(settings.tensor_parallel_size)}Gi"
         volumes: list[dict] = [
-            {"name": "weights", "persistentVolumeClaim": {"claimName": args.claim_name}},
+            # Read-only at the volume too: serving pods never write weights, and the kubelet then
+            # skips the fsGroup ownership walk over hundreds of GiB.
+            {"name": "weights", "persistentVolumeClaim": {"claimName": args.claim_name, "readOnly": True}},
             {
                 "name": "shm",
                 "emptyDir": {"medium": "Memory", "sizeLimit": shm_size},
             },
-            {"name": "tmp", "emptyDir": {}},
+            {"name": "cache", "emptyDir": {"sizeLimit": f"{args.cache_gib}Gi"}},
+            {"name": "tmp", "emptyDir": {"sizeLimit": f"{args.tmp_gib}Gi"}},
         ]
         mounts: list[dict] = [
             {"name": "weights", "mountPath": engine.MODELS_MOUNT, "readOnly": True},
-            # torch.compile and CUDA graph artifacts survive restarts, shortening the next cold start.
-            {"name": "weights", "mountPath": engine.CACHE_MOUNT, "subPath": "vllm-cache"},
+            # Compile and kernel caches survive a container restart (not a new pod), per pod.
+            {"name": "cache", "mountPath": engine.CACHE_MOUNT},
             {"name": "shm", "mountPath": "/dev/shm"},
-            {"name": "tmp", "mountPath": "/tmp"},
+            {"name": "tmp", "mountPath": engine.TMP_MOUNT},
         ]
         if args.chat_template is not None:
             template = k8s.core.v1.ConfigMap(
@@ -98,7 +103,7 @@ class VllmDeployment(pulumi.ComponentResource):
                 # Everything was pre-staged: no Hub call at start-up, so a Hub outage or rate limit
                 # cannot stop a pod from starting.
                 {"name": "HF_HUB_OFFLINE", "value": "1"},
-                {"name": "VLLM_CACHE_ROOT", "value": engine.CACHE_MOUNT},
+                *engine.writable_paths_env(),
                 {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
                 # The API server gives up on the engine core after 600 s by default, and loading the
                 # weights counts (vllm#35616): a 70B cold start from EFS would restart forever.
@@ -106,6 +111,8 @@ class VllmDeployment(pulumi.ComponentResource):
                 *(
                     [
                         {
+                            # vLLM reads its key only from --api-key or VLLM_API_KEY (no file option);
+                            # an arg would show in the pod spec and `ps`, so the env var from a Secret.
                             "name": "VLLM_API_KEY",
                             "valueFrom": {"secretKeyRef": {"name": args.api_key_secret, "key": "api-key"}},
                         }
@@ -136,11 +143,7 @@ class VllmDeployment(pulumi.ComponentResource):
                 "timeoutSeconds": probes.liveness_timeout_seconds,
             },
             "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(engine.PRE_STOP_SECONDS)]}}},
-            "securityContext": {
-                "allowPrivilegeEscalation": False,
-                "capabilities": {"drop": ["ALL"]},
-                "privileged": False,
-            },
+            "securityContext": engine.container_security_context(),
         }
         rollout_seconds = max(args.replicas, args.max_replicas) * (args.startup_budget_seconds + 30) + 900
         deployment = k8s.apps.v1.Deployment(
@@ -180,7 +183,7 @@ class VllmDeployment(pulumi.ComponentResource):
                         # engine's own settings (vLLM docs, environment variables).
                         "enableServiceLinks": False,
                         "automountServiceAccountToken": False,
-                        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+                        "securityContext": engine.pod_security_context(),
                         "containers": [container],
                         "volumes": volumes,
                     },

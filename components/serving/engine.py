@@ -11,7 +11,10 @@ from dataclasses import dataclass, field
 
 PORT = 8000
 MODELS_MOUNT = "/models"  # the weights volume, read-only in serving pods
-CACHE_MOUNT = "/var/cache/vllm"  # torch.compile / CUDA graph cache, on the weights volume
+# A per-pod disk emptyDir: HOME and every cache vLLM, PyTorch, Triton, FlashInfer and Hugging Face
+# write (the root filesystem is read-only). Per pod, so replicas never write one compile cache at once.
+CACHE_MOUNT = "/var/cache/vllm"
+TMP_MOUNT = "/tmp"
 CHAT_TEMPLATE_PATH = "/etc/vllm/chat-template.jinja"
 COMPLETE_MARKER = ".llm-serving-complete"  # written last by the pre-staging Job
 
@@ -168,3 +171,71 @@ def weights_volume_gib(weight_bytes: int) -> int:
     """Room for two revisions plus 10 %: a new revision is staged beside the one still serving,
     and each revision is its own directory (old ones are pruned by hand)."""
     return max(10, math.ceil(weight_bytes * 2.2 / 1024**3))
+
+
+# Non-root identity of every pod of ours (restricted Pod Security Standard): the image's own `vllm`
+# user, UID 2000 (vllm 0.33.0 docker/Dockerfile; docs/deployment/docker.md runs it as --user 2000).
+# Its group is ours rather than the image's 0: HOME and every cache are redirected to our own
+# volumes (writable_paths_env), so nothing needs the image's group-0-writable /home/vllm.
+RUN_AS_UID = 2000
+RUN_AS_GID = 2000
+
+
+def pod_security_context() -> dict:
+    """Pod-level part of the `restricted` profile: non-root, fixed IDs, RuntimeDefault seccomp.
+
+    fsGroup makes the writable volumes group-owned by RUN_AS_GID; OnRootMismatch skips the recursive
+    ownership walk once the volume root already has that group, so it never runs at every start.
+    """
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS_UID,
+        "runAsGroup": RUN_AS_GID,
+        "fsGroup": RUN_AS_GID,
+        "fsGroupChangePolicy": "OnRootMismatch",
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def container_security_context() -> dict:
+    """Container-level part of the `restricted` profile, plus a read-only root filesystem."""
+    return {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "privileged": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+    }
+
+
+def writable_paths_env() -> list[dict[str, str]]:
+    """Every directory the engine writes, under the per-pod cache volume or /tmp.
+
+    With a read-only root filesystem each default under HOME (~/.cache, ~/.config, ~/.triton,
+    ~/.nv) or the temp dir must land on a writable volume. Sources, vllm 0.33.0: envs.py (XDG-based
+    cache and config roots; VLLM_ASSETS_CACHE follows XDG, not VLLM_CACHE_ROOT; VLLM_RPC_BASE_PATH
+    is the temp dir), compilation/compiler_interface.py (Inductor cache), flashinfer jit/env.py
+    (FLASHINFER_WORKSPACE_BASE), triton knobs.py (TRITON_HOME); vllm#10185 and kserve#5666 for the
+    numba/outlines caches and getpass.getuser() failing without USER for a UID absent from passwd.
+    """
+    cache = CACHE_MOUNT
+    return [
+        {"name": "HOME", "value": cache},
+        {"name": "USER", "value": "vllm"},
+        {"name": "LOGNAME", "value": "vllm"},
+        {"name": "TMPDIR", "value": TMP_MOUNT},
+        {"name": "XDG_CACHE_HOME", "value": f"{cache}/.cache"},
+        {"name": "XDG_CONFIG_HOME", "value": f"{cache}/.config"},
+        {"name": "VLLM_CACHE_ROOT", "value": f"{cache}/vllm"},
+        {"name": "VLLM_ASSETS_CACHE", "value": f"{cache}/vllm/assets"},
+        {"name": "VLLM_CONFIG_ROOT", "value": f"{cache}/.config/vllm"},
+        {"name": "VLLM_RPC_BASE_PATH", "value": TMP_MOUNT},
+        {"name": "HF_HOME", "value": f"{cache}/.cache/huggingface"},
+        {"name": "TORCHINDUCTOR_CACHE_DIR", "value": f"{cache}/torchinductor"},
+        {"name": "TRITON_HOME", "value": cache},
+        {"name": "FLASHINFER_WORKSPACE_BASE", "value": f"{cache}/flashinfer"},
+        {"name": "CUDA_CACHE_PATH", "value": f"{cache}/.nv/ComputeCache"},
+        {"name": "NUMBA_CACHE_DIR", "value": f"{TMP_MOUNT}/numba"},
+        {"name": "OUTLINES_CACHE_DIR", "value": f"{TMP_MOUNT}/outlines"},
+        {"name": "DO_NOT_TRACK", "value": "1"},
+    ]

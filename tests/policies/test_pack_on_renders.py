@@ -69,9 +69,8 @@ def broken_prod(result: Any) -> Any:
     stage = pods["Job"]["spec"]["template"]["spec"]["containers"][0]
     stage["image"] = "vllm/vllm-openai:latest"
     stage["securityContext"]["privileged"] = True
-    (hf_token,) = [e for e in stage["env"] if e["name"] == "HF_TOKEN"]
-    del hf_token["valueFrom"]
-    hf_token["value"] = "hf_" + "x" * 34
+    # The token pasted as a plain env value instead of the mounted Secret file.
+    stage["env"].append({"name": "HF_TOKEN", "value": "hf_" + "x" * 34})
     wiring[PVC_KEY]["retainOnDelete"] = False
     (scaled,) = [r["inputs"] for r in resources if r["type"] == rules.SCALED_OBJECT]
     scaled["spec"]["triggers"].append({"type": "cpu", "metricType": "Utilization", "metadata": {"value": "60"}})

@@ -372,8 +372,18 @@ def test_secret_references_and_ordinary_env_pass():
         {"name": "TOKENIZER_REVISION", "value": "0e9e39f249a16976918f6564b8830bc894c89659"},
         {"name": "VLLM_HTTP_TIMEOUT_KEEP_ALIVE", "value": "1700"},
         {"name": "HF_TOKEN_PATH"},  # no value at all: nothing leaks
+        # The path of a mounted Secret file: a path, not a credential.
+        {"name": "HF_TOKEN_PATH", "value": "/var/run/secrets/huggingface/token"},
     ]
     assert check("no-plaintext-secrets", JOB, deployment(gpu_container(env=env))) == []
+
+
+def test_a_credential_value_under_a_path_name_still_fails():
+    env = [{"name": "HF_TOKEN_FILE", "value": "hf_" + "a1" * 17}]
+    assert check("no-plaintext-secrets", DEPLOYMENT, deployment(gpu_container(env=env))) == [
+        f"{WHERE}: env HF_TOKEN_FILE holds what looks like a Hugging Face token; use valueFrom.secretKeyRef and "
+        f"{USE_A_SECRET}.",
+    ]
 
 
 def test_plaintext_credentials_in_env_fail():

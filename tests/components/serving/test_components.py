@@ -6,6 +6,11 @@ from __future__ import annotations
 from components.serving import engine as vllm_engine
 from tests.support import reference
 
+WRITABLE_PATH_ENV = (
+    "HOME", "USER", "LOGNAME", "TMPDIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "VLLM_CACHE_ROOT", "VLLM_ASSETS_CACHE",
+    "VLLM_CONFIG_ROOT", "VLLM_RPC_BASE_PATH", "HF_HOME", "TORCHINDUCTOR_CACHE_DIR", "TRITON_HOME",
+    "FLASHINFER_WORKSPACE_BASE", "CUDA_CACHE_PATH", "NUMBA_CACHE_DIR", "OUTLINES_CACHE_DIR", "DO_NOT_TRACK",
+)
 MODEL = "llama-70b"
 REVISION = "1605565b47bb9346c5515c34102e054115b4f98b"
 MODEL_PATH = f"/models/meta-llama/Llama-3.1-70B-Instruct/{REVISION}"
@@ -58,23 +63,52 @@ def test_probes_startup_budget_from_planner_and_lenient_liveness(rendered):
     assert c["livenessProbe"] == {"httpGet": health, "periodSeconds": 15, "failureThreshold": 6, "timeoutSeconds": 10}
 
 
-def test_volumes_weights_read_only_cache_writable_and_shm_sized_for_tp(rendered):
+def test_volumes_weights_read_only_cache_per_pod_and_shm_sized_for_tp(rendered):
     spec = deployment(rendered)["spec"]["template"]["spec"]
     assert container(rendered)["volumeMounts"] == [
         {"mountPath": "/models", "name": "weights", "readOnly": True},
-        {"mountPath": "/var/cache/vllm", "name": "weights", "subPath": "vllm-cache"},
+        {"mountPath": "/var/cache/vllm", "name": "cache"},
         {"mountPath": "/dev/shm", "name": "shm"},
         {"mountPath": "/tmp", "name": "tmp"},
     ]
     assert spec["volumes"] == [
-        {"name": "weights", "persistentVolumeClaim": {"claimName": f"{MODEL}-weights"}},
+        {"name": "weights", "persistentVolumeClaim": {"claimName": f"{MODEL}-weights", "readOnly": True}},
         {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
-        {"name": "tmp", "emptyDir": {}},
+        {"name": "cache", "emptyDir": {"sizeLimit": "20Gi"}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": "8Gi"}},
     ]
     env = {e["name"]: e for e in container(rendered)["env"]}
     assert env["HF_HUB_OFFLINE"]["value"] == "1"
-    assert env["VLLM_CACHE_ROOT"]["value"] == "/var/cache/vllm"
     assert env["VLLM_API_KEY"]["valueFrom"] == {"secretKeyRef": {"name": "vllm-api-key", "key": "api-key"}}
+
+
+def test_every_path_the_engine_writes_is_on_a_writable_volume(rendered):
+    env = {e["name"]: e.get("value") for e in container(rendered)["env"]}
+    assert {name: env[name] for name in WRITABLE_PATH_ENV} == {
+        "HOME": "/var/cache/vllm",
+        "USER": "vllm",
+        "LOGNAME": "vllm",
+        "TMPDIR": "/tmp",
+        "XDG_CACHE_HOME": "/var/cache/vllm/.cache",
+        "XDG_CONFIG_HOME": "/var/cache/vllm/.config",
+        "VLLM_CACHE_ROOT": "/var/cache/vllm/vllm",
+        "VLLM_ASSETS_CACHE": "/var/cache/vllm/vllm/assets",
+        "VLLM_CONFIG_ROOT": "/var/cache/vllm/.config/vllm",
+        "VLLM_RPC_BASE_PATH": "/tmp",
+        "HF_HOME": "/var/cache/vllm/.cache/huggingface",
+        "TORCHINDUCTOR_CACHE_DIR": "/var/cache/vllm/torchinductor",
+        "TRITON_HOME": "/var/cache/vllm",
+        "FLASHINFER_WORKSPACE_BASE": "/var/cache/vllm/flashinfer",
+        "CUDA_CACHE_PATH": "/var/cache/vllm/.nv/ComputeCache",
+        "NUMBA_CACHE_DIR": "/tmp/numba",
+        "OUTLINES_CACHE_DIR": "/tmp/outlines",
+        "DO_NOT_TRACK": "1",
+    }
+    writable = [m["mountPath"] for m in container(rendered)["volumeMounts"] if not m.get("readOnly")]
+    for name in ("HOME", "TMPDIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "VLLM_CACHE_ROOT", "VLLM_ASSETS_CACHE",
+                 "VLLM_CONFIG_ROOT", "VLLM_RPC_BASE_PATH", "HF_HOME", "TORCHINDUCTOR_CACHE_DIR", "TRITON_HOME",
+                 "FLASHINFER_WORKSPACE_BASE", "CUDA_CACHE_PATH", "NUMBA_CACHE_DIR", "OUTLINES_CACHE_DIR"):
+        assert any(env[name] == path or env[name].startswith(path + "/") for path in writable), name
 
 
 def test_resources_selectors_and_tolerations(rendered):
@@ -100,16 +134,23 @@ def test_drain_lets_streams_finish(rendered):
     }
 
 
-def test_pod_security_without_privilege(rendered):
+def test_pod_runs_under_the_restricted_profile_with_a_read_only_root(rendered):
     spec = deployment(rendered)["spec"]["template"]["spec"]
     assert container(rendered)["securityContext"] == {
         "allowPrivilegeEscalation": False,
         "capabilities": {"drop": ["ALL"]},
         "privileged": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
     }
-    assert spec["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
-    assert spec["enableServiceLinks"] is False
-    assert spec["automountServiceAccountToken"] is False
+    assert spec["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 2000,
+        "runAsGroup": 2000,
+        "fsGroup": 2000,
+        "fsGroupChangePolicy": "OnRootMismatch",
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
 
 
 def test_service_is_not_named_vllm_and_selects_the_pods(rendered):
@@ -143,8 +184,30 @@ def test_staging_job_downloads_the_pinned_revision_into_its_own_directory(render
     assert env["MODEL_ID"] == "meta-llama/Llama-3.1-70B-Instruct"
     assert env["REVISION"] == REVISION
     assert env["TARGET"] == MODEL_PATH
-    assert env["HF_TOKEN"] == {"secretKeyRef": {"name": "hf-token", "key": "token"}}
+    # The token is a file huggingface_hub reads through HF_TOKEN_PATH, never an env value.
+    assert "HF_TOKEN" not in env
+    assert env["HF_TOKEN_PATH"] == "/var/run/secrets/huggingface/token"
+    assert env["HOME"] == "/home/stage"
+    assert env["HF_HOME"] == "/home/stage/huggingface"
+    assert env["TMPDIR"] == "/tmp"
+    pod = job["spec"]["template"]["spec"]
+    assert c["volumeMounts"] == [
+        {"mountPath": "/models", "name": "weights"},
+        {"mountPath": "/home/stage", "name": "home"},
+        {"mountPath": "/tmp", "name": "tmp"},
+        {"mountPath": "/var/run/secrets/huggingface", "name": "hf-token", "readOnly": True},
+    ]
+    assert pod["volumes"] == [
+        {"name": "weights", "persistentVolumeClaim": {"claimName": f"{MODEL}-weights"}},
+        {"name": "home", "emptyDir": {"sizeLimit": "1Gi"}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
+        {"name": "hf-token", "secret": {"secretName": "hf-token", "items": [{"key": "token", "path": "token"}],
+                                        "defaultMode": 0o440}},
+    ]  # fmt: skip
+    assert c["securityContext"] == container(rendered)["securityContext"]
+    assert pod["securityContext"] == deployment(rendered)["spec"]["template"]["spec"]["securityContext"]
     script = c["command"][2]
+    assert "token = None" in script and "HF_TOKEN\"" not in script
     # Re-running the same revision does nothing; the marker is written only after the download.
     assert script.index(vllm_engine.COMPLETE_MARKER) < script.index("snapshot_download")
     assert script.rindex(vllm_engine.COMPLETE_MARKER) > script.rindex("snapshot_download")
