@@ -8,6 +8,6 @@ scaling/        KEDA or prometheus-adapter autoscaling of each model on queue de
 observability/  kube-prometheus-stack, scraping, serving alerts and Grafana dashboards
 
 Each package exports its public names from its __init__.py; its modules are private to it. The
-layering (checked by import-linter, see .importlinter) is: serving_stack -> domain packages ->
+layering (checked by import-linter, see pyproject.toml) is: serving_stack -> domain packages ->
 platform; domain packages never import each other.
 """

@@ -60,9 +60,9 @@ class ServedModel:
     download_deadline_seconds: int
     scaling: ScalingTarget
     slo: ModelSlo
+    cache_gib: int
+    tmp_gib: int
     extra_env: tuple[dict, ...] = ()
-    cache_gib: int = 20
-    tmp_gib: int = 8
 
 
 @dataclass(frozen=True)

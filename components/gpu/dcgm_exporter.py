@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.platform import PodSecurity, helm_release, namespace, versions
+from components.platform import NODE_LABEL, PodSecurity, helm_release, namespace, versions
 
 from . import alerts, counters, scheduling
 
@@ -137,7 +137,7 @@ class DcgmExporter(pulumi.ComponentResource):
                         "relabelings": [
                             {
                                 "sourceLabels": ["__meta_kubernetes_pod_node_name"],
-                                "targetLabel": alerts.NODE_LABEL,
+                                "targetLabel": NODE_LABEL,
                                 "action": "replace",
                             }
                         ],

@@ -27,6 +27,8 @@ class VllmDeploymentArgs:
     tolerations: pulumi.Input[list[dict[str, str]]]
     claim_name: pulumi.Input[str]
     api_key_secret: str | None  # Secret with key `api-key`; None when the gateway checks credentials
+    cache_gib: int  # per-pod disk emptyDir: HOME, compile and kernel caches
+    tmp_gib: int  # per-pod disk emptyDir at /tmp
     chat_template: str | None = None
     labels: dict[str, str] | None = None
     # Resources the pods must not start before (the weight pre-staging Job, the API key Secret).
@@ -34,8 +36,6 @@ class VllmDeploymentArgs:
     weights_shared: bool = True  # False for a ReadWriteOnce volume, attachable to one node only
     extra_env: tuple[dict, ...] = ()
     max_replicas: int = 1  # a rollout replaces pods one by one, up to this many
-    cache_gib: int = 20  # per-pod disk emptyDir: HOME, compile and kernel caches
-    tmp_gib: int = 8  # per-pod disk emptyDir at /tmp
 
 
 def selector_labels(model_name: str) -> dict[str, str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,10 @@ import pytest
 from stacks.loader import PROJECT_DIR
 
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
-PACKAGES = ("components", "stacks", "policies", "tools")
+# The packages the contracts cover, as pyproject.toml names them.
+PACKAGES = tomllib.loads((PROJECT_DIR / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"][
+    "root_packages"
+]
 
 
 def _lint(project: Path) -> subprocess.CompletedProcess[str]:
