@@ -4,14 +4,17 @@ VENV := .venv
 BIN := $(VENV)/bin
 STACK ?= dev
 STAMP := $(VENV)/.installed
+SCAN_VENV := .venv-scan
+SCAN_STAMP := $(SCAN_VENV)/.installed
 
-.PHONY: help bench render test lint golden reference-fixtures config-docs secrets-set preview up clean policy-check diff
+.PHONY: help bench render test lint scan golden reference-fixtures config-docs secrets-set preview up clean policy-check diff
 
 help:
 	@echo "make render STACK=dev     offline render of a stack into build/<stack>/ (no cloud, no CLI)"
 	@echo "make test                 the whole test suite"
 	@echo "make bench                render time per stack and per model count (figures, not a test)"
 	@echo "make lint                 ruff, and the layering contracts (import-linter, pyproject.toml)"
+	@echo "make scan                 Checkov over every stack's render and the workflows, with the reviewed skip list"
 	@echo "make golden               refresh tests/golden/ after an intended change"
 	@echo "make config-docs          regenerate the configuration reference in docs/configuration.md"
 	@echo "make reference-fixtures   re-derive tests/fixtures/reference from ../shared/reference"
@@ -25,6 +28,15 @@ $(STAMP): requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	@touch $(STAMP)
+
+# Checkov and its ~90 dependencies live in their own virtualenv, so `make test` stays fast.
+$(SCAN_STAMP): requirements-scan.txt
+	$(PYTHON) -m venv $(SCAN_VENV)
+	$(SCAN_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-scan.txt
+	@touch $(SCAN_STAMP)
+
+scan: $(STAMP) $(SCAN_STAMP)
+	$(BIN)/python -m tools.scan --checkov $(SCAN_VENV)/bin/checkov
 
 render: $(STAMP)
 	$(BIN)/python -m stacks render $(STACK) --out build/$(STACK)
@@ -63,7 +75,7 @@ up: $(STAMP) secrets-set
 	pulumi up --stack $(STACK) --policy-pack policies
 
 clean:
-	rm -rf build $(VENV) .pytest_cache .ruff_cache
+	rm -rf build $(VENV) $(SCAN_VENV) .pytest_cache .ruff_cache
 
 policy-check: $(STAMP)
 	$(BIN)/python -m stacks.policy_check

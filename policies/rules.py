@@ -60,6 +60,7 @@ SCALED_OBJECT = "kubernetes:keda.sh/v1alpha1:ScaledObject"
 HPA_V2 = "kubernetes:autoscaling/v2:HorizontalPodAutoscaler"
 HPA_V1 = "kubernetes:autoscaling/v1:HorizontalPodAutoscaler"
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
+NAMESPACE = "kubernetes:core/v1:Namespace"
 WORKLOADS = (DEPLOYMENT, STATEFUL_SET, DAEMON_SET, REPLICA_SET, JOB, CRON_JOB, POD)
 
 
@@ -633,6 +634,46 @@ def check_autoscaling_not_on_utilisation(
 
 
 # --------------------------------------------------------------------------------------------
+# 10. namespaces-enforce-pod-security
+
+# Mirrors components/platform/pod_security.py; tests/policies/test_rules.py keeps them equal.
+POD_SECURITY_LEVELS = ("restricted", "baseline", "privileged")
+POD_SECURITY_LABEL_PREFIX = "pod-security.kubernetes.io"
+POD_SECURITY_REASON_ANNOTATION = "llm-serving/pod-security-reason"
+
+
+def check_namespaces_enforce_pod_security(
+    resource_type: str, inputs: Mapping[str, Any], context: RuleContext
+) -> list[str]:
+    subject = _subject(resource_type, inputs, context)
+    labels = _map(_dig(inputs, "metadata", "labels"))
+    annotations = _map(_dig(inputs, "metadata", "annotations"))
+    levels = ", ".join(POD_SECURITY_LEVELS)
+    messages = []
+    enforce = labels.get(f"{POD_SECURITY_LABEL_PREFIX}/enforce")
+    if enforce not in POD_SECURITY_LEVELS:
+        shown = "unset" if enforce is None else repr(enforce)
+        messages.append(
+            f"{subject}: label {POD_SECURITY_LABEL_PREFIX}/enforce is {shown}, so the namespace admits privileged "
+            f"pods that nobody reviewed; set it to one of {levels} (restricted unless a pod needs more)."
+        )
+    elif enforce != "restricted" and not str(annotations.get(POD_SECURITY_REASON_ANNOTATION, "")).strip():
+        messages.append(
+            f"{subject}: enforces Pod Security level {enforce} without annotation {POD_SECURITY_REASON_ANNOTATION}; "
+            "say which pod needs more than restricted and why, so the next reviewer can tell whether it still does."
+        )
+    for mode, where in (("warn", "kubectl warnings"), ("audit", "the audit log")):
+        value = labels.get(f"{POD_SECURITY_LABEL_PREFIX}/{mode}")
+        if value != "restricted":
+            shown = "unset" if value is None else repr(value)
+            messages.append(
+                f"{subject}: label {POD_SECURITY_LABEL_PREFIX}/{mode} is {shown}; set it to restricted so every pod "
+                f"that needs more than the restricted profile shows up in {where}."
+            )
+    return messages
+
+
+# --------------------------------------------------------------------------------------------
 # The rule table
 
 RULES: list[Rule] = [
@@ -668,6 +709,10 @@ RULES: list[Rule] = [
     Rule("autoscaling-not-on-utilisation",
          "Autoscalers scale on queue depth and KV-cache usage, never on CPU, memory or GPU utilisation.",
          "mandatory", check_autoscaling_not_on_utilisation, (SCALED_OBJECT, HPA_V2, HPA_V1)),
+    Rule("namespaces-enforce-pod-security",
+         "Namespaces enforce a Pod Security level (below restricted only with a reason annotation) and warn and "
+         "audit at restricted.",
+         "mandatory", check_namespaces_enforce_pod_security, (NAMESPACE,)),
 ]
 
 

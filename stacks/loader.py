@@ -53,6 +53,12 @@ def stack_file_path(stack: str, project_dir: Path = PROJECT_DIR) -> Path:
     return project_dir / f"Pulumi.{stack}.yaml"
 
 
+def stack_names(project_dir: Path = PROJECT_DIR) -> tuple[str, ...]:
+    """Every stack with a file in the project, sorted: Pulumi.<stack>.yaml."""
+    files = project_dir.glob("Pulumi.*.yaml")
+    return tuple(sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in files))
+
+
 def split_config(stack: str, path: Path, config: dict[str, Any]) -> StackFile:
     """Separate `llm-serving:` keys (un-prefixed keys belong to the project too) from the rest."""
     values: dict[str, Any] = {}

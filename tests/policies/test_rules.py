@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from components.edge import objects as edge_objects
+from components.platform import pod_security
 from components.scaling import objects as autoscaling
 from components.serving import capacity
 from components.serving import engine as vllm_engine
@@ -89,6 +90,7 @@ def test_rule_table_names_levels_and_descriptions():
         ("weights-retained-and-protected-in-prod", "mandatory"),
         ("edge-non-buffering", "mandatory"),
         ("autoscaling-not-on-utilisation", "mandatory"),
+        ("namespaces-enforce-pod-security", "mandatory"),
     ]
     for rule in rules.RULES:
         assert rule.description.endswith(".") and rule.resource_types
@@ -102,6 +104,9 @@ def test_thresholds_match_what_the_program_generates():
     assert rules.MIN_LIVENESS_TIMEOUT_SECONDS == probes.liveness_timeout_seconds
     assert rules.MIN_LIVENESS_WINDOW_SECONDS == probes.liveness_window_seconds
     assert probes.startup_budget_seconds >= rules.MIN_STARTUP_BUDGET_SECONDS
+    assert rules.POD_SECURITY_LEVELS == pod_security.LEVELS
+    assert rules.POD_SECURITY_LABEL_PREFIX == pod_security.LABEL_PREFIX
+    assert rules.POD_SECURITY_REASON_ANNOTATION == pod_security.POD_SECURITY_REASON_ANNOTATION
 
 
 @pytest.mark.parametrize(("configured", "stack", "expected"), [
@@ -626,3 +631,57 @@ def test_hpa_on_resource_or_gpu_utilisation_fails():
         f"server's load; {SCALE_ON_QUEUE}."
     ]
     assert scaling_check(rules.HPA_V2, {"metadata": {"name": "empty"}}) == []
+
+
+# --------------------------------------------------------------------------------------------
+# namespaces-enforce-pod-security
+
+
+def namespace(labels: dict[str, str], annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": "gpu-monitoring", "labels": labels}
+    if annotations is not None:
+        metadata["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
+
+
+NS = "kubernetes:core/v1:Namespace"
+PSA = "pod-security.kubernetes.io"
+REASON = {"llm-serving/pod-security-reason": "dcgm-exporter mounts the host's /var/lib/kubelet/pod-resources"}
+
+
+def test_the_programs_namespace_labels_pass_at_every_level():
+    assert check("namespaces-enforce-pod-security", NS, namespace(pod_security.pod_security_labels("restricted"))) == []
+    for level in ("baseline", "privileged"):
+        labels = pod_security.pod_security_labels(level)
+        assert check("namespaces-enforce-pod-security", NS, namespace(labels, REASON)) == []
+
+
+def test_a_namespace_without_labels_fails_once_per_missing_label():
+    assert check("namespaces-enforce-pod-security", NS, namespace({})) == [
+        f"Namespace gpu-monitoring: label {PSA}/enforce is unset, so the namespace admits privileged pods that "
+        "nobody reviewed; set it to one of restricted, baseline, privileged (restricted unless a pod needs more).",
+        f"Namespace gpu-monitoring: label {PSA}/warn is unset; set it to restricted so every pod that needs more "
+        "than the restricted profile shows up in kubectl warnings.",
+        f"Namespace gpu-monitoring: label {PSA}/audit is unset; set it to restricted so every pod that needs more "
+        "than the restricted profile shows up in the audit log.",
+    ]
+
+
+def test_an_unknown_level_and_a_relaxed_warn_level_fail():
+    labels = {f"{PSA}/enforce": "strict", f"{PSA}/warn": "baseline", f"{PSA}/audit": "restricted"}
+    assert check("namespaces-enforce-pod-security", NS, namespace(labels)) == [
+        f"Namespace gpu-monitoring: label {PSA}/enforce is 'strict', so the namespace admits privileged pods that "
+        "nobody reviewed; set it to one of restricted, baseline, privileged (restricted unless a pod needs more).",
+        f"Namespace gpu-monitoring: label {PSA}/warn is 'baseline'; set it to restricted so every pod that needs "
+        "more than the restricted profile shows up in kubectl warnings.",
+    ]
+
+
+@pytest.mark.parametrize("annotations", [None, {}, {"llm-serving/pod-security-reason": "  "}])
+def test_a_level_below_restricted_without_a_reason_fails(annotations):
+    labels = pod_security.pod_security_labels("privileged")
+    assert check("namespaces-enforce-pod-security", NS, namespace(labels, annotations)) == [
+        "Namespace gpu-monitoring: enforces Pod Security level privileged without annotation "
+        "llm-serving/pod-security-reason; say which pod needs more than restricted and why, so the next reviewer "
+        "can tell whether it still does.",
+    ]

@@ -1,0 +1,136 @@
+"""tools/scan.py: the skip-list gate over Checkov's JSON report, and the committed skip list itself.
+
+Checkov runs only in `make scan` (its own virtualenv); these tests pin the gate's decisions on
+reports of Checkov's shape and check that every entry of the list still names what the render holds.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import Any
+
+import pytest
+import yaml
+
+from tools import scan
+from tools.scan import Finding, Skip, SkipListError
+
+STACKS = ("dev", "prod", "staging")
+REASON = "vLLM reads its API key only from VLLM_API_KEY or --api-key; an argument shows in the pod spec."
+
+
+def report(*failed: tuple[str, str], passed: int = 3) -> dict[str, Any]:
+    """A Checkov JSON report with the given (check id, resource) failures."""
+    return {
+        "check_type": "kubernetes",
+        "summary": {"passed": passed, "failed": len(failed)},
+        "results": {"failed_checks": [
+            {"check_id": check, "check_name": "a check", "resource": resource,
+             "file_path": "/manifests.yaml", "file_line_range": [10, 20]}
+            for check, resource in failed
+        ]},
+    }
+
+
+def skip(check: str = "CKV_K8S_35", stacks: tuple[str, ...] = STACKS,
+         resources: tuple[str, ...] = ("Deployment.llm-serving.*",)) -> Skip:
+    return Skip(check, stacks, resources, REASON)
+
+
+def test_findings_are_read_from_one_report_or_a_list_of_reports():
+    one = report(("CKV_K8S_35", "Deployment.llm-serving.llama-8b"))
+    assert scan.failed_findings(one) == [
+        Finding("CKV_K8S_35", "a check", "Deployment.llm-serving.llama-8b", "/manifests.yaml:10-20")]
+    assert scan.failed_findings([one, report(("CKV_K8S_11", "Job.llm-serving.x"))])[1].check == "CKV_K8S_11"
+    assert scan.passed_count([one, report(passed=4)]) == 7
+
+
+def test_a_finding_covered_by_check_stack_and_resource_pattern_passes():
+    findings = {"dev": scan.failed_findings(report(("CKV_K8S_35", "Deployment.llm-serving.llama-8b")))}
+    assert scan.judge(findings, [skip(stacks=("dev",))]) == ([], [])
+
+
+@pytest.mark.parametrize("entry", [
+    skip(check="CKV_K8S_11", stacks=("dev",)),  # another check
+    skip(stacks=("prod",)),  # another stack
+    skip(stacks=("dev",), resources=("Deployment.kube-system.*",)),  # another resource
+])
+def test_a_finding_no_entry_covers_fails_with_where_it_is(entry):
+    findings = {"dev": scan.failed_findings(report(("CKV_K8S_35", "Deployment.llm-serving.llama-8b")))}
+    uncovered, _ = scan.judge(findings, [entry])
+    assert uncovered == ["dev: CKV_K8S_35 (a check) on Deployment.llm-serving.llama-8b at /manifests.yaml:10-20"]
+
+
+def test_an_entry_that_covers_nothing_in_one_of_its_stacks_is_stale():
+    findings = {
+        "dev": scan.failed_findings(report(("CKV_K8S_35", "Deployment.llm-serving.llama-8b"))),
+        "prod": [],  # fixed in prod
+    }
+    assert scan.judge(findings, [skip(stacks=("dev", "prod"))]) == ([], [
+        "entry 0 (CKV_K8S_35 on Deployment.llm-serving.*) covers nothing in prod; remove prod from it, or the entry"])
+
+
+def test_stacks_not_scanned_this_run_do_not_make_an_entry_stale():
+    findings = {"dev": scan.failed_findings(report(("CKV_K8S_35", "Deployment.llm-serving.llama-8b")))}
+    assert scan.judge(findings, [skip(stacks=("dev", "prod"))]) == ([], [])
+
+
+def test_a_malformed_skip_list_names_every_problem():
+    document = [
+        {"check": "K8S_11", "stacks": ["qa"], "resources": [], "reason": "fine", "owner": "me"},
+        "CKV_K8S_11",
+    ]
+    with pytest.raises(SkipListError) as raised:
+        scan.parse_skips(document, STACKS)
+    assert str(raised.value).splitlines() == [
+        "entry 0: unknown keys owner; allowed: check, stacks, resources, reason",
+        "entry 0.check: 'K8S_11' is not a Checkov check id such as CKV_K8S_11",
+        "entry 0.stacks: ['qa']; expected a non-empty list of dev, prod, staging, workflows",
+        "entry 0.resources: []; expected a non-empty list of resource id patterns",
+        "entry 0.reason: must say why the finding is accepted (at least 40 characters)",
+        "entry 1: must be a mapping with check, stacks, resources, reason",
+    ]
+    with pytest.raises(SkipListError, match="must be a YAML list of entries, got dict"):
+        scan.parse_skips({"check": "CKV_K8S_11"}, STACKS)
+
+
+def committed_skips() -> list[Skip]:
+    return scan.parse_skips(yaml.safe_load(scan.SKIPS_FILE.read_text()), STACKS)
+
+
+def test_the_committed_skip_list_is_the_reviewed_set_of_accepted_checks():
+    assert [(s.check, s.stacks) for s in committed_skips()] == [
+        ("CKV_K8S_11", ("dev", "staging", "prod")),  # CPU limits
+        ("CKV_K8S_15", ("dev", "staging", "prod")),  # imagePullPolicy Always
+        ("CKV_K8S_43", ("dev", "staging")),  # digests outside prod
+        ("CKV_K8S_43", ("prod",)),  # prod digest until models[].image.digest is set
+        ("CKV_K8S_35", ("dev", "staging", "prod")),  # VLLM_API_KEY as env
+        ("CKV_K8S_40", ("dev", "staging", "prod")),  # UID 2000, the image's own user
+    ]
+
+
+def _checkov_ids(result: Any) -> list[str]:
+    """Kind.namespace.name, as Checkov names the render's namespaced objects."""
+    ids = []
+    for resource in result.resources:
+        inputs = resource["inputs"]
+        metadata = inputs.get("metadata", {}) if isinstance(inputs, dict) else {}
+        if "kind" in inputs and metadata.get("namespace"):
+            ids.append(f"{inputs['kind']}.{metadata['namespace']}.{metadata['name']}")
+    return ids
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_skip_pattern_matches_only_vllm_deployments_and_staging_jobs_in_the_render(rendered, stack):
+    ids = _checkov_ids(rendered[stack])
+    workloads = sorted(i for i in ids if i.split(".")[0] in ("Deployment", "Job"))
+    for entry in committed_skips():
+        if stack not in entry.stacks:
+            continue
+        matched = sorted(i for i in ids if any(fnmatch.fnmatchcase(i, p) for p in entry.resources))
+        assert matched, f"{entry.check}: no resource of {stack} matches {entry.resources}"
+        assert set(matched) <= set(workloads)
+    model = {"dev": "llama-8b", "staging": "llama-70b", "prod": "llama-70b"}[stack]
+    # The Job's name ends in a hash of its template.
+    assert [w if w.startswith("Deployment.") else w.rsplit("-", 1)[0] + "-<hash>" for w in workloads] == [
+        f"Deployment.llm-serving.{model}", f"Job.llm-serving.{model}-stage-<hash>"]

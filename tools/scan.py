@@ -1,0 +1,182 @@
+"""`make scan`: Checkov over every stack's offline render and the workflows, gated by a reviewed skip list.
+
+Checkov runs from its own virtualenv (requirements-scan.txt), passed in as `--checkov`, so the test
+suite never installs it. Every failed check must be covered by an entry of security/checkov-skips.yaml
+(check id, stacks, resource patterns, reason); an entry that covers nothing in one of its stacks is
+stale and fails the scan too, so a fixed finding cannot leave an unneeded exception behind.
+
+Exit codes: 0 clean, 1 uncovered findings or stale entries, 2 a malformed skip list or a Checkov
+run that produced no results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from stacks import loader, render
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+SKIPS_FILE = PROJECT_DIR / "security" / "checkov-skips.yaml"
+WORKFLOWS_DIR = PROJECT_DIR / ".github" / "workflows"
+WORKFLOWS = "workflows"  # the pseudo-stack name skip entries use for .github/workflows findings
+CHECK_ID = re.compile(r"^CKV2?_[A-Z0-9]+_\d+$")
+MIN_REASON_CHARS = 40
+
+
+class SkipListError(ValueError):
+    """The skip list is malformed; one message per problem."""
+
+
+@dataclass(frozen=True)
+class Skip:
+    check: str
+    stacks: tuple[str, ...]
+    resources: tuple[str, ...]
+    reason: str
+
+    def covers(self, stack: str, finding: Finding) -> bool:
+        return (finding.check == self.check and stack in self.stacks
+                and any(fnmatch.fnmatchcase(finding.resource, pattern) for pattern in self.resources))
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str
+    name: str
+    resource: str
+    file: str
+
+
+def parse_skips(document: Any, known_stacks: tuple[str, ...]) -> list[Skip]:
+    """The skip list, or SkipListError naming each bad entry, field and value."""
+    if not isinstance(document, list):
+        raise SkipListError(f"the skip list must be a YAML list of entries, got {type(document).__name__}")
+    problems: list[str] = []
+    skips: list[Skip] = []
+    allowed_stacks = (*known_stacks, WORKFLOWS)
+    for index, entry in enumerate(document):
+        where = f"entry {index}"
+        if not isinstance(entry, dict):
+            problems.append(f"{where}: must be a mapping with check, stacks, resources, reason")
+            continue
+        unknown = sorted(set(entry) - {"check", "stacks", "resources", "reason"})
+        if unknown:
+            problems.append(f"{where}: unknown keys {', '.join(unknown)}; allowed: check, stacks, resources, reason")
+        check = entry.get("check")
+        if not isinstance(check, str) or not CHECK_ID.match(check):
+            problems.append(f"{where}.check: {check!r} is not a Checkov check id such as CKV_K8S_11")
+        stacks = entry.get("stacks")
+        if not isinstance(stacks, list) or not stacks or any(s not in allowed_stacks for s in stacks):
+            problems.append(f"{where}.stacks: {stacks!r}; expected a non-empty list of {', '.join(allowed_stacks)}")
+        resources = entry.get("resources")
+        if not isinstance(resources, list) or not resources or not all(isinstance(r, str) and r for r in resources):
+            problems.append(f"{where}.resources: {resources!r}; expected a non-empty list of resource id patterns")
+        reason = entry.get("reason")
+        if not isinstance(reason, str) or len(reason.strip()) < MIN_REASON_CHARS:
+            problems.append(f"{where}.reason: must say why the finding is accepted (at least {MIN_REASON_CHARS} "
+                            "characters)")
+        if not problems:
+            skips.append(Skip(check, tuple(stacks), tuple(resources), " ".join(reason.split())))
+    if problems:
+        raise SkipListError("\n".join(problems))
+    return skips
+
+
+def failed_findings(report: Any) -> list[Finding]:
+    """Failed checks from Checkov's JSON output (one report, or a list of reports per framework)."""
+    reports = report if isinstance(report, list) else [report]
+    found = []
+    for one in reports:
+        for failed in one.get("results", {}).get("failed_checks", []):
+            found.append(Finding(failed["check_id"], failed["check_name"], failed["resource"],
+                                 f"{failed['file_path']}:{'-'.join(map(str, failed['file_line_range']))}"))
+    return found
+
+
+def passed_count(report: Any) -> int:
+    reports = report if isinstance(report, list) else [report]
+    return sum(one.get("summary", {}).get("passed", 0) for one in reports)
+
+
+def judge(findings: dict[str, list[Finding]], skips: list[Skip]) -> tuple[list[str], list[str]]:
+    """(uncovered findings, stale entries) over `findings` keyed by stack name."""
+    uncovered = [f"{stack}: {f.check} ({f.name}) on {f.resource} at {f.file}"
+                 for stack, found in findings.items() for f in found
+                 if not any(skip.covers(stack, f) for skip in skips)]
+    stale = []
+    for index, skip in enumerate(skips):
+        for stack in skip.stacks:
+            if stack in findings and not any(skip.covers(stack, f) for f in findings[stack]):
+                stale.append(f"entry {index} ({skip.check} on {', '.join(skip.resources)}) covers nothing in "
+                             f"{stack}; remove {stack} from it, or the entry")
+    return uncovered, stale
+
+
+def run_checkov(checkov: str, directory: Path, framework: str) -> Any:
+    """Checkov's JSON report; --skip-download keeps it offline (no Prisma Cloud guideline fetch)."""
+    completed = subprocess.run(
+        [checkov, "--directory", str(directory), "--framework", framework, "--skip-download",
+         "--output", "json", "--quiet", "--compact"],
+        capture_output=True, text=True, check=False,
+    )
+    # Checkov exits 1 when a check fails; only unreadable output is a broken run.
+    try:
+        return json.loads(completed.stdout)
+    except json.JSONDecodeError as error:
+        raise RuntimeError(f"checkov on {directory} ({framework}) printed no JSON report "
+                           f"(exit {completed.returncode}):\n{completed.stderr[-2000:]}") from error
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.scan", description=__doc__.splitlines()[0])
+    parser.add_argument("--checkov", required=True, help="the checkov executable (make scan: .venv-scan/bin)")
+    parser.add_argument("stacks", nargs="*", help="stack names (default: every Pulumi.<stack>.yaml)")
+    args = parser.parse_args(argv)
+    stacks = tuple(args.stacks) or loader.stack_names()
+    try:
+        skips = parse_skips(yaml.safe_load(SKIPS_FILE.read_text()), loader.stack_names())
+    except SkipListError as error:
+        sys.stderr.write(f"{SKIPS_FILE.relative_to(PROJECT_DIR)}:\n{error}\n")
+        return 2
+    findings: dict[str, list[Finding]] = {}
+    lines = []
+    with tempfile.TemporaryDirectory(prefix="llm-serving-scan-") as scratch:
+        targets: list[tuple[str, Path, str]] = []
+        for stack in stacks:
+            out = Path(scratch) / stack
+            render.write(render.render_stack(loader.stack_file_path(stack)), out)
+            (out / "resources.json").unlink()  # Checkov reads only the manifests
+            targets.append((stack, out, "kubernetes"))
+        targets.append((WORKFLOWS, WORKFLOWS_DIR, "github_actions"))
+        for name, directory, framework in targets:
+            try:
+                report = run_checkov(args.checkov, directory, framework)
+            except RuntimeError as error:
+                sys.stderr.write(f"{error}\n")
+                return 2
+            findings[name] = failed_findings(report)
+            covered = sum(1 for f in findings[name] if any(s.covers(name, f) for s in skips))
+            lines.append(f"{name} ({framework}): {passed_count(report)} passed, {len(findings[name])} failed, "
+                         f"{covered} of them accepted in the skip list")
+    uncovered, stale = judge(findings, skips)
+    sys.stdout.write("\n".join(lines) + "\n")
+    for title, problems in (("Findings no skip entry covers (fix them, or add a reviewed entry):", uncovered),
+                            ("Stale skip entries:", stale)):
+        if problems:
+            sys.stdout.write(title + "\n" + "".join(f"  - {p}\n" for p in problems))
+    return 1 if uncovered or stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
