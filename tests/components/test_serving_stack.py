@@ -110,3 +110,32 @@ def test_staging_renders_prod_with_staging_capacity_and_cluster(rendered):
     staging_releases = {r["name"]: r["inputs"] for r in staging.by_type()["kubernetes:helm.sh/v3:Release"]}
     assert staging_releases == prod_releases
     assert staging.manifest("PrometheusRule", "gpu-health") == prod.manifest("PrometheusRule", "gpu-health")
+
+
+DEVICE_PLUGIN_REASON = "gpu-feature-discovery runs privileged; the device plugin mounts the kubelet socket (hostPath)"
+DCGM_REASON = "dcgm-exporter runs as root with SYS_ADMIN for profiling metrics"
+NODE_EXPORTER_REASON = "node-exporter uses hostNetwork, hostPID and hostPath /"
+
+
+@pytest.mark.parametrize("name", STACK_NAMES)
+def test_every_namespace_enforces_the_lowest_pod_security_level_its_pods_need(rendered, name):
+    found = {}
+    for resource in rendered[name].resources:
+        if resource["type"] == "kubernetes:core/v1:Namespace":
+            metadata = resource["inputs"]["metadata"]
+            labels = {k.removeprefix("pod-security.kubernetes.io/"): v for k, v in metadata["labels"].items()
+                      if k.startswith("pod-security.kubernetes.io/")}
+            # warn and audit stay at restricted everywhere, so any gap shows in kubectl and the audit log.
+            assert (labels["warn"], labels["audit"]) == ("restricted", "restricted")
+            found[metadata["name"]] = (labels["enforce"],
+                                       metadata.get("annotations", {}).get("llm-serving/pod-security-reason"))
+    expected = {
+        "llm-serving": ("restricted", None),
+        "envoy-gateway-system": ("restricted", None),
+        "keda": ("restricted", None),
+        "nvidia-device-plugin": ("privileged", DEVICE_PLUGIN_REASON),
+        "gpu-monitoring": ("privileged", DCGM_REASON),
+    }
+    if name == "dev":  # dev installs kube-prometheus-stack; staging and prod use the cluster's Prometheus
+        expected["monitoring"] = ("privileged", NODE_EXPORTER_REASON)
+    assert found == expected
