@@ -13,6 +13,9 @@ import pulumi_kubernetes as k8s
 
 from components.edge import Edge, EdgeArgs, network_policies
 from components.gpu import (
+    SAFE_TO_EVICT_ANNOTATION,
+    ClusterAutoscaler,
+    ClusterAutoscalerArgs,
     DcgmExporter,
     DcgmExporterArgs,
     GpuNodeGroup,
@@ -62,6 +65,8 @@ class ServedModel:
     slo: ModelSlo
     cache_gib: int
     tmp_gib: int
+    strategy: dict  # the Deployment strategy the rollout planner chose
+    rollout_timeout_seconds: int
     extra_env: tuple[dict, ...] = ()
 
 
@@ -69,6 +74,7 @@ class ServedModel:
 class ServingStackArgs:
     node_group_name: str
     node_group: GpuNodeGroupArgs
+    cluster_autoscaler: ClusterAutoscalerArgs | None  # None: an existing autoscaler, or none
     device_plugin: NvidiaDevicePluginArgs
     dcgm_exporter: DcgmExporterArgs
     prometheus: PrometheusStackArgs | None  # None: use the cluster's existing Prometheus Operator
@@ -97,6 +103,8 @@ class ServingStack(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
 
         self.gpu_node_group = GpuNodeGroup(args.node_group_name, args.node_group, child)
+        if args.cluster_autoscaler is not None:
+            ClusterAutoscaler("cluster-autoscaler", args.cluster_autoscaler, child)
         prometheus = None
         if args.prometheus is not None:
             prometheus = PrometheusStack("prometheus", args.prometheus, child)
@@ -177,6 +185,11 @@ class ServingStack(pulumi.ComponentResource):
         ]
         endpoints: dict[str, pulumi.Output[str]] = {}
         self._deployments: list[pulumi.Resource] = []
+        # Through the node group's name, so a Deployment waits for its node group: after a node
+        # update the pods roll only once the new generation's group exists.
+        node_selector = pulumi.Output.all(
+            self.gpu_node_group.node_group_name, self.gpu_node_group.node_selector
+        ).apply(lambda values: values[1])
         for model in args.models:
             weights = ModelWeights(
                 f"{model.name}-weights",
@@ -207,18 +220,19 @@ class ServingStack(pulumi.ComponentResource):
                     settings=model.settings,
                     startup_budget_seconds=model.startup_budget_seconds,
                     resources=model.resources,
-                    node_selector=self.gpu_node_group.node_selector,
+                    node_selector=node_selector,
                     tolerations=self.gpu_node_group.tolerations,
                     claim_name=weights.claim_name,
                     api_key_secret=API_KEY_SECRET if args.vllm_checks_api_key else None,
                     extra_env=model.extra_env,
-                    max_replicas=model.scaling.max_replicas,
+                    strategy=model.strategy,
+                    rollout_timeout_seconds=model.rollout_timeout_seconds,
+                    pod_annotations={SAFE_TO_EVICT_ANNOTATION: "false"},
                     cache_gib=model.cache_gib,
                     tmp_gib=model.tmp_gib,
                     chat_template=model.chat_template,
                     # Serving starts only once its revision is fully staged.
                     after=(weights.job, api_key),
-                    weights_shared=model.access_mode == "ReadWriteMany",
                 ),
                 child,
             )

@@ -30,9 +30,11 @@ def _render(argv: list[str]) -> int:
     parser.add_argument("stack", help="stack name (dev, prod, staging) or path to a Pulumi.<stack>.yaml")
     parser.add_argument("--out", type=Path, help="output directory (default build/<stack>)")
     parser.add_argument("--quiet", action="store_true", help="print only the output paths")
+    parser.add_argument("--cluster-version", help="Kubernetes minor the placeholder cluster runs (default: the "
+                        "stack's cluster.kubernetesVersion); another one is rejected as a real preview would")
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    result = render.render_stack(_stack_path(args.stack))
+    result = render.render_stack(_stack_path(args.stack), cluster_version=args.cluster_version)
     out = args.out or loader.PROJECT_DIR / "build" / result.stack
     manifests, resources = render.write(result, out)
     if not args.quiet:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from urllib.parse import urlsplit
 
 from components import gpu, serving
-from components.serving import ModelArchitecture, lookup_model
+from components.platform import versions
 from stacks.config import (
     AccessMode,
     AmiType,
@@ -22,11 +22,21 @@ from stacks.config import (
     EdgeAuth,
     EdgeMode,
     Environment,
+    ExistingAutoscaler,
     KvCacheDtype,
     ModelConfig,
+    NodeAutoscalingMode,
     PlacementStrategy,
     PrometheusMode,
     StackConfig,
+)
+from stacks.planning import (
+    MAX_SCALE_DOWN_WINDOW_SECONDS,
+    model_architecture,
+    model_plan,
+    replica_bounds,
+    resolve_instance_type,
+    rollout_strategies,
 )
 from stacks.problems import Problem
 
@@ -37,27 +47,6 @@ from stacks.problems import Problem
 MIN_ROOT_VOLUME_FOR_IMAGES_GIB = 100
 
 NG = "gpuNodeGroup"
-
-
-def resolve_instance_type(config: StackConfig) -> gpu.InstanceType | None:
-    """The catalog entry, or one built from `customInstance`; None when neither applies."""
-    group = config.gpu_node_group
-    known = gpu.lookup_instance_type(group.instance_type)
-    if known is not None:
-        return known
-    custom = group.custom_instance
-    if custom is None:
-        return None
-    return gpu.instance_type_from_spec(
-        group.instance_type.lower(),
-        gpu_count=custom.gpu_count,
-        gpu_memory_gib=custom.gpu_memory_gib,
-        product_label=custom.gpu_product,
-        vcpus=custom.vcpus,
-        memory_gib=custom.memory_gib,
-        efa_interfaces=custom.efa_interfaces,
-        local_nvme_gib=custom.local_nvme_gib,
-    )
 
 
 def _scaling(config: StackConfig) -> Iterator[Problem]:
@@ -152,52 +141,31 @@ COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")
 MOVING_TAGS = frozenset({"latest", "nightly", "main", "stable"})
 
 
-def model_architecture(model: ModelConfig) -> ModelArchitecture | None:
-    """The catalog entry, or one built from the model's `architecture` facts."""
-    known = lookup_model(model.model_id)
-    if known is not None or model.architecture is None:
-        return known
-    a = model.architecture
-    return ModelArchitecture(
-        model_id=model.model_id,
-        parameters_billion=a.parameters_billion,
-        num_layers=a.num_layers,
-        num_attention_heads=a.num_attention_heads,
-        num_kv_heads=a.num_kv_heads,
-        head_dim=a.head_dim,
-        hidden_size=a.hidden_size,
-        native_dtype=a.native_dtype,
-        weight_bytes=int(a.weight_gib * 1024**3),
-        max_context_tokens=a.max_context_tokens,
-        is_moe=a.is_moe,
-    )
-
-
-def model_plan(config: StackConfig, model: ModelConfig) -> serving.CapacityPlan:
-    """The capacity plan of one model on the node group's GPUs; CapacityError when it cannot work."""
-    instance = resolve_instance_type(config)
-    architecture = model_architecture(model)
-    if instance is None or architecture is None:
-        raise serving.CapacityError("no plan without a known instance type and model architecture")
-    return serving.plan(
-        architecture,
-        instance,
-        model.max_model_len,
-        tp=model.tensor_parallel_size,
-        gpu_memory_utilization=model.gpu_memory_utilization,
-        kv_cache_dtype=model.kv_cache_dtype.value,
-        max_num_batched_tokens=model.max_num_batched_tokens,
-        max_num_seqs=model.max_num_seqs,
-        target_concurrency=model.target_concurrency,
-        storage_read_mib_per_second=model.storage.read_mib_per_second,
-    )
-
-
 def _models(config: StackConfig) -> Iterator[Problem]:
+    found = list(_each_model(config))
+    yield from found
+    # Packing and rollouts only mean something once every model has a plan and sane bounds.
+    if not found and resolve_instance_type(config) is not None:
+        yield from _rollouts(config)
+
+
+def _rollouts(config: StackConfig) -> Iterator[Problem]:
+    try:
+        rollout_strategies(config)
+    except serving.RolloutError as error:
+        scaling = config.gpu_node_group.scaling
+        if config.node_autoscaling.mode is NodeAutoscalingMode.NONE:
+            key, nodes = "desiredNodes", scaling.desired_nodes
+        else:
+            key, nodes = "maxNodes", scaling.max_nodes
+        expected = f">= {error.nodes_needed}" if error.nodes_needed else "a setting the message names"
+        yield Problem(f"{NG}.scaling.{key}", str(error), nodes, expected)
+
+
+def _each_model(config: StackConfig) -> Iterator[Problem]:
     names = [m.name for m in config.models]
     for name in sorted({n for n in names if names.count(n) > 1}):
         yield Problem("models", f"two models are named {name}", name, "unique model names")
-    gpus_needed = 0
     for model in config.models:
         at = f"models[{model.name}]"
         if model_architecture(model) is None:
@@ -238,25 +206,7 @@ def _models(config: StackConfig) -> Iterator[Problem]:
             yield Problem(at, f"cannot serve on {config.gpu_node_group.instance_type}: {error}", settings,
                           "settings whose weights and one max-length request fit (see python -m stacks plan)")
             continue
-        # Each model may grow to its maximum and also surge one replica during a rolling update.
-        gpus_needed += (replica_bounds(model)[1] + 1) * plan.tensor_parallel_size
         yield from _scaling_bounds(config, model, plan)
-    instance = resolve_instance_type(config)
-    if instance is not None and gpus_needed:
-        offered = instance.gpu_count * config.gpu_node_group.scaling.max_nodes
-        if gpus_needed > offered:
-            yield Problem("gpuNodeGroup.scaling.maxNodes", f"the models need {gpus_needed} GPUs (max replicas "
-                          f"plus one surge replica each, times TP) but {config.gpu_node_group.scaling.max_nodes} x "
-                          f"{instance.name} offer {offered}", config.gpu_node_group.scaling.max_nodes,
-                          f">= {-(-gpus_needed // instance.gpu_count)}")
-
-
-def replica_bounds(model: ModelConfig) -> tuple[int, int]:
-    """(min, max) replicas; both default to `replicas` (no scaling unless asked for)."""
-    scaling = model.autoscaling
-    low = model.replicas if scaling.min_replicas is None else scaling.min_replicas
-    high = model.replicas if scaling.max_replicas is None else scaling.max_replicas
-    return low, high
 
 
 def _scaling_bounds(config: StackConfig, model: ModelConfig, plan: serving.CapacityPlan) -> Iterator[Problem]:
@@ -266,10 +216,11 @@ def _scaling_bounds(config: StackConfig, model: ModelConfig, plan: serving.Capac
         yield Problem(f"{at}.autoscaling.minReplicas", "must not exceed maxReplicas", low, f"<= maxReplicas ({high})")
     elif not low <= model.replicas <= high:
         yield Problem(f"{at}.replicas", "must lie between the autoscaling bounds", model.replicas, f"{low}..{high}")
-    fallback = model.autoscaling.fallback_replicas
-    if fallback is not None and not low <= fallback <= high:
-        yield Problem(f"{at}.autoscaling.fallbackReplicas", "must lie between the autoscaling bounds", fallback,
-                      f"{low}..{high}")
+    window = model.autoscaling.scale_down_window_seconds
+    if window is not None and window < min(plan.cold_start_seconds, MAX_SCALE_DOWN_WINDOW_SECONDS):
+        yield Problem(f"{at}.autoscaling.scaleDownWindowSeconds", f"shorter than the model's planned cold start "
+                      f"({plan.cold_start_seconds} s): a burst would pay a cold start and lose the replica before it "
+                      "served", window, f">= {min(plan.cold_start_seconds, MAX_SCALE_DOWN_WINDOW_SECONDS)}, or unset")
 
 
 # Where each mode's controller conventionally runs: Envoy Gateway's quickstart namespace, the
@@ -362,8 +313,49 @@ def _edge(config: StackConfig) -> Iterator[Problem]:
                           "a gateway edge, or a shorter maxModelLen")
 
 
+def cluster_version_problem(config: StackConfig, actual: str) -> Problem | None:
+    """The looked-up cluster runs another minor than the stack file says: CreateNodegroup accepts only
+    the control plane's version, Cluster Autoscaler must match it, and the objects were validated
+    against the stack's version."""
+    expected = config.cluster.kubernetes_version
+    if actual == expected:
+        return None
+    return Problem("cluster.kubernetesVersion", f"cluster {config.cluster.name} runs Kubernetes {actual}", expected,
+                   f"{actual!r} (with gpuNodeGroup.amiReleaseVersion a {actual} release, or unset); the GPU node "
+                   "group then moves to a new generation beside the old one")
+
+
+def _node_autoscaling(config: StackConfig) -> Iterator[Problem]:
+    autoscaling = config.node_autoscaling
+    minor = config.cluster.kubernetes_version
+    if autoscaling.mode is NodeAutoscalingMode.EXISTING:
+        if autoscaling.existing is None:
+            yield Problem("nodeAutoscaling.existing", "mode existing needs the autoscaler the cluster runs", None,
+                          "cluster-autoscaler")
+        elif autoscaling.existing is ExistingAutoscaler.KARPENTER:
+            yield Problem("nodeAutoscaling.existing", "Karpenter launches its own nodes and never resizes an EKS "
+                          "managed node group, so this program's GPU group would not grow", "karpenter",
+                          "cluster-autoscaler, or mode none (the group's fixed desiredNodes)")
+    elif autoscaling.existing is not None:
+        yield Problem("nodeAutoscaling.existing", f"only read with mode existing, not {autoscaling.mode.value}",
+                      autoscaling.existing.value, "unset")
+    if autoscaling.mode is NodeAutoscalingMode.CLUSTER_AUTOSCALER:
+        try:
+            gpu.image_tag_for(minor, versions.CLUSTER_AUTOSCALER_IMAGE_TAGS)
+        except ValueError as error:
+            yield Problem("cluster.kubernetesVersion", str(error), minor,
+                          ", ".join(sorted(versions.CLUSTER_AUTOSCALER_IMAGE_TAGS)))
+    release = config.gpu_node_group.ami_release_version
+    if release is not None and not release.startswith(f"{minor}."):
+        # EKS AMI releases are named <kubernetes minor>.<patch>-<date>; CreateNodegroup rejects a
+        # release of another minor than the node group's version.
+        yield Problem(f"{NG}.amiReleaseVersion", f"not a release for Kubernetes {minor} (cluster.kubernetesVersion)",
+                      release, f"a {minor}.x release, or unset")
+
+
 RULES: tuple[Callable[[StackConfig], Iterator[Problem]], ...] = (
     _scaling,
+    _node_autoscaling,
     _capacity,
     _instance,
     _observability,

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, StringConstraints
 from pydantic.alias_generators import to_camel
 
 from components.platform import versions
+from components.serving import DEFAULT_IMAGE_PULL_SECONDS, DEFAULT_NODE_READY_SECONDS
 
 # A Kubernetes label/annotation-safe DNS-1123 name: namespaces, release names.
 DnsLabel = Annotated[
@@ -206,17 +207,27 @@ class ModelAutoscalingConfig(ConfigModel):
         default=0.8, gt=0, le=1, description="Mean KV-cache usage (0..1) across replicas the autoscaler aims for."
     )
     kv_usage_activation: float = Field(default=0.5, ge=0, le=1, description="KV-cache usage that activates scaling.")
-    scale_down_window_seconds: int = Field(
-        default=900,
+    scale_down_window_seconds: int | None = Field(
+        default=None,
         ge=60,
         le=3600,  # the HPA API's maximum stabilization window
-        description="Load must stay low this long before a replica is removed (then one per 2 minutes).",
+        description=(
+            "Load must stay low this long before a replica is removed (then one per 2 minutes); unset: the "
+            "planned cold start (at least 300, at most 3600). Shorter than the cold start is rejected: a "
+            "burst would pay a cold start and lose the replica before it served."
+        ),
     )
     scale_up_window_seconds: int = Field(
         default=0, ge=0, le=600, description="Stabilization before scaling up; 0 reacts at once."
     )
-    fallback_replicas: int | None = Field(
-        default=None, ge=1, le=64, description="Replicas while Prometheus is unreachable; unset: max replicas."
+    ttft_target_fraction: float = Field(
+        default=0.8,
+        gt=0,
+        le=1,
+        description=(
+            "Scale out when p95 time to first token passes this fraction of `slo.ttftP95Seconds`: the queue "
+            "only grows once a replica is saturated, so latency would break the SLO before it."
+        ),
     )
 
 
@@ -413,6 +424,39 @@ class ServingConfig(ConfigModel):
     namespace: DnsLabel = Field(default="llm-serving", description="Namespace of the vLLM workloads.")
 
 
+class NodeAutoscalingMode(StrEnum):
+    """Who adds and removes GPU nodes."""
+
+    CLUSTER_AUTOSCALER = "clusterAutoscaler"
+    EXISTING = "existing"
+    NONE = "none"
+
+
+class ExistingAutoscaler(StrEnum):
+    """The node autoscaler a cluster already runs."""
+
+    CLUSTER_AUTOSCALER = "cluster-autoscaler"
+    KARPENTER = "karpenter"
+
+
+class NodeAutoscalingConfig(ConfigModel):
+    """Node autoscaling of the GPU node group."""
+
+    mode: NodeAutoscalingMode = Field(
+        default=NodeAutoscalingMode.CLUSTER_AUTOSCALER,
+        description=(
+            "`clusterAutoscaler` installs Cluster Autoscaler for this program's GPU node groups; `existing`: "
+            "the cluster already runs one (name it in `existing`); `none`: fixed capacity, `desiredNodes`."
+        ),
+    )
+    existing: ExistingAutoscaler | None = Field(
+        default=None, description="With mode `existing`: which autoscaler runs (`cluster-autoscaler`)."
+    )
+    chart_version: ChartVersion = Field(
+        default=versions.CLUSTER_AUTOSCALER.version, description="cluster-autoscaler chart version."
+    )
+
+
 class ClusterConfig(ConfigModel):
     """The existing EKS cluster this stack attaches GPU capacity and workloads to."""
 
@@ -422,8 +466,9 @@ class ClusterConfig(ConfigModel):
     kubernetes_version: KubernetesVersion = Field(
         default=versions.DEFAULT_KUBERNETES_VERSION,
         description=(
-            "Kubernetes minor version of the cluster, e.g. `1.34`. Objects are validated against this "
-            "version's OpenAPI schema, and the node group runs this version."
+            "Kubernetes minor version of the cluster, e.g. `1.34`; a preview fails when the looked-up "
+            "cluster runs another. Objects are validated against this version's OpenAPI schema, the node "
+            "group runs it, and Cluster Autoscaler's image follows it."
         ),
     )
 
@@ -459,6 +504,22 @@ class CustomGpuInstance(ConfigModel):
     memory_gib: int = Field(ge=1, description="Host memory per instance, in GiB.")
     efa_interfaces: int = Field(default=0, ge=0, description="Maximum EFA interfaces (0: no EFA).")
     local_nvme_gib: int = Field(default=0, ge=0, description="Total instance-store NVMe, in GiB (0: none).")
+
+
+class AutoRepairConfig(ConfigModel):
+    """EKS node auto repair for the GPU node group."""
+
+    enabled: bool = Field(
+        default=True,
+        description="Reboot or replace nodes the EKS node monitoring agent reports unhealthy (GPU Xid faults).",
+    )
+    install_monitoring_agent: bool = Field(
+        default=True,
+        description=(
+            "Install the `eks-node-monitoring-agent` add-on; false when the cluster already has it (creating "
+            "an add-on that exists fails)."
+        ),
+    )
 
 
 class GpuNodeGroupConfig(ConfigModel):
@@ -522,6 +583,19 @@ class GpuNodeGroupConfig(ConfigModel):
     )
     labels: dict[LabelKey, LabelValue] = Field(
         default_factory=dict, description="Extra Kubernetes labels for the GPU nodes."
+    )
+    auto_repair: AutoRepairConfig = Field(default_factory=AutoRepairConfig, description="Node auto repair.")
+    node_ready_seconds: int = Field(
+        default=DEFAULT_NODE_READY_SECONDS,
+        ge=60,
+        le=3600,
+        description="Seconds from a scale-up to a new GPU node advertising its GPUs (measure it on your account).",
+    )
+    image_pull_seconds: int = Field(
+        default=DEFAULT_IMAGE_PULL_SECONDS,
+        ge=0,
+        le=3600,
+        description="Seconds to pull the vLLM image onto a node that does not have it.",
     )
 
 
@@ -622,6 +696,9 @@ class StackConfig(ConfigModel):
     )
     cluster: ClusterConfig = Field(description="The existing EKS cluster.")
     gpu_node_group: GpuNodeGroupConfig = Field(description="The GPU node group.")
+    node_autoscaling: NodeAutoscalingConfig = Field(
+        default_factory=NodeAutoscalingConfig, description="Who adds and removes GPU nodes."
+    )
     addons: AddonsConfig = Field(default_factory=AddonsConfig, description="Cluster add-ons.")
     observability: ObservabilityConfig = Field(description="Metrics, alerts and runbooks.")
     serving: ServingConfig = Field(default_factory=ServingConfig, description="Where the models run.")

@@ -108,8 +108,73 @@ def _parser() -> argparse.ArgumentParser:
         help="Read throughput of the weights volume in MiB/s "
         f"(default {serving.DEFAULT_STORAGE_READ_MIB_PER_SECOND:g}, gp3's baseline).",
     )
+    dynamics = parser.add_argument_group(
+        "dynamics", "How long capacity takes to change (defaults and sources: docs/capacity-planner.md#dynamics)."
+    )
+    dynamics.add_argument("--replicas", type=int, default=1, help="Replicas running (default 1).")
+    dynamics.add_argument("--max-replicas", type=int, default=None, help="Most replicas (default --replicas).")
+    dynamics.add_argument("--nodes", type=int, default=None,
+                          help="GPU nodes running (default: the fewest that hold --replicas).")
+    dynamics.add_argument("--max-nodes", type=int, default=None,
+                          help="Most GPU nodes the autoscaler may run (default --nodes + 1).")
+    dynamics.add_argument("--node-ready-seconds", type=int, default=serving.DEFAULT_NODE_READY_SECONDS,
+                          help=f"A new GPU node until its GPUs are allocatable "
+                          f"(default {serving.DEFAULT_NODE_READY_SECONDS}).")
+    dynamics.add_argument("--image-pull-seconds", type=int, default=serving.DEFAULT_IMAGE_PULL_SECONDS,
+                          help=f"Pulling the vLLM image onto a node (default {serving.DEFAULT_IMAGE_PULL_SECONDS}).")
     parser.add_argument("--json", action="store_true", help="Print the plan as JSON.")
     return parser
+
+
+def _minutes(seconds: int) -> str:
+    return f"{seconds / 60:.0f} min ({seconds:,} s)"
+
+
+def dynamics(result: CapacityPlan, args: argparse.Namespace) -> dict[str, object]:
+    """Scale-up time, rollout and node-update dynamics for `--replicas` of this plan (pure)."""
+    low = args.replicas
+    high = args.max_replicas if args.max_replicas is not None else low
+    model = serving.Footprint("model", result.tensor_parallel_size, low, high, result.cold_start_seconds)
+    nodes = args.nodes if args.nodes is not None else max(1, -(-low // result.replicas_per_node))
+    max_nodes = args.max_nodes if args.max_nodes is not None else nodes + 1
+    timing = serving.Timing(args.node_ready_seconds, args.image_pull_seconds)
+    supply = serving.Supply(result.gpus_per_node, max_nodes, result.gpu, autoscaled=True)
+    needs_node = serving.rollout_needs_node([model], model, result.gpus_per_node, nodes)
+    found: dict[str, object] = {
+        "replica_add_seconds": serving.replica_add_seconds(model, timing, needs_node=needs_node),
+        "replica_add_needs_node": needs_node,
+    }
+    try:
+        strategy = serving.choose_strategies([model], supply, "prod")["model"]
+    except serving.RolloutError as error:
+        found["rollout"] = f"rejected: {error}"
+        return found
+    update = serving.node_update([model], {"model": strategy}, supply, nodes, timing)
+    found.update({
+        "rollout": strategy.manifest(),
+        "rollout_needs_node": needs_node,
+        "rollout_seconds": serving.rollout_seconds(model, strategy, low, timing),
+        "node_update_seconds": update.seconds,
+        "node_update_extra_nodes": update.extra_nodes_at_peak,
+    })
+    return found
+
+
+def _dynamics_rows(found: dict[str, object]) -> list[tuple[str, str]]:
+    node = " (needs a new node)" if found["replica_add_needs_node"] else " (fits on a running node)"
+    rows = [("add one replica", _minutes(int(found["replica_add_seconds"])) + node)]
+    rollout = found["rollout"]
+    if isinstance(rollout, str):
+        return [*rows, ("rollout", rollout)]
+    surge = rollout.get("rollingUpdate", {})
+    kind = (f"maxSurge {surge['maxSurge']}, maxUnavailable {surge['maxUnavailable']}" if surge else "Recreate")
+    rows += [
+        ("rollout", f"{kind}: {_minutes(int(found['rollout_seconds']))}"
+                    + (", surge pod needs a new node" if found["rollout_needs_node"] else "")),
+        ("node-group update", f"{_minutes(int(found['node_update_seconds']))}, "
+                              f"{found['node_update_extra_nodes']} extra node(s) while pods move"),
+    ]
+    return rows
 
 
 def _unknown(kind: str, value: str, known: list[str]) -> str:
@@ -118,7 +183,7 @@ def _unknown(kind: str, value: str, known: list[str]) -> str:
     return f"unknown {kind} {value!r}{hint}; known: {', '.join(known)}"
 
 
-def render_table(result: CapacityPlan) -> str:
+def render_table(result: CapacityPlan, found: dict[str, object] | None = None) -> str:
     """Aligned two-column text for a terminal."""
     overhead = (
         "measured by vLLM (--available-kv-gib)"
@@ -142,6 +207,7 @@ def render_table(result: CapacityPlan) -> str:
         ("max concurrency", f"{result.max_concurrency:.2f}x at {result.max_model_len:,} tokens per request"),
         ("cold start", f"{result.cold_start_seconds:,} s"),
         ("startup probe budget", f"{result.startup_budget_seconds:,} s"),
+        *(_dynamics_rows(found) if found else []),
     ]
     width = max(len(label) for label, _ in rows)
     lines = [f"{label.ljust(width)}  {value}" for label, value in rows]
@@ -186,8 +252,13 @@ def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = 
         print(f"plan rejected: {error}", file=err)
         return EXIT_USAGE
 
+    if args.replicas < 1 or (args.max_replicas is not None and args.max_replicas < args.replicas):
+        print(f"plan rejected: --replicas {args.replicas} and --max-replicas {args.max_replicas}: expected "
+              "1 <= replicas <= max replicas", file=err)
+        return EXIT_USAGE
+    found = dynamics(result, args)
     if args.json:
-        print(json.dumps(result.to_json(), sort_keys=True, indent=2), file=out)
+        print(json.dumps({**result.to_json(), "dynamics": found}, sort_keys=True, indent=2), file=out)
     else:
-        print(render_table(result), file=out)
+        print(render_table(result, found), file=out)
     return EXIT_OK

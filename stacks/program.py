@@ -6,6 +6,7 @@ with a `RunError` (no traceback) before any resource is registered.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -16,16 +17,23 @@ from pulumi.runtime import config as runtime_config
 
 from components import observability, serving
 from components.edge import EdgeArgs, EdgeSettings, Route
-from components.gpu import DcgmExporterArgs, GpuNodeGroupArgs, InstanceType, NvidiaDevicePluginArgs
+from components.gpu import (
+    ClusterAutoscalerArgs,
+    DcgmExporterArgs,
+    GpuNodeGroupArgs,
+    InstanceType,
+    NvidiaDevicePluginArgs,
+    image_tag_for,
+)
 from components.observability import ModelSlo
-from components.platform import EksCluster, kubernetes_provider, lookup_cluster
+from components.platform import EksCluster, cluster_version, kubernetes_provider, lookup_cluster, versions
 from components.scaling import ModelAutoscalingArgs, ScalingTarget
 from components.serving_stack import (
     ServedModel,
     ServingStack,
     ServingStackArgs,
 )
-from stacks import checks, loader
+from stacks import checks, loader, planning
 from stacks.config import (
     SECRET_KEYS,
     ContainerStorage,
@@ -34,6 +42,7 @@ from stacks.config import (
     EdgeMode,
     Environment,
     ModelConfig,
+    NodeAutoscalingMode,
     PlacementStrategy,
     PrometheusMode,
     StackConfig,
@@ -89,10 +98,24 @@ def load_config() -> StackConfig:
 HUB_DOWNLOAD_MIB_PER_SECOND = 50
 
 
+# Slack on top of the planned rollout before `pulumi up` gives up waiting for a Deployment.
+ROLLOUT_TIMEOUT_SLACK_SECONDS = 900
+
+
 def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType) -> ServedModel:
-    """A model's plain values, with TP and the startup budget from the capacity planner."""
-    plan = checks.model_plan(config, model)
-    architecture = checks.model_architecture(model)
+    """A model's plain values, with TP, the startup budget and the rollout from the planners."""
+    plan = planning.model_plan(config, model)
+    strategy = planning.rollout_strategies(config)[model.name]
+    footprint = planning.footprint(config, model, plan)
+    timing = planning.timing(config)
+    # A step may also wait for a new node; the startup budget (not the planned cold start) bounds it.
+    slowest_step = dataclasses.replace(footprint, cold_start_seconds=plan.startup_budget_seconds)
+    rollout_timeout = (
+        serving.rollout_seconds(slowest_step, strategy, planning.replica_bounds(model)[1], timing)
+        + timing.node_ready_seconds
+        + ROLLOUT_TIMEOUT_SLACK_SECONDS
+    )
+    architecture = planning.model_architecture(model)
     assert architecture is not None  # guaranteed by checks.check
     tp = plan.tensor_parallel_size
     tokenizer_revision = model.tokenizer_revision if model.tokenizer_revision != model.revision else None
@@ -100,7 +123,7 @@ def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType
     if model.image.digest:
         image += f"@{model.image.digest}"
     download_seconds = architecture.weight_bytes / (HUB_DOWNLOAD_MIB_PER_SECOND * 1024**2)
-    low, high = checks.replica_bounds(model)
+    low, high = planning.replica_bounds(model)
     scaling = model.autoscaling
     namespace = config.serving.namespace
     extra_env: tuple[dict, ...] = ()
@@ -151,11 +174,11 @@ def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType
             waiting_activation=scaling.waiting_activation,
             kv_usage_target=scaling.kv_usage_target,
             kv_usage_activation=scaling.kv_usage_activation,
-            scale_down_window_seconds=scaling.scale_down_window_seconds,
+            scale_down_window_seconds=planning.scale_down_window(model, plan),
             scale_up_window_seconds=scaling.scale_up_window_seconds,
             # Only consulted when scaling to zero, which this stack does not do.
             cooldown_seconds=max(300, 2 * plan.cold_start_seconds),
-            fallback_replicas=scaling.fallback_replicas or high,
+            ttft_target_seconds=round(model.slo.ttft_p95_seconds * scaling.ttft_target_fraction, 3),
         ),
         slo=ModelSlo(
             served_model_name=model.name,
@@ -169,6 +192,8 @@ def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType
         extra_env=extra_env,
         cache_gib=model.cache_volume_gib,
         tmp_gib=model.tmp_volume_gib,
+        strategy=strategy.manifest(),
+        rollout_timeout_seconds=rollout_timeout,
     )
 
 
@@ -238,7 +263,7 @@ def edge_args(config: StackConfig, cluster: EksCluster) -> EdgeArgs:
 def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStackArgs:
     """Map validated config onto component args (components never see the config models)."""
     group = config.gpu_node_group
-    instance = checks.resolve_instance_type(config)
+    instance = planning.resolve_instance_type(config)
     assert instance is not None  # guaranteed by checks.check
     tags = {"app.kubernetes.io/part-of": "llm-serving", "llm-serving/environment": config.environment.value}
     prometheus = config.observability.prometheus
@@ -267,7 +292,20 @@ def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStack
             cluster_placement_group=group.placement is PlacementStrategy.CLUSTER,
             extra_labels=dict(group.labels),
             tags=tags,
+            autoscaled=config.node_autoscaling.mode is not NodeAutoscalingMode.NONE,
+            auto_repair=group.auto_repair.enabled,
+            install_monitoring_agent=group.auto_repair.install_monitoring_agent,
         ),
+        cluster_autoscaler=ClusterAutoscalerArgs(
+            cluster_name=config.cluster.name,
+            region=cluster.region,
+            chart_version=config.node_autoscaling.chart_version,
+            image_tag=image_tag_for(config.cluster.kubernetes_version, versions.CLUSTER_AUTOSCALER_IMAGE_TAGS),
+            node_group_name=node_group_name,
+            tags=tags,
+        )
+        if config.node_autoscaling.mode is NodeAutoscalingMode.CLUSTER_AUTOSCALER
+        else None,
         device_plugin=NvidiaDevicePluginArgs(
             namespace=config.addons.nvidia_device_plugin.namespace,
             chart_version=config.addons.nvidia_device_plugin.chart_version,
@@ -280,6 +318,7 @@ def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStack
             throttle_minutes=alerts.throttle_minutes,
             exporter_absent_minutes=alerts.exporter_absent_minutes,
             monitor_labels=dict(prometheus.monitor_selector_labels),
+            auto_repair=group.auto_repair.enabled,
         ),
         prometheus=observability.PrometheusStackArgs(
             namespace=prometheus.namespace,
@@ -312,8 +351,17 @@ def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStack
     )
 
 
+def check_cluster_version(config: StackConfig) -> None:
+    """Stop before any resource when the cluster runs another minor than the stack file says."""
+    problem = checks.cluster_version_problem(config, cluster_version(config.cluster.name))
+    if problem is not None:
+        pulumi.log.error(problem.line())
+        raise pulumi.RunError(f"stack {pulumi.get_stack()} does not match its cluster's version; nothing was created")
+
+
 def run() -> None:
     config = load_config()
+    check_cluster_version(config)
     cluster = lookup_cluster(config.cluster.name)
     provider = kubernetes_provider("kubernetes", cluster)
     stack = ServingStack(

@@ -20,7 +20,8 @@ from pulumi.runtime import settings as pulumi_settings
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
-from stacks import loader, program
+from stacks import checks, loader, program
+from stacks.problems import ConfigError
 
 SECRET = "[secret]"
 PROGRAM = loader.PROJECT_DIR / "__main__.py"
@@ -48,15 +49,16 @@ class Recorded:
     protect: bool = False
     retain_on_delete: bool = False
     custom_timeouts: tuple[str, str] = ("", "")  # create, update
+    replace_on_changes: tuple[str, ...] = ()
 
 
-def _placeholder_cluster(name: str) -> dict[str, Any]:
+def _placeholder_cluster(name: str, version: str) -> dict[str, Any]:
     return {
         "name": name,
         "id": name,
         "arn": f"arn:aws:eks:{REGION}:{ACCOUNT_ID}:cluster/{name}",
         "endpoint": f"https://{name}.gr7.{REGION}.eks.amazonaws.com",
-        "version": "1.34",
+        "version": version,
         "certificateAuthorities": [{"data": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCnBsYWNlaG9sZGVyCg=="}],
         "vpcConfig": {
             "clusterSecurityGroupId": "sg-0123456789abcdef0",
@@ -71,12 +73,18 @@ def _placeholder_cluster(name: str) -> dict[str, Any]:
 
 
 class RenderMocks(pulumi.runtime.Mocks):
-    """Deterministic answers for data sources and for the outputs providers would compute."""
+    """Deterministic answers for data sources and for the outputs providers would compute.
+
+    `cluster_version` is the placeholder cluster's Kubernetes minor (render --cluster-version).
+    """
+
+    def __init__(self, cluster_version: str) -> None:
+        self.cluster_version = cluster_version
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list[Any]] | dict[str, Any]:
         token = args.token
         if token == "aws:eks/getCluster:getCluster":
-            return _placeholder_cluster(args.args["name"])
+            return _placeholder_cluster(args.args["name"], self.cluster_version)
         if token == "aws:index/getRegion:getRegion":
             return {"name": REGION, "region": REGION, "id": REGION, "endpoint": f"ec2.{REGION}.amazonaws.com"}
         if token == "aws:ec2/getVpc:getVpc":
@@ -123,6 +131,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     tuple(request.dependencies), request.provider, tuple(request.ignoreChanges),
                     bool(request.protect), bool(request.retainOnDelete),
                     (request.customTimeouts.create, request.customTimeouts.update),
+                    tuple(request.replaceOnChanges),
                 )
             )
         return response
@@ -240,14 +249,22 @@ def engine_values(own: loader.StackFile) -> tuple[dict[str, str], list[str]]:
     return config, [f"{loader.PROJECT}:{k}" for k in own.secret_keys]
 
 
-def render_stack(stack_file: Path) -> RenderResult:
-    """Validate a stack file (ConfigError on problems), then run `__main__.py` under mocks."""
+def render_stack(stack_file: Path, cluster_version: str | None = None) -> RenderResult:
+    """Validate a stack file (ConfigError on problems), then run `__main__.py` under mocks.
+
+    The placeholder cluster runs `cluster_version`, by default the stack's `cluster.kubernetesVersion`;
+    another version is rejected the way a real preview rejects it (checks.cluster_version_problem).
+    """
     stack_file = stack_file.resolve()
     own = loader.read_stack_file(stack_file)
-    loader.load_stack_file(stack_file)  # raises ConfigError before anything is registered
+    _, validated = loader.load_stack_file(stack_file)  # raises ConfigError before anything is registered
+    cluster_version = cluster_version or validated.cluster.kubernetes_version
+    problem = checks.cluster_version_problem(validated, cluster_version)
+    if problem is not None:
+        raise ConfigError([problem])
     config, secret_keys = engine_values(own)
 
-    mocks = RenderMocks()
+    mocks = RenderMocks(cluster_version)
     monitor = RecordingMonitor(mocks)
     pulumi_settings.reset_options()
     pulumi.runtime.set_mocks(mocks, project=loader.PROJECT, stack=own.stack, preview=False, monitor=monitor)
@@ -287,6 +304,7 @@ def render_stack(stack_file: Path) -> RenderResult:
             # A provider reference is "<urn>::<id>".
             "provider": label(r.provider.rsplit("::", 1)[0]) if r.provider else "",
             "ignoreChanges": list(r.ignore_changes),
+            "replaceOnChanges": list(r.replace_on_changes),
             "protect": r.protect,
             "retainOnDelete": r.retain_on_delete,
             "customTimeouts": {"create": r.custom_timeouts[0], "update": r.custom_timeouts[1]},

@@ -2,12 +2,17 @@
 discovery, the DCGM exporter with our counters file and GPU alerts, and the GPU instance catalog."""
 
 from .catalog import GpuModel, InstanceType, instance_type_from_spec, known_instance_type_names, lookup_instance_type
+from .cluster_autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
 from .counters import exported_metric_names
 from .dcgm_exporter import DcgmExporter, DcgmExporterArgs
 from .device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
+from .node_autoscaling import SAFE_TO_EVICT_ANNOTATION, image_tag_for
 from .node_group import GpuNodeGroup, GpuNodeGroupArgs
 
 __all__ = [
+    "SAFE_TO_EVICT_ANNOTATION",
+    "ClusterAutoscaler",
+    "ClusterAutoscalerArgs",
     "DcgmExporter",
     "DcgmExporterArgs",
     "GpuModel",
@@ -17,6 +22,7 @@ __all__ = [
     "NvidiaDevicePlugin",
     "NvidiaDevicePluginArgs",
     "exported_metric_names",
+    "image_tag_for",
     "instance_type_from_spec",
     "known_instance_type_names",
     "lookup_instance_type",

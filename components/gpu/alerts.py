@@ -64,9 +64,29 @@ def _check(name: str, value: int, low: int, high: int) -> None:
         raise ValueError(f"{name}={value!r}: expected an integer from {low} to {high}")
 
 
+# What EKS node auto repair does about GPU faults: the node monitoring agent sets the node's
+# AcceleratedHardwareReady condition for these Xids and EKS reboots or replaces the node after
+# 10 minutes; other Xids are only events (awsdocs node-health-nma.adoc, node-repair.adoc).
+AUTO_REPAIR_REBOOT_XIDS = (13, 31, 48, 63, 64, 94, 95)
+AUTO_REPAIR_REPLACE_XIDS = (74, 79, 119, 120, 121, 140)
+
+
+def _codes(codes: tuple[int, ...]) -> str:
+    return ", ".join(str(c) for c in codes)
+
+
+AUTO_REPAIR_XID_NOTE = (
+    f"With node auto repair on, EKS reboots the node for Xid {_codes(AUTO_REPAIR_REBOOT_XIDS)} and replaces it for "
+    f"Xid {_codes(AUTO_REPAIR_REPLACE_XIDS)} about 10 minutes after the fault, one node at a time; any other Xid "
+    "needs a person."
+)
+NO_AUTO_REPAIR_NOTE = "Node auto repair is off: every fault needs a person."
+
+
 def gpu_health_rule_groups(
     *,
     runbook_base_url: str,
+    auto_repair: bool = True,
     job_label: str = "dcgm-exporter",
     throttle_for_minutes: int = 10,
     temperature_celsius: int = 85,
@@ -97,6 +117,7 @@ def gpu_health_rule_groups(
         "It clears once the Xid leaves the exporter's {{ $labels.window_size_in_ms }} ms counting window, "
         "which does not mean the GPU recovered."
     )
+    repair_note = AUTO_REPAIR_XID_NOTE if auto_repair else NO_AUTO_REPAIR_NOTE
 
     rules = [
         # Xids. DCGM_FI_DEV_XID_ERRORS only holds the LAST Xid and keeps it until the exporter restarts
@@ -115,7 +136,7 @@ def gpu_health_rule_groups(
             description=(
                 "NVIDIA's Xid catalog lists a GPU reset or node reboot as the immediate action for this Xid "
                 "(lost GPU, uncorrectable memory error or hung engine). Cordon and drain the node, then "
-                f"reset the GPU or replace the node. {window_note}"
+                f"reset the GPU or replace the node. {window_note} {repair_note}"
             ),
             runbook_base_url=runbook_base_url,
         ),
@@ -129,7 +150,7 @@ def gpu_health_rule_groups(
                 "An Xid that NVIDIA does not classify as needing a reset: usually an application fault "
                 "(13, 31, 43), teardown after a killed process (45) or a memory event already handled "
                 "(63, 92, 94). Check the vLLM pod on this GPU for a crash; repeated Xids on one GPU point "
-                f"at hardware. {window_note}"
+                f"at hardware. {window_note} {repair_note}"
             ),
             runbook_base_url=runbook_base_url,
         ),
@@ -144,7 +165,9 @@ def gpu_health_rule_groups(
             description=(
                 "The GPU counted about {{ $value | humanize }} uncorrectable ECC errors in 10 minutes; "
                 "results computed on it may be corrupt. Drain the node and reset the GPU; replace it if "
-                "errors recur."
+                "errors recur. "
+                + ("With node auto repair on, EKS replaces the node (the agent's NvidiaDoubleBitError)."
+                   if auto_repair else NO_AUTO_REPAIR_NOTE)
             ),
             runbook_base_url=runbook_base_url,
         ),

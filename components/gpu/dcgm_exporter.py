@@ -47,6 +47,7 @@ class DcgmExporterArgs:
     exporter_absent_minutes: int
     monitor_labels: dict[str, str] = field(default_factory=dict)
     scrape_interval_seconds: int = 15
+    auto_repair: bool = True  # the node group's EKS auto repair: the alerts say what it fixes
 
 
 def chart_values() -> dict[str, object]:
@@ -154,6 +155,7 @@ class DcgmExporter(pulumi.ComponentResource):
             spec={
                 "groups": alerts.gpu_health_rule_groups(
                     runbook_base_url=args.runbook_base_url,
+                    auto_repair=args.auto_repair,
                     job_label=RELEASE_NAME,
                     throttle_for_minutes=args.throttle_minutes,
                     temperature_celsius=args.temperature_celsius,

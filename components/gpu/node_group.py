@@ -7,13 +7,14 @@ the node group with the GPU taint and labels; outputs what GPU workloads must ca
 from __future__ import annotations
 
 import base64
+import json
 import re
 from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_aws as aws
 
-from . import scheduling
+from . import node_autoscaling, scheduling
 from .catalog import InstanceType
 
 # Managed policies a worker node needs. The CNI policy sits on the node role because the VPC CNI
@@ -73,6 +74,10 @@ class GpuNodeGroupArgs:
     cluster_placement_group: bool = False
     extra_labels: dict[str, str] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)
+    # An autoscaler owns the group's size between min and max; without one `desiredNodes` is the size.
+    autoscaled: bool = True
+    auto_repair: bool = True
+    install_monitoring_agent: bool = True
 
 
 def node_user_data(args: GpuNodeGroupArgs) -> str | None:
@@ -82,19 +87,53 @@ def node_user_data(args: GpuNodeGroupArgs) -> str | None:
     return None
 
 
-def autoscaler_tags(node_group: str, args: GpuNodeGroupArgs) -> dict[str, str]:
-    """Node-template tags Cluster Autoscaler reads on the Auto Scaling group to scale it up from
-    zero: with no node to look at, it must learn the GPU count, labels and taint from tags
-    (cluster-autoscaler AWS provider README, "Scaling a node group to 0"). EKS adds the
-    auto-discovery tags to the group itself but does not copy node-group tags to it."""
+def generation(args: GpuNodeGroupArgs) -> str:
+    """The node generation label: what a node boots, so a change replaces the group (scheduling.py)."""
+    return scheduling.node_generation({
+        "kubernetes": args.kubernetes_version,
+        "amiType": args.ami_type,
+        "amiRelease": args.ami_release_version,
+        "instance": args.instance.name,
+        "capacityType": args.capacity_type,
+        "capacityReservation": args.capacity_reservation_id,
+        "rootVolumeGib": args.root_volume_gib,
+        "nvme": args.nvme_container_storage,
+        "efaInterfaces": args.efa_interfaces,
+        "placementGroup": args.cluster_placement_group,
+        # Subnets, instance, AMI and capacity type replace the group in EKS anyway; hashing them too
+        # makes every replacement a generation change, so the pods always move before deletion.
+        "subnets": sorted(args.subnet_ids),
+    })
+
+
+def labels(node_group: str, args: GpuNodeGroupArgs) -> dict[str, str]:
+    return scheduling.node_labels(node_group, generation(args), args.extra_labels)
+
+
+# EKS node auto repair: the node monitoring agent's conditions decide. Its defaults act on
+# AcceleratedHardwareReady after 10 minutes (Reboot or Replace by Xid class) and on runtime, kernel,
+# network and storage faults after 30 (awsdocs node-repair.adoc). Repairs stop when more than one
+# node is unhealthy at once, so a fleet-wide fault (a bad AMI, a driver bug) pages instead of
+# cycling every GPU node; one node at a time keeps the serving floor.
+MONITORING_AGENT_ADDON = "eks-node-monitoring-agent"
+REPAIR_MAX_UNHEALTHY_NODES = 1
+REPAIR_MAX_PARALLEL_NODES = 1
+
+
+def autoscaler_tags(node_group: str, args: GpuNodeGroupArgs, cluster_name: str) -> dict[str, str]:
+    """Tags Cluster Autoscaler reads on the Auto Scaling group: our discovery tag, and the node
+    template it needs to scale the group up from zero, when there is no node to look at: GPU count,
+    labels and taint (cluster-autoscaler AWS provider README, "Scaling a node group to 0"). EKS adds
+    the two standard auto-discovery tags itself but does not copy node-group tags to the ASG."""
     prefix = "k8s.io/cluster-autoscaler/node-template"
     tags = {
+        node_autoscaling.DISCOVERY_TAG: cluster_name,
         f"{prefix}/resources/nvidia.com/gpu": str(args.instance.gpu_count),
         f"{prefix}/taint/{scheduling.GPU_TAINT_KEY}":
             f"{scheduling.GPU_TAINT_VALUE}:{scheduling.GPU_TAINT_EFFECT}",
         f"{prefix}/label/{scheduling.GPU_PRODUCT_LABEL}": args.instance.gpu.product_label,
     }
-    for key, value in scheduling.node_labels(node_group, args.extra_labels).items():
+    for key, value in labels(node_group, args).items():
         tags[f"{prefix}/label/{key}"] = value
     return tags
 
@@ -204,6 +243,8 @@ class GpuNodeGroup(pulumi.ComponentResource):
             node_group_name_prefix=f"{name}-",
             node_role_arn=role.arn,
             subnet_ids=args.subnet_ids,
+            # The looked-up cluster's version (stacks/program.py stops the program when the stack file
+            # disagrees): CreateNodegroup accepts only the control plane's own minor.
             version=args.kubernetes_version,
             release_version=args.ami_release_version,
             ami_type=args.ami_type,
@@ -216,10 +257,18 @@ class GpuNodeGroup(pulumi.ComponentResource):
                 "max_size": args.max_nodes,
                 "desired_size": args.desired_nodes,
             },
-            # Replace one GPU node at a time: each holds whole model replicas, and draining several
-            # at once drops serving capacity during an AMI or Kubernetes upgrade.
+            # Version, AMI and launch template changes replace the whole group (replace_on_changes
+            # below), so this program never starts EKS's in-place rolling update, which drains under
+            # the PDB and fails after 15 minutes. One node at a time if someone starts one by hand.
             update_config={"max_unavailable": 1},
-            labels=scheduling.node_labels(name, args.extra_labels),
+            node_repair_config={
+                "enabled": args.auto_repair,
+                "max_unhealthy_node_threshold_count": REPAIR_MAX_UNHEALTHY_NODES,
+                "max_parallel_nodes_repaired_count": REPAIR_MAX_PARALLEL_NODES,
+            }
+            if args.auto_repair
+            else {"enabled": False},
+            labels=labels(name, args),
             taints=[
                 {
                     "key": scheduling.GPU_TAINT_KEY,
@@ -231,15 +280,35 @@ class GpuNodeGroup(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(
                 parent=self,
                 depends_on=attachments,
-                # Autoscalers own the current size; a later `pulumi up` must not reset it.
-                ignore_changes=["scalingConfig.desiredSize"],
+                # An autoscaler owns the current size; a later `pulumi up` must not reset it. Without
+                # one, desiredNodes is the size and a change must apply.
+                ignore_changes=["scalingConfig.desiredSize"] if args.autoscaled else [],
+                # A new generation label (what nodes boot: version, AMI, launch template inputs) means
+                # a new group beside the old one: the name prefix lets both exist, and Pulumi deletes
+                # the old group at the end of the update, after the vLLM Deployments (which select
+                # the label) have rolled onto the new nodes.
+                replace_on_changes=["labels"],
             ),
         )
 
+        if args.auto_repair and args.install_monitoring_agent:
+            # Auto repair acts on the conditions this agent sets (NvidiaXID<code>Error and others);
+            # without it a repair config sees nothing. It must run on every node, the tainted GPU
+            # nodes above all, so it tolerates every taint. The add-on version is EKS's default for
+            # the cluster's version (versions are published per cluster version).
+            aws.eks.Addon(
+                f"{name}-node-monitoring-agent",
+                cluster_name=args.cluster_name,
+                addon_name=MONITORING_AGENT_ADDON,
+                configuration_values=json.dumps({"monitoringAgent": {"tolerations": [{"operator": "Exists"}]}}),
+                tags=args.tags,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[node_group]),
+            )
+
         # Copy the node-template tags onto the Auto Scaling group EKS created for the node group.
         asg_name = node_group.resources.apply(lambda r: r[0].autoscaling_groups[0].name)
-        for key, value in sorted(autoscaler_tags(name, args).items()):
-            suffix = re.sub(r"[^a-z0-9]+", "-", key.split("/node-template/", 1)[1].lower())
+        for key, value in sorted(autoscaler_tags(name, args, args.cluster_name).items()):
+            suffix = re.sub(r"[^a-z0-9]+", "-", key.split("/node-template/", 1)[-1].lower())
             aws.autoscaling.Tag(
                 f"{name}-asg-{suffix}",
                 autoscaling_group_name=asg_name,
@@ -248,7 +317,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
             )
 
         self.node_selector = pulumi.Output.from_input(
-            scheduling.workload_node_selector(name, args.instance.gpu.product_label)
+            scheduling.workload_node_selector(name, generation(args), args.instance.gpu.product_label)
         )
         self.tolerations = pulumi.Output.from_input(scheduling.gpu_tolerations())
         self.gpus_per_node = pulumi.Output.from_input(args.instance.gpu_count)

@@ -6,6 +6,8 @@ never disagree about which nodes are GPU nodes (a mismatch schedules a DaemonSet
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 # The taint keeps every pod that does not ask for a GPU off the most expensive nodes. Value "true"
@@ -24,11 +26,23 @@ GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 # Our own label naming the node group, so a workload lands on this group and not another GPU group.
 NODE_GROUP_LABEL = "llm-serving/node-group"
+# A hash of everything that decides what a node boots (Kubernetes version, AMI, launch template
+# inputs). A change replaces the node group beside the old one, and since vLLM pods select the
+# label, their Deployments roll onto the new nodes under their own strategy before the old group is
+# deleted: no drain under a PodDisruptionBudget (docs/operations.md, "Node updates").
+NODE_GENERATION_LABEL = "llm-serving/node-generation"
 
 
-def node_labels(node_group: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+def node_generation(parts: dict[str, object]) -> str:
+    """Ten hex digits of the SHA-256 of the sorted `parts`; stable across runs and Python versions."""
+    text = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def node_labels(node_group: str, generation: str, extra: dict[str, str] | None = None) -> dict[str, str]:
     """Labels the managed node group puts on every node it launches."""
-    return {**(extra or {}), GPU_PRESENT_LABEL: "true", NODE_GROUP_LABEL: node_group}
+    return {**(extra or {}), GPU_PRESENT_LABEL: "true", NODE_GROUP_LABEL: node_group,
+            NODE_GENERATION_LABEL: generation}
 
 
 def gpu_tolerations() -> list[dict[str, str]]:
@@ -41,9 +55,10 @@ def addon_node_selector() -> dict[str, str]:
     return {GPU_PRESENT_LABEL: "true"}
 
 
-def workload_node_selector(node_group: str, gpu_product: str) -> dict[str, str]:
-    """Where GPU workloads run: this node group, and only if GFD confirmed the GPU product."""
-    return {NODE_GROUP_LABEL: node_group, GPU_PRODUCT_LABEL: gpu_product}
+def workload_node_selector(node_group: str, generation: str, gpu_product: str) -> dict[str, str]:
+    """Where GPU workloads run: this node group's current generation, and only if GFD confirmed the
+    GPU product."""
+    return {NODE_GROUP_LABEL: node_group, NODE_GENERATION_LABEL: generation, GPU_PRODUCT_LABEL: gpu_product}
 
 
 def device_plugin_values() -> dict[str, Any]:

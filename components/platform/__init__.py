@@ -3,7 +3,7 @@ the pinned versions and the shapes every Prometheus rule and query shares."""
 
 from . import versions
 from .helm import HELM_TIMEOUT_SECONDS, helm_release, namespace
-from .kubernetes import EksCluster, kubeconfig, kubernetes_provider, lookup_cluster
+from .kubernetes import EksCluster, cluster_version, kubeconfig, kubernetes_provider, lookup_cluster
 from .manifests import manifest_resource
 from .pod_security import RESTRICTED, PodSecurity
 from .prometheus import NAMESPACE_LABEL, NODE_LABEL, POD_LABEL, alert_rule, check_dns_label, check_label_value
@@ -23,6 +23,7 @@ __all__ = [
     "kubeconfig",
     "kubernetes_provider",
     "lookup_cluster",
+    "cluster_version",
     "manifest_resource",
     "namespace",
     "versions",

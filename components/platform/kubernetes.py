@@ -43,6 +43,12 @@ def lookup_cluster(name: str, opts: pulumi.InvokeOptions | None = None) -> EksCl
     )
 
 
+def cluster_version(name: str) -> str:
+    """The cluster's Kubernetes minor (EKS reports e.g. "1.34"), read while the program runs, so a
+    mismatch can stop it before any resource is registered."""
+    return aws.eks.get_cluster(name=name).version
+
+
 def kubeconfig(cluster_name: str, endpoint: str, certificate_authority: str, region: str) -> str:
     """A kubeconfig whose user runs `aws eks get-token`, so credentials never land in state."""
     return json.dumps(

@@ -66,6 +66,15 @@ PROMETHEUS_ADAPTER = ChartPin(
     chart="prometheus-adapter", version="5.3.0", repository="https://prometheus-community.github.io/helm-charts"
 )
 
+# kubernetes/autoscaler chart 9.53.0 (2025-12-03), the newest chart whose appVersion is 1.34; later
+# charts ship 1.35. Cluster Autoscaler's minor must equal the cluster's (its README, "Releases"), so
+# the image tag is chosen per cluster minor: the newest patch of each in the reference snapshot
+# (tags cluster-autoscaler-1.34.5 and -1.33.6, 2026-07-22; facts.md T2.1). Chart 9.47.0+ supports 1.33.
+CLUSTER_AUTOSCALER = ChartPin(
+    chart="cluster-autoscaler", version="9.53.0", repository="https://kubernetes.github.io/autoscaler"
+)
+CLUSTER_AUTOSCALER_IMAGE_TAGS: dict[str, str] = {"1.33": "v1.33.6", "1.34": "v1.34.5"}
+
 # The EKS cluster version the stack validates its Kubernetes objects against by default.
 DEFAULT_KUBERNETES_VERSION = "1.34"
 
@@ -79,5 +88,6 @@ CHARTS: dict[str, ChartPin] = {
         AWS_LOAD_BALANCER_CONTROLLER,
         KEDA,
         PROMETHEUS_ADAPTER,
+        CLUSTER_AUTOSCALER,
     )
 }

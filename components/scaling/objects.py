@@ -19,6 +19,10 @@ from components.platform import NAMESPACE_LABEL, POD_LABEL, check_dns_label, che
 # labels; we relabel node).
 WAITING_METRIC = "vllm:num_requests_waiting"
 KV_USAGE_METRIC = "vllm:kv_cache_usage_perc"
+# Histogram with the same labels (plus `le`); default buckets 1 ms to 2560 s (vllm/v1/metrics).
+TTFT_BUCKET_METRIC = "vllm:time_to_first_token_seconds_bucket"
+# Long enough for a p95 over a few scrapes, short enough to react within the scale-up window.
+TTFT_RATE_WINDOW = "2m"
 
 # prometheus-adapter exposes custom metrics under Kubernetes-style names; ':' is not allowed there,
 # so the vLLM names are renamed with `name.as` (vllm-project/production-stack prom-adapter.yaml does
@@ -42,9 +46,11 @@ MAX_STABILIZATION_WINDOW_SECONDS = 3600
 # Consecutive failed Prometheus queries before KEDA applies the fallback (KEDA 2.20 scaledobject-spec
 # example value; production-stack's chart default is also 3). At a 15 s poll that is about 45 s.
 FALLBACK_FAILURE_THRESHOLD = 3
-# KEDA 2.20 fallback behaviours (CRD enum): keep the current replica count when it is above
-# fallback.replicas, so a Prometheus outage during a peak never scales a busy model down.
-FALLBACK_BEHAVIOR = "currentReplicasIfHigher"
+# KEDA fallback behaviours (CRD enum, since KEDA 2.17): `currentReplicas` holds the replica count
+# while Prometheus is unreachable. A fixed fallback count would start (or stop) replicas blind: a
+# jump to max replicas is several simultaneous cold starts of a model nobody may be calling, and a
+# drop is lost capacity. `fallback.replicas` is required by the CRD but unused with this behaviour.
+FALLBACK_BEHAVIOR = "currentReplicas"
 
 _PROM_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
@@ -78,7 +84,7 @@ class ScalingTarget:
     scale_down_window_seconds: int
     scale_up_window_seconds: int
     cooldown_seconds: int  # KEDA cooldownPeriod: only used when scaling to zero
-    fallback_replicas: int  # replicas while Prometheus is unreachable
+    ttft_target_seconds: float  # p95 time to first token at which to scale out
     polling_interval_seconds: int = 15
 
     def __post_init__(self) -> None:
@@ -96,8 +102,7 @@ class ScalingTarget:
         _check_int("scale_down_window_seconds", self.scale_down_window_seconds, 0, MAX_STABILIZATION_WINDOW_SECONDS)
         _check_int("scale_up_window_seconds", self.scale_up_window_seconds, 0, MAX_STABILIZATION_WINDOW_SECONDS)
         _check_int("cooldown_seconds", self.cooldown_seconds, 0, 7 * 24 * 3600)
-        # Falling back to zero replicas would turn a Prometheus outage into a serving outage.
-        _check_int("fallback_replicas", self.fallback_replicas, max(1, self.min_replicas), self.max_replicas)
+        _check_number("ttft_target_seconds", self.ttft_target_seconds, low=0, high=600, low_open=True)
         _check_int("polling_interval_seconds", self.polling_interval_seconds, 1, 3600)
 
 
@@ -123,6 +128,16 @@ def kv_query(t: ScalingTarget) -> str:
     Each engine has its own KV cache, so averaging engine series is right with data parallelism too.
     """
     return f"avg({KV_USAGE_METRIC}{_selector(t)}) or vector(0)"
+
+
+def ttft_query(t: ScalingTarget) -> str:
+    """p95 time to first token over the model's engines in the last 2 minutes: one value.
+
+    With no traffic every bucket rate is 0 and histogram_quantile returns NaN; `>= 0` drops NaN (a
+    comparison with NaN is false) so `or vector(0)` reports an idle model as 0.
+    """
+    rate = f"rate({TTFT_BUCKET_METRIC}{_selector(t)}[{TTFT_RATE_WINDOW}])"
+    return f"(histogram_quantile(0.95, sum by (le) ({rate})) >= 0) or vector(0)"
 
 
 def _number(value: float) -> str:
@@ -175,11 +190,11 @@ def scaled_object(t: ScalingTarget, *, prometheus_url: str, name: str) -> dict[s
             "cooldownPeriod": t.cooldown_seconds,
             "minReplicaCount": t.min_replicas,
             "maxReplicaCount": t.max_replicas,
-            # Fallback applies to both metric types since KEDA 2.20 (AverageValue: target * replicas;
-            # Value: target * replicas / ready replicas), so both triggers steer to the same count.
+            # Fallback applies to Value triggers too since KEDA 2.18 (kedacore/keda#6655), so every
+            # trigger holds the current count while Prometheus is down.
             "fallback": {
                 "failureThreshold": FALLBACK_FAILURE_THRESHOLD,
-                "replicas": t.fallback_replicas,
+                "replicas": t.min_replicas,
                 "behavior": FALLBACK_BEHAVIOR,
             },
             "advanced": {"horizontalPodAutoscalerConfig": {"behavior": hpa_behavior(t)}},
@@ -208,6 +223,19 @@ def scaled_object(t: ScalingTarget, *, prometheus_url: str, name: str) -> dict[s
                         "query": kv_query(t),
                         "threshold": _number(t.kv_usage_target),
                         "activationThreshold": _number(t.kv_usage_activation),
+                    },
+                },
+                # Value: latency is not divided by replicas; the HPA wants ceil(replicas * p95 / target).
+                # The queue grows only once a replica is saturated, and TTFT rises before that.
+                {
+                    "type": "prometheus",
+                    "name": "ttft_p95",
+                    "metricType": "Value",
+                    "metadata": {
+                        "serverAddress": prometheus_url,
+                        "query": ttft_query(t),
+                        "threshold": _number(t.ttft_target_seconds),
+                        "activationThreshold": _number(t.ttft_target_seconds),
                     },
                 },
             ],

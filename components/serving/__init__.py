@@ -23,10 +23,38 @@ from .engine import (
     weights_volume_gib,
 )
 from .models import ModelArchitecture, known_model_ids, lookup_model
+from .rollout import (
+    DEFAULT_IMAGE_PULL_SECONDS,
+    DEFAULT_NODE_READY_SECONDS,
+    Footprint,
+    NodeUpdate,
+    RolloutError,
+    Strategy,
+    Supply,
+    Timing,
+    choose_strategies,
+    node_update,
+    replica_add_seconds,
+    rollout_needs_node,
+    rollout_seconds,
+)
 from .weights import ModelWeights, ModelWeightsArgs
 
 __all__ = [
     "CHAT_TEMPLATE_PATH",
+    "DEFAULT_IMAGE_PULL_SECONDS",
+    "DEFAULT_NODE_READY_SECONDS",
+    "Footprint",
+    "NodeUpdate",
+    "RolloutError",
+    "Strategy",
+    "Supply",
+    "Timing",
+    "choose_strategies",
+    "node_update",
+    "replica_add_seconds",
+    "rollout_needs_node",
+    "rollout_seconds",
     "DEFAULT_GPU_MEMORY_UTILIZATION",
     "DEFAULT_MAX_NUM_BATCHED_TOKENS",
     "DEFAULT_STORAGE_READ_MIB_PER_SECOND",

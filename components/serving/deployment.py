@@ -1,7 +1,7 @@
 """VllmDeployment: one model's vLLM Deployment, Service and PodDisruptionBudget.
 
 Pinned image, engine args from typed settings, probes sized by the capacity planner, a drain that
-lets open streams finish, and rolling updates that never drop serving capacity.
+lets open streams finish, and a rollout strategy sized from the GPUs the node group can supply.
 """
 
 from __future__ import annotations
@@ -33,9 +33,13 @@ class VllmDeploymentArgs:
     labels: dict[str, str] | None = None
     # Resources the pods must not start before (the weight pre-staging Job, the API key Secret).
     after: tuple[pulumi.Resource, ...] = ()
-    weights_shared: bool = True  # False for a ReadWriteOnce volume, attachable to one node only
+    # From rollout.choose_strategies: surge where the node group has room at peak, else one
+    # replica at a time, else (dev only) Recreate.
+    strategy: dict | None = None
+    # How long `pulumi up` waits for a rollout: rollout.rollout_seconds plus slack.
+    rollout_timeout_seconds: int = 3600
+    pod_annotations: dict[str, str] | None = None
     extra_env: tuple[dict, ...] = ()
-    max_replicas: int = 1  # a rollout replaces pods one by one, up to this many
 
 
 def selector_labels(model_name: str) -> dict[str, str]:
@@ -145,25 +149,23 @@ class VllmDeployment(pulumi.ComponentResource):
             "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(engine.PRE_STOP_SECONDS)]}}},
             "securityContext": engine.container_security_context(),
         }
-        rollout_seconds = max(args.replicas, args.max_replicas) * (args.startup_budget_seconds + 30) + 900
         deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",
             metadata={"name": args.model_name, "namespace": args.namespace, "labels": labels},
             spec={
                 "replicas": args.replicas,
                 "selector": {"matchLabels": selector},
-                # Surge one replica and never take one away first: capacity stays whole during a
-                # rollout (at the cost of needing spare GPUs for the surge pod). A ReadWriteOnce
-                # volume cannot follow a surge pod to another node, so such a model replaces in place.
-                "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
-                if args.weights_shared
-                else {"type": "Recreate"},
-                # A new pod counts as available only after it has been ready for a minute.
+                "strategy": args.strategy or {"type": "RollingUpdate",
+                                              "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+                # A new pod counts as available only after it has been ready for 30 s.
                 "minReadySeconds": 30,
+                # The startup budget plus 10 minutes: a surge pod may wait for a new node and an image
+                # pull (rollout.DEFAULT_NODE_READY_SECONDS + DEFAULT_IMAGE_PULL_SECONDS) first.
                 "progressDeadlineSeconds": args.startup_budget_seconds + 600,
                 "revisionHistoryLimit": 5,
                 "template": {
-                    "metadata": {"labels": labels},
+                    "metadata": {"labels": labels, **({"annotations": args.pod_annotations}
+                                                      if args.pod_annotations else {})},
                     "spec": {
                         "nodeSelector": args.node_selector,
                         "tolerations": args.tolerations,
@@ -195,8 +197,10 @@ class VllmDeployment(pulumi.ComponentResource):
                 # The autoscaler owns the replica count; `pulumi up` must not reset it.
                 ignore_changes=["spec.replicas"],
                 # Never skip the await: `pulumi up` finishes only when every replica is ready. A
-                # rollout surges one pod at a time, so it may take a startup budget per replica.
-                custom_timeouts=pulumi.CustomTimeouts(create=f"{rollout_seconds}s", update=f"{rollout_seconds}s"),
+                # rollout replaces pods in steps, each a node, an image pull and a cold start.
+                custom_timeouts=pulumi.CustomTimeouts(
+                    create=f"{args.rollout_timeout_seconds}s", update=f"{args.rollout_timeout_seconds}s"
+                ),
             ),
         )
         service = k8s.core.v1.Service(

@@ -167,7 +167,7 @@ def test_prod_scaled_object_scales_on_queue_then_kv(rendered):
     spec = scaled["spec"]
     assert spec["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": MODEL}
     assert (spec["minReplicaCount"], spec["maxReplicaCount"]) == (2, 4)
-    queue, kv = spec["triggers"]
+    queue, kv, ttft = spec["triggers"]
     assert queue["metricType"] == "AverageValue"
     assert queue["metadata"]["query"] == (
         'sum(vllm:num_requests_waiting{namespace="llm-serving", model_name="llama-70b"}) or vector(0)'
@@ -178,14 +178,22 @@ def test_prod_scaled_object_scales_on_queue_then_kv(rendered):
         'avg(vllm:kv_cache_usage_perc{namespace="llm-serving", model_name="llama-70b"}) or vector(0)'
     )
     assert kv["metadata"]["threshold"] == "0.8"
+    # p95 TTFT against 0.8 x the 2 s SLO, before the queue shows saturation.
+    assert (ttft["name"], ttft["metricType"], ttft["metadata"]["threshold"]) == ("ttft_p95", "Value", "1.6")
+    assert ttft["metadata"]["query"] == (
+        '(histogram_quantile(0.95, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{namespace="llm-serving", '
+        'model_name="llama-70b"}[2m]))) >= 0) or vector(0)'
+    )
     behavior = spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
     assert behavior["scaleDown"] == {
-        "stabilizationWindowSeconds": 900,
+        # The planned cold start: a replica outlives a burst shorter than its own start.
+        "stabilizationWindowSeconds": 1317,
         "selectPolicy": "Min",
         "policies": [{"type": "Pods", "value": 1, "periodSeconds": 120}],
     }
     assert behavior["scaleUp"]["stabilizationWindowSeconds"] == 0
-    assert spec["fallback"]["replicas"] == 4
+    # A Prometheus outage holds the current count: no blind cold starts, no lost capacity.
+    assert spec["fallback"] == {"failureThreshold": 3, "replicas": 2, "behavior": "currentReplicas"}
     triggers = {t["type"] for t in spec["triggers"]}
     assert triggers == {"prometheus"}  # never cpu or memory
     wiring = rendered["prod"].wiring["kubernetes:apps/v1:Deployment::llama-70b-deployment"]

@@ -104,11 +104,20 @@ def test_staging_renders_prod_with_staging_capacity_and_cluster(rendered):
     assert staging_group["scalingConfig"] == {"minSize": 1, "maxSize": 2, "desiredSize": 1}
     assert prod_group["scalingConfig"] == {"minSize": 2, "maxSize": 4, "desiredSize": 2}
     assert staging_group["clusterName"] == "llm-staging"
-    for key in ("amiType", "releaseVersion", "instanceTypes", "taints", "labels", "updateConfig"):
+    for key in ("amiType", "releaseVersion", "instanceTypes", "taints", "updateConfig", "nodeRepairConfig"):
         assert staging_group[key] == prod_group[key]
+    # Its own subnets make its own node generation; everything else about the nodes is prod's.
+    generation = "llm-serving/node-generation"
+    assert (staging_group["labels"][generation], prod_group["labels"][generation]) == ("e2aedcf3aa", "fbac9bfd8c")
+    assert {**staging_group["labels"], generation: "x"} == {**prod_group["labels"], generation: "x"}
     prod_releases = {r["name"]: r["inputs"] for r in prod.by_type()["kubernetes:helm.sh/v3:Release"]}
     staging_releases = {r["name"]: r["inputs"] for r in staging.by_type()["kubernetes:helm.sh/v3:Release"]}
-    assert staging_releases == prod_releases
+    autoscaler = "cluster-autoscaler-release"
+    assert {k: v for k, v in staging_releases.items() if k != autoscaler} == {
+        k: v for k, v in prod_releases.items() if k != autoscaler}
+    # The autoscaler differs only in the cluster it discovers node groups of.
+    assert json.dumps(staging_releases[autoscaler]).replace("llm-staging", "llm-prod") == json.dumps(
+        prod_releases[autoscaler])
     assert staging.manifest("PrometheusRule", "gpu-health") == prod.manifest("PrometheusRule", "gpu-health")
 
 
@@ -139,3 +148,19 @@ def test_every_namespace_enforces_the_lowest_pod_security_level_its_pods_need(re
     if name == "dev":  # dev installs kube-prometheus-stack; staging and prod use the cluster's Prometheus
         expected["monitoring"] = ("privileged", NODE_EXPORTER_REASON)
     assert found == expected
+
+
+@pytest.mark.parametrize(("name", "strategy", "timeout"), [
+    # dev: one 1-GPU node runs, the autoscaler may add a second for the surge pod.
+    ("dev", {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}, "2260s"),
+    # staging: up to 2 TP4 replicas on up to 2 p5 nodes; room for a third.
+    ("staging", {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}, "7140s"),
+    # prod: up to 4 TP4 replicas on up to 4 p5 nodes; room for a fifth.
+    ("prod", {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}, "13080s"),
+])
+def test_every_stack_rolls_out_a_pod_template_change_within_its_gpus(rendered, name, strategy, timeout):
+    (deployment,) = [m for m in rendered[name].manifests if m["kind"] == "Deployment"
+                     and m["metadata"]["namespace"] == "llm-serving"]
+    assert deployment["spec"]["strategy"] == strategy
+    wiring = rendered[name].wiring[f"kubernetes:apps/v1:Deployment::{deployment['metadata']['name']}-deployment"]
+    assert wiring["customTimeouts"] == {"create": timeout, "update": timeout}

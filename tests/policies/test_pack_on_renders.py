@@ -113,7 +113,7 @@ def expected_broken_findings(job: str) -> dict[str, list[str]]:
         "weights-retained-and-protected-in-prod": ["PersistentVolumeClaim llm-serving/llama-70b-weights holds model "
                                                    "weights without retainOnDelete"],
         "edge-non-buffering": ["Ingress llm-serving/legacy: nginx.ingress.kubernetes.io/proxy-buffering is on"],
-        "autoscaling-not-on-utilisation": ["ScaledObject llm-serving/llama-70b trigger #2: type cpu scales on "
+        "autoscaling-not-on-utilisation": ["ScaledObject llm-serving/llama-70b trigger #3: type cpu scales on "
                                            "utilisation, which says nothing about an LLM server's load"],
         "namespaces-enforce-pod-security": ["Namespace nvidia-device-plugin: enforces Pod Security level privileged "
                                             "without annotation llm-serving/pod-security-reason"],

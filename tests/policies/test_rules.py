@@ -581,7 +581,7 @@ def test_http_routes_with_a_short_or_default_timeout_fail():
 TARGET = autoscaling.ScalingTarget(
     deployment_name="llama-70b", namespace="llm-serving", served_model_name="llama-70b", min_replicas=2,
     max_replicas=4, waiting_per_replica_target=5, waiting_activation=1, kv_usage_target=0.8, kv_usage_activation=0.5,
-    scale_down_window_seconds=900, scale_up_window_seconds=0, cooldown_seconds=1200, fallback_replicas=4,
+    scale_down_window_seconds=900, scale_up_window_seconds=0, cooldown_seconds=1200, ttft_target_seconds=1.6,
 )
 SCALE_ON_QUEUE = "scale on queue depth (vllm:num_requests_waiting) and KV-cache usage instead"
 GPU_UTIL_WHY = "GPU utilisation reaches 100 % with a single request, so it cannot tell load apart"
@@ -606,7 +606,7 @@ def test_scaled_object_on_cpu_or_gpu_utilisation_fails():
     ]
     subject = "ScaledObject llm-serving/llama-70b"
     assert scaling_check(rules.SCALED_OBJECT, scaled) == [
-        f"{subject} trigger #2: type cpu scales on utilisation, which says nothing about an LLM server's load; "
+        f"{subject} trigger #3: type cpu scales on utilisation, which says nothing about an LLM server's load; "
         f"{SCALE_ON_QUEUE}.",
         f"{subject} trigger gpu: its query uses GPU utilisation; {GPU_UTIL_WHY}; {SCALE_ON_QUEUE}.",
     ]

@@ -100,3 +100,15 @@ def test_model_that_cannot_fit_exits_2_before_anything_is_created(tmp_path):
         "request at --max-model-len 131072 needs 131,072"
     )
     assert not (tmp_path / "out").exists()
+
+
+def test_render_against_a_cluster_of_another_version_exits_2_naming_both(tmp_path):
+    # --cluster-version is the offline stand-in for the cluster a real preview looks up.
+    result = run("render", "prod", "--out", str(tmp_path), "--cluster-version", "1.35")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        'llm-serving:cluster.kubernetesVersion: cluster llm-prod runs Kubernetes 1.35 (got "1.34"; expected '
+        "'1.35' (with gpuNodeGroup.amiReleaseVersion a 1.35 release, or unset); the GPU node group then moves to "
+        "a new generation beside the old one)"
+    )
+    assert not (tmp_path / "manifests.yaml").exists()

@@ -54,9 +54,9 @@ def test_rejects_misspelt_key_with_suggestion(stack_dir):
     path = edit(stack_dir, "prod", "gpuNodeGroup", lambda g: {**g, "instanceTyp": "p5.48xlarge"})
     assert problems(path) == [
         'llm-serving:gpuNodeGroup.instanceTyp: unknown key; did you mean "instanceType"? '
-        '(got "p5.48xlarge"; expected one of amiReleaseVersion, amiType, capacityReservationId, '
-        "capacityType, containerStorage, customInstance, efaInterfaces, instanceType, labels, "
-        "placement, rootVolumeGib, scaling, subnets)"
+        '(got "p5.48xlarge"; expected one of amiReleaseVersion, amiType, autoRepair, capacityReservationId, '
+        "capacityType, containerStorage, customInstance, efaInterfaces, imagePullSeconds, instanceType, labels, "
+        "nodeReadySeconds, placement, rootVolumeGib, scaling, subnets)"
     ]
 
 

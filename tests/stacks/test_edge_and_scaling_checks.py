@@ -141,8 +141,9 @@ def test_rejects_targets_out_of_range(field, value):
 
 def test_rejects_max_replicas_beyond_node_group_gpus():
     assert lines(models=[model(autoscaling={"maxReplicas": 20})]) == [
-        "llm-serving:gpuNodeGroup.scaling.maxNodes: the models need 21 GPUs (max replicas plus one surge replica "
-        "each, times TP) but 2 x p5.48xlarge offer 16 (got 2; expected >= 3)"
+        "llm-serving:gpuNodeGroup.scaling.maxNodes: at peak the models need 3 nodes (qwen-7b 20 x TP1 = 20 GPUs, "
+        "each replica on one node) but the node group supplies 2 x p5.48xlarge (8 GPUs each; maxNodes, with a node "
+        "autoscaler) (got 2; expected >= 3)"
     ]
 
 

@@ -81,8 +81,9 @@ def test_clone_with_an_invalid_override_writes_nothing(stack_dir):
     assert [p.line() for p in caught.value.problems] == [
         "llm-serving:gpuNodeGroup.scaling.desiredNodes: must lie between minNodes and maxNodes "
         "(got 2; expected 2..1)",
-        "llm-serving:gpuNodeGroup.scaling.maxNodes: the models need 20 GPUs (max replicas plus one surge "
-        "replica each, times TP) but 1 x p5.48xlarge offer 8 (got 1; expected >= 3)",
+        "llm-serving:gpuNodeGroup.scaling.maxNodes: at peak the models need 2 nodes (llama-70b 4 x TP4 = 16 GPUs, "
+        "each replica on one node) but the node group supplies 1 x p5.48xlarge (8 GPUs each; maxNodes, with a node "
+        "autoscaler) (got 1; expected >= 2)",
         "llm-serving:gpuNodeGroup.scaling.minNodes: must not exceed maxNodes (got 2; expected <= maxNodes (1))",
     ]
     assert not (stack_dir / "Pulumi.prod-eu.yaml").exists()

@@ -109,11 +109,30 @@ def test_rejects_extra_args_that_override_typed_settings():
     ]
 
 
-def test_rejects_more_gpus_than_the_node_group_offers():
-    assert lines(max_nodes=1) == [
-        "llm-serving:gpuNodeGroup.scaling.maxNodes: the models need 12 GPUs (max replicas plus one surge "
-        "replica each, times TP) but 1 x p5.48xlarge offer 8 (got 1; expected >= 2)"
+def test_rejects_more_replicas_at_peak_than_the_node_group_packs():
+    # Three TP4 replicas need 12 GPUs, in groups of 4 on one node each: one 8-GPU node holds two.
+    assert lines(max_nodes=1, replicas=3, autoscaling={"maxReplicas": 3}) == [
+        "llm-serving:gpuNodeGroup.scaling.maxNodes: at peak the models need 2 nodes (llama-70b 3 x TP4 = 12 GPUs, "
+        "each replica on one node) but the node group supplies 1 x p5.48xlarge (8 GPUs each; maxNodes, with a node "
+        "autoscaler) (got 1; expected >= 2)"
     ]
+
+
+def test_two_replicas_without_room_for_a_surge_roll_one_at_a_time():
+    # Two TP4 replicas fill one node: no surge, but one replica keeps serving while the other rolls.
+    assert lines(max_nodes=1) == []
+
+
+def test_rejects_a_single_replica_that_would_stop_serving_during_a_rollout_outside_dev():
+    single = {"replicas": 1, "autoscaling": {"minReplicas": 1, "maxReplicas": 1}, "maxModelLen": 16384}
+    assert lines(max_nodes=1, tensorParallelSize=8, **single) == [
+        "llm-serving:gpuNodeGroup.scaling.maxNodes: llama-70b: a rollout would stop serving for a cold start (no "
+        "room for a surge replica at peak and a single replica; at peak llama-70b 1 x TP8 on 1 x p5.48xlarge (8 "
+        "GPUs each; maxNodes, with a node autoscaler)); give it room for one more TP8 replica or run at least 2 "
+        "replicas (got 1; expected >= 2)"
+    ]
+    # dev accepts the outage: it rolls with Recreate.
+    assert lines(environment="dev", max_nodes=1, tensorParallelSize=8, **single) == []
 
 
 def test_rejects_read_write_once_weights_for_several_replicas():

@@ -140,3 +140,41 @@ def test_python_m_stacks_plan_never_prints_a_traceback() -> None:
     assert completed.returncode == 2
     assert "Traceback" not in completed.stderr
     assert completed.stderr.startswith("plan rejected: no --tensor-parallel-size in 1, 2, 4, 8 fits")
+
+
+def test_dynamics_for_prods_replicas_and_nodes() -> None:
+    code, out, err = _run([*PROD, "--replicas", "2", "--max-replicas", "4", "--nodes", "2", "--max-nodes", "4",
+                           "--json"])
+    assert (code, err) == (0, "")
+    assert json.loads(out)["dynamics"] == {
+        # Image pull 300 s + cold start 1,317 s + minReadySeconds 30 s; a running node has 4 GPUs free.
+        "replica_add_seconds": 1647,
+        "replica_add_needs_node": False,
+        "rollout": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+        "rollout_needs_node": False,
+        "rollout_seconds": 2 * 1647,
+        # New group's 2 nodes (300 s) + both replicas rolled (3,294 s) + 300 s to delete the old group.
+        "node_update_seconds": 300 + 3294 + 300,
+        "node_update_extra_nodes": 2,
+    }
+
+
+def test_dynamics_count_a_new_node_when_no_running_node_has_room() -> None:
+    code, out, _ = _run([*PROD, "--replicas", "2", "--nodes", "1", "--max-nodes", "2",
+                         "--node-ready-seconds", "420", "--image-pull-seconds", "120"])
+    assert code == 0
+    assert "add one replica             31 min (1,887 s) (needs a new node)" in out
+    assert ("rollout                     maxSurge 1, maxUnavailable 0: 49 min (2,934 s), surge pod needs a new "
+            "node") in out
+
+
+def test_a_rollout_with_no_room_and_one_replica_is_reported_not_raised() -> None:
+    code, out, _ = _run([*PROD, "--replicas", "1", "--nodes", "1", "--max-nodes", "1", "--tp", "8"])
+    assert code == 0
+    assert "rollout                     rejected: model: a rollout would stop serving for a cold start" in out
+
+
+def test_replica_bounds_are_checked() -> None:
+    code, _, err = _run([*PROD, "--replicas", "3", "--max-replicas", "2"])
+    assert code == 2
+    assert err == ("plan rejected: --replicas 3 and --max-replicas 2: expected 1 <= replicas <= max replicas\n")

@@ -226,3 +226,23 @@ def test_module_is_pure_data_without_pulumi() -> None:
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert not any(name.split(".")[0] == "pulumi" for name in imported)
+
+
+def _descriptions(auto_repair: bool) -> dict[str, str]:
+    (group,) = gpu_health_rule_groups(runbook_base_url="https://runbooks.example.com/x", auto_repair=auto_repair)
+    return {rule["alert"]: rule["annotations"]["description"] for rule in group["rules"]}
+
+
+def test_xid_and_ecc_alerts_say_what_auto_repair_fixes_and_what_needs_a_person() -> None:
+    on, off = _descriptions(True), _descriptions(False)
+    note = ("With node auto repair on, EKS reboots the node for Xid 13, 31, 48, 63, 64, 94, 95 and replaces it for "
+            "Xid 74, 79, 119, 120, 121, 140 about 10 minutes after the fault, one node at a time; any other Xid "
+            "needs a person.")
+    for alert in ("GpuXidCritical", "GpuXidError"):
+        assert on[alert].endswith(note)
+        assert off[alert].endswith("Node auto repair is off: every fault needs a person.")
+    assert on["GpuEccDoubleBitErrors"].endswith("EKS replaces the node (the agent's NvidiaDoubleBitError).")
+    # Xids NVIDIA calls critical that EKS does not act on still need a person.
+    unrepaired = sorted(set(CRITICAL_XIDS) - set(gpu_alerts.AUTO_REPAIR_REBOOT_XIDS)
+                        - set(gpu_alerts.AUTO_REPAIR_REPLACE_XIDS))
+    assert unrepaired == [46, 62, 110, 136, 143, 155, 156, 158]

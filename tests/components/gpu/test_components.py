@@ -14,11 +14,13 @@ from tests.support import reference
 from tests.support.scheduling import Node, fits, helm_merge
 
 GROUP = "gpu-p5-48xlarge"
+# The node generation of prod's group: a hash of its version, AMI release and launch-template inputs.
+PROD_GENERATION = "fbac9bfd8c"
 
 GPU_NODE = Node(
     "ip-10-0-1-10",
     labels={
-        **gpu_scheduling.node_labels(GROUP),
+        **gpu_scheduling.node_labels(GROUP, PROD_GENERATION),
         # Set by GPU feature discovery once the node runs it.
         "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
         "node.kubernetes.io/instance-type": "p5.48xlarge",
@@ -45,7 +47,8 @@ def test_node_group_inputs_for_prod(rendered):
         "capacityType": "ON_DEMAND",
         "clusterName": "llm-prod",
         "instanceTypes": ["p5.48xlarge"],
-        "labels": {"llm-serving/node-group": GROUP, "nvidia.com/gpu.present": "true"},
+        "labels": {"llm-serving/node-group": GROUP, "llm-serving/node-generation": PROD_GENERATION,
+                   "nvidia.com/gpu.present": "true"},
         "launchTemplate": {"id": f"{GROUP}-launch-template-id", "version": "1"},
         "nodeGroupNamePrefix": f"{GROUP}-",
         "nodeRoleArn": f"arn:aws:iam::123456789012:role/{GROUP}-node-role",
@@ -55,8 +58,14 @@ def test_node_group_inputs_for_prod(rendered):
         "tags": {"app.kubernetes.io/part-of": "llm-serving", "llm-serving/environment": "prod"},
         "taints": [{"effect": "NO_SCHEDULE", "key": "nvidia.com/gpu", "value": "true"}],
         "updateConfig": {"maxUnavailable": 1},
+        # Repair one node at a time, and none while two are unhealthy (a fleet-wide fault pages).
+        "nodeRepairConfig": {"enabled": True, "maxParallelNodesRepairedCount": 1, "maxUnhealthyNodeThresholdCount": 1},
         "version": "1.34",
     }
+    wiring = rendered["prod"].wiring[f"aws:eks/nodeGroup:NodeGroup::{GROUP}-node-group"]
+    # A new generation is a new group beside the old one; the cluster autoscaler owns the size.
+    assert wiring["replaceOnChanges"] == ["labels"]
+    assert wiring["ignoreChanges"] == ["scalingConfig.desiredSize"]
 
 
 def test_launch_template_requires_imdsv2_and_puts_containers_on_nvme(rendered):
@@ -111,11 +120,14 @@ def test_autoscaler_can_scale_the_group_from_zero(rendered):
     }
     prefix = "k8s.io/cluster-autoscaler/node-template"
     assert tags == {
+        # Discovery and write access of this program's autoscaler are scoped to this tag.
+        "llm-serving/node-autoscaling": "llm-prod",
         f"{prefix}/resources/nvidia.com/gpu": "8",
         f"{prefix}/taint/nvidia.com/gpu": "true:NoSchedule",
         f"{prefix}/label/nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
         f"{prefix}/label/nvidia.com/gpu.present": "true",
         f"{prefix}/label/llm-serving/node-group": GROUP,
+        f"{prefix}/label/llm-serving/node-generation": PROD_GENERATION,
     }
     asgs = {r["inputs"]["autoscalingGroupName"] for r in rendered["prod"].by_type()["aws:autoscaling/tag:Tag"]}
     assert asgs == {f"eks-{GROUP}-node-group-asg"}
@@ -213,10 +225,20 @@ def test_dcgm_exporter_runs_exactly_on_gpu_nodes(rendered):
 
 def test_gpu_workload_selector_lands_on_the_group_once_gfd_labelled_it(rendered):
     pod = {
-        "nodeSelector": gpu_scheduling.workload_node_selector(GROUP, "NVIDIA-H100-80GB-HBM3"),
+        "nodeSelector": gpu_scheduling.workload_node_selector(GROUP, PROD_GENERATION, "NVIDIA-H100-80GB-HBM3"),
         "tolerations": gpu_scheduling.gpu_tolerations(),
     }
     assert where(pod) == [GPU_NODE.name]
+
+
+def test_gpu_workloads_leave_a_node_of_the_previous_generation(rendered):
+    old_node = Node("ip-10-0-1-11", labels={**GPU_NODE.labels, "llm-serving/node-generation": "0123456789"},
+                    taints=GPU_NODE.taints)
+    pod = {
+        "nodeSelector": gpu_scheduling.workload_node_selector(GROUP, PROD_GENERATION, "NVIDIA-H100-80GB-HBM3"),
+        "tolerations": gpu_scheduling.gpu_tolerations(),
+    }
+    assert fits(old_node, pod) is False and fits(GPU_NODE, pod) is True
 
 
 def test_dcgm_exporter_reads_our_counters_file(rendered):

@@ -25,6 +25,7 @@ from components.scaling.objects import (
     prometheus_adapter_values,
     queue_query,
     scaled_object,
+    ttft_query,
 )
 from tests.support import promql
 from tests.support.reference import (
@@ -50,11 +51,13 @@ PROD = ScalingTarget(
     scale_down_window_seconds=900,
     scale_up_window_seconds=30,
     cooldown_seconds=1200,
-    fallback_replicas=2,
+    ttft_target_seconds=1.6,
 )
 SEL = 'namespace="llm-serving", model_name="llama-70b"'
 QUEUE = f"sum(vllm:num_requests_waiting{{{SEL}}}) or vector(0)"
 KV = f"avg(vllm:kv_cache_usage_perc{{{SEL}}}) or vector(0)"
+TTFT = (f"(histogram_quantile(0.95, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket{{{SEL}}}[2m]))) >= 0)"
+        " or vector(0)")
 
 BEHAVIOR = {
     "scaleUp": {
@@ -88,7 +91,8 @@ def test_prod_scaled_object_is_exactly_as_designed() -> None:
             "cooldownPeriod": 1200,
             "minReplicaCount": 2,
             "maxReplicaCount": 4,
-            "fallback": {"failureThreshold": 3, "replicas": 2, "behavior": "currentReplicasIfHigher"},
+            # currentReplicas: a Prometheus outage neither starts nor stops a replica.
+            "fallback": {"failureThreshold": 3, "replicas": 2, "behavior": "currentReplicas"},
             "advanced": {"horizontalPodAutoscalerConfig": {"behavior": BEHAVIOR}},
             "triggers": [
                 {
@@ -113,6 +117,17 @@ def test_prod_scaled_object_is_exactly_as_designed() -> None:
                         "activationThreshold": "0.5",
                     },
                 },
+                {
+                    "type": "prometheus",
+                    "name": "ttft_p95",
+                    "metricType": "Value",
+                    "metadata": {
+                        "serverAddress": PROMETHEUS,
+                        "query": TTFT,
+                        "threshold": "1.6",
+                        "activationThreshold": "1.6",
+                    },
+                },
             ],
         },
     }
@@ -123,7 +138,7 @@ def test_scaled_object_validates_against_the_keda_crd() -> None:
 
 
 def test_scale_to_zero_scaled_object_validates_too() -> None:
-    dev = replace(PROD, min_replicas=0, max_replicas=1, fallback_replicas=1, polling_interval_seconds=30)
+    dev = replace(PROD, min_replicas=0, max_replicas=1, polling_interval_seconds=30)
     obj = scaled_object(dev, prometheus_url=PROMETHEUS, name="llama-70b")
     assert obj["spec"]["minReplicaCount"] == 0
     assert obj["spec"]["pollingInterval"] == 30
@@ -133,6 +148,7 @@ def test_scale_to_zero_scaled_object_validates_too() -> None:
 def test_queries_name_the_model_and_its_namespace() -> None:
     assert queue_query(PROD) == QUEUE
     assert kv_query(PROD) == KV
+    assert ttft_query(PROD) == TTFT
 
 
 @pytest.mark.parametrize("query", [QUEUE, KV], ids=["queue", "kv"])
@@ -181,7 +197,19 @@ def test_kv_trigger_applies_the_utilisation_rule_to_the_mean() -> None:
     assert [(t["name"], t["metricType"]) for t in triggers] == [
         ("queue_waiting", "AverageValue"),
         ("kv_cache_usage", "Value"),
+        ("ttft_p95", "Value"),
     ]
+
+
+def test_ttft_trigger_scales_out_in_proportion_before_the_slo_breaks() -> None:
+    # 2 replicas at p95 2.4 s against a 1.6 s target (0.8 x a 2 s SLO) want ceil(2 * 1.5) = 3.
+    assert _value_replicas(2, 2.4, PROD.ttft_target_seconds) == 3
+    # The HPA ignores a ratio within its 10 % tolerance (kube-controller-manager
+    # --horizontal-pod-autoscaler-tolerance): at 1.7 s nothing changes and the 2 s SLO still holds.
+    ratio = 1.7 / PROD.ttft_target_seconds
+    assert abs(ratio - 1) <= 0.1
+    # The trigger fires below the SLO itself: 1.1 x 1.6 s = 1.76 s < 2 s.
+    assert PROD.ttft_target_seconds * 1.1 < 2.0
 
 
 def test_behavior_follows_the_aws_eks_guide() -> None:
@@ -311,9 +339,8 @@ def test_keda_chart_values_exist_in_the_chart() -> None:
         ({"waiting_activation": -1}, "waiting_activation=-1"),
         ({"scale_down_window_seconds": 7200}, "scale_down_window_seconds=7200"),
         ({"scale_up_window_seconds": -1}, "scale_up_window_seconds=-1"),
-        ({"fallback_replicas": 0}, "fallback_replicas=0"),
-        ({"fallback_replicas": 5}, "fallback_replicas=5"),
-        ({"fallback_replicas": 1}, "fallback_replicas=1: expected an integer from 2 to 4"),
+        ({"ttft_target_seconds": 0}, "ttft_target_seconds=0: expected a number in (0, 600]"),
+        ({"ttft_target_seconds": float("inf")}, "ttft_target_seconds=inf"),
         ({"polling_interval_seconds": 0}, "polling_interval_seconds=0"),
         ({"min_replicas": True}, "min_replicas=True"),
         ({"deployment_name": "Llama_70B"}, "deployment_name='Llama_70B'"),

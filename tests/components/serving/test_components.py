@@ -119,9 +119,17 @@ def test_resources_selectors_and_tolerations(rendered):
     }
     assert spec["nodeSelector"] == {
         "llm-serving/node-group": "gpu-p5-48xlarge",
+        # The node generation: after a node update the pods roll onto the new group before the old goes.
+        "llm-serving/node-generation": "fbac9bfd8c",
         "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
     }
     assert spec["tolerations"] == [{"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"}]
+    # Cluster Autoscaler never drains a node to move a loading or serving replica.
+    assert deployment(rendered)["spec"]["template"]["metadata"]["annotations"] == {
+        "cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}
+    # The Deployment waits for its node group (through the selector's dependency).
+    wiring = rendered["prod"].wiring[f"kubernetes:apps/v1:Deployment::{MODEL}-deployment"]
+    assert "aws:eks/nodeGroup:NodeGroup::gpu-p5-48xlarge-node-group" in wiring["dependsOn"]
 
 
 def test_drain_lets_streams_finish(rendered):
@@ -279,8 +287,9 @@ def test_engine_waits_as_long_as_the_startup_probe_and_pulumi_waits_for_every_re
     env = {e["name"]: e.get("value") for e in container(rendered)["env"]}
     assert env["VLLM_ENGINE_READY_TIMEOUT_S"] == "2640"
     deploy = rendered["prod"].wiring[f"kubernetes:apps/v1:Deployment::{MODEL}-deployment"]
-    # Up to 4 replicas rolled one at a time, each within its startup budget plus minReadySeconds.
-    assert deploy["customTimeouts"]["create"] == f"{4 * (2640 + 30) + 900}s"
+    # Up to 4 replicas surged one at a time, each an image pull plus its startup budget plus
+    # minReadySeconds, then a node's start and 15 minutes of slack.
+    assert deploy["customTimeouts"]["create"] == f"{4 * (300 + 2640 + 30) + 300 + 900}s"
 
 
 def test_network_policies_exist_before_the_weights_are_staged(rendered):

@@ -1,0 +1,229 @@
+"""Rollout strategies, peak capacity, node-update timing and scale-up time from the GPUs a stack can get.
+
+Pure (no Pulumi import). Every replica is one tensor-parallel group and needs TP GPUs on ONE node,
+so capacity is a packing problem (first-fit decreasing over nodes), not a GPU sum: 4 free GPUs on
+each of two nodes hold two TP4 replicas but not one TP8 replica.
+
+Length: the packing, the strategy decision with its rejection messages, node-update timing and the
+scale-up dynamics belong together; each is a few lines over the same model footprints.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+# Defaults for the dynamics; stacks override them (gpuNodeGroup.nodeReadySeconds, imagePullSeconds)
+# with what they measure. No authoritative figure exists for a GPU node: a node registers about 75 s
+# after launch (aws/karpenter-provider-aws#6128) and the device plugin advertises GPUs about 90 s
+# later (NVIDIA/k8s-device-plugin#291); p5 adds NVMe RAID and a larger boot, so 5 minutes.
+DEFAULT_NODE_READY_SECONDS = 300
+# The vLLM image is about 12-13 GB compressed (vllm-project/vllm#27154); AWS measures 4-6 minutes for
+# a standard pull of a 15-20 GB image (AWS ML blog, "Reducing container cold start times using SOCI
+# index on DLAMI and DLC"), so 5 minutes.
+DEFAULT_IMAGE_PULL_SECONDS = 300
+
+# A rollout step is done when the new pod is Ready and then available for minReadySeconds
+# (components/serving/deployment.py).
+MIN_READY_SECONDS = 30
+# Pulumi deletes a replaced node group at the end of the update; EKS drains its (by then empty)
+# nodes, waits 60 s after cordoning and terminates them (awsdocs managed-node-update-behavior).
+OLD_GROUP_DELETE_SECONDS = 5 * 60
+
+
+class RolloutError(ValueError):
+    """The models cannot run, or roll out, within the GPUs the node group can supply.
+
+    `nodes_needed` is how many nodes would make it work (None when no node count can).
+    """
+
+    def __init__(self, message: str, nodes_needed: int | None = None) -> None:
+        super().__init__(message)
+        self.nodes_needed = nodes_needed
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """What one model needs from the node group."""
+
+    name: str
+    tensor_parallel_size: int
+    min_replicas: int
+    max_replicas: int
+    cold_start_seconds: int
+    shared_weights: bool = True  # ReadWriteMany: a surge pod on another node can mount the weights
+
+
+@dataclass(frozen=True)
+class Supply:
+    """GPU nodes the stack can count on during a rollout or at peak."""
+
+    gpus_per_node: int
+    nodes: int  # with a node autoscaler: maxNodes; without one: the nodes that exist (desiredNodes)
+    instance_type: str
+    autoscaled: bool
+
+    def describe(self) -> str:
+        source = "maxNodes, with a node autoscaler" if self.autoscaled else "desiredNodes, no node autoscaler"
+        return f"{self.nodes} x {self.instance_type} ({self.gpus_per_node} GPUs each; {source})"
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """A Deployment strategy and the reason it was chosen."""
+
+    type: Literal["RollingUpdate", "Recreate"]
+    max_surge: int = 0
+    max_unavailable: int = 0
+    reason: str = ""
+
+    def manifest(self) -> dict:
+        if self.type == "Recreate":
+            return {"type": "Recreate"}
+        return {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": self.max_surge,
+                                                           "maxUnavailable": self.max_unavailable}}
+
+
+def fits(groups: list[int], gpus_per_node: int, nodes: int) -> bool:
+    """Whether replicas needing `groups` GPUs each pack onto `nodes` nodes (first-fit decreasing)."""
+    free = [gpus_per_node] * nodes
+    for size in sorted(groups, reverse=True):
+        for index, room in enumerate(free):
+            if room >= size:
+                free[index] -= size
+                break
+        else:
+            return False
+    return True
+
+
+def nodes_needed(groups: list[int], gpus_per_node: int) -> int:
+    """Fewest nodes the replicas pack onto (first-fit decreasing); 0 for no replicas."""
+    count = 0
+    while not fits(groups, gpus_per_node, count):
+        count += 1
+    return count
+
+
+def _peak_groups(models: list[Footprint]) -> list[int]:
+    return [m.tensor_parallel_size for m in models for _ in range(m.max_replicas)]
+
+
+def _peak_text(models: list[Footprint]) -> str:
+    return " + ".join(f"{m.name} {m.max_replicas} x TP{m.tensor_parallel_size}" for m in models)
+
+
+def check_peak(models: list[Footprint], supply: Supply) -> None:
+    """Every model at its maximum replicas must pack onto the supply, else RolloutError with the numbers."""
+    for m in models:
+        if m.tensor_parallel_size > supply.gpus_per_node:
+            raise RolloutError(f"{m.name}: one replica needs {m.tensor_parallel_size} GPUs on one node but "
+                               f"{supply.instance_type} has {supply.gpus_per_node}")
+    groups = _peak_groups(models)
+    if not fits(groups, supply.gpus_per_node, supply.nodes):
+        needed = nodes_needed(groups, supply.gpus_per_node)
+        raise RolloutError(
+            f"at peak the models need {needed} nodes ({_peak_text(models)} = {sum(groups)} GPUs, each replica on "
+            f"one node) but the node group supplies {supply.describe()}",
+            needed,
+        )
+
+
+def choose_strategies(models: list[Footprint], supply: Supply, environment: str) -> dict[str, Strategy]:
+    """Per model, the rollout the supply allows while every model runs at its maximum replicas.
+
+    All models may roll in one `pulumi up`, so surge replicas are reserved in config order:
+    - room for one more replica: surge 1, take none away (capacity stays whole);
+    - no room but two or more replicas: surge 0, one unavailable at a time (the PDB's floor);
+    - no room and one replica, or a ReadWriteOnce weights claim: Recreate, which stops serving
+      for a cold start, so only dev may do it.
+    """
+    check_peak(models, supply)
+    groups = _peak_groups(models)
+    chosen: dict[str, Strategy] = {}
+    for m in models:
+        if not m.shared_weights:
+            chosen[m.name] = Strategy("Recreate", reason="a ReadWriteOnce weights claim cannot follow a surge pod "
+                                                         "to another node")
+        elif fits([*groups, m.tensor_parallel_size], supply.gpus_per_node, supply.nodes):
+            groups.append(m.tensor_parallel_size)
+            chosen[m.name] = Strategy("RollingUpdate", max_surge=1, max_unavailable=0,
+                                      reason=f"room for one more TP{m.tensor_parallel_size} replica at peak")
+        elif m.min_replicas >= 2:
+            chosen[m.name] = Strategy("RollingUpdate", max_surge=0, max_unavailable=1,
+                                      reason="no room for a surge replica at peak; one replica at a time is "
+                                             f"replaced, {m.min_replicas - 1} keep serving")
+        else:
+            chosen[m.name] = Strategy("Recreate", reason="no room for a surge replica at peak and a single replica")
+        if chosen[m.name].type == "Recreate" and environment != "dev":
+            raise RolloutError(
+                f"{m.name}: a rollout would stop serving for a cold start ({chosen[m.name].reason}; at peak "
+                f"{_peak_text(models)} on {supply.describe()}); give it room for one more TP"
+                f"{m.tensor_parallel_size} replica or run at least 2 replicas",
+                nodes_needed([*groups, m.tensor_parallel_size], supply.gpus_per_node) if m.shared_weights else None,
+            )
+    return chosen
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds for the steps of adding capacity; the defaults and their sources are in `DYNAMICS`."""
+
+    node_ready_seconds: int
+    image_pull_seconds: int
+
+
+def replica_add_seconds(model: Footprint, timing: Timing, *, needs_node: bool) -> int:
+    """From a scale-up decision to a new replica serving: node (if needed), image pull, cold start."""
+    node = timing.node_ready_seconds if needs_node else 0
+    return node + timing.image_pull_seconds + model.cold_start_seconds + MIN_READY_SECONDS
+
+
+def rollout_needs_node(models: list[Footprint], model: Footprint, gpus_per_node: int, nodes_running: int) -> bool:
+    """Whether the model's surge replica, with every model at its minimum, needs a node that is not running."""
+    groups = [m.tensor_parallel_size for m in models for _ in range(m.min_replicas)]
+    return not fits([*groups, model.tensor_parallel_size], gpus_per_node, nodes_running)
+
+
+def rollout_seconds(model: Footprint, strategy: Strategy, replicas: int, timing: Timing) -> int:
+    """One pod-template change of the model at `replicas`: steps of surge (or unavailable) pods in a row.
+
+    The image is usually cached on the node, but a surge pod can land on a node that never ran it.
+    """
+    per_step = timing.image_pull_seconds + model.cold_start_seconds + MIN_READY_SECONDS
+    if strategy.type == "Recreate":
+        return per_step
+    batch = max(strategy.max_surge, strategy.max_unavailable, 1)
+    return math.ceil(replicas / batch) * per_step
+
+
+@dataclass(frozen=True)
+class NodeUpdate:
+    """How long a node-group update (AMI, Kubernetes version, launch template) takes, and what it needs."""
+
+    seconds: int
+    extra_nodes_at_peak: int  # nodes running beside the old group while pods move (quota for both)
+    steps: tuple[str, ...]
+
+
+def node_update(models: list[Footprint], strategies: dict[str, Strategy], supply: Supply, nodes_running: int,
+                timing: Timing) -> NodeUpdate:
+    """A new node group beside the old one, every model rolled onto it, then the old group deleted.
+
+    The generation label on the nodes changes with the update, and the vLLM pods select it, so the
+    Deployments roll with their own strategy (never below the serving floor) instead of EKS draining
+    nodes under a PodDisruptionBudget, which fails after 15 minutes (PodEvictionFailure) whenever a
+    cold start is longer. Models roll in parallel; the longest decides. Replicas at the minimum.
+    """
+    groups = [m.tensor_parallel_size for m in models for _ in range(m.min_replicas)]
+    # The new group starts at the configured size; the autoscaler adds what the pods need beyond it.
+    new_nodes = max(nodes_running, nodes_needed(groups, supply.gpus_per_node))
+    slowest = max(rollout_seconds(m, strategies[m.name], m.min_replicas, timing) for m in models)
+    total = timing.node_ready_seconds + slowest + OLD_GROUP_DELETE_SECONDS
+    steps = (
+        f"create the new node group: {new_nodes} node(s) ready in about {timing.node_ready_seconds // 60} min",
+        f"roll every model onto it with its own strategy: about {math.ceil(slowest / 60)} min (slowest model)",
+        f"delete the old group's {nodes_running} emptied node(s): about {OLD_GROUP_DELETE_SECONDS // 60} min",
+    )
+    return NodeUpdate(seconds=total, extra_nodes_at_peak=new_nodes, steps=steps)

@@ -1,0 +1,127 @@
+"""What the planners decide for a stack: instance facts, each model's capacity plan, replica bounds,
+the GPUs a rollout can count on, each model's rollout strategy and scale-down window (pure).
+
+stacks/checks.py turns their failures into problems; stacks/program.py feeds their results to the
+components. Both read the same functions, so a preview and a deploy can never disagree.
+"""
+
+from __future__ import annotations
+
+from components import gpu, serving
+from components.serving import ModelArchitecture, lookup_model
+from stacks.config import AccessMode, ModelConfig, NodeAutoscalingMode, StackConfig
+
+
+def resolve_instance_type(config: StackConfig) -> gpu.InstanceType | None:
+    """The catalog entry, or one built from `customInstance`; None when neither applies."""
+    group = config.gpu_node_group
+    known = gpu.lookup_instance_type(group.instance_type)
+    if known is not None:
+        return known
+    custom = group.custom_instance
+    if custom is None:
+        return None
+    return gpu.instance_type_from_spec(
+        group.instance_type.lower(),
+        gpu_count=custom.gpu_count,
+        gpu_memory_gib=custom.gpu_memory_gib,
+        product_label=custom.gpu_product,
+        vcpus=custom.vcpus,
+        memory_gib=custom.memory_gib,
+        efa_interfaces=custom.efa_interfaces,
+        local_nvme_gib=custom.local_nvme_gib,
+    )
+
+
+def model_architecture(model: ModelConfig) -> ModelArchitecture | None:
+    """The catalog entry, or one built from the model's `architecture` facts."""
+    known = lookup_model(model.model_id)
+    if known is not None or model.architecture is None:
+        return known
+    a = model.architecture
+    return ModelArchitecture(
+        model_id=model.model_id,
+        parameters_billion=a.parameters_billion,
+        num_layers=a.num_layers,
+        num_attention_heads=a.num_attention_heads,
+        num_kv_heads=a.num_kv_heads,
+        head_dim=a.head_dim,
+        hidden_size=a.hidden_size,
+        native_dtype=a.native_dtype,
+        weight_bytes=int(a.weight_gib * 1024**3),
+        max_context_tokens=a.max_context_tokens,
+        is_moe=a.is_moe,
+    )
+
+
+def model_plan(config: StackConfig, model: ModelConfig) -> serving.CapacityPlan:
+    """The capacity plan of one model on the node group's GPUs; CapacityError when it cannot work."""
+    instance = resolve_instance_type(config)
+    architecture = model_architecture(model)
+    if instance is None or architecture is None:
+        raise serving.CapacityError("no plan without a known instance type and model architecture")
+    return serving.plan(
+        architecture,
+        instance,
+        model.max_model_len,
+        tp=model.tensor_parallel_size,
+        gpu_memory_utilization=model.gpu_memory_utilization,
+        kv_cache_dtype=model.kv_cache_dtype.value,
+        max_num_batched_tokens=model.max_num_batched_tokens,
+        max_num_seqs=model.max_num_seqs,
+        target_concurrency=model.target_concurrency,
+        storage_read_mib_per_second=model.storage.read_mib_per_second,
+    )
+
+
+# autoscaling/v2 caps a stabilization window at one hour (MaxStabilizationWindowSeconds).
+MAX_SCALE_DOWN_WINDOW_SECONDS = 3600
+MIN_SCALE_DOWN_WINDOW_SECONDS = 300
+
+
+def scale_down_window(model: ModelConfig, plan: serving.CapacityPlan) -> int:
+    """The configured window, else the planned cold start within [300, 3600] s: removing a replica
+    sooner than a new one takes to start turns every short burst into a wasted cold start."""
+    configured = model.autoscaling.scale_down_window_seconds
+    if configured is not None:
+        return configured
+    return min(MAX_SCALE_DOWN_WINDOW_SECONDS, max(MIN_SCALE_DOWN_WINDOW_SECONDS, plan.cold_start_seconds))
+
+
+def supply(config: StackConfig) -> serving.Supply:
+    """GPU nodes a rollout or a peak can count on: maxNodes with a node autoscaler, else desiredNodes."""
+    instance = resolve_instance_type(config)
+    assert instance is not None
+    scaling = config.gpu_node_group.scaling
+    autoscaled = config.node_autoscaling.mode is not NodeAutoscalingMode.NONE
+    return serving.Supply(gpus_per_node=instance.gpu_count,
+                          nodes=scaling.max_nodes if autoscaled else scaling.desired_nodes,
+                          instance_type=instance.name, autoscaled=autoscaled)
+
+
+def timing(config: StackConfig) -> serving.Timing:
+    group = config.gpu_node_group
+    return serving.Timing(node_ready_seconds=group.node_ready_seconds, image_pull_seconds=group.image_pull_seconds)
+
+
+def footprint(config: StackConfig, model: ModelConfig, plan: serving.CapacityPlan) -> serving.Footprint:
+    low, high = replica_bounds(model)
+    return serving.Footprint(
+        name=model.name, tensor_parallel_size=plan.tensor_parallel_size, min_replicas=low, max_replicas=high,
+        cold_start_seconds=plan.cold_start_seconds,
+        shared_weights=model.storage.access_mode is AccessMode.READ_WRITE_MANY,
+    )
+
+
+def rollout_strategies(config: StackConfig) -> dict[str, serving.Strategy]:
+    """Per model, the Deployment strategy its rollout can afford (serving.choose_strategies)."""
+    footprints = [footprint(config, m, model_plan(config, m)) for m in config.models]
+    return serving.choose_strategies(footprints, supply(config), config.environment.value)
+
+
+def replica_bounds(model: ModelConfig) -> tuple[int, int]:
+    """(min, max) replicas; both default to `replicas` (no scaling unless asked for)."""
+    scaling = model.autoscaling
+    low = model.replicas if scaling.min_replicas is None else scaling.min_replicas
+    high = model.replicas if scaling.max_replicas is None else scaling.max_replicas
+    return low, high

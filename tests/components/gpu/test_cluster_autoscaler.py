@@ -1,0 +1,137 @@
+"""Cluster Autoscaler as rendered: chart values, least-privilege IAM, Pod Identity, and node auto repair."""
+
+from __future__ import annotations
+
+import json
+
+from tests.conftest import render_file
+from tests.support.reference import helm_value_errors
+
+RELEASE = "kubernetes:helm.sh/v3:Release"
+
+
+def inputs(result, type_, name):
+    return result.resource(type_, name)["inputs"]
+
+
+def test_prod_chart_values_are_exactly_as_designed(rendered):
+    release = inputs(rendered["prod"], RELEASE, "cluster-autoscaler-release")
+    assert (release["chart"], release["version"], release["namespace"]) == (
+        "cluster-autoscaler", "9.53.0", "kube-system")
+    assert release["values"] == {
+        "cloudProvider": "aws",
+        "awsRegion": "us-east-1",
+        # Only groups carrying our tag with this cluster's name (and EKS's two standard tags).
+        "autoDiscovery": {"clusterName": "llm-prod", "tags": [
+            "k8s.io/cluster-autoscaler/enabled", "k8s.io/cluster-autoscaler/llm-prod",
+            "llm-serving/node-autoscaling=llm-prod"]},
+        # The cluster's minor: Cluster Autoscaler 1.34 for Kubernetes 1.34.
+        "image": {"tag": "v1.34.5"},
+        "fullnameOverride": "cluster-autoscaler",
+        "rbac": {"serviceAccount": {"create": True, "name": "cluster-autoscaler"}},
+        "extraArgs": {"expander": "priority,least-waste", "max-node-provision-time": "15m",
+                      "balance-similar-node-groups": True},
+        "expanderPriorities": {"50": ["^eks-gpu-p5-48xlarge-.*"], "1": [".*"]},
+        "priorityClassName": "system-cluster-critical",
+        "podDisruptionBudget": {"maxUnavailable": 1},
+        "resources": {"requests": {"cpu": "100m", "memory": "600Mi"}, "limits": {"memory": "600Mi"}},
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534,
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "containerSecurityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                     "capabilities": {"drop": ["ALL"]}},
+    }
+    assert helm_value_errors("cluster-autoscaler", "9.53.0", release["values"]) == []
+    # Credentials come through the Pod Identity association, which must exist before the first pod.
+    wiring = rendered["prod"].wiring[f"{RELEASE}::cluster-autoscaler-release"]
+    assert "aws:eks/podIdentityAssociation:PodIdentityAssociation::cluster-autoscaler-pod-identity" in (
+        wiring["dependsOn"])
+
+
+def test_iam_is_least_privilege_and_bound_to_the_service_account(rendered):
+    prod = rendered["prod"]
+    role = inputs(prod, "aws:iam/role:Role", "cluster-autoscaler-role")
+    assert json.loads(role["assumeRolePolicy"]) == {"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow", "Principal": {"Service": "pods.eks.amazonaws.com"},
+        "Action": ["sts:AssumeRole", "sts:TagSession"]}]}
+    policy = json.loads(inputs(prod, "aws:iam/rolePolicy:RolePolicy", "cluster-autoscaler-policy")["policy"])
+    statements = {s["Sid"]: s for s in policy["Statement"]}
+    assert statements["ReadNodeGroups"]["Resource"] == "arn:aws:eks:us-east-1:123456789012:nodegroup/llm-prod/*"
+    assert statements["ResizeOwnGroups"] == {
+        "Sid": "ResizeOwnGroups", "Effect": "Allow",
+        "Action": ["autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"],
+        "Resource": "*",
+        "Condition": {"StringEquals": {"aws:ResourceTag/llm-serving/node-autoscaling": "llm-prod"}},
+    }
+    # Describe calls take no resource; nothing else is granted.
+    assert statements["Discover"]["Resource"] == "*"
+    assert all(a.split(":")[1].startswith(("Describe", "Get")) for a in statements["Discover"]["Action"])
+    assert set(statements) == {"Discover", "ReadNodeGroups", "ResizeOwnGroups"}
+    association = inputs(prod, "aws:eks/podIdentityAssociation:PodIdentityAssociation",
+                         "cluster-autoscaler-pod-identity")
+    assert association == {
+        "clusterName": "llm-prod", "namespace": "kube-system", "serviceAccount": "cluster-autoscaler",
+        "roleArn": "arn:aws:iam::123456789012:role/cluster-autoscaler-role",
+        "tags": {"app.kubernetes.io/part-of": "llm-serving", "llm-serving/environment": "prod"},
+    }
+
+
+def test_node_monitoring_agent_runs_on_every_node_for_auto_repair(rendered):
+    addon = inputs(rendered["prod"], "aws:eks/addon:Addon", "gpu-p5-48xlarge-node-monitoring-agent")
+    assert addon["addonName"] == "eks-node-monitoring-agent"
+    assert json.loads(addon["configurationValues"]) == {"monitoringAgent": {"tolerations": [{"operator": "Exists"}]}}
+
+
+def _variant(stack_dir, name: str, config: dict) -> object:
+    path = stack_dir / f"Pulumi.{name}.yaml"
+    path.write_text(json.dumps({"config": {
+        "aws:region": "us-east-1", "llm-serving:extends": "prod", "llm-serving:apiKey": {"secure": "v1:abc"},
+        "llm-serving:hfToken": {"secure": "v1:def"}, **config}}))
+    return path
+
+
+def test_without_an_autoscaler_nothing_is_installed_and_desired_nodes_apply(stack_dir):
+    result = render_file(_variant(stack_dir, "fixed", {
+        "llm-serving:nodeAutoscaling": {"mode": "none"},
+        "llm-serving:gpuNodeGroup": {"scaling": {"minNodes": 3, "maxNodes": 3, "desiredNodes": 3}},
+    }))
+    assert not [r for r in result.resources if "cluster-autoscaler" in r["name"]]
+    wiring = result.wiring["aws:eks/nodeGroup:NodeGroup::gpu-p5-48xlarge-node-group"]
+    # Nobody else owns the size: a change of desiredNodes must reach the group.
+    assert wiring["ignoreChanges"] == []
+
+
+def test_an_existing_autoscaler_gets_the_tags_it_reads_and_nothing_else(stack_dir):
+    result = render_file(_variant(stack_dir, "existing", {
+        "llm-serving:nodeAutoscaling": {"mode": "existing", "existing": "cluster-autoscaler"},
+    }))
+    assert not [r for r in result.resources if r["name"].startswith("cluster-autoscaler")]
+    tags = {r["inputs"]["tag"]["key"] for r in result.by_type()["aws:autoscaling/tag:Tag"]}
+    assert "k8s.io/cluster-autoscaler/node-template/resources/nvidia.com/gpu" in tags
+
+
+def test_node_group_and_autoscaler_follow_the_clusters_version(stack_dir):
+    generations = {}
+    for minor, image in (("1.33", "v1.33.6"), ("1.34", "v1.34.5")):
+        result = render_file(_variant(stack_dir, f"k{minor.replace('.', '')}", {
+            "llm-serving:cluster": {"name": "llm-prod", "kubernetesVersion": minor},
+            "llm-serving:gpuNodeGroup": {"amiReleaseVersion": None},
+        }))
+        group = inputs(result, "aws:eks/nodeGroup:NodeGroup", "gpu-p5-48xlarge-node-group")
+        assert group["version"] == minor
+        assert "releaseVersion" not in group
+        assert inputs(result, RELEASE, "cluster-autoscaler-release")["values"]["image"]["tag"] == image
+        generations[minor] = group["labels"]["llm-serving/node-generation"]
+    # Another version is another node generation: a new group, and the pods follow it.
+    assert generations["1.33"] != generations["1.34"]
+
+
+def test_dev_without_an_autoscaler_replaces_its_single_replica_in_place(stack_dir):
+    path = stack_dir / "Pulumi.dev-fixed.yaml"
+    path.write_text(json.dumps({"config": {
+        "aws:region": "us-east-1", "llm-serving:extends": "dev", "llm-serving:apiKey": {"secure": "v1:abc"},
+        "llm-serving:hfToken": {"secure": "v1:def"}, "llm-serving:grafanaAdminPassword": {"secure": "v1:ghi"},
+        "llm-serving:nodeAutoscaling": {"mode": "none"}}}))
+    result = render_file(path)
+    (deployment,) = [m for m in result.manifests if m["kind"] == "Deployment" and m["metadata"]["name"] == "llama-8b"]
+    # One 1-GPU node and no autoscaler: no room for a surge pod, so dev accepts a cold start's outage.
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}

@@ -1,0 +1,109 @@
+"""Node autoscaling, cluster version and rollout capacity: what a preview accepts and rejects, exactly."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from stacks import checks, planning
+from stacks.config import StackConfig
+from tests.stacks.test_gpu_node_group_checks import BASE
+
+
+def config(**top: Any) -> StackConfig:
+    return StackConfig.model_validate({**BASE, **top})
+
+
+def lines(**top: Any) -> list[str]:
+    return [p.line() for p in checks.check(config(**top))]
+
+
+def group(**changes: Any) -> dict[str, Any]:
+    return {**BASE["gpuNodeGroup"], **changes}
+
+
+def test_cluster_autoscaler_is_the_default_and_counts_max_nodes():
+    cfg = config()
+    assert cfg.node_autoscaling.mode.value == "clusterAutoscaler"
+    supply = planning.supply(cfg)
+    assert (supply.nodes, supply.gpus_per_node, supply.autoscaled) == (2, 8, True)
+
+
+def test_without_an_autoscaler_only_desired_nodes_count():
+    cfg = config(nodeAutoscaling={"mode": "none"})
+    supply = planning.supply(cfg)
+    assert (supply.nodes, supply.autoscaled) == (1, False)
+    # Nine TP1 replicas fit 2 x 8 GPUs but not the one node that exists.
+    models = [{**BASE["models"][0], "replicas": 9}]
+    assert lines(nodeAutoscaling={"mode": "none"}, models=models) == [
+        "llm-serving:gpuNodeGroup.scaling.desiredNodes: at peak the models need 2 nodes (qwen-7b 9 x TP1 = 9 GPUs, "
+        "each replica on one node) but the node group supplies 1 x p5.48xlarge (8 GPUs each; desiredNodes, no node "
+        "autoscaler) (got 1; expected >= 2)"
+    ]
+    assert lines(models=models) == []
+
+
+def test_existing_mode_names_its_autoscaler_and_refuses_karpenter():
+    assert lines(nodeAutoscaling={"mode": "existing"}) == [
+        "llm-serving:nodeAutoscaling.existing: mode existing needs the autoscaler the cluster runs (got null; "
+        "expected cluster-autoscaler)"
+    ]
+    assert lines(nodeAutoscaling={"mode": "existing", "existing": "karpenter"}) == [
+        "llm-serving:nodeAutoscaling.existing: Karpenter launches its own nodes and never resizes an EKS managed "
+        'node group, so this program\'s GPU group would not grow (got "karpenter"; expected cluster-autoscaler, or '
+        "mode none (the group's fixed desiredNodes))"
+    ]
+    assert lines(nodeAutoscaling={"mode": "existing", "existing": "cluster-autoscaler"}) == []
+    assert lines(nodeAutoscaling={"mode": "none", "existing": "cluster-autoscaler"}) == [
+        'llm-serving:nodeAutoscaling.existing: only read with mode existing, not none (got "cluster-autoscaler"; '
+        "expected unset)"
+    ]
+
+
+def test_cluster_autoscaler_needs_an_image_for_the_clusters_minor():
+    assert lines(cluster={"name": "llm-prod", "kubernetesVersion": "1.33"}) == []
+    assert lines(cluster={"name": "llm-prod", "kubernetesVersion": "1.35"}) == [
+        'llm-serving:cluster.kubernetesVersion: no Cluster Autoscaler image is pinned for Kubernetes 1.35 (pinned: '
+        "1.33, 1.34); add the matching release to components/platform/versions.py (got \"1.35\"; expected 1.33, "
+        "1.34)"
+    ]
+    # Without our autoscaler the version is not ours to match.
+    assert lines(cluster={"name": "llm-prod", "kubernetesVersion": "1.35"}, nodeAutoscaling={"mode": "none"}) == []
+
+
+def test_ami_release_must_belong_to_the_clusters_minor():
+    assert lines(gpuNodeGroup=group(amiReleaseVersion="1.34.2-20261101")) == []
+    assert lines(gpuNodeGroup=group(amiReleaseVersion="1.33.5-20261001")) == [
+        "llm-serving:gpuNodeGroup.amiReleaseVersion: not a release for Kubernetes 1.34 (cluster.kubernetesVersion) "
+        '(got "1.33.5-20261001"; expected a 1.34.x release, or unset)'
+    ]
+
+
+def test_cluster_version_mismatch_names_both_versions():
+    assert checks.cluster_version_problem(config(), "1.34") is None
+    problem = checks.cluster_version_problem(config(), "1.35")
+    assert problem is not None and problem.line() == (
+        'llm-serving:cluster.kubernetesVersion: cluster llm-prod runs Kubernetes 1.35 (got "1.34"; expected '
+        "'1.35' (with gpuNodeGroup.amiReleaseVersion a 1.35 release, or unset); the GPU node group then moves to a "
+        "new generation beside the old one)"
+    )
+
+
+def test_scale_down_window_defaults_to_the_cold_start_and_refuses_less():
+    llama = {"name": "llama-70b", "modelId": "meta-llama/Llama-3.1-70B-Instruct",
+             "revision": "1605565b47bb9346c5515c34102e054115b4f98b", "maxModelLen": 16384, "replicas": 2}
+    cfg = config(models=[llama], gpuNodeGroup=group(scaling={"minNodes": 1, "maxNodes": 2, "desiredNodes": 1}))
+    plan = planning.model_plan(cfg, cfg.models[0])
+    assert plan.cold_start_seconds == 1317
+    assert planning.scale_down_window(cfg.models[0], plan) == 1317
+    short = {**llama, "autoscaling": {"scaleDownWindowSeconds": 900}}
+    assert lines(models=[short]) == [
+        "llm-serving:models[llama-70b].autoscaling.scaleDownWindowSeconds: shorter than the model's planned cold "
+        "start (1317 s): a burst would pay a cold start and lose the replica before it served (got 900; expected "
+        ">= 1317, or unset)"
+    ]
+    # Bounded to [300, 3600] s: the HPA API's maximum window, and no flapping for a tiny model.
+    fast = dataclasses.replace(plan, cold_start_seconds=120)
+    slow = dataclasses.replace(plan, cold_start_seconds=5000)
+    assert planning.scale_down_window(cfg.models[0], fast) == 300
+    assert planning.scale_down_window(cfg.models[0], slow) == 3600
