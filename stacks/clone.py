@@ -1,29 +1,45 @@
 """`python -m stacks clone <from> <to> --set key.path=value`: a new stack file that extends another.
 
-The new file holds only `extends` and the overrides, so it stays a clone: later changes to the
-base reach it. It is validated before it is written, and an existing file is never overwritten.
+The new file holds `extends`, the overrides, the keys the Pulumi CLI needs in the stack's own file
+(required declarations such as `llm-serving:environment`, provider keys such as `aws:region`) and a
+placeholder per secret, so it stays a clone: later changes to the base reach it. It is validated,
+against our models and the CLI's own rules (stacks/cli_rules.py), before it is written, and an
+existing file is never overwritten.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from stacks import loader
+from stacks import cli_rules, loader
 from stacks.problems import ConfigError, Problem
 
 
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """`gpuNodeGroup.scaling.maxNodes=2` -> (["gpuNodeGroup", "scaling", "maxNodes"], 2)."""
+def parse_override(text: str) -> tuple[str | None, list[str], Any]:
+    """`gpuNodeGroup.scaling.maxNodes=2` -> (None, ["gpuNodeGroup", "scaling", "maxNodes"], 2);
+    `aws:region=eu-west-1` -> ("aws", ["region"], "eu-west-1"): a provider key, written as the CLI
+    spells it; `llm-serving:cluster.name=x` is our own key."""
     key, sep, raw = text.partition("=")
-    parts = [p for p in key.strip().split(".") if p]
+    key = key.strip()
+    namespace = None
+    if ":" in key:
+        head, dot, rest = key.partition(".")
+        parsed = cli_rules.parse_key(head)
+        if parsed is None:
+            raise ConfigError([Problem("--set", "the Pulumi CLI cannot parse this config key", key,
+                                       "key.path=value, or <namespace>:<name>=value such as aws:region=eu-west-1")])
+        namespace, name = parsed
+        key = name + dot + rest
+        if namespace == loader.PROJECT:
+            namespace = None
+    parts = [p for p in key.split(".") if p]
     if not sep or not parts:
         raise ConfigError([Problem("--set", "not a key.path=value override", text, "key.path=value")])
     value = yaml.safe_load(raw) if raw.strip() else ""
-    return parts, value
+    return namespace, parts, value
 
 
 def _set(tree: dict[str, Any], parts: list[str], value: Any) -> None:
@@ -36,18 +52,39 @@ def _set(tree: dict[str, Any], parts: list[str], value: Any) -> None:
     node[parts[-1]] = value
 
 
-def clone_document(base: str, overrides: list[str], base_other: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The YAML document of the new stack file. Provider keys (aws:region) are copied from the
-    base: `pulumi up` passes only the clone's own file, so they cannot be inherited."""
-    values: dict[str, Any] = {}
+def clone_document(
+    base: str,
+    overrides: list[str],
+    base_other: dict[str, Any] | None = None,
+    required: dict[str, Any] | None = None,
+    secrets: list[str] | None = None,
+) -> dict[str, Any]:
+    """The YAML document of the new stack file.
+
+    Provider keys (aws:region) are copied from the base and keys `Pulumi.yaml` requires are written
+    from the base's resolved values (`required`, e.g. environment): the CLI reads only the clone's
+    own file, so neither can be inherited. Each secret gets the placeholder the render accepts and
+    `make preview` refuses.
+    """
+    values: dict[str, Any] = dict(required or {})
+    other: dict[str, Any] = dict(base_other or {})
     for text in overrides:
-        parts, value = parse_override(text)
+        namespace, parts, value = parse_override(text)
+        if namespace is not None:
+            node: dict[str, Any] = {}
+            _set(node, parts, value)
+            key = f"{namespace}:{parts[0]}"
+            other[key] = loader.deep_merge(other.get(key), node[parts[0]]) if isinstance(other.get(key), dict) \
+                else node[parts[0]]
+            continue
         if parts[0] == "extends":
             raise ConfigError([Problem("extends", "set by clone itself", text, "no --set extends")])
         _set(values, parts, value)
-    config: dict[str, Any] = {**(base_other or {}), f"{loader.PROJECT}:extends": base}
+    config: dict[str, Any] = {**other, f"{loader.PROJECT}:extends": base}
     for key in sorted(values):
         config[f"{loader.PROJECT}:{key}"] = values[key]
+    for key in sorted(secrets or []):
+        config[f"{loader.PROJECT}:{key}"] = dict(cli_rules.PLACEHOLDER_SECRET)
     return {"config": config}
 
 
@@ -62,23 +99,26 @@ def clone(base: str, new: str, overrides: list[str], project_dir: Path) -> tuple
     if not loader.stack_file_path(base, project_dir).is_file():
         raise ConfigError([Problem("extends", "no such stack to clone", base, "an existing stack file")])
     base_file = loader.read_stack_file(loader.stack_file_path(base, project_dir))
-    document = clone_document(base, overrides, base_file.other)
-    own = loader.split_config(new, target, document["config"])
-    resolved = loader.resolve(own, project_dir)
-    # Secrets cannot be cloned and cannot be given here; validate everything else with stand-ins
-    # and tell the user which secrets to set (raises ConfigError on anything else: nothing written).
-    stand_ins = {key: loader.SECRET_PLACEHOLDER for key in resolved.uninherited_secrets}
-    loader.validate(
-        dataclasses.replace(
-            resolved,
-            values={**resolved.values, **stand_ins},
-            secret_keys=resolved.secret_keys | set(stand_ins),
-            uninherited_secrets=frozenset(),
-        )
-    )
+    project = cli_rules.load_project(project_dir)
+    base_resolved = loader.resolve(base_file, project_dir)
+    required = {}
+    for key in cli_rules.required_keys(project):
+        namespace, name = key.split(":", 1)
+        if namespace == loader.PROJECT and name in base_resolved.values:
+            required[name] = base_resolved.values[name]
+    # Secrets are never inherited: the clone gets a placeholder for each secret its base chain has.
+    first = clone_document(base, overrides, base_file.other, required)
+    secrets = sorted(loader.resolve(loader.split_config(new, target, first["config"]), project_dir).uninherited_secrets)
+    document = clone_document(base, overrides, base_file.other, required, secrets)
+    problems = cli_rules.stack_file_problems(document, project, target.name)
+    if problems:
+        raise ConfigError(problems)
+    # Validates everything (raises ConfigError on any problem: nothing written).
+    loader.validate(loader.resolve(loader.split_config(new, target, document["config"]), project_dir))
     header = (
         f"# Clone of {base}: values here deep-merge over Pulumi.{base}.yaml.\n"
-        f"# Secrets are not inherited; set each with `pulumi config set --secret ... -s {new}`.\n"
+        f"# Secrets are not inherited: replace each placeholder with "
+        f"`pulumi config set --secret <key> <value> -s {new}`.\n"
     )
     target.write_text(header + yaml.safe_dump(document, sort_keys=False, default_flow_style=False))
-    return target, sorted(resolved.uninherited_secrets)
+    return target, secrets

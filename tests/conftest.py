@@ -30,7 +30,7 @@ def rendered() -> dict[str, render.RenderResult]:
 
 @pytest.fixture
 def stack_dir(tmp_path: Path) -> Path:
-    """A scratch project directory holding copies of the repo's stack files."""
-    for path in STACK_FILES:
+    """A scratch project directory holding copies of the repo's project and stack files."""
+    for path in (*STACK_FILES, PROJECT_DIR / "Pulumi.yaml"):
         (tmp_path / path.name).write_text(path.read_text())
     return tmp_path

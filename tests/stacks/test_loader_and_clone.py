@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from stacks import clone
+from stacks import cli_rules, clone, render
 from stacks.loader import deep_merge, load_stack_file
 from stacks.problems import ConfigError
 
@@ -50,18 +50,44 @@ def test_clone_writes_extends_and_overrides_and_validates(stack_dir):
     )
     assert secrets == ["apiKey", "hfToken"]
     document = yaml.safe_load(path.read_text())
+    placeholder = {"secure": "v1:placeholder:replace-with-pulumi-config-set-secret"}
     assert document == {
         "config": {
+            # Provider keys and the keys Pulumi.yaml requires: the CLI reads only this file.
             "aws:region": "us-east-1",
             "llm-serving:extends": "prod",
             "llm-serving:cluster": {"name": "llm-prod-eu"},
+            "llm-serving:environment": "prod",
             "llm-serving:gpuNodeGroup": {"scaling": {"maxNodes": 3, "desiredNodes": 2}},
+            # Secrets are never inherited: placeholders the render accepts and `make preview` refuses.
+            "llm-serving:apiKey": placeholder,
+            "llm-serving:hfToken": placeholder,
         }
     }
-    # The clone is complete except for its own secrets, which loading it reports by name.
+    assert cli_rules.stack_file_problems(document, cli_rules.load_project(stack_dir), path.name) == []
+    # It renders offline as it is.
+    assert load_stack_file(path)[1].cluster.name == "llm-prod-eu"
+    assert len(render.render_stack(path).resources) > 50
+
+
+def test_clone_writes_provider_keys_as_the_cli_spells_them(stack_dir):
+    path, _ = clone.clone("prod", "prod-eu", ["aws:region=eu-west-1", "llm-serving:cluster.name=llm-prod-eu"],
+                          stack_dir)
+    config = yaml.safe_load(path.read_text())["config"]
+    assert config["aws:region"] == "eu-west-1"
+    assert config["llm-serving:cluster"] == {"name": "llm-prod-eu"}
+    assert "llm-serving:aws:region" not in config
+
+
+@pytest.mark.parametrize("key", ["aws:foo:bar", ":region", "aws:"])
+def test_clone_refuses_a_key_the_cli_cannot_parse(stack_dir, key):
     with pytest.raises(ConfigError) as caught:
-        load_stack_file(path)
-    assert [p.path for p in caught.value.problems] == ["apiKey", "hfToken"]
+        clone.clone("prod", "prod-eu", [f"{key}=1"], stack_dir)
+    assert [p.line() for p in caught.value.problems] == [
+        f'llm-serving:--set: the Pulumi CLI cannot parse this config key (got "{key}"; expected key.path=value, '
+        "or <namespace>:<name>=value such as aws:region=eu-west-1)"
+    ]
+    assert not (stack_dir / "Pulumi.prod-eu.yaml").exists()
 
 
 def test_clone_refuses_to_overwrite_an_existing_stack_file(stack_dir):
@@ -92,4 +118,5 @@ def test_clone_with_an_invalid_override_writes_nothing(stack_dir):
 def test_clone_names_the_secrets_it_must_set_itself(stack_dir):
     path, secrets = clone.clone("dev", "dev-eu", [], stack_dir)
     assert secrets == ["apiKey", "grafanaAdminPassword", "hfToken"]
-    assert "secure" not in path.read_text()
+    # Placeholders only: no ciphertext of the base's is copied.
+    assert path.read_text().count("secure: v1:placeholder:replace-with-pulumi-config-set-secret") == 3
