@@ -23,6 +23,7 @@ from components.gpu import (
     NvidiaDevicePlugin,
     NvidiaDevicePluginArgs,
     exported_metric_names,
+    node_monitoring_agent,
 )
 from components.observability import (
     ModelSlo,
@@ -67,6 +68,7 @@ class ServedModel:
     tmp_gib: int
     strategy: dict  # the Deployment strategy the rollout planner chose
     rollout_timeout_seconds: int
+    pre_start_seconds: int  # a new node plus an image pull, before a surge pod's container starts
     extra_env: tuple[dict, ...] = ()
 
 
@@ -75,6 +77,7 @@ class ServingStackArgs:
     node_group_name: str
     node_group: GpuNodeGroupArgs
     cluster_autoscaler: ClusterAutoscalerArgs | None  # None: an existing autoscaler, or none
+    install_node_monitoring_agent: bool  # the auto-repair agent add-on (False: the cluster has it, or no repair)
     device_plugin: NvidiaDevicePluginArgs
     dcgm_exporter: DcgmExporterArgs
     prometheus: PrometheusStackArgs | None  # None: use the cluster's existing Prometheus Operator
@@ -105,6 +108,11 @@ class ServingStack(pulumi.ComponentResource):
         self.gpu_node_group = GpuNodeGroup(args.node_group_name, args.node_group, child)
         if args.cluster_autoscaler is not None:
             ClusterAutoscaler("cluster-autoscaler", args.cluster_autoscaler, child)
+        if args.install_node_monitoring_agent:
+            node_monitoring_agent(
+                "node-monitoring-agent", args.node_group.cluster_name, args.node_group.tags,
+                pulumi.ResourceOptions(parent=self, depends_on=[self.gpu_node_group]),
+            )
         prometheus = None
         if args.prometheus is not None:
             prometheus = PrometheusStack("prometheus", args.prometheus, child)
@@ -227,6 +235,7 @@ class ServingStack(pulumi.ComponentResource):
                     extra_env=model.extra_env,
                     strategy=model.strategy,
                     rollout_timeout_seconds=model.rollout_timeout_seconds,
+                    pre_start_seconds=model.pre_start_seconds,
                     pod_annotations={SAFE_TO_EVICT_ANNOTATION: "false"},
                     cache_gib=model.cache_gib,
                     tmp_gib=model.tmp_gib,

@@ -34,6 +34,7 @@ from stacks.planning import (
     MAX_SCALE_DOWN_WINDOW_SECONDS,
     model_architecture,
     model_plan,
+    replica_add_seconds,
     replica_bounds,
     resolve_instance_type,
     rollout_strategies,
@@ -217,10 +218,11 @@ def _scaling_bounds(config: StackConfig, model: ModelConfig, plan: serving.Capac
     elif not low <= model.replicas <= high:
         yield Problem(f"{at}.replicas", "must lie between the autoscaling bounds", model.replicas, f"{low}..{high}")
     window = model.autoscaling.scale_down_window_seconds
-    if window is not None and window < min(plan.cold_start_seconds, MAX_SCALE_DOWN_WINDOW_SECONDS):
-        yield Problem(f"{at}.autoscaling.scaleDownWindowSeconds", f"shorter than the model's planned cold start "
-                      f"({plan.cold_start_seconds} s): a burst would pay a cold start and lose the replica before it "
-                      "served", window, f">= {min(plan.cold_start_seconds, MAX_SCALE_DOWN_WINDOW_SECONDS)}, or unset")
+    needed = min(replica_add_seconds(config, model, plan), MAX_SCALE_DOWN_WINDOW_SECONDS)
+    if window is not None and window < needed:
+        yield Problem(f"{at}.autoscaling.scaleDownWindowSeconds", f"shorter than adding a replica takes ({needed} s: "
+                      "a node, the image pull and the cold start): a burst would pay for a replica and lose it before "
+                      "it served", window, f">= {needed}, or unset")
 
 
 # Where each mode's controller conventionally runs: Envoy Gateway's quickstart namespace, the
@@ -346,9 +348,10 @@ def _node_autoscaling(config: StackConfig) -> Iterator[Problem]:
             yield Problem("cluster.kubernetesVersion", str(error), minor,
                           ", ".join(sorted(versions.CLUSTER_AUTOSCALER_IMAGE_TAGS)))
     release = config.gpu_node_group.ami_release_version
-    if release is not None and not release.startswith(f"{minor}."):
-        # EKS AMI releases are named <kubernetes minor>.<patch>-<date>; CreateNodegroup rejects a
-        # release of another minor than the node group's version.
+    al2023 = config.gpu_node_group.ami_type is AmiType.AL2023_X86_64_NVIDIA
+    if al2023 and release is not None and not release.startswith(f"{minor}."):
+        # EKS AL2023 AMI releases are named <kubernetes minor>.<patch>-<date>; CreateNodegroup rejects
+        # a release of another minor. Bottlerocket releases carry the OS version (e.g. 1.47.0-6154605b).
         yield Problem(f"{NG}.amiReleaseVersion", f"not a release for Kubernetes {minor} (cluster.kubernetesVersion)",
                       release, f"a {minor}.x release, or unset")
 

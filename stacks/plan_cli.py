@@ -153,7 +153,7 @@ def dynamics(result: CapacityPlan, args: argparse.Namespace) -> dict[str, object
     found.update({
         "rollout": strategy.manifest(),
         "rollout_needs_node": needs_node,
-        "rollout_seconds": serving.rollout_seconds(model, strategy, low, timing),
+        "rollout_seconds": serving.rollout_seconds(model, strategy, low, timing, needs_node=needs_node),
         "node_update_seconds": update.seconds,
         "node_update_extra_nodes": update.extra_nodes_at_peak,
     })

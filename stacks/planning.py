@@ -79,13 +79,19 @@ MAX_SCALE_DOWN_WINDOW_SECONDS = 3600
 MIN_SCALE_DOWN_WINDOW_SECONDS = 300
 
 
-def scale_down_window(model: ModelConfig, plan: serving.CapacityPlan) -> int:
-    """The configured window, else the planned cold start within [300, 3600] s: removing a replica
-    sooner than a new one takes to start turns every short burst into a wasted cold start."""
+def replica_add_seconds(config: StackConfig, model: ModelConfig, plan: serving.CapacityPlan) -> int:
+    """From a scale-up decision to a new replica serving, when it needs a new node: the longest case."""
+    return serving.replica_add_seconds(footprint(config, model, plan), timing(config), needs_node=True)
+
+
+def scale_down_window(config: StackConfig, model: ModelConfig, plan: serving.CapacityPlan) -> int:
+    """The configured window, else the time to add a replica within [300, 3600] s: removing a replica
+    sooner than a new one takes to arrive turns every short burst into a wasted node and cold start."""
     configured = model.autoscaling.scale_down_window_seconds
     if configured is not None:
         return configured
-    return min(MAX_SCALE_DOWN_WINDOW_SECONDS, max(MIN_SCALE_DOWN_WINDOW_SECONDS, plan.cold_start_seconds))
+    needed = replica_add_seconds(config, model, plan)
+    return min(MAX_SCALE_DOWN_WINDOW_SECONDS, max(MIN_SCALE_DOWN_WINDOW_SECONDS, needed))
 
 
 def supply(config: StackConfig) -> serving.Supply:

@@ -174,7 +174,7 @@ def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType
             waiting_activation=scaling.waiting_activation,
             kv_usage_target=scaling.kv_usage_target,
             kv_usage_activation=scaling.kv_usage_activation,
-            scale_down_window_seconds=planning.scale_down_window(model, plan),
+            scale_down_window_seconds=planning.scale_down_window(config, model, plan),
             scale_up_window_seconds=scaling.scale_up_window_seconds,
             # Only consulted when scaling to zero, which this stack does not do.
             cooldown_seconds=max(300, 2 * plan.cold_start_seconds),
@@ -194,6 +194,7 @@ def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType
         tmp_gib=model.tmp_volume_gib,
         strategy=strategy.manifest(),
         rollout_timeout_seconds=rollout_timeout,
+        pre_start_seconds=timing.node_ready_seconds + timing.image_pull_seconds,
     )
 
 
@@ -294,8 +295,8 @@ def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStack
             tags=tags,
             autoscaled=config.node_autoscaling.mode is not NodeAutoscalingMode.NONE,
             auto_repair=group.auto_repair.enabled,
-            install_monitoring_agent=group.auto_repair.install_monitoring_agent,
         ),
+        install_node_monitoring_agent=group.auto_repair.enabled and group.auto_repair.install_monitoring_agent,
         cluster_autoscaler=ClusterAutoscalerArgs(
             cluster_name=config.cluster.name,
             region=cluster.region,

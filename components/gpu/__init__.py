@@ -7,7 +7,7 @@ from .counters import exported_metric_names
 from .dcgm_exporter import DcgmExporter, DcgmExporterArgs
 from .device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
 from .node_autoscaling import SAFE_TO_EVICT_ANNOTATION, image_tag_for
-from .node_group import GpuNodeGroup, GpuNodeGroupArgs
+from .node_group import GpuNodeGroup, GpuNodeGroupArgs, node_monitoring_agent
 
 __all__ = [
     "SAFE_TO_EVICT_ANNOTATION",
@@ -26,4 +26,5 @@ __all__ = [
     "instance_type_from_spec",
     "known_instance_type_names",
     "lookup_instance_type",
+    "node_monitoring_agent",
 ]

@@ -50,7 +50,9 @@ class ClusterAutoscaler(pulumi.ComponentResource):
                 cluster_name=args.cluster_name, partition=values[0], region=values[1], account_id=values[2]
             )
         )
-        aws.iam.RolePolicy(f"{name}-policy", role=role.id, policy=pulumi.Output.json_dumps(policy), opts=child)
+        role_policy = aws.iam.RolePolicy(
+            f"{name}-policy", role=role.id, policy=pulumi.Output.json_dumps(policy), opts=child
+        )
         # Needs the eks-pod-identity-agent add-on on the cluster (docs/operations.md, what it assumes).
         association = aws.eks.PodIdentityAssociation(
             f"{name}-pod-identity",
@@ -76,8 +78,9 @@ class ClusterAutoscaler(pulumi.ComponentResource):
             release_namespace=node_autoscaling.NAMESPACE,
             values=values,
             parent=self,
-            # Credentials are injected at pod start: the association must exist before the first pod.
-            depends_on=[association],
+            # Credentials are injected at pod start: the association and its permissions must exist
+            # before the first pod, or its first calls fail with AccessDenied.
+            depends_on=[association, role_policy],
         )
         self.role_arn = role.arn
         self.register_outputs({"role_arn": self.role_arn})

@@ -77,7 +77,6 @@ class GpuNodeGroupArgs:
     # An autoscaler owns the group's size between min and max; without one `desiredNodes` is the size.
     autoscaled: bool = True
     auto_repair: bool = True
-    install_monitoring_agent: bool = True
 
 
 def node_user_data(args: GpuNodeGroupArgs) -> str | None:
@@ -87,9 +86,19 @@ def node_user_data(args: GpuNodeGroupArgs) -> str | None:
     return None
 
 
+def reserved_capacity(args: GpuNodeGroupArgs) -> bool:
+    """A capacity block or targeted reservation holds exactly the reserved nodes: a second group beside
+    the first cannot launch, so such a group updates in place (see `GpuNodeGroup`)."""
+    return args.capacity_type == "CAPACITY_BLOCK" or args.capacity_reservation_id is not None
+
+
 def generation(args: GpuNodeGroupArgs) -> str:
-    """The node generation label: what a node boots, so a change replaces the group (scheduling.py)."""
+    """The node generation label: a hash of every input that decides what a node boots or carries
+    (version, AMI, every launch-template input, subnets, labels), so any change of them replaces the
+    group and the pods, which select the label, move before the old group goes (scheduling.py).
+    Not hashed: the cluster security group on EFA interfaces, fixed for the cluster's life."""
     return scheduling.node_generation({
+        "cluster": args.cluster_name,
         "kubernetes": args.kubernetes_version,
         "amiType": args.ami_type,
         "amiRelease": args.ami_release_version,
@@ -103,11 +112,17 @@ def generation(args: GpuNodeGroupArgs) -> str:
         # Subnets, instance, AMI and capacity type replace the group in EKS anyway; hashing them too
         # makes every replacement a generation change, so the pods always move before deletion.
         "subnets": sorted(args.subnet_ids),
+        # Launch-template tag specifications and the node labels: a change of either would otherwise
+        # update the group in place (a new template version drains every node under the PDB).
+        "tags": args.tags,
+        "labels": args.extra_labels,
+        "gpuProduct": args.instance.gpu.product_label,
     })
 
 
 def labels(node_group: str, args: GpuNodeGroupArgs) -> dict[str, str]:
-    return scheduling.node_labels(node_group, generation(args), args.extra_labels)
+    return scheduling.node_labels(node_group, generation(args), args.instance.gpu.product_label.lower(),
+                                  args.extra_labels)
 
 
 # EKS node auto repair: the node monitoring agent's conditions decide. Its defaults act on
@@ -115,7 +130,6 @@ def labels(node_group: str, args: GpuNodeGroupArgs) -> dict[str, str]:
 # network and storage faults after 30 (awsdocs node-repair.adoc). Repairs stop when more than one
 # node is unhealthy at once, so a fleet-wide fault (a bad AMI, a driver bug) pages instead of
 # cycling every GPU node; one node at a time keeps the serving floor.
-MONITORING_AGENT_ADDON = "eks-node-monitoring-agent"
 REPAIR_MAX_UNHEALTHY_NODES = 1
 REPAIR_MAX_PARALLEL_NODES = 1
 
@@ -136,6 +150,28 @@ def autoscaler_tags(node_group: str, args: GpuNodeGroupArgs, cluster_name: str) 
     for key, value in labels(node_group, args).items():
         tags[f"{prefix}/label/{key}"] = value
     return tags
+
+
+MONITORING_AGENT_ADDON = "eks-node-monitoring-agent"
+
+
+def node_monitoring_agent(
+    name: str, cluster_name: str, tags: dict[str, str], opts: pulumi.ResourceOptions
+) -> aws.eks.Addon:
+    """The EKS node monitoring agent add-on, whose node conditions drive auto repair.
+
+    One per cluster, under a name that does not follow the node group's (a new group generation must
+    not create a second add-on, which EKS refuses). It runs on every node, the tainted GPU nodes above
+    all, so it tolerates every taint. The add-on version is EKS's default for the cluster's version.
+    """
+    return aws.eks.Addon(
+        name,
+        cluster_name=cluster_name,
+        addon_name=MONITORING_AGENT_ADDON,
+        configuration_values=json.dumps({"monitoringAgent": {"tolerations": [{"operator": "Exists"}]}}),
+        tags=tags,
+        opts=opts,
+    )
 
 
 class GpuNodeGroup(pulumi.ComponentResource):
@@ -260,7 +296,12 @@ class GpuNodeGroup(pulumi.ComponentResource):
             # Version, AMI and launch template changes replace the whole group (replace_on_changes
             # below), so this program never starts EKS's in-place rolling update, which drains under
             # the PDB and fails after 15 minutes. One node at a time if someone starts one by hand.
-            update_config={"max_unavailable": 1},
+            # MINIMAL for reserved capacity, whose in-place updates terminate an old node before its
+            # replacement can launch into the reservation (API NodegroupUpdateConfig: "useful with
+            # hardware accelerators such as GPUs").
+            update_config={"max_unavailable": 1, "update_strategy": "MINIMAL"}
+            if reserved_capacity(args)
+            else {"max_unavailable": 1},
             node_repair_config={
                 "enabled": args.auto_repair,
                 "max_unhealthy_node_threshold_count": REPAIR_MAX_UNHEALTHY_NODES,
@@ -287,34 +328,22 @@ class GpuNodeGroup(pulumi.ComponentResource):
                 # a new group beside the old one: the name prefix lets both exist, and Pulumi deletes
                 # the old group at the end of the update, after the vLLM Deployments (which select
                 # the label) have rolled onto the new nodes.
-                replace_on_changes=["labels"],
+                # Reserved capacity has no room for a second group: it updates in place (docs/operations.md).
+                replace_on_changes=[] if reserved_capacity(args) else ["labels"],
             ),
         )
 
-        if args.auto_repair and args.install_monitoring_agent:
-            # Auto repair acts on the conditions this agent sets (NvidiaXID<code>Error and others);
-            # without it a repair config sees nothing. It must run on every node, the tainted GPU
-            # nodes above all, so it tolerates every taint. The add-on version is EKS's default for
-            # the cluster's version (versions are published per cluster version).
-            aws.eks.Addon(
-                f"{name}-node-monitoring-agent",
-                cluster_name=args.cluster_name,
-                addon_name=MONITORING_AGENT_ADDON,
-                configuration_values=json.dumps({"monitoringAgent": {"tolerations": [{"operator": "Exists"}]}}),
-                tags=args.tags,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[node_group]),
-            )
-
         # Copy the node-template tags onto the Auto Scaling group EKS created for the node group.
         asg_name = node_group.resources.apply(lambda r: r[0].autoscaling_groups[0].name)
+        asg_tags = []
         for key, value in sorted(autoscaler_tags(name, args, args.cluster_name).items()):
             suffix = re.sub(r"[^a-z0-9]+", "-", key.split("/node-template/", 1)[-1].lower())
-            aws.autoscaling.Tag(
+            asg_tags.append(aws.autoscaling.Tag(
                 f"{name}-asg-{suffix}",
                 autoscaling_group_name=asg_name,
                 tag={"key": key, "value": value, "propagate_at_launch": False},
                 opts=child,
-            )
+            ))
 
         self.node_selector = pulumi.Output.from_input(
             scheduling.workload_node_selector(name, generation(args), args.instance.gpu.product_label)
@@ -322,7 +351,11 @@ class GpuNodeGroup(pulumi.ComponentResource):
         self.tolerations = pulumi.Output.from_input(scheduling.gpu_tolerations())
         self.gpus_per_node = pulumi.Output.from_input(args.instance.gpu_count)
         self.max_gpus = pulumi.Output.from_input(args.instance.gpu_count * args.max_nodes)
-        self.node_group_name = node_group.node_group_name
+        # Known once the group and its Auto Scaling group tags exist: workloads that wait for it (the
+        # vLLM Deployments) roll onto a new group only when Cluster Autoscaler can discover it.
+        self.node_group_name = pulumi.Output.all(node_group.node_group_name, *[t.id for t in asg_tags]).apply(
+            lambda values: values[0]
+        )
         self.node_role_arn = role.arn
         self.register_outputs(
             {

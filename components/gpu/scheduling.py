@@ -39,10 +39,17 @@ def node_generation(parts: dict[str, object]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
-def node_labels(node_group: str, generation: str, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """Labels the managed node group puts on every node it launches."""
+# Cluster Autoscaler's AWS GPU label (cloudprovider/aws aws_cloud_provider.go GPULabel): a node
+# carrying it with no allocatable GPU yet counts as not ready, so CA does not launch another node
+# while the device plugin is still starting (its README, "Special note on GPU instances").
+CLUSTER_AUTOSCALER_GPU_LABEL = "k8s.amazonaws.com/accelerator"
+
+
+def node_labels(node_group: str, generation: str, accelerator: str,
+                extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Labels the managed node group puts on every node it launches, from its first second."""
     return {**(extra or {}), GPU_PRESENT_LABEL: "true", NODE_GROUP_LABEL: node_group,
-            NODE_GENERATION_LABEL: generation}
+            NODE_GENERATION_LABEL: generation, CLUSTER_AUTOSCALER_GPU_LABEL: accelerator}
 
 
 def gpu_tolerations() -> list[dict[str, str]]:

@@ -38,6 +38,8 @@ class VllmDeploymentArgs:
     strategy: dict | None = None
     # How long `pulumi up` waits for a rollout: rollout.rollout_seconds plus slack.
     rollout_timeout_seconds: int = 3600
+    # What a surge pod may wait for before its container starts: a new node and an image pull.
+    pre_start_seconds: int = 600
     pod_annotations: dict[str, str] | None = None
     extra_env: tuple[dict, ...] = ()
 
@@ -159,9 +161,9 @@ class VllmDeployment(pulumi.ComponentResource):
                                               "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
                 # A new pod counts as available only after it has been ready for 30 s.
                 "minReadySeconds": 30,
-                # The startup budget plus 10 minutes: a surge pod may wait for a new node and an image
-                # pull (rollout.DEFAULT_NODE_READY_SECONDS + DEFAULT_IMAGE_PULL_SECONDS) first.
-                "progressDeadlineSeconds": args.startup_budget_seconds + 600,
+                # The startup budget plus what a surge pod may wait for first (a new node, an image
+                # pull) plus 5 minutes: past it the rollout counts as failed and `pulumi up` fails.
+                "progressDeadlineSeconds": args.startup_budget_seconds + args.pre_start_seconds + 300,
                 "revisionHistoryLimit": 5,
                 "template": {
                     "metadata": {"labels": labels, **({"annotations": args.pod_annotations}

@@ -86,20 +86,26 @@ class Strategy:
 
 
 def fits(groups: list[int], gpus_per_node: int, nodes: int) -> bool:
-    """Whether replicas needing `groups` GPUs each pack onto `nodes` nodes (first-fit decreasing)."""
+    """Whether replicas needing `groups` GPUs each still fit when the scheduler spreads them.
+
+    Pessimistic on purpose: kube-scheduler's default scoring (LeastAllocated) puts a pod on the node
+    with the most room, and Cluster Autoscaler never moves a vLLM pod to defragment (safe-to-evict:
+    false). So the smallest replicas go first, each onto the emptiest node (worst fit): if a large
+    replica still finds a node, it finds one however the others were placed.
+    """
     free = [gpus_per_node] * nodes
-    for size in sorted(groups, reverse=True):
-        for index, room in enumerate(free):
-            if room >= size:
-                free[index] -= size
-                break
-        else:
+    for size in sorted(groups):
+        if not free:
             return False
+        index = max(range(len(free)), key=lambda i: free[i])
+        if free[index] < size:
+            return False
+        free[index] -= size
     return True
 
 
 def nodes_needed(groups: list[int], gpus_per_node: int) -> int:
-    """Fewest nodes the replicas pack onto (first-fit decreasing); 0 for no replicas."""
+    """Fewest nodes on which the replicas fit even when spread (see `fits`); 0 for no replicas."""
     count = 0
     while not fits(groups, gpus_per_node, count):
         count += 1
@@ -186,16 +192,19 @@ def rollout_needs_node(models: list[Footprint], model: Footprint, gpus_per_node:
     return not fits([*groups, model.tensor_parallel_size], gpus_per_node, nodes_running)
 
 
-def rollout_seconds(model: Footprint, strategy: Strategy, replicas: int, timing: Timing) -> int:
+def rollout_seconds(model: Footprint, strategy: Strategy, replicas: int, timing: Timing, *,
+                    needs_node: bool = False) -> int:
     """One pod-template change of the model at `replicas`: steps of surge (or unavailable) pods in a row.
 
     The image is usually cached on the node, but a surge pod can land on a node that never ran it.
+    When the first surge pod needs a new node, later steps reuse the room the replaced pods free.
     """
     per_step = timing.image_pull_seconds + model.cold_start_seconds + MIN_READY_SECONDS
+    node = timing.node_ready_seconds if needs_node else 0
     if strategy.type == "Recreate":
         return per_step
     batch = max(strategy.max_surge, strategy.max_unavailable, 1)
-    return math.ceil(replicas / batch) * per_step
+    return node + math.ceil(replicas / batch) * per_step
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,10 @@ def test_ami_release_must_belong_to_the_clusters_minor():
         "llm-serving:gpuNodeGroup.amiReleaseVersion: not a release for Kubernetes 1.34 (cluster.kubernetesVersion) "
         '(got "1.33.5-20261001"; expected a 1.34.x release, or unset)'
     ]
+    # Bottlerocket releases carry the OS version, not the Kubernetes minor.
+    bottlerocket = group(amiType="BOTTLEROCKET_x86_64_NVIDIA", containerStorage="ebs",
+                         amiReleaseVersion="1.47.0-6154605b")
+    assert lines(gpuNodeGroup=bottlerocket) == []
 
 
 def test_cluster_version_mismatch_names_both_versions():
@@ -95,15 +99,17 @@ def test_scale_down_window_defaults_to_the_cold_start_and_refuses_less():
     cfg = config(models=[llama], gpuNodeGroup=group(scaling={"minNodes": 1, "maxNodes": 2, "desiredNodes": 1}))
     plan = planning.model_plan(cfg, cfg.models[0])
     assert plan.cold_start_seconds == 1317
-    assert planning.scale_down_window(cfg.models[0], plan) == 1317
-    short = {**llama, "autoscaling": {"scaleDownWindowSeconds": 900}}
+    # A new node (300 s), the image pull (300 s), the cold start and 30 s minReadySeconds.
+    assert planning.scale_down_window(cfg, cfg.models[0], plan) == 1947
+    short = {**llama, "autoscaling": {"scaleDownWindowSeconds": 1317}}
     assert lines(models=[short]) == [
-        "llm-serving:models[llama-70b].autoscaling.scaleDownWindowSeconds: shorter than the model's planned cold "
-        "start (1317 s): a burst would pay a cold start and lose the replica before it served (got 900; expected "
-        ">= 1317, or unset)"
+        "llm-serving:models[llama-70b].autoscaling.scaleDownWindowSeconds: shorter than adding a replica takes "
+        "(1947 s: a node, the image pull and the cold start): a burst would pay for a replica and lose it before it "
+        "served (got 1317; expected >= 1947, or unset)"
     ]
     # Bounded to [300, 3600] s: the HPA API's maximum window, and no flapping for a tiny model.
+    quick = config(models=[llama], gpuNodeGroup=group(nodeReadySeconds=60, imagePullSeconds=0))
     fast = dataclasses.replace(plan, cold_start_seconds=120)
     slow = dataclasses.replace(plan, cold_start_seconds=5000)
-    assert planning.scale_down_window(cfg.models[0], fast) == 300
-    assert planning.scale_down_window(cfg.models[0], slow) == 3600
+    assert planning.scale_down_window(quick, cfg.models[0], fast) == 300
+    assert planning.scale_down_window(cfg, cfg.models[0], slow) == 3600

@@ -164,7 +164,8 @@ def test_dynamics_count_a_new_node_when_no_running_node_has_room() -> None:
                          "--node-ready-seconds", "420", "--image-pull-seconds", "120"])
     assert code == 0
     assert "add one replica             31 min (1,887 s) (needs a new node)" in out
-    assert ("rollout                     maxSurge 1, maxUnavailable 0: 49 min (2,934 s), surge pod needs a new "
+    # 420 s for the first surge pod's node, then two steps of 120 + 1,317 + 30 s.
+    assert ("rollout                     maxSurge 1, maxUnavailable 0: 56 min (3,354 s), surge pod needs a new "
             "node") in out
 
 

@@ -76,9 +76,18 @@ def test_iam_is_least_privilege_and_bound_to_the_service_account(rendered):
 
 
 def test_node_monitoring_agent_runs_on_every_node_for_auto_repair(rendered):
-    addon = inputs(rendered["prod"], "aws:eks/addon:Addon", "gpu-p5-48xlarge-node-monitoring-agent")
+    # One per cluster, named apart from the node group: a new generation must not add a second one.
+    addon = inputs(rendered["prod"], "aws:eks/addon:Addon", "node-monitoring-agent")
     assert addon["addonName"] == "eks-node-monitoring-agent"
     assert json.loads(addon["configurationValues"]) == {"monitoringAgent": {"tolerations": [{"operator": "Exists"}]}}
+    wiring = rendered["prod"].wiring["aws:eks/addon:Addon::node-monitoring-agent"]
+    assert "aws:eks/nodeGroup:NodeGroup::gpu-p5-48xlarge-node-group" in wiring["dependsOn"]
+
+
+def test_autoscaler_starts_only_with_its_permissions_in_place(rendered):
+    wiring = rendered["prod"].wiring[f"{RELEASE}::cluster-autoscaler-release"]
+    assert {"aws:eks/podIdentityAssociation:PodIdentityAssociation::cluster-autoscaler-pod-identity",
+            "aws:iam/rolePolicy:RolePolicy::cluster-autoscaler-policy"} <= set(wiring["dependsOn"])
 
 
 def _variant(stack_dir, name: str, config: dict) -> object:

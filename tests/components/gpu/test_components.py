@@ -15,12 +15,12 @@ from tests.support.scheduling import Node, fits, helm_merge
 
 GROUP = "gpu-p5-48xlarge"
 # The node generation of prod's group: a hash of its version, AMI release and launch-template inputs.
-PROD_GENERATION = "fbac9bfd8c"
+PROD_GENERATION = "360e580ed6"
 
 GPU_NODE = Node(
     "ip-10-0-1-10",
     labels={
-        **gpu_scheduling.node_labels(GROUP, PROD_GENERATION),
+        **gpu_scheduling.node_labels(GROUP, PROD_GENERATION, "nvidia-h100-80gb-hbm3"),
         # Set by GPU feature discovery once the node runs it.
         "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
         "node.kubernetes.io/instance-type": "p5.48xlarge",
@@ -48,7 +48,9 @@ def test_node_group_inputs_for_prod(rendered):
         "clusterName": "llm-prod",
         "instanceTypes": ["p5.48xlarge"],
         "labels": {"llm-serving/node-group": GROUP, "llm-serving/node-generation": PROD_GENERATION,
-                   "nvidia.com/gpu.present": "true"},
+                   "nvidia.com/gpu.present": "true",
+                   # Cluster Autoscaler's GPU label: no second scale-up while the device plugin starts.
+                   "k8s.amazonaws.com/accelerator": "nvidia-h100-80gb-hbm3"},
         "launchTemplate": {"id": f"{GROUP}-launch-template-id", "version": "1"},
         "nodeGroupNamePrefix": f"{GROUP}-",
         "nodeRoleArn": f"arn:aws:iam::123456789012:role/{GROUP}-node-role",
@@ -128,6 +130,7 @@ def test_autoscaler_can_scale_the_group_from_zero(rendered):
         f"{prefix}/label/nvidia.com/gpu.present": "true",
         f"{prefix}/label/llm-serving/node-group": GROUP,
         f"{prefix}/label/llm-serving/node-generation": PROD_GENERATION,
+        f"{prefix}/label/k8s.amazonaws.com/accelerator": "nvidia-h100-80gb-hbm3",
     }
     asgs = {r["inputs"]["autoscalingGroupName"] for r in rendered["prod"].by_type()["aws:autoscaling/tag:Tag"]}
     assert asgs == {f"eks-{GROUP}-node-group-asg"}
@@ -174,6 +177,10 @@ def test_capacity_block_group_launches_into_the_reservation(stack_dir):
     }
     assert {(i["interfaceType"], i["deviceIndex"]) for i in interfaces[1:]} == {("efa-only", 1)}
     assert group["capacityType"] == "CAPACITY_BLOCK"
+    # The reservation holds exactly its nodes: no second group beside the first, so it updates in
+    # place, terminating an old node before launching its replacement.
+    assert group["updateConfig"] == {"maxUnavailable": 1, "updateStrategy": "MINIMAL"}
+    assert result.wiring[f"aws:eks/nodeGroup:NodeGroup::{GROUP}-node-group"]["replaceOnChanges"] == []
     # EKS rejects instance types on the node group when the launch template names one.
     assert "instanceTypes" not in group
     assert result.resource("aws:ec2/placementGroup:PlacementGroup", f"{GROUP}-placement")["inputs"][

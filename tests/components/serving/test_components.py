@@ -120,7 +120,7 @@ def test_resources_selectors_and_tolerations(rendered):
     assert spec["nodeSelector"] == {
         "llm-serving/node-group": "gpu-p5-48xlarge",
         # The node generation: after a node update the pods roll onto the new group before the old goes.
-        "llm-serving/node-generation": "fbac9bfd8c",
+        "llm-serving/node-generation": "360e580ed6",
         "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
     }
     assert spec["tolerations"] == [{"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"}]

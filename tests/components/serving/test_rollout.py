@@ -14,15 +14,17 @@ P5 = Supply(gpus_per_node=8, nodes=4, instance_type="p5.48xlarge", autoscaled=Tr
 
 @pytest.mark.parametrize(("groups", "nodes", "fit"), [
     ([4, 4, 4, 4], 2, True),
-    ([8, 4, 4], 2, True),
     ([4, 4, 4], 1, False),
     ([8], 2, True),
     ([4, 4], 1, True),
-    ([2, 2, 2, 2, 8], 2, True),
     ([6, 6], 1, False),  # 12 GPUs on 8: no
     ([6, 2, 6, 2], 2, True),
+    # Spread first: the scheduler puts each TP4 on its own node, and no node keeps 8 free for the TP8.
+    ([8, 4, 4], 2, False),
+    ([8, 4, 4], 3, True),
+    ([2, 2, 2, 2, 8], 2, False),
 ])
-def test_packing_keeps_each_replica_on_one_node(groups, nodes, fit):
+def test_packing_keeps_each_replica_on_one_node_even_when_the_scheduler_spreads(groups, nodes, fit):
     assert rollout.fits(groups, 8, nodes) is fit
 
 
@@ -83,6 +85,8 @@ def test_rollout_time_is_steps_of_pull_plus_cold_start():
     step = 300 + 1317 + 30
     surge = Strategy("RollingUpdate", 1, 0)
     assert rollout.rollout_seconds(LLAMA_70B, surge, 2, TIMING) == 2 * step
+    # The first surge pod waits for a node once; later steps use the room replaced pods free.
+    assert rollout.rollout_seconds(LLAMA_70B, surge, 2, TIMING, needs_node=True) == 300 + 2 * step
     assert rollout.rollout_seconds(LLAMA_70B, Strategy("RollingUpdate", 0, 1), 3, TIMING) == 3 * step
     assert rollout.rollout_seconds(LLAMA_70B, Strategy("Recreate"), 4, TIMING) == step
 
