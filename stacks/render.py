@@ -50,6 +50,7 @@ class Recorded:
     retain_on_delete: bool = False
     custom_timeouts: tuple[str, str] = ("", "")  # create, update
     replace_on_changes: tuple[str, ...] = ()
+    delete_before_replace: bool = False
 
 
 def _placeholder_cluster(name: str, version: str) -> dict[str, Any]:
@@ -132,6 +133,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     bool(request.protect), bool(request.retainOnDelete),
                     (request.customTimeouts.create, request.customTimeouts.update),
                     tuple(request.replaceOnChanges),
+                    bool(request.deleteBeforeReplace),
                 )
             )
         return response
@@ -198,9 +200,9 @@ class RenderResult:
     stack: str
     resources: list[dict[str, Any]]
     manifests: list[dict[str, Any]]
-    # "type::name" -> dependsOn ("type::name" list), provider ("type::name"), ignoreChanges,
-    # protect, retainOnDelete and customTimeouts: resource options the engine sees but the
-    # inputs do not show.
+    # "type::name" -> each resource's options (also in resources[].options): dependsOn and provider
+    # as "type::name", ignoreChanges, replaceOnChanges, deleteBeforeReplace, protect,
+    # retainOnDelete and customTimeouts: what the engine sees but the inputs do not show.
     wiring: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def by_type(self) -> dict[str, list[dict[str, Any]]]:
@@ -279,6 +281,30 @@ def render_stack(stack_file: Path, cluster_version: str | None = None) -> Render
         program.stack_dir = previous_dir
 
     names = {r.urn: r for r in monitor.recorded}
+
+    def label(urn: str) -> str:
+        found = names.get(urn)
+        return f"{found.type}::{found.name}" if found else urn
+
+    def qualified_type(r: Recorded) -> str:
+        # The engine's URN carries every ancestor's type, joined by "$" (a component's children
+        # change URN when it is renamed or re-nested); the mock monitor's URN only the parent's.
+        parent = names.get(r.parent_urn)
+        return f"{qualified_type(parent)}${r.type}" if parent else r.type
+
+    def options(r: Recorded) -> dict[str, Any]:
+        return {
+            "dependsOn": sorted(label(u) for u in r.dependencies),
+            # A provider reference is "<urn>::<id>".
+            "provider": label(r.provider.rsplit("::", 1)[0]) if r.provider else "",
+            "ignoreChanges": list(r.ignore_changes),
+            "replaceOnChanges": list(r.replace_on_changes),
+            "deleteBeforeReplace": r.delete_before_replace,
+            "protect": r.protect,
+            "retainOnDelete": r.retain_on_delete,
+            "customTimeouts": {"create": r.custom_timeouts[0], "update": r.custom_timeouts[1]},
+        }
+
     resources = []
     for r in monitor.recorded:
         parent = names.get(r.parent_urn)
@@ -286,31 +312,17 @@ def render_stack(stack_file: Path, cluster_version: str | None = None) -> Render
             {
                 "type": r.type,
                 "name": r.name,
+                "urn": f"urn:pulumi:{own.stack}::{loader.PROJECT}::{qualified_type(r)}::{r.name}",
                 "parent": f"{parent.type}::{parent.name}" if parent else None,
                 "inputs": _clean(r.inputs),
+                "options": options(r),
             }
         )
     resources.sort(key=lambda r: (r["type"], r["name"]))
     manifests = sorted(
         (_clean(r.inputs) for r in monitor.recorded if _is_kubernetes_object(r)), key=_manifest_key
     )
-    def label(urn: str) -> str:
-        found = names.get(urn)
-        return f"{found.type}::{found.name}" if found else urn
-
-    wiring = {
-        f"{r.type}::{r.name}": {
-            "dependsOn": sorted(label(u) for u in r.dependencies),
-            # A provider reference is "<urn>::<id>".
-            "provider": label(r.provider.rsplit("::", 1)[0]) if r.provider else "",
-            "ignoreChanges": list(r.ignore_changes),
-            "replaceOnChanges": list(r.replace_on_changes),
-            "protect": r.protect,
-            "retainOnDelete": r.retain_on_delete,
-            "customTimeouts": {"create": r.custom_timeouts[0], "update": r.custom_timeouts[1]},
-        }
-        for r in monitor.recorded
-    }
+    wiring = {f"{r['type']}::{r['name']}": r["options"] for r in resources}
     return RenderResult(own.stack, resources, manifests, wiring)
 
 

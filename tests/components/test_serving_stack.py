@@ -89,12 +89,23 @@ def test_no_secret_value_reaches_the_render(rendered):
     assert "replace-with-pulumi-config-set-secret" not in text
 
 
-def test_resources_json_lists_every_resource_with_type_name_parent_inputs(rendered):
+def test_resources_json_lists_every_resource_with_its_urn_parent_inputs_and_options(rendered):
     for result in rendered.values():
         for resource in result.resources:
-            assert set(resource) == {"type", "name", "parent", "inputs"}
+            assert set(resource) == {"type", "name", "urn", "parent", "inputs", "options"}
+            assert set(resource["options"]) == {
+                "dependsOn", "provider", "ignoreChanges", "replaceOnChanges", "deleteBeforeReplace", "protect",
+                "retainOnDelete", "customTimeouts"}
         parents = {r["parent"] for r in result.resources}
         assert "llmserving:stack:ServingStack::llm-serving" in parents
+    # The URN as the engine builds it: every ancestor's type, so renaming or re-nesting a component
+    # changes every descendant's URN.
+    group = rendered["prod"].resource("aws:eks/nodeGroup:NodeGroup", "gpu-p5-48xlarge-node-group")
+    assert group["urn"] == (
+        "urn:pulumi:prod::llm-serving::llmserving:stack:ServingStack$llmserving:gpu:GpuNodeGroup"
+        "$aws:eks/nodeGroup:NodeGroup::gpu-p5-48xlarge-node-group")
+    claim = rendered["prod"].resource("kubernetes:core/v1:PersistentVolumeClaim", "llama-70b-weights-claim")
+    assert (claim["options"]["protect"], claim["options"]["retainOnDelete"]) == (True, True)
 
 
 def test_staging_renders_prod_with_staging_capacity_and_cluster(rendered):
