@@ -1,16 +1,21 @@
 """`python -m stacks diff <stack>`: what a change does to a stack's rendered resources, offline.
 
-Renders the stack at a base git ref and in the working tree and lists added, removed and changed
-resources, each changed field as a dotted path with old -> new. Exit 0: no change; 1: changes; 2: error.
+Renders the stack at a base git ref and in the working tree and lists, in the symbols of
+`pulumi preview --diff`, what the engine would do: `+-` replace (with the inputs that force it),
+`-` delete, `+` create, `~` update, each changed input or resource option as a dotted path with
+old -> new, and the consequences it would show as separate steps (a node group rolling its nodes,
+a protected resource blocking the update). Resources are matched by URN, so renaming or re-nesting
+a component shows as delete + create. Exit 0: no change; 1: changes; 2: error.
 
 Length: one command's pipeline, read top to bottom (export the base, render both sides, compare,
-format as text or markdown); it splits when resource-type replacement rules are added.
+classify, format as text or markdown); the per-type replacement rules live in replacements.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import difflib
 import io
 import json
@@ -24,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from stacks import loader
+from stacks import loader, replacements
 
 EXIT_UNCHANGED = 0
 EXIT_CHANGED = 1
@@ -65,11 +70,19 @@ class FieldChange:
     note: str = ""  # "order": a named list has the same items in a different order
 
 
+ACTIONS = ("replace", "delete", "create", "update")  # the order a reviewer reads them in
+SYMBOLS = {"replace": "+-", "delete": "-", "create": "+", "update": "~"}
+TITLES = {"replace": "Replaced", "delete": "Deleted", "create": "Created", "update": "Updated"}
+
+
 @dataclass(frozen=True)
 class ResourceChange:
     type: str
     name: str
-    fields: tuple[FieldChange, ...]
+    fields: tuple[FieldChange, ...] = ()
+    action: str = "update"  # create | update | replace | delete
+    forced_by: tuple[str, ...] = ()  # input paths that force a replacement
+    notes: tuple[str, ...] = ()  # what the engine would also do, or refuse
 
 
 @dataclass(frozen=True)
@@ -77,21 +90,22 @@ class StackDiff:
     stack: str
     base: str  # the ref given, or how it was chosen: "the merge base with main"
     commit: str = ""  # the base commit, abbreviated
-    added: tuple[tuple[str, str], ...] = ()  # (type, name)
-    removed: tuple[tuple[str, str], ...] = ()
-    changed: tuple[ResourceChange, ...] = ()
+    changes: tuple[ResourceChange, ...] = ()
     note: str = ""  # e.g. the stack file is new, so every resource is added
 
     @property
     def empty(self) -> bool:
-        return not (self.added or self.removed or self.changed)
+        return not self.changes
 
     @property
     def against(self) -> str:
         return f"{self.base} ({self.commit})" if self.commit else self.base
 
+    def of(self, action: str) -> tuple[ResourceChange, ...]:
+        return tuple(c for c in self.changes if c.action == action)
+
     def counts(self) -> str:
-        return f"{len(self.added)} added, {len(self.removed)} removed, {len(self.changed)} changed"
+        return ", ".join(f"{len(self.of(a))} to {a}" for a in ACTIONS)
 
 
 # --- comparing values ----------------------------------------------------------------------------
@@ -173,11 +187,23 @@ def _diff_named(
     return changes
 
 
-def _keyed(resources: list[dict[str, Any]], ambiguous: set[tuple[str, str]]) -> dict[tuple[str, ...], dict[str, Any]]:
+def _key(resource: dict[str, Any], by_urn: bool) -> tuple[str, ...]:
+    if by_urn:
+        return (resource["urn"],)
+    # Renders from before URNs were recorded: Pulumi allows one (type, name) under two parents, so
+    # the parent joins the key only then (see _ambiguous).
+    return (resource["type"], resource["name"])
+
+
+def _keyed(
+    resources: list[dict[str, Any]], by_urn: bool, ambiguous: set[tuple[str, str]]
+) -> dict[tuple[str, ...], Any]:
     keyed: dict[tuple[str, ...], dict[str, Any]] = {}
     for r in resources:
-        key: tuple[str, ...] = (r["type"], r["name"])
-        keyed[(*key, r.get("parent") or "") if key in ambiguous else key] = r
+        key = _key(r, by_urn)
+        if not by_urn and key in ambiguous:
+            key = (*key, r.get("parent") or "")
+        keyed[key] = r
     return keyed
 
 
@@ -190,25 +216,94 @@ def _ambiguous(resources: list[dict[str, Any]]) -> set[tuple[str, str]]:
     return twice
 
 
+def _options(resource: dict[str, Any]) -> dict[str, Any]:
+    return resource.get("options") or {}
+
+
+def _removal_notes(resource: dict[str, Any], action: str) -> list[str]:
+    options = _options(resource)
+    notes = []
+    if options.get("protect"):
+        notes.append(f"protected: `pulumi up` stops with an error instead of this {action} until "
+                     "`pulumi state unprotect` is run on it")
+    if options.get("retainOnDelete") and action == "delete":
+        notes.append("retainOnDelete: the engine forgets it but leaves it in the cloud or cluster, unmanaged")
+    return notes
+
+
+def _update(old: dict[str, Any], new: dict[str, Any], by_urn: bool) -> ResourceChange | None:
+    before = {"inputs": old.get("inputs", {}), "options": _options(old)}
+    after = {"inputs": new.get("inputs", {}), "options": _options(new)}
+    if not by_urn:
+        before["parent"], after["parent"] = old.get("parent"), new.get("parent")
+    fields = diff_values(before, after)
+    if not fields:
+        return None
+    inputs = [replacements.plain_path(f.path) for f in fields if f.path.startswith("inputs")]
+    forced = replacements.replacing_paths(new["type"], inputs, _options(new).get("replaceOnChanges") or [])
+    notes: list[str] = []
+    if forced:
+        order = ("deleted before its replacement exists" if _options(new).get("deleteBeforeReplace")
+                 else "the replacement is created first; the old one is deleted at the end of the update")
+        notes += [order, *_removal_notes(old, "replacement")]
+    elif new["type"] == replacements.NODE_GROUP and replacements.rolls_nodes(inputs):
+        notes.append("EKS replaces every node in place, draining each under the PodDisruptionBudgets "
+                     "(PodEvictionFailure after 15 minutes a node)")
+    return ResourceChange(new["type"], new["name"], tuple(fields), "replace" if forced else "update",
+                          tuple(forced), tuple(notes))
+
+
+def _launch_template_notes(changes: list[ResourceChange], head: list[dict[str, Any]]) -> list[ResourceChange]:
+    """A template updated in place is a new version: say which node groups roll because of it."""
+    replaced = {(c.type, c.name) for c in changes if c.action == "replace"}
+    result = []
+    for change in changes:
+        if change.type == replacements.LAUNCH_TEMPLATE and change.action == "update" and any(
+            f.path.startswith("inputs") for f in change.fields
+        ):
+            # The offline render's placeholder id of a resource is "<name>-id" (render.RenderMocks).
+            users = [r for r in head if r["type"] == replacements.NODE_GROUP
+                     and (r["inputs"].get("launchTemplate") or {}).get("id") == f"{change.name}-id"]
+            notes = list(change.notes)
+            for group in users:
+                if (group["type"], group["name"]) in replaced:
+                    notes.append(f"node group {group['name']} is replaced with it (a new generation)")
+                else:
+                    notes.append(f"a new template version: node group {group['name']} replaces every node in "
+                                 "place, draining each under the PodDisruptionBudgets")
+            change = dataclasses.replace(change, notes=tuple(notes))
+        result.append(change)
+    return result
+
+
 def diff_resources(
     base: list[dict[str, Any]], head: list[dict[str, Any]], stack: str, base_label: str, commit: str = "",
     note: str = "",
 ) -> StackDiff:
-    """Compare two renders' `resources` by (type, name); parent and inputs are compared field by field."""
-    # Pulumi allows one (type, name) under two parents; only then does the parent join the key.
-    ambiguous = _ambiguous(base) | _ambiguous(head)
-    old, new = _keyed(base, ambiguous), _keyed(head, ambiguous)
-    added = tuple(sorted((k[0], k[1]) for k in new.keys() - old.keys()))
-    removed = tuple(sorted((k[0], k[1]) for k in old.keys() - new.keys()))
-    changed = []
+    """Compare two renders' `resources` by URN and classify each change as the engine would."""
+    by_urn = all("urn" in r for r in base + head)
+    ambiguous = set() if by_urn else _ambiguous(base) | _ambiguous(head)
+    old, new = _keyed(base, by_urn, ambiguous), _keyed(head, by_urn, ambiguous)
+    moved = {(r["type"], r["name"]) for k, r in old.items() if k not in new} & {
+        (r["type"], r["name"]) for k, r in new.items() if k not in old}
+    changes: list[ResourceChange] = []
+    for key in sorted(old.keys() - new.keys()):
+        r = old[key]
+        notes = _removal_notes(r, "delete")
+        if (r["type"], r["name"]) in moved:
+            notes.insert(0, "its URN changed (a renamed or re-nested parent): deleted here and created under the new "
+                            "URN; an `aliases` option would keep it")
+        changes.append(ResourceChange(r["type"], r["name"], action="delete", notes=tuple(notes)))
+    for key in sorted(new.keys() - old.keys()):
+        r = new[key]
+        changes.append(ResourceChange(r["type"], r["name"], action="create"))
     for key in sorted(old.keys() & new.keys()):
-        fields = diff_values(
-            {"parent": old[key].get("parent"), "inputs": old[key].get("inputs", {})},
-            {"parent": new[key].get("parent"), "inputs": new[key].get("inputs", {})},
-        )
-        if fields:
-            changed.append(ResourceChange(key[0], key[1], tuple(fields)))
-    return StackDiff(stack, base_label, commit, added, removed, tuple(changed), note)
+        change = _update(old[key], new[key], by_urn)
+        if change is not None:
+            changes.append(change)
+    changes = _launch_template_notes(changes, head)
+    changes.sort(key=lambda c: (ACTIONS.index(c.action), c.type, c.name))
+    return StackDiff(stack, base_label, commit, tuple(changes), note)
 
 
 # --- showing values ------------------------------------------------------------------------------
@@ -249,6 +344,11 @@ def _shown_lines(change: FieldChange) -> list[str]:
     return lines
 
 
+def _headline(change: ResourceChange) -> str:
+    forced = f" (forced by {', '.join(change.forced_by)})" if change.forced_by else ""
+    return f"{SYMBOLS[change.action]} {change.type} {change.name}{forced}"
+
+
 def format_text(diff: StackDiff) -> str:
     if diff.empty:
         lines = [f"{diff.stack}: no changes against {diff.against}"]
@@ -256,17 +356,16 @@ def format_text(diff: StackDiff) -> str:
         lines = [f"{diff.stack}: {diff.counts()} against {diff.against}"]
     if diff.note:
         lines.append(f"  ({diff.note})")
-    lines += [f"+ {t} {n}" for t, n in diff.added]
-    lines += [f"- {t} {n}" for t, n in diff.removed]
-    for resource in diff.changed:
-        lines.append(f"~ {resource.type} {resource.name}")
-        for change in resource.fields:
-            if change.lines:
-                lines.append(f"    {change.path}: {sum(1 for x in change.lines if x[:1] in '+-')} lines changed")
-                lines += [f"      {line}" for line in _shown_lines(change)]
+    for change in diff.changes:
+        lines.append(_headline(change))
+        lines += [f"    ! {note}" for note in change.notes]
+        for field in change.fields:
+            if field.lines:
+                lines.append(f"    {field.path}: {sum(1 for x in field.lines if x[:1] in '+-')} lines changed")
+                lines += [f"      {line}" for line in _shown_lines(field)]
             else:
-                old, new = shown_pair(change)
-                label = f"{change.path} ({change.note})" if change.note else change.path
+                old, new = shown_pair(field)
+                label = f"{field.path} ({field.note})" if field.note else field.path
                 lines.append(f"    {label}: {old} -> {new}")
     return "\n".join(lines) + "\n"
 
@@ -301,7 +400,11 @@ def _folded(summary: str, body: list[str], rows: int) -> list[str]:
 
 
 def _changed_block(resource: ResourceChange) -> list[str]:
-    block = [f"**{_code(resource.type)} {_code(resource.name)}**", ""]
+    forced = f" — forced by {', '.join(_code(p) for p in resource.forced_by)}" if resource.forced_by else ""
+    block = [f"**{_code(SYMBOLS[resource.action])} {_code(resource.type)} {_code(resource.name)}**{forced}", ""]
+    block += [f"- {_escape(note)}" for note in resource.notes]
+    if resource.notes:
+        block.append("")
     block += ["| path | base | working tree |", "|---|---|---|"]
     multi_line = []
     for change in resource.fields:
@@ -320,8 +423,14 @@ def _changed_block(resource: ResourceChange) -> list[str]:
     return [*block, ""]
 
 
+def _listed(items: tuple[ResourceChange, ...]) -> list[str]:
+    rows = ["| type | name | note |", "|---|---|---|"]
+    rows += [f"| {_cell(c.type)} | {_cell(c.name)} | {_escape('; '.join(c.notes))} |" for c in items]
+    return rows
+
+
 def format_markdown(diff: StackDiff, budget: int = MARKDOWN_BUDGET) -> str:
-    """A pull-request comment: a heading with counts, then Added / Removed / Changed sections."""
+    """A pull-request comment: counts, then Replaced, Deleted, Created and Updated sections."""
     # The marker lets a workflow find and update its own comment for this stack.
     lines = [f"<!-- llm-serving diff: {diff.stack} -->"]
     against = _escape(diff.base) + (f" ({_code(diff.commit)})" if diff.commit else "")
@@ -329,33 +438,35 @@ def format_markdown(diff: StackDiff, budget: int = MARKDOWN_BUDGET) -> str:
         lines += [f"### Stack {_code(diff.stack)}: no changes", "", f"Rendered offline against {against}."]
         return "\n".join(lines) + "\n"
     lines += [f"### Stack {_code(diff.stack)}: {diff.counts()}", ""]
-    lines.append(f"Rendered offline against {against}; secrets are masked.")
+    lines.append(f"Rendered offline against {against}; secrets are masked. Symbols as in `pulumi preview "
+                 "--diff`: `+-` replace, `-` delete, `+` create, `~` update.")
     if diff.note:
         lines += ["", f"_{diff.note}_"]
-    for title, items in (("Added", diff.added), ("Removed", diff.removed)):
-        if items:
-            table = ["| type | name |", "|---|---|", *(f"| {_cell(t)} | {_cell(n)} |" for t, n in items)]
-            lines += ["", f"#### {title} ({len(items)})", ""]
-            lines += _folded(f"{len(items)} resources", table, len(items))
-    if diff.changed:
-        lines += ["", f"#### Changed ({len(diff.changed)})", ""]
-        used = sum(len(line) + 1 for line in lines)
+    used = sum(len(line) + 1 for line in lines)
+    for action in ACTIONS:
+        items = diff.of(action)
+        if not items:
+            continue
+        lines += ["", f"#### {TITLES[action]} ({len(items)})", ""]
+        if action in ("delete", "create"):
+            lines += _folded(f"{len(items)} resources", _listed(items), len(items))
+            used = sum(len(line) + 1 for line in lines)
+            continue
         body: list[str] = []
         rows = 0
-        for index, resource in enumerate(diff.changed):
+        for index, resource in enumerate(items):
             block = _changed_block(resource)
             size = sum(len(line) + 1 for line in block)
             if used + size > budget:
                 # Cut at a whole resource so no table or <details> is left open.
-                left = len(diff.changed) - index
-                body.append(f"_… {left} more changed resources not shown; run `python -m stacks diff "
+                body.append(f"_… {len(items) - index} more resources not shown; run `python -m stacks diff "
                             f"{diff.stack}` for the full diff._")
                 break
             body += block
             used += size
             rows += len(resource.fields) + 1
-        fields = sum(len(r.fields) for r in diff.changed)
-        lines += _folded(f"{len(diff.changed)} resources, {fields} fields", body, rows)
+        fields = sum(len(r.fields) for r in items)
+        lines += _folded(f"{len(items)} resources, {fields} fields", body, rows)
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

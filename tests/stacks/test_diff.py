@@ -2,6 +2,9 @@
 
 The command runs in a scratch git repository built from this project's files (never this repo's own
 history), with a `main` commit as the base and edits on a branch or in the working tree.
+
+Length: the classification rules (replace, delete, create, update, options, URN changes, launch
+templates), both output formats and the command on real history share one scratch repository.
 """
 
 from __future__ import annotations
@@ -122,11 +125,25 @@ def resource(type_: str, name: str, parent: str | None = None, **inputs: object)
     return {"type": type_, "name": name, "parent": parent, "inputs": inputs}
 
 
+def urned(type_: str, name: str, chain: str = "llmserving:stack:ServingStack", options: dict | None = None,
+          **inputs: object) -> dict[str, object]:
+    """A resource as resources.json holds it now: with its engine URN and its options."""
+    return {"type": type_, "name": name, "urn": f"urn:pulumi:prod::llm-serving::{chain}${type_}::{name}",
+            "parent": "p", "inputs": inputs, "options": {"protect": False, **(options or {})}}
+
+
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
 SECRET = "kubernetes:core/v1:Secret"
+PVC = "kubernetes:core/v1:PersistentVolumeClaim"
+NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
+TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 
 
-def test_resources_are_keyed_by_type_and_name():
+def summary(diff: StackDiff) -> list[tuple[str, str, str, tuple[str, ...]]]:
+    return [(c.action, c.type, c.name, c.forced_by) for c in diff.changes]
+
+
+def test_renders_without_urns_are_keyed_by_type_and_name():
     base = [
         resource(DEPLOYMENT, "a", "c::a", replicas=1),
         resource(DEPLOYMENT, "gone"),
@@ -138,11 +155,9 @@ def test_resources_are_keyed_by_type_and_name():
         resource(SECRET, "a", stringData={"k": "[secret]"}),
     ]
     diff = diff_resources(base, head, "prod", "main", "1a2b3c4")
-    assert diff.added == ((DEPLOYMENT, "new"),)
-    assert diff.removed == ((DEPLOYMENT, "gone"),)
-    (changed,) = diff.changed
-    assert (changed.type, changed.name) == (DEPLOYMENT, "a")
-    assert paths(list(changed.fields)) == {"inputs.replicas": (1, 2), "parent": ("c::a", "c::b")}
+    assert summary(diff) == [("delete", DEPLOYMENT, "gone", ()), ("create", DEPLOYMENT, "new", ()),
+                             ("update", DEPLOYMENT, "a", ())]
+    assert paths(list(diff.of("update")[0].fields)) == {"inputs.replicas": (1, 2), "parent": ("c::a", "c::b")}
 
 
 def test_unchanged_renders_make_an_empty_diff():
@@ -152,6 +167,82 @@ def test_unchanged_renders_make_an_empty_diff():
     assert format_text(diff) == "prod: no changes against main\n"
 
 
+def test_provider_rules_decide_replace_or_update():
+    base = [
+        urned(NODE_GROUP, "ng", subnetIds=["subnet-a"], scalingConfig={"maxSize": 2}),
+        urned(PVC, "claim", spec={"storageClassName": "efs-sc"}),
+        urned(DEPLOYMENT, "d", spec={"selector": {"matchLabels": {"a": "1"}}, "replicas": 1}),
+        urned(SECRET, "s", stringData={"k": "[secret]"}, metadata={"labels": {"a": "1"}}),
+    ]
+    head = [
+        urned(NODE_GROUP, "ng", subnetIds=["subnet-b"], scalingConfig={"maxSize": 4}),
+        urned(PVC, "claim", spec={"storageClassName": "efs-ap"}),
+        urned(DEPLOYMENT, "d", spec={"selector": {"matchLabels": {"a": "1"}}, "replicas": 2}),
+        urned(SECRET, "s", stringData={"k": "[secret]"}, metadata={"labels": {"a": "2"}}),
+    ]
+    diff = diff_resources(base, head, "prod", "main")
+    assert summary(diff) == [
+        ("replace", NODE_GROUP, "ng", ("subnetIds",)),  # terraform-provider-aws: ForceNew
+        ("replace", PVC, "claim", ("spec.storageClassName",)),  # pulumi-kubernetes: a claim's spec
+        ("update", DEPLOYMENT, "d", ()),
+        ("update", SECRET, "s", ()),  # labels are not data
+    ]
+    assert diff.of("replace")[0].notes == (
+        "the replacement is created first; the old one is deleted at the end of the update",)
+
+
+def test_replace_on_changes_and_protect_show_in_the_diff():
+    options = {"replaceOnChanges": ["labels"], "protect": True}
+    base = [urned(NODE_GROUP, "ng", options=options, labels={"llm-serving/node-generation": "aaaa"})]
+    head = [urned(NODE_GROUP, "ng", options={**options, "protect": False},
+                  labels={"llm-serving/node-generation": "bbbb"})]
+    (change,) = diff_resources(base, head, "prod", "main").changes
+    assert (change.action, change.forced_by) == ("replace", ("labels",))
+    assert paths(list(change.fields)) == {
+        'inputs.labels["llm-serving/node-generation"]': ("aaaa", "bbbb"), "options.protect": (True, False)}
+    assert change.notes[1] == ("protected: `pulumi up` stops with an error instead of this replacement until "
+                               "`pulumi state unprotect` is run on it")
+
+
+def test_option_only_changes_are_updates():
+    base = [urned(PVC, "claim", options={"retainOnDelete": True}, spec={"storageClassName": "efs-sc"})]
+    head = [urned(PVC, "claim", options={"retainOnDelete": False}, spec={"storageClassName": "efs-sc"})]
+    (change,) = diff_resources(base, head, "prod", "main").changes
+    assert (change.action, paths(list(change.fields))) == ("update", {"options.retainOnDelete": (True, False)})
+
+
+def test_a_urn_change_is_delete_plus_create_with_a_warning_for_protected_resources():
+    kept = {"protect": True, "retainOnDelete": True}
+    base = [urned(PVC, "claim", chain="llmserving:stack:ServingStack", options=kept)]
+    head = [urned(PVC, "claim", chain="llmserving:stack:Serving", options=kept)]
+    diff = diff_resources(base, head, "prod", "main")
+    assert [(c.action, c.name) for c in diff.changes] == [("delete", "claim"), ("create", "claim")]
+    assert diff.of("delete")[0].notes == (
+        "its URN changed (a renamed or re-nested parent): deleted here and created under the new URN; an "
+        "`aliases` option would keep it",
+        "protected: `pulumi up` stops with an error instead of this delete until `pulumi state unprotect` is run "
+        "on it",
+        "retainOnDelete: the engine forgets it but leaves it in the cloud or cluster, unmanaged",
+    )
+
+
+def test_a_new_launch_template_version_rolls_the_node_groups_that_use_it():
+    base = [urned(TEMPLATE, "lt", blockDeviceMappings=[{"ebs": {"volumeSize": 200}}]),
+            urned(NODE_GROUP, "ng", launchTemplate={"id": "lt-id", "version": "1"})]
+    head = [urned(TEMPLATE, "lt", blockDeviceMappings=[{"ebs": {"volumeSize": 400}}]),
+            urned(NODE_GROUP, "ng", launchTemplate={"id": "lt-id", "version": "1"})]
+    (change,) = diff_resources(base, head, "prod", "main").changes
+    assert (change.action, change.notes) == ("update", (
+        "a new template version: node group ng replaces every node in place, draining each under the "
+        "PodDisruptionBudgets",))
+    # An AMI bump of a group updated in place says the same on the group itself.
+    old = [urned(NODE_GROUP, "ng", releaseVersion="1.34.2-20261101")]
+    new = [urned(NODE_GROUP, "ng", releaseVersion="1.34.3-20261201")]
+    (group,) = diff_resources(old, new, "prod", "main").changes
+    assert group.notes == ("EKS replaces every node in place, draining each under the PodDisruptionBudgets "
+                           "(PodEvictionFailure after 15 minutes a node)",)
+
+
 # --- output formats ------------------------------------------------------------------------------
 
 
@@ -159,29 +250,37 @@ def change(path: str, old: object, new: object) -> FieldChange:
     return FieldChange(path, old, new)
 
 
-SAMPLE = StackDiff(
-    "prod", "main", "1a2b3c4",
-    added=((DEPLOYMENT, "qwen-7b-deployment"),),
-    removed=(("kubernetes:core/v1:Namespace", "prometheus-namespace"),),
-    changed=(ResourceChange(DEPLOYMENT, "llama-70b-deployment", (change("inputs.a[vllm].args[12]", "256", "128"),)),),
-)
+SAMPLE = StackDiff("prod", "main", "1a2b3c4", changes=(
+    ResourceChange(PVC, "llama-70b-weights-claim", (change("inputs.spec.storageClassName", "efs-sc", "efs-ap"),),
+                   "replace", ("spec.storageClassName",), ("protected: stops",)),
+    ResourceChange("kubernetes:core/v1:Namespace", "prometheus-namespace", action="delete"),
+    ResourceChange(DEPLOYMENT, "qwen-7b-deployment", action="create"),
+    ResourceChange(DEPLOYMENT, "llama-70b-deployment", (change("inputs.a[vllm].args[12]", "256", "128"),)),
+))
 
 
 def test_text_format():
     assert format_text(SAMPLE) == (
-        "prod: 1 added, 1 removed, 1 changed against main (1a2b3c4)\n"
-        "+ kubernetes:apps/v1:Deployment qwen-7b-deployment\n"
+        "prod: 1 to replace, 1 to delete, 1 to create, 1 to update against main (1a2b3c4)\n"
+        "+- kubernetes:core/v1:PersistentVolumeClaim llama-70b-weights-claim (forced by spec.storageClassName)\n"
+        "    ! protected: stops\n"
+        '    inputs.spec.storageClassName: "efs-sc" -> "efs-ap"\n'
         "- kubernetes:core/v1:Namespace prometheus-namespace\n"
+        "+ kubernetes:apps/v1:Deployment qwen-7b-deployment\n"
         "~ kubernetes:apps/v1:Deployment llama-70b-deployment\n"
         '    inputs.a[vllm].args[12]: "256" -> "128"\n'
     )
 
 
-def test_markdown_sections_and_table():
+def test_markdown_puts_replacements_and_deletions_first():
     text = format_markdown(SAMPLE)
-    assert text.startswith("<!-- llm-serving diff: prod -->\n### Stack `prod`: 1 added, 1 removed, 1 changed\n")
-    for heading in ("#### Added (1)", "#### Removed (1)", "#### Changed (1)"):
-        assert f"\n{heading}\n" in text
+    assert text.startswith("<!-- llm-serving diff: prod -->\n### Stack `prod`: 1 to replace, 1 to delete, 1 to "
+                           "create, 1 to update\n")
+    headings = [line for line in text.splitlines() if line.startswith("#### ")]
+    assert headings == ["#### Replaced (1)", "#### Deleted (1)", "#### Created (1)", "#### Updated (1)"]
+    assert ("**`+-` `kubernetes:core/v1:PersistentVolumeClaim` `llama-70b-weights-claim`** — forced by "
+            "`spec.storageClassName`") in text
+    assert "- protected: stops" in text
     assert '| `inputs.a[vllm].args[12]` | `"256"` | `"128"` |' in text
     assert "<details>" not in text  # short diffs stay unfolded
 
@@ -192,7 +291,7 @@ def test_markdown_folds_long_sections_clips_values_and_escapes_pipes():
         change("inputs.expr", long_old, long_new),
         change("inputs.pipe", "a|b", "a`b"),
     )
-    diff = StackDiff("dev", "main", changed=(ResourceChange(DEPLOYMENT, "d", fields),))
+    diff = StackDiff("dev", "main", changes=(ResourceChange(DEPLOYMENT, "d", fields),))
     text = format_markdown(diff)
     assert "<details><summary>1 resources, 32 fields</summary>" in text
     row = next(line for line in text.splitlines() if line.startswith("| `inputs.expr`"))
@@ -206,15 +305,15 @@ def test_markdown_stays_under_the_comment_budget():
         ResourceChange(DEPLOYMENT, f"d{i}", tuple(change(f"inputs.f{j}", "a" * 100, "b" * 100) for j in range(10)))
         for i in range(100)
     )
-    text = format_markdown(StackDiff("prod", "main", changed=many), budget=20_000)
+    text = format_markdown(StackDiff("prod", "main", changes=many), budget=20_000)
     assert len(text) < 21_000
-    assert "more changed resources not shown; run `python -m stacks diff prod`" in text
+    assert "more resources not shown; run `python -m stacks diff prod`" in text
     assert text.count("<details>") == text.count("</details>")
 
 
 def test_multi_line_changes_show_their_lines():
     fields = diff_values({"script": "set -e\ndownload a\n"}, {"script": "set -e\ndownload b\n"}, "inputs")
-    diff = StackDiff("dev", "main", changed=(ResourceChange("kubernetes:batch/v1:Job", "j", tuple(fields)),))
+    diff = StackDiff("dev", "main", changes=(ResourceChange("kubernetes:batch/v1:Job", "j", tuple(fields)),))
     assert "    inputs.script: 2 lines changed\n      @@ -2 +2 @@\n      -download a\n      +download b\n" in (
         format_text(diff)
     )
@@ -301,14 +400,14 @@ def test_changed_flag_shows_the_container_arg(repo):
         markdown = run_diff(repo, "prod", "--base", "main", "--format", "markdown")
     assert text.returncode == 1, text.stderr
     lines = text.stdout.splitlines()
-    assert lines[0].startswith("prod: 0 added, 0 removed, 1 changed against main (")
+    assert lines[0].startswith("prod: 0 to replace, 0 to delete, 0 to create, 1 to update against main (")
     assert lines[1] == "~ kubernetes:apps/v1:Deployment llama-70b-deployment"
     assert re.fullmatch(r'    inputs\.spec\.template\.spec\.containers\[vllm\]\.args\[\d+\]: "256" -> "128"', lines[2])
     assert len(lines) == 3
 
     assert markdown.returncode == 1, markdown.stderr
-    assert "### Stack `prod`: 0 added, 0 removed, 1 changed" in markdown.stdout
-    assert "#### Changed (1)" in markdown.stdout and "#### Added" not in markdown.stdout
+    assert "### Stack `prod`: 0 to replace, 0 to delete, 0 to create, 1 to update" in markdown.stdout
+    assert "#### Updated (1)" in markdown.stdout and "#### Created" not in markdown.stdout
     assert re.search(r'\| `inputs\.spec\.template\.spec\.containers\[vllm\]\.args\[\d+\]` \| `"256"` \| `"128"` \|',
                      markdown.stdout)
 
@@ -382,3 +481,53 @@ def test_without_main_the_default_base_is_head(tmp_path):
     git(tmp_path, "init", "-q", "-b", "trunk")
     git(tmp_path, "commit", "-q", "--allow-empty", "-m", "first")
     assert default_base(tmp_path) == ("HEAD", "HEAD")
+
+
+def test_replacements_options_and_consequences_on_real_history(repo):
+    # One working-tree change touching what a reviewer must not miss: subnets (replace the node
+    # group), the claim's storage class (replace a protected claim), and protect itself.
+    claim_storage = "      maxNumBatchedTokens: 8192\n"
+    with edited(repo, "Pulumi.prod.yaml", ("subnet-0bb00000000000003", "subnet-0bb00000000000009"),
+                ("    instanceType: p5.48xlarge\n", "    instanceType: p5.48xlarge\n    rootVolumeGib: 400\n"),
+                (claim_storage, claim_storage + "      storage:\n        storageClass: efs-fast\n")), \
+            edited(repo, "stacks/program.py", ("protect_weights=config.environment is Environment.PROD",
+                                               "protect_weights=False")):
+        text = run_diff(repo, "prod", "--base", "main")
+        markdown = run_diff(repo, "prod", "--base", "main", "--format", "markdown")
+    assert text.returncode == 1, text.stderr
+    out = text.stdout
+    assert ("\n+- aws:eks/nodeGroup:NodeGroup gpu-p5-48xlarge-node-group (forced by labels, subnetIds)\n"
+            "    ! the replacement is created first; the old one is deleted at the end of the update\n") in out
+    assert ("\n+- kubernetes:core/v1:PersistentVolumeClaim llama-70b-weights-claim (forced by "
+            "spec.storageClassName)\n") in out
+    assert "    options.protect: true -> false\n" in out
+    # A launch-template change is a new version in place; the group using it is a new generation.
+    assert ("\n~ aws:ec2/launchTemplate:LaunchTemplate gpu-p5-48xlarge-launch-template\n"
+            "    ! node group gpu-p5-48xlarge-node-group is replaced with it (a new generation)\n") in out
+    assert '    inputs.spec.storageClassName: "efs-sc" -> "efs-fast"\n' in out
+    # The pods follow the new node generation.
+    assert re.search(r'~ kubernetes:apps/v1:Deployment llama-70b-deployment\n(    .*\n)*    inputs\.spec\.template'
+                     r'\.spec\.nodeSelector\["llm-serving/node-generation"\]', out)
+    # Replacements come first, in text and markdown.
+    first = out.splitlines()[1]
+    assert first.startswith("+- ")
+    headings = [line for line in markdown.stdout.splitlines() if line.startswith("#### ")]
+    assert headings[0].startswith("#### Replaced (")
+
+
+def test_a_renamed_component_type_recreates_every_descendant_with_warnings(repo):
+    # A component's type is in every descendant's URN (a name is only in its own): moving
+    # ServingStack to another type token is the re-nesting a refactor causes.
+    with edited(repo, "components/serving_stack.py", ('"llmserving:stack:ServingStack"',
+                                                      '"llmserving:serving:ServingStack"')):
+        result = run_diff(repo, "prod", "--base", "main")
+    assert result.returncode == 1, result.stderr
+    counts = result.stdout.splitlines()[0]
+    assert re.match(r"prod: 0 to replace, (\d+) to delete, \1 to create, 0 to update against main", counts)
+    claim = result.stdout.split("- kubernetes:core/v1:PersistentVolumeClaim llama-70b-weights-claim\n", 1)[1]
+    assert claim.startswith(
+        "    ! its URN changed (a renamed or re-nested parent): deleted here and created under the new URN; an "
+        "`aliases` option would keep it\n"
+        "    ! protected: `pulumi up` stops with an error instead of this delete until `pulumi state unprotect` is "
+        "run on it\n"
+        "    ! retainOnDelete: the engine forgets it but leaves it in the cloud or cluster, unmanaged\n")
