@@ -6,6 +6,9 @@ STACK ?= dev
 STAMP := $(VENV)/.installed
 SCAN_VENV := .venv-scan
 SCAN_STAMP := $(SCAN_VENV)/.installed
+# The policy pack's own virtualenv, where PulumiPolicy.yaml says the CLI finds it; the CLI does not
+# create it for a local pack (`--policy-pack policies`).
+POLICY_STAMP := policies/.venv/.installed
 
 .PHONY: help bench render test lint scan golden reference-fixtures config-docs secrets-set preview up clean policy-check diff
 
@@ -68,14 +71,19 @@ secrets-set:
 	    sed "s/^/  pulumi config set --secret /; s/$$/ <value> -s $(STACK)/"; \
 	  exit 1; fi
 
-preview: $(STAMP) secrets-set
+$(POLICY_STAMP): policies/requirements.txt
+	$(PYTHON) -m venv policies/.venv
+	policies/.venv/bin/python -m pip install --quiet --disable-pip-version-check -r policies/requirements.txt
+	@touch $(POLICY_STAMP)
+
+preview: $(STAMP) $(POLICY_STAMP) secrets-set
 	pulumi preview --stack $(STACK) --diff --policy-pack policies
 
-up: $(STAMP) secrets-set
+up: $(STAMP) $(POLICY_STAMP) secrets-set
 	pulumi up --stack $(STACK) --policy-pack policies
 
 clean:
-	rm -rf build $(VENV) $(SCAN_VENV) .pytest_cache .ruff_cache
+	rm -rf build $(VENV) $(SCAN_VENV) policies/.venv .pytest_cache .ruff_cache
 
 policy-check: $(STAMP)
 	$(BIN)/python -m stacks.policy_check

@@ -6,8 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
+from stacks import awaits
 from stacks.loader import PROJECT_DIR
 from tests.conftest import STACK_NAMES
 
@@ -23,7 +25,7 @@ def load(name: str) -> dict:
 
 def test_every_workflow_passes_the_github_workflow_schema():
     files = sorted(str(p) for p in WORKFLOWS.glob("*.yml"))
-    assert len(files) == 6
+    assert len(files) == 7
     checker = Path(sys.executable).with_name("check-jsonschema")
     result = subprocess.run(
         [str(checker), "--builtin-schema", "vendor.github-workflows", *files],
@@ -72,3 +74,68 @@ def test_drift_check_refreshes_and_expects_no_changes():
     assert "schedule" in drift["on"]
     (action,) = [s for s in drift["jobs"]["drift"]["steps"] if str(s.get("uses", "")).startswith("pulumi/actions@")]
     assert action["with"]["refresh"] is True and action["with"]["expect-no-changes"] is True
+
+
+
+def test_preview_deploy_and_drift_share_one_concurrency_group_per_stack():
+    groups = {
+        "preview.yml": load("preview.yml")["jobs"]["preview"]["concurrency"],
+        "drift.yml": load("drift.yml")["jobs"]["drift"]["concurrency"],
+        "pulumi-up.yml": load("pulumi-up.yml")["jobs"]["up"]["concurrency"],
+    }
+    assert groups == {
+        "preview.yml": {"group": "pulumi-${{ matrix.stack }}", "cancel-in-progress": False},
+        "drift.yml": {"group": "pulumi-${{ matrix.stack }}", "cancel-in-progress": False},
+        # A cancelled `pulumi up` would leave the stack locked with pending operations.
+        "pulumi-up.yml": {"group": "pulumi-${{ inputs.stack }}", "cancel-in-progress": False},
+    }
+
+
+@pytest.mark.parametrize("name", STACK_NAMES)
+def test_deploy_job_outlasts_the_longest_await_of_every_stack(rendered, name):
+    seconds, chain = awaits.longest_await(rendered[name].resources)
+    timeout = load("pulumi-up.yml")["jobs"]["up"]["timeout-minutes"]
+    # Ten minutes for checkout, installs and the engine's own preview; GitHub stops any job at 360.
+    assert seconds + 600 <= timeout * 60 <= 360 * 60, (name, seconds, chain)
+
+
+def test_longest_await_of_prod_is_the_weights_job_then_every_rollout(rendered):
+    seconds, chain = awaits.longest_await(rendered["prod"].resources)
+    waiting = [(key, awaits.await_seconds(rendered["prod"].resource(*key.split("::", 1)))) for key in chain]
+    assert [(key, s) for key, s in waiting if s] == [
+        ("kubernetes:batch/v1:Job::llama-70b-weights-stage", 5683),
+        ("kubernetes:apps/v1:Deployment::llama-70b-deployment", 13080),
+    ]
+    assert seconds == 5683 + 13080
+
+
+def test_pull_requests_from_forks_never_run_a_preview_with_the_stacks_role():
+    job = load("preview.yml")["jobs"]["preview"]
+    assert job["if"] == "${{ github.event.pull_request.head.repo.full_name == github.repository }}"
+    # The offline diff needs no secret and no write token: it keeps an artifact for the comment workflow.
+    diff = load("offline-diff.yml")
+    assert diff["permissions"] == {"contents": "read"}
+    uploads = [s for s in diff["jobs"]["diff"]["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact")]
+    assert uploads and uploads[0]["with"]["name"] == "offline-diff-${{ matrix.stack }}"
+
+
+def test_the_comment_workflow_posts_from_the_base_repository_without_running_pr_code():
+    comment = load("offline-diff-comment.yml")
+    assert comment["on"] == {"workflow_run": {"workflows": ["offline-diff"], "types": ["completed"]}}
+    assert comment["permissions"] == {"actions": "read", "pull-requests": "write"}
+    steps = comment["jobs"]["comment"]["steps"]
+    assert not [s for s in steps if str(s.get("uses", "")).startswith("actions/checkout")]
+    assert not [s for s in steps if "run" in s]  # no shell step touches the artifact
+    script = steps[-1]["with"]["script"]
+    assert "/^[0-9]+$/.test(number)" in script
+
+
+@pytest.mark.parametrize(("workflow", "job"), [("preview.yml", "preview"), ("drift.yml", "drift"),
+                                               ("pulumi-up.yml", "up")])
+def test_placeholder_secrets_are_refused_before_pulumi_runs(workflow, job):
+    steps = load(workflow)["jobs"][job]["steps"]
+    names = [s.get("name", s.get("uses", "")) for s in steps]
+    refuse = names.index("Refuse placeholder secrets")
+    pulumi = next(i for i, s in enumerate(steps) if str(s.get("uses", "")).startswith("pulumi/actions@"))
+    assert refuse < pulumi
+    assert steps[refuse]["run"].startswith("make secrets-set STACK=")

@@ -7,6 +7,10 @@ from __future__ import annotations
 import ast
 import copy
 import dataclasses
+import os
+import select
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -249,3 +253,27 @@ def test_pack_defers_a_failing_rule_on_values_unknown_at_preview(rendered):
         "can't run policy 'images-pinned' from policy pack 'llm-serving@v0.1.0' during preview: string value at "
         ".spec.template.spec.containers.0.image can't be known during preview"
     )
+
+
+def test_the_pack_starts_the_way_the_clis_python_host_starts_it():
+    """pulumi-analyzer-policy-python runs `<pack venv>/bin/python -u -m pulumi.policy <engine> <pack dir>`
+    (pulumi/pulumi sdk/python/dist); the pack then serves gRPC and prints its port. Run from the pack
+    directory alone, without the repository on the path: the published pack ships only that folder."""
+    pytest.importorskip("pulumi_policy")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    process = subprocess.Popen([sys.executable, "-u", "-m", "pulumi.policy", "127.0.0.1:1", "."], cwd=POLICIES_DIR,
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        ready, _, _ = select.select([process.stdout], [], [], 60)
+        first = process.stdout.readline().strip() if ready else ""
+    finally:
+        process.kill()
+        _, stderr = process.communicate()
+    assert first.isdigit(), f"no port printed; stderr: {stderr[-2000:]}"
+
+
+def test_make_preview_and_up_build_the_packs_virtualenv_first():
+    makefile = (POLICIES_DIR.parent / "Makefile").read_text()
+    assert "preview: $(STAMP) $(POLICY_STAMP) secrets-set\n" in makefile
+    assert "up: $(STAMP) $(POLICY_STAMP) secrets-set\n" in makefile
+    assert "$(POLICY_STAMP): policies/requirements.txt\n\t$(PYTHON) -m venv policies/.venv\n" in makefile
