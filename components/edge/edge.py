@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.platform import RESTRICTED, helm_release, manifest_resource, namespace
+from components.platform import RESTRICTED, crd_chart, helm_release, manifest_resource, namespace
 
 from . import objects
 from .objects import EdgeSettings, Route
@@ -51,6 +51,16 @@ class Edge(pulumi.ComponentResource):
                     f"{name}-namespace", args.settings.namespace, parent=self, pod_security=EDGE_POD_SECURITY
                 )
                 controller.append(ns)
+                # The CRDs first, from their own chart at the controller's version, so a bump
+                # upgrades them; gateway-helm then skips its own (crds.enabled: false).
+                crds = crd_chart(
+                    f"{name}-gateway-crds",
+                    chart="gateway-crds-helm",
+                    version=args.envoy_gateway_chart_version,
+                    values=objects.gateway_crds_chart_values(),
+                    parent=self,
+                )
+                controller.append(crds)
                 controller.append(
                     helm_release(
                         f"{name}-envoy-gateway",
@@ -59,6 +69,7 @@ class Edge(pulumi.ComponentResource):
                         release_namespace=ns.metadata.name,
                         values=objects.envoy_gateway_chart_values(),
                         parent=self,
+                        depends_on=[crds],
                     )
                 )
             manifests = objects.gateway_objects(args.settings, routes)

@@ -159,8 +159,18 @@ def _meta(name: str, namespace: str | None = None, annotations: dict[str, str] |
 
 
 def envoy_gateway_chart_values() -> dict[str, Any]:
-    """gateway-helm 1.9.0 values: the defaults, with the controller name the GatewayClass names pinned."""
-    return {"config": {"envoyGateway": {"gateway": {"controllerName": CONTROLLER_NAME}}}}
+    """gateway-helm 1.9.0 values: the defaults, with the controller name the GatewayClass names pinned,
+    and without the chart's own CRDs (`crds/`, never upgraded by Helm): gateway-crds-helm owns them."""
+    return {
+        "config": {"envoyGateway": {"gateway": {"controllerName": CONTROLLER_NAME}}},
+        "crds": {"enabled": False},
+    }
+
+
+def gateway_crds_chart_values() -> dict[str, Any]:
+    """gateway-crds-helm 1.9.0 values: Gateway API's standard channel and Envoy Gateway's CRDs (the
+    chart's defaults render nothing; facts.md T2.2). Standard, not experimental: only GA kinds."""
+    return {"crds": {"gatewayAPI": {"enabled": True, "channel": "standard"}, "envoyGateway": {"enabled": True}}}
 
 
 def gateway_objects(settings: EdgeSettings, routes: list[Route]) -> list[Manifest]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.platform import PodSecurity, helm_release, namespace
+from components.platform import PodSecurity, crd_chart, helm_release, namespace, versions
 
 RELEASE_NAME = "kube-prometheus-stack"
 # kube-prometheus-stack's node-exporter DaemonSet reads the host: hostNetwork, hostPID and a hostPath
@@ -44,6 +44,9 @@ def chart_values(retention_days: int) -> dict[str, object]:
         # Grafana's admin password comes from our Secret, never from the chart's public default
         # or from Helm values (which would store it in the release).
         "grafana": {"admin": {"existingSecret": GRAFANA_ADMIN_SECRET}},
+        # The operator's CRDs come from prometheus-operator-crds (below), which a bump upgrades;
+        # the chart's own copy sits in crds/, which Helm never upgrades.
+        "crds": {"enabled": False},
     }
 
 
@@ -71,6 +74,13 @@ class PrometheusStack(pulumi.ComponentResource):
             },
             opts=pulumi.ResourceOptions(parent=self),
         )
+        crds = crd_chart(
+            f"{name}-crds",
+            chart="prometheus-operator-crds",
+            version=versions.PROMETHEUS_OPERATOR_CRDS.version,
+            values={},
+            parent=self,
+        )
         self.release = helm_release(
             f"{name}-release",
             chart=RELEASE_NAME,
@@ -78,7 +88,7 @@ class PrometheusStack(pulumi.ComponentResource):
             release_namespace=ns.metadata.name,
             values=chart_values(args.retention_days),
             parent=self,
-            depends_on=[admin],
+            depends_on=[admin, crds],
         )
         self.namespace = ns.metadata.name
         self.url = pulumi.Output.from_input(query_url(args.namespace))

@@ -2,7 +2,7 @@
 the pinned versions and the shapes every Prometheus rule and query shares."""
 
 from . import versions
-from .helm import HELM_TIMEOUT_SECONDS, helm_release, namespace
+from .helm import HELM_TIMEOUT_SECONDS, crd_chart, helm_release, namespace
 from .kubernetes import EksCluster, cluster_version, kubeconfig, kubernetes_provider, lookup_cluster
 from .manifests import manifest_resource
 from .pod_security import RESTRICTED, PodSecurity
@@ -10,6 +10,7 @@ from .prometheus import NAMESPACE_LABEL, NODE_LABEL, POD_LABEL, alert_rule, chec
 
 __all__ = [
     "HELM_TIMEOUT_SECONDS",
+    "crd_chart",
     "NAMESPACE_LABEL",
     "NODE_LABEL",
     "POD_LABEL",

@@ -65,3 +65,28 @@ def helm_release(
         skip_await=False,
         opts=pulumi.ResourceOptions(parent=parent, depends_on=depends_on or []),
     )
+
+
+def crd_chart(
+    resource_name: str,
+    *,
+    chart: str,
+    version: str,
+    values: dict[str, Any],
+    parent: pulumi.Resource,
+) -> k8s.helm.v4.Chart:
+    """CRDs from a CRD-only chart, rendered and applied by Pulumi (server-side apply) rather than kept
+    in a Helm release: Helm never upgrades CRDs a chart ships in `crds/`, so a chart bump would leave
+    them stale, and large CRD sets outgrow the 1 MiB Secret a release is stored in (the projects
+    document `helm template ... | kubectl apply --server-side` for the same reason: envoyproxy/gateway
+    install-helm.md, tigera/docs#2636). A version bump updates every CRD in place."""
+    repository = CHARTS[chart].repository
+    oci = repository.startswith("oci://")
+    return k8s.helm.v4.Chart(
+        resource_name,
+        chart=repository if oci else chart,
+        version=version,
+        repository_opts=None if oci else {"repo": repository},
+        values=values,
+        opts=pulumi.ResourceOptions(parent=parent),
+    )

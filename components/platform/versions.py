@@ -58,6 +58,16 @@ AWS_LOAD_BALANCER_CONTROLLER = ChartPin(
     chart="aws-load-balancer-controller", version="3.5.0", repository="https://aws.github.io/eks-charts"
 )
 
+# Gateway API (standard channel, v1.6.1) and Envoy Gateway CRDs from Envoy's CRD-only chart, published
+# with gateway-helm and at its version (envoyproxy/gateway v1.9.0 install-helm.md; facts.md T2.2).
+GATEWAY_CRDS = ChartPin(chart="gateway-crds-helm", version="v1.9.0", repository="oci://docker.io/envoyproxy/gateway-crds-helm")
+
+# prometheus-community prometheus-operator-crds 31.0.1 = prometheus-operator v0.93.1, the operator
+# kube-prometheus-stack 88.5.3 runs (facts.md T2.3); installed with it, in its place for the CRDs.
+PROMETHEUS_OPERATOR_CRDS = ChartPin(
+    chart="prometheus-operator-crds", version="31.0.1", repository="https://prometheus-community.github.io/helm-charts"
+)
+
 # kedacore/charts v2.20.2 (KEDA 2.20.2 and its CRDs).
 KEDA = ChartPin(chart="keda", version="2.20.2", repository="https://kedacore.github.io/charts")
 
@@ -85,6 +95,8 @@ CHARTS: dict[str, ChartPin] = {
         DCGM_EXPORTER,
         KUBE_PROMETHEUS_STACK,
         ENVOY_GATEWAY,
+        GATEWAY_CRDS,
+        PROMETHEUS_OPERATOR_CRDS,
         AWS_LOAD_BALANCER_CONTROLLER,
         KEDA,
         PROMETHEUS_ADAPTER,

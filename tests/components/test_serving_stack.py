@@ -45,7 +45,8 @@ def test_every_custom_resource_validates_against_its_crd(rendered, name):
 
 @pytest.mark.parametrize("name", STACK_NAMES)
 def test_every_helm_value_set_exists_in_the_pinned_chart(rendered, name):
-    releases = rendered[name].by_type()["kubernetes:helm.sh/v3:Release"]
+    by_type = rendered[name].by_type()
+    releases = by_type["kubernetes:helm.sh/v3:Release"] + by_type.get("kubernetes:helm.sh/v4:Chart", [])
     assert releases
     for release in releases:
         inputs = release["inputs"]
@@ -175,3 +176,27 @@ def test_every_stack_rolls_out_a_pod_template_change_within_its_gpus(rendered, n
     assert deployment["spec"]["strategy"] == strategy
     wiring = rendered[name].wiring[f"kubernetes:apps/v1:Deployment::{deployment['metadata']['name']}-deployment"]
     assert wiring["customTimeouts"] == {"create": timeout, "update": timeout}
+
+
+
+@pytest.mark.parametrize(("name", "crd_charts"), [
+    ("dev", {"edge-gateway-crds": "gateway-crds-helm", "prometheus-crds": "prometheus-operator-crds"}),
+    ("staging", {"edge-gateway-crds": "gateway-crds-helm"}),
+    ("prod", {"edge-gateway-crds": "gateway-crds-helm"}),
+])
+def test_crds_come_from_crd_charts_first_so_a_bump_upgrades_them(rendered, name, crd_charts):
+    result = rendered[name]
+    charts = {r["name"]: r["inputs"]["chart"].rsplit("/", 1)[-1]
+              for r in result.by_type()["kubernetes:helm.sh/v4:Chart"]}
+    assert charts == crd_charts
+    gateway = result.resource("kubernetes:helm.sh/v3:Release", "edge-envoy-gateway")
+    assert gateway["inputs"]["values"]["crds"] == {"enabled": False}
+    assert "kubernetes:helm.sh/v4:Chart::edge-gateway-crds" in gateway["options"]["dependsOn"]
+    for resource in result.resources:
+        if resource["type"].startswith("kubernetes:gateway."):
+            crds = "kubernetes:helm.sh/v4:Chart::edge-gateway-crds"
+            assert crds in resource["options"]["dependsOn"], resource["name"]
+    if "prometheus-crds" in crd_charts:
+        stack = result.resource("kubernetes:helm.sh/v3:Release", "prometheus-release")
+        assert stack["inputs"]["values"]["crds"] == {"enabled": False}
+        assert "kubernetes:helm.sh/v4:Chart::prometheus-crds" in stack["options"]["dependsOn"]
