@@ -6,21 +6,43 @@ Every command exits 2 on invalid input with one line per problem, never a traceb
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
 import time
 from pathlib import Path
 
 from stacks import clone, loader
-from stacks.problems import ConfigError
+from stacks.problems import ConfigError, Problem
 
 
 def _stack_path(target: str) -> Path:
-    """A stack name (`prod`) or a path to a stack file."""
+    """A stack name (`prod`) or a path to a stack file; an unknown name lists the stacks that exist."""
     path = Path(target)
     if path.suffix == ".yaml" or path.exists():
         return path
-    return loader.stack_file_path(target)
+    path = loader.stack_file_path(target)
+    if not path.is_file():
+        known = loader.stack_names()
+        close = difflib.get_close_matches(target, known, n=1)
+        hint = f'did you mean "{close[0]}"? ' if close else ""
+        raise ConfigError([Problem("stack", f"no stack file Pulumi.{target}.yaml; {hint}stacks here: "
+                                   f"{', '.join(known)}", target, "one of the stacks, or a path to a stack file")])
+    return path
+
+
+def _output_dir(out: Path) -> Path:
+    """Checked before rendering: a render that cannot be written should fail before it starts."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError([Problem("--out", "is a file, not a directory", str(out), "a directory path")])
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigError([Problem("--out", f"cannot create it ({error.strerror})", str(out),
+                                   "a directory you can write to")]) from None
+    if not os.access(out, os.W_OK):
+        raise ConfigError([Problem("--out", "is not writable", str(out), "a directory you can write to")])
+    return out
 
 
 def _render(argv: list[str]) -> int:
@@ -34,8 +56,11 @@ def _render(argv: list[str]) -> int:
                         "stack's cluster.kubernetesVersion); another one is rejected as a real preview would")
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    result = render.render_stack(_stack_path(args.stack), cluster_version=args.cluster_version)
-    out = args.out or loader.PROJECT_DIR / "build" / result.stack
+    path = _stack_path(args.stack)
+    loader.load_stack_file(path)  # config problems first: nothing is created for an invalid stack
+    stack = path.name.removeprefix("Pulumi.").removesuffix(".yaml")
+    out = _output_dir(args.out or loader.PROJECT_DIR / "build" / stack)
+    result = render.render_stack(path, cluster_version=args.cluster_version)
     manifests, resources = render.write(result, out)
     if not args.quiet:
         sys.stdout.write(render.summary(result))
@@ -81,10 +106,28 @@ def _diff(argv: list[str]) -> int:
 COMMANDS = {"render": _render, "plan": _plan, "clone": _clone, "diff": _diff}
 
 
+HELP = """usage: .venv/bin/python -m stacks <command> [options]   (or `source .venv/bin/activate` first)
+
+commands:
+  render <stack>   offline render into build/<stack>/ (manifests.yaml, resources.json); no cloud, no CLI
+  plan             size one vLLM replica: TP, KV cache, concurrency, startup budget, dynamics
+  clone <from> <to> --set key.path=value
+                   a new stack file that extends another, valid for the Pulumi CLI
+  diff <stack>     what a change does to a stack's render, as `pulumi preview --diff` would mark it
+
+`<command> --help` describes each command's options. Exit codes: 0 success, 1 diff found changes,
+2 invalid input (one line per problem).
+"""
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] in (["--help"], ["-h"], ["help"]):
+        sys.stdout.write(HELP)
+        return 0
     if not argv or argv[0] not in COMMANDS:
-        sys.stderr.write("usage: python -m stacks {render,plan,clone,diff} ...\n")
+        unknown = f"unknown command {argv[0]!r}\n" if argv else ""
+        sys.stderr.write(unknown + HELP)
         return 2
     try:
         return COMMANDS[argv[0]](argv[1:])

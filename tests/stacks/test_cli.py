@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from stacks import render
 from stacks.loader import PROJECT_DIR
 
 
@@ -84,7 +85,7 @@ def test_cyclic_extends_exits_2_with_one_line(tmp_path):
 def test_unknown_command_exits_2():
     result = run("deploy")
     assert result.returncode == 2
-    assert result.stderr.startswith("usage: python -m stacks")
+    assert result.stderr.startswith("unknown command 'deploy'\nusage: .venv/bin/python -m stacks <command>")
 
 
 def test_model_that_cannot_fit_exits_2_before_anything_is_created(tmp_path):
@@ -112,3 +113,37 @@ def test_render_against_a_cluster_of_another_version_exits_2_naming_both(tmp_pat
         "a new generation beside the old one)"
     )
     assert not (tmp_path / "manifests.yaml").exists()
+
+
+def test_help_lists_every_command_and_exits_0():
+    result = run("--help")
+    assert result.returncode == 0
+    for command in ("render <stack>", "plan ", "clone <from> <to>", "diff <stack>"):
+        assert f"\n  {command}" in result.stdout
+    unknown = run("rendr")
+    assert unknown.returncode == 2 and unknown.stderr.startswith("unknown command 'rendr'\nusage:")
+
+
+def test_a_misspelt_stack_name_lists_the_stacks_that_exist():
+    result = run("render", "prdo")
+    assert result.returncode == 2
+    assert result.stderr == (
+        'llm-serving:stack: no stack file Pulumi.prdo.yaml; did you mean "prod"? stacks here: dev, prod, staging '
+        '(got "prdo"; expected one of the stacks, or a path to a stack file)\n')
+
+
+def test_an_unusable_output_path_fails_before_rendering(tmp_path):
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    result = run("render", "dev", "--out", str(a_file))
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (f'llm-serving:--out: is a file, not a directory (got "{a_file}"; expected a directory '
+                             "path)\n")
+    below_a_file = a_file / "out"
+    result = run("render", "dev", "--out", str(below_a_file))
+    assert result.returncode == 2 and result.stderr.startswith("llm-serving:--out: cannot create it (Not a directory)")
+
+
+def test_the_c_emitter_writes_the_same_bytes_as_the_pure_python_one(rendered):
+    manifests = rendered["prod"].manifests
+    assert render.dump_manifests(manifests) == render.dump_manifests(manifests, render._PureManifestDumper)
