@@ -526,7 +526,10 @@ class GpuNodeGroupConfig(ConfigModel):
     """The EKS managed node group of GPU instances that serves the models."""
 
     instance_type: InstanceTypeName = Field(
-        description="EC2 instance type, e.g. `p5.48xlarge`; see the GPU catalog in the README."
+        description=(
+            "EC2 instance type, e.g. `p5.48xlarge`, from the catalog in `components/gpu/catalog.py` (else give "
+            "`customInstance`)."
+        )
     )
     custom_instance: CustomGpuInstance | None = Field(
         default=None,

@@ -244,7 +244,7 @@ def tensor_parallel_problem(
     if not _is_int(tp) or tp not in TENSOR_PARALLEL_SIZES:
         return f"--tensor-parallel-size {tp} is not one of {', '.join(map(str, TENSOR_PARALLEL_SIZES))}"
     if gpus_per_node % tp:
-        # A TP group is one pod on one node (DESIGN.md), so it must fit, and tile, the node's GPUs.
+        # A TP group is one pod on one node (docs/decisions.md), so it must fit and tile the node's GPUs.
         return f"--tensor-parallel-size {tp} does not divide the {gpus_per_node} GPU(s) of {node}"
     if model.num_attention_heads % tp:
         return (
