@@ -35,6 +35,7 @@ from components.observability import (
 from components.platform import RESTRICTED, manifest_resource, namespace
 from components.scaling import ModelAutoscaling, ModelAutoscalingArgs, ScalingTarget
 from components.serving import PORT, EngineSettings, ModelWeights, ModelWeightsArgs, VllmDeployment, VllmDeploymentArgs
+from components.storage import WeightsFileSystem, WeightsFileSystemArgs
 
 # Labels every vLLM pod and every staging Job pod carries (NetworkPolicies and the PodMonitor).
 VLLM_POD_SELECTOR = {"app.kubernetes.io/component": "vllm"}
@@ -61,6 +62,7 @@ class ServedModel:
     storage_class: str
     access_mode: str
     size_gib: int
+    zone: str | None  # ReadWriteOnce: the zone the volume, the Job and the replica share
     download_deadline_seconds: int
     scaling: ScalingTarget
     slo: ModelSlo
@@ -78,6 +80,7 @@ class ServingStackArgs:
     node_group: GpuNodeGroupArgs
     cluster_autoscaler: ClusterAutoscalerArgs | None  # None: an existing autoscaler, or none
     install_node_monitoring_agent: bool  # the auto-repair agent add-on (False: the cluster has it, or no repair)
+    weights_storage: WeightsFileSystemArgs | None  # None: an existing StorageClass holds the weights
     device_plugin: NvidiaDevicePluginArgs
     dcgm_exporter: DcgmExporterArgs
     prometheus: PrometheusStackArgs | None  # None: use the cluster's existing Prometheus Operator
@@ -193,6 +196,10 @@ class ServingStack(pulumi.ComponentResource):
         ]
         endpoints: dict[str, pulumi.Output[str]] = {}
         self._deployments: list[pulumi.Resource] = []
+        storage_class: pulumi.Output[str] | None = None
+        if args.weights_storage is not None:
+            # Claims name the class through its output, so they wait for the file system to be mountable.
+            storage_class = WeightsFileSystem("weights-storage", args.weights_storage, child).storage_class_name
         # Through the node group's name, so a Deployment waits for its node group: after a node
         # update the pods roll only once the new generation's group exists.
         node_selector = pulumi.Output.all(
@@ -208,7 +215,8 @@ class ServingStack(pulumi.ComponentResource):
                     revision=model.revision,
                     tokenizer_revision=model.tokenizer_revision,
                     image=model.image,
-                    storage_class=model.storage_class,
+                    storage_class=storage_class if storage_class is not None else model.storage_class,
+                    zone=model.zone,
                     access_mode=model.access_mode,
                     size_gib=model.size_gib,
                     download_deadline_seconds=model.download_deadline_seconds,
@@ -237,6 +245,7 @@ class ServingStack(pulumi.ComponentResource):
                     rollout_timeout_seconds=model.rollout_timeout_seconds,
                     pre_start_seconds=model.pre_start_seconds,
                     pod_annotations={SAFE_TO_EVICT_ANNOTATION: "false"},
+                    zone=model.zone,
                     cache_gib=model.cache_gib,
                     tmp_gib=model.tmp_gib,
                     chat_template=model.chat_template,

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from urllib.parse import urlsplit
 
 from components import gpu, serving
-from components.platform import versions
+from stacks import platform_checks
 from stacks.config import (
     AccessMode,
     AmiType,
@@ -22,13 +22,13 @@ from stacks.config import (
     EdgeAuth,
     EdgeMode,
     Environment,
-    ExistingAutoscaler,
     KvCacheDtype,
     ModelConfig,
     NodeAutoscalingMode,
     PlacementStrategy,
     PrometheusMode,
     StackConfig,
+    StorageBackend,
 )
 from stacks.planning import (
     MAX_SCALE_DOWN_WINDOW_SECONDS,
@@ -38,6 +38,7 @@ from stacks.planning import (
     replica_bounds,
     resolve_instance_type,
     rollout_strategies,
+    storage_backend_label,
 )
 from stacks.problems import Problem
 
@@ -173,9 +174,17 @@ def _each_model(config: StackConfig) -> Iterator[Problem]:
             yield Problem(f"{at}.modelId", "not in the model catalog; give its facts in architecture",
                           model.model_id, "a catalog model or an architecture block")
             continue
-        if model.storage.access_mode is AccessMode.READ_WRITE_ONCE and model.replicas > 1:
+        if model.storage.access_mode is AccessMode.READ_WRITE_ONCE and replica_bounds(model)[1] > 1:
             yield Problem(f"{at}.storage.accessMode", "replicas on several nodes cannot share a ReadWriteOnce "
-                          "volume", model.storage.access_mode.value, "ReadWriteMany, or replicas: 1")
+                          "volume", model.storage.access_mode.value,
+                          "ReadWriteMany, or replicas and autoscaling.maxReplicas 1")
+        if config.weights_storage.backend is StorageBackend.EFS:
+            if model.storage.access_mode is AccessMode.READ_WRITE_ONCE:
+                yield Problem(f"{at}.storage.accessMode", "EFS claims are ReadWriteMany", "ReadWriteOnce",
+                              "ReadWriteMany, or weightsStorage.backend existingStorageClass with an EBS class")
+            if model.storage.size_gib is not None:
+                yield Problem(f"{at}.storage.sizeGib", "EFS ignores a claim's size (it grows with its data); a "
+                              "size here would only risk a shrink", model.storage.size_gib, "unset")
         if model.image.tag in MOVING_TAGS:
             yield Problem(f"{at}.image.tag", "a moving tag; pin the engine version", model.image.tag,
                           "a release tag like v0.33.0")
@@ -208,6 +217,17 @@ def _each_model(config: StackConfig) -> Iterator[Problem]:
                           "settings whose weights and one max-length request fit (see python -m stacks plan)")
             continue
         yield from _scaling_bounds(config, model, plan)
+        ceiling = config.weights_storage.max_cold_start_seconds
+        if plan.cold_start_seconds > ceiling:
+            yield Problem(at, f"its planned cold start is {plan.cold_start_seconds} s ({architecture_bytes(model)} "
+                          f"from {storage_backend_label(config)}, plus engine start), above "
+                          "weightsStorage.maxColdStartSeconds", ceiling,
+                          "faster storage, a smaller checkpoint, or a higher ceiling")
+
+
+def architecture_bytes(model: ModelConfig) -> str:
+    architecture = model_architecture(model)
+    return f"{architecture.weight_bytes / 1e9:.0f} GB" if architecture else "its weights"
 
 
 def _scaling_bounds(config: StackConfig, model: ModelConfig, plan: serving.CapacityPlan) -> Iterator[Problem]:
@@ -315,50 +335,10 @@ def _edge(config: StackConfig) -> Iterator[Problem]:
                           "a gateway edge, or a shorter maxModelLen")
 
 
-def cluster_version_problem(config: StackConfig, actual: str) -> Problem | None:
-    """The looked-up cluster runs another minor than the stack file says: CreateNodegroup accepts only
-    the control plane's version, Cluster Autoscaler must match it, and the objects were validated
-    against the stack's version."""
-    expected = config.cluster.kubernetes_version
-    if actual == expected:
-        return None
-    return Problem("cluster.kubernetesVersion", f"cluster {config.cluster.name} runs Kubernetes {actual}", expected,
-                   f"{actual!r} (with gpuNodeGroup.amiReleaseVersion a {actual} release, or unset); the GPU node "
-                   "group then moves to a new generation beside the old one")
-
-
-def _node_autoscaling(config: StackConfig) -> Iterator[Problem]:
-    autoscaling = config.node_autoscaling
-    minor = config.cluster.kubernetes_version
-    if autoscaling.mode is NodeAutoscalingMode.EXISTING:
-        if autoscaling.existing is None:
-            yield Problem("nodeAutoscaling.existing", "mode existing needs the autoscaler the cluster runs", None,
-                          "cluster-autoscaler")
-        elif autoscaling.existing is ExistingAutoscaler.KARPENTER:
-            yield Problem("nodeAutoscaling.existing", "Karpenter launches its own nodes and never resizes an EKS "
-                          "managed node group, so this program's GPU group would not grow", "karpenter",
-                          "cluster-autoscaler, or mode none (the group's fixed desiredNodes)")
-    elif autoscaling.existing is not None:
-        yield Problem("nodeAutoscaling.existing", f"only read with mode existing, not {autoscaling.mode.value}",
-                      autoscaling.existing.value, "unset")
-    if autoscaling.mode is NodeAutoscalingMode.CLUSTER_AUTOSCALER:
-        try:
-            gpu.image_tag_for(minor, versions.CLUSTER_AUTOSCALER_IMAGE_TAGS)
-        except ValueError as error:
-            yield Problem("cluster.kubernetesVersion", str(error), minor,
-                          ", ".join(sorted(versions.CLUSTER_AUTOSCALER_IMAGE_TAGS)))
-    release = config.gpu_node_group.ami_release_version
-    al2023 = config.gpu_node_group.ami_type is AmiType.AL2023_X86_64_NVIDIA
-    if al2023 and release is not None and not release.startswith(f"{minor}."):
-        # EKS AL2023 AMI releases are named <kubernetes minor>.<patch>-<date>; CreateNodegroup rejects
-        # a release of another minor. Bottlerocket releases carry the OS version (e.g. 1.47.0-6154605b).
-        yield Problem(f"{NG}.amiReleaseVersion", f"not a release for Kubernetes {minor} (cluster.kubernetesVersion)",
-                      release, f"a {minor}.x release, or unset")
-
-
 RULES: tuple[Callable[[StackConfig], Iterator[Problem]], ...] = (
     _scaling,
-    _node_autoscaling,
+    platform_checks.weights_storage_rules,
+    platform_checks.node_autoscaling_rules,
     _capacity,
     _instance,
     _observability,

@@ -127,23 +127,70 @@ class VllmImageConfig(ConfigModel):
 
 
 class WeightsStorageConfig(ConfigModel):
-    """The volume the weights are pre-staged on, read by every replica of the model."""
+    """One model's weights claim on the stack's weights storage (`weightsStorage`)."""
 
-    storage_class: DnsLabel = Field(
-        default="efs-sc", description="StorageClass of the weights volume (EFS for ReadWriteMany on EKS)."
-    )
     access_mode: AccessMode = Field(
         default=AccessMode.READ_WRITE_MANY,
-        description="ReadWriteMany lets every replica, on any node, mount the same weights.",
+        description=(
+            "ReadWriteMany lets every replica, on any node, mount the same weights. ReadWriteOnce (an EBS "
+            "class under `existingStorageClass`) allows one replica, pinned to the node group's first zone."
+        ),
     )
     size_gib: int | None = Field(
-        default=None, ge=1, le=65536, description="Volume size in GiB; unset: weights plus 25 % headroom."
+        default=None,
+        ge=1,
+        le=65536,
+        description=(
+            "Claim size in GiB, only with `existingStorageClass` (EFS ignores it); unset: two revisions plus "
+            "10 %. Never lower it for an existing claim: Kubernetes refuses to shrink one."
+        ),
     )
+
+
+class StorageBackend(StrEnum):
+    """Where the weights live."""
+
+    EFS = "efs"
+    EXISTING_STORAGE_CLASS = "existingStorageClass"
+
+
+class EfsStorageConfig(ConfigModel):
+    """The EFS file system this program creates for the weights."""
+
+    install_csi_driver: bool = Field(
+        default=True,
+        description="Install the `aws-efs-csi-driver` EKS add-on; false when the cluster already has it.",
+    )
+
+
+class ExistingStorageClassConfig(ConfigModel):
+    """A StorageClass the cluster already has, and the read speed its operator vouches for."""
+
+    name: DnsLabel = Field(description="StorageClass name.")
     read_mib_per_second: float = Field(
-        default=125.0,
-        gt=0,
-        le=100000,
-        description="Sustained read throughput in MiB/s; sizes the cold-start estimate and startup probe.",
+        gt=0, le=100000, description="Sustained read MiB/s one pod gets; sizes cold starts and startup probes."
+    )
+
+
+class WeightsBackendConfig(ConfigModel):
+    """The storage every model's weights are pre-staged on."""
+
+    backend: StorageBackend = Field(
+        default=StorageBackend.EFS,
+        description=(
+            "`efs`: an encrypted EFS file system with Elastic throughput, created and retained by this program; "
+            "`existingStorageClass`: a class the cluster has."
+        ),
+    )
+    efs: EfsStorageConfig = Field(default_factory=EfsStorageConfig, description="With backend `efs`.")
+    existing_storage_class: ExistingStorageClassConfig | None = Field(
+        default=None, description="With backend `existingStorageClass`: the class and its read speed."
+    )
+    max_cold_start_seconds: int = Field(
+        default=3600,
+        ge=300,
+        le=6 * 3600,
+        description="Longest planned cold start a model may have on this storage; longer is rejected.",
     )
 
 
@@ -701,6 +748,9 @@ class StackConfig(ConfigModel):
     gpu_node_group: GpuNodeGroupConfig = Field(description="The GPU node group.")
     node_autoscaling: NodeAutoscalingConfig = Field(
         default_factory=NodeAutoscalingConfig, description="Who adds and removes GPU nodes."
+    )
+    weights_storage: WeightsBackendConfig = Field(
+        default_factory=WeightsBackendConfig, description="Where model weights are pre-staged."
     )
     addons: AddonsConfig = Field(default_factory=AddonsConfig, description="Cluster add-ons.")
     observability: ObservabilityConfig = Field(description="Metrics, alerts and runbooks.")

@@ -12,7 +12,7 @@ import json
 import sys
 from typing import TextIO
 
-from components import serving
+from components import serving, storage
 from components.gpu import known_instance_type_names, lookup_instance_type
 from components.serving import CapacityError, CapacityPlan, known_model_ids, lookup_model
 
@@ -104,9 +104,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--storage-read-mib-per-second",
         type=float,
-        default=serving.DEFAULT_STORAGE_READ_MIB_PER_SECOND,
-        help="Read throughput of the weights volume in MiB/s "
-        f"(default {serving.DEFAULT_STORAGE_READ_MIB_PER_SECOND:g}, gp3's baseline).",
+        default=storage.EFS_READ_MIB_PER_SECOND,
+        help="Read throughput of the weights volume in MiB/s per pod (default "
+        f"{storage.EFS_READ_MIB_PER_SECOND:g}: EFS Elastic, the default backend; see docs/capacity-planner.md).",
     )
     dynamics = parser.add_argument_group(
         "dynamics", "How long capacity takes to change (defaults and sources: docs/capacity-planner.md#dynamics)."
@@ -183,6 +183,12 @@ def _unknown(kind: str, value: str, known: list[str]) -> str:
     return f"unknown {kind} {value!r}{hint}; known: {', '.join(known)}"
 
 
+def _storage_label(mib_per_second: float) -> str:
+    if mib_per_second == storage.EFS_READ_MIB_PER_SECOND:
+        return f"{mib_per_second:g} MiB/s (EFS Elastic, the default weights storage)"
+    return f"{mib_per_second:g} MiB/s (--storage-read-mib-per-second)"
+
+
 def render_table(result: CapacityPlan, found: dict[str, object] | None = None) -> str:
     """Aligned two-column text for a terminal."""
     overhead = (
@@ -205,6 +211,7 @@ def render_table(result: CapacityPlan, found: dict[str, object] | None = None) -
         ("KV bytes per token per GPU", f"{result.kv_bytes_per_token_per_gpu:,}"),
         ("KV cache tokens", f"{result.kv_cache_tokens:,}"),
         ("max concurrency", f"{result.max_concurrency:.2f}x at {result.max_model_len:,} tokens per request"),
+        ("weights read speed", _storage_label(result.storage_read_mib_per_second)),
         ("cold start", f"{result.cold_start_seconds:,} s"),
         ("startup probe budget", f"{result.startup_budget_seconds:,} s"),
         *(_dynamics_rows(found) if found else []),

@@ -7,9 +7,9 @@ components. Both read the same functions, so a preview and a deploy can never di
 
 from __future__ import annotations
 
-from components import gpu, serving
+from components import gpu, serving, storage
 from components.serving import ModelArchitecture, lookup_model
-from stacks.config import AccessMode, ModelConfig, NodeAutoscalingMode, StackConfig
+from stacks.config import AccessMode, ModelConfig, NodeAutoscalingMode, StackConfig, StorageBackend
 
 
 def resolve_instance_type(config: StackConfig) -> gpu.InstanceType | None:
@@ -54,6 +54,23 @@ def model_architecture(model: ModelConfig) -> ModelArchitecture | None:
     )
 
 
+def storage_read_mib_per_second(config: StackConfig) -> float:
+    """The read speed cold starts are planned on: EFS's documented per-client figure, or what the
+    operator vouches for on an existing class."""
+    weights = config.weights_storage
+    if weights.backend is StorageBackend.EFS or weights.existing_storage_class is None:
+        return storage.EFS_READ_MIB_PER_SECOND
+    return weights.existing_storage_class.read_mib_per_second
+
+
+def storage_backend_label(config: StackConfig) -> str:
+    weights = config.weights_storage
+    if weights.backend is StorageBackend.EFS or weights.existing_storage_class is None:
+        return f"EFS Elastic, {storage.EFS_READ_MIB_PER_SECOND:g} MiB/s per pod"
+    existing = weights.existing_storage_class
+    return f"StorageClass {existing.name}, {existing.read_mib_per_second:g} MiB/s per pod (operator's figure)"
+
+
 def model_plan(config: StackConfig, model: ModelConfig) -> serving.CapacityPlan:
     """The capacity plan of one model on the node group's GPUs; CapacityError when it cannot work."""
     instance = resolve_instance_type(config)
@@ -70,7 +87,7 @@ def model_plan(config: StackConfig, model: ModelConfig) -> serving.CapacityPlan:
         max_num_batched_tokens=model.max_num_batched_tokens,
         max_num_seqs=model.max_num_seqs,
         target_concurrency=model.target_concurrency,
-        storage_read_mib_per_second=model.storage.read_mib_per_second,
+        storage_read_mib_per_second=storage_read_mib_per_second(config),
     )
 
 
@@ -131,3 +148,17 @@ def replica_bounds(model: ModelConfig) -> tuple[int, int]:
     low = model.replicas if scaling.min_replicas is None else scaling.min_replicas
     high = model.replicas if scaling.max_replicas is None else scaling.max_replicas
     return low, high
+
+
+def weights_storage_class(config: StackConfig) -> str:
+    """Our EFS class (cluster-scoped, so named after the serving namespace) or the operator's."""
+    existing = config.weights_storage.existing_storage_class
+    if config.weights_storage.backend is StorageBackend.EXISTING_STORAGE_CLASS and existing is not None:
+        return existing.name
+    return f"{config.serving.namespace}-weights"
+
+
+def claim_size_gib(config: StackConfig, model: ModelConfig, weight_bytes: int) -> int:
+    if config.weights_storage.backend is StorageBackend.EFS:
+        return storage.EFS_CLAIM_PLACEHOLDER_GIB
+    return model.storage.size_gib or serving.weights_volume_gib(weight_bytes)

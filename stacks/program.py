@@ -15,7 +15,7 @@ from typing import Any
 import pulumi
 from pulumi.runtime import config as runtime_config
 
-from components import observability, serving
+from components import observability, serving, storage
 from components.edge import EdgeArgs, EdgeSettings, Route
 from components.gpu import (
     ClusterAutoscalerArgs,
@@ -33,9 +33,10 @@ from components.serving_stack import (
     ServingStack,
     ServingStackArgs,
 )
-from stacks import checks, loader, planning
+from stacks import checks, loader, planning, platform_checks
 from stacks.config import (
     SECRET_KEYS,
+    AccessMode,
     ContainerStorage,
     ControllerMode,
     EdgeAuth,
@@ -46,6 +47,7 @@ from stacks.config import (
     PlacementStrategy,
     PrometheusMode,
     StackConfig,
+    StorageBackend,
 )
 from stacks.problems import ConfigError
 
@@ -160,9 +162,14 @@ def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType
         startup_budget_seconds=plan.startup_budget_seconds,
         resources=serving.pod_resources(instance.vcpus, instance.memory_gib, instance.gpu_count, tp),
         chat_template=model.chat_template,
-        storage_class=model.storage.storage_class,
+        storage_class=planning.weights_storage_class(config),
         access_mode=model.storage.access_mode.value,
-        size_gib=model.storage.size_gib or serving.weights_volume_gib(architecture.weight_bytes),
+        size_gib=planning.claim_size_gib(config, model, architecture.weight_bytes),
+        # A ReadWriteOnce (EBS) volume lives in one zone: the Job and the replica go to the node
+        # group's first zone, where the volume is created.
+        zone=config.gpu_node_group.subnets[0].availability_zone
+        if model.storage.access_mode is AccessMode.READ_WRITE_ONCE
+        else None,
         download_deadline_seconds=max(1800, math.ceil(2 * download_seconds)),
         scaling=ScalingTarget(
             deployment_name=model.name,
@@ -297,6 +304,20 @@ def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStack
             auto_repair=group.auto_repair.enabled,
         ),
         install_node_monitoring_agent=group.auto_repair.enabled and group.auto_repair.install_monitoring_agent,
+        weights_storage=storage.WeightsFileSystemArgs(
+            cluster_name=config.cluster.name,
+            vpc_id=cluster.vpc_id,
+            node_security_group_id=cluster.cluster_security_group_id,
+            subnets=tuple((s.id, s.availability_zone) for s in group.subnets),
+            storage_class_name=planning.weights_storage_class(config),
+            owner_uid=serving.RUN_AS_UID,
+            owner_gid=serving.RUN_AS_GID,
+            protect=config.environment is Environment.PROD,
+            install_csi_driver=config.weights_storage.efs.install_csi_driver,
+            tags=tags,
+        )
+        if config.weights_storage.backend is StorageBackend.EFS
+        else None,
         cluster_autoscaler=ClusterAutoscalerArgs(
             cluster_name=config.cluster.name,
             region=cluster.region,
@@ -354,7 +375,7 @@ def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStack
 
 def check_cluster_version(config: StackConfig) -> None:
     """Stop before any resource when the cluster runs another minor than the stack file says."""
-    problem = checks.cluster_version_problem(config, cluster_version(config.cluster.name))
+    problem = platform_checks.cluster_version_problem(config, cluster_version(config.cluster.name))
     if problem is not None:
         pulumi.log.error(problem.line())
         raise pulumi.RunError(f"stack {pulumi.get_stack()} does not match its cluster's version; nothing was created")

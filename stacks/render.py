@@ -20,7 +20,7 @@ from pulumi.runtime import settings as pulumi_settings
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
-from stacks import checks, loader, program
+from stacks import loader, platform_checks, program
 from stacks.problems import ConfigError
 
 SECRET = "[secret]"
@@ -255,13 +255,13 @@ def render_stack(stack_file: Path, cluster_version: str | None = None) -> Render
     """Validate a stack file (ConfigError on problems), then run `__main__.py` under mocks.
 
     The placeholder cluster runs `cluster_version`, by default the stack's `cluster.kubernetesVersion`;
-    another version is rejected the way a real preview rejects it (checks.cluster_version_problem).
+    another version is rejected the way a real preview rejects it (platform_checks.cluster_version_problem).
     """
     stack_file = stack_file.resolve()
     own = loader.read_stack_file(stack_file)
     _, validated = loader.load_stack_file(stack_file)  # raises ConfigError before anything is registered
     cluster_version = cluster_version or validated.cluster.kubernetes_version
-    problem = checks.cluster_version_problem(validated, cluster_version)
+    problem = platform_checks.cluster_version_problem(validated, cluster_version)
     if problem is not None:
         raise ConfigError([problem])
     config, secret_keys = engine_values(own)

@@ -104,9 +104,9 @@ def test_longest_await_of_prod_is_the_weights_job_then_every_rollout(rendered):
     waiting = [(key, awaits.await_seconds(rendered["prod"].resource(*key.split("::", 1)))) for key in chain]
     assert [(key, s) for key, s in waiting if s] == [
         ("kubernetes:batch/v1:Job::llama-70b-weights-stage", 5683),
-        ("kubernetes:apps/v1:Deployment::llama-70b-deployment", 13080),
+        ("kubernetes:apps/v1:Deployment::llama-70b-deployment", 6600),
     ]
-    assert seconds == 5683 + 13080
+    assert seconds == 5683 + 6600
 
 
 def test_pull_requests_from_forks_never_run_a_preview_with_the_stacks_role():

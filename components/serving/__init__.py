@@ -15,6 +15,8 @@ from .deployment import VllmDeployment, VllmDeploymentArgs
 from .engine import (
     CHAT_TEMPLATE_PATH,
     PORT,
+    RUN_AS_GID,
+    RUN_AS_UID,
     EngineSettings,
     managed_flag_conflicts,
     pod_resources,
@@ -60,6 +62,8 @@ __all__ = [
     "DEFAULT_STORAGE_READ_MIB_PER_SECOND",
     "KV_CACHE_DTYPE_BYTES",
     "PORT",
+    "RUN_AS_GID",
+    "RUN_AS_UID",
     "CapacityError",
     "CapacityPlan",
     "EngineSettings",

@@ -401,6 +401,7 @@ class CapacityPlan:
     cold_start_seconds: int
     startup_budget_seconds: int
     notes: tuple[str, ...] = field(default=())
+    storage_read_mib_per_second: float = DEFAULT_STORAGE_READ_MIB_PER_SECOND  # what cold_start_seconds assumed
 
     @property
     def gpus_per_replica(self) -> int:
@@ -421,6 +422,7 @@ class CapacityPlan:
             "kv_cache_tokens": self.kv_cache_tokens,
             "max_concurrency": round(self.max_concurrency, 2),
             "startup_budget_seconds": self.startup_budget_seconds,
+            "storage_read_mib_per_second": self.storage_read_mib_per_second,
             # Extras.
             "model_id": self.model_id,
             "gpu": self.gpu,
@@ -585,6 +587,7 @@ def plan(
         cold_start_seconds=cold,
         startup_budget_seconds=startup_probe_budget_seconds(cold),
         notes=_notes(model, gpu, tp, kv_cache_dtype, kv_source),
+        storage_read_mib_per_second=storage_read_mib_per_second,
     )
 
 

@@ -41,6 +41,7 @@ class VllmDeploymentArgs:
     # What a surge pod may wait for before its container starts: a new node and an image pull.
     pre_start_seconds: int = 600
     pod_annotations: dict[str, str] | None = None
+    zone: str | None = None  # ReadWriteOnce weights: the replica must run where the volume is
     extra_env: tuple[dict, ...] = ()
 
 
@@ -169,7 +170,11 @@ class VllmDeployment(pulumi.ComponentResource):
                     "metadata": {"labels": labels, **({"annotations": args.pod_annotations}
                                                       if args.pod_annotations else {})},
                     "spec": {
-                        "nodeSelector": args.node_selector,
+                        "nodeSelector": pulumi.Output.from_input(args.node_selector).apply(
+                            lambda selector: {**selector, "topology.kubernetes.io/zone": args.zone}
+                            if args.zone
+                            else selector
+                        ),
                         "tolerations": args.tolerations,
                         # Replicas on different nodes: losing one node loses one replica, not all.
                         "topologySpreadConstraints": [

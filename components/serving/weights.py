@@ -14,6 +14,17 @@ import pulumi_kubernetes as k8s
 
 from . import engine
 
+# What vLLM loads from a Hugging Face checkpoint directory: safetensors shards and their index, the
+# model and generation configs, tokenizer files and a chat template (vllm 0.33.0 model loader and
+# transformers' AutoTokenizer/AutoConfig). Everything else is skipped: Meta's repos also carry the
+# original/ consolidated checkpoint (as large again), and some repos duplicate weights as .bin/.pth.
+ALLOW_PATTERNS = (
+    "*.safetensors", "*.safetensors.index.json", "config.json", "generation_config.json",
+    "tokenizer*", "special_tokens_map.json", "added_tokens.json", "vocab*", "merges.txt",
+    "*.jinja", "chat_template.json", "preprocessor_config.json",
+)
+IGNORE_PATTERNS = ("original/*", "*.pth", "*.bin", "*.pt", "*.gguf", "*.onnx")
+
 # Runs in the pinned vLLM image, which ships huggingface_hub, so the downloader needs no other
 # image to pin. `snapshot_download` resumes partial files; the marker is written only after every
 # file (model and tokenizer) is in place.
@@ -29,7 +40,8 @@ from huggingface_hub import snapshot_download
 # token=None: huggingface_hub reads the token file named by HF_TOKEN_PATH, when one is mounted.
 token = None
 snapshot_download(os.environ["MODEL_ID"], revision=os.environ["REVISION"],
-                  local_dir=os.environ["TARGET"], token=token)
+                  local_dir=os.environ["TARGET"], token=token,
+                  allow_patterns={list(ALLOW_PATTERNS)!r}, ignore_patterns={list(IGNORE_PATTERNS)!r})
 if os.environ.get("TOKENIZER_TARGET"):
     snapshot_download(os.environ["MODEL_ID"], revision=os.environ["TOKENIZER_REVISION"],
                       local_dir=os.environ["TOKENIZER_TARGET"], token=token,
@@ -40,6 +52,7 @@ echo "staged $MODEL_ID@$REVISION in $TARGET"
 """
 
 STAGE_HOME = "/home/stage"
+ZONE_LABEL = "topology.kubernetes.io/zone"
 HF_TOKEN_DIR = "/var/run/secrets/huggingface"
 
 
@@ -51,7 +64,7 @@ class ModelWeightsArgs:
     revision: str
     tokenizer_revision: str | None
     image: str
-    storage_class: str
+    storage_class: pulumi.Input[str]
     access_mode: str
     size_gib: int
     download_deadline_seconds: int
@@ -59,6 +72,7 @@ class ModelWeightsArgs:
     protect: bool  # prod: the claim cannot be deleted by `pulumi destroy` or a replace
     # Resources that must exist first (the NetworkPolicy fencing the Job that holds the HF token).
     after: tuple[pulumi.Resource, ...] = ()
+    zone: str | None = None  # ReadWriteOnce: the zone the volume is created in
 
 
 def job_name(model_name: str, revision: str, tokenizer_revision: str | None) -> str:
@@ -166,6 +180,7 @@ class ModelWeights(pulumi.ComponentResource):
                     },
                     "spec": {
                         "restartPolicy": "OnFailure",
+                        **({"nodeSelector": {ZONE_LABEL: args.zone}} if args.zone else {}),
                         "automountServiceAccountToken": False,
                         "enableServiceLinks": False,
                         "securityContext": engine.pod_security_context(),

@@ -186,9 +186,9 @@ def test_prod_scaled_object_scales_on_queue_then_kv(rendered):
     )
     behavior = spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
     assert behavior["scaleDown"] == {
-        # Adding a replica: node 300 s + image pull 300 s + cold start 1,317 s + 30 s minReadySeconds.
-        # A replica outlives a burst shorter than its own arrival.
-        "stabilizationWindowSeconds": 1947,
+        # Adding a replica: node 300 s + image pull 300 s + cold start 510 s (141 GB at EFS's 500 MiB/s
+        # + engine start) + 30 s minReadySeconds. A replica outlives a burst shorter than its arrival.
+        "stabilizationWindowSeconds": 1140,
         "selectPolicy": "Min",
         "policies": [{"type": "Pods", "value": 1, "periodSeconds": 120}],
     }

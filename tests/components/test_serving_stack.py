@@ -164,11 +164,11 @@ def test_every_namespace_enforces_the_lowest_pod_security_level_its_pods_need(re
 
 @pytest.mark.parametrize(("name", "strategy", "timeout"), [
     # dev: one 1-GPU node runs, the autoscaler may add a second for the surge pod.
-    ("dev", {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}, "2260s"),
+    ("dev", {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}, "2130s"),
     # staging: up to 2 TP4 replicas on up to 2 p5 nodes; room for a third.
-    ("staging", {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}, "7140s"),
+    ("staging", {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}, "3900s"),
     # prod: up to 4 TP4 replicas on up to 4 p5 nodes; room for a fifth.
-    ("prod", {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}, "13080s"),
+    ("prod", {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}, "6600s"),
 ])
 def test_every_stack_rolls_out_a_pod_template_change_within_its_gpus(rendered, name, strategy, timeout):
     (deployment,) = [m for m in rendered[name].manifests if m["kind"] == "Deployment"

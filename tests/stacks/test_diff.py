@@ -485,11 +485,13 @@ def test_without_main_the_default_base_is_head(tmp_path):
 
 def test_replacements_options_and_consequences_on_real_history(repo):
     # One working-tree change touching what a reviewer must not miss: subnets (replace the node
-    # group), the claim's storage class (replace a protected claim), and protect itself.
-    claim_storage = "      maxNumBatchedTokens: 8192\n"
+    # group), the weights moved to another StorageClass (replace a protected claim, delete the
+    # protected file system), and protect itself.
+    existing = ("  llm-serving:weightsStorage:\n    backend: existingStorageClass\n    existingStorageClass:\n"
+                "      name: efs-fast\n      readMibPerSecond: 500\n")
     with edited(repo, "Pulumi.prod.yaml", ("subnet-0bb00000000000003", "subnet-0bb00000000000009"),
                 ("    instanceType: p5.48xlarge\n", "    instanceType: p5.48xlarge\n    rootVolumeGib: 400\n"),
-                (claim_storage, claim_storage + "      storage:\n        storageClass: efs-fast\n")), \
+                ("  llm-serving:environment: prod\n", "  llm-serving:environment: prod\n" + existing)), \
             edited(repo, "stacks/program.py", ("protect_weights=config.environment is Environment.PROD",
                                                "protect_weights=False")):
         text = run_diff(repo, "prod", "--base", "main")
@@ -499,12 +501,16 @@ def test_replacements_options_and_consequences_on_real_history(repo):
     assert ("\n+- aws:eks/nodeGroup:NodeGroup gpu-p5-48xlarge-node-group (forced by labels, subnetIds)\n"
             "    ! the replacement is created first; the old one is deleted at the end of the update\n") in out
     assert ("\n+- kubernetes:core/v1:PersistentVolumeClaim llama-70b-weights-claim (forced by "
-            "spec.storageClassName)\n") in out
+            "spec.resources.requests.storage, spec.storageClassName)\n") in out
+    assert ("\n- aws:efs/fileSystem:FileSystem weights-storage-file-system\n"
+            "    ! protected: `pulumi up` stops with an error instead of this delete until `pulumi state unprotect` is "
+            "run on it\n"
+            "    ! retainOnDelete: the engine forgets it but leaves it in the cloud or cluster, unmanaged\n") in out
     assert "    options.protect: true -> false\n" in out
     # A launch-template change is a new version in place; the group using it is a new generation.
     assert ("\n~ aws:ec2/launchTemplate:LaunchTemplate gpu-p5-48xlarge-launch-template\n"
             "    ! node group gpu-p5-48xlarge-node-group is replaced with it (a new generation)\n") in out
-    assert '    inputs.spec.storageClassName: "efs-sc" -> "efs-fast"\n' in out
+    assert '    inputs.spec.storageClassName: "llm-serving-weights" -> "efs-fast"\n' in out
     # The pods follow the new node generation.
     assert re.search(r'~ kubernetes:apps/v1:Deployment llama-70b-deployment\n(    .*\n)*    inputs\.spec\.template'
                      r'\.spec\.nodeSelector\["llm-serving/node-generation"\]', out)

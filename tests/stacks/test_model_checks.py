@@ -135,10 +135,13 @@ def test_rejects_a_single_replica_that_would_stop_serving_during_a_rollout_outsi
     assert lines(environment="dev", max_nodes=1, tensorParallelSize=8, **single) == []
 
 
-def test_rejects_read_write_once_weights_for_several_replicas():
+def test_rejects_read_write_once_weights_for_several_replicas_and_on_efs():
     assert lines(storage={"accessMode": "ReadWriteOnce"}) == [
         'llm-serving:models[llama-70b].storage.accessMode: replicas on several nodes cannot share a '
-        'ReadWriteOnce volume (got "ReadWriteOnce"; expected ReadWriteMany, or replicas: 1)'
+        'ReadWriteOnce volume (got "ReadWriteOnce"; expected ReadWriteMany, or replicas and '
+        "autoscaling.maxReplicas 1)",
+        'llm-serving:models[llama-70b].storage.accessMode: EFS claims are ReadWriteMany (got "ReadWriteOnce"; '
+        "expected ReadWriteMany, or weightsStorage.backend existingStorageClass with an EBS class)",
     ]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from stacks import checks, planning
+from stacks import checks, planning, platform_checks
 from stacks.config import StackConfig
 from tests.stacks.test_gpu_node_group_checks import BASE
 
@@ -84,8 +84,8 @@ def test_ami_release_must_belong_to_the_clusters_minor():
 
 
 def test_cluster_version_mismatch_names_both_versions():
-    assert checks.cluster_version_problem(config(), "1.34") is None
-    problem = checks.cluster_version_problem(config(), "1.35")
+    assert platform_checks.cluster_version_problem(config(), "1.34") is None
+    problem = platform_checks.cluster_version_problem(config(), "1.35")
     assert problem is not None and problem.line() == (
         'llm-serving:cluster.kubernetesVersion: cluster llm-prod runs Kubernetes 1.35 (got "1.34"; expected '
         "'1.35' (with gpuNodeGroup.amiReleaseVersion a 1.35 release, or unset); the GPU node group then moves to a "
@@ -98,14 +98,14 @@ def test_scale_down_window_defaults_to_the_cold_start_and_refuses_less():
              "revision": "1605565b47bb9346c5515c34102e054115b4f98b", "maxModelLen": 16384, "replicas": 2}
     cfg = config(models=[llama], gpuNodeGroup=group(scaling={"minNodes": 1, "maxNodes": 2, "desiredNodes": 1}))
     plan = planning.model_plan(cfg, cfg.models[0])
-    assert plan.cold_start_seconds == 1317
+    assert plan.cold_start_seconds == 510  # 141 GB at EFS's 500 MiB/s, engine start, graph capture
     # A new node (300 s), the image pull (300 s), the cold start and 30 s minReadySeconds.
-    assert planning.scale_down_window(cfg, cfg.models[0], plan) == 1947
-    short = {**llama, "autoscaling": {"scaleDownWindowSeconds": 1317}}
+    assert planning.scale_down_window(cfg, cfg.models[0], plan) == 1140
+    short = {**llama, "autoscaling": {"scaleDownWindowSeconds": 900}}
     assert lines(models=[short]) == [
         "llm-serving:models[llama-70b].autoscaling.scaleDownWindowSeconds: shorter than adding a replica takes "
-        "(1947 s: a node, the image pull and the cold start): a burst would pay for a replica and lose it before it "
-        "served (got 1317; expected >= 1947, or unset)"
+        "(1140 s: a node, the image pull and the cold start): a burst would pay for a replica and lose it before it "
+        "served (got 900; expected >= 1140, or unset)"
     ]
     # Bounded to [300, 3600] s: the HPA API's maximum window, and no flapping for a tiny model.
     quick = config(models=[llama], gpuNodeGroup=group(nodeReadySeconds=60, imagePullSeconds=0))

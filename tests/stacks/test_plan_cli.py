@@ -147,14 +147,15 @@ def test_dynamics_for_prods_replicas_and_nodes() -> None:
                            "--json"])
     assert (code, err) == (0, "")
     assert json.loads(out)["dynamics"] == {
-        # Image pull 300 s + cold start 1,317 s + minReadySeconds 30 s; a running node has 4 GPUs free.
-        "replica_add_seconds": 1647,
+        # Image pull 300 s + cold start 510 s (EFS, 500 MiB/s) + minReadySeconds 30 s; a running node
+        # has 4 GPUs free.
+        "replica_add_seconds": 840,
         "replica_add_needs_node": False,
         "rollout": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
         "rollout_needs_node": False,
-        "rollout_seconds": 2 * 1647,
-        # New group's 2 nodes (300 s) + both replicas rolled (3,294 s) + 300 s to delete the old group.
-        "node_update_seconds": 300 + 3294 + 300,
+        "rollout_seconds": 2 * 840,
+        # New group's 2 nodes (300 s) + both replicas rolled (1,680 s) + 300 s to delete the old group.
+        "node_update_seconds": 300 + 1680 + 300,
         "node_update_extra_nodes": 2,
     }
 
@@ -163,10 +164,11 @@ def test_dynamics_count_a_new_node_when_no_running_node_has_room() -> None:
     code, out, _ = _run([*PROD, "--replicas", "2", "--nodes", "1", "--max-nodes", "2",
                          "--node-ready-seconds", "420", "--image-pull-seconds", "120"])
     assert code == 0
-    assert "add one replica             31 min (1,887 s) (needs a new node)" in out
-    # 420 s for the first surge pod's node, then two steps of 120 + 1,317 + 30 s.
-    assert ("rollout                     maxSurge 1, maxUnavailable 0: 56 min (3,354 s), surge pod needs a new "
+    assert "add one replica             18 min (1,080 s) (needs a new node)" in out
+    # 420 s for the first surge pod's node, then two steps of 120 + 510 + 30 s.
+    assert ("rollout                     maxSurge 1, maxUnavailable 0: 29 min (1,740 s), surge pod needs a new "
             "node") in out
+    assert "weights read speed          500 MiB/s (EFS Elastic, the default weights storage)" in out
 
 
 def test_a_rollout_with_no_room_and_one_replica_is_reported_not_raised() -> None:

@@ -106,6 +106,7 @@ def test_node_role_trusts_ec2_and_carries_worker_policies(rendered):
     policies = sorted(
         r["inputs"]["policyArn"]
         for r in rendered["prod"].by_type()["aws:iam/rolePolicyAttachment:RolePolicyAttachment"]
+        if r["inputs"]["role"] == f"{GROUP}-node-role"
     )
     assert policies == [
         "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryPullOnly",

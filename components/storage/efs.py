@@ -1,0 +1,124 @@
+"""WeightsFileSystem: an encrypted EFS file system with Elastic throughput for the model weights.
+
+Mount targets in every AZ of the GPU node group, a security group admitting NFS from the nodes,
+the EFS CSI driver add-on with its IAM through Pod Identity, and a Retain StorageClass whose access
+points run as the pods' own UID. The file system is never deleted by `pulumi destroy`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+
+from . import objects
+
+
+@dataclass(frozen=True)
+class WeightsFileSystemArgs:
+    cluster_name: str
+    vpc_id: pulumi.Input[str]
+    node_security_group_id: pulumi.Input[str]  # the cluster security group, which the GPU nodes carry
+    subnets: tuple[tuple[str, str], ...]  # (subnet id, availability zone) of the GPU node group
+    storage_class_name: str
+    owner_uid: int
+    owner_gid: int
+    protect: bool  # prod: `pulumi destroy` and replacements stop at the file system
+    install_csi_driver: bool
+    tags: dict[str, str]
+
+
+class WeightsFileSystem(pulumi.ComponentResource):
+    storage_class_name: pulumi.Output[str]
+    file_system_id: pulumi.Output[str]
+
+    def __init__(self, name: str, args: WeightsFileSystemArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("llmserving:storage:WeightsFileSystem", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        file_system = aws.efs.FileSystem(
+            f"{name}-file-system",
+            encrypted=True,
+            performance_mode="generalPurpose",
+            # Elastic: reads scale with demand (60 GiBps per file system in us-east-1); Bursting
+            # would fall to 50 KiBps per GiB stored once credits run out, hours per cold start.
+            throughput_mode="elastic",
+            tags={**args.tags, "Name": f"{args.cluster_name}-{name}"},
+            opts=pulumi.ResourceOptions(parent=self, protect=args.protect, retain_on_delete=True),
+        )
+        group = aws.ec2.SecurityGroup(
+            f"{name}-nfs",
+            vpc_id=args.vpc_id,
+            description=f"NFS from the GPU nodes of {args.cluster_name} to the weights file system",
+            tags=args.tags,
+            opts=child,
+        )
+        aws.vpc.SecurityGroupIngressRule(
+            f"{name}-nfs-from-nodes",
+            security_group_id=group.id,
+            referenced_security_group_id=args.node_security_group_id,
+            ip_protocol="tcp",
+            from_port=objects.NFS_PORT,
+            to_port=objects.NFS_PORT,
+            description="NFS from nodes carrying the cluster security group",
+            opts=child,
+        )
+        targets = [
+            aws.efs.MountTarget(
+                f"{name}-mount-{zone}",
+                file_system_id=file_system.id,
+                subnet_id=subnet_id,
+                security_groups=[group.id],
+                opts=child,
+            )
+            for zone, subnet_id in objects.mount_target_subnets(list(args.subnets)).items()
+        ]
+        driver: list[pulumi.Resource] = []
+        if args.install_csi_driver:
+            partition = aws.get_partition_output(opts=pulumi.InvokeOptions(parent=self)).partition
+            role = aws.iam.Role(
+                f"{name}-csi-role",
+                assume_role_policy=pulumi.Output.json_dumps({
+                    "Version": "2012-10-17",
+                    "Statement": [{"Effect": "Allow", "Principal": {"Service": "pods.eks.amazonaws.com"},
+                                   "Action": ["sts:AssumeRole", "sts:TagSession"]}],
+                }),
+                description=f"EFS CSI driver controller of {args.cluster_name}",
+                tags=args.tags,
+                opts=child,
+            )
+            attachment = aws.iam.RolePolicyAttachment(
+                f"{name}-csi-policy",
+                role=role.name,
+                policy_arn=pulumi.Output.concat("arn:", partition, ":iam::aws:policy/", objects.CSI_MANAGED_POLICY),
+                opts=child,
+            )
+            driver.append(aws.eks.Addon(
+                f"{name}-csi-driver",
+                cluster_name=args.cluster_name,
+                addon_name=objects.CSI_ADDON,
+                pod_identity_associations=[{
+                    "role_arn": role.arn, "service_account": objects.CSI_CONTROLLER_SERVICE_ACCOUNT}],
+                tags=args.tags,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[attachment]),
+            ))
+        parameters = file_system.id.apply(
+            lambda fs: objects.storage_class_parameters(
+                file_system_id=fs, uid=args.owner_uid, gid=args.owner_gid, base_path="/llm-serving"
+            )
+        )
+        manifest = objects.storage_class(args.storage_class_name, {})
+        storage_class = k8s.storage.v1.StorageClass(
+            f"{name}-storage-class",
+            metadata=manifest["metadata"],
+            provisioner=manifest["provisioner"],
+            reclaim_policy=manifest["reclaimPolicy"],
+            volume_binding_mode=manifest["volumeBindingMode"],
+            parameters=parameters,
+            # Claims bind only once the driver runs and the file system can be mounted in every zone.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*targets, *driver]),
+        )
+        self.storage_class_name = storage_class.metadata.name
+        self.file_system_id = file_system.id
+        self.register_outputs({"storage_class_name": self.storage_class_name, "file_system_id": self.file_system_id})

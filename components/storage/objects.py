@@ -1,0 +1,74 @@
+"""Weights storage facts and manifests: EFS throughput, mount-target placement, the StorageClass (pure).
+
+Facts: kubernetes-sigs/aws-efs-csi-driver 4.4.1 (docs/parameters.md, README) and the EFS user guide
+(performance.html, limits.html), summarised in research facts.md section T2.6.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from components.platform import check_dns_label
+
+# Planning figure for one pod reading its weights from EFS with Elastic throughput. The guide gives
+# 1,500 MiBps per NFS client for Elastic through the CSI driver, but only with <= 1 ms latency and
+# parallel streams, and 500 MiBps per client in every other case; a cold start is planned on the
+# lower documented figure. Per file system (us-east-1, Elastic) reads reach 60 GiBps, so replicas
+# starting together do not share a lower limit.
+EFS_READ_MIB_PER_SECOND = 500.0
+EFS_PER_CLIENT_MAX_MIB_PER_SECOND = 1500.0
+EFS_PER_FILE_SYSTEM_READ_GIB_PER_SECOND = 60
+
+NFS_PORT = 2049
+CSI_ADDON = "aws-efs-csi-driver"
+CSI_PROVISIONER = "efs.csi.aws.com"
+# The add-on's controller service account, which Pod Identity binds (awsdocs efs-csi.adoc).
+CSI_CONTROLLER_SERVICE_ACCOUNT = "efs-csi-controller-sa"
+CSI_MANAGED_POLICY = "service-role/AmazonEFSCSIDriverPolicy"
+# EFS ignores a claim's capacity (the driver's README: a required placeholder), so every EFS claim
+# asks for the same size: a smaller checkpoint never shrinks a claim, which Kubernetes refuses and
+# Pulumi would turn into a replacement of the (protected) claim.
+EFS_CLAIM_PLACEHOLDER_GIB = 1024
+
+
+def mount_target_subnets(subnets: list[tuple[str, str]]) -> dict[str, str]:
+    """AZ -> the first node subnet in it: EFS allows one mount target per AZ per file system, and
+    nodes in every AZ of the node group must reach one in their own AZ."""
+    chosen: dict[str, str] = {}
+    for subnet_id, zone in subnets:
+        chosen.setdefault(zone, subnet_id)
+    return dict(sorted(chosen.items()))
+
+
+def storage_class_parameters(*, file_system_id: str, uid: int, gid: int, base_path: str) -> dict[str, str]:
+    """Dynamic provisioning through access points (the driver's only mode, `efs-ap`).
+
+    The access point's POSIX identity (uid/gid) owns and is forced on every file, so the non-root
+    vLLM and staging pods can read and write. Each claim maps to `<basePath>/<namespace>/<claim>`
+    without a unique suffix (`ensureUniqueDirectory: false`): a claim deleted with its namespace and
+    created again finds the same directory, and the weights, again.
+    """
+    return {
+        "provisioningMode": "efs-ap",
+        "fileSystemId": file_system_id,
+        "directoryPerms": "750",
+        "uid": str(uid),
+        "gid": str(gid),
+        "basePath": base_path,
+        "subPathPattern": "${.PVC.namespace}/${.PVC.name}",
+        "ensureUniqueDirectory": "false",
+    }
+
+
+def storage_class(name: str, parameters: dict[str, Any]) -> dict[str, Any]:
+    """The weights StorageClass: Retain, so deleting a claim never deletes its access point's data."""
+    check_dns_label("name", name)
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "llm-serving"}},
+        "provisioner": CSI_PROVISIONER,
+        "reclaimPolicy": "Retain",
+        "volumeBindingMode": "Immediate",
+        "parameters": parameters,
+    }

@@ -1,0 +1,65 @@
+"""Cross-field rules about the platform under the models: cluster version, node autoscaling, weights
+storage (pure). stacks/checks.py runs them with its own rules; each returns problems, never raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from components import gpu
+from components.platform import versions
+from stacks.config import AmiType, ExistingAutoscaler, NodeAutoscalingMode, StackConfig, StorageBackend
+from stacks.problems import Problem
+
+NG = "gpuNodeGroup"
+
+
+def cluster_version_problem(config: StackConfig, actual: str) -> Problem | None:
+    """The looked-up cluster runs another minor than the stack file says: CreateNodegroup accepts only
+    the control plane's version, Cluster Autoscaler must match it, and the objects were validated
+    against the stack's version."""
+    expected = config.cluster.kubernetes_version
+    if actual == expected:
+        return None
+    return Problem("cluster.kubernetesVersion", f"cluster {config.cluster.name} runs Kubernetes {actual}", expected,
+                   f"{actual!r} (with gpuNodeGroup.amiReleaseVersion a {actual} release, or unset); the GPU node "
+                   "group then moves to a new generation beside the old one")
+
+
+def node_autoscaling_rules(config: StackConfig) -> Iterator[Problem]:
+    autoscaling = config.node_autoscaling
+    minor = config.cluster.kubernetes_version
+    if autoscaling.mode is NodeAutoscalingMode.EXISTING:
+        if autoscaling.existing is None:
+            yield Problem("nodeAutoscaling.existing", "mode existing needs the autoscaler the cluster runs", None,
+                          "cluster-autoscaler")
+        elif autoscaling.existing is ExistingAutoscaler.KARPENTER:
+            yield Problem("nodeAutoscaling.existing", "Karpenter launches its own nodes and never resizes an EKS "
+                          "managed node group, so this program's GPU group would not grow", "karpenter",
+                          "cluster-autoscaler, or mode none (the group's fixed desiredNodes)")
+    elif autoscaling.existing is not None:
+        yield Problem("nodeAutoscaling.existing", f"only read with mode existing, not {autoscaling.mode.value}",
+                      autoscaling.existing.value, "unset")
+    if autoscaling.mode is NodeAutoscalingMode.CLUSTER_AUTOSCALER:
+        try:
+            gpu.image_tag_for(minor, versions.CLUSTER_AUTOSCALER_IMAGE_TAGS)
+        except ValueError as error:
+            yield Problem("cluster.kubernetesVersion", str(error), minor,
+                          ", ".join(sorted(versions.CLUSTER_AUTOSCALER_IMAGE_TAGS)))
+    release = config.gpu_node_group.ami_release_version
+    al2023 = config.gpu_node_group.ami_type is AmiType.AL2023_X86_64_NVIDIA
+    if al2023 and release is not None and not release.startswith(f"{minor}."):
+        # EKS AL2023 AMI releases are named <kubernetes minor>.<patch>-<date>; CreateNodegroup rejects
+        # a release of another minor. Bottlerocket releases carry the OS version (e.g. 1.47.0-6154605b).
+        yield Problem(f"{NG}.amiReleaseVersion", f"not a release for Kubernetes {minor} (cluster.kubernetesVersion)",
+                      release, f"a {minor}.x release, or unset")
+
+
+def weights_storage_rules(config: StackConfig) -> Iterator[Problem]:
+    weights = config.weights_storage
+    if weights.backend is StorageBackend.EXISTING_STORAGE_CLASS and weights.existing_storage_class is None:
+        yield Problem("weightsStorage.existingStorageClass", "backend existingStorageClass needs the class and the "
+                      "read speed it gives", None, "{name: <class>, readMibPerSecond: <MiB/s>}")
+    if weights.backend is StorageBackend.EFS and weights.existing_storage_class is not None:
+        yield Problem("weightsStorage.existingStorageClass", "only read with backend existingStorageClass",
+                      weights.existing_storage_class.name, "unset, or backend existingStorageClass")

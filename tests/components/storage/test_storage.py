@@ -1,0 +1,166 @@
+"""Weights storage as rendered: the EFS file system and everything around it, the StorageClass and
+claims, the download Job's patterns, the per-backend cold start, and the rejections."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from components.serving import weights
+from components.storage import EFS_READ_MIB_PER_SECOND, mount_target_subnets
+from stacks import checks, planning
+from stacks.config import StackConfig
+from tests.conftest import render_file
+from tests.stacks.test_model_checks import BASE, LLAMA_70B
+
+TAGS = {"app.kubernetes.io/part-of": "llm-serving", "llm-serving/environment": "prod"}
+
+
+def inputs(result: Any, type_: str, name: str) -> dict[str, Any]:
+    return result.resource(type_, name)["inputs"]
+
+
+def test_prod_owns_an_encrypted_elastic_file_system_it_never_deletes(rendered):
+    prod = rendered["prod"]
+    fs = prod.resource("aws:efs/fileSystem:FileSystem", "weights-storage-file-system")
+    assert fs["inputs"] == {"encrypted": True, "performanceMode": "generalPurpose", "throughputMode": "elastic",
+                            "tags": {**TAGS, "Name": "llm-prod-weights-storage"}}
+    # Protected in prod, retained everywhere: destroy never deletes weights.
+    assert (fs["options"]["protect"], fs["options"]["retainOnDelete"]) == (True, True)
+    staging = rendered["staging"].resource("aws:efs/fileSystem:FileSystem", "weights-storage-file-system")
+    assert (staging["options"]["protect"], staging["options"]["retainOnDelete"]) == (False, True)
+
+
+def test_one_mount_target_per_node_group_zone_behind_an_nfs_only_security_group(rendered):
+    prod = rendered["prod"]
+    targets = {r["name"]: r["inputs"] for r in prod.by_type()["aws:efs/mountTarget:MountTarget"]}
+    assert targets == {
+        f"weights-storage-mount-us-east-1{z}": {
+            "fileSystemId": "weights-storage-file-system-id", "securityGroups": ["weights-storage-nfs-id"],
+            "subnetId": f"subnet-0bb0000000000000{i}"}
+        for i, z in ((1, "a"), (2, "b"), (3, "c"))
+    }
+    rule = "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
+    assert inputs(prod, rule, "weights-storage-nfs-from-nodes") == {
+        "description": "NFS from nodes carrying the cluster security group", "fromPort": 2049, "toPort": 2049,
+        "ipProtocol": "tcp", "referencedSecurityGroupId": "sg-0123456789abcdef0",
+        "securityGroupId": "weights-storage-nfs-id"}
+    group = inputs(prod, "aws:ec2/securityGroup:SecurityGroup", "weights-storage-nfs")
+    assert group["vpcId"] == "vpc-0123456789abcdef0"
+    # Two subnets in one zone get one mount target (EFS allows one per zone).
+    assert mount_target_subnets([("subnet-1", "a"), ("subnet-2", "a"), ("subnet-3", "b")]) == {
+        "a": "subnet-1", "b": "subnet-3"}
+
+
+def test_the_csi_driver_add_on_gets_its_aws_managed_policy_through_pod_identity(rendered):
+    prod = rendered["prod"]
+    addon = inputs(prod, "aws:eks/addon:Addon", "weights-storage-csi-driver")
+    assert addon == {"addonName": "aws-efs-csi-driver", "clusterName": "llm-prod", "tags": TAGS,
+                     "podIdentityAssociations": [{"roleArn": "arn:aws:iam::123456789012:role/weights-storage-csi-role",
+                                                  "serviceAccount": "efs-csi-controller-sa"}]}
+    role = inputs(prod, "aws:iam/role:Role", "weights-storage-csi-role")
+    assert json.loads(role["assumeRolePolicy"])["Statement"] == [{
+        "Effect": "Allow", "Principal": {"Service": "pods.eks.amazonaws.com"},
+        "Action": ["sts:AssumeRole", "sts:TagSession"]}]
+    attachment = inputs(prod, "aws:iam/rolePolicyAttachment:RolePolicyAttachment", "weights-storage-csi-policy")
+    assert attachment["policyArn"] == "arn:aws:iam::aws:policy/service-role/AmazonEFSCSIDriverPolicy"
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_storage_class_retains_and_owns_files_as_the_pods_user(rendered, stack):
+    result = rendered[stack]
+    sc = result.manifest("StorageClass", "llm-serving-weights")
+    assert sc == {
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": "llm-serving-weights", "labels": {"app.kubernetes.io/part-of": "llm-serving"}},
+        "provisioner": "efs.csi.aws.com", "reclaimPolicy": "Retain", "volumeBindingMode": "Immediate",
+        "parameters": {"provisioningMode": "efs-ap", "fileSystemId": "weights-storage-file-system-id",
+                       "directoryPerms": "750", "uid": "2000", "gid": "2000", "basePath": "/llm-serving",
+                       "subPathPattern": "${.PVC.namespace}/${.PVC.name}", "ensureUniqueDirectory": "false"},
+    }
+    depends = result.wiring["kubernetes:storage.k8s.io/v1:StorageClass::weights-storage-storage-class"]["dependsOn"]
+    # Claims bind only once the driver runs and every zone can mount the file system.
+    assert "aws:eks/addon:Addon::weights-storage-csi-driver" in depends
+    assert sum(d.startswith("aws:efs/mountTarget:MountTarget::") for d in depends) == (2 if stack == "dev" else 3)
+
+
+def test_the_download_fetches_only_what_vllm_loads():
+    assert "allow_patterns=['*.safetensors', '*.safetensors.index.json', 'config.json', 'generation_config.json', "\
+           "'tokenizer*', 'special_tokens_map.json', 'added_tokens.json', 'vocab*', 'merges.txt', '*.jinja', "\
+           "'chat_template.json', 'preprocessor_config.json'], ignore_patterns=['original/*', '*.pth', '*.bin', "\
+           "'*.pt', '*.gguf', '*.onnx']" in weights.STAGE_SCRIPT
+
+
+def test_job_in_the_render_runs_that_script(rendered):
+    (job,) = [m for m in rendered["prod"].manifests if m["kind"] == "Job"]
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == ["/bin/sh", "-c", weights.STAGE_SCRIPT]
+    assert "nodeSelector" not in job["spec"]["template"]["spec"]  # any CPU node: the GPU taint keeps it off GPUs
+
+
+def config(**top: Any) -> StackConfig:
+    return StackConfig.model_validate({**BASE, "models": [LLAMA_70B], **top})
+
+
+def lines(**top: Any) -> list[str]:
+    return [p.line() for p in checks.check(config(**top))]
+
+
+def test_cold_start_follows_the_backends_read_speed():
+    efs = config()
+    plan = planning.model_plan(efs, efs.models[0])
+    assert (planning.storage_read_mib_per_second(efs), plan.cold_start_seconds) == (EFS_READ_MIB_PER_SECOND, 510)
+    slow = config(weightsStorage={"backend": "existingStorageClass",
+                                  "existingStorageClass": {"name": "gp3", "readMibPerSecond": 125}})
+    assert planning.model_plan(slow, slow.models[0]).cold_start_seconds == 1317
+    assert planning.storage_backend_label(slow) == "StorageClass gp3, 125 MiB/s per pod (operator's figure)"
+
+
+def test_a_cold_start_above_the_ceiling_is_rejected_with_the_numbers():
+    slow = {"backend": "existingStorageClass", "existingStorageClass": {"name": "nfs", "readMibPerSecond": 20},
+            "maxColdStartSeconds": 3600}
+    assert lines(weightsStorage=slow) == [
+        "llm-serving:models[llama-70b]: its planned cold start is 6969 s (141 GB from StorageClass nfs, 20 MiB/s per "
+        "pod (operator's figure), plus engine start), above weightsStorage.maxColdStartSeconds (got 3600; expected "
+        "faster storage, a smaller checkpoint, or a higher ceiling)"
+    ]
+
+
+def test_backend_settings_that_cannot_work_are_rejected():
+    assert lines(weightsStorage={"backend": "existingStorageClass"}) == [
+        "llm-serving:weightsStorage.existingStorageClass: backend existingStorageClass needs the class and the read "
+        "speed it gives (got null; expected {name: <class>, readMibPerSecond: <MiB/s>})"
+    ]
+    assert lines(weightsStorage={"existingStorageClass": {"name": "gp3", "readMibPerSecond": 125}}) == [
+        'llm-serving:weightsStorage.existingStorageClass: only read with backend existingStorageClass (got "gp3"; '
+        "expected unset, or backend existingStorageClass)"
+    ]
+    sized = {**LLAMA_70B, "storage": {"sizeGib": 200}}
+    assert [p.line() for p in checks.check(StackConfig.model_validate({**BASE, "models": [sized]}))] == [
+        "llm-serving:models[llama-70b].storage.sizeGib: EFS ignores a claim's size (it grows with its data); a size "
+        "here would only risk a shrink (got 200; expected unset)"
+    ]
+
+
+def test_a_read_write_once_claim_pins_its_job_and_replica_to_one_zone(stack_dir):
+    path = stack_dir / "Pulumi.rwo.yaml"
+    path.write_text(json.dumps({"config": {
+        "aws:region": "us-east-1", "llm-serving:extends": "dev", "llm-serving:apiKey": {"secure": "v1:abc"},
+        "llm-serving:hfToken": {"secure": "v1:def"}, "llm-serving:grafanaAdminPassword": {"secure": "v1:ghi"},
+        "llm-serving:weightsStorage": {"backend": "existingStorageClass",
+                                       "existingStorageClass": {"name": "gp3", "readMibPerSecond": 125}},
+        "llm-serving:models": [{"name": "llama-8b", "storage": {"accessMode": "ReadWriteOnce", "sizeGib": 40}}],
+    }}))
+    result = render_file(path)
+    claim = result.manifest("PersistentVolumeClaim", "llama-8b-weights")
+    assert claim["spec"] == {"accessModes": ["ReadWriteOnce"], "storageClassName": "gp3",
+                             "resources": {"requests": {"storage": "40Gi"}}}
+    (job,) = [m for m in result.manifests if m["kind"] == "Job"]
+    assert job["spec"]["template"]["spec"]["nodeSelector"] == {"topology.kubernetes.io/zone": "us-east-1a"}
+    deployment = result.manifest("Deployment", "llama-8b")
+    assert deployment["spec"]["template"]["spec"]["nodeSelector"]["topology.kubernetes.io/zone"] == "us-east-1a"
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    # No file system of ours with an existing class.
+    assert not [r for r in result.resources if r["type"].startswith("aws:efs/")]
