@@ -32,7 +32,7 @@ from components.observability import (
     ServingObservability,
     ServingObservabilityArgs,
 )
-from components.platform import RESTRICTED, manifest_resource, namespace
+from components.platform import RESTRICTED, manifest_resource, namespace, versions
 from components.scaling import ModelAutoscaling, ModelAutoscalingArgs, ScalingTarget
 from components.serving import PORT, EngineSettings, ModelWeights, ModelWeightsArgs, VllmDeployment, VllmDeploymentArgs
 from components.storage import WeightsFileSystem, WeightsFileSystemArgs
@@ -214,7 +214,7 @@ class ServingStack(pulumi.ComponentResource):
                     model_id=model.model_id,
                     revision=model.revision,
                     tokenizer_revision=model.tokenizer_revision,
-                    image=model.image,
+                    stage_image=versions.STAGE_IMAGE,
                     storage_class=storage_class if storage_class is not None else model.storage_class,
                     zone=model.zone,
                     access_mode=model.access_mode,

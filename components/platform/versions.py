@@ -49,6 +49,13 @@ VLLM_IMAGE_REPOSITORY = "vllm/vllm-openai"
 VLLM_IMAGE_TAG = "v0.33.0"
 VLLM_VERSION = "0.33.0"
 
+# The weights Job's image: the official Python image (Docker Hub library/python, multi-arch), a few
+# hundred MB instead of the multi-GB vLLM image on a CPU node. It installs huggingface_hub from the
+# hashed lock components/serving/stage-requirements.txt (`python -m tools.stage_lock`).
+STAGE_PYTHON_VERSION = "3.12"
+STAGE_IMAGE = "python:3.12.8-slim-bookworm"
+HUGGINGFACE_HUB_VERSION = "2.4.0"
+
 # Envoy Gateway's chart is published to an OCI registry only (release workflow of envoyproxy/gateway
 # v1.9.0); the version carries the leading "v".
 ENVOY_GATEWAY = ChartPin(chart="gateway-helm", version="v1.9.0", repository="oci://docker.io/envoyproxy/gateway-helm")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -25,14 +26,21 @@ ALLOW_PATTERNS = (
 )
 IGNORE_PATTERNS = ("original/*", "*.pth", "*.bin", "*.pt", "*.gguf", "*.onnx")
 
-# Runs in the pinned vLLM image, which ships huggingface_hub, so the downloader needs no other
-# image to pin. `snapshot_download` resumes partial files; the marker is written only after every
-# file (model and tokenizer) is in place.
+# The hashed lock the Job installs from (tools/stage_lock.py writes it): exactly the reviewed wheels.
+STAGE_REQUIREMENTS = (Path(__file__).with_name("stage-requirements.txt")).read_text()
+REQUIREMENTS_DIR = "/etc/stage"
+
+# Runs in the small pinned Python image: installs huggingface_hub from the hashed lock into HOME (the
+# root filesystem is read-only), then downloads. `snapshot_download` resumes partial files; the
+# marker is written only after every file (model and tokenizer) is in place.
 STAGE_SCRIPT = f"""set -eu
 if [ -f "$TARGET/{engine.COMPLETE_MARKER}" ]; then
   echo "revision $REVISION of $MODEL_ID already staged in $TARGET"
   exit 0
 fi
+python3 -m pip install --quiet --no-cache-dir --disable-pip-version-check --require-hashes --only-binary=:all: \\
+  --target "$HOME/lib" -r {REQUIREMENTS_DIR}/requirements.txt
+export PYTHONPATH="$HOME/lib"
 python3 - <<'PY'
 import os
 from huggingface_hub import snapshot_download
@@ -53,6 +61,13 @@ echo "staged $MODEL_ID@$REVISION in $TARGET"
 
 STAGE_HOME = "/home/stage"
 ZONE_LABEL = "topology.kubernetes.io/zone"
+# The lock holds x86_64 wheels (hf-xet is per platform): the Job runs on amd64 nodes.
+ARCH_SELECTOR = {"kubernetes.io/arch": "amd64"}
+
+
+def requirements_configmap_name(model_name: str) -> str:
+    """Named after its content: a new lock is a new ConfigMap and a new Job template."""
+    return f"{model_name}-stage-requirements-{hashlib.sha256(STAGE_REQUIREMENTS.encode()).hexdigest()[:10]}"
 HF_TOKEN_DIR = "/var/run/secrets/huggingface"
 
 
@@ -63,7 +78,7 @@ class ModelWeightsArgs:
     model_id: str
     revision: str
     tokenizer_revision: str | None
-    image: str
+    stage_image: str  # the small Python image the download runs in (versions.STAGE_IMAGE)
     storage_class: pulumi.Input[str]
     access_mode: str
     size_gib: int
@@ -135,12 +150,22 @@ class ModelWeights(pulumi.ComponentResource):
             {"name": "HF_HOME", "value": f"{STAGE_HOME}/huggingface"},
             {"name": "TMPDIR", "value": engine.TMP_MOUNT},
         ]
+        requirements = k8s.core.v1.ConfigMap(
+            f"{name}-stage-requirements",
+            metadata={"name": requirements_configmap_name(args.model_name), "namespace": args.namespace,
+                      "labels": {"app.kubernetes.io/name": args.model_name}},
+            data={"requirements.txt": STAGE_REQUIREMENTS},
+            immutable=True,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.after)),
+        )
         mounts = [
+            {"name": "requirements", "mountPath": REQUIREMENTS_DIR, "readOnly": True},
             {"name": "weights", "mountPath": engine.MODELS_MOUNT},
             {"name": "home", "mountPath": STAGE_HOME},
             {"name": "tmp", "mountPath": engine.TMP_MOUNT},
         ]
         volumes: list[dict] = [
+            {"name": "requirements", "configMap": {"name": requirements_configmap_name(args.model_name)}},
             {"name": "weights", "persistentVolumeClaim": {"claimName": f"{args.model_name}-weights"}},
             {"name": "home", "emptyDir": {"sizeLimit": "1Gi"}},
             {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
@@ -180,14 +205,14 @@ class ModelWeights(pulumi.ComponentResource):
                     },
                     "spec": {
                         "restartPolicy": "OnFailure",
-                        **({"nodeSelector": {ZONE_LABEL: args.zone}} if args.zone else {}),
+                        "nodeSelector": {**ARCH_SELECTOR, **({ZONE_LABEL: args.zone} if args.zone else {})},
                         "automountServiceAccountToken": False,
                         "enableServiceLinks": False,
                         "securityContext": engine.pod_security_context(),
                         "containers": [
                             {
                                 "name": "stage",
-                                "image": args.image,
+                                "image": args.stage_image,
                                 "command": ["/bin/sh", "-c", STAGE_SCRIPT],
                                 "env": env,
                                 "resources": {
@@ -204,7 +229,7 @@ class ModelWeights(pulumi.ComponentResource):
             },
             opts=pulumi.ResourceOptions(
                 parent=self,
-                depends_on=[claim, *args.after],
+                depends_on=[claim, requirements, *args.after],
                 # Pulumi waits for the Job to succeed; the download may take as long as its deadline.
                 custom_timeouts=pulumi.CustomTimeouts(
                     create=f"{args.download_deadline_seconds + 300}s",

@@ -4,6 +4,7 @@ Job, the Service and PDB, and how they are wired."""
 from __future__ import annotations
 
 from components.serving import engine as vllm_engine
+from components.serving import weights
 from tests.support import reference
 
 WRITABLE_PATH_ENV = (
@@ -201,13 +202,19 @@ def test_staging_job_downloads_the_pinned_revision_into_its_own_directory(render
     assert env["HF_HOME"] == "/home/stage/huggingface"
     assert env["TMPDIR"] == "/tmp"
     pod = job["spec"]["template"]["spec"]
+    # The hashed lock huggingface_hub is installed from, in a ConfigMap named after its content.
+    requirements = f"{MODEL}-stage-requirements-{weights.requirements_configmap_name(MODEL).rsplit('-', 1)[1]}"
+    assert c["image"] == "python:3.12.8-slim-bookworm"
+    assert pod["nodeSelector"] == {"kubernetes.io/arch": "amd64"}
     assert c["volumeMounts"] == [
+        {"mountPath": "/etc/stage", "name": "requirements", "readOnly": True},
         {"mountPath": "/models", "name": "weights"},
         {"mountPath": "/home/stage", "name": "home"},
         {"mountPath": "/tmp", "name": "tmp"},
         {"mountPath": "/var/run/secrets/huggingface", "name": "hf-token", "readOnly": True},
     ]
     assert pod["volumes"] == [
+        {"name": "requirements", "configMap": {"name": requirements}},
         {"name": "weights", "persistentVolumeClaim": {"claimName": f"{MODEL}-weights"}},
         {"name": "home", "emptyDir": {"sizeLimit": "1Gi"}},
         {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
@@ -221,7 +228,8 @@ def test_staging_job_downloads_the_pinned_revision_into_its_own_directory(render
     # Re-running the same revision does nothing; the marker is written only after the download.
     assert script.index(vllm_engine.COMPLETE_MARKER) < script.index("snapshot_download")
     assert script.rindex(vllm_engine.COMPLETE_MARKER) > script.rindex("snapshot_download")
-    assert c["image"] == container(rendered)["image"]
+    # huggingface_hub comes from the hashed lock, installed before the download starts.
+    assert script.index("--require-hashes") < script.index("snapshot_download")
 
 
 def test_serving_waits_for_the_staged_weights_with_timeouts_above_the_budget(rendered):

@@ -4,6 +4,7 @@ claims, the download Job's patterns, the per-backend cold start, and the rejecti
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -97,7 +98,14 @@ def test_job_in_the_render_runs_that_script(rendered):
     (job,) = [m for m in rendered["prod"].manifests if m["kind"] == "Job"]
     (container,) = job["spec"]["template"]["spec"]["containers"]
     assert container["command"] == ["/bin/sh", "-c", weights.STAGE_SCRIPT]
-    assert "nodeSelector" not in job["spec"]["template"]["spec"]  # any CPU node: the GPU taint keeps it off GPUs
+    # Any amd64 CPU node (the lock holds x86_64 wheels); the GPU taint keeps it off GPU nodes.
+    assert job["spec"]["template"]["spec"]["nodeSelector"] == {"kubernetes.io/arch": "amd64"}
+    configmap = rendered["prod"].manifest("ConfigMap", weights.requirements_configmap_name("llama-70b"))
+    assert configmap["immutable"] is True
+    lines = configmap["data"]["requirements.txt"].splitlines()
+    assert "huggingface-hub==2.4.0 --hash=sha256:" in "\n".join(lines)
+    # Every requirement pinned and hashed: pip --require-hashes refuses anything else.
+    assert all(re.fullmatch(r"[a-z0-9-]+==[^ ]+( --hash=sha256:[0-9a-f]{64})+", line) for line in lines[1:])
 
 
 def config(**top: Any) -> StackConfig:
@@ -158,7 +166,8 @@ def test_a_read_write_once_claim_pins_its_job_and_replica_to_one_zone(stack_dir)
     assert claim["spec"] == {"accessModes": ["ReadWriteOnce"], "storageClassName": "gp3",
                              "resources": {"requests": {"storage": "40Gi"}}}
     (job,) = [m for m in result.manifests if m["kind"] == "Job"]
-    assert job["spec"]["template"]["spec"]["nodeSelector"] == {"topology.kubernetes.io/zone": "us-east-1a"}
+    assert job["spec"]["template"]["spec"]["nodeSelector"] == {"kubernetes.io/arch": "amd64",
+                                                               "topology.kubernetes.io/zone": "us-east-1a"}
     deployment = result.manifest("Deployment", "llama-8b")
     assert deployment["spec"]["template"]["spec"]["nodeSelector"]["topology.kubernetes.io/zone"] == "us-east-1a"
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
