@@ -35,7 +35,7 @@ from components.observability import (
 from components.platform import RESTRICTED, manifest_resource, namespace, versions
 from components.scaling import ModelAutoscaling, ModelAutoscalingArgs, ScalingTarget
 from components.serving import PORT, EngineSettings, ModelWeights, ModelWeightsArgs, VllmDeployment, VllmDeploymentArgs
-from components.storage import WeightsFileSystem, WeightsFileSystemArgs
+from components.storage import WeightsFileSystem, WeightsFileSystemArgs, WeightsLustre, WeightsLustreArgs
 
 # Labels every vLLM pod and every staging Job pod carries (NetworkPolicies and the PodMonitor).
 VLLM_POD_SELECTOR = {"app.kubernetes.io/component": "vllm"}
@@ -80,7 +80,8 @@ class ServingStackArgs:
     node_group: GpuNodeGroupArgs
     cluster_autoscaler: ClusterAutoscalerArgs | None  # None: an existing autoscaler, or none
     install_node_monitoring_agent: bool  # the auto-repair agent add-on (False: the cluster has it, or no repair)
-    weights_storage: WeightsFileSystemArgs | None  # None: an existing StorageClass holds the weights
+    weights_storage: WeightsFileSystemArgs | None  # EFS; None: FSx or an existing StorageClass
+    weights_lustre: WeightsLustreArgs | None  # FSx for Lustre: one claim every model shares
     device_plugin: NvidiaDevicePluginArgs
     dcgm_exporter: DcgmExporterArgs
     prometheus: PrometheusStackArgs | None  # None: use the cluster's existing Prometheus Operator
@@ -200,6 +201,12 @@ class ServingStack(pulumi.ComponentResource):
         if args.weights_storage is not None:
             # Claims name the class through its output, so they wait for the file system to be mountable.
             storage_class = WeightsFileSystem("weights-storage", args.weights_storage, child).storage_class_name
+        shared_claim: pulumi.Output[str] | None = None
+        if args.weights_lustre is not None:
+            # The shared claim lives in the serving namespace, behind the same fences as the Jobs.
+            shared_claim = WeightsLustre(
+                "weights-storage", args.weights_lustre, pulumi.ResourceOptions(parent=self, depends_on=[ns])
+            ).claim_name
         # Through the node group's name, so a Deployment waits for its node group: after a node
         # update the pods roll only once the new generation's group exists.
         node_selector = pulumi.Output.all(
@@ -216,6 +223,7 @@ class ServingStack(pulumi.ComponentResource):
                     tokenizer_revision=model.tokenizer_revision,
                     stage_image=versions.STAGE_IMAGE,
                     storage_class=storage_class if storage_class is not None else model.storage_class,
+                    shared_claim=shared_claim,
                     zone=model.zone,
                     access_mode=model.access_mode,
                     size_gib=model.size_gib,

@@ -178,13 +178,17 @@ def _each_model(config: StackConfig) -> Iterator[Problem]:
             yield Problem(f"{at}.storage.accessMode", "replicas on several nodes cannot share a ReadWriteOnce "
                           "volume", model.storage.access_mode.value,
                           "ReadWriteMany, or replicas and autoscaling.maxReplicas 1")
-        if config.weights_storage.backend is StorageBackend.EFS:
+        backend = config.weights_storage.backend
+        if backend is not StorageBackend.EXISTING_STORAGE_CLASS:
+            shown = "EFS" if backend is StorageBackend.EFS else "FSx for Lustre"
             if model.storage.access_mode is AccessMode.READ_WRITE_ONCE:
-                yield Problem(f"{at}.storage.accessMode", "EFS claims are ReadWriteMany", "ReadWriteOnce",
+                yield Problem(f"{at}.storage.accessMode", f"{shown} claims are ReadWriteMany", "ReadWriteOnce",
                               "ReadWriteMany, or weightsStorage.backend existingStorageClass with an EBS class")
             if model.storage.size_gib is not None:
-                yield Problem(f"{at}.storage.sizeGib", "EFS ignores a claim's size (it grows with its data); a "
-                              "size here would only risk a shrink", model.storage.size_gib, "unset")
+                why = ("EFS ignores a claim's size (it grows with its data); a size here would only risk a shrink"
+                       if backend is StorageBackend.EFS else "the claim is the file system's capacity "
+                       "(weightsStorage.fsxLustre.storageCapacityGib)")
+                yield Problem(f"{at}.storage.sizeGib", why, model.storage.size_gib, "unset")
         if model.image.tag in MOVING_TAGS:
             yield Problem(f"{at}.image.tag", "a moving tag; pin the engine version", model.image.tag,
                           "a release tag like v0.33.0")

@@ -151,6 +151,7 @@ class StorageBackend(StrEnum):
     """Where the weights live."""
 
     EFS = "efs"
+    FSX_LUSTRE = "fsxLustre"
     EXISTING_STORAGE_CLASS = "existingStorageClass"
 
 
@@ -160,6 +161,22 @@ class EfsStorageConfig(ConfigModel):
     install_csi_driver: bool = Field(
         default=True,
         description="Install the `aws-efs-csi-driver` EKS add-on; false when the cluster already has it.",
+    )
+
+
+class FsxLustreConfig(ConfigModel):
+    """The FSx for Lustre (PERSISTENT_2) file system this program creates for the weights."""
+
+    storage_capacity_gib: int = Field(
+        default=2400, ge=1200, le=4_000_000,
+        description="Capacity in GiB: 1200, 2400 or a multiple of 2400; read speed grows with it.",
+    )
+    per_unit_storage_throughput: Literal[125, 250, 500, 1000] = Field(
+        default=500, description="MB/s per TiB of capacity (125, 250, 500 or 1000); sets the read speed and price."
+    )
+    install_csi_driver: bool = Field(
+        default=True,
+        description="Install the `aws-fsx-csi-driver` EKS add-on; false when the cluster already has it.",
     )
 
 
@@ -179,10 +196,12 @@ class WeightsBackendConfig(ConfigModel):
         default=StorageBackend.EFS,
         description=(
             "`efs`: an encrypted EFS file system with Elastic throughput, created and retained by this program; "
-            "`existingStorageClass`: a class the cluster has."
+            "`fsxLustre`: an FSx for Lustre file system, the fastest cold starts; `existingStorageClass`: a class "
+            "the cluster has."
         ),
     )
     efs: EfsStorageConfig = Field(default_factory=EfsStorageConfig, description="With backend `efs`.")
+    fsx_lustre: FsxLustreConfig = Field(default_factory=FsxLustreConfig, description="With backend `fsxLustre`.")
     existing_storage_class: ExistingStorageClassConfig | None = Field(
         default=None, description="With backend `existingStorageClass`: the class and its read speed."
     )

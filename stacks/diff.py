@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from components.serving import lookup_model
 from stacks import loader, replacements
 
 EXIT_UNCHANGED = 0
@@ -276,6 +277,27 @@ def _launch_template_notes(changes: list[ResourceChange], head: list[dict[str, A
     return result
 
 
+def _old_revision_notes(changes: list[ResourceChange], base: dict[tuple[str, ...], Any]) -> list[ResourceChange]:
+    """A staging Job that goes away means its revision is no longer the one being staged: its files
+    stay on the weights volume, so say where and how much, and when they can be removed."""
+    by_name = {(r["type"], r["name"]): r for r in base.values()}
+    result = []
+    for change in changes:
+        resource = by_name.get((change.type, change.name))
+        labels = ((resource or {}).get("inputs", {}).get("metadata") or {}).get("labels") or {}
+        if change.action == "delete" and change.type == "kubernetes:batch/v1:Job" and \
+                labels.get("app.kubernetes.io/component") == "stage-weights":
+            containers = resource["inputs"]["spec"]["template"]["spec"]["containers"]
+            env = {e["name"]: e.get("value") for e in containers[0].get("env", [])}
+            model = lookup_model(env.get("MODEL_ID", ""))
+            size = f" ({model.weight_bytes / 1e9:.0f} GB)" if model else ""
+            note = (f"revision {env.get('REVISION')} stays in {env.get('TARGET')}{size} on the weights volume: delete "
+                    "that directory once the new revision serves and no rollback to it is planned")
+            change = dataclasses.replace(change, notes=(*change.notes, note))
+        result.append(change)
+    return result
+
+
 def diff_resources(
     base: list[dict[str, Any]], head: list[dict[str, Any]], stack: str, base_label: str, commit: str = "",
     note: str = "",
@@ -302,6 +324,7 @@ def diff_resources(
         if change is not None:
             changes.append(change)
     changes = _launch_template_notes(changes, head)
+    changes = _old_revision_notes(changes, old)
     changes.sort(key=lambda c: (ACTIONS.index(c.action), c.type, c.name))
     return StackDiff(stack, base_label, commit, tuple(changes), note)
 

@@ -58,6 +58,9 @@ def storage_read_mib_per_second(config: StackConfig) -> float:
     """The read speed cold starts are planned on: EFS's documented per-client figure, or what the
     operator vouches for on an existing class."""
     weights = config.weights_storage
+    if weights.backend is StorageBackend.FSX_LUSTRE:
+        fsx = weights.fsx_lustre
+        return storage.lustre_read_mib_per_second(fsx.storage_capacity_gib, fsx.per_unit_storage_throughput)
     if weights.backend is StorageBackend.EFS or weights.existing_storage_class is None:
         return storage.EFS_READ_MIB_PER_SECOND
     return weights.existing_storage_class.read_mib_per_second
@@ -65,6 +68,10 @@ def storage_read_mib_per_second(config: StackConfig) -> float:
 
 def storage_backend_label(config: StackConfig) -> str:
     weights = config.weights_storage
+    if weights.backend is StorageBackend.FSX_LUSTRE:
+        fsx = weights.fsx_lustre
+        return (f"FSx for Lustre {fsx.storage_capacity_gib} GiB at {fsx.per_unit_storage_throughput} MB/s/TiB, "
+                f"{storage_read_mib_per_second(config):g} MiB/s")
     if weights.backend is StorageBackend.EFS or weights.existing_storage_class is None:
         return f"EFS Elastic, {storage.EFS_READ_MIB_PER_SECOND:g} MiB/s per pod"
     existing = weights.existing_storage_class
@@ -150,6 +157,11 @@ def replica_bounds(model: ModelConfig) -> tuple[int, int]:
     return low, high
 
 
+def shared_claim_name(config: StackConfig) -> str | None:
+    """FSx for Lustre: one claim every model shares (one static volume per file system)."""
+    return "weights-fsx" if config.weights_storage.backend is StorageBackend.FSX_LUSTRE else None
+
+
 def weights_storage_class(config: StackConfig) -> str:
     """Our EFS class (cluster-scoped, so named after the serving namespace) or the operator's."""
     existing = config.weights_storage.existing_storage_class
@@ -159,6 +171,8 @@ def weights_storage_class(config: StackConfig) -> str:
 
 
 def claim_size_gib(config: StackConfig, model: ModelConfig, weight_bytes: int) -> int:
+    if config.weights_storage.backend is StorageBackend.FSX_LUSTRE:
+        return config.weights_storage.fsx_lustre.storage_capacity_gib
     if config.weights_storage.backend is StorageBackend.EFS:
         return storage.EFS_CLAIM_PLACEHOLDER_GIB
     return model.storage.size_gib or serving.weights_volume_gib(weight_bytes)

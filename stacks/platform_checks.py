@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from components import gpu
+from components import gpu, storage
 from components.platform import versions
 from stacks.config import AmiType, ExistingAutoscaler, NodeAutoscalingMode, StackConfig, StorageBackend
 from stacks.problems import Problem
@@ -60,6 +60,11 @@ def weights_storage_rules(config: StackConfig) -> Iterator[Problem]:
     if weights.backend is StorageBackend.EXISTING_STORAGE_CLASS and weights.existing_storage_class is None:
         yield Problem("weightsStorage.existingStorageClass", "backend existingStorageClass needs the class and the "
                       "read speed it gives", None, "{name: <class>, readMibPerSecond: <MiB/s>}")
-    if weights.backend is StorageBackend.EFS and weights.existing_storage_class is not None:
+    if weights.backend is StorageBackend.FSX_LUSTRE:
+        problem = storage.lustre_capacity_problem(weights.fsx_lustre.storage_capacity_gib)
+        if problem:
+            yield Problem("weightsStorage.fsxLustre.storageCapacityGib", problem,
+                          weights.fsx_lustre.storage_capacity_gib, "1200, 2400, 4800, 7200, ...")
+    if weights.backend is not StorageBackend.EXISTING_STORAGE_CLASS and weights.existing_storage_class is not None:
         yield Problem("weightsStorage.existingStorageClass", "only read with backend existingStorageClass",
                       weights.existing_storage_class.name, "unset, or backend existingStorageClass")

@@ -2,6 +2,9 @@
 
 `__main__.py` calls `run()`. Invalid config is logged one line per problem and stops the program
 with a `RunError` (no traceback) before any resource is registered.
+
+Length: the one place where validated config becomes every package's component args (GPU, storage,
+serving, edge, scaling, observability); splitting it would scatter that mapping over several files.
 """
 
 from __future__ import annotations
@@ -317,6 +320,22 @@ def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStack
             tags=tags,
         )
         if config.weights_storage.backend is StorageBackend.EFS
+        else None,
+        weights_lustre=storage.WeightsLustreArgs(
+            cluster_name=config.cluster.name,
+            vpc_id=cluster.vpc_id,
+            node_security_group_id=cluster.cluster_security_group_id,
+            subnet_id=group.subnets[0].id,
+            capacity_gib=config.weights_storage.fsx_lustre.storage_capacity_gib,
+            per_unit_throughput=config.weights_storage.fsx_lustre.per_unit_storage_throughput,
+            namespace=config.serving.namespace,
+            volume_name=f"{config.serving.namespace}-weights-fsx",
+            claim_name="weights-fsx",
+            protect=config.environment is Environment.PROD,
+            install_csi_driver=config.weights_storage.fsx_lustre.install_csi_driver,
+            tags=tags,
+        )
+        if config.weights_storage.backend is StorageBackend.FSX_LUSTRE
         else None,
         cluster_autoscaler=ClusterAutoscalerArgs(
             cluster_name=config.cluster.name,

@@ -110,6 +110,9 @@ class RenderMocks(pulumi.runtime.Mocks):
         elif args.typ == "aws:eks/nodeGroup:NodeGroup":
             state.setdefault("resources", [{"autoscalingGroups": [{"name": f"eks-{name}-asg"}]}])
             state.setdefault("nodeGroupName", f"{args.inputs.get('nodeGroupNamePrefix', name)}placeholder")
+        elif args.typ == "aws:fsx/lustreFileSystem:LustreFileSystem":
+            state.setdefault("dnsName", f"{name}.fsx.{REGION}.amazonaws.com")
+            state.setdefault("mountName", "placeholder")
         elif args.typ == "kubernetes:helm.sh/v3:Release":
             state.setdefault("name", name)
         return f"{name}-id", state

@@ -88,6 +88,9 @@ class ModelWeightsArgs:
     # Resources that must exist first (the NetworkPolicy fencing the Job that holds the HF token).
     after: tuple[pulumi.Resource, ...] = ()
     zone: str | None = None  # ReadWriteOnce: the zone the volume is created in
+    # A claim the storage backend already made, shared by every model (FSx for Lustre); None: this
+    # component creates the model's own claim.
+    shared_claim: pulumi.Input[str] | None = None
 
 
 def job_name(model_name: str, revision: str, tokenizer_revision: str | None) -> str:
@@ -105,7 +108,22 @@ class ModelWeights(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: ModelWeightsArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llmserving:serving:ModelWeights", name, None, opts)
-        claim = k8s.core.v1.PersistentVolumeClaim(
+        claim_name: pulumi.Input[str]
+        if args.shared_claim is not None:
+            claim_name = args.shared_claim
+            claim_after: list[pulumi.Resource] = []
+        else:
+            claim = self._claim(name, args)
+            claim_name = claim.metadata.name
+            claim_after = [claim]
+        target = engine.staged_model_path(args.model_id, args.revision)
+        self._stage(name, args, claim_name, claim_after, target)
+        self.claim_name = pulumi.Output.from_input(claim_name)
+        self.model_path = pulumi.Output.from_input(target)
+        self.register_outputs({"claim_name": self.claim_name, "model_path": self.model_path})
+
+    def _claim(self, name: str, args: ModelWeightsArgs) -> k8s.core.v1.PersistentVolumeClaim:
+        return k8s.core.v1.PersistentVolumeClaim(
             f"{name}-claim",
             metadata={
                 "name": f"{args.model_name}-weights",
@@ -129,7 +147,10 @@ class ModelWeights(pulumi.ComponentResource):
                 protect=args.protect,
             ),
         )
-        target = engine.staged_model_path(args.model_id, args.revision)
+
+    def _stage(self, name: str, args: ModelWeightsArgs, claim_name: pulumi.Input[str],
+               claim_after: list[pulumi.Resource], target: str) -> None:
+        """The Job that stages the revision into the claim (self.job)."""
         env = [
             {"name": "MODEL_ID", "value": args.model_id},
             {"name": "REVISION", "value": args.revision},
@@ -166,7 +187,7 @@ class ModelWeights(pulumi.ComponentResource):
         ]
         volumes: list[dict] = [
             {"name": "requirements", "configMap": {"name": requirements_configmap_name(args.model_name)}},
-            {"name": "weights", "persistentVolumeClaim": {"claimName": f"{args.model_name}-weights"}},
+            {"name": "weights", "persistentVolumeClaim": {"claimName": claim_name}},
             {"name": "home", "emptyDir": {"sizeLimit": "1Gi"}},
             {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
         ]
@@ -229,7 +250,7 @@ class ModelWeights(pulumi.ComponentResource):
             },
             opts=pulumi.ResourceOptions(
                 parent=self,
-                depends_on=[claim, requirements, *args.after],
+                depends_on=[*claim_after, requirements, *args.after],
                 # Pulumi waits for the Job to succeed; the download may take as long as its deadline.
                 custom_timeouts=pulumi.CustomTimeouts(
                     create=f"{args.download_deadline_seconds + 300}s",
@@ -237,6 +258,3 @@ class ModelWeights(pulumi.ComponentResource):
                 ),
             ),
         )
-        self.claim_name = claim.metadata.name
-        self.model_path = pulumi.Output.from_input(target)
-        self.register_outputs({"claim_name": self.claim_name, "model_path": self.model_path})

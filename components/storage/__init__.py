@@ -2,13 +2,27 @@
 vouches for), with the throughput the capacity planner plans cold starts on."""
 
 from .efs import WeightsFileSystem, WeightsFileSystemArgs
-from .objects import EFS_CLAIM_PLACEHOLDER_GIB, EFS_READ_MIB_PER_SECOND, mount_target_subnets, storage_class
+from .fsx import WeightsLustre, WeightsLustreArgs
+from .objects import (
+    EFS_CLAIM_PLACEHOLDER_GIB,
+    EFS_READ_MIB_PER_SECOND,
+    LUSTRE_THROUGHPUTS,
+    lustre_capacity_problem,
+    lustre_read_mib_per_second,
+    mount_target_subnets,
+    storage_class,
+)
 
 __all__ = [
     "EFS_CLAIM_PLACEHOLDER_GIB",
     "EFS_READ_MIB_PER_SECOND",
+    "LUSTRE_THROUGHPUTS",
     "WeightsFileSystem",
     "WeightsFileSystemArgs",
+    "WeightsLustre",
+    "WeightsLustreArgs",
+    "lustre_capacity_problem",
+    "lustre_read_mib_per_second",
     "mount_target_subnets",
     "storage_class",
 ]

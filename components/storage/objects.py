@@ -72,3 +72,46 @@ def storage_class(name: str, parameters: dict[str, Any]) -> dict[str, Any]:
         "volumeBindingMode": "Immediate",
         "parameters": parameters,
     }
+
+
+# FSx for Lustre (PERSISTENT_2 SSD; FSx Lustre user guide ssd-storage.html, performance, and the API
+# reference CreateFileSystem): capacity 1200 GiB, 2400 GiB or a multiple of 2400 GiB; per-unit
+# throughput 125, 250, 500 or 1000 MB/s per TiB. Reads not served from the file servers' cache run at
+# the disk figure, storage TiB x per-unit throughput: the cold-start planning figure.
+LUSTRE_PORTS = ((988, 988), (1018, 1023))  # LNET; creation fails without them (cannot-create-fs.html)
+LUSTRE_THROUGHPUTS = (125, 250, 500, 1000)
+FSX_CSI_ADDON = "aws-fsx-csi-driver"
+FSX_CSI_DRIVER = "fsx.csi.aws.com"
+
+
+def lustre_capacity_problem(capacity_gib: int) -> str | None:
+    if capacity_gib in (1200, 2400) or (capacity_gib > 2400 and capacity_gib % 2400 == 0):
+        return None
+    return "PERSISTENT_2 capacity is 1200 GiB, 2400 GiB or a multiple of 2400 GiB"
+
+
+def lustre_read_mib_per_second(capacity_gib: int, per_unit_mb_per_second_per_tib: int) -> float:
+    """Disk throughput of the whole file system in MiB/s (MB/s per TiB x TiB)."""
+    return round(capacity_gib / 1024 * per_unit_mb_per_second_per_tib * 1e6 / 2**20, 1)
+
+
+def lustre_volume(
+    name: str, *, file_system_id: str, dns_name: str, mount_name: str, capacity_gib: int
+) -> dict[str, Any]:
+    """A static PersistentVolume for the file system (aws-fsx-csi-driver examples/static_provisioning):
+    Retain, so deleting the claim never touches the file system, and `flock` for tools that lock."""
+    check_dns_label("name", name)
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "llm-serving"}},
+        "spec": {
+            "capacity": {"storage": f"{capacity_gib}Gi"},
+            "accessModes": ["ReadWriteMany"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": "",
+            "mountOptions": ["flock"],
+            "csi": {"driver": FSX_CSI_DRIVER, "volumeHandle": file_system_id,
+                    "volumeAttributes": {"dnsname": dns_name, "mountname": mount_name}},
+        },
+    }

@@ -537,3 +537,17 @@ def test_a_renamed_component_type_recreates_every_descendant_with_warnings(repo)
         "    ! protected: `pulumi up` stops with an error instead of this delete until `pulumi state unprotect` is "
         "run on it\n"
         "    ! retainOnDelete: the engine forgets it but leaves it in the cloud or cluster, unmanaged\n")
+
+
+def test_a_replaced_revision_says_where_its_files_stay_and_how_big_they_are():
+    def job(name: str, revision: str) -> dict[str, object]:
+        env = [{"name": "MODEL_ID", "value": "meta-llama/Llama-3.1-70B-Instruct"},
+               {"name": "REVISION", "value": revision},
+               {"name": "TARGET", "value": f"/models/meta-llama--Llama-3.1-70B-Instruct/{revision}"}]
+        return urned("kubernetes:batch/v1:Job", name,
+                     metadata={"labels": {"app.kubernetes.io/component": "stage-weights"}},
+                     spec={"template": {"spec": {"containers": [{"name": "stage", "env": env}]}}})
+    diff = diff_resources([job("llama-70b-stage-old", "aaaa")], [job("llama-70b-stage-new", "bbbb")], "prod", "main")
+    assert diff.of("delete")[0].notes == (
+        "revision aaaa stays in /models/meta-llama--Llama-3.1-70B-Instruct/aaaa (141 GB) on the weights volume: "
+        "delete that directory once the new revision serves and no rollback to it is planned",)

@@ -15,6 +15,7 @@ from stacks import checks, planning
 from stacks.config import StackConfig
 from tests.conftest import render_file
 from tests.stacks.test_model_checks import BASE, LLAMA_70B
+from tests.support import reference
 
 TAGS = {"app.kubernetes.io/part-of": "llm-serving", "llm-serving/environment": "prod"}
 
@@ -173,3 +174,70 @@ def test_a_read_write_once_claim_pins_its_job_and_replica_to_one_zone(stack_dir)
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
     # No file system of ours with an existing class.
     assert not [r for r in result.resources if r["type"].startswith("aws:efs/")]
+
+
+def _prod_variant(stack_dir, name: str, weights_storage: dict) -> Any:
+    path = stack_dir / f"Pulumi.{name}.yaml"
+    path.write_text(json.dumps({"config": {
+        "aws:region": "us-east-1", "llm-serving:extends": "prod", "llm-serving:environment": "prod",
+        "llm-serving:apiKey": {"secure": "v1:abc"}, "llm-serving:hfToken": {"secure": "v1:def"},
+        "llm-serving:weightsStorage": weights_storage}}))
+    return render_file(path)
+
+
+def test_fsx_for_lustre_gives_one_retained_file_system_and_a_shared_claim(stack_dir):
+    result = _prod_variant(stack_dir, "fsx", {"backend": "fsxLustre"})
+    fs = result.resource("aws:fsx/lustreFileSystem:LustreFileSystem", "weights-storage-file-system")
+    assert fs["inputs"] == {
+        "deploymentType": "PERSISTENT_2", "storageCapacity": 2400, "perUnitStorageThroughput": 500,
+        "subnetIds": "subnet-0bb00000000000001", "securityGroupIds": ["weights-storage-lnet-id"],
+        "fileSystemTypeVersion": "2.15", "tags": {**TAGS, "Name": "llm-prod-weights-storage"}}
+    assert (fs["options"]["protect"], fs["options"]["retainOnDelete"]) == (True, True)
+    rules = sorted((r["inputs"]["fromPort"], r["inputs"]["toPort"], r["inputs"]["referencedSecurityGroupId"])
+                   for r in result.by_type()["aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"])
+    # LNET from the nodes and within the group itself (FSx refuses to create the file system otherwise).
+    assert rules == [(988, 988, "sg-0123456789abcdef0"), (988, 988, "weights-storage-lnet-id"),
+                     (1018, 1023, "sg-0123456789abcdef0"), (1018, 1023, "weights-storage-lnet-id")]
+    assert inputs(result, "aws:eks/addon:Addon", "weights-storage-csi-driver")["addonName"] == "aws-fsx-csi-driver"
+    # Static provisioning makes no AWS call: no IAM role for the driver.
+    assert not [r for r in result.by_type()["aws:iam/role:Role"] if "weights" in r["name"]]
+    volume = result.manifest("PersistentVolume", "llm-serving-weights-fsx")
+    assert volume["spec"] == {
+        "capacity": {"storage": "2400Gi"}, "accessModes": ["ReadWriteMany"],
+        "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "", "mountOptions": ["flock"],
+        "csi": {"driver": "fsx.csi.aws.com", "volumeHandle": "weights-storage-file-system-id",
+                "volumeAttributes": {"dnsname": "weights-storage-file-system.fsx.us-east-1.amazonaws.com",
+                                     "mountname": "placeholder"}}}
+    claims = [m for m in result.manifests if m["kind"] == "PersistentVolumeClaim"]
+    assert [c["metadata"]["name"] for c in claims] == ["weights-fsx"]
+    assert claims[0]["spec"] == {"accessModes": ["ReadWriteMany"], "storageClassName": "",
+                                 "volumeName": "llm-serving-weights-fsx",
+                                 "resources": {"requests": {"storage": "2400Gi"}}}
+    claim = result.resource("kubernetes:core/v1:PersistentVolumeClaim", "weights-storage-claim")
+    assert (claim["options"]["protect"], claim["options"]["retainOnDelete"]) == (True, True)
+    for manifest in result.manifests:
+        assert reference.kubernetes_object_errors(manifest, "1.34") == [], manifest["kind"]
+    # Every model's Job and Deployment mount the shared claim.
+    (job,) = [m for m in result.manifests if m["kind"] == "Job"]
+    deployment = result.manifest("Deployment", "llama-70b")
+    for pod in (job["spec"]["template"]["spec"], deployment["spec"]["template"]["spec"]):
+        (volume_ref,) = [v for v in pod["volumes"] if v["name"] == "weights"]
+        assert volume_ref["persistentVolumeClaim"]["claimName"] == "weights-fsx"
+
+
+def test_fsx_read_speed_is_capacity_times_per_unit_throughput():
+    fsx = config(weightsStorage={"backend": "fsxLustre"})
+    # 2400 GiB = 2.34 TiB x 500 MB/s/TiB = 1,172 MB/s = 1,117.6 MiB/s.
+    assert planning.storage_read_mib_per_second(fsx) == 1117.6
+    assert planning.model_plan(fsx, fsx.models[0]).cold_start_seconds == 361
+    small = config(weightsStorage={"backend": "fsxLustre",
+                                   "fsxLustre": {"storageCapacityGib": 1200, "perUnitStorageThroughput": 125}})
+    assert planning.storage_read_mib_per_second(small) == 139.7
+
+
+def test_fsx_capacity_must_be_a_valid_persistent_2_size():
+    assert lines(weightsStorage={"backend": "fsxLustre", "fsxLustre": {"storageCapacityGib": 3600}}) == [
+        "llm-serving:weightsStorage.fsxLustre.storageCapacityGib: PERSISTENT_2 capacity is 1200 GiB, 2400 GiB or a "
+        "multiple of 2400 GiB (got 3600; expected 1200, 2400, 4800, 7200, ...)"
+    ]
+    assert lines(weightsStorage={"backend": "fsxLustre", "fsxLustre": {"storageCapacityGib": 4800}}) == []
