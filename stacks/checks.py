@@ -179,6 +179,10 @@ def _each_model(config: StackConfig) -> Iterator[Problem]:
                           "volume", model.storage.access_mode.value,
                           "ReadWriteMany, or replicas and autoscaling.maxReplicas 1")
         backend = config.weights_storage.backend
+        if backend is StorageBackend.EXISTING_STORAGE_CLASS and model.storage.size_gib is None:
+            yield Problem(f"{at}.storage.sizeGib", "required with an existing StorageClass: a size that followed the "
+                          "checkpoint would shrink the claim when a smaller model moves in, which Kubernetes refuses",
+                          None, "a size in GiB you only ever raise")
         if backend is not StorageBackend.EXISTING_STORAGE_CLASS:
             shown = "EFS" if backend is StorageBackend.EFS else "FSx for Lustre"
             if model.storage.access_mode is AccessMode.READ_WRITE_ONCE:

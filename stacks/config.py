@@ -141,8 +141,8 @@ class WeightsStorageConfig(ConfigModel):
         ge=1,
         le=65536,
         description=(
-            "Claim size in GiB, only with `existingStorageClass` (EFS ignores it); unset: two revisions plus "
-            "10 %. Never lower it for an existing claim: Kubernetes refuses to shrink one."
+            "Claim size in GiB, required with `existingStorageClass` (EFS ignores it; FSx uses the file system's "
+            "capacity). Size it for two revisions; never lower it for an existing claim: Kubernetes refuses."
         ),
     )
 

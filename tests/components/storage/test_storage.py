@@ -109,6 +109,9 @@ def test_job_in_the_render_runs_that_script(rendered):
     assert all(re.fullmatch(r"[a-z0-9-]+==[^ ]+( --hash=sha256:[0-9a-f]{64})+", line) for line in lines[1:])
 
 
+SIZED = {**LLAMA_70B, "storage": {"sizeGib": 300}}  # an existing class needs the claim's size
+
+
 def config(**top: Any) -> StackConfig:
     return StackConfig.model_validate({**BASE, "models": [LLAMA_70B], **top})
 
@@ -121,8 +124,8 @@ def test_cold_start_follows_the_backends_read_speed():
     efs = config()
     plan = planning.model_plan(efs, efs.models[0])
     assert (planning.storage_read_mib_per_second(efs), plan.cold_start_seconds) == (EFS_READ_MIB_PER_SECOND, 510)
-    slow = config(weightsStorage={"backend": "existingStorageClass",
-                                  "existingStorageClass": {"name": "gp3", "readMibPerSecond": 125}})
+    slow = config(models=[SIZED], weightsStorage={"backend": "existingStorageClass",
+                                                  "existingStorageClass": {"name": "gp3", "readMibPerSecond": 125}})
     assert planning.model_plan(slow, slow.models[0]).cold_start_seconds == 1317
     assert planning.storage_backend_label(slow) == "StorageClass gp3, 125 MiB/s per pod (operator's figure)"
 
@@ -130,7 +133,7 @@ def test_cold_start_follows_the_backends_read_speed():
 def test_a_cold_start_above_the_ceiling_is_rejected_with_the_numbers():
     slow = {"backend": "existingStorageClass", "existingStorageClass": {"name": "nfs", "readMibPerSecond": 20},
             "maxColdStartSeconds": 3600}
-    assert lines(weightsStorage=slow) == [
+    assert lines(models=[SIZED], weightsStorage=slow) == [
         "llm-serving:models[llama-70b]: its planned cold start is 6969 s (141 GB from StorageClass nfs, 20 MiB/s per "
         "pod (operator's figure), plus engine start), above weightsStorage.maxColdStartSeconds (got 3600; expected "
         "faster storage, a smaller checkpoint, or a higher ceiling)"
@@ -138,7 +141,7 @@ def test_a_cold_start_above_the_ceiling_is_rejected_with_the_numbers():
 
 
 def test_backend_settings_that_cannot_work_are_rejected():
-    assert lines(weightsStorage={"backend": "existingStorageClass"}) == [
+    assert lines(models=[SIZED], weightsStorage={"backend": "existingStorageClass"}) == [
         "llm-serving:weightsStorage.existingStorageClass: backend existingStorageClass needs the class and the read "
         "speed it gives (got null; expected {name: <class>, readMibPerSecond: <MiB/s>})"
     ]
@@ -150,6 +153,12 @@ def test_backend_settings_that_cannot_work_are_rejected():
     assert [p.line() for p in checks.check(StackConfig.model_validate({**BASE, "models": [sized]}))] == [
         "llm-serving:models[llama-70b].storage.sizeGib: EFS ignores a claim's size (it grows with its data); a size "
         "here would only risk a shrink (got 200; expected unset)"
+    ]
+    existing = {"backend": "existingStorageClass", "existingStorageClass": {"name": "gp3", "readMibPerSecond": 125}}
+    assert lines(weightsStorage=existing) == [
+        "llm-serving:models[llama-70b].storage.sizeGib: required with an existing StorageClass: a size that followed "
+        "the checkpoint would shrink the claim when a smaller model moves in, which Kubernetes refuses (got null; "
+        "expected a size in GiB you only ever raise)"
     ]
 
 
