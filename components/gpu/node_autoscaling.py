@@ -97,20 +97,6 @@ def chart_values(*, cluster_name: str, region: str, image_tag: str, node_group_n
     }
 
 
-def pod_identity_trust_policy() -> dict[str, Any]:
-    """Trust for EKS Pod Identity (EKS user guide, pod-id-role): the agent assumes and tags the session."""
-    return {
-        "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Effect": "Allow",
-                "Principal": {"Service": "pods.eks.amazonaws.com"},
-                "Action": ["sts:AssumeRole", "sts:TagSession"],
-            }
-        ],
-    }
-
-
 def iam_policy(*, cluster_name: str, partition: str, region: str, account_id: str) -> dict[str, Any]:
     """The AWS provider README's "full features" policy, narrowed.
 

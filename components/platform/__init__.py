@@ -2,6 +2,7 @@
 the pinned versions and the shapes every Prometheus rule and query shares."""
 
 from . import versions
+from .aws_iam import pod_identity_trust_policy
 from .helm import HELM_TIMEOUT_SECONDS, crd_chart, helm_release, namespace
 from .kubernetes import EksCluster, cluster_version, kubeconfig, kubernetes_provider, lookup_cluster
 from .manifests import manifest_resource
@@ -24,6 +25,7 @@ __all__ = [
     "kubeconfig",
     "kubernetes_provider",
     "lookup_cluster",
+    "pod_identity_trust_policy",
     "cluster_version",
     "manifest_resource",
     "namespace",

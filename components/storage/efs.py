@@ -13,6 +13,8 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
+from components.platform import pod_identity_trust_policy
+
 from . import objects
 
 
@@ -79,11 +81,7 @@ class WeightsFileSystem(pulumi.ComponentResource):
             partition = aws.get_partition_output(opts=pulumi.InvokeOptions(parent=self)).partition
             role = aws.iam.Role(
                 f"{name}-csi-role",
-                assume_role_policy=pulumi.Output.json_dumps({
-                    "Version": "2012-10-17",
-                    "Statement": [{"Effect": "Allow", "Principal": {"Service": "pods.eks.amazonaws.com"},
-                                   "Action": ["sts:AssumeRole", "sts:TagSession"]}],
-                }),
+                assume_role_policy=pulumi.Output.json_dumps(pod_identity_trust_policy()),
                 description=f"EFS CSI driver controller of {args.cluster_name}",
                 tags=args.tags,
                 opts=child,
