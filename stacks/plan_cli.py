@@ -1,6 +1,7 @@
 """`python -m stacks plan`: size one vLLM replica of a catalog model on a catalog GPU instance type.
-Prints tensor-parallel size, KV-cache tokens, concurrency and the startup-probe budget as a table or
-JSON; an impossible plan is one line on stderr and exit code 2, never a traceback.
+Prints tensor-parallel size, KV-cache tokens, concurrency, the startup-probe budget, dynamics and
+cost as a table or JSON; an impossible plan is one line on stderr and exit code 2, never a traceback.
+With `--stack <stack> --model <name>` it prints exactly the plan that stack deploys for that model.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 from typing import TextIO
 
 from components import serving, storage
-from components.gpu import known_instance_type_names, lookup_instance_type
+from components.gpu import instance_price, known_instance_type_names, lookup_instance_type
 from components.serving import CapacityError, CapacityPlan, known_model_ids, lookup_model
 
 EXIT_OK = 0
@@ -55,11 +56,12 @@ def _parser() -> argparse.ArgumentParser:
             "--max-model-len and the startup-probe budget. Memory model: components/serving/capacity.py."
         ),
     )
-    parser.add_argument("--model", required=True, help="Hugging Face id from the model catalog.")
-    parser.add_argument("--gpu", required=True, help="EC2 instance type from the GPU catalog, e.g. p5.48xlarge.")
+    parser.add_argument("--model", required=True,
+                        help="Hugging Face id from the model catalog; with --stack, the model's name in that stack.")
+    parser.add_argument("--stack", help="Plan a model exactly as this stack deploys it (its file's settings).")
+    parser.add_argument("--gpu", help="EC2 instance type from the GPU catalog, e.g. p5.48xlarge.")
     parser.add_argument(
         "--max-model-len",
-        required=True,
         type=_token_count,
         help="Tokens per request (prompt + output); 16384, 16k (16,000) or 16K (16,384).",
     )
@@ -89,6 +91,11 @@ def _parser() -> argparse.ArgumentParser:
         help=f"Tokens per engine step; drives the activation estimate "
         f"(default {serving.DEFAULT_MAX_NUM_BATCHED_TOKENS}).",
     )
+    parser.add_argument("--max-num-seqs", type=int, default=None,
+                        help="`--max-num-seqs` (default: vLLM's, 1024 on >= 70 GiB GPUs other than A100, else 256).")
+    parser.add_argument("--block-size", type=int, default=16, help="KV cache block size in tokens (default 16).")
+    parser.add_argument("--quantization", default=None,
+                        help="`--quantization`; fp8 on a 16-bit checkpoint halves the Linear weights in memory.")
     parser.add_argument(
         "--available-kv-gib",
         type=float,
@@ -189,7 +196,20 @@ def _storage_label(mib_per_second: float) -> str:
     return f"{mib_per_second:g} MiB/s (--storage-read-mib-per-second)"
 
 
-def render_table(result: CapacityPlan, found: dict[str, object] | None = None) -> str:
+def _cost_rows(cost: dict[str, object]) -> list[tuple[str, str]]:
+    if cost.get("usd_per_replica_hour") is None:
+        return [("price", str(cost.get("price_source")))]
+    rows = [("price per replica", f"${cost['usd_per_replica_hour']}/hour ({cost['price_source']})")]
+    if "stack_usd_per_hour_at_min" in cost:
+        rows.append(("stack GPU nodes", f"{cost['stack_nodes_at_min_replicas']} at min replicas: "
+                                        f"${cost['stack_usd_per_hour_at_min']}/hour; "
+                                        f"{cost['stack_nodes_at_max_replicas']} at max: "
+                                        f"${cost['stack_usd_per_hour_at_max']}/hour"))
+    return rows
+
+
+def render_table(result: CapacityPlan, found: dict[str, object] | None = None,
+                 cost: dict[str, object] | None = None) -> str:
     """Aligned two-column text for a terminal."""
     overhead = (
         "measured by vLLM (--available-kv-gib)"
@@ -215,6 +235,7 @@ def render_table(result: CapacityPlan, found: dict[str, object] | None = None) -
         ("cold start", f"{result.cold_start_seconds:,} s"),
         ("startup probe budget", f"{result.startup_budget_seconds:,} s"),
         *(_dynamics_rows(found) if found else []),
+        *(_cost_rows(cost) if cost else []),
     ]
     width = max(len(label) for label, _ in rows)
     lines = [f"{label.ljust(width)}  {value}" for label, value in rows]
@@ -233,6 +254,11 @@ def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = 
     except SystemExit as exit_:  # argparse already printed usage and the problem (or --help)
         return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
 
+    if args.stack:
+        return _stack_plan(args, out, err)
+    if args.gpu is None or args.max_model_len is None:
+        print("plan rejected: --gpu and --max-model-len are required without --stack", file=err)
+        return EXIT_USAGE
     model = lookup_model(args.model)
     if model is None:
         print(_unknown("model", args.model, known_model_ids()), file=err)
@@ -254,6 +280,9 @@ def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = 
             available_kv_gib=args.available_kv_gib,
             target_concurrency=args.target_concurrency,
             storage_read_mib_per_second=args.storage_read_mib_per_second,
+            max_num_seqs=args.max_num_seqs,
+            block_size=args.block_size,
+            quantization=args.quantization,
         )
     except CapacityError as error:
         print(f"plan rejected: {error}", file=err)
@@ -264,8 +293,60 @@ def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = 
               "1 <= replicas <= max replicas", file=err)
         return EXIT_USAGE
     found = dynamics(result, args)
-    if args.json:
-        print(json.dumps({**result.to_json(), "dynamics": found}, sort_keys=True, indent=2), file=out)
+    return _print(result, found, _replica_cost(result), args.json, out)
+
+
+def _replica_cost(result: CapacityPlan) -> dict[str, object]:
+    """The On-Demand price of the GPUs one replica occupies (its share of a node)."""
+    price = instance_price(result.gpu)
+    if price is None or price.usd_per_hour is None:
+        return {"usd_per_replica_hour": None, "price_source": price.note if price else "no price in the catalog"}
+    share = result.gpus_per_replica / result.gpus_per_node
+    return {"usd_per_replica_hour": round(price.usd_per_hour * share, 2),
+            "usd_per_node_hour": price.usd_per_hour,
+            "price_source": f"On-Demand, {price.region}, {price.date}, components/gpu/prices.json"}
+
+
+def _print(result: CapacityPlan, found: dict[str, object], cost: dict[str, object], as_json: bool,
+           out: TextIO) -> int:
+    if as_json:
+        print(json.dumps({**result.to_json(), "dynamics": found, "cost": cost}, sort_keys=True, indent=2),
+              file=out)
     else:
-        print(render_table(result, found), file=out)
+        print(render_table(result, found, cost), file=out)
+    return EXIT_OK
+
+
+def _stack_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """The plan, dynamics and cost of one model exactly as `args.stack` deploys it."""
+    from stacks import loader, planning  # the stack layer, only in this mode
+    from stacks.problems import ConfigError
+
+    try:
+        _, config = loader.load_stack_file(loader.stack_file_path(args.stack))
+    except ConfigError as error:
+        for problem in error.problems:
+            print(problem.line(), file=err)
+        return EXIT_USAGE
+    models = {m.name: m for m in config.models} | {m.model_id: m for m in config.models}
+    model = models.get(args.model)
+    if model is None:
+        print(_unknown(f"model of stack {args.stack}", args.model, sorted(m.name for m in config.models)), file=err)
+        return EXIT_USAGE
+    result = planning.model_plan(config, model)
+    low, high = planning.replica_bounds(model)
+    supply = planning.supply(config)
+    timing = planning.timing(config)
+    stack_args = argparse.Namespace(
+        replicas=low, max_replicas=high, nodes=config.gpu_node_group.scaling.desired_nodes,
+        max_nodes=supply.nodes, node_ready_seconds=timing.node_ready_seconds,
+        image_pull_seconds=timing.image_pull_seconds,
+    )
+    found = dynamics(result, stack_args)
+    cost = _replica_cost(result)
+    total = planning.stack_cost(config)
+    cost.update({"stack_nodes_at_min_replicas": total.nodes_at_min, "stack_nodes_at_max_replicas": total.nodes_at_max,
+                 "stack_usd_per_hour_at_min": total.at(total.nodes_at_min),
+                 "stack_usd_per_hour_at_max": total.at(total.nodes_at_max), "stack_price_note": total.price_note})
+    return _print(result, found, cost, args.json, out)
     return EXIT_OK

@@ -7,6 +7,8 @@ components. Both read the same functions, so a preview and a deploy can never di
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from components import gpu, serving, storage
 from components.serving import ModelArchitecture, lookup_model
 from stacks.config import AccessMode, ModelConfig, NodeAutoscalingMode, StackConfig, StorageBackend
@@ -93,6 +95,7 @@ def model_plan(config: StackConfig, model: ModelConfig) -> serving.CapacityPlan:
         kv_cache_dtype=model.kv_cache_dtype.value,
         max_num_batched_tokens=model.max_num_batched_tokens,
         max_num_seqs=model.max_num_seqs,
+        quantization=model.quantization,
         target_concurrency=model.target_concurrency,
         storage_read_mib_per_second=storage_read_mib_per_second(config),
     )
@@ -176,3 +179,45 @@ def claim_size_gib(config: StackConfig, model: ModelConfig, weight_bytes: int) -
     if config.weights_storage.backend is StorageBackend.EFS:
         return storage.EFS_CLAIM_PLACEHOLDER_GIB
     return model.storage.size_gib or serving.weights_volume_gib(weight_bytes)
+
+
+@dataclass(frozen=True)
+class StackCost:
+    instance_type: str
+    nodes_at_min: int  # GPU nodes with every model at its minimum replicas
+    nodes_at_max: int
+    usd_per_hour: float | None  # On-Demand, per node; None when the catalog has no price
+    price_note: str
+
+    def at(self, nodes: int) -> float | None:
+        return None if self.usd_per_hour is None else round(self.usd_per_hour * nodes, 2)
+
+
+def stack_cost(config: StackConfig) -> StackCost:
+    """GPU nodes, and their On-Demand cost, with every model at its minimum and at its maximum replicas
+    (packed as the rollout planner packs them; never fewer than minNodes, or desiredNodes without an
+    autoscaler)."""
+    instance = resolve_instance_type(config)
+    assert instance is not None
+    scaling = config.gpu_node_group.scaling
+    plans = {m.name: model_plan(config, m) for m in config.models}
+    bounds = [replica_bounds(m) for m in config.models]
+    low = [plans[m.name].tensor_parallel_size for m, (lo, _) in zip(config.models, bounds, strict=True)
+           for _ in range(lo)]
+    high = [plans[m.name].tensor_parallel_size for m, (_, hi) in zip(config.models, bounds, strict=True)
+            for _ in range(hi)]
+    if config.node_autoscaling.mode is NodeAutoscalingMode.NONE:
+        at_min = at_max = scaling.desired_nodes
+    else:
+        at_min = max(scaling.min_nodes, serving.nodes_needed(low, instance.gpu_count))
+        at_max = max(scaling.min_nodes, serving.nodes_needed(high, instance.gpu_count))
+    price = gpu.instance_price(instance.name)
+    capacity = config.gpu_node_group.capacity_type.value
+    note = ""
+    if price is None or price.usd_per_hour is None:
+        note = f"no On-Demand price for {instance.name}" + (f" ({price.note})" if price and price.note else "")
+    elif capacity != "ON_DEMAND":
+        note = f"{capacity} capacity is priced differently; On-Demand shown"
+    else:
+        note = f"On-Demand, {price.region}, {price.date}"
+    return StackCost(instance.name, at_min, at_max, price.usd_per_hour if price else None, note)

@@ -8,6 +8,7 @@ from .dcgm_exporter import DcgmExporter, DcgmExporterArgs
 from .device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
 from .node_autoscaling import SAFE_TO_EVICT_ANNOTATION, image_tag_for
 from .node_group import GpuNodeGroup, GpuNodeGroupArgs, node_monitoring_agent
+from .prices import Price, instance_price
 
 __all__ = [
     "SAFE_TO_EVICT_ANNOTATION",
@@ -19,10 +20,12 @@ __all__ = [
     "GpuNodeGroup",
     "GpuNodeGroupArgs",
     "InstanceType",
+    "Price",
     "NvidiaDevicePlugin",
     "NvidiaDevicePluginArgs",
     "exported_metric_names",
     "image_tag_for",
+    "instance_price",
     "instance_type_from_spec",
     "known_instance_type_names",
     "lookup_instance_type",

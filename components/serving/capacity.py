@@ -54,6 +54,7 @@ it; every figure `plan` prints is computed in this file so it can be checked aga
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -138,6 +139,17 @@ def _is_int(value: object) -> bool:
 
 
 # --- building blocks ------------------------------------------------------------------------------------
+
+
+def served_weight_bytes(model: ModelArchitecture, quantization: str | None) -> int:
+    """Bytes of weights in GPU memory. `--quantization fp8` on a 16-bit checkpoint quantizes the
+    Linear layers online to 1 byte per parameter (vLLM fp8 online quantization); the embeddings and
+    lm_head stay 16-bit (counted as two vocab x hidden matrices). Any other method names how the
+    checkpoint is already stored, so its bytes are what vLLM loads."""
+    if quantization != "fp8" or model.native_dtype not in ("bfloat16", "float16"):
+        return model.weight_bytes
+    embeddings = 2 * (model.vocab_size or UNKNOWN_VOCAB_SIZE) * model.hidden_size * 2
+    return (model.weight_bytes - embeddings) // 2 + embeddings
 
 
 def weight_bytes_per_gpu(model: ModelArchitecture, tp: int) -> int:
@@ -457,6 +469,7 @@ def plan(
     graph_capture_seconds: float = DEFAULT_GRAPH_CAPTURE_SECONDS,
     max_num_seqs: int | None = None,
     block_size: int = DEFAULT_BLOCK_SIZE,
+    quantization: str | None = None,
 ) -> CapacityPlan:
     """Plan one replica; raises CapacityError (one line, with numbers) when it cannot work.
 
@@ -468,6 +481,9 @@ def plan(
         if found is None:
             raise CapacityError(f"unknown model {model!r}; the catalog is components/serving/models.py")
         model = found
+    # The checkpoint is read from storage as stored; GPU memory holds it as served.
+    checkpoint_bytes = model.weight_bytes
+    model = dataclasses.replace(model, weight_bytes=served_weight_bytes(model, quantization))
     gpu, gpu_label = _gpu_spec(instance_type_or_gpu_spec)
 
     if isinstance(gpu_memory_utilization, bool) or not 0 < gpu_memory_utilization <= MAX_GPU_MEMORY_UTILIZATION:
@@ -561,7 +577,7 @@ def plan(
         )
 
     cold = cold_start_seconds(
-        model.weight_bytes,
+        checkpoint_bytes,
         storage_read_mib_per_second * MIB,
         engine_startup_seconds,
         graph_capture_seconds,

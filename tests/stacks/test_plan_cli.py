@@ -181,3 +181,49 @@ def test_replica_bounds_are_checked() -> None:
     code, _, err = _run([*PROD, "--replicas", "3", "--max-replicas", "2"])
     assert code == 2
     assert err == ("plan rejected: --replicas 3 and --max-replicas 2: expected 1 <= replicas <= max replicas\n")
+
+
+def test_stack_plan_is_exactly_what_prod_deploys(rendered) -> None:
+    code, out, err = _run(["--stack", "prod", "--model", "llama-70b", "--json"])
+    assert (code, err) == (0, "")
+    data = json.loads(out)
+    deployment = rendered["prod"].manifest("Deployment", "llama-70b")
+    (vllm,) = deployment["spec"]["template"]["spec"]["containers"]
+    args = vllm["args"]
+    assert str(data["tensor_parallel_size"]) == args[args.index("--tensor-parallel-size") + 1] == "4"
+    assert str(data["max_num_seqs"]) == args[args.index("--max-num-seqs") + 1] == "256"
+    probe = vllm["startupProbe"]
+    assert data["startup_budget_seconds"] == probe["failureThreshold"] * probe["periodSeconds"] == 1020
+    assert data["storage_read_mib_per_second"] == 500.0
+    assert data["cost"] == {
+        "usd_per_replica_hour": 27.52, "usd_per_node_hour": 55.04,
+        "price_source": "On-Demand, us-east-1, 2026-07-20, components/gpu/prices.json",
+        "stack_nodes_at_min_replicas": 2, "stack_nodes_at_max_replicas": 2,
+        "stack_usd_per_hour_at_min": 110.08, "stack_usd_per_hour_at_max": 110.08,
+        "stack_price_note": "On-Demand, us-east-1, 2026-07-20",
+    }
+    # The catalog form with the same settings gives the same memory plan.
+    _, catalog, _ = _run([*PROD, "--gpu-memory-utilization", "0.92", "--max-num-seqs", "256", "--json"])
+    assert json.loads(catalog)["kv_cache_tokens"] == data["kv_cache_tokens"] == 442_720
+
+
+def test_engine_options_change_the_plan_as_vllm_would() -> None:
+    def kv(*extra: str) -> int:
+        return json.loads(_run([*PROD, "--json", *extra])[1])["kv_cache_tokens"]
+    # Fewer sequences: a smaller sampler warm-up, so more KV.
+    assert kv("--max-num-seqs", "256") > kv("--max-num-seqs", "1024")
+    # fp8 online quantization halves the Linear weights in memory (embeddings and lm_head stay 16-bit),
+    # leaving much more for KV at the same TP; `auto` then settles on TP2.
+    fp8 = json.loads(_run([*PROD, "--json", "--quantization", "fp8", "--tp", "4"])[1])
+    assert fp8["weights_gib_per_gpu"] == 16.92
+    assert kv("--quantization", "fp8", "--tp", "4") > kv("--tp", "4") * 1.4
+    assert json.loads(_run([*PROD, "--json", "--quantization", "fp8"])[1])["tensor_parallel_size"] == 2
+    # KV is counted in whole blocks.
+    assert kv("--block-size", "32") % 32 == 0
+
+
+def test_without_a_stack_the_gpu_and_context_are_required() -> None:
+    code, _, err = _run(["--model", "meta-llama/Llama-3.1-70B-Instruct"])
+    assert (code, err) == (2, "plan rejected: --gpu and --max-model-len are required without --stack\n")
+    code, _, err = _run(["--stack", "prod", "--model", "llama-7b"])
+    assert code == 2 and err.startswith("unknown model of stack prod 'llama-7b' (did you mean \"llama-70b\"?)")
