@@ -2,6 +2,9 @@
 Prints tensor-parallel size, KV-cache tokens, concurrency, the startup-probe budget, dynamics and
 cost as a table or JSON; an impossible plan is one line on stderr and exit code 2, never a traceback.
 With `--stack <stack> --model <name>` it prints exactly the plan that stack deploys for that model.
+
+Length: one command's argument parsing, its two modes (catalog and stack) and the table and JSON
+forms of the same four parts (memory plan, dynamics, cost, latency) read best together.
 """
 
 from __future__ import annotations
@@ -129,8 +132,53 @@ def _parser() -> argparse.ArgumentParser:
                           f"(default {serving.DEFAULT_NODE_READY_SECONDS}).")
     dynamics.add_argument("--image-pull-seconds", type=int, default=serving.DEFAULT_IMAGE_PULL_SECONDS,
                           help=f"Pulling the vLLM image onto a node (default {serving.DEFAULT_IMAGE_PULL_SECONDS}).")
+    load = parser.add_argument_group(
+        "latency and cost", "A roofline estimate (docs/capacity-planner.md#latency-and-throughput)."
+    )
+    load.add_argument("--prompt-tokens", type=int, default=1024, help="Prompt length for TTFT and KV (default 1024).")
+    load.add_argument("--output-tokens", type=int, default=256, help="Output length per request (default 256).")
+    load.add_argument("--itl-slo-ms", type=float, default=100.0,
+                      help="Inter-token latency objective in ms (default 100, the config's slo.itlP95Seconds).")
     parser.add_argument("--json", action="store_true", help="Print the plan as JSON.")
     return parser
+
+
+def performance(result: CapacityPlan, model: serving.ModelArchitecture, product_label: str,
+                args: argparse.Namespace, cost: dict[str, object]) -> dict[str, object]:
+    """ITL, throughput and TTFT at the SLO-bound concurrency, and the cost per million output tokens."""
+    gpu = serving.GPU_PERFORMANCE.get(product_label)
+    if gpu is None:
+        return {"note": f"no memory-bandwidth and FLOPs figures for {product_label}"}
+    per_request = args.prompt_tokens + args.output_tokens
+    fits = min(result.max_num_seqs, result.kv_cache_tokens // max(1, per_request))
+    concurrency = serving.slo_concurrency(model, gpu, result.tensor_parallel_size, args.itl_slo_ms / 1000,
+                                          args.prompt_tokens, args.output_tokens, fits, result.kv_cache_dtype)
+    found: dict[str, object] = {"slo_concurrency": concurrency, "itl_slo_ms": args.itl_slo_ms,
+                                "prompt_tokens": args.prompt_tokens, "output_tokens": args.output_tokens}
+    if concurrency == 0:
+        return {**found, "note": "even one request misses the ITL objective"}
+    at = serving.latency(model, gpu, result.tensor_parallel_size, concurrency, args.prompt_tokens,
+                         args.output_tokens, result.kv_cache_dtype)
+    found.update({"itl_ms": round(at.itl_seconds * 1000, 1), "ttft_ms": round(at.ttft_seconds * 1000),
+                  "output_tokens_per_second": round(at.output_tokens_per_second)})
+    price = cost.get("usd_per_replica_hour")
+    if isinstance(price, float | int):
+        found["usd_per_million_output_tokens"] = serving.usd_per_million_output_tokens(
+            float(price), at.output_tokens_per_second)
+    return found
+
+
+def _performance_rows(found: dict[str, object]) -> list[tuple[str, str]]:
+    if "itl_ms" not in found:
+        return [("latency", str(found.get("note")))]
+    rows = [
+        ("at the ITL objective", f"{found['slo_concurrency']} requests: ITL {found['itl_ms']} ms <= "
+                                 f"{found['itl_slo_ms']:g} ms, {found['output_tokens_per_second']:,} output tokens/s"),
+        ("TTFT, unqueued", f"{found['ttft_ms']} ms for {found['prompt_tokens']:,} prompt tokens"),
+    ]
+    if "usd_per_million_output_tokens" in found:
+        rows.append(("cost per 1M output tokens", f"${found['usd_per_million_output_tokens']} at that load"))
+    return rows
 
 
 def _minutes(seconds: int) -> str:
@@ -209,7 +257,7 @@ def _cost_rows(cost: dict[str, object]) -> list[tuple[str, str]]:
 
 
 def render_table(result: CapacityPlan, found: dict[str, object] | None = None,
-                 cost: dict[str, object] | None = None) -> str:
+                 cost: dict[str, object] | None = None, perf: dict[str, object] | None = None) -> str:
     """Aligned two-column text for a terminal."""
     overhead = (
         "measured by vLLM (--available-kv-gib)"
@@ -236,6 +284,7 @@ def render_table(result: CapacityPlan, found: dict[str, object] | None = None,
         ("startup probe budget", f"{result.startup_budget_seconds:,} s"),
         *(_dynamics_rows(found) if found else []),
         *(_cost_rows(cost) if cost else []),
+        *(_performance_rows(perf) if perf else []),
     ]
     width = max(len(label) for label, _ in rows)
     lines = [f"{label.ljust(width)}  {value}" for label, value in rows]
@@ -293,7 +342,9 @@ def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = 
               "1 <= replicas <= max replicas", file=err)
         return EXIT_USAGE
     found = dynamics(result, args)
-    return _print(result, found, _replica_cost(result), args.json, out)
+    cost = _replica_cost(result)
+    perf = performance(result, model, instance_type.gpu.product_label, args, cost)
+    return _print(result, found, cost, perf, args.json, out)
 
 
 def _replica_cost(result: CapacityPlan) -> dict[str, object]:
@@ -307,13 +358,13 @@ def _replica_cost(result: CapacityPlan) -> dict[str, object]:
             "price_source": f"On-Demand, {price.region}, {price.date}, components/gpu/prices.json"}
 
 
-def _print(result: CapacityPlan, found: dict[str, object], cost: dict[str, object], as_json: bool,
-           out: TextIO) -> int:
+def _print(result: CapacityPlan, found: dict[str, object], cost: dict[str, object],
+           perf: dict[str, object], as_json: bool, out: TextIO) -> int:
     if as_json:
-        print(json.dumps({**result.to_json(), "dynamics": found, "cost": cost}, sort_keys=True, indent=2),
-              file=out)
+        document = {**result.to_json(), "dynamics": found, "cost": cost, "performance": perf}
+        print(json.dumps(document, sort_keys=True, indent=2), file=out)
     else:
-        print(render_table(result, found, cost), file=out)
+        print(render_table(result, found, cost, perf), file=out)
     return EXIT_OK
 
 
@@ -348,5 +399,10 @@ def _stack_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     cost.update({"stack_nodes_at_min_replicas": total.nodes_at_min, "stack_nodes_at_max_replicas": total.nodes_at_max,
                  "stack_usd_per_hour_at_min": total.at(total.nodes_at_min),
                  "stack_usd_per_hour_at_max": total.at(total.nodes_at_max), "stack_price_note": total.price_note})
-    return _print(result, found, cost, args.json, out)
+    architecture = planning.model_architecture(model)
+    instance = planning.resolve_instance_type(config)
+    assert architecture is not None and instance is not None  # the stack validated
+    args.itl_slo_ms = model.slo.itl_p95_seconds * 1000
+    perf = performance(result, architecture, instance.gpu.product_label, args, cost)
+    return _print(result, found, cost, perf, args.json, out)
     return EXIT_OK

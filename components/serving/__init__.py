@@ -25,6 +25,7 @@ from .engine import (
     weights_volume_gib,
 )
 from .models import ModelArchitecture, known_model_ids, lookup_model
+from .performance import GPU_PERFORMANCE, Latency, latency, slo_concurrency, usd_per_million_output_tokens
 from .rollout import (
     DEFAULT_IMAGE_PULL_SECONDS,
     DEFAULT_NODE_READY_SECONDS,
@@ -45,6 +46,11 @@ from .weights import ModelWeights, ModelWeightsArgs
 
 __all__ = [
     "CHAT_TEMPLATE_PATH",
+    "GPU_PERFORMANCE",
+    "Latency",
+    "latency",
+    "slo_concurrency",
+    "usd_per_million_output_tokens",
     "DEFAULT_IMAGE_PULL_SECONDS",
     "DEFAULT_NODE_READY_SECONDS",
     "Footprint",
