@@ -99,6 +99,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--block-size", type=int, default=16, help="KV cache block size in tokens (default 16).")
     parser.add_argument("--quantization", default=None,
                         help="`--quantization`; fp8 on a 16-bit checkpoint halves the Linear weights in memory.")
+    parser.add_argument("--enforce-eager", action="store_true",
+                        help="`--enforce-eager`: no CUDA graphs, so no graph memory or capture time.")
+    parser.add_argument("--speculative-config", default=None, metavar="JSON",
+                        help="`--speculative-config`: accepted so a deployed setting can be planned; the "
+                        "draft's memory is not modelled (the plan says so).")
     parser.add_argument(
         "--available-kv-gib",
         type=float,
@@ -332,6 +337,8 @@ def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = 
             max_num_seqs=args.max_num_seqs,
             block_size=args.block_size,
             quantization=args.quantization,
+            enforce_eager=args.enforce_eager,
+            speculative_decoding=args.speculative_config is not None,
         )
     except CapacityError as error:
         print(f"plan rejected: {error}", file=err)

@@ -8,6 +8,7 @@ components. Both read the same functions, so a preview and a deploy can never di
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from components import gpu, serving, storage
 from components.serving import ModelArchitecture, lookup_model
@@ -98,7 +99,23 @@ def model_plan(config: StackConfig, model: ModelConfig) -> serving.CapacityPlan:
         quantization=model.quantization,
         target_concurrency=model.target_concurrency,
         storage_read_mib_per_second=storage_read_mib_per_second(config),
+        **extra_arg_knobs(model.extra_args),
     )
+
+
+def extra_arg_knobs(extra_args: list[str]) -> dict[str, Any]:
+    """The planner's view of engine flags passed through `extraArgs`: `--block-size=N`,
+    `--enforce-eager` and `--speculative-config` change memory or startup, so the plan follows them."""
+    knobs: dict[str, Any] = {}
+    for arg in extra_args:
+        flag, _, value = arg.partition("=")
+        if flag == "--block-size" and value.isdigit():
+            knobs["block_size"] = int(value)
+        elif flag == "--enforce-eager" and not value:
+            knobs["enforce_eager"] = True
+        elif flag == "--speculative-config":
+            knobs["speculative_decoding"] = True
+    return knobs
 
 
 # autoscaling/v2 caps a stabilization window at one hour (MaxStabilizationWindowSeconds).

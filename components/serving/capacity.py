@@ -11,35 +11,35 @@ facts.md §2.1):
     kv_bytes_per_token = 2 (K and V) x layers x max(1, kv_heads // TP) x head_dim x dtype_bytes
     max_concurrency    = kv_tokens / max_model_len
 
-vLLM measures the overhead by profiling; we estimate it (runtime_overhead_bytes) as four terms:
+vLLM measures the overhead by profiling; we estimate it (runtime_overhead_bytes) as a sum of terms
+fitted to 16 public V1 startup logs (tests/fixtures/calibration/vllm-startup-logs.json: vLLM
+0.10-0.19, H100 and A100 80GB, TP 1-4, dense and MoE, bf16, fp8 and mxfp4 weights; each row has its
+URL, test_calibration.py runs every one):
 
-  activation  max_num_batched_tokens x hidden x (16 + 40/TP) bytes, x2 on the sharded part for MoE.
-              16 B = 8 bf16 copies of the hidden state every rank keeps whole (residual, norm input,
-              attention and MLP outputs after all-reduce); 40 B = 20 bf16 copies that TP splits
-              (qkv, attention context, gate/up, activated MLP; Llama's MLP is 3.5x hidden, Qwen2.5's
-              5.3x). For Llama-3.1-8B at TP1 that is 224 KiB/token, 1.75 GiB at 8192 tokens.
-  sampler     min(max_num_batched_tokens, max_num_seqs) x vocab x 20 bytes: V1's profile ends with a
-              dummy sampler run over max_num_seqs rows of fp32 logits (4 B) plus softmax (4 B), sort
-              values (4 B) and int64 indices (8 B). 2.45 GiB for a 128k vocab at 1024 rows.
-  non-torch   1 GiB + 0.5 GiB per extra TP rank: cuBLAS workspaces, NCCL and custom all-reduce buffers.
-  cudagraphs  1.5 GiB: since v0.21 vLLM subtracts its CUDA-graph estimate (facts.md §2.1).
+  base        1.9 GiB: torch workspace, cuBLAS handles, allocator slack and the activation peak of a
+              batch of up to 8192 tokens (every log's budget). The 8B logs at TP1-4 leave 1.9-2.1 GiB
+              besides weights, sampler and graphs whatever the hidden size, so a per-token activation
+              term did not fit them: at these batch sizes the peak is set by buffers, not by tokens.
+  sampler     min(max_num_batched_tokens, max_num_seqs) x vocab x 17 bytes: V1's profile ends with a
+              dummy sampler run over max_num_seqs rows of fp32 logits, softmax and sort buffers.
+  TP buffers  2.1 GiB on any TP > 1: NCCL and custom all-reduce buffers (the 8B logs at TP2 and TP4
+              carry the same extra 2.0 GiB over TP1).
+  MoE scratch 0.9 GiB for fused-MoE workspaces (gpt-oss and Mixtral logs).
+  activation  only for max_num_batched_tokens above 8192: the excess x hidden x (16 + 40/TP) bytes
+              (8 bf16 copies of the hidden state every rank keeps whole, 20 that TP splits).
+  cudagraphs  1.5 GiB, since v0.21 vLLM subtracts its CUDA-graph estimate from the KV budget
+              (facts.md §2.1); the pinned v0.33.0 does, the calibration logs did not
+              (plan(..., cuda_graphs_counted=False) reproduces them).
 
-Calibration: to the V1 engine (the pinned v0.33.0 runs V1), never below a measurement, rounded up.
-  - vllm#19996 (facts.md §2.2 ex. 4, V1 0.9.1, Llama-3.1-8B + EAGLE head, H100, util 0.9): 71.28 GiB
-    usable - 51.63 GiB KV = 19.65 GiB non-KV, so ~4.2 GiB of overhead besides ~15.4 GiB of weights
-    (graphs not yet counted then). Our non-graph terms give 5.2 GiB.
-  - vllm PR #10511 log (Llama-3-8B, H100, 8192 tokens): activation peak 1.26 GiB; unattributed V1 logs
-    of an 8B model (14.99 GiB of weights): torch peak 1.19-1.89 GiB, non-torch 0.04-0.25 GiB.
-    Ours for Llama-3.1-8B: 4.2 GiB (activation + sampler) and 1 GiB non-torch.
-  - vllm#10517 (ex. 2, V0): KV fell 0.92 GiB when the batch grew 9,000 tokens: 107 KiB/token for
-    Llama-3.1-8B. Ours: 224 KiB/token, 2.1x that slope.
-  - CUDA graphs: logged estimates 0.36 GiB (gpustack/runner#251) and 1.10 GiB; "Graph capturing
-    finished ..., took 0.11-1.2 GiB" in stored logs. Ours: 1.5 GiB.
-  - Not calibrated to: vllm#12330 (ex. 1), the V0 engine's 9.37 GiB activation peak for Llama-3-8B at
-    8192 tokens. That is V0's profiler, a different code path from the V1 engine the pin runs;
-    fitting it would take ~7 GiB/GPU (a fifth) of the KV that V1 gives a 70B TP4 replica.
-    vllm#6746 (ex. 6, V0 0.5.x, 405B-FP8 TP8) logged 79,392 tokens; our estimate at its util (0.90)
-    is lower (58,112), i.e. conservative there too.
+Fit: every term rounded so the planner never promises more KV memory than a log reported. 11 of the
+16 rows are within 5 % of the log's "Available KV cache memory"; the rest are explained in
+docs/capacity-planner.md ("Calibration"): Mixtral TP2 7.4 % (its fused-MoE scratch is smaller than
+gpt-oss's), gpt-oss-20b on A100 5.8 % (Marlin's MXFP4 path loads 0.25 GiB more), gpt-oss-120b TP4 on
+v0.10 8.2 % (that release reported less overhead), and two logs that started with 3.0-3.3 GiB of KV,
+which the planner refuses as too small for one request (conservative where a few GiB are a large
+share). Not calibrated to: V0-engine logs (vllm#12330's 9.37 GiB activation peak; vllm#6746's 405B-FP8
+TP8 boot with 79,392 tokens, where we plan 116,240 at its util 0.90 because V0 reserved far more for
+activations than V1 does). The pin runs V1.
 A measured "Available KV cache memory: X GiB" line always beats this estimate: plan(...,
 available_kv_gib=X) skips it.
 
@@ -77,19 +77,27 @@ DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
 # versions default to 16384, so the stack sets the flag explicitly and plans with the same number.
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
 
-# --- the overhead model (see the module docstring for the calibration) ---------------------------
+# --- the overhead model (the module docstring gives the fit and its sources) ---------------------
+BASE_OVERHEAD_BYTES = 19 * GIB // 10
+SAMPLER_BYTES_PER_LOGIT = 17
+TP_COMMUNICATION_BYTES = 21 * GIB // 10
+MOE_SCRATCH_BYTES = 9 * GIB // 10
+# Every log used max_num_batched_tokens <= 8192; beyond it the activation peak grows by the old
+# per-token estimate (8 bf16 copies of the hidden state on every rank, 20 that TP splits).
+CALIBRATED_BATCH_TOKENS = 8192
+# The range the logs cover (Qwen2.5-72B's hidden size 8192; TP 1-4); beyond it plan says so.
+CALIBRATED_MAX_TP = 4
+CALIBRATED_MAX_HIDDEN = 8192
 REPLICATED_ACTIVATION_BYTES_PER_HIDDEN = 16
 SHARDED_ACTIVATION_BYTES_PER_HIDDEN = 40
-MOE_SHARDED_ACTIVATION_FACTOR = 2  # fused-MoE scratch for top-k routed copies of each token
-SAMPLER_BYTES_PER_LOGIT = 20
 # vLLM's max_num_seqs default: 1024 on >= 70 GiB GPUs other than A100, else 256 (facts.md §1.5).
 LARGE_GPU_MAX_NUM_SEQS = 1024
 SMALL_GPU_MAX_NUM_SEQS = 256
 LARGE_GPU_BYTES = 70 * GIB
 # A logits width at least as large as any catalog model's (gpt-oss: 201,088), for unknown vocab.
 UNKNOWN_VOCAB_SIZE = 262_144
-NON_TORCH_BASE_BYTES = 1 * GIB
-NON_TORCH_PER_EXTRA_RANK_BYTES = GIB // 2
+# Since v0.21 vLLM subtracts its CUDA-graph estimate from the KV budget (facts.md §2.1); the pinned
+# v0.33.0 does, the calibration logs (v0.10-v0.19) did not.
 CUDA_GRAPH_BYTES = 3 * GIB // 2
 
 # --- cold start --------------------------------------------------------------------------------------
@@ -199,19 +207,20 @@ def runtime_overhead_bytes(
     max_num_batched_tokens: int,
     *,
     max_num_seqs: int = LARGE_GPU_MAX_NUM_SEQS,
+    cuda_graphs_counted: bool = True,
 ) -> int:
-    """Non-weight, non-KV memory per rank: activation peak + sampler + non-torch + CUDA graphs.
+    """Non-weight, non-KV memory per rank: base + sampler + TP buffers + MoE scratch (+ activations
+    beyond the calibrated batch) + CUDA graphs, fitted to public V1 logs (module docstring).
 
-    A deliberately conservative estimate calibrated to V1 logs (module docstring). It grows
-    linearly with max_num_batched_tokens and with hidden size, and with vocab up to max_num_seqs rows.
+    `cuda_graphs_counted`: whether this vLLM subtracts graph memory from the KV budget (v0.21+).
     """
-    sharded = SHARDED_ACTIVATION_BYTES_PER_HIDDEN * (MOE_SHARDED_ACTIVATION_FACTOR if model.is_moe else 1)
-    per_token = model.hidden_size * (REPLICATED_ACTIVATION_BYTES_PER_HIDDEN * tp + sharded) // tp
-    activation = max_num_batched_tokens * per_token
     vocab = model.vocab_size or UNKNOWN_VOCAB_SIZE
     sampler = min(max_num_batched_tokens, max_num_seqs) * vocab * SAMPLER_BYTES_PER_LOGIT
-    non_torch = NON_TORCH_BASE_BYTES + (tp - 1) * NON_TORCH_PER_EXTRA_RANK_BYTES
-    return activation + sampler + non_torch + CUDA_GRAPH_BYTES
+    beyond = max(0, max_num_batched_tokens - CALIBRATED_BATCH_TOKENS)
+    activation = beyond * model.hidden_size * (REPLICATED_ACTIVATION_BYTES_PER_HIDDEN * tp
+                                               + SHARDED_ACTIVATION_BYTES_PER_HIDDEN) // tp
+    return (BASE_OVERHEAD_BYTES + sampler + activation + (TP_COMMUNICATION_BYTES if tp > 1 else 0)
+            + (MOE_SCRATCH_BYTES if model.is_moe else 0) + (CUDA_GRAPH_BYTES if cuda_graphs_counted else 0))
 
 
 def available_kv_bytes_per_gpu(
@@ -222,13 +231,15 @@ def available_kv_bytes_per_gpu(
     max_num_batched_tokens: int,
     *,
     max_num_seqs: int = LARGE_GPU_MAX_NUM_SEQS,
+    cuda_graphs_counted: bool = True,
 ) -> int:
     """Per-rank KV budget: memory x util - weights/TP - overhead. Negative means it does not fit."""
     usable = int(gpu_memory_bytes * gpu_memory_utilization)
     return (
         usable
         - weight_bytes_per_gpu(model, tp)
-        - runtime_overhead_bytes(model, tp, max_num_batched_tokens, max_num_seqs=max_num_seqs)
+        - runtime_overhead_bytes(model, tp, max_num_batched_tokens, max_num_seqs=max_num_seqs,
+                                 cuda_graphs_counted=cuda_graphs_counted)
     )
 
 
@@ -283,6 +294,7 @@ def choose_tensor_parallel_size(
     max_num_seqs: int = LARGE_GPU_MAX_NUM_SEQS,
     target_concurrency: int = 1,
     block_size: int = DEFAULT_BLOCK_SIZE,
+    cuda_graphs_counted: bool = True,
 ) -> int:
     """Smallest TP in 1, 2, 4, 8 that tiles the node and holds `target_concurrency` full requests.
 
@@ -310,6 +322,7 @@ def choose_tensor_parallel_size(
             tp,
             max_num_batched_tokens,
             max_num_seqs=max_num_seqs,
+            cuda_graphs_counted=cuda_graphs_counted,
         )
         tokens = kv_cache_tokens(available, kv_bytes_per_token_per_gpu(model, tp, kv_cache_dtype), block_size)
         if tokens >= needed:
@@ -470,12 +483,21 @@ def plan(
     max_num_seqs: int | None = None,
     block_size: int = DEFAULT_BLOCK_SIZE,
     quantization: str | None = None,
+    cuda_graphs_counted: bool = True,
+    enforce_eager: bool = False,
+    speculative_decoding: bool = False,
 ) -> CapacityPlan:
     """Plan one replica; raises CapacityError (one line, with numbers) when it cannot work.
 
     `available_kv_gib` takes vLLM's own "Available KV cache memory: X GiB" for this model, GPU and TP
     instead of the overhead estimate, so a plan can be checked against (or pinned to) a real boot.
+    `enforce_eager` (`--enforce-eager`): no CUDA graphs, so neither their memory nor their capture
+    time. `speculative_decoding` (a `--speculative-config`): the draft's weights and KV layers are not
+    modelled, which plan says in a note.
     """
+    if enforce_eager:
+        cuda_graphs_counted = False
+        graph_capture_seconds = 0
     if isinstance(model, str):
         found = lookup_model(model)
         if found is None:
@@ -529,6 +551,7 @@ def plan(
             max_num_seqs=max_num_seqs,
             target_concurrency=target_concurrency,
             block_size=block_size,
+            cuda_graphs_counted=cuda_graphs_counted,
         )
     problem = tensor_parallel_problem(model, tp, gpu.gpus_per_node, gpu.name)
     if problem:
@@ -544,7 +567,8 @@ def plan(
 
     overhead: int | None
     if available_kv_gib is None:
-        overhead = runtime_overhead_bytes(model, tp, max_num_batched_tokens, max_num_seqs=max_num_seqs)
+        overhead = runtime_overhead_bytes(model, tp, max_num_batched_tokens, max_num_seqs=max_num_seqs,
+                                          cuda_graphs_counted=cuda_graphs_counted)
         available = usable - weights - overhead
         if available <= 0:
             raise CapacityError(
@@ -602,14 +626,24 @@ def plan(
         max_concurrency=max_concurrency(tokens, max_model_len),
         cold_start_seconds=cold,
         startup_budget_seconds=startup_probe_budget_seconds(cold),
-        notes=_notes(model, gpu, tp, kv_cache_dtype, kv_source),
+        notes=_notes(model, gpu, tp, kv_cache_dtype, kv_source)
+        + (("--enforce-eager: no CUDA graphs; decode steps are slower than the latency estimate assumes",)
+           if enforce_eager else ())
+        + (("speculative decoding: the draft model's weights and KV layers are not in this plan; pass "
+            "--available-kv-gib from a boot with it",) if speculative_decoding else ()),
         storage_read_mib_per_second=storage_read_mib_per_second,
     )
 
 
 def _notes(model: ModelArchitecture, gpu: GpuSpec, tp: int, kv_cache_dtype: str, kv_source: str) -> tuple[str, ...]:
     notes: list[str] = []
-    if kv_source == "estimate":
+    if kv_source == "estimate" and (tp > CALIBRATED_MAX_TP or model.hidden_size > CALIBRATED_MAX_HIDDEN):
+        notes.append(
+            f"KV budget is extrapolated beyond the calibration logs (TP <= {CALIBRATED_MAX_TP}, hidden size "
+            f"<= {CALIBRATED_MAX_HIDDEN:,}); pass --available-kv-gib from the first boot's "
+            "'Available KV cache memory' log line before relying on it"
+        )
+    elif kv_source == "estimate":
         notes.append(
             "KV budget is a conservative estimate; pass --available-kv-gib from vLLM's "
             "'Available KV cache memory' log line to plan from a measurement"

@@ -375,8 +375,9 @@ MIXTRAL_8X7B = ModelArchitecture(
 # mxfp4 for the expert MLPs only (attention, router, embeddings stay bf16). Seen in several stored
 # copies of the configs (e.g. EchoCog/gpt-oss-20b docs/gpt-oss-20b-architecture.md).
 # Weights: the model card (arXiv 2508.10925) gives the checkpoint sizes 12.8 GiB and 60.8 GiB and
-# 20.9B / 116.8B total parameters; the GiB figures are rounded to 0.1 GiB, so weight_bytes is
-# accurate to +-0.05 GiB.
+# 20.9B / 116.8B total parameters. vLLM holds more once loaded on H100 (MXFP4 expert tensors are
+# padded): "Model loading took 13.47 GiB" / "64.38 GiB" at TP1 in public logs
+# (tests/fixtures/calibration/vllm-startup-logs.json), which weight_bytes uses: memory is what it plans.
 
 GPT_OSS_20B = ModelArchitecture(
     model_id="openai/gpt-oss-20b",
@@ -387,7 +388,7 @@ GPT_OSS_20B = ModelArchitecture(
     head_dim=64,
     hidden_size=2880,
     native_dtype="mxfp4",
-    weight_bytes=round(12.8 * 1024**3),
+    weight_bytes=round(13.47 * 1024**3),
     max_context_tokens=131_072,
     is_moe=True,  # 32 experts, 4 per token
     sliding_window_layers=12,
@@ -404,7 +405,7 @@ GPT_OSS_120B = ModelArchitecture(
     head_dim=64,
     hidden_size=2880,
     native_dtype="mxfp4",
-    weight_bytes=round(60.8 * 1024**3),
+    weight_bytes=round(64.38 * 1024**3),
     max_context_tokens=131_072,
     is_moe=True,  # 128 experts, 4 per token
     sliding_window_layers=18,

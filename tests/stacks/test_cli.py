@@ -97,7 +97,7 @@ def test_model_that_cannot_fit_exits_2_before_anything_is_created(tmp_path):
     assert result.returncode == 2
     (line,) = result.stderr.splitlines()
     assert line.startswith(
-        "llm-serving:models[llama-70b]: cannot serve on p5.48xlarge: KV cache holds 8,496 tokens but one "
+        "llm-serving:models[llama-70b]: cannot serve on p5.48xlarge: KV cache holds 7,472 tokens but one "
         "request at --max-model-len 131072 needs 131,072"
     )
     assert not (tmp_path / "out").exists()

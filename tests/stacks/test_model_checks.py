@@ -63,7 +63,7 @@ def test_rejects_weights_that_do_not_fit():
 
 def test_rejects_kv_cache_that_cannot_hold_one_request():
     assert lines(tensorParallelSize=2, maxModelLen=131072) == [
-        PREFIX + "KV cache holds 8,496 tokens but one request at --max-model-len 131072 needs 131,072; lower "
+        PREFIX + "KV cache holds 7,472 tokens but one request at --max-model-len 131072 needs 131,072; lower "
         "--max-model-len, raise --tensor-parallel-size, or use --kv-cache-dtype fp8" + rejected(2, 131072)
     ]
 
