@@ -197,7 +197,9 @@ def test_405b_fp8_at_tp8_against_the_only_public_log_a_v0_one() -> None:
     # a 405B is public. docs/capacity-planner.md says to pin such a plan with --available-kv-gib.
     result = plan(LLAMA_405B_FP8, P5, 32_768, tp=8, gpu_memory_utilization=0.90)
     assert result.kv_cache_tokens == 116_240
-    assert result.notes[0].startswith("KV budget is extrapolated beyond the calibration logs (TP <= 4, hidden size <= 8,192)")
+    assert result.notes[0].startswith(
+        "KV budget is extrapolated beyond the calibration logs (TP <= 4, hidden size <= 8,192)"
+    )
     assert plan(LLAMA_70B, P5, 16_384, tp=4).notes[0].startswith("KV budget is a conservative estimate")
     with pytest.raises(CapacityError, match="needs 131,072"):
         plan(LLAMA_405B_FP8, P5, 131_072, tp=8, gpu_memory_utilization=0.90)
@@ -472,10 +474,14 @@ def test_enforce_eager_frees_the_cuda_graph_memory_and_capture_time() -> None:
     eager = plan(LLAMA_70B, P5, 16_384, tp=4, enforce_eager=True)
     assert (graphs.kv_cache_tokens, eager.kv_cache_tokens) == (425_120, 444_784)
     assert (graphs.cold_start_seconds, eager.cold_start_seconds) == (1_317, 1_257)
-    assert eager.notes[-1] == "--enforce-eager: no CUDA graphs; decode steps are slower than the latency estimate assumes"
+    assert eager.notes[-1] == (
+        "--enforce-eager: no CUDA graphs; decode steps are slower than the latency estimate assumes"
+    )
 
 
 def test_speculative_decoding_is_named_as_unmodelled() -> None:
     result = plan(LLAMA_70B, P5, 16_384, tp=4, speculative_decoding=True)
     assert result.kv_cache_tokens == 425_120
-    assert result.notes[-1].startswith("speculative decoding: the draft model's weights and KV layers are not in this plan")
+    assert result.notes[-1].startswith(
+        "speculative decoding: the draft model's weights and KV layers are not in this plan"
+    )
