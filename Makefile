@@ -10,7 +10,7 @@ SCAN_STAMP := $(SCAN_VENV)/.installed
 # create it for a local pack (`--policy-pack policies`).
 POLICY_STAMP := policies/.venv/.installed
 
-.PHONY: help bench render test lint scan golden reference-fixtures config-docs secrets-set preview up clean policy-check diff
+.PHONY: help bench render test lint scan golden reference-fixtures config-docs planner-docs secrets-set preview up clean policy-check diff
 
 help:
 	@echo "make render STACK=dev     offline render of a stack into build/<stack>/ (no cloud, no CLI)"
@@ -20,6 +20,7 @@ help:
 	@echo "make scan                 Checkov over every stack's render and the workflows, with the reviewed skip list"
 	@echo "make golden               refresh tests/golden/ after an intended change"
 	@echo "make config-docs          regenerate the configuration reference in docs/configuration.md"
+	@echo "make planner-docs         regenerate the calibration and benchmark tables in docs/capacity-planner.md"
 	@echo "make reference-fixtures   re-derive tests/fixtures/reference from ../shared/reference"
 	@echo "make diff STACK=prod      offline diff of a stack against the merge base with main"
 	@echo "make policy-check         run the policy pack's rules on every stack's offline render"
@@ -59,6 +60,9 @@ golden: $(STAMP)
 
 config-docs: $(STAMP)
 	$(BIN)/python -m tools.config_reference --write docs/configuration.md
+
+planner-docs: $(STAMP)
+	$(BIN)/python -m tools.planner_tables --write docs/capacity-planner.md
 
 reference-fixtures: $(STAMP)
 	$(BIN)/python tools/derive_reference_fixtures.py

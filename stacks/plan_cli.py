@@ -164,7 +164,8 @@ def performance(result: CapacityPlan, model: serving.ModelArchitecture, product_
         return {**found, "note": "even one request misses the ITL objective"}
     at = serving.latency(model, gpu, result.tensor_parallel_size, concurrency, args.prompt_tokens,
                          args.output_tokens, result.kv_cache_dtype)
-    found.update({"itl_ms": round(at.itl_seconds * 1000, 1), "ttft_ms": round(at.ttft_seconds * 1000),
+    found.update({"itl_ms": round(at.itl_seconds * 1000, 1), "tpot_ms": round(at.tpot_seconds * 1000, 1),
+                  "ttft_ms": round(at.ttft_seconds * 1000),
                   "output_tokens_per_second": round(at.output_tokens_per_second)})
     price = cost.get("usd_per_replica_hour")
     if isinstance(price, float | int):
@@ -177,12 +178,13 @@ def _performance_rows(found: dict[str, object]) -> list[tuple[str, str]]:
     if "itl_ms" not in found:
         return [("latency", str(found.get("note")))]
     rows = [
-        ("at the ITL objective", f"{found['slo_concurrency']} requests: ITL {found['itl_ms']} ms <= "
-                                 f"{found['itl_slo_ms']:g} ms, {found['output_tokens_per_second']:,} output tokens/s"),
+        ("at the ITL objective", f"{found['slo_concurrency']} requests: {found['tpot_ms']} ms per output token "
+                                 f"<= {found['itl_slo_ms']:g} ms (decode step {found['itl_ms']} ms), "
+                                 f"{found['output_tokens_per_second']:,} output tokens/s"),
         ("TTFT, unqueued", f"{found['ttft_ms']} ms for {found['prompt_tokens']:,} prompt tokens"),
     ]
     if "usd_per_million_output_tokens" in found:
-        rows.append(("cost per 1M output tokens", f"${found['usd_per_million_output_tokens']} at that load"))
+        rows.append(("cost per 1M output tokens", f"${found['usd_per_million_output_tokens']:.2f} at that load"))
     return rows
 
 

@@ -6,8 +6,14 @@ bandwidth, plus a fixed per-step cost (scheduling, sampling, kernel launches) an
 parallelism, two all-reduces per layer. Prefill is compute-bound: about 2 FLOPs per parameter per
 prompt token plus attention's quadratic term, over the achieved dense FLOPs.
 
-The constants below were fitted to two published vLLM benchmarks and checked against two more; the
-comparison table and how far to trust it are in docs/capacity-planner.md ("Latency and throughput").
+A busy replica also prefills the requests that arrive while others decode. By Little's law a replica
+holding `c` requests of `o` output tokens admits c / (o x TPOT) requests per second, each costing a
+prefill time p, so the time per output token a request sees is TPOT = ITL + c x p / o. Throughput,
+cost and the SLO-bound concurrency use TPOT; ITL is the decode step alone (what a median ITL shows).
+
+The constants below were fitted to two published sweeps (vLLM 0.11.1) and checked against other
+models, TP sizes and releases; the comparison table and how far to trust it are in
+docs/capacity-planner.md ("Latency and throughput").
 p95 latencies are treated as the medians the benchmarks publish: a planning figure, not an SLO proof.
 """
 
@@ -36,21 +42,25 @@ GPU_PERFORMANCE: dict[str, GpuPerformance] = {
     "NVIDIA-L40S": GpuPerformance(0.864e12, 362.05e12, "nvidia.com/en-us/data-center/l40s"),
 }
 
-# Fitted (docs/capacity-planner.md): the share of peak memory bandwidth a decode step achieves, and
-# its fixed cost. Both from the Llama 3.1 8B and Qwen3 8B single-H100 rows of the table.
-MEMORY_EFFICIENCY = 0.84
-STEP_OVERHEAD_SECONDS = 0.0015
-# Per all-reduce with NVLink (two per layer when TP > 1); checked against the 70B TP4 row.
-ALLREDUCE_SECONDS = 0.000030
-# Share of dense peak FLOPs a long prefill achieves, and the fixed cost of a request's first token
-# (HTTP, tokenization, scheduling), which dominates short prompts.
-COMPUTE_EFFICIENCY = 0.5
+# Fitted by least squares on relative error to the ML.ENERGY v3.0 sweeps of Llama 3.1 8B (TP1) and
+# 70B (TP4) on H100 at 8 to 768 concurrent sequences (vLLM 0.11.1; docs/capacity-planner.md):
+# the share of peak memory bandwidth a decode step achieves, its fixed cost, the cost per running
+# sequence per step (scheduling, sampling and streaming its token), and per all-reduce with NVLink
+# (two per layer when TP > 1).
+MEMORY_EFFICIENCY = 0.86
+STEP_OVERHEAD_SECONDS = 0.001
+SEQUENCE_STEP_SECONDS = 0.000050
+ALLREDUCE_SECONDS = 0.000020
+# Share of dense peak FLOPs that batched decode and prefill achieve (same fit), and the fixed cost of
+# a request's first token (HTTP, tokenization, scheduling), which dominates short prompts.
+COMPUTE_EFFICIENCY = 0.7
 FIRST_TOKEN_OVERHEAD_SECONDS = 0.040
 
 
 @dataclass(frozen=True)
 class Latency:
-    itl_seconds: float
+    itl_seconds: float  # one decode step
+    tpot_seconds: float  # per output token, including the prefills of arriving requests
     output_tokens_per_second: float  # the replica's, across its running requests
     ttft_seconds: float
 
@@ -63,15 +73,20 @@ def decode_step_seconds(model: ModelArchitecture, gpu: GpuPerformance, tp: int, 
     memory = read / (gpu.memory_bytes_per_second * MEMORY_EFFICIENCY)
     compute = 2 * model.weight_bytes / 2 / tp * concurrency / (gpu.bf16_dense_flops * COMPUTE_EFFICIENCY)
     reduce = 2 * model.num_layers * ALLREDUCE_SECONDS if tp > 1 else 0.0
-    return max(memory, compute) + STEP_OVERHEAD_SECONDS + reduce
+    return max(memory, compute) + STEP_OVERHEAD_SECONDS + concurrency * SEQUENCE_STEP_SECONDS + reduce
+
+
+def prefill_seconds(model: ModelArchitecture, gpu: GpuPerformance, tp: int, prompt_tokens: int) -> float:
+    """GPU time of one prompt's prefill: 2 FLOPs per parameter per token (parameters taken as weight
+    bytes / 2) plus attention's n^2 term, over the achieved dense FLOPs."""
+    parameters = model.weight_bytes / 2
+    flops = 2 * parameters * prompt_tokens + 2 * model.num_layers * model.hidden_size * prompt_tokens ** 2
+    return flops / (tp * gpu.bf16_dense_flops * COMPUTE_EFFICIENCY)
 
 
 def ttft_seconds(model: ModelArchitecture, gpu: GpuPerformance, tp: int, prompt_tokens: int) -> float:
-    """An unqueued request's time to first token: prefill FLOPs (2 per parameter per token, parameters
-    taken as weight bytes / 2, plus attention's n^2 term) over achieved FLOPs, and the fixed cost."""
-    parameters = model.weight_bytes / 2
-    flops = 2 * parameters * prompt_tokens + 2 * model.num_layers * model.hidden_size * prompt_tokens ** 2
-    return flops / (tp * gpu.bf16_dense_flops * COMPUTE_EFFICIENCY) + FIRST_TOKEN_OVERHEAD_SECONDS
+    """An unqueued request's time to first token: its prefill and the fixed cost."""
+    return prefill_seconds(model, gpu, tp, prompt_tokens) + FIRST_TOKEN_OVERHEAD_SECONDS
 
 
 def latency(model: ModelArchitecture, gpu: GpuPerformance, tp: int, concurrency: int, prompt_tokens: int,
@@ -79,17 +94,19 @@ def latency(model: ModelArchitecture, gpu: GpuPerformance, tp: int, concurrency:
     # Over a request's life its KV grows from the prompt to prompt + output: the mean is halfway.
     context = prompt_tokens + output_tokens // 2
     step = decode_step_seconds(model, gpu, tp, concurrency, context, kv_cache_dtype)
-    return Latency(step, concurrency / step, ttft_seconds(model, gpu, tp, prompt_tokens))
+    tpot = step + concurrency * prefill_seconds(model, gpu, tp, prompt_tokens) / max(1, output_tokens)
+    return Latency(step, tpot, concurrency / tpot, ttft_seconds(model, gpu, tp, prompt_tokens))
 
 
 def slo_concurrency(model: ModelArchitecture, gpu: GpuPerformance, tp: int, itl_slo_seconds: float,
                     prompt_tokens: int, output_tokens: int, max_concurrency: int,
                     kv_cache_dtype: str = "auto") -> int:
-    """The most concurrent requests (up to what the KV cache holds) whose ITL stays within the SLO; 0
-    when even one request misses it."""
+    """The most concurrent requests (up to what the KV cache holds) whose time per output token (TPOT,
+    which includes the prefills a busy replica interleaves) stays within the ITL SLO; 0 when even one
+    request misses it."""
     best = 0
     for concurrency in range(1, max(1, max_concurrency) + 1):
-        if latency(model, gpu, tp, concurrency, prompt_tokens, output_tokens, kv_cache_dtype).itl_seconds \
+        if latency(model, gpu, tp, concurrency, prompt_tokens, output_tokens, kv_cache_dtype).tpot_seconds \
                 > itl_slo_seconds:
             break
         best = concurrency

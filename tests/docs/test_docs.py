@@ -18,7 +18,7 @@ from components.observability.serving_alerts import ModelSlo, alert_names, servi
 from stacks import plan_cli
 from stacks.config import StackConfig
 from stacks.loader import PROJECT_DIR
-from tools import config_reference
+from tools import config_reference, planner_tables
 
 DOCS = PROJECT_DIR / "docs"
 PAGES = [PROJECT_DIR / "README.md", *sorted(DOCS.glob("*.md"))]
@@ -135,3 +135,9 @@ def test_planner_examples_are_the_planners_real_output():
         out, err = io.StringIO(), io.StringIO()
         plan_cli.main(argv[4:], out, err)
         assert out.getvalue() + err.getvalue() == shown
+
+
+def test_calibration_and_benchmark_tables_are_the_planners_real_figures():
+    page = (DOCS / "capacity-planner.md").read_text()
+    assert planner_tables.splice(page) == page, "run `make planner-docs`"
+    assert page.count("| [github.com](") >= 15
