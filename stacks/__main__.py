@@ -57,13 +57,15 @@ def _render(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     started = time.perf_counter()
     path = _stack_path(args.stack)
-    loader.load_stack_file(path)  # config problems first: nothing is created for an invalid stack
+    _, config = loader.load_stack_file(path)  # config problems first: nothing is created for an invalid stack
     stack = path.name.removeprefix("Pulumi.").removesuffix(".yaml")
     out = _output_dir(args.out or loader.PROJECT_DIR / "build" / stack)
     result = render.render_stack(path, cluster_version=args.cluster_version)
     manifests, resources = render.write(result, out)
     if not args.quiet:
-        sys.stdout.write(render.summary(result))
+        from stacks.plan_cli import stack_cost_summary
+
+        sys.stdout.write(render.summary(result) + stack_cost_summary(config))
         sys.stdout.write(f"\nrendered in {time.perf_counter() - started:.2f} s\n")
     sys.stdout.write(f"wrote {manifests}\nwrote {resources}\n")
     return 0

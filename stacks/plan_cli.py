@@ -356,6 +356,38 @@ def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = 
     return _print(result, found, cost, perf, args.json, out)
 
 
+def stack_cost_summary(config: object) -> str:
+    """The render summary's cost block: the stack's GPU nodes and On-Demand $/hour at minimum and
+    maximum replicas, and per model the $/million output tokens at its ITL objective's concurrency
+    (1,024 prompt and 256 output tokens per request, as `plan` assumes by default)."""
+    from stacks import planning  # the stack layer, only in this mode
+
+    total = planning.stack_cost(config)  # type: ignore[arg-type]
+    low, high = total.at(total.nodes_at_min), total.at(total.nodes_at_max)
+    lines = ["", f"cost ({total.price_note}):",
+             f"  GPU nodes ({total.instance_type}): {total.nodes_at_min} at min replicas"
+             + (f" ${low:,.2f}/hour" if low is not None else "")
+             + f"; {total.nodes_at_max} at max" + (f" ${high:,.2f}/hour" if high is not None else "")]
+    instance = planning.resolve_instance_type(config)  # type: ignore[arg-type]
+    load = argparse.Namespace(prompt_tokens=1024, output_tokens=256)
+    for model in config.models:  # type: ignore[attr-defined]
+        result = planning.model_plan(config, model)  # type: ignore[arg-type]
+        architecture = planning.model_architecture(model)
+        assert architecture is not None and instance is not None  # the stack validated
+        cost = _replica_cost(result)
+        load.itl_slo_ms = model.slo.itl_p95_seconds * 1000
+        found = performance(result, architecture, instance.gpu.product_label, load, cost)
+        if "usd_per_million_output_tokens" in found:
+            lines.append(
+                f"  {model.name}: ${cost['usd_per_replica_hour']}/replica-hour; "
+                f"${found['usd_per_million_output_tokens']:.2f} per 1M output tokens at {found['slo_concurrency']} "
+                f"requests ({found['tpot_ms']} ms per token <= {found['itl_slo_ms']:g} ms; 1,024 in / 256 out)"
+            )
+        else:
+            lines.append(f"  {model.name}: {found.get('note') or cost.get('price_source')}")
+    return "\n".join(lines) + "\n"
+
+
 def _replica_cost(result: CapacityPlan) -> dict[str, object]:
     """The On-Demand price of the GPUs one replica occupies (its share of a node)."""
     price = instance_price(result.gpu)

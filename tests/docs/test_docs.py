@@ -141,3 +141,31 @@ def test_calibration_and_benchmark_tables_are_the_planners_real_figures():
     page = (DOCS / "capacity-planner.md").read_text()
     assert planner_tables.splice(page) == page, "run `make planner-docs`"
     assert page.count("| [github.com](") >= 15
+
+
+@pytest.mark.parametrize("stack", ["prod", "dev"])
+def test_readme_cost_figures_are_the_stacks_own(stack):
+    import argparse
+
+    from stacks import loader, planning
+    from stacks.plan_cli import _replica_cost, performance
+
+    _, config = loader.load_stack_file(loader.stack_file_path(stack))
+    total = planning.stack_cost(config)
+    (model,) = config.models
+    result = planning.model_plan(config, model)
+    cost = _replica_cost(result)
+    load = argparse.Namespace(prompt_tokens=1024, output_tokens=256, itl_slo_ms=model.slo.itl_p95_seconds * 1000)
+    found = performance(result, planning.model_architecture(model),
+                        planning.resolve_instance_type(config).gpu.product_label, load, cost)
+    row = (
+        f"| {stack} | {total.nodes_at_min} / {total.nodes_at_max} {total.instance_type} | "
+        f"${total.at(total.nodes_at_min):.2f} / ${total.at(total.nodes_at_max):.2f} | {model.name} "
+    )
+    figures = (
+        f"${cost['usd_per_replica_hour']:.2f}; ${found['usd_per_million_output_tokens']:.2f} at "
+        f"{found['slo_concurrency']} requests, {found['tpot_ms']} ms per token, "
+        f"{found['output_tokens_per_second']:,} tokens/s |"
+    )
+    (line,) = [line for line in (PROJECT_DIR / "README.md").read_text().splitlines() if line.startswith(row)]
+    assert line.endswith(figures)

@@ -28,6 +28,26 @@ def test_render_dev_writes_both_files_and_a_summary(tmp_path):
     assert "resources by type:" in result.stdout
     assert "  llmserving:stack:ServingStack::llm-serving\n" in result.stdout
     assert "    - llmserving:gpu:GpuNodeGroup::gpu-p5-4xlarge\n" in result.stdout
+    # The cost block: the stack's GPU nodes at min and max replicas, and $/1M output tokens per model.
+    assert (
+        "\ncost (On-Demand, us-east-1, 2026-07-20):\n"
+        "  GPU nodes (p5.4xlarge): 1 at min replicas $6.88/hour; 1 at max $6.88/hour\n"
+        "  llama-8b: $6.88/replica-hour; $0.43 per 1M output tokens at 256 requests (56.9 ms per token <= 100 ms; "
+        "1,024 in / 256 out)\n"
+    ) in result.stdout
+
+
+def test_render_summary_prices_prod_at_min_and_max_replicas():
+    from stacks import loader
+    from stacks.plan_cli import stack_cost_summary
+
+    _, config = loader.load_stack_file(loader.stack_file_path("prod"))
+    assert stack_cost_summary(config).splitlines()[1:] == [
+        "cost (On-Demand, us-east-1, 2026-07-20):",
+        "  GPU nodes (p5.48xlarge): 2 at min replicas $110.08/hour; 2 at max $110.08/hour",
+        "  llama-70b: $27.52/replica-hour; $2.70 per 1M output tokens at 256 requests (90.3 ms per token <= 100 ms; "
+        "1,024 in / 256 out)",
+    ]
 
 
 def test_render_quiet_writes_both_files_and_prints_only_their_paths(tmp_path):
