@@ -142,6 +142,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     load.add_argument("--prompt-tokens", type=int, default=1024, help="Prompt length for TTFT and KV (default 1024).")
     load.add_argument("--output-tokens", type=int, default=256, help="Output length per request (default 256).")
+    load.add_argument("--ttft-slo-ms", type=float, default=2000.0,
+                      help="Time-to-first-token objective in ms (default 2000, the config's slo.ttftP95Seconds).")
     load.add_argument("--itl-slo-ms", type=float, default=100.0,
                       help="Inter-token latency objective in ms (default 100, the config's slo.itlP95Seconds).")
     parser.add_argument("--json", action="store_true", help="Print the plan as JSON.")
@@ -157,15 +159,19 @@ def performance(result: CapacityPlan, model: serving.ModelArchitecture, product_
     per_request = args.prompt_tokens + args.output_tokens
     fits = min(result.max_num_seqs, result.kv_cache_tokens // max(1, per_request))
     concurrency = serving.slo_concurrency(model, gpu, result.tensor_parallel_size, args.itl_slo_ms / 1000,
-                                          args.prompt_tokens, args.output_tokens, fits, result.kv_cache_dtype)
+                                          args.prompt_tokens, args.output_tokens, fits, result.kv_cache_dtype,
+                                          args.ttft_slo_ms / 1000, result.max_num_batched_tokens)
     found: dict[str, object] = {"slo_concurrency": concurrency, "itl_slo_ms": args.itl_slo_ms,
+                                "ttft_slo_ms": args.ttft_slo_ms,
                                 "prompt_tokens": args.prompt_tokens, "output_tokens": args.output_tokens}
     if concurrency == 0:
-        return {**found, "note": "even one request misses the ITL objective"}
+        return {**found, "note": "even one request misses the latency objectives"}
     at = serving.latency(model, gpu, result.tensor_parallel_size, concurrency, args.prompt_tokens,
-                         args.output_tokens, result.kv_cache_dtype)
+                         args.output_tokens, result.kv_cache_dtype, result.max_num_batched_tokens)
+    unqueued = serving.latency(model, gpu, result.tensor_parallel_size, 1, args.prompt_tokens,
+                               args.output_tokens, result.kv_cache_dtype, result.max_num_batched_tokens)
     found.update({"itl_ms": round(at.itl_seconds * 1000, 1), "tpot_ms": round(at.tpot_seconds * 1000, 1),
-                  "ttft_ms": round(at.ttft_seconds * 1000),
+                  "ttft_ms": round(at.ttft_seconds * 1000), "ttft_alone_ms": round(unqueued.ttft_seconds * 1000),
                   "output_tokens_per_second": round(at.output_tokens_per_second)})
     price = cost.get("usd_per_replica_hour")
     if isinstance(price, float | int):
@@ -178,10 +184,11 @@ def _performance_rows(found: dict[str, object]) -> list[tuple[str, str]]:
     if "itl_ms" not in found:
         return [("latency", str(found.get("note")))]
     rows = [
-        ("at the ITL objective", f"{found['slo_concurrency']} requests: {found['tpot_ms']} ms per output token "
-                                 f"<= {found['itl_slo_ms']:g} ms (decode step {found['itl_ms']} ms), "
-                                 f"{found['output_tokens_per_second']:,} output tokens/s"),
-        ("TTFT, unqueued", f"{found['ttft_ms']} ms for {found['prompt_tokens']:,} prompt tokens"),
+        ("at the SLOs", f"{found['slo_concurrency']} requests: {found['tpot_ms']} ms per output token "
+                        f"<= {found['itl_slo_ms']:g} ms (decode step {found['itl_ms']} ms), "
+                        f"{found['output_tokens_per_second']:,} output tokens/s"),
+        ("TTFT before queueing", f"{found['ttft_ms']} ms at that load <= {found['ttft_slo_ms']:g} ms "
+                                 f"({found['ttft_alone_ms']} ms alone) for {found['prompt_tokens']:,} prompt tokens"),
     ]
     if "usd_per_million_output_tokens" in found:
         rows.append(("cost per 1M output tokens", f"${found['usd_per_million_output_tokens']:.2f} at that load"))
@@ -376,6 +383,7 @@ def stack_cost_summary(config: object) -> str:
         assert architecture is not None and instance is not None  # the stack validated
         cost = _replica_cost(result)
         load.itl_slo_ms = model.slo.itl_p95_seconds * 1000
+        load.ttft_slo_ms = model.slo.ttft_p95_seconds * 1000
         found = performance(result, architecture, instance.gpu.product_label, load, cost)
         if "usd_per_million_output_tokens" in found:
             lines.append(
@@ -444,6 +452,7 @@ def _stack_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     instance = planning.resolve_instance_type(config)
     assert architecture is not None and instance is not None  # the stack validated
     args.itl_slo_ms = model.slo.itl_p95_seconds * 1000
+    args.ttft_slo_ms = model.slo.ttft_p95_seconds * 1000
     perf = performance(result, architecture, instance.gpu.product_label, args, cost)
     return _print(result, found, cost, perf, args.json, out)
     return EXIT_OK

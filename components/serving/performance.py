@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .capacity import kv_bytes_per_token_per_gpu, weight_bytes_per_gpu
+from .capacity import DEFAULT_MAX_NUM_BATCHED_TOKENS, kv_bytes_per_token_per_gpu, weight_bytes_per_gpu
 from .models import ModelArchitecture
 
 
@@ -62,7 +62,7 @@ class Latency:
     itl_seconds: float  # one decode step
     tpot_seconds: float  # per output token, including the prefills of arriving requests
     output_tokens_per_second: float  # the replica's, across its running requests
-    ttft_seconds: float
+    ttft_seconds: float  # a new request's, chunked in beside the running decodes, before any queueing
 
 
 def decode_step_seconds(model: ModelArchitecture, gpu: GpuPerformance, tp: int, concurrency: int,
@@ -90,24 +90,36 @@ def ttft_seconds(model: ModelArchitecture, gpu: GpuPerformance, tp: int, prompt_
 
 
 def latency(model: ModelArchitecture, gpu: GpuPerformance, tp: int, concurrency: int, prompt_tokens: int,
-            output_tokens: int, kv_cache_dtype: str = "auto") -> Latency:
+            output_tokens: int, kv_cache_dtype: str = "auto",
+            max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS) -> Latency:
+    """ITL, TPOT, throughput and TTFT of one replica holding `concurrency` requests.
+
+    TTFT under load: chunked prefill gives a new prompt what the step's token budget
+    (`max_num_batched_tokens`) leaves after one token per running request, so the prompt takes
+    ceil(prompt / (budget - concurrency)) steps, each a decode step plus its share of the prefill.
+    """
     # Over a request's life its KV grows from the prompt to prompt + output: the mean is halfway.
     context = prompt_tokens + output_tokens // 2
     step = decode_step_seconds(model, gpu, tp, concurrency, context, kv_cache_dtype)
-    tpot = step + concurrency * prefill_seconds(model, gpu, tp, prompt_tokens) / max(1, output_tokens)
-    return Latency(step, tpot, concurrency / tpot, ttft_seconds(model, gpu, tp, prompt_tokens))
+    prefill = prefill_seconds(model, gpu, tp, prompt_tokens)
+    tpot = step + concurrency * prefill / max(1, output_tokens)
+    steps = math.ceil(prompt_tokens / max(1, max_num_batched_tokens - concurrency))
+    ttft = FIRST_TOKEN_OVERHEAD_SECONDS + prefill + steps * step
+    return Latency(step, tpot, concurrency / tpot, ttft)
 
 
 def slo_concurrency(model: ModelArchitecture, gpu: GpuPerformance, tp: int, itl_slo_seconds: float,
                     prompt_tokens: int, output_tokens: int, max_concurrency: int,
-                    kv_cache_dtype: str = "auto") -> int:
+                    kv_cache_dtype: str = "auto", ttft_slo_seconds: float = math.inf,
+                    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS) -> int:
     """The most concurrent requests (up to what the KV cache holds) whose time per output token (TPOT,
-    which includes the prefills a busy replica interleaves) stays within the ITL SLO; 0 when even one
-    request misses it."""
+    which includes the prefills a busy replica interleaves) stays within the ITL SLO and whose TTFT
+    (before queueing) within the TTFT SLO; 0 when even one request misses them."""
     best = 0
     for concurrency in range(1, max(1, max_concurrency) + 1):
-        if latency(model, gpu, tp, concurrency, prompt_tokens, output_tokens, kv_cache_dtype).tpot_seconds \
-                > itl_slo_seconds:
+        at = latency(model, gpu, tp, concurrency, prompt_tokens, output_tokens, kv_cache_dtype,
+                     max_num_batched_tokens)
+        if at.tpot_seconds > itl_slo_seconds or at.ttft_seconds > ttft_slo_seconds:
             break
         best = concurrency
     return best

@@ -155,7 +155,8 @@ def test_readme_cost_figures_are_the_stacks_own(stack):
     (model,) = config.models
     result = planning.model_plan(config, model)
     cost = _replica_cost(result)
-    load = argparse.Namespace(prompt_tokens=1024, output_tokens=256, itl_slo_ms=model.slo.itl_p95_seconds * 1000)
+    load = argparse.Namespace(prompt_tokens=1024, output_tokens=256, itl_slo_ms=model.slo.itl_p95_seconds * 1000,
+                              ttft_slo_ms=model.slo.ttft_p95_seconds * 1000)
     found = performance(result, planning.model_architecture(model),
                         planning.resolve_instance_type(config).gpu.product_label, load, cost)
     row = (
