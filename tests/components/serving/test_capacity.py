@@ -485,3 +485,12 @@ def test_speculative_decoding_is_named_as_unmodelled() -> None:
     assert result.notes[-1].startswith(
         "speculative decoding: the draft model's weights and KV layers are not in this plan"
     )
+
+
+def test_llama_70b_bf16_fits_tp2_with_a_short_context_as_widely_run() -> None:
+    # usable int(85,045,477,376 x 0.95) = 80,793,203,507; weights 70,553,706,496; overhead at 256 sequences
+    # 2,040,109,465 + 256 x 128,256 x 17 + 2,254,857,830 + 1,610,612,736 = 6,463,750,143
+    #   -> 3,775,746,868 B // (163,840 x 16) = 1,440 blocks -> 23,040 tokens = 2.81 requests of 8,192.
+    result = plan(LLAMA_70B, P5, 8_192, tp=2, gpu_memory_utilization=0.95, max_num_seqs=256)
+    assert result.kv_cache_tokens == 23_040
+    assert round(result.max_concurrency, 2) == 2.81
