@@ -33,6 +33,7 @@ from components.observability import (
     ServingObservabilityArgs,
 )
 from components.platform import RESTRICTED, manifest_resource, namespace, versions
+from components.routing import InferenceRouting, InferenceRoutingArgs, PickerSettings, RoutedModel, picker_selector
 from components.scaling import ModelAutoscaling, ModelAutoscalingArgs, ScalingTarget
 from components.serving import PORT, EngineSettings, ModelWeights, ModelWeightsArgs, VllmDeployment, VllmDeploymentArgs
 from components.storage import WeightsFileSystem, WeightsFileSystemArgs, WeightsLustre, WeightsLustreArgs
@@ -97,6 +98,9 @@ class ServingStackArgs:
     prometheus_namespace: str
     monitor_labels: dict[str, str]
     runbook_base_url: str
+    # Models routed through an InferencePool, with their pickers' settings; None: every route uses its Service.
+    routed_models: tuple[tuple[str, int], ...] = ()  # (model name, picker drain seconds)
+    picker: PickerSettings | None = None
 
 
 class ServingStack(pulumi.ComponentResource):
@@ -145,7 +149,35 @@ class ServingStack(pulumi.ComponentResource):
             crds_from=crds,
         )
         ModelAutoscaling("autoscaling", args.autoscaling, child, workloads=self._deployments)
-        Edge("edge", args.edge, child)
+        edge = Edge("edge", args.edge, child)
+        if args.routed_models and args.picker is not None:
+            # After the edge: it installs the InferencePool CRD and the gateway extension that calls the pickers.
+            InferenceRouting(
+                "inference-routing",
+                InferenceRoutingArgs(
+                    namespace=args.serving_namespace,
+                    edge_namespace=args.edge.settings.namespace,
+                    prometheus_namespace=args.prometheus_namespace,
+                    vllm_selector=VLLM_POD_SELECTOR,
+                    vllm_port=PORT,
+                    models=tuple(
+                        RoutedModel(
+                            name=name,
+                            namespace=args.serving_namespace,
+                            # The Deployment's own pod selector: the pool picks exactly its replicas.
+                            pod_selector=self._pod_selectors[name],
+                            port=PORT,
+                            drain_seconds=drain,
+                            monitor_labels=dict(args.monitor_labels),
+                        )
+                        for name, drain in args.routed_models
+                    ),
+                    picker=args.picker,
+                    runbook_base_url=args.runbook_base_url,
+                    monitor_labels=dict(args.monitor_labels),
+                ),
+                pulumi.ResourceOptions(parent=self, depends_on=[edge, *crds]),
+            )
         self.prometheus_url = (
             prometheus.url if prometheus else pulumi.Output.from_input(args.prometheus_url or "")
         )
@@ -193,10 +225,12 @@ class ServingStack(pulumi.ComponentResource):
                 prometheus_namespace=args.prometheus_namespace,
                 staging_job_selector=STAGING_POD_SELECTOR,
                 load_balancer_cidrs=args.edge.load_balancer_cidrs,
+                picker_selector=picker_selector() if args.routed_models else None,
             )
         ]
         endpoints: dict[str, pulumi.Output[str]] = {}
         self._deployments: list[pulumi.Resource] = []
+        self._pod_selectors: dict[str, dict[str, str]] = {}
         storage_class: pulumi.Output[str] | None = None
         if args.weights_storage is not None:
             # Claims name the class through its output, so they wait for the file system to be mountable.
@@ -263,6 +297,7 @@ class ServingStack(pulumi.ComponentResource):
                 child,
             )
             self._deployments.append(deployment.deployment)
+            self._pod_selectors[model.name] = deployment.pod_selector
             endpoints[model.name] = pulumi.Output.concat(
                 "http://", deployment.service_name, ".", args.serving_namespace, ".svc:", str(PORT)
             )

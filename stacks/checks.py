@@ -27,6 +27,7 @@ from stacks.config import (
     NodeAutoscalingMode,
     PlacementStrategy,
     PrometheusMode,
+    RoutingMode,
     StackConfig,
     StorageBackend,
 )
@@ -38,6 +39,7 @@ from stacks.planning import (
     replica_bounds,
     resolve_instance_type,
     rollout_strategies,
+    routing_mode,
     storage_backend_label,
 )
 from stacks.problems import Problem
@@ -343,6 +345,32 @@ def _edge(config: StackConfig) -> Iterator[Problem]:
                           "a gateway edge, or a shorter maxModelLen")
 
 
+def _routing(config: StackConfig) -> Iterator[Problem]:
+    edge = config.edge
+    pooled = [m for m in config.models if routing_mode(config, m) is RoutingMode.INFERENCE_POOL]
+    for model in pooled:
+        path = f"models[{model.name}].route.routing"
+        if edge.mode is not EdgeMode.GATEWAY:
+            # An ALB or ingress-nginx has no way to ask an endpoint picker; only the gateway's
+            # extension (Envoy AI Gateway) can.
+            yield Problem(path, f"{edge.mode.value} mode cannot route to an InferencePool", "inferencePool",
+                          "service, or edge.mode gateway")
+        elif edge.controller is not ControllerMode.INSTALL:
+            yield Problem(path, "an existing Envoy Gateway is not configured here with Envoy AI Gateway as its "
+                          "extension, which InferencePool routes need", "inferencePool",
+                          "service, or edge.controller install")
+    replicas = edge.inference_routing.picker_replicas
+    if pooled and replicas < 2 and config.environment is not Environment.DEV:
+        yield Problem("edge.inferenceRouting.pickerReplicas", "the gateway fails closed without a picker, so one "
+                      f"picker is a single point of failure for {', '.join(m.name for m in pooled)}", replicas,
+                      ">= 2 outside dev")
+    routing = edge.inference_routing
+    if routing.picker_memory_limit_mib < routing.picker_memory_request_mib:
+        yield Problem("edge.inferenceRouting.pickerMemoryLimitMib", "below the memory request",
+                      routing.picker_memory_limit_mib,
+                      f">= pickerMemoryRequestMib ({routing.picker_memory_request_mib})")
+
+
 RULES: tuple[Callable[[StackConfig], Iterator[Problem]], ...] = (
     _scaling,
     platform_checks.weights_storage_rules,
@@ -352,6 +380,7 @@ RULES: tuple[Callable[[StackConfig], Iterator[Problem]], ...] = (
     _observability,
     _models,
     _edge,
+    _routing,
 )
 
 

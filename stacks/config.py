@@ -237,6 +237,13 @@ Hostname = Annotated[
 PathPrefix = Annotated[str, StringConstraints(pattern=r"^/([a-z0-9][-a-z0-9._]*(/[a-z0-9][-a-z0-9._]*)*)?$")]
 
 
+class RoutingMode(StrEnum):
+    """How the gateway picks a replica: by the engine's state, or at random through the Service."""
+
+    INFERENCE_POOL = "inferencePool"
+    SERVICE = "service"
+
+
 class RouteConfig(ConfigModel):
     """Where the edge publishes a model's OpenAI API (`<pathPrefix>/v1/...`)."""
 
@@ -247,6 +254,14 @@ class RouteConfig(ConfigModel):
         ge=0,
         le=86400,
         description="Whole-request timeout at the edge; 0 disables it (long generations), the idle timeout remains.",
+    )
+    routing: RoutingMode | None = Field(
+        default=None,
+        description=(
+            "`inferencePool` (an endpoint picker scores replicas on prefix cache, queue and KV-cache usage) "
+            "or `service` (the Service spreads requests at random); unset: `inferencePool` in gateway mode with "
+            "an installed controller when the model can run more than one replica, else `service`."
+        ),
     )
 
 
@@ -426,6 +441,34 @@ class JwtConfig(ConfigModel):
     jwks_uri: HttpsUrl = Field(description="Where the gateway fetches the signing keys.")
 
 
+class InferenceRoutingConfig(ConfigModel):
+    """The endpoint pickers and Envoy AI Gateway behind `routing: inferencePool` routes."""
+
+    picker_replicas: int = Field(
+        default=2, ge=1, le=10,
+        description="Endpoint-picker replicas per model; the gateway fails closed without one, so 2+ outside dev.",
+    )
+    picker_cpu_request: Annotated[str, StringConstraints(pattern=r"^[0-9]+(\.[0-9]+)?m?$")] = Field(
+        default="2", description="CPU request of each picker (scores every request; upstream's chart asks 8)."
+    )
+    picker_memory_request_mib: int = Field(
+        default=4096, ge=256, le=65536, description="Memory request of each picker in MiB."
+    )
+    picker_memory_limit_mib: int = Field(
+        default=8192, ge=256, le=131072, description="Memory limit of each picker in MiB (its prefix index lives here)."
+    )
+    picker_image_digest: ImageDigest | None = Field(
+        default=None,
+        description="Digest of the pinned endpoint-picker image (`sha256:...`); the policy pack asks for it in prod.",
+    )
+    ai_gateway_chart_version: ChartVersion = Field(
+        default=versions.AI_GATEWAY.version, description="ai-gateway-helm chart version."
+    )
+    ai_gateway_crds_chart_version: ChartVersion = Field(
+        default=versions.AI_GATEWAY_CRDS.version, description="ai-gateway-crds-helm chart version."
+    )
+
+
 class EdgeConfig(ConfigModel):
     """The streaming-safe edge in front of the models."""
 
@@ -463,6 +506,10 @@ class EdgeConfig(ConfigModel):
     min_decode_tokens_per_second: float = Field(
         default=10, gt=0, le=10000,
         description="Slowest decode speed to allow for: timeouts must cover max-model-len tokens at this speed.",
+    )
+    inference_routing: InferenceRoutingConfig = Field(
+        default_factory=InferenceRoutingConfig,
+        description="Endpoint pickers and Envoy AI Gateway for models routed through an InferencePool.",
     )
 
 

@@ -12,7 +12,16 @@ from typing import Any
 
 from components import gpu, serving, storage
 from components.serving import ModelArchitecture, lookup_model
-from stacks.config import AccessMode, ModelConfig, NodeAutoscalingMode, StackConfig, StorageBackend
+from stacks.config import (
+    AccessMode,
+    ControllerMode,
+    EdgeMode,
+    ModelConfig,
+    NodeAutoscalingMode,
+    RoutingMode,
+    StackConfig,
+    StorageBackend,
+)
 
 
 def resolve_instance_type(config: StackConfig) -> gpu.InstanceType | None:
@@ -175,6 +184,23 @@ def replica_bounds(model: ModelConfig) -> tuple[int, int]:
     low = model.replicas if scaling.min_replicas is None else scaling.min_replicas
     high = model.replicas if scaling.max_replicas is None else scaling.max_replicas
     return low, high
+
+
+def routing_mode(config: StackConfig, model: ModelConfig) -> RoutingMode:
+    """The model's routing: as configured, else an InferencePool where the gateway can run one (gateway
+    mode, controller installed here) and the model can have more than one replica to choose from."""
+    if model.route.routing is not None:
+        return model.route.routing
+    can = config.edge.mode is EdgeMode.GATEWAY and config.edge.controller is ControllerMode.INSTALL
+    return RoutingMode.INFERENCE_POOL if can and replica_bounds(model)[1] > 1 else RoutingMode.SERVICE
+
+
+def picker_drain_seconds(config: StackConfig, model: ModelConfig) -> int:
+    """How long a stopping endpoint picker keeps serving the streams it holds: the longest stream the
+    edge allows (the route's request timeout, or with none the longest generation it plans for)."""
+    from stacks.checks import edge_timeout_floor  # checks imports planning
+
+    return model.route.request_timeout_seconds or edge_timeout_floor(config, model)
 
 
 def shared_claim_name(config: StackConfig) -> str | None:

@@ -30,6 +30,7 @@ from components.gpu import (
 )
 from components.observability import ModelSlo
 from components.platform import EksCluster, cluster_version, kubernetes_provider, lookup_cluster, versions
+from components.routing import PickerSettings
 from components.scaling import ModelAutoscalingArgs, ScalingTarget
 from components.serving_stack import (
     ServedModel,
@@ -49,6 +50,7 @@ from stacks.config import (
     NodeAutoscalingMode,
     PlacementStrategy,
     PrometheusMode,
+    RoutingMode,
     StackConfig,
     StorageBackend,
 )
@@ -247,6 +249,7 @@ def edge_args(config: StackConfig, cluster: EksCluster) -> EdgeArgs:
             stream_idle_timeout_seconds=edge.stream_idle_timeout_seconds,
             request_body_limit_bytes=max(MIN_BODY_LIMIT_BYTES, m.max_model_len * BODY_BYTES_PER_TOKEN),
             drain_seconds=m.shutdown_timeout_seconds,
+            inference_pool=planning.routing_mode(config, m) is RoutingMode.INFERENCE_POOL,
         )
         for m in config.models
     )
@@ -268,6 +271,22 @@ def edge_args(config: StackConfig, cluster: EksCluster) -> EdgeArgs:
         client_api_key=pulumi.Output.secret(config.api_key.get_secret_value())
         if edge.auth is EdgeAuth.GATEWAY_API_KEY
         else None,
+        inference_extension=any(route.inference_pool for route in routes),
+        ai_gateway_chart_version=edge.inference_routing.ai_gateway_chart_version,
+        ai_gateway_crds_chart_version=edge.inference_routing.ai_gateway_crds_chart_version,
+        inference_pool_crds_url=versions.INFERENCE_POOL_CRDS_URL,
+    )
+
+
+def picker_settings(config: StackConfig) -> PickerSettings:
+    routing = config.edge.inference_routing
+    return PickerSettings(
+        replicas=routing.picker_replicas,
+        cpu_request=routing.picker_cpu_request,
+        memory_request=f"{routing.picker_memory_request_mib}Mi",
+        memory_limit=f"{routing.picker_memory_limit_mib}Mi",
+        image=versions.ENDPOINT_PICKER_IMAGE
+        + (f"@{routing.picker_image_digest}" if routing.picker_image_digest else ""),
     )
 
 
@@ -389,6 +408,12 @@ def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStack
         prometheus_namespace=prometheus.namespace,
         monitor_labels=dict(prometheus.monitor_selector_labels),
         runbook_base_url=config.observability.runbook_base_url,
+        routed_models=tuple(
+            (m.name, planning.picker_drain_seconds(config, m))
+            for m in config.models
+            if planning.routing_mode(config, m) is RoutingMode.INFERENCE_POOL
+        ),
+        picker=picker_settings(config),
     )
 
 

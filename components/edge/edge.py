@@ -22,6 +22,9 @@ from .objects import EdgeSettings, Route
 # (envoyproxy/gateway v1.9.0 internal/infrastructure/kubernetes/resource DefaultSecurityContext for
 # the envoy and shutdown-manager containers; our EnvoyProxy sets no pod or container overrides).
 EDGE_POD_SECURITY = RESTRICTED
+# `restricted`: ai-gateway-helm v1.1.0 rendered with our values runs its controller as UID 65532 with
+# seccomp RuntimeDefault and drops ALL capabilities (checked with `helm template`).
+AI_GATEWAY_POD_SECURITY = RESTRICTED
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,12 @@ class EdgeArgs:
     alb_controller_values: dict  # clusterName, region, vpcId, service account role
     load_balancer_cidrs: tuple[pulumi.Input[str], ...] = ()  # ALB subnets reach pods directly (target type ip)
     client_api_key: pulumi.Input[str] | None = None  # auth gateway-api-key: the key clients present
+    # Envoy AI Gateway as Envoy Gateway's extension, so routes can name InferencePools (gateway mode
+    # with an installed controller only; the stack refuses it otherwise).
+    inference_extension: bool = False
+    ai_gateway_chart_version: str = ""
+    ai_gateway_crds_chart_version: str = ""
+    inference_pool_crds_url: str = ""
 
 
 class Edge(pulumi.ComponentResource):
@@ -61,17 +70,21 @@ class Edge(pulumi.ComponentResource):
                     parent=self,
                 )
                 controller.append(crds)
-                controller.append(
-                    helm_release(
-                        f"{name}-envoy-gateway",
-                        chart="gateway-helm",
-                        version=args.envoy_gateway_chart_version,
-                        release_namespace=ns.metadata.name,
-                        values=objects.envoy_gateway_chart_values(),
-                        parent=self,
-                        depends_on=[crds],
-                    )
+                before_gateway: list[pulumi.Resource] = [crds]
+                if args.inference_extension:
+                    before_gateway += self._inference_pool_prerequisites(name, args)
+                envoy_gateway = helm_release(
+                    f"{name}-envoy-gateway",
+                    chart="gateway-helm",
+                    version=args.envoy_gateway_chart_version,
+                    release_namespace=ns.metadata.name,
+                    values=objects.envoy_gateway_chart_values(args.inference_extension),
+                    parent=self,
+                    depends_on=before_gateway,
                 )
+                controller.append(envoy_gateway)
+                if args.inference_extension:
+                    controller.append(self._ai_gateway(name, args, envoy_gateway))
             manifests = objects.gateway_objects(args.settings, routes)
             if args.settings.auth == "gateway-api-key":
                 # Envoy Gateway's apiKeyAuth reads client id -> key pairs from this Secret.
@@ -110,3 +123,42 @@ class Edge(pulumi.ComponentResource):
             metadata = obj["metadata"]
             manifest_resource(f"{name}-{obj['kind'].lower()}-{metadata['name']}", obj, after)
         self.register_outputs({})
+
+    def _inference_pool_prerequisites(self, name: str, args: EdgeArgs) -> list[pulumi.Resource]:
+        """What Envoy Gateway needs before it starts with InferencePool as a backend resource: the CRD
+        (its watch on a missing kind fails cache sync after 2 minutes and the controller stops) and
+        the right to list pools (else the sync is forbidden and the release never turns ready)."""
+        pool_crd = k8s.yaml.v2.ConfigFile(
+            f"{name}-inference-pool-crds",
+            file=args.inference_pool_crds_url,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        reader = [
+            manifest_resource(f"{name}-{obj['kind'].lower()}-pool-reader", obj, pulumi.ResourceOptions(parent=self))
+            for obj in objects.inference_pool_reader(args.settings.namespace)
+        ]
+        return [pool_crd, *reader]
+
+    def _ai_gateway(self, name: str, args: EdgeArgs, envoy_gateway: pulumi.Resource) -> pulumi.Resource:
+        """Envoy AI Gateway after Envoy Gateway (its install order, facts.md T2.10): the CRD chart, then
+        the controller, whose extension server Envoy Gateway calls for every route translation."""
+        ns = namespace(f"{name}-ai-gateway-namespace", objects.AI_GATEWAY_NAMESPACE, parent=self,
+                       pod_security=AI_GATEWAY_POD_SECURITY)
+        crds = helm_release(
+            f"{name}-ai-gateway-crds",
+            chart="ai-gateway-crds-helm",
+            version=args.ai_gateway_crds_chart_version,
+            release_namespace=ns.metadata.name,
+            values={},
+            parent=self,
+            depends_on=[envoy_gateway],
+        )
+        return helm_release(
+            f"{name}-ai-gateway",
+            chart="ai-gateway-helm",
+            version=args.ai_gateway_chart_version,
+            release_namespace=ns.metadata.name,
+            values=objects.ai_gateway_chart_values(args.settings.namespace),
+            parent=self,
+            depends_on=[crds],
+        )

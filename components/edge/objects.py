@@ -56,6 +56,7 @@ class Route:
     stream_idle_timeout_seconds: int  # max silence between bytes of a stream
     request_body_limit_bytes: int  # fits the model's max-model-len prompt
     drain_seconds: int  # how long open streams may finish when an endpoint is removed
+    inference_pool: bool = False  # route to the model's InferencePool (gateway mode) instead of its Service
 
 
 @dataclass(frozen=True)
@@ -158,13 +159,79 @@ def _meta(name: str, namespace: str | None = None, annotations: dict[str, str] |
 # Envoy Gateway (the default edge: NLB -> Envoy -> vLLM)
 
 
-def envoy_gateway_chart_values() -> dict[str, Any]:
+# Envoy AI Gateway's controller: its namespace, and the extension server's port on its Service.
+AI_GATEWAY_NAMESPACE = "envoy-ai-gateway-system"
+AI_GATEWAY_EXTENSION_PORT = 1063
+POOL_GROUP = "inference.networking.k8s.io"
+# The label Envoy AI Gateway's pod webhook selects on; only pods with this exact value are sent to it.
+AI_GATEWAY_WEBHOOK_LABEL = "app.kubernetes.io/managed-by"
+AI_GATEWAY_WEBHOOK_OFF = "llm-serving-no-ai-gateway-sidecar"
+
+
+def envoy_gateway_chart_values(inference_extension: bool = False) -> dict[str, Any]:
     """gateway-helm 1.9.0 values: the defaults, with the controller name the GatewayClass names pinned,
-    and without the chart's own CRDs (`crds/`, never upgraded by Helm): gateway-crds-helm owns them."""
+    and without the chart's own CRDs (`crds/`, never upgraded by Helm): gateway-crds-helm owns them.
+
+    `inference_extension`: Envoy AI Gateway as Envoy Gateway's extension server, so an HTTPRoute can
+    name an InferencePool (Envoy Gateway alone has no InferencePool support: facts.md T2.4). The keys
+    are AI Gateway v1.1.0's manifests/envoy-gateway-values.yaml plus its inference-pool add-on
+    (facts.md T2.10), each checked against EG v1.9.0's EnvoyGateway API types.
+    """
+    envoy_gateway: dict[str, Any] = {"gateway": {"controllerName": CONTROLLER_NAME}}
+    if inference_extension:
+        envoy_gateway["extensionApis"] = {"enableBackend": True, "enableEnvoyPatchPolicy": True}
+        envoy_gateway["extensionManager"] = {
+            # The extension rewrites listeners, routes and clusters after translation: it inserts
+            # the picker's ext_proc filter and the pool's ORIGINAL_DST cluster.
+            "hooks": {"xdsTranslator": {
+                "translation": {part: {"includeAll": True} for part in ("listener", "route", "cluster", "secret")},
+                "post": ["Translation", "Cluster", "Route"],
+            }},
+            "service": {"fqdn": {"hostname": f"ai-gateway-controller.{AI_GATEWAY_NAMESPACE}.svc.cluster.local",
+                                 "port": AI_GATEWAY_EXTENSION_PORT}},
+            "backendResources": [{"group": POOL_GROUP, "kind": "InferencePool", "version": "v1"}],
+        }
+    return {"config": {"envoyGateway": envoy_gateway}, "crds": {"enabled": False}}
+
+
+def ai_gateway_chart_values(edge_namespace: str) -> dict[str, Any]:
+    """ai-gateway-helm v1.1.0 values (defaults in tests/fixtures/reference/charts/ai-gateway-helm)."""
     return {
-        "config": {"envoyGateway": {"gateway": {"controllerName": CONTROLLER_NAME}}},
-        "crds": {"enabled": False},
+        "controller": {
+            # Two replicas and a PDB: Envoy Gateway stops applying route changes while its extension
+            # server is down (extensionManager.failOpen defaults to false).
+            "replicaCount": 2,
+            "podDisruptionBudget": {"enabled": True, "minAvailable": 1},
+            "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
+            "topologySpreadConstraints": [{
+                "maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "ai-gateway-helm"}},
+            }],
+            # The webhook injects an extproc sidecar into Envoy pods only for AIGatewayRoutes, which
+            # this program does not create; but with failurePolicy Fail it would block every Envoy pod
+            # while the controller is down, and its chart-made certificate expires after 365 days
+            # without renewal. Select a label value no pod carries, so the API server never calls it.
+            "mutatingWebhook": {"objectSelector": {"matchLabels": {AI_GATEWAY_WEBHOOK_LABEL: AI_GATEWAY_WEBHOOK_OFF}}},
+        },
+        # Binds Envoy Gateway's service account (in the edge namespace) to read InferencePools.
+        "envoyGateway": {"namespace": edge_namespace},
     }
+
+
+def inference_pool_reader(edge_namespace: str) -> list[Manifest]:
+    """Envoy Gateway must list InferencePools before it turns ready (it watches every
+    backendResources kind), and ai-gateway-helm, which grants that, installs after it: the same grant,
+    created first (as AI Gateway's own e2e does, tests/internal/e2elib/e2elib.go @v1.1.0)."""
+    name = "envoy-gateway-inference-pool-reader"
+    return [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "llm-serving"}},
+         "rules": [{"apiGroups": [POOL_GROUP], "resources": ["inferencepools"], "verbs": ["get", "list", "watch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "llm-serving"}},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+         "subjects": [{"kind": "ServiceAccount", "name": "envoy-gateway", "namespace": edge_namespace}]},
+    ]
 
 
 def gateway_crds_chart_values() -> dict[str, Any]:
@@ -329,7 +396,12 @@ def _route_objects(settings: EdgeSettings, route: Route) -> list[Manifest]:
         # vLLM serves the OpenAI API at /v1 on its root; strip the model prefix on the way in.
         rule["filters"] = [{"type": "URLRewrite", "urlRewrite": {
             "path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/v1"}}}]
-    rule["backendRefs"] = [{"group": "", "kind": "Service", "name": route.model_name, "port": route.port}]
+    if route.inference_pool:
+        # The pool's picker chooses the replica (prefix cache, queue, KV-cache usage); the pool names
+        # the port, so the reference has none (Envoy AI Gateway v1.1.0 httproute-inferencepool.md).
+        rule["backendRefs"] = [{"group": POOL_GROUP, "kind": "InferencePool", "name": route.model_name}]
+    else:
+        rule["backendRefs"] = [{"group": "", "kind": "Service", "name": route.model_name, "port": route.port}]
     # Failure: Envoy Gateway's default request timeout is 15 s, so any generation longer than that is
     # cut mid-stream (https://gateway.envoyproxy.io/latest/tasks/traffic/http-timeouts/; facts.md §6.3).
     rule["timeouts"] = {"request": request_timeout}
@@ -503,11 +575,15 @@ def network_policies(
     prometheus_namespace: str,
     staging_job_selector: dict[str, str],
     load_balancer_cidrs: tuple[str, ...] = (),
+    picker_selector: dict[str, str] | None = None,
 ) -> list[Manifest]:
     """Serving pods: in on `port` from the edge and Prometheus only, out to DNS only. Staging Jobs:
     nothing in, DNS and HTTPS out. `load_balancer_cidrs` admits ALB subnets (ALB ip targets bypass the edge)."""
     sources = [_namespace(edge_namespace), _namespace(prometheus_namespace)]
     sources += [{"ipBlock": {"cidr": cidr}} for cidr in load_balancer_cidrs]
+    if picker_selector:
+        # Endpoint pickers in the serving namespace scrape each replica's /metrics on the API port.
+        sources.append({"podSelector": {"matchLabels": dict(picker_selector)}})
     serving = {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",

@@ -18,6 +18,8 @@ def manifest_resource(resource_name: str, manifest: dict[str, Any], opts: pulumi
     fields = set(manifest) - {"apiVersion", "kind", "metadata"}
     if manifest["kind"] == "ConfigMap" and manifest["apiVersion"] == "v1" and fields <= {"data"}:
         return k8s.core.v1.ConfigMap(resource_name, metadata=manifest["metadata"], data=manifest.get("data"), opts=opts)
+    if manifest["apiVersion"] == "rbac.authorization.k8s.io/v1":
+        return _rbac_resource(resource_name, manifest, opts)
     if not fields <= {"spec"}:
         raise ValueError(f"{manifest['kind']} {resource_name}: unsupported top-level fields {sorted(fields)}")
     return k8s.apiextensions.CustomResource(
@@ -28,3 +30,16 @@ def manifest_resource(resource_name: str, manifest: dict[str, Any], opts: pulumi
         spec=manifest.get("spec"),
         opts=opts,
     )
+
+
+def _rbac_resource(resource_name: str, manifest: dict[str, Any], opts: pulumi.ResourceOptions) -> pulumi.Resource:
+    """RBAC kinds keep their body in `rules` or `roleRef` and `subjects`, not `spec`."""
+    kind, metadata = manifest["kind"], manifest["metadata"]
+    if kind in ("Role", "ClusterRole"):
+        cls = k8s.rbac.v1.Role if kind == "Role" else k8s.rbac.v1.ClusterRole
+        return cls(resource_name, metadata=metadata, rules=manifest.get("rules"), opts=opts)
+    if kind in ("RoleBinding", "ClusterRoleBinding"):
+        cls = k8s.rbac.v1.RoleBinding if kind == "RoleBinding" else k8s.rbac.v1.ClusterRoleBinding
+        return cls(resource_name, metadata=metadata, role_ref=manifest["roleRef"], subjects=manifest.get("subjects"),
+                   opts=opts)
+    raise ValueError(f"{kind} {resource_name}: unsupported RBAC kind")

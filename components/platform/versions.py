@@ -71,6 +71,28 @@ GATEWAY_CRDS = ChartPin(chart="gateway-crds-helm", version="v1.9.0", repository=
 
 # prometheus-community prometheus-operator-crds 31.0.1 = prometheus-operator v0.93.1, the operator
 # kube-prometheus-stack 88.5.3 runs (facts.md T2.3); installed with it, in its place for the CRDs.
+# Envoy AI Gateway v1.1.0 (envoyproxy/ai-gateway tag v1.1.0, commit c217da8a5395, 2026-08-21): the
+# extension server that lets Envoy Gateway route an HTTPRoute to an InferencePool (facts.md T2.10).
+# Its CRD chart keeps the CRDs in templates/, so a release upgrades them. Tested upstream with Envoy
+# Gateway v1.8.1 and Gateway API v1.5.1; our v1.9.0 / v1.6.1 fall under its "v1.8.1+" wording (docs/decisions.md).
+AI_GATEWAY = ChartPin(chart="ai-gateway-helm", version="v1.1.0", repository="oci://docker.io/envoyproxy/ai-gateway-helm")
+AI_GATEWAY_CRDS = ChartPin(
+    chart="ai-gateway-crds-helm", version="v1.1.0", repository="oci://docker.io/envoyproxy/ai-gateway-crds-helm"
+)
+# The InferencePool CRD (inference.networking.k8s.io/v1) from the Gateway API Inference Extension's
+# v1.6.0 release manifest, which since v1.6.0 carries only InferencePool and InferencePoolImport
+# (GIE README @v1.6.0; facts.md T2.4). Applied by Pulumi, not Helm: GIE publishes no CRD chart.
+INFERENCE_POOL_CRDS_VERSION = "v1.6.0"
+INFERENCE_POOL_CRDS_URL = (
+    "https://github.com/kubernetes-sigs/gateway-api-inference-extension/releases/download/"
+    f"{INFERENCE_POOL_CRDS_VERSION}/manifests.yaml"
+)
+# The endpoint picker (EPP) moved from GIE (last: v1.5.0) to llm-d's router; v0.10.0 (2026-08-17,
+# llm-d/llm-d-router commit 71f4f0999f95) is its maintained successor (facts.md T2.4). We deploy it
+# from our own manifests, not its chart: the chart sets no securityContext, no PDB and a Recreate
+# strategy (checked with `helm template` at v0.10.0), all of which the picker needs in a fail-closed path.
+ENDPOINT_PICKER_IMAGE = "ghcr.io/llm-d/llm-d-router-endpoint-picker:v0.10.0"
+
 PROMETHEUS_OPERATOR_CRDS = ChartPin(
     chart="prometheus-operator-crds", version="31.0.1", repository="https://prometheus-community.github.io/helm-charts"
 )
@@ -108,5 +130,7 @@ CHARTS: dict[str, ChartPin] = {
         KEDA,
         PROMETHEUS_ADAPTER,
         CLUSTER_AUTOSCALER,
+        AI_GATEWAY,
+        AI_GATEWAY_CRDS,
     )
 }

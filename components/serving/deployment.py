@@ -59,6 +59,7 @@ class VllmDeployment(pulumi.ComponentResource):
         super().__init__("llmserving:serving:VllmDeployment", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         selector = selector_labels(args.model_name)
+        self.pod_selector = dict(selector)  # what selects exactly this model's pods (an InferencePool's selector)
         labels = {**(args.labels or {}), **selector, "app.kubernetes.io/part-of": "llm-serving"}
         probes = engine.probes(args.startup_budget_seconds)
         settings = args.settings

@@ -11,6 +11,7 @@ import yaml
 
 from components.gpu.counters import COUNTERS
 from components.observability.serving_alerts import KUBE_STATE_METRICS
+from components.routing import PICKER_METRICS, pool_problems
 from stacks import checks
 from stacks.loader import load_stack_file
 from tests.conftest import STACK_FILES, STACK_NAMES, render_file
@@ -73,8 +74,24 @@ def _gateway_backend(result, host: str, path: str) -> tuple[str, int]:
         for rule in route["spec"]["rules"]:
             if any(path.startswith(m["path"]["value"]) for m in rule["matches"]):
                 (backend,) = rule["backendRefs"]
+                if backend.get("kind") == "InferencePool":
+                    return backend["name"], None
                 return backend["name"], backend["port"]
     raise AssertionError(f"no route for {host}{path}")
+
+
+def _pool_pods(result, name: str) -> dict:
+    """The Deployment and container port an InferencePool's selector and target port reach."""
+    pool = result.manifest("InferencePool", name)
+    selector = pool["spec"]["selector"]["matchLabels"]
+    (deployment,) = [
+        d for d in result.manifests
+        if d["kind"] == "Deployment"
+        and all(d["spec"]["template"]["metadata"]["labels"].get(k) == v for k, v in selector.items())
+    ]
+    assert pool_problems(pool, deployment) == []
+    (target,) = pool["spec"]["targetPorts"]
+    return {"deployment": deployment["metadata"]["name"], "port": target["number"]}
 
 
 def _ingress_backend(result, host: str, path: str) -> tuple[str, int]:
@@ -94,9 +111,14 @@ def test_request_path_reaches_the_model_pods_in_every_mode(prod_in_mode, mode):
     result, _ = prod_in_mode[mode]
     backend = _gateway_backend if mode == "gateway" else _ingress_backend
     service, port = backend(result, HOST, "/v1/chat/completions")
-    service_port, pods = _service_and_pods(result, service, port)
-    assert (service, service_port["port"]) == (MODEL, 8000)
-    assert pods == {"deployment": MODEL, "port": 8000}
+    if mode == "gateway":
+        # prod scales to several replicas, so its route names the model's InferencePool.
+        assert (service, port) == (MODEL, None)
+        assert _pool_pods(result, service) == {"deployment": MODEL, "port": 8000}
+    else:
+        service_port, pods = _service_and_pods(result, service, port)
+        assert (service, service_port["port"]) == (MODEL, 8000)
+        assert pods == {"deployment": MODEL, "port": 8000}
     with pytest.raises(AssertionError):
         backend(result, HOST, "/metrics")
     with pytest.raises(AssertionError):
@@ -223,6 +245,8 @@ def test_every_promql_expression_parses_and_names_known_metrics(rendered, name):
         | {c.field for c in COUNTERS}
         | set(KUBE_STATE_METRICS)
         | {"up"}
+        # The endpoint picker's series (llm-d-router v0.10.0); histograms as Prometheus exposes them.
+        | {f"{n}{suffix}" for n in PICKER_METRICS for suffix in ("", "_bucket", "_sum", "_count")}
     )
     queries = _emitted_queries(rendered[name])
     assert len(queries) > 30

@@ -159,6 +159,8 @@ def test_every_namespace_enforces_the_lowest_pod_security_level_its_pods_need(re
     }
     if name == "dev":  # dev installs kube-prometheus-stack; staging and prod use the cluster's Prometheus
         expected["monitoring"] = ("privileged", NODE_EXPORTER_REASON)
+    else:  # their models scale past one replica, so they route through InferencePools
+        expected["envoy-ai-gateway-system"] = ("restricted", None)
     assert found == expected
 
 
@@ -172,7 +174,8 @@ def test_every_namespace_enforces_the_lowest_pod_security_level_its_pods_need(re
 ])
 def test_every_stack_rolls_out_a_pod_template_change_within_its_gpus(rendered, name, strategy, timeout):
     (deployment,) = [m for m in rendered[name].manifests if m["kind"] == "Deployment"
-                     and m["metadata"]["namespace"] == "llm-serving"]
+                     and m["metadata"]["namespace"] == "llm-serving"
+                     and m["metadata"]["labels"].get("app.kubernetes.io/component") == "vllm"]
     assert deployment["spec"]["strategy"] == strategy
     wiring = rendered[name].wiring[f"kubernetes:apps/v1:Deployment::{deployment['metadata']['name']}-deployment"]
     assert wiring["customTimeouts"] == {"create": timeout, "update": timeout}

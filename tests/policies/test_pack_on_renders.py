@@ -26,6 +26,7 @@ POLICIES_DIR = Path(rules.__file__).parent
 ENVIRONMENTS = {name: load_stack_file(path)[1].environment.value for name, path in zip(STACK_NAMES, STACK_FILES,
                                                                                         strict=True)}
 MANDATORY = [r.name for r in rules.RULES if r.enforcement == "mandatory"]
+PICKER_IMAGE = "ghcr.io/llm-d/llm-d-router-endpoint-picker:v0.10.0"
 DIGEST_RULE = "images-digest-pinned-in-prod"
 PVC_KEY = f"{rules.PVC}::llama-70b-weights-claim"
 
@@ -34,7 +35,10 @@ def _pods(result: Any) -> dict[str, dict[str, Any]]:
     """Pod specs of prod's vLLM Deployment and weight-staging Job, keyed by kind."""
     found = {}
     for resource in result.resources:
-        if resource["type"] in (rules.DEPLOYMENT, rules.JOB):
+        if resource["type"] == rules.JOB or (
+            resource["type"] == rules.DEPLOYMENT
+            and resource["inputs"]["metadata"]["labels"].get("app.kubernetes.io/component") == "vllm"
+        ):
             found[resource["inputs"]["kind"]] = resource["inputs"]
     return found
 
@@ -58,6 +62,8 @@ def test_only_prods_vllm_image_misses_a_digest(rendered):
     # The serving Deployment runs the vLLM image; the weight-staging Job the small Python image.
     assert found[DIGEST_RULE] == [
         f"Deployment llm-serving/llama-70b container vllm: image {image} {tail}",
+        # The endpoint picker's digest cannot be looked up offline: edge.inferenceRouting.pickerImageDigest.
+        f"Deployment llm-serving/llama-70b-epp container epp: image {PICKER_IMAGE} {tail}",
         f"Job llm-serving/{job} container stage: image {stage} {tail}",
     ]
     for name in ("dev", "staging"):
@@ -108,6 +114,7 @@ def expected_broken_findings(job: str) -> dict[str, list[str]]:
         "images-pinned": [f"{stage}: image vllm/vllm-openai:latest uses the moving tag 'latest', so nodes can run "
                           "different builds and a rollback cannot return to the old one"],
         DIGEST_RULE: [f"{vllm}: image vllm/vllm-openai:v0.33.0 has no digest",
+                      f"Deployment llm-serving/llama-70b-epp container epp: image {PICKER_IMAGE} has no digest",
                       f"{stage}: image vllm/vllm-openai:latest has no digest"],
         "gpu-pods-select-gpu-nodes": ["Deployment llm-serving/llama-70b requests nvidia.com/gpu but does not tolerate "
                                       "the GPU nodes' taint nvidia.com/gpu=true:NoSchedule, so it stays Pending"],
@@ -137,7 +144,7 @@ def test_a_broken_prod_fails_exactly_the_rules_it_breaks(rendered):
 def test_check_command_reports_and_fails_only_on_mandatory_rules(rendered):
     text, status = policy_check.report(rendered["prod"], "prod")
     assert status == 0
-    assert "  images-digest-pinned-in-prod [advisory]: 2 violation(s)\n" in text
+    assert "  images-digest-pinned-in-prod [advisory]: 3 violation(s)\n" in text
     assert "  edge-non-buffering [mandatory]: ok\n" in text
     text, status = policy_check.report(broken_prod(rendered["prod"]), "prod")
     assert status == 1 and "  autoscaling-not-on-utilisation [mandatory]: 1 violation(s)\n" in text

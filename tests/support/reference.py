@@ -330,7 +330,13 @@ def _kind_error(default: str, override: str | None) -> str | None:
 # Maps whose defaults list a few keys but whose template takes any key: cluster-autoscaler renders
 # each extraArgs entry as `--key=value` (templates/deployment.yaml, checked with `helm template`
 # on chart 9.53.0), so any Cluster Autoscaler flag is a valid key there.
-FREE_FORM_VALUES: dict[str, frozenset[str]] = {"cluster-autoscaler": frozenset({"extraArgs"})}
+# gateway-helm renders `config.envoyGateway` whole into the EnvoyGateway ConfigMap
+# (templates/envoy-gateway-config.yaml @v1.9.0, checked with `helm template`), so any field of the
+# EnvoyGateway API is a valid key there; tests/components/edge check ours against that API's fields.
+FREE_FORM_VALUES: dict[str, frozenset[str]] = {
+    "cluster-autoscaler": frozenset({"extraArgs"}),
+    "gateway-helm": frozenset({"config.envoyGateway"}),
+}
 
 
 def helm_value_errors(chart: str, version: str, values: dict[str, Any]) -> list[str]:

@@ -106,6 +106,7 @@ def test_the_committed_skip_list_is_the_reviewed_set_of_accepted_checks():
         ("CKV_K8S_43", ("prod",)),  # prod digest until models[].image.digest is set
         ("CKV_K8S_35", ("dev", "staging", "prod")),  # VLLM_API_KEY as env
         ("CKV_K8S_40", ("dev", "staging", "prod")),  # UID 2000, the image's own user
+        ("CKV_K8S_38", ("staging", "prod")),  # the endpoint picker reads pods and pools with its token
     ]
 
 
@@ -132,5 +133,7 @@ def test_every_skip_pattern_matches_only_vllm_deployments_and_staging_jobs_in_th
         assert set(matched) <= set(workloads)
     model = {"dev": "llama-8b", "staging": "llama-70b", "prod": "llama-70b"}[stack]
     # The Job's name ends in a hash of its template.
+    # staging and prod route through an InferencePool, so they also run the model's endpoint picker.
+    pickers = [] if stack == "dev" else [f"Deployment.llm-serving.{model}-epp"]
     assert [w if w.startswith("Deployment.") else w.rsplit("-", 1)[0] + "-<hash>" for w in workloads] == [
-        f"Deployment.llm-serving.{model}", f"Job.llm-serving.{model}-stage-<hash>"]
+        f"Deployment.llm-serving.{model}", *pickers, f"Job.llm-serving.{model}-stage-<hash>"]

@@ -1,0 +1,26 @@
+"""Inference routing: an InferencePool and endpoint picker per model, behind Envoy AI Gateway."""
+
+from .alerts import picker_alert_groups
+from .objects import (
+    PICKER_METRICS,
+    PickerSettings,
+    RoutedModel,
+    inference_pool,
+    picker_objects,
+    picker_selector,
+    pool_problems,
+)
+from .routing import InferenceRouting, InferenceRoutingArgs
+
+__all__ = [
+    "PICKER_METRICS",
+    "InferenceRouting",
+    "InferenceRoutingArgs",
+    "PickerSettings",
+    "RoutedModel",
+    "inference_pool",
+    "picker_alert_groups",
+    "picker_objects",
+    "picker_selector",
+    "pool_problems",
+]

@@ -1,0 +1,85 @@
+"""Endpoint-picker alerts (PrometheusRule spec.groups), pure: one group per routed model.
+
+The gateway fails closed when a model's picker is unreachable (components/routing/objects.py), so
+"no picker up" is as urgent as "no replica up". Metric names: objects.PICKER_METRICS (llm-d-router
+v0.10.0) and Prometheus's own `up`; the PodMonitor's job label is `<namespace>/<podmonitor name>`
+(prometheus-operator's default for PodMonitors).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from components.platform import alert_rule
+
+from .objects import RoutedModel, picker_name
+
+# A picker adds its scheduling time before every first token; beyond this it is the bottleneck.
+SCHEDULING_P99_SECONDS = 0.05
+ERROR_RATIO = 0.05
+
+
+def picker_alert_groups(models: tuple[RoutedModel, ...], replicas: int, runbook_base_url: str) -> list[dict[str, Any]]:
+    groups = []
+    for m in models:
+        job = f'job="{m.namespace}/{picker_name(m.name)}"'
+        labels = {"model": m.name, "namespace": m.namespace}
+        rules = [
+            alert_rule(
+                alert="EndpointPickerDown",
+                expr=f"sum(up{{{job}}}) == 0 or absent(up{{{job}}})",
+                for_minutes=1,
+                severity="critical",
+                summary=f"No endpoint picker of {m.name} is up: every request to the model fails",
+                description=("Envoy AI Gateway v1.1.0 fails closed when the picker is unreachable, whatever the "
+                             "pool's failureMode says. Check the picker pods, or switch the model's route to "
+                             "`routing: service`."),
+                runbook_base_url=runbook_base_url,
+                labels=labels,
+            ),
+            alert_rule(
+                alert="EndpointPickerDegraded",
+                expr=f"sum(up{{{job}}}) < {replicas}",
+                for_minutes=10,
+                severity="warning",
+                summary=f"Fewer than {replicas} endpoint pickers of {m.name} are up: one more failure is an outage",
+                description="A picker pod is down or not scraped; the remaining one carries every request.",
+                runbook_base_url=runbook_base_url,
+                labels=labels,
+            ),
+            alert_rule(
+                alert="EndpointPickerErrors",
+                expr=(f"sum(rate(llm_d_epp_request_error_total{{{job}}}[5m])) / "
+                      f"sum(rate(llm_d_epp_request_total{{{job}}}[5m])) > {ERROR_RATIO}"),
+                for_minutes=5,
+                severity="warning",
+                summary=f"More than {ERROR_RATIO:.0%} of {m.name}'s requests fail in the endpoint picker",
+                description="The picker could not place requests (no ready replica, or a replica it could not reach).",
+                runbook_base_url=runbook_base_url,
+                labels=labels,
+            ),
+            alert_rule(
+                alert="EndpointPickerSaturated",
+                expr=(f"histogram_quantile(0.99, sum by (le) (rate(llm_d_epp_scheduler_e2e_duration_seconds_bucket"
+                      f"{{{job}}}[5m]))) > {SCHEDULING_P99_SECONDS}"),
+                for_minutes=10,
+                severity="warning",
+                summary=(f"{m.name}'s endpoint picker takes over {SCHEDULING_P99_SECONDS * 1000:.0f} ms (p99) "
+                         "to place a request"),
+                description="Scheduling time adds to every time to first token: give the picker more CPU or replicas.",
+                runbook_base_url=runbook_base_url,
+                labels=labels,
+            ),
+            alert_rule(
+                alert="InferencePoolNoReadyEndpoints",
+                expr=f"max(llm_d_epp_ready_endpoints{{{job}}}) == 0",
+                for_minutes=2,
+                severity="critical",
+                summary=f"{m.name}'s InferencePool has no ready replica",
+                description="The picker sees no ready vLLM pod matching the pool's selector on its target port.",
+                runbook_base_url=runbook_base_url,
+                labels=labels,
+            ),
+        ]
+        groups.append({"name": f"endpoint-picker-{m.name}", "rules": rules})
+    return groups

@@ -1,0 +1,325 @@
+"""Per-model inference routing: an InferencePool and its endpoint picker (pure, no Pulumi import).
+
+The gateway asks the picker (EPP) which replica serves each request; the picker scores replicas on
+their queue, KV-cache usage and the prompt prefixes they already hold (facts.md T2.4). Envoy AI
+Gateway runs the picker as an external-processing filter on the model's route, and at v1.1.0 that
+filter fails closed whatever the pool says (facts.md T2.10, envoyproxy/ai-gateway#2502): a picker
+outage is the model's outage. Hence the shape below: two or more active replicas (no leader
+election, so every replica is Ready and a rollout never waits on a standby), a PodDisruptionBudget,
+spread over nodes and zones, fast gRPC readiness, and a drain window as long as the longest stream,
+because response bodies stream through the picker (FULL_DUPLEX_STREAMED).
+
+Every flag and port below is from llm-d/llm-d-router v0.10.0 (pkg/epp/server/options.go,
+cmd/epp/runner/health.go); the scheduling configuration is the chart's default profile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+Manifest = dict[str, Any]
+
+POOL_API = "inference.networking.k8s.io/v1"
+POOL_GROUP = "inference.networking.k8s.io"
+MONITORING_API = "monitoring.coreos.com/v1"
+# EndpointPickerConfig's group at llm-d-router v0.10.0 (the x-k8s.io one is accepted but deprecated).
+PICKER_CONFIG_API = "llm-d.ai/v1alpha1"
+PICKER_COMPONENT = "endpoint-picker"
+GRPC_PORT = 9002  # ext_proc, TLS with the picker's self-signed certificate (`--secure-serving` default)
+HEALTH_PORT = 9003  # gRPC health: services "readiness" and "liveness"
+METRICS_PORT = 9090
+CONFIG_FILE = "config.yaml"
+# Failure: Envoy AI Gateway's ext_proc filter streams both bodies by default; `buffered` would hold a
+# whole response until it ends, so no token reaches the client before the last one. Say it explicitly
+# so a changed default cannot buffer streams (internal/extensionserver/inferencepool.go @v1.1.0).
+BODY_MODE_ANNOTATION = "aigateway.envoyproxy.io/processing-body-mode"
+STREAMED_BODY_MODE = "duplex"
+# Beyond the drain window the picker needs to stop its servers and the kubelet to see it exit.
+TERMINATION_MARGIN_SECONDS = 30
+
+# The scorers and their weights: llm-d-router v0.10.0's default profile (its chart's
+# default-plugins.yaml, facts.md T2.4): prefix affinity weighs most, queue and KV-cache usage
+# keep a hot replica from taking every conversation.
+SCORER_WEIGHTS: tuple[tuple[str, int], ...] = (
+    ("queue-scorer", 2),
+    ("kv-cache-utilization-scorer", 2),
+    ("prefix-cache-scorer", 3),
+)
+
+# The picker's own metric names at llm-d-router v0.10.0 (pkg/epp/metrics/llm_d_router_metrics.go,
+# prefix `llm_d_epp`); alerts and dashboards may only use these.
+PICKER_METRICS: frozenset[str] = frozenset({
+    "llm_d_epp_request_total",
+    "llm_d_epp_request_error_total",
+    "llm_d_epp_request_duration_seconds",
+    "llm_d_epp_request_running",
+    "llm_d_epp_average_kv_cache_utilization",
+    "llm_d_epp_average_queue_size",
+    "llm_d_epp_average_running_requests",
+    "llm_d_epp_ready_endpoints",
+    "llm_d_epp_scheduler_e2e_duration_seconds",
+    "llm_d_epp_scheduler_attempts_total",
+    "llm_d_epp_prefix_indexer_hit_ratio",
+    "llm_d_epp_extproc_streams_inflight",
+})
+
+
+@dataclass(frozen=True)
+class PickerSettings:
+    replicas: int
+    cpu_request: str
+    memory_request: str
+    memory_limit: str
+    image: str
+
+
+@dataclass(frozen=True)
+class RoutedModel:
+    """One model behind an InferencePool."""
+
+    name: str  # the model's Deployment, Service and pool name
+    namespace: str
+    pod_selector: dict[str, str]  # exactly the vLLM pods' selector labels
+    port: int  # vLLM's container port
+    drain_seconds: int  # the longest stream the edge allows for this model
+    monitor_labels: dict[str, str] = field(default_factory=dict)
+
+
+def picker_name(model: str) -> str:
+    return f"{model}-epp"
+
+
+def picker_labels(model: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": picker_name(model), "app.kubernetes.io/component": PICKER_COMPONENT}
+
+
+def picker_selector() -> dict[str, str]:
+    """Every picker pod of the stack (NetworkPolicies)."""
+    return {"app.kubernetes.io/component": PICKER_COMPONENT}
+
+
+def _meta(name: str, namespace: str, labels: dict[str, str] | None = None,
+          annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": namespace,
+                            "labels": {"app.kubernetes.io/part-of": "llm-serving", **(labels or {})}}
+    if annotations:
+        meta["annotations"] = annotations
+    return meta
+
+
+def picker_config() -> str:
+    """The EndpointPickerConfig: scrape each replica's vLLM /metrics, score, pick the best."""
+    lines = [
+        f"apiVersion: {PICKER_CONFIG_API}",
+        "kind: EndpointPickerConfig",
+        "plugins:",
+        *[f"- type: {scorer}" for scorer, _ in SCORER_WEIGHTS],
+        # vLLM serves /metrics over plain HTTP on its API port, without the API key.
+        "- type: metrics-data-source",
+        "  parameters:",
+        "    scheme: http",
+        "    path: /metrics",
+        "- type: core-metrics-extractor",
+        "schedulingProfiles:",
+        "- name: default",
+        "  plugins:",
+        *[line for scorer, weight in SCORER_WEIGHTS for line in (f"  - pluginRef: {scorer}", f"    weight: {weight}")],
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def picker_args(model: RoutedModel) -> list[str]:
+    return [
+        "--pool-name", model.name,
+        "--pool-namespace", model.namespace,
+        "--pool-group", POOL_GROUP,
+        "--config-file", f"/config/{CONFIG_FILE}",
+        "--grpc-port", str(GRPC_PORT),
+        "--grpc-health-port", str(HEALTH_PORT),
+        "--metrics-port", str(METRICS_PORT),
+        # On SIGTERM the picker turns NotServing (the Service drops it) but keeps answering the
+        # streams it holds this long: a response streams through it, so a shorter window would cut
+        # every generation still running on this replica.
+        f"--drain-timeout={model.drain_seconds}s",
+        # Prometheus scrapes without a token; the NetworkPolicy admits only its namespace.
+        "--metrics-endpoint-auth=false",
+        # pprof would otherwise serve heap and goroutine dumps on the metrics port.
+        "--enable-pprof=false",
+        "--tracing=false",
+        "--zap-encoder", "json",
+    ]
+
+
+def picker_objects(model: RoutedModel, settings: PickerSettings) -> list[Manifest]:
+    """ServiceAccount, Role and binding, config, Deployment, Service, PDB and PodMonitor of one picker."""
+    name, ns = picker_name(model.name), model.namespace
+    labels = picker_labels(model.name)
+    read = ["get", "list", "watch"]
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": _meta(name, ns, labels),
+        "rules": [
+            {"apiGroups": [""], "resources": ["pods"], "verbs": read},
+            {"apiGroups": [POOL_GROUP], "resources": ["inferencepools"], "verbs": read},
+            # Read if installed, ignored if not (the picker checks at startup: pkg/epp/server/controller_config.go).
+            {"apiGroups": ["llm-d.ai", "inference.networking.x-k8s.io"],
+             "resources": ["inferenceobjectives", "inferencemodelrewrites"], "verbs": read},
+        ],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": _meta(name, ns, labels),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
+    }
+    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(name, ns, labels),
+              "data": {CONFIG_FILE: picker_config()}}
+    container = {
+        "name": "epp",
+        "image": settings.image,
+        "imagePullPolicy": "IfNotPresent",
+        "args": picker_args(model),
+        "ports": [
+            {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
+            {"name": "grpc-health", "containerPort": HEALTH_PORT, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
+        ],
+        # Readiness every 2 s: a replica that stops serving leaves the Service within seconds, and the
+        # gateway's LEAST_REQUEST cluster sends new requests to the other one.
+        "readinessProbe": {"grpc": {"port": HEALTH_PORT, "service": "readiness"}, "periodSeconds": 2,
+                           "failureThreshold": 2},
+        "livenessProbe": {"grpc": {"port": HEALTH_PORT, "service": "liveness"}, "periodSeconds": 10,
+                          "failureThreshold": 3},
+        "resources": {"requests": {"cpu": settings.cpu_request, "memory": settings.memory_request},
+                      "limits": {"memory": settings.memory_limit}},
+        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                            "capabilities": {"drop": ["ALL"]}},
+        "volumeMounts": [{"name": "config", "mountPath": "/config", "readOnly": True},
+                         {"name": "tmp", "mountPath": "/tmp"}],
+    }
+    # Pickers on different nodes (one node lost, one picker lost), across zones where possible. Tainted
+    # nodes the picker cannot use (the GPU nodes) must not count as empty domains, or a second picker
+    # would wait for a second CPU node: nodeTaintsPolicy Honor (on by default since Kubernetes 1.26).
+    spread = [
+        {"maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": when, "nodeTaintsPolicy": "Honor",
+         "labelSelector": {"matchLabels": labels}}
+        for key, when in (("kubernetes.io/hostname", "DoNotSchedule"),
+                          ("topology.kubernetes.io/zone", "ScheduleAnyway"))
+    ]
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(name, ns, labels),
+        "spec": {
+            "replicas": settings.replicas,
+            "selector": {"matchLabels": labels},
+            # One new picker Ready before an old one stops: every replica is active, so capacity never dips.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "template": {
+                "metadata": {"labels": {**labels, "app.kubernetes.io/part-of": "llm-serving"}},
+                "spec": {
+                    "serviceAccountName": name,
+                    "terminationGracePeriodSeconds": model.drain_seconds + TERMINATION_MARGIN_SECONDS,
+                    # The image runs as 65532 on distroless/static:nonroot (llm-d-router Dockerfile.epp).
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532,
+                                        "seccompProfile": {"type": "RuntimeDefault"}},
+                    "topologySpreadConstraints": spread,
+                    "containers": [container],
+                    "volumes": [{"name": "config", "configMap": {"name": name}},
+                                {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}],
+                },
+            },
+        },
+    }
+    service = {
+        "apiVersion": "v1", "kind": "Service", "metadata": _meta(name, ns, labels),
+        "spec": {
+            "selector": labels,
+            "ports": [
+                {"name": "grpc-ext-proc", "port": GRPC_PORT, "targetPort": "grpc", "protocol": "TCP",
+                 "appProtocol": "kubernetes.io/h2c"},
+                {"name": "http-metrics", "port": METRICS_PORT, "targetPort": "metrics", "protocol": "TCP"},
+            ],
+        },
+    }
+    pdb = {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": _meta(name, ns, labels),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}},
+    }
+    monitor = {
+        "apiVersion": MONITORING_API, "kind": "PodMonitor",
+        "metadata": _meta(name, ns, {**labels, **model.monitor_labels}),
+        "spec": {"selector": {"matchLabels": labels},
+                 "podMetricsEndpoints": [{"port": "metrics", "path": "/metrics", "interval": "15s"}]},
+    }
+    service_account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(name, ns, labels)}
+    return [service_account, role, binding, config, deployment, service, pdb, monitor]
+
+
+def inference_pool(model: RoutedModel) -> Manifest:
+    """The pool: the model's vLLM pods on their API port, picked by the model's EPP."""
+    return {
+        "apiVersion": POOL_API,
+        "kind": "InferencePool",
+        "metadata": _meta(model.name, model.namespace, annotations={BODY_MODE_ANNOTATION: STREAMED_BODY_MODE}),
+        "spec": {
+            "selector": {"matchLabels": dict(model.pod_selector)},
+            "targetPorts": [{"number": model.port}],
+            "endpointPickerRef": {
+                "group": "", "kind": "Service", "name": picker_name(model.name), "port": {"number": GRPC_PORT},
+                # What the pool asks for: route to any replica while the picker is down. Envoy AI
+                # Gateway v1.1.0 ignores it and fails closed (envoyproxy/ai-gateway#2502, fix #2517
+                # unreleased), so the picker's availability is the model's; the setting takes effect
+                # once the gateway honours it.
+                "failureMode": "FailOpen",
+            },
+        },
+    }
+
+
+def pool_problems(pool: Manifest, deployment: Manifest) -> list[str]:
+    """Why `pool` would not reach the pods of `deployment`: a selector that matches no pod of it, or a
+    target port no container of it listens on. Empty when the wiring holds."""
+    problems: list[str] = []
+    name = pool["metadata"]["name"]
+    selector = pool["spec"]["selector"]["matchLabels"]
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    missing = {k: v for k, v in selector.items() if pod_labels.get(k) != v}
+    if missing:
+        problems.append(f"InferencePool {name}: selector {missing} matches no pod of Deployment "
+                        f"{deployment['metadata']['name']} (its pods carry {pod_labels})")
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    ports = {p["containerPort"] for c in containers for p in c.get("ports", [])}
+    for target in pool["spec"]["targetPorts"]:
+        if target["number"] not in ports:
+            problems.append(f"InferencePool {name}: target port {target['number']} is not a container port of "
+                            f"Deployment {deployment['metadata']['name']} (it listens on {sorted(ports)})")
+    return problems
+
+
+def network_policy(namespace: str, edge_namespace: str, prometheus_namespace: str,
+                   vllm_selector: dict[str, str], vllm_port: int) -> Manifest:
+    """Picker pods: ext_proc in from the gateway's proxies, metrics in from Prometheus; out to DNS, the
+    vLLM pods' metrics and the Kubernetes API (pods and pools are watched)."""
+    def ns(name: str) -> dict[str, Any]:
+        return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
+
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta("endpoint-pickers", namespace),
+        "spec": {
+            "podSelector": {"matchLabels": picker_selector()},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [
+                {"from": [ns(edge_namespace)], "ports": [{"protocol": "TCP", "port": GRPC_PORT}]},
+                {"from": [ns(prometheus_namespace)], "ports": [{"protocol": "TCP", "port": METRICS_PORT}]},
+            ],
+            "egress": [
+                {"to": [{**ns("kube-system"), "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+                 "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
+                {"to": [{"podSelector": {"matchLabels": dict(vllm_selector)}}],
+                 "ports": [{"protocol": "TCP", "port": vllm_port}]},
+                # The EKS API endpoint's addresses are the control plane's, outside any pod selector.
+                {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}, {"ipBlock": {"cidr": "::/0"}}],
+                 "ports": [{"protocol": "TCP", "port": 443}]},
+            ],
+        },
+    }

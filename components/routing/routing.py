@@ -1,0 +1,55 @@
+"""InferenceRouting: per routed model, its InferencePool and endpoint picker, their fence and alerts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+
+from components.platform import manifest_resource
+
+from .alerts import picker_alert_groups
+from .objects import PickerSettings, RoutedModel, inference_pool, network_policy, picker_objects
+
+
+@dataclass(frozen=True)
+class InferenceRoutingArgs:
+    namespace: str  # the serving namespace: pools select pods in their own namespace
+    edge_namespace: str  # where the gateway's Envoy proxies run (they call the pickers)
+    prometheus_namespace: str
+    vllm_selector: dict[str, str]  # every vLLM pod (the pickers scrape their /metrics)
+    vllm_port: int
+    models: tuple[RoutedModel, ...]
+    picker: PickerSettings
+    runbook_base_url: str
+    monitor_labels: dict[str, str]
+
+
+class InferenceRouting(pulumi.ComponentResource):
+    """Prefix-cache- and load-aware routing for the models behind InferencePools."""
+
+    def __init__(self, name: str, args: InferenceRoutingArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("llmserving:routing:InferenceRouting", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        manifest_resource(
+            f"{name}-netpol",
+            network_policy(args.namespace, args.edge_namespace, args.prometheus_namespace, args.vllm_selector,
+                           args.vllm_port),
+            child,
+        )
+        for model in args.models:
+            for obj in picker_objects(model, args.picker):
+                manifest_resource(f"{model.name}-epp-{obj['kind'].lower()}", obj, child)
+            manifest_resource(f"{model.name}-inferencepool", inference_pool(model), child)
+        manifest_resource(
+            f"{name}-alerts",
+            {
+                "apiVersion": "monitoring.coreos.com/v1",
+                "kind": "PrometheusRule",
+                "metadata": {"name": "endpoint-picker-alerts", "namespace": args.namespace,
+                             "labels": {"app.kubernetes.io/part-of": "llm-serving", **args.monitor_labels}},
+                "spec": {"groups": picker_alert_groups(args.models, args.picker.replicas, args.runbook_base_url)},
+            },
+            child,
+        )
+        self.register_outputs({"pools": [m.name for m in args.models]})
