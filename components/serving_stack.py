@@ -99,7 +99,7 @@ class ServingStackArgs:
     monitor_labels: dict[str, str]
     runbook_base_url: str
     # Models routed through an InferencePool, with their pickers' settings; None: every route uses its Service.
-    routed_models: tuple[tuple[str, int], ...] = ()  # (model name, picker drain seconds)
+    routed_models: tuple[tuple[str, int, int | None], ...] = ()  # (model name, picker drain seconds, priority)
     picker: PickerSettings | None = None
 
 
@@ -169,12 +169,14 @@ class ServingStack(pulumi.ComponentResource):
                             port=PORT,
                             drain_seconds=drain,
                             monitor_labels=dict(args.monitor_labels),
+                            priority=priority,
                         )
-                        for name, drain in args.routed_models
+                        for name, drain, priority in args.routed_models
                     ),
                     picker=args.picker,
                     runbook_base_url=args.runbook_base_url,
                     monitor_labels=dict(args.monitor_labels),
+                    objective_crds_url=versions.LLM_D_ROUTER_CRDS_URL,
                 ),
                 pulumi.ResourceOptions(parent=self, depends_on=[edge, *crds]),
             )

@@ -359,6 +359,11 @@ def _routing(config: StackConfig) -> Iterator[Problem]:
             yield Problem(path, "an existing Envoy Gateway is not configured here with Envoy AI Gateway as its "
                           "extension, which InferencePool routes need", "inferencePool",
                           "service, or edge.controller install")
+    for model in config.models:
+        if model.route.priority is not None and routing_mode(config, model) is not RoutingMode.INFERENCE_POOL:
+            yield Problem(f"models[{model.name}].route.priority", "only an endpoint picker reads a priority; this "
+                          "model's route uses its Service", model.route.priority,
+                          "unset, or route.routing inferencePool")
     replicas = edge.inference_routing.picker_replicas
     if pooled and replicas < 2 and config.environment is not Environment.DEV:
         yield Problem("edge.inferenceRouting.pickerReplicas", "the gateway fails closed without a picker, so one "

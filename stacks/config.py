@@ -255,6 +255,15 @@ class RouteConfig(ConfigModel):
         le=86400,
         description="Whole-request timeout at the edge; 0 disables it (long generations), the idle timeout remains.",
     )
+    priority: int | None = Field(
+        default=None,
+        ge=-1000,
+        le=1000,
+        description=(
+            "InferenceObjective priority of all the model's requests (routing `inferencePool`): negative marks them "
+            "sheddable, so the picker answers 429 while the pool is saturated instead of queueing them; unset: none."
+        ),
+    )
     routing: RoutingMode | None = Field(
         default=None,
         description=(

@@ -30,7 +30,7 @@ from components.gpu import (
 )
 from components.observability import ModelSlo
 from components.platform import EksCluster, cluster_version, kubernetes_provider, lookup_cluster, versions
-from components.routing import PickerSettings
+from components.routing import OBJECTIVE_HEADER, PickerSettings
 from components.scaling import ModelAutoscalingArgs, ScalingTarget
 from components.serving_stack import (
     ServedModel,
@@ -250,6 +250,7 @@ def edge_args(config: StackConfig, cluster: EksCluster) -> EdgeArgs:
             request_body_limit_bytes=max(MIN_BODY_LIMIT_BYTES, m.max_model_len * BODY_BYTES_PER_TOKEN),
             drain_seconds=m.shutdown_timeout_seconds,
             inference_pool=planning.routing_mode(config, m) is RoutingMode.INFERENCE_POOL,
+            objective_header=(OBJECTIVE_HEADER, m.name) if m.route.priority is not None else None,
         )
         for m in config.models
     )
@@ -409,7 +410,7 @@ def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStack
         monitor_labels=dict(prometheus.monitor_selector_labels),
         runbook_base_url=config.observability.runbook_base_url,
         routed_models=tuple(
-            (m.name, planning.picker_drain_seconds(config, m))
+            (m.name, planning.picker_drain_seconds(config, m), m.route.priority)
             for m in config.models
             if planning.routing_mode(config, m) is RoutingMode.INFERENCE_POOL
         ),

@@ -57,6 +57,8 @@ class Route:
     request_body_limit_bytes: int  # fits the model's max-model-len prompt
     drain_seconds: int  # how long open streams may finish when an endpoint is removed
     inference_pool: bool = False  # route to the model's InferencePool (gateway mode) instead of its Service
+    # With a pool: (header, value) naming the model's InferenceObjective on every request it routes.
+    objective_header: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -396,6 +398,11 @@ def _route_objects(settings: EdgeSettings, route: Route) -> list[Manifest]:
         # vLLM serves the OpenAI API at /v1 on its root; strip the model prefix on the way in.
         rule["filters"] = [{"type": "URLRewrite", "urlRewrite": {
             "path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/v1"}}}]
+    if route.objective_header is not None:
+        # Set, not added: every request of the route carries the model's objective, whatever the client sent.
+        name, value = route.objective_header
+        rule.setdefault("filters", []).append({"type": "RequestHeaderModifier",
+                                               "requestHeaderModifier": {"set": [{"name": name, "value": value}]}})
     if route.inference_pool:
         # The pool's picker chooses the replica (prefix cache, queue, KV-cache usage); the pool names
         # the port, so the reference has none (Envoy AI Gateway v1.1.0 httproute-inferencepool.md).

@@ -29,6 +29,7 @@ _DS = {"type": "prometheus", "uid": "${datasource}"}
 # $__rate_interval: at least four scrape intervals, widening with the zoom (Grafana docs).
 _RATE = "$__rate_interval"
 _VLLM = 'namespace="$namespace", model_name=~"$model_name"'
+_PICKER = 'namespace="$namespace"'
 _KSM = 'namespace="$namespace", deployment=~"$deployment"'
 _GPU = f'{NODE_LABEL}=~"$node"'
 
@@ -209,6 +210,45 @@ def serving_dashboard() -> dict[str, Any]:
             "End-to-end request latency",
             "s",
             _quantiles("vllm:e2e_request_latency_seconds_bucket", (0.5, 0.95, 0.99)),
+        ),
+        _panel(
+            "Prefix-cache hit rate",
+            "percentunit",
+            [(
+                f"sum by (model_name) (rate(vllm:prefix_cache_hits_total{{{_VLLM}}}[{_RATE}])) / "
+                f"sum by (model_name) (rate(vllm:prefix_cache_queries_total{{{_VLLM}}}[{_RATE}]))",
+                "{{model_name}}",
+            )],
+            "Share of prompt tokens served from the KV cache: what prefix-aware routing (InferencePool) raises.",
+        ),
+        # The endpoint pickers' own series (llm-d-router v0.10.0 pkg/epp/metrics/llm_d_router_metrics.go),
+        # present for models routed through an InferencePool; `job` is <namespace>/<model>-epp.
+        _panel(
+            "Endpoint picker: requests per second",
+            "reqps",
+            [
+                (f"sum by (job) (rate(llm_d_epp_request_total{{{_PICKER}}}[{_RATE}]))", "{{job}}"),
+                (f"sum by (job, error_code) (rate(llm_d_epp_request_error_total{{{_PICKER}}}[{_RATE}]))",
+                 "{{job}} error {{error_code}}"),
+            ],
+            "Requests each model's picker placed, and those it could not.",
+        ),
+        _panel(
+            "Endpoint picker: scheduling latency",
+            "s",
+            [(
+                f"histogram_quantile({q}, sum by (job, le) (rate(llm_d_epp_scheduler_e2e_duration_seconds_bucket"
+                f"{{{_PICKER}}}[{_RATE}])))",
+                f"{{{{job}}}} p{int(q * 100)}",
+            ) for q in (0.5, 0.99)],
+            "Time to pick a replica; it adds to every time to first token.",
+        ),
+        _panel(
+            "Endpoint picker: replica chosen",
+            "reqps",
+            [(f"sum by (endpoint_name) (rate(llm_d_epp_scheduler_attempts_total{{{_PICKER}}}[{_RATE}]))",
+              "{{endpoint_name}}")],
+            "How the picker spreads requests over the pool's replicas (prefix affinity against load).",
         ),
     ]
     return _dashboard("llm-serving-vllm", "LLM serving / vLLM", ["llm-serving", "vllm"], variables, panels)

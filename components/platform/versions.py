@@ -92,6 +92,10 @@ INFERENCE_POOL_CRDS_URL = (
 # from our own manifests, not its chart: the chart sets no securityContext, no PDB and a Recreate
 # strategy (checked with `helm template` at v0.10.0), all of which the picker needs in a fail-closed path.
 ENDPOINT_PICKER_IMAGE = "ghcr.io/llm-d/llm-d-router-endpoint-picker:v0.10.0"
+# The llm-d.ai CRDs the picker reads (InferenceObjective, InferenceModelRewrite, v1alpha2): the
+# release's manifests.yaml, which `make artifacts` builds from config/crd and ci-release.yaml uploads
+# (llm-d/llm-d-router v0.10.0 Makefile and .github/workflows/ci-release.yaml).
+LLM_D_ROUTER_CRDS_URL = "https://github.com/llm-d/llm-d-router/releases/download/v0.10.0/manifests.yaml"
 
 PROMETHEUS_OPERATOR_CRDS = ChartPin(
     chart="prometheus-operator-crds", version="31.0.1", repository="https://prometheus-community.github.io/helm-charts"

@@ -2,9 +2,11 @@
 
 from .alerts import picker_alert_groups
 from .objects import (
+    OBJECTIVE_HEADER,
     PICKER_METRICS,
     PickerSettings,
     RoutedModel,
+    inference_objective,
     inference_pool,
     picker_objects,
     picker_selector,
@@ -13,11 +15,13 @@ from .objects import (
 from .routing import InferenceRouting, InferenceRoutingArgs
 
 __all__ = [
+    "OBJECTIVE_HEADER",
     "PICKER_METRICS",
     "InferenceRouting",
     "InferenceRoutingArgs",
     "PickerSettings",
     "RoutedModel",
+    "inference_objective",
     "inference_pool",
     "picker_alert_groups",
     "picker_objects",

@@ -84,6 +84,7 @@ class RoutedModel:
     port: int  # vLLM's container port
     drain_seconds: int  # the longest stream the edge allows for this model
     monitor_labels: dict[str, str] = field(default_factory=dict)
+    priority: int | None = None  # an InferenceObjective for every request of the model
 
 
 def picker_name(model: str) -> str:
@@ -322,4 +323,25 @@ def network_policy(namespace: str, edge_namespace: str, prometheus_namespace: st
                  "ports": [{"protocol": "TCP", "port": 443}]},
             ],
         },
+    }
+
+
+# The header that names a request's InferenceObjective (llm-d-router v0.10.0 pkg/epp/metadata/consts.go;
+# the GIE spelling x-gateway-inference-objective is its deprecated alias).
+OBJECTIVE_HEADER = "x-llm-d-inference-objective"
+OBJECTIVE_API = "llm-d.ai/v1alpha2"
+
+
+def inference_objective(model: RoutedModel) -> Manifest | None:
+    """The model's objective, named after the model: the route sets OBJECTIVE_HEADER to that name, and
+    the picker sheds requests whose priority is negative while the pool is saturated (HTTP 429;
+    pkg/epp/requestcontrol/admission.go @v0.10.0)."""
+    if model.priority is None:
+        return None
+    return {
+        "apiVersion": OBJECTIVE_API,
+        "kind": "InferenceObjective",
+        "metadata": _meta(model.name, model.namespace),
+        "spec": {"poolRef": {"group": POOL_GROUP, "kind": "InferencePool", "name": model.name},
+                 "priority": model.priority},
     }

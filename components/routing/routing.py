@@ -5,11 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pulumi
+import pulumi_kubernetes as k8s
 
 from components.platform import manifest_resource
 
 from .alerts import picker_alert_groups
-from .objects import PickerSettings, RoutedModel, inference_pool, network_policy, picker_objects
+from .objects import (
+    PickerSettings,
+    RoutedModel,
+    inference_objective,
+    inference_pool,
+    network_policy,
+    picker_objects,
+)
 
 
 @dataclass(frozen=True)
@@ -23,6 +31,7 @@ class InferenceRoutingArgs:
     picker: PickerSettings
     runbook_base_url: str
     monitor_labels: dict[str, str]
+    objective_crds_url: str  # the llm-d.ai CRDs (InferenceObjective) the pickers read
 
 
 class InferenceRouting(pulumi.ComponentResource):
@@ -37,10 +46,16 @@ class InferenceRouting(pulumi.ComponentResource):
                            args.vllm_port),
             child,
         )
+        # Before the pickers: a picker looks for these CRDs once, at startup.
+        objective_crds = k8s.yaml.v2.ConfigFile(f"{name}-objective-crds", file=args.objective_crds_url, opts=child)
+        after_crds = pulumi.ResourceOptions(parent=self, depends_on=[objective_crds])
         for model in args.models:
             for obj in picker_objects(model, args.picker):
-                manifest_resource(f"{model.name}-epp-{obj['kind'].lower()}", obj, child)
+                manifest_resource(f"{model.name}-epp-{obj['kind'].lower()}", obj, after_crds)
             manifest_resource(f"{model.name}-inferencepool", inference_pool(model), child)
+            objective = inference_objective(model)
+            if objective is not None:
+                manifest_resource(f"{model.name}-inferenceobjective", objective, after_crds)
         manifest_resource(
             f"{name}-alerts",
             {

@@ -256,3 +256,37 @@ def test_unset_routing_picks_a_pool_only_where_it_can_help_and_work(edge, autosc
     model = {**BASE["models"][0], "autoscaling": autoscaling}
     config = StackConfig.model_validate({**BASE, "edge": {**BASE["edge"], **edge}, "models": [model]})
     assert routing_mode(config, config.models[0]).value == expected
+
+
+def test_a_negative_priority_makes_the_models_requests_sheddable_through_its_objective():
+    from components.edge.objects import Route, _route_objects
+    from components.routing import OBJECTIVE_HEADER, RoutedModel, inference_objective
+    from tests.components.edge.test_objects import SETTINGS
+
+    batch = RoutedModel(name="batch-8b", namespace="llm-serving", pod_selector={}, port=8000, drain_seconds=900,
+                        priority=-1)
+    objective = inference_objective(batch)
+    assert objective == {
+        "apiVersion": "llm-d.ai/v1alpha2", "kind": "InferenceObjective",
+        "metadata": {"name": "batch-8b", "namespace": "llm-serving",
+                     "labels": {"app.kubernetes.io/part-of": "llm-serving"}},
+        "spec": {"poolRef": {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": "batch-8b"},
+                 "priority": -1},
+    }
+    assert reference.custom_resource_errors(objective) == []
+    unset = RoutedModel(name="m", namespace="n", pod_selector={}, port=8000, drain_seconds=1)
+    assert inference_objective(unset) is None
+    route = Route(model_name="batch-8b", namespace="llm-serving", port=8000, host="llm.example.com", path_prefix="/",
+                  request_timeout_seconds=0, stream_idle_timeout_seconds=300, request_body_limit_bytes=8 << 20,
+                  drain_seconds=300, inference_pool=True, objective_header=(OBJECTIVE_HEADER, "batch-8b"))
+    http_route, _ = _route_objects(SETTINGS, route)
+    (rule,) = http_route["spec"]["rules"]
+    assert rule["filters"] == [{"type": "RequestHeaderModifier", "requestHeaderModifier": {
+        "set": [{"name": "x-llm-d-inference-objective", "value": "batch-8b"}]}}]
+    assert reference.custom_resource_errors(http_route) == []
+
+
+def test_a_priority_on_a_service_route_is_refused():
+    assert _lines(route={"routing": "service", "priority": -1}) == [
+        "llm-serving:models[qwen-7b].route.priority: only an endpoint picker reads a priority; this model's route "
+        "uses its Service (got -1; expected unset, or route.routing inferencePool)"]
