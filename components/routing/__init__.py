@@ -3,6 +3,7 @@
 from .alerts import picker_alert_groups
 from .objects import (
     OBJECTIVE_HEADER,
+    PICKER_METRIC_TYPES,
     PICKER_METRICS,
     PickerSettings,
     RoutedModel,
@@ -16,6 +17,7 @@ from .routing import InferenceRouting, InferenceRoutingArgs
 
 __all__ = [
     "OBJECTIVE_HEADER",
+    "PICKER_METRIC_TYPES",
     "PICKER_METRICS",
     "InferenceRouting",
     "InferenceRoutingArgs",

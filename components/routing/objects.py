@@ -47,22 +47,23 @@ SCORER_WEIGHTS: tuple[tuple[str, int], ...] = (
     ("prefix-cache-scorer", 3),
 )
 
-# The picker's own metric names at llm-d-router v0.10.0 (pkg/epp/metrics/llm_d_router_metrics.go,
-# prefix `llm_d_epp`); alerts and dashboards may only use these.
-PICKER_METRICS: frozenset[str] = frozenset({
-    "llm_d_epp_request_total",
-    "llm_d_epp_request_error_total",
-    "llm_d_epp_request_duration_seconds",
-    "llm_d_epp_request_running",
-    "llm_d_epp_average_kv_cache_utilization",
-    "llm_d_epp_average_queue_size",
-    "llm_d_epp_average_running_requests",
-    "llm_d_epp_ready_endpoints",
-    "llm_d_epp_scheduler_e2e_duration_seconds",
-    "llm_d_epp_scheduler_attempts_total",
-    "llm_d_epp_prefix_indexer_hit_ratio",
-    "llm_d_epp_extproc_streams_inflight",
-})
+# The picker's own series at llm-d-router v0.10.0 (pkg/epp/metrics/llm_d_router_metrics.go, prefix
+# `llm_d_epp`): type and labels. Alerts and dashboards may only use these.
+_MODEL_LABELS = frozenset({"model_name", "target_model_name", "fairness_id", "priority"})
+PICKER_METRIC_TYPES: dict[str, tuple[str, frozenset[str]]] = {
+    "llm_d_epp_request_total": ("counter", _MODEL_LABELS),
+    "llm_d_epp_request_error_total": ("counter", _MODEL_LABELS | {"error_code"}),
+    "llm_d_epp_request_duration_seconds": ("histogram", _MODEL_LABELS),
+    "llm_d_epp_request_running": ("gauge", _MODEL_LABELS),
+    "llm_d_epp_average_kv_cache_utilization": ("gauge", frozenset({"name"})),
+    "llm_d_epp_average_queue_size": ("gauge", frozenset({"name"})),
+    "llm_d_epp_average_running_requests": ("gauge", frozenset({"name"})),
+    "llm_d_epp_ready_endpoints": ("gauge", frozenset({"name"})),
+    "llm_d_epp_scheduler_e2e_duration_seconds": ("histogram", frozenset()),
+    "llm_d_epp_scheduler_attempts_total": (
+        "counter", frozenset({"status", "target_model_name", "endpoint_name", "namespace", "port"})),
+}
+PICKER_METRICS: frozenset[str] = frozenset(PICKER_METRIC_TYPES)
 
 
 @dataclass(frozen=True)

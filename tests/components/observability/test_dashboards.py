@@ -18,6 +18,7 @@ from components.gpu.counters import COUNTERS, exported_metric_names
 from components.observability import dashboards
 from components.observability.dashboards import dashboard_configmap, gpu_dashboard, panel_queries, serving_dashboard
 from components.observability.serving_alerts import KUBE_STATE_METRICS, ModelSlo, serving_rule_groups
+from components.routing import PICKER_METRIC_TYPES, RoutedModel, picker_alert_groups
 from components.scaling.objects import kv_query, prometheus_adapter_values, queue_query, scaled_object
 from tests.components.scaling.test_objects import PROD
 from tests.support import promql
@@ -122,6 +123,10 @@ def test_serving_dashboard_has_the_variables_and_panels_operators_need() -> None
         "Prompt tokens per second",
         "Replicas",
         "End-to-end request latency",
+        "Prefix-cache hit rate",
+        "Endpoint picker: requests per second",
+        "Endpoint picker: scheduling latency",
+        "Endpoint picker: replica chosen",
     ]
     used = {name for query in panel_queries(dashboard) for name in promql.metric_names(_as_promql(query))}
     assert used == {
@@ -132,6 +137,12 @@ def test_serving_dashboard_has_the_variables_and_panels_operators_need() -> None
         "vllm:time_to_first_token_seconds_bucket",
         "vllm:inter_token_latency_seconds_bucket",
         "vllm:generation_tokens_total",
+        "vllm:prefix_cache_hits_total",
+        "vllm:prefix_cache_queries_total",
+        "llm_d_epp_request_total",
+        "llm_d_epp_request_error_total",
+        "llm_d_epp_scheduler_e2e_duration_seconds_bucket",
+        "llm_d_epp_scheduler_attempts_total",
         "vllm:prompt_tokens_total",
         "kube_deployment_spec_replicas",
         "kube_deployment_status_replicas_available",
@@ -240,6 +251,9 @@ def _emitted() -> list[tuple[str, str]]:
         found.append((f"adapter {rule['name']['as']} seriesQuery", rule["seriesQuery"]))
     for rule in serving_rule_groups([_SLO], runbook_base_url="https://r.example.com/x")[0]["rules"]:
         found.append((f"alert {rule['alert']}", rule["expr"]))
+    routed = RoutedModel("llama-70b", "llm-serving", {}, 8000, 1639)
+    for rule in picker_alert_groups((routed,), 2, runbook_base_url="https://r.example.com/x")[0]["rules"]:
+        found.append((f"alert {rule['alert']}", rule["expr"]))
     for name, dashboard in DASHBOARDS.items():
         for panel in _panels(dashboard):
             for target in panel["targets"]:
@@ -251,13 +265,30 @@ def _emitted() -> list[tuple[str, str]]:
 
 
 EMITTED = _emitted()
-KNOWN = vllm_series_names() | set(EXPORTED_DCGM) | set(KUBE_STATE_METRICS)
+
+
+def _picker_series() -> dict[str, tuple[str, frozenset[str]]]:
+    """The endpoint picker's series as Prometheus exposes them (histograms as _bucket, _sum, _count)."""
+    series = {}
+    for name, (kind, labels) in PICKER_METRIC_TYPES.items():
+        suffixes = ("_bucket", "_sum", "_count") if kind == "histogram" else ("",)
+        for suffix in suffixes:
+            bucket = {"le"} if suffix == "_bucket" else set()
+            series[name + suffix] = ("counter" if kind == "histogram" else kind, labels | bucket)
+    # Prometheus's own per-target series, which the picker alerts count pickers with.
+    series["up"] = ("gauge", frozenset())
+    return series
+
+
+PICKER_SERIES = _picker_series()
+KNOWN = vllm_series_names() | set(EXPORTED_DCGM) | set(KUBE_STATE_METRICS) | set(PICKER_SERIES)
 
 
 def _metric_types() -> dict[str, str]:
     types = dict(EXPORTED_DCGM)
     types.update({name: "gauge" for name in KSM_LABELS})
     types["kube_pod_container_status_restarts_total"] = "counter"
+    types.update({name: kind for name, (kind, _) in PICKER_SERIES.items()})
     for family in vllm_metrics().values():
         for series in family["exposed_series"]:
             types[series] = "counter" if family["type"] in ("counter", "histogram") else family["type"]
@@ -282,6 +313,9 @@ def test_every_emitted_matcher_uses_a_label_its_series_has(where: str, expr: str
             allowed = KSM_LABELS[series]
         elif series in EXPORTED_DCGM:
             allowed = DCGM_LABELS
+        elif series in PICKER_SERIES:
+            # The PodMonitor's target labels, and `job` (<namespace>/<PodMonitor>) the alerts select on.
+            allowed = PICKER_SERIES[series][1] | TARGET_LABELS | {"job"}
         else:
             allowed = vllm_metric_labels(series) | TARGET_LABELS
         assert labels <= allowed, (where, series, labels - allowed)
