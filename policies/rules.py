@@ -56,6 +56,10 @@ HTTP_ROUTES = (
     "kubernetes:gateway.networking.k8s.io/v1beta1:HTTPRoute",
 )
 BACKEND_TRAFFIC_POLICY = "kubernetes:gateway.envoyproxy.io/v1alpha1:BackendTrafficPolicy"
+INFERENCE_POOL = "kubernetes:inference.networking.k8s.io/v1:InferencePool"
+# Envoy AI Gateway v1.1.0 reads this pool annotation: `buffered` makes the endpoint picker's ext_proc
+# filter hold whole request and response bodies (internal/extensionserver/inferencepool.go).
+BODY_MODE_ANNOTATION = "aigateway.envoyproxy.io/processing-body-mode"
 SCALED_OBJECT = "kubernetes:keda.sh/v1alpha1:ScaledObject"
 HPA_V2 = "kubernetes:autoscaling/v2:HorizontalPodAutoscaler"
 HPA_V1 = "kubernetes:autoscaling/v1:HorizontalPodAutoscaler"
@@ -558,6 +562,13 @@ def check_edge_non_buffering(resource_type: str, inputs: Mapping[str, Any], cont
     spec = _map(inputs.get("spec"))
     if resource_type == INGRESS:
         return _ingress_checks(subject, inputs)
+    if resource_type == INFERENCE_POOL:
+        mode = _map(_dig(inputs, "metadata", "annotations")).get(BODY_MODE_ANNOTATION)
+        if str(mode).lower() == "buffered":
+            return [f"{subject}: {BODY_MODE_ANNOTATION} is buffered; the gateway then holds each whole response "
+                    "in the endpoint picker's filter, so no token reaches the client before the last. Set it to "
+                    "duplex."]
+        return []
     messages = []
     if resource_type == BACKEND_TRAFFIC_POLICY:
         if "requestBuffer" in spec:
@@ -705,7 +716,7 @@ RULES: list[Rule] = [
          "mandatory", check_weights_retained_and_protected_in_prod, (PVC,)),
     Rule("edge-non-buffering",
          "The edge never buffers a request or response and never cuts or retries a long generation.",
-         "mandatory", check_edge_non_buffering, (INGRESS, *HTTP_ROUTES, BACKEND_TRAFFIC_POLICY)),
+         "mandatory", check_edge_non_buffering, (INGRESS, *HTTP_ROUTES, BACKEND_TRAFFIC_POLICY, INFERENCE_POOL)),
     Rule("autoscaling-not-on-utilisation",
          "Autoscalers scale on queue depth and KV-cache usage, never on CPU, memory or GPU utilisation.",
          "mandatory", check_autoscaling_not_on_utilisation, (SCALED_OBJECT, HPA_V2, HPA_V1)),

@@ -488,6 +488,18 @@ def edge_check(resource_type: str, inputs: dict[str, Any]) -> list[str]:
     return check("edge-non-buffering", resource_type, inputs)
 
 
+def test_a_buffered_inference_pool_is_refused_and_the_programs_pool_passes():
+    from components.routing import RoutedModel, inference_pool
+
+    pool = inference_pool(RoutedModel("llama-70b", "llm-serving", {"app.kubernetes.io/name": "llama-70b"}, 8000, 300))
+    assert edge_check(rules.INFERENCE_POOL, pool) == []
+    pool["metadata"]["annotations"]["aigateway.envoyproxy.io/processing-body-mode"] = "buffered"
+    assert edge_check(rules.INFERENCE_POOL, pool) == [
+        "InferencePool llm-serving/llama-70b: aigateway.envoyproxy.io/processing-body-mode is buffered; the gateway "
+        "then holds each whole response in the endpoint picker's filter, so no token reaches the client before the "
+        "last. Set it to duplex."]
+
+
 def test_the_programs_ingresses_and_gateway_objects_pass():
     objects = [
         *edge_objects.nginx_ingress(SETTINGS, [ROUTE]),
