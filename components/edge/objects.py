@@ -197,7 +197,9 @@ def envoy_gateway_chart_values(inference_extension: bool = False) -> dict[str, A
 
 
 def ai_gateway_chart_values(edge_namespace: str) -> dict[str, Any]:
-    """ai-gateway-helm v1.1.0 values (defaults in tests/fixtures/reference/charts/ai-gateway-helm)."""
+    """ai-gateway-helm v1.1.0 values (defaults in tests/fixtures/reference/charts/ai-gateway-helm). Rendered
+    with `helm template` (Helm v4.1.4) at the chart's v1.1.0 tag: the PDB, the spread and the webhook's
+    objectSelector come out as set here."""
     return {
         "controller": {
             # Two replicas and a PDB: Envoy Gateway stops applying route changes while its extension
