@@ -152,7 +152,7 @@ class ServingStack(pulumi.ComponentResource):
         edge = Edge("edge", args.edge, child)
         if args.routed_models and args.picker is not None:
             # After the edge: it installs the InferencePool CRD and the gateway extension that calls the pickers.
-            InferenceRouting(
+            routing = InferenceRouting(
                 "inference-routing",
                 InferenceRoutingArgs(
                     namespace=args.serving_namespace,
@@ -178,8 +178,9 @@ class ServingStack(pulumi.ComponentResource):
                     monitor_labels=dict(args.monitor_labels),
                     objective_crds_url=versions.LLM_D_ROUTER_CRDS_URL,
                 ),
-                pulumi.ResourceOptions(parent=self, depends_on=[edge, *crds]),
+                pulumi.ResourceOptions(parent=self, depends_on=[*edge.inference_prerequisites, *crds]),
             )
+            edge.publish_pool_routes([routing])
         self.prometheus_url = (
             prometheus.url if prometheus else pulumi.Output.from_input(args.prometheus_url or "")
         )

@@ -53,6 +53,8 @@ class Edge(pulumi.ComponentResource):
         super().__init__("llmserving:edge:Edge", name, None, opts)
         routes = list(args.routes)
         controller: list[pulumi.Resource] = []
+        # What the endpoint pickers need before they start (the pool CRD, the gateway and its extension).
+        self.inference_prerequisites: list[pulumi.Resource] = []
         if args.mode == "gateway":
             if args.install_controller:
                 # Only an installed controller's namespace is ours; an existing one is left alone.
@@ -73,6 +75,7 @@ class Edge(pulumi.ComponentResource):
                 before_gateway: list[pulumi.Resource] = [crds]
                 if args.inference_extension:
                     before_gateway += self._inference_pool_prerequisites(name, args)
+                    self.inference_prerequisites += before_gateway
                 envoy_gateway = helm_release(
                     f"{name}-envoy-gateway",
                     chart="gateway-helm",
@@ -85,6 +88,7 @@ class Edge(pulumi.ComponentResource):
                 controller.append(envoy_gateway)
                 if args.inference_extension:
                     controller.append(self._ai_gateway(name, args, envoy_gateway))
+                    self.inference_prerequisites += controller[-2:]
             manifests = objects.gateway_objects(args.settings, routes)
             if args.settings.auth == "gateway-api-key":
                 # Envoy Gateway's apiKeyAuth reads client id -> key pairs from this Secret.
@@ -118,11 +122,23 @@ class Edge(pulumi.ComponentResource):
             manifests = objects.nginx_ingress(args.settings, routes)
 
         # Custom resources wait for the chart that brings their CRDs (and the namespace they live in).
+        self._name, self._controller = name, controller
+        pooled = {r.model_name for r in routes if r.inference_pool}
+        self._pool_routes = [o for o in manifests if _route_of(o) in pooled]
         after = pulumi.ResourceOptions(parent=self, depends_on=controller)
         for obj in manifests:
-            metadata = obj["metadata"]
-            manifest_resource(f"{name}-{obj['kind'].lower()}-{metadata['name']}", obj, after)
+            if _route_of(obj) not in pooled:
+                metadata = obj["metadata"]
+                manifest_resource(f"{name}-{obj['kind'].lower()}-{metadata['name']}", obj, after)
         self.register_outputs({})
+
+    def publish_pool_routes(self, pickers: list[pulumi.Resource]) -> None:
+        """The routes that name an InferencePool, once its picker is Ready: the gateway fails closed, so
+        a route switched before its picker answers would fail every request of the model."""
+        after = pulumi.ResourceOptions(parent=self, depends_on=[*self._controller, *pickers])
+        for obj in self._pool_routes:
+            metadata = obj["metadata"]
+            manifest_resource(f"{self._name}-{obj['kind'].lower()}-{metadata['name']}", obj, after)
 
     def _inference_pool_prerequisites(self, name: str, args: EdgeArgs) -> list[pulumi.Resource]:
         """What Envoy Gateway needs before it starts with InferencePool as a backend resource: the CRD
@@ -162,3 +178,10 @@ class Edge(pulumi.ComponentResource):
             parent=self,
             depends_on=[crds],
         )
+
+
+def _route_of(obj: dict) -> str | None:
+    """The model a gateway route object belongs to (HTTPRoute and its BackendTrafficPolicy)."""
+    if obj["kind"] in ("HTTPRoute", "BackendTrafficPolicy"):
+        return obj["metadata"]["name"]
+    return None

@@ -290,3 +290,16 @@ def test_a_priority_on_a_service_route_is_refused():
     assert _lines(route={"routing": "service", "priority": -1}) == [
         "llm-serving:models[qwen-7b].route.priority: only an endpoint picker reads a priority; this model's route "
         "uses its Service (got -1; expected unset, or route.routing inferencePool)"]
+
+
+def test_the_route_switches_to_the_pool_only_once_its_picker_is_ready(rendered):
+    # Pulumi waits for a Deployment to be Ready; the gateway fails closed, so the route must wait too.
+    prod = rendered["prod"]
+    for kind, name in (("gateway.networking.k8s.io/v1:HTTPRoute", "edge-httproute-llama-70b"),
+                       ("gateway.envoyproxy.io/v1alpha1:BackendTrafficPolicy", "edge-backendtrafficpolicy-llama-70b")):
+        depends = prod.resource(f"kubernetes:{kind}", name)["options"]["dependsOn"]
+        assert "kubernetes:apps/v1:Deployment::llama-70b-epp-deployment" in depends
+        assert "kubernetes:inference.networking.k8s.io/v1:InferencePool::llama-70b-inferencepool" in depends
+    # dev's Service route waits for nothing of the kind.
+    dev_route = rendered["dev"].resource("kubernetes:gateway.networking.k8s.io/v1:HTTPRoute", "edge-httproute-llama-8b")
+    assert not any("epp" in d for d in dev_route["options"]["dependsOn"])
