@@ -77,6 +77,21 @@ def _parser() -> argparse.ArgumentParser:
         help="GPUs per replica (1, 2, 4, 8) or 'auto' for the smallest that fits (default).",
     )
     parser.add_argument(
+        "--pp",
+        "--pipeline-parallel-size",
+        dest="pp",
+        type=_tensor_parallel,
+        default="auto",
+        help="Pipeline stages, one whole node each, or 'auto' (default): 1, or with --max-nodes-per-replica > 1 "
+        "the fewest nodes for a model that fits no single node.",
+    )
+    parser.add_argument(
+        "--max-nodes-per-replica",
+        type=int,
+        default=None,
+        help="Most nodes one replica may span (default: --pp if given, else 1).",
+    )
+    parser.add_argument(
         "--gpu-memory-utilization",
         type=float,
         default=serving.DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -154,6 +169,8 @@ def performance(result: CapacityPlan, model: serving.ModelArchitecture, product_
                 args: argparse.Namespace, cost: dict[str, object]) -> dict[str, object]:
     """ITL, throughput and TTFT at the SLO-bound concurrency, and the cost per million output tokens."""
     gpu = serving.GPU_PERFORMANCE.get(product_label)
+    if result.pipeline_parallel_size > 1:
+        return {"note": "the roofline models single-node replicas; pipeline stages are not modelled"}
     if gpu is None:
         return {"note": f"no memory-bandwidth and FLOPs figures for {product_label}"}
     per_request = args.prompt_tokens + args.output_tokens
@@ -201,6 +218,8 @@ def _minutes(seconds: int) -> str:
 
 def dynamics(result: CapacityPlan, args: argparse.Namespace) -> dict[str, object]:
     """Scale-up time, rollout and node-update dynamics for `--replicas` of this plan (pure)."""
+    if result.pipeline_parallel_size > 1:
+        return {}  # the rollout planner packs single-node replicas only (multi-node groups: issue #16)
     low = args.replicas
     high = args.max_replicas if args.max_replicas is not None else low
     model = serving.Footprint("model", result.tensor_parallel_size, low, high, result.cold_start_seconds)
@@ -284,7 +303,10 @@ def render_table(result: CapacityPlan, found: dict[str, object] | None = None,
         (
             "tensor parallel size",
             f"{result.tensor_parallel_size} ({result.gpus_per_replica} GPU(s) per replica, "
-            f"{result.replicas_per_node} replica(s) per node)",
+            f"{result.replicas_per_node} replica(s) per node)"
+            if result.pipeline_parallel_size == 1
+            else f"{result.tensor_parallel_size} x pipeline {result.pipeline_parallel_size} "
+            f"({result.gpus_per_replica} GPUs per replica on {result.nodes_per_replica} nodes)",
         ),
         ("gpu memory utilization", f"{result.gpu_memory_utilization}"),
         ("weights per GPU", f"{result.weights_gib_per_gpu:.2f} GiB"),
@@ -348,6 +370,8 @@ def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = 
             quantization=args.quantization,
             enforce_eager=args.enforce_eager,
             speculative_decoding=args.speculative_config is not None,
+            pp=args.pp,
+            max_nodes_per_replica=args.max_nodes_per_replica,
         )
     except CapacityError as error:
         print(f"plan rejected: {error}", file=err)

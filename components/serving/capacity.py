@@ -160,15 +160,29 @@ def served_weight_bytes(model: ModelArchitecture, quantization: str | None) -> i
     return (model.weight_bytes - embeddings) // 2 + embeddings
 
 
-def weight_bytes_per_gpu(model: ModelArchitecture, tp: int) -> int:
-    """Weights each rank holds: total / TP, rounded up.
+def embedding_bytes(model: ModelArchitecture) -> int:
+    """One vocab x hidden matrix in 16-bit (the input embedding, or lm_head): quantized checkpoints
+    keep both in bf16."""
+    return (model.vocab_size or UNKNOWN_VOCAB_SIZE) * model.hidden_size * 2
+
+
+def weight_bytes_per_gpu(model: ModelArchitecture, tp: int, pp: int = 1) -> int:
+    """Weights each rank of the fullest pipeline stage holds: total / TP, rounded up, with PP = 1.
+
+    With PP > 1 vLLM splits the decoder layers evenly over the stages; the first stage also holds the
+    embedding and the last lm_head (vllm/distributed/utils.py get_pp_indices), so a stage holds
+    (total - 2 embeddings) / PP + one embedding, over its TP ranks.
 
     An approximation: vLLM shards every Linear, the vocab-parallel embedding and lm_head, and MoE
     experts over TP, but replicates norms and biases, pads some shapes (vocab, MXFP4 experts), and
     replicates K/V projections when TP > kv_heads. Those are small next to the sharded matrices
     (Meta's 405B-FP8 at TP8: 56.72 GiB here, 57.75 GiB logged by vLLM, vllm#6746).
     """
-    return -(-model.weight_bytes // tp)
+    if pp == 1:
+        return -(-model.weight_bytes // tp)
+    embedding = embedding_bytes(model)
+    stage = math.ceil((model.weight_bytes - 2 * embedding) / pp) + embedding
+    return math.ceil(stage / tp)
 
 
 def kv_dtype_bytes(model: ModelArchitecture, kv_cache_dtype: str) -> int:
@@ -184,14 +198,17 @@ def kv_dtype_bytes(model: ModelArchitecture, kv_cache_dtype: str) -> int:
     )
 
 
-def kv_bytes_per_token_per_gpu(model: ModelArchitecture, tp: int, kv_cache_dtype: str) -> int:
+def kv_bytes_per_token_per_gpu(model: ModelArchitecture, tp: int, kv_cache_dtype: str, pp: int = 1) -> int:
     """KV bytes one token occupies on one rank (vLLM AttentionSpec page size / block size).
 
     KV heads split over TP; when TP exceeds them each rank keeps one (replicated), vLLM
     `get_num_kv_heads`. Every layer is counted as full attention, including sliding-window ones.
+    With PP each stage holds the KV of its own layers only (num_layers / PP; the planner requires
+    an even split).
     """
     kv_heads_per_gpu = max(1, model.num_kv_heads // tp)
-    return 2 * model.num_layers * kv_heads_per_gpu * model.head_dim * kv_dtype_bytes(model, kv_cache_dtype)
+    layers = -(-model.num_layers // pp)
+    return 2 * layers * kv_heads_per_gpu * model.head_dim * kv_dtype_bytes(model, kv_cache_dtype)
 
 
 def default_max_num_seqs(gpu_memory_bytes: int, gpu_name: str = "") -> int:
@@ -232,12 +249,13 @@ def available_kv_bytes_per_gpu(
     *,
     max_num_seqs: int = LARGE_GPU_MAX_NUM_SEQS,
     cuda_graphs_counted: bool = True,
+    pp: int = 1,
 ) -> int:
     """Per-rank KV budget: memory x util - weights/TP - overhead. Negative means it does not fit."""
     usable = int(gpu_memory_bytes * gpu_memory_utilization)
     return (
         usable
-        - weight_bytes_per_gpu(model, tp)
+        - weight_bytes_per_gpu(model, tp, pp)
         - runtime_overhead_bytes(model, tp, max_num_batched_tokens, max_num_seqs=max_num_seqs,
                                  cuda_graphs_counted=cuda_graphs_counted)
     )
@@ -333,7 +351,68 @@ def choose_tensor_parallel_size(
         f"no --tensor-parallel-size in {sizes} fits {model.model_id} on {gpus_per_node} x "
         f"{_gib(gpu_memory_bytes)} GPU(s) for {target_concurrency} request(s) at --max-model-len "
         f"{max_model_len}: {'; '.join(reasons)}; use a GPU with more memory, an FP8 checkpoint, "
-        "--kv-cache-dtype fp8 or a lower --max-model-len (multi-node pipeline parallelism is not planned)"
+        "--kv-cache-dtype fp8, a lower --max-model-len, or more nodes per replica (--max-nodes-per-replica)"
+    )
+
+
+def pipeline_parallel_problem(model: ModelArchitecture, tp: int, pp: int, gpus_per_node: int) -> str | None:
+    """Why a TP x PP group cannot serve `model`, or None. A stage is one pod on one whole node."""
+    if not _is_int(pp) or pp < 1:
+        return f"--pipeline-parallel-size must be a positive integer, got {pp!r}"
+    if pp == 1:
+        return None
+    if tp != gpus_per_node:
+        return (f"with --pipeline-parallel-size {pp} each stage is one whole node: --tensor-parallel-size must be "
+                f"{gpus_per_node}, not {tp}")
+    if model.num_layers % pp:
+        return (f"{model.model_id} has {model.num_layers} layers, which --pipeline-parallel-size {pp} does not "
+                "divide (the planner sizes even stages)")
+    return None
+
+
+def choose_pipeline_parallel_size(
+    model: ModelArchitecture,
+    gpu_memory_bytes: int,
+    gpus_per_node: int,
+    max_model_len: int,
+    max_nodes_per_replica: int,
+    *,
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+    kv_cache_dtype: str = "auto",
+    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    max_num_seqs: int = LARGE_GPU_MAX_NUM_SEQS,
+    target_concurrency: int = 1,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    cuda_graphs_counted: bool = True,
+) -> int:
+    """Fewest whole nodes (PP stages of TP = GPUs per node) that hold the weights and
+    `target_concurrency` full requests: TP within a node, PP across nodes (vLLM's
+    parallelism_scaling guide: "too big for one node: TP = GPUs per node, PP = number of nodes")."""
+    needed = target_concurrency * tokens_per_request(max_model_len, block_size)
+    usable = int(gpu_memory_bytes * gpu_memory_utilization)
+    tp = gpus_per_node
+    reasons: list[str] = []
+    for pp in range(2, max_nodes_per_replica + 1):
+        problem = tensor_parallel_problem(model, tp, gpus_per_node) or pipeline_parallel_problem(
+            model, tp, pp, gpus_per_node)
+        if problem:
+            reasons.append(f"PP{pp}: {problem}")
+            continue
+        weights = weight_bytes_per_gpu(model, tp, pp)
+        if weights > usable:
+            reasons.append(f"PP{pp}: weights {_gib(weights)}/GPU > {_gib(usable)} usable")
+            continue
+        available = available_kv_bytes_per_gpu(
+            gpu_memory_bytes, gpu_memory_utilization, model, tp, max_num_batched_tokens,
+            max_num_seqs=max_num_seqs, cuda_graphs_counted=cuda_graphs_counted, pp=pp,
+        )
+        tokens = kv_cache_tokens(available, kv_bytes_per_token_per_gpu(model, tp, kv_cache_dtype, pp), block_size)
+        if tokens >= needed:
+            return pp
+        reasons.append(f"PP{pp}: KV holds {_tokens(tokens)} tokens, needs {_tokens(needed)}")
+    raise CapacityError(
+        f"no group of up to {max_nodes_per_replica} x {gpus_per_node} GPU(s) (TP{tp} x PP) fits {model.model_id} "
+        f"for {target_concurrency} request(s) at --max-model-len {max_model_len}: {'; '.join(reasons)}"
     )
 
 
@@ -427,13 +506,21 @@ class CapacityPlan:
     startup_budget_seconds: int
     notes: tuple[str, ...] = field(default=())
     storage_read_mib_per_second: float = DEFAULT_STORAGE_READ_MIB_PER_SECOND  # what cold_start_seconds assumed
+    pipeline_parallel_size: int = 1  # stages, one whole node each when > 1
 
     @property
     def gpus_per_replica(self) -> int:
-        return self.tensor_parallel_size
+        return self.tensor_parallel_size * self.pipeline_parallel_size
+
+    @property
+    def nodes_per_replica(self) -> int:
+        return self.pipeline_parallel_size
 
     @property
     def replicas_per_node(self) -> int:
+        """Whole replicas one node holds; 0 for a replica that spans several nodes."""
+        if self.pipeline_parallel_size > 1:
+            return 0
         return self.gpus_per_node // self.tensor_parallel_size
 
     def to_json(self) -> dict[str, Any]:
@@ -455,6 +542,8 @@ class CapacityPlan:
             "gpus_per_node": self.gpus_per_node,
             "gpus_per_replica": self.gpus_per_replica,
             "replicas_per_node": self.replicas_per_node,
+            "pipeline_parallel_size": self.pipeline_parallel_size,
+            "nodes_per_replica": self.nodes_per_replica,
             "max_model_len": self.max_model_len,
             "gpu_memory_utilization": self.gpu_memory_utilization,
             "kv_cache_dtype": self.kv_cache_dtype,
@@ -486,6 +575,8 @@ def plan(
     cuda_graphs_counted: bool = True,
     enforce_eager: bool = False,
     speculative_decoding: bool = False,
+    pp: int | Literal["auto"] = 1,
+    max_nodes_per_replica: int | None = None,
 ) -> CapacityPlan:
     """Plan one replica; raises CapacityError (one line, with numbers) when it cannot work.
 
@@ -494,6 +585,9 @@ def plan(
     `enforce_eager` (`--enforce-eager`): no CUDA graphs, so neither their memory nor their capture
     time. `speculative_decoding` (a `--speculative-config`): the draft's weights and KV layers are not
     modelled, which plan says in a note.
+    `pp` (`--pipeline-parallel-size`): stages on whole nodes; "auto" with `tp="auto"` spreads a model that
+    fits no single node over up to `max_nodes_per_replica` nodes, TP = GPUs per node within each
+    (default: an explicit `pp`, else 1).
     """
     if enforce_eager:
         cuda_graphs_counted = False
@@ -534,17 +628,21 @@ def plan(
         max_num_seqs = min(default_max_num_seqs(gpu.memory_bytes, gpu_label), max_num_batched_tokens)
 
     usable = int(gpu.memory_bytes * gpu_memory_utilization)
+    if max_nodes_per_replica is None:
+        max_nodes_per_replica = pp if _is_int(pp) and pp > 1 else 1
+    if not _is_int(max_nodes_per_replica) or max_nodes_per_replica < 1:
+        raise CapacityError(f"--max-nodes-per-replica must be a positive integer, got {max_nodes_per_replica!r}")
+    if pp == "auto" and tp != "auto":
+        pp = 1
+    if pp != "auto" and pp != 1 and tp == "auto":
+        tp = gpu.gpus_per_node  # a stage is one whole node
     if tp == "auto":
         if available_kv_gib is not None:
             raise CapacityError(
                 "--available-kv-gib is one measured boot at one tensor-parallel size; "
                 "give that --tensor-parallel-size instead of auto"
             )
-        tp = choose_tensor_parallel_size(
-            model,
-            gpu.memory_bytes,
-            gpu.gpus_per_node,
-            max_model_len,
+        sizing: dict[str, Any] = dict(
             gpu_memory_utilization=gpu_memory_utilization,
             kv_cache_dtype=kv_cache_dtype,
             max_num_batched_tokens=max_num_batched_tokens,
@@ -553,11 +651,25 @@ def plan(
             block_size=block_size,
             cuda_graphs_counted=cuda_graphs_counted,
         )
-    problem = tensor_parallel_problem(model, tp, gpu.gpus_per_node, gpu.name)
+        try:
+            tp = choose_tensor_parallel_size(model, gpu.memory_bytes, gpu.gpus_per_node, max_model_len, **sizing)
+            pp = 1
+        except CapacityError:
+            if pp != "auto" or max_nodes_per_replica == 1:
+                raise
+            pp = choose_pipeline_parallel_size(
+                model, gpu.memory_bytes, gpu.gpus_per_node, max_model_len, max_nodes_per_replica, **sizing)
+            tp = gpu.gpus_per_node
+    assert pp != "auto"
+    problem = tensor_parallel_problem(model, tp, gpu.gpus_per_node, gpu.name) or pipeline_parallel_problem(
+        model, tp, pp, gpu.gpus_per_node)
     if problem:
         raise CapacityError(problem)
+    if pp > max_nodes_per_replica:
+        raise CapacityError(f"--pipeline-parallel-size {pp} needs {pp} nodes per replica, more than the "
+                            f"{max_nodes_per_replica} allowed (--max-nodes-per-replica)")
 
-    weights = weight_bytes_per_gpu(model, tp)
+    weights = weight_bytes_per_gpu(model, tp, pp)
     if weights > usable:
         raise CapacityError(
             f"{model.model_id} needs {_gib(weights)} of weights per GPU at --tensor-parallel-size {tp}, "
@@ -584,7 +696,7 @@ def plan(
         available = int(available_kv_gib * GIB)
         kv_source = "measured"
 
-    per_token = kv_bytes_per_token_per_gpu(model, tp, kv_cache_dtype)
+    per_token = kv_bytes_per_token_per_gpu(model, tp, kv_cache_dtype, pp)
     tokens = kv_cache_tokens(available, per_token, block_size)
     per_request = tokens_per_request(max_model_len, block_size)
     if tokens < target_concurrency * per_request:
@@ -601,7 +713,8 @@ def plan(
         )
 
     cold = cold_start_seconds(
-        checkpoint_bytes,
+        # Each stage's pod reads the tensors of its own layers, all stages at once.
+        math.ceil(checkpoint_bytes / pp),
         storage_read_mib_per_second * MIB,
         engine_startup_seconds,
         graph_capture_seconds,
@@ -612,6 +725,7 @@ def plan(
         gpu_memory_gib=gpu.memory_bytes / GIB,
         gpus_per_node=gpu.gpus_per_node,
         tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
         max_model_len=max_model_len,
         gpu_memory_utilization=gpu_memory_utilization,
         kv_cache_dtype=kv_cache_dtype,
@@ -627,6 +741,9 @@ def plan(
         cold_start_seconds=cold,
         startup_budget_seconds=startup_probe_budget_seconds(cold),
         notes=_notes(model, gpu, tp, kv_cache_dtype, kv_source)
+        + ((f"{pp} pipeline stages of {tp} GPUs, one node each: weights and KV per GPU are the fullest stage's "
+            "(even layer split, embedding and lm_head on the end stages); not in the calibration logs",)
+           if pp > 1 else ())
         + (("--enforce-eager: no CUDA graphs; decode steps are slower than the latency estimate assumes",)
            if enforce_eager else ())
         + (("speculative decoding: the draft model's weights and KV layers are not in this plan; pass "

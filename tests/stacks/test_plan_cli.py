@@ -244,3 +244,16 @@ def test_stack_plan_follows_engine_flags_passed_through_extra_args() -> None:
     }
     # Flags the planner has no use for change nothing; a value on a switch is not the switch.
     assert extra_arg_knobs(["--disable-log-requests", "--enforce-eager=false"]) == {}
+
+
+def test_a_model_larger_than_a_node_is_planned_across_nodes_on_request() -> None:
+    base = ["--model", "meta-llama/Llama-3.1-405B-Instruct", "--gpu", "p5.48xlarge", "--max-model-len", "16384"]
+    code, _, err = _run(base)
+    assert code == 2 and err.endswith("or more nodes per replica (--max-nodes-per-replica)\n")
+    code, out, _ = _run([*base, "--max-nodes-per-replica", "4"])
+    assert code == 0
+    assert "tensor parallel size        8 x pipeline 2 (16 GPUs per replica on 2 nodes)\n" in out
+    assert "price per replica           $110.08/hour" in out
+    data = json.loads(_run([*base, "--pp", "2", "--tp", "8", "--json"])[1])
+    assert (data["pipeline_parallel_size"], data["nodes_per_replica"], data["kv_cache_tokens"]) == (2, 2, 600_560)
+    assert data["performance"] == {"note": "the roofline models single-node replicas; pipeline stages are not modelled"}

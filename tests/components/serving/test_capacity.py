@@ -6,6 +6,8 @@ Length: planner tables, one row per model, GPU and context length.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from components.gpu.catalog import instance_type_from_spec, lookup_instance_type
@@ -494,3 +496,50 @@ def test_llama_70b_bf16_fits_tp2_with_a_short_context_as_widely_run() -> None:
     result = plan(LLAMA_70B, P5, 8_192, tp=2, gpu_memory_utilization=0.95, max_num_seqs=256)
     assert result.kv_cache_tokens == 23_040
     assert round(result.max_concurrency, 2) == 2.81
+
+
+# --- pipeline parallelism across nodes --------------------------------------------------------------------
+# Llama-3.1-405B BF16 (126 layers, 8 KV heads, vocab 128,256 x hidden 16,384) on p5.48xlarge at util 0.92:
+#   no TP on one node fits (TP8: 94.50 GiB/GPU of weights > 72.87 GiB usable)
+#   TP8 x PP2: stage = (W - 2 x embedding) / 2 + embedding = W / 2 -> / 8 = 50,731,673,600 B/GPU (47.25 GiB)
+#   usable 78,241,839,185 - 50,731,673,600 - overhead 8,138,260,479 = 19,371,905,106 B
+#   KV per token per GPU: 2 x (126 / 2) x 1 x 128 x 2 = 32,256 B -> // (32,256 x 16) = 37,535 blocks
+#   -> 600,560 tokens = 36.66 requests of 16,384
+#   cold start: each stage reads half the 811,706,777,600 B checkpoint at 125 MiB/s + 180 + 60 -> 3,337 s
+
+
+def test_a_model_larger_than_a_node_spreads_as_tp_per_node_and_pp_across_nodes() -> None:
+    result = plan(LLAMA_405B, P5, 16_384, pp="auto", max_nodes_per_replica=4)
+    assert (result.tensor_parallel_size, result.pipeline_parallel_size) == (8, 2)
+    assert (result.gpus_per_replica, result.nodes_per_replica, result.replicas_per_node) == (16, 2, 0)
+    assert result.weights_gib_per_gpu == pytest.approx(47.2476, abs=0.0001)
+    assert result.kv_bytes_per_token_per_gpu == 32_256
+    assert result.kv_cache_tokens == 600_560
+    assert result.cold_start_seconds == 3_337
+    assert result.to_json()["pipeline_parallel_size"] == 2
+    assert result.notes[-1].startswith("2 pipeline stages of 8 GPUs, one node each")
+    # The same plan, asked for explicitly.
+    assert plan(LLAMA_405B, P5, 16_384, tp=8, pp=2).kv_cache_tokens == 600_560
+
+
+def test_the_end_stages_carry_the_embedding_and_lm_head() -> None:
+    # 3 stages: (W - 2E) / 3 + E per stage, more than W / 3.
+    from components.serving.capacity import embedding_bytes, weight_bytes_per_gpu
+
+    embedding = embedding_bytes(LLAMA_405B)
+    assert embedding == 128_256 * 16_384 * 2
+    stage = -(-(LLAMA_405B.weight_bytes - 2 * embedding) // 3) + embedding
+    assert weight_bytes_per_gpu(LLAMA_405B, 8, 3) == -(-stage // 8)
+    assert weight_bytes_per_gpu(LLAMA_405B, 8, 3) > LLAMA_405B.weight_bytes / 24
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"tp": 8, "pp": 4}, "has 126 layers, which --pipeline-parallel-size 4 does not divide"),
+    ({"tp": 4, "pp": 2}, "each stage is one whole node: --tensor-parallel-size must be 8, not 4"),
+    ({"tp": 8, "pp": 3, "max_nodes_per_replica": 2}, "needs 3 nodes per replica, more than the 2 allowed"),
+    ({}, "or more nodes per replica (--max-nodes-per-replica)"),
+    ({"pp": "auto", "max_nodes_per_replica": 1}, "TP8: weights 94.50 GiB/GPU > 72.87 GiB usable"),
+])
+def test_pipeline_plans_that_cannot_work_are_refused(kwargs, message) -> None:
+    with pytest.raises(CapacityError, match=re.escape(message)):
+        plan(LLAMA_405B, P5, 16_384, **kwargs)
