@@ -124,6 +124,13 @@ class VllmImageConfig(ConfigModel):
     digest: ImageDigest | None = Field(
         default=None, description="Image digest (`sha256:...`); when set the image is pulled by digest."
     )
+    efa_capable: bool = Field(
+        default=False,
+        description=(
+            "The image carries libfabric and aws-ofi-nccl, so NCCL can use EFA (the `vllm/vllm-openai` image does "
+            "not; e.g. AWS's vLLM Deep Learning Container does). Multi-node models over EFA need it."
+        ),
+    )
 
 
 class WeightsStorageConfig(ConfigModel):
@@ -350,6 +357,15 @@ class ModelConfig(ConfigModel):
     tensor_parallel_size: int | Literal["auto"] = Field(
         default="auto",
         description="`--tensor-parallel-size`: 1, 2, 4 or 8, or `auto` for the smallest that leaves KV room.",
+    )
+    pipeline_parallel_size: int = Field(
+        default=1,
+        ge=1,
+        le=16,
+        description=(
+            "`--pipeline-parallel-size`: above 1, each replica is a LeaderWorkerSet group of this many nodes, "
+            "TP = the node's GPUs within each (for a model larger than one node)."
+        ),
     )
     target_concurrency: int = Field(
         default=1, ge=1, le=100000, description="Requests at max-model-len the KV cache must hold (for `auto`)."

@@ -108,6 +108,7 @@ def model_plan(config: StackConfig, model: ModelConfig) -> serving.CapacityPlan:
         quantization=model.quantization,
         target_concurrency=model.target_concurrency,
         storage_read_mib_per_second=storage_read_mib_per_second(config),
+        pp=model.pipeline_parallel_size,
         **extra_arg_knobs(model.extra_args),
     )
 
@@ -169,6 +170,7 @@ def footprint(config: StackConfig, model: ModelConfig, plan: serving.CapacityPla
         name=model.name, tensor_parallel_size=plan.tensor_parallel_size, min_replicas=low, max_replicas=high,
         cold_start_seconds=plan.cold_start_seconds,
         shared_weights=model.storage.access_mode is AccessMode.READ_WRITE_MANY,
+        nodes_per_replica=plan.nodes_per_replica,
     )
 
 
@@ -246,9 +248,9 @@ def stack_cost(config: StackConfig) -> StackCost:
     plans = {m.name: model_plan(config, m) for m in config.models}
     bounds = [replica_bounds(m) for m in config.models]
     low = [plans[m.name].tensor_parallel_size for m, (lo, _) in zip(config.models, bounds, strict=True)
-           for _ in range(lo)]
+           for _ in range(lo * plans[m.name].nodes_per_replica)]
     high = [plans[m.name].tensor_parallel_size for m, (_, hi) in zip(config.models, bounds, strict=True)
-            for _ in range(hi)]
+            for _ in range(hi * plans[m.name].nodes_per_replica)]
     if config.node_autoscaling.mode is NodeAutoscalingMode.NONE:
         at_min = at_max = scaling.desired_nodes
     else:

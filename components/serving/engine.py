@@ -27,8 +27,12 @@ MANAGED_FLAGS = frozenset(
         "--max-num-batched-tokens", "--enable-prefix-caching", "--no-enable-prefix-caching",
         "--disable-prefix-caching", "--chat-template", "--tokenizer", "--port", "--host", "--api-key",
         "--shutdown-timeout", "--revision", "--tokenizer-revision", "--download-dir", "--load-format",
+        "--pipeline-parallel-size", "-pp", "--nnodes", "-n", "--node-rank", "-r", "--master-addr",
+        "--master-port", "--headless", "--distributed-executor-backend",
     }
 )
+# torch.distributed's rendezvous port on the leader (vLLM's --master-port default, serve-flags 0.33.0).
+MASTER_PORT = 29501
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,7 @@ class EngineSettings:
     enable_prefix_caching: bool
     shutdown_timeout_seconds: int
     quantization: str | None = None
+    pipeline_parallel_size: int = 1  # > 1: stages on whole nodes, one LeaderWorkerSet group per replica
     tokenizer_path: str | None = None
     chat_template_path: str | None = None
     extra_args: tuple[str, ...] = field(default_factory=tuple)
@@ -84,6 +89,8 @@ def engine_args(s: EngineSettings) -> list[str]:
         # rollout (serve-flags.json 0.33.0: "0 = abort, >0 = wait").
         "--shutdown-timeout", str(s.shutdown_timeout_seconds),
     ]
+    if s.pipeline_parallel_size > 1:
+        args += ["--pipeline-parallel-size", str(s.pipeline_parallel_size)]
     if s.quantization:
         args += ["--quantization", s.quantization]
     if s.tokenizer_path:
@@ -94,6 +101,26 @@ def engine_args(s: EngineSettings) -> list[str]:
     if conflicts:
         raise ValueError(f"extra args override typed settings: {', '.join(conflicts)}")
     return args + list(s.extra_args)
+
+
+def multinode_args(s: EngineSettings, leader: bool) -> list[str]:
+    """What makes one pod of a LeaderWorkerSet group a rank of one multi-node engine.
+
+    vLLM's own multiprocessing launcher (`--distributed-executor-backend mp` with --nnodes,
+    --node-rank and --master-addr; serve-flags 0.33.0 and vLLM's multi-node docs), not Ray: no Ray
+    head and worker processes or extra ports to run and secure, and one process tree per pod, so a
+    rank that dies ends its pod and LeaderWorkerSet recreates the group. Kubernetes expands
+    $(LWS_...) from the variables LeaderWorkerSet injects into every container. Workers run headless:
+    no API server, the leader serves the OpenAI API for the group.
+    """
+    args = [
+        "--distributed-executor-backend", "mp",
+        "--nnodes", str(s.pipeline_parallel_size),
+        "--node-rank", "0" if leader else "$(LWS_WORKER_INDEX)",
+        "--master-addr", "$(LWS_LEADER_ADDRESS)",
+        "--master-port", str(MASTER_PORT),
+    ]
+    return args if leader else [*args, "--headless"]
 
 
 @dataclass(frozen=True)

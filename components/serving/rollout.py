@@ -53,6 +53,16 @@ class Footprint:
     max_replicas: int
     cold_start_seconds: int
     shared_weights: bool = True  # ReadWriteMany: a surge pod on another node can mount the weights
+    nodes_per_replica: int = 1  # > 1: a LeaderWorkerSet group, one pod of TP GPUs on each of that many nodes
+
+    def pods(self, replicas: int) -> list[int]:
+        """The GPUs of each pod `replicas` replicas run (a group is nodes_per_replica pods)."""
+        return [self.tensor_parallel_size] * (replicas * self.nodes_per_replica)
+
+    @property
+    def shape(self) -> str:
+        tp = f"TP{self.tensor_parallel_size}"
+        return tp if self.nodes_per_replica == 1 else f"{tp} x PP{self.nodes_per_replica} group"
 
 
 @dataclass(frozen=True)
@@ -113,11 +123,11 @@ def nodes_needed(groups: list[int], gpus_per_node: int) -> int:
 
 
 def _peak_groups(models: list[Footprint]) -> list[int]:
-    return [m.tensor_parallel_size for m in models for _ in range(m.max_replicas)]
+    return [gpus for m in models for gpus in m.pods(m.max_replicas)]
 
 
 def _peak_text(models: list[Footprint]) -> str:
-    return " + ".join(f"{m.name} {m.max_replicas} x TP{m.tensor_parallel_size}" for m in models)
+    return " + ".join(f"{m.name} {m.max_replicas} x {m.shape}" for m in models)
 
 
 def check_peak(models: list[Footprint], supply: Supply) -> None:
@@ -152,10 +162,10 @@ def choose_strategies(models: list[Footprint], supply: Supply, environment: str)
         if not m.shared_weights:
             chosen[m.name] = Strategy("Recreate", reason="a ReadWriteOnce weights claim cannot follow a surge pod "
                                                          "to another node")
-        elif fits([*groups, m.tensor_parallel_size], supply.gpus_per_node, supply.nodes):
-            groups.append(m.tensor_parallel_size)
+        elif fits([*groups, *m.pods(1)], supply.gpus_per_node, supply.nodes):
+            groups += m.pods(1)
             chosen[m.name] = Strategy("RollingUpdate", max_surge=1, max_unavailable=0,
-                                      reason=f"room for one more TP{m.tensor_parallel_size} replica at peak")
+                                      reason=f"room for one more {m.shape} replica at peak")
         elif m.min_replicas >= 2:
             chosen[m.name] = Strategy("RollingUpdate", max_surge=0, max_unavailable=1,
                                       reason="no room for a surge replica at peak; one replica at a time is "
@@ -165,9 +175,9 @@ def choose_strategies(models: list[Footprint], supply: Supply, environment: str)
         if chosen[m.name].type == "Recreate" and environment != "dev":
             raise RolloutError(
                 f"{m.name}: a rollout would stop serving for a cold start ({chosen[m.name].reason}; at peak "
-                f"{_peak_text(models)} on {supply.describe()}); give it room for one more TP"
-                f"{m.tensor_parallel_size} replica or run at least 2 replicas",
-                nodes_needed([*groups, m.tensor_parallel_size], supply.gpus_per_node) if m.shared_weights else None,
+                f"{_peak_text(models)} on {supply.describe()}); give it room for one more "
+                f"{m.shape} replica or run at least 2 replicas",
+                nodes_needed([*groups, *m.pods(1)], supply.gpus_per_node) if m.shared_weights else None,
             )
     return chosen
 
@@ -188,8 +198,8 @@ def replica_add_seconds(model: Footprint, timing: Timing, *, needs_node: bool) -
 
 def rollout_needs_node(models: list[Footprint], model: Footprint, gpus_per_node: int, nodes_running: int) -> bool:
     """Whether the model's surge replica, with every model at its minimum, needs a node that is not running."""
-    groups = [m.tensor_parallel_size for m in models for _ in range(m.min_replicas)]
-    return not fits([*groups, model.tensor_parallel_size], gpus_per_node, nodes_running)
+    groups = [gpus for m in models for gpus in m.pods(m.min_replicas)]
+    return not fits([*groups, *model.pods(1)], gpus_per_node, nodes_running)
 
 
 def rollout_seconds(model: Footprint, strategy: Strategy, replicas: int, timing: Timing, *,
@@ -225,7 +235,7 @@ def node_update(models: list[Footprint], strategies: dict[str, Strategy], supply
     nodes under a PodDisruptionBudget, which fails after 15 minutes (PodEvictionFailure) whenever a
     cold start is longer. Models roll in parallel; the longest decides. Replicas at the minimum.
     """
-    groups = [m.tensor_parallel_size for m in models for _ in range(m.min_replicas)]
+    groups = [gpus for m in models for gpus in m.pods(m.min_replicas)]
     # The new group starts at the configured size; the autoscaler adds what the pods need beyond it.
     new_nodes = max(nodes_running, nodes_needed(groups, supply.gpus_per_node))
     slowest = max(rollout_seconds(m, strategies[m.name], m.min_replicas, timing) for m in models)
