@@ -18,6 +18,8 @@ from components.gpu import (
     ClusterAutoscalerArgs,
     DcgmExporter,
     DcgmExporterArgs,
+    EfaDevicePlugin,
+    EfaDevicePluginArgs,
     GpuNodeGroup,
     GpuNodeGroupArgs,
     NvidiaDevicePlugin,
@@ -35,7 +37,16 @@ from components.observability import (
 from components.platform import RESTRICTED, manifest_resource, namespace, versions
 from components.routing import InferenceRouting, InferenceRoutingArgs, PickerSettings, RoutedModel, picker_selector
 from components.scaling import ModelAutoscaling, ModelAutoscalingArgs, ScalingTarget
-from components.serving import PORT, EngineSettings, ModelWeights, ModelWeightsArgs, VllmDeployment, VllmDeploymentArgs
+from components.serving import (
+    PORT,
+    EngineSettings,
+    LeaderWorkerSetController,
+    LeaderWorkerSetControllerArgs,
+    ModelWeights,
+    ModelWeightsArgs,
+    VllmDeployment,
+    VllmDeploymentArgs,
+)
 from components.storage import WeightsFileSystem, WeightsFileSystemArgs, WeightsLustre, WeightsLustreArgs
 
 # Labels every vLLM pod and every staging Job pod carries (NetworkPolicies and the PodMonitor).
@@ -73,6 +84,7 @@ class ServedModel:
     rollout_timeout_seconds: int
     pre_start_seconds: int  # a new node plus an image pull, before a surge pod's container starts
     extra_env: tuple[dict, ...] = ()
+    efa_interfaces: int = 0  # multi-node groups: each rank requests its node's EFA interfaces
 
 
 @dataclass(frozen=True)
@@ -101,6 +113,10 @@ class ServingStackArgs:
     # Models routed through an InferencePool, with their pickers' settings; None: every route uses its Service.
     routed_models: tuple[tuple[str, int, int | None], ...] = ()  # (model name, picker drain seconds, priority)
     picker: PickerSettings | None = None
+    # Multi-node models: the LeaderWorkerSet chart version (None: no model spans nodes).
+    lws_chart_version: str | None = None
+    # GPU nodes with EFA interfaces: the EFA device plugin chart version (None: no EFA).
+    efa_device_plugin_chart_version: str | None = None
 
 
 class ServingStack(pulumi.ComponentResource):
@@ -125,6 +141,13 @@ class ServingStack(pulumi.ComponentResource):
         if args.prometheus is not None:
             prometheus = PrometheusStack("prometheus", args.prometheus, child)
         NvidiaDevicePlugin("nvidia-device-plugin", args.device_plugin, child)
+        self._group_prerequisites: list[pulumi.Resource] = []
+        if args.efa_device_plugin_chart_version is not None:
+            self._group_prerequisites.append(EfaDevicePlugin(
+                "efa-device-plugin", EfaDevicePluginArgs(args.efa_device_plugin_chart_version), child))
+        if args.lws_chart_version is not None:
+            self._group_prerequisites.append(LeaderWorkerSetController(
+                "leaderworkerset", LeaderWorkerSetControllerArgs(args.lws_chart_version), child))
         DcgmExporter(
             "dcgm-exporter",
             args.dcgm_exporter,
@@ -291,11 +314,14 @@ class ServingStack(pulumi.ComponentResource):
                     pre_start_seconds=model.pre_start_seconds,
                     pod_annotations={SAFE_TO_EVICT_ANNOTATION: "false"},
                     zone=model.zone,
+                    efa_interfaces=model.efa_interfaces,
                     cache_gib=model.cache_gib,
                     tmp_gib=model.tmp_gib,
                     chat_template=model.chat_template,
-                    # Serving starts only once its revision is fully staged.
-                    after=(weights.job, api_key),
+                    # Serving starts only once its revision is fully staged (and a group once its
+                    # operator and the EFA device plugin run).
+                    after=(weights.job, api_key,
+                           *(self._group_prerequisites if model.settings.pipeline_parallel_size > 1 else ())),
                 ),
                 child,
             )

@@ -152,6 +152,7 @@ def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType
             max_model_len=model.max_model_len,
             gpu_memory_utilization=model.gpu_memory_utilization,
             tensor_parallel_size=tp,
+            pipeline_parallel_size=plan.pipeline_parallel_size,
             kv_cache_dtype=model.kv_cache_dtype.value,
             max_num_seqs=model.max_num_seqs,
             max_num_batched_tokens=model.max_num_batched_tokens,
@@ -191,6 +192,7 @@ def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType
             # Only consulted when scaling to zero, which this stack does not do.
             cooldown_seconds=max(300, 2 * plan.cold_start_seconds),
             ttft_target_seconds=round(model.slo.ttft_p95_seconds * scaling.ttft_target_fraction, 3),
+            workload_kind="LeaderWorkerSet" if plan.pipeline_parallel_size > 1 else "Deployment",
         ),
         slo=ModelSlo(
             served_model_name=model.name,
@@ -207,6 +209,8 @@ def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType
         strategy=strategy.manifest(),
         rollout_timeout_seconds=rollout_timeout,
         pre_start_seconds=timing.node_ready_seconds + timing.image_pull_seconds,
+        # A multi-node rank takes every EFA interface of its node (a stage is the whole node).
+        efa_interfaces=config.gpu_node_group.efa_interfaces if plan.pipeline_parallel_size > 1 else 0,
     )
 
 
@@ -415,6 +419,8 @@ def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStack
             if planning.routing_mode(config, m) is RoutingMode.INFERENCE_POOL
         ),
         picker=picker_settings(config),
+        lws_chart_version=versions.LWS.version if any(m.settings.pipeline_parallel_size > 1 for m in models) else None,
+        efa_device_plugin_chart_version=versions.EFA_DEVICE_PLUGIN.version if group.efa_interfaces else None,
     )
 
 

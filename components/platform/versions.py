@@ -97,6 +97,15 @@ ENDPOINT_PICKER_IMAGE = "ghcr.io/llm-d/llm-d-router-endpoint-picker:v0.10.0"
 # (llm-d/llm-d-router v0.10.0 Makefile and .github/workflows/ci-release.yaml).
 LLM_D_ROUTER_CRDS_URL = "https://github.com/llm-d/llm-d-router/releases/download/v0.10.0/manifests.yaml"
 
+# AWS's EFA device plugin (aws/eks-charts stable/aws-efa-k8s-device-plugin, chart v0.5.30 at commit
+# bfe91c4, 2026-07-21, image v0.5.20; the repo has no tags, the gh-pages index lists "v0.5.30").
+EFA_DEVICE_PLUGIN = ChartPin(
+    chart="aws-efa-k8s-device-plugin", version="v0.5.30", repository="https://aws.github.io/eks-charts"
+)
+# LeaderWorkerSet v0.10.0 (kubernetes-sigs/lws, 2026-08-11; facts.md T2.7): one group of pods per
+# replica of a model larger than one node.
+LWS = ChartPin(chart="lws", version="0.10.0", repository="oci://registry.k8s.io/lws/charts/lws")
+
 PROMETHEUS_OPERATOR_CRDS = ChartPin(
     chart="prometheus-operator-crds", version="31.0.1", repository="https://prometheus-community.github.io/helm-charts"
 )
@@ -136,5 +145,7 @@ CHARTS: dict[str, ChartPin] = {
         CLUSTER_AUTOSCALER,
         AI_GATEWAY,
         AI_GATEWAY_CRDS,
+        EFA_DEVICE_PLUGIN,
+        LWS,
     )
 }

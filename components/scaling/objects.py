@@ -86,6 +86,14 @@ class ScalingTarget:
     cooldown_seconds: int  # KEDA cooldownPeriod: only used when scaling to zero
     ttft_target_seconds: float  # p95 time to first token at which to scale out
     polling_interval_seconds: int = 15
+    # A multi-node model scales whole LeaderWorkerSet groups through the LWS scale subresource
+    # (specReplicasPath .spec.replicas; its selector picks the leaders: LWS v0.10.0 CRD).
+    workload_kind: str = "Deployment"
+
+    @property
+    def scale_target_ref(self) -> dict[str, str]:
+        api = "leaderworkerset.x-k8s.io/v1" if self.workload_kind == "LeaderWorkerSet" else "apps/v1"
+        return {"apiVersion": api, "kind": self.workload_kind, "name": self.deployment_name}
 
     def __post_init__(self) -> None:
         check_dns_label("deployment_name", self.deployment_name)
@@ -184,7 +192,7 @@ def scaled_object(t: ScalingTarget, *, prometheus_url: str, name: str) -> dict[s
         "kind": "ScaledObject",
         "metadata": {"name": name, "namespace": t.namespace},
         "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": t.deployment_name},
+            "scaleTargetRef": t.scale_target_ref,
             "pollingInterval": t.polling_interval_seconds,
             # Only used between the last active trigger and scaling to zero (keda.sh scaledobject-spec).
             "cooldownPeriod": t.cooldown_seconds,
@@ -262,7 +270,7 @@ def horizontal_pod_autoscaler(t: ScalingTarget, *, name: str) -> dict[str, Any]:
         "kind": "HorizontalPodAutoscaler",
         "metadata": {"name": name, "namespace": t.namespace},
         "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": t.deployment_name},
+            "scaleTargetRef": t.scale_target_ref,
             "minReplicas": t.min_replicas,
             "maxReplicas": t.max_replicas,
             "metrics": [

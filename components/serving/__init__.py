@@ -24,6 +24,7 @@ from .engine import (
     staged_tokenizer_path,
     weights_volume_gib,
 )
+from .lws import LeaderWorkerSetController, LeaderWorkerSetControllerArgs, lws_values
 from .models import ModelArchitecture, known_model_ids, lookup_model
 from .performance import GPU_PERFORMANCE, Latency, latency, slo_concurrency, usd_per_million_output_tokens
 from .rollout import (
@@ -45,6 +46,9 @@ from .rollout import (
 from .weights import ModelWeights, ModelWeightsArgs
 
 __all__ = [
+    "LeaderWorkerSetController",
+    "LeaderWorkerSetControllerArgs",
+    "lws_values",
     "CHAT_TEMPLATE_PATH",
     "GPU_PERFORMANCE",
     "Latency",

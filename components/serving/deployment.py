@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from . import engine
+from . import engine, multinode
+from .multinode import EFA_ENV, efa_resources, leader_worker_set, worker_container
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class VllmDeploymentArgs:
     pod_annotations: dict[str, str] | None = None
     zone: str | None = None  # ReadWriteOnce weights: the replica must run where the volume is
     extra_env: tuple[dict, ...] = ()
+    efa_interfaces: int = 0  # multi-node groups: the node's EFA interfaces, all requested by each rank
 
 
 def selector_labels(model_name: str) -> dict[str, str]:
@@ -63,6 +65,7 @@ class VllmDeployment(pulumi.ComponentResource):
         labels = {**(args.labels or {}), **selector, "app.kubernetes.io/part-of": "llm-serving"}
         probes = engine.probes(args.startup_budget_seconds)
         settings = args.settings
+        multi = settings.pipeline_parallel_size > 1
 
         shm_size = f"{engine.shm_size_gib(settings.tensor_parallel_size)}Gi"
         volumes: list[dict] = [
@@ -105,7 +108,7 @@ class VllmDeployment(pulumi.ComponentResource):
             "name": "vllm",
             "image": args.image,
             "imagePullPolicy": "IfNotPresent",
-            "args": engine.engine_args(settings),
+            "args": engine.engine_args(settings) + (engine.multinode_args(settings, leader=True) if multi else []),
             "ports": [{"name": "http", "containerPort": engine.PORT, "protocol": "TCP"}],
             "env": [
                 # Everything was pre-staged: no Hub call at start-up, so a Hub outage or rate limit
@@ -129,8 +132,9 @@ class VllmDeployment(pulumi.ComponentResource):
                     else []
                 ),
                 *args.extra_env,
+                *(EFA_ENV if args.efa_interfaces else ()),
             ],
-            "resources": args.resources,
+            "resources": efa_resources(args.resources, args.efa_interfaces),
             "volumeMounts": mounts,
             "startupProbe": {
                 "httpGet": health,
@@ -153,64 +157,90 @@ class VllmDeployment(pulumi.ComponentResource):
             "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(engine.PRE_STOP_SECONDS)]}}},
             "securityContext": engine.container_security_context(),
         }
-        deployment = k8s.apps.v1.Deployment(
-            f"{name}-deployment",
-            metadata={"name": args.model_name, "namespace": args.namespace, "labels": labels},
-            spec={
-                "replicas": args.replicas,
-                "selector": {"matchLabels": selector},
-                "strategy": args.strategy or {"type": "RollingUpdate",
-                                              "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
-                # A new pod counts as available only after it has been ready for 30 s.
-                "minReadySeconds": 30,
-                # The startup budget plus what a surge pod may wait for first (a new node, an image
-                # pull) plus 5 minutes: past it the rollout counts as failed and `pulumi up` fails.
-                "progressDeadlineSeconds": args.startup_budget_seconds + args.pre_start_seconds + 300,
-                "revisionHistoryLimit": 5,
-                "template": {
-                    "metadata": {"labels": labels, **({"annotations": args.pod_annotations}
+        def pod_template(pod_labels: dict[str, str], containers: list[dict]) -> dict:
+            return {
+                "metadata": {"labels": pod_labels, **({"annotations": args.pod_annotations}
                                                       if args.pod_annotations else {})},
-                    "spec": {
-                        "nodeSelector": pulumi.Output.from_input(args.node_selector).apply(
-                            lambda selector: {**selector, "topology.kubernetes.io/zone": args.zone}
-                            if args.zone
-                            else selector
-                        ),
-                        "tolerations": args.tolerations,
-                        # Replicas on different nodes: losing one node loses one replica, not all.
-                        "topologySpreadConstraints": [
-                            {
-                                "maxSkew": 1,
-                                "topologyKey": "kubernetes.io/hostname",
-                                "whenUnsatisfiable": "ScheduleAnyway",
-                                "labelSelector": {"matchLabels": selector},
-                            }
-                        ],
-                        "terminationGracePeriodSeconds": engine.termination_grace_seconds(
-                            settings.shutdown_timeout_seconds
-                        ),
-                        # Kubernetes would inject VLLM_* variables for a Service named like the
-                        # engine's own settings (vLLM docs, environment variables).
-                        "enableServiceLinks": False,
-                        "automountServiceAccountToken": False,
-                        "securityContext": engine.pod_security_context(),
-                        "containers": [container],
-                        "volumes": volumes,
-                    },
+                "spec": {
+                    "nodeSelector": pulumi.Output.from_input(args.node_selector).apply(
+                        lambda selector: {**selector, "topology.kubernetes.io/zone": args.zone}
+                        if args.zone
+                        else selector
+                    ),
+                    "tolerations": args.tolerations,
+                    # Replicas on different nodes: losing one node loses one replica, not all.
+                    "topologySpreadConstraints": [
+                        {
+                            "maxSkew": 1,
+                            "topologyKey": "kubernetes.io/hostname",
+                            "whenUnsatisfiable": "ScheduleAnyway",
+                            "labelSelector": {"matchLabels": selector},
+                        }
+                    ],
+                    "terminationGracePeriodSeconds": engine.termination_grace_seconds(
+                        settings.shutdown_timeout_seconds
+                    ),
+                    # Kubernetes would inject VLLM_* variables for a Service named like the
+                    # engine's own settings (vLLM docs, environment variables).
+                    "enableServiceLinks": False,
+                    "automountServiceAccountToken": False,
+                    "securityContext": engine.pod_security_context(),
+                    "containers": containers,
+                    "volumes": volumes,
                 },
-            },
-            opts=pulumi.ResourceOptions(
-                parent=self,
-                depends_on=list(args.after),
-                # The autoscaler owns the replica count; `pulumi up` must not reset it.
-                ignore_changes=["spec.replicas"],
-                # Never skip the await: `pulumi up` finishes only when every replica is ready. A
-                # rollout replaces pods in steps, each a node, an image pull and a cold start.
-                custom_timeouts=pulumi.CustomTimeouts(
-                    create=f"{args.rollout_timeout_seconds}s", update=f"{args.rollout_timeout_seconds}s"
-                ),
-            ),
+            }
+
+        timeouts = pulumi.CustomTimeouts(
+            create=f"{args.rollout_timeout_seconds}s", update=f"{args.rollout_timeout_seconds}s"
         )
+        if multi:
+            # One LeaderWorkerSet group of pipeline-parallel-size pods per replica. The leader keeps
+            # the labels the Service, the pool, the PodMonitor and the NetworkPolicies select.
+            worker_labels = {**labels, "app.kubernetes.io/component": multinode.WORKER_COMPONENT}
+            worker = worker_container(container, engine.engine_args(settings) + engine.multinode_args(settings, False))
+            group = leader_worker_set(
+                name=args.model_name, namespace=args.namespace, labels=labels, replicas=args.replicas,
+                size=settings.pipeline_parallel_size, leader_template=pod_template(labels, [container]),
+                worker_template=pod_template(worker_labels, [worker]), strategy=args.strategy,
+            )
+            deployment = k8s.apiextensions.CustomResource(
+                f"{name}-leaderworkerset",
+                api_version=group["apiVersion"],
+                kind=group["kind"],
+                metadata=group["metadata"],
+                spec=group["spec"],
+                opts=pulumi.ResourceOptions(
+                    parent=self, depends_on=list(args.after), ignore_changes=["spec.replicas"],
+                    custom_timeouts=timeouts,
+                ),
+            )
+        else:
+            deployment = k8s.apps.v1.Deployment(
+                f"{name}-deployment",
+                metadata={"name": args.model_name, "namespace": args.namespace, "labels": labels},
+                spec={
+                    "replicas": args.replicas,
+                    "selector": {"matchLabels": selector},
+                    "strategy": args.strategy or {"type": "RollingUpdate",
+                                                  "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+                    # A new pod counts as available only after it has been ready for 30 s.
+                    "minReadySeconds": 30,
+                    # The startup budget plus what a surge pod may wait for first (a new node, an image
+                    # pull) plus 5 minutes: past it the rollout counts as failed and `pulumi up` fails.
+                    "progressDeadlineSeconds": args.startup_budget_seconds + args.pre_start_seconds + 300,
+                    "revisionHistoryLimit": 5,
+                    "template": pod_template(labels, [container]),
+                },
+                opts=pulumi.ResourceOptions(
+                    parent=self,
+                    depends_on=list(args.after),
+                    # The autoscaler owns the replica count; `pulumi up` must not reset it.
+                    ignore_changes=["spec.replicas"],
+                    # Never skip the await: `pulumi up` finishes only when every replica is ready. A
+                    # rollout replaces pods in steps, each a node, an image pull and a cold start.
+                    custom_timeouts=timeouts,
+                ),
+            )
         service = k8s.core.v1.Service(
             f"{name}-service",
             metadata={"name": args.model_name, "namespace": args.namespace, "labels": labels},
@@ -225,7 +255,9 @@ class VllmDeployment(pulumi.ComponentResource):
             f"{name}-pdb",
             metadata={"name": args.model_name, "namespace": args.namespace, "labels": labels},
             # Node drains take one replica at a time; a single-replica model can still be drained.
-            spec={"maxUnavailable": 1, "selector": {"matchLabels": selector}},
+            # For groups, one pod of any group: a group is down as soon as one of its pods is.
+            spec={"maxUnavailable": 1, "selector": {"matchLabels": (
+                {multinode.LWS_NAME_LABEL: args.model_name} if multi else selector)}},
             opts=child,
         )
         self.deployment = deployment

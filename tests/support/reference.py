@@ -336,6 +336,8 @@ def _kind_error(default: str, override: str | None) -> str | None:
 FREE_FORM_VALUES: dict[str, frozenset[str]] = {
     "cluster-autoscaler": frozenset({"extraArgs"}),
     "gateway-helm": frozenset({"config.envoyGateway"}),
+    # lws renders podSecurityContext whole (templates/manager/manager.yaml @v0.10.0, `helm template`).
+    "lws": frozenset({"podSecurityContext"}),
 }
 
 

@@ -1,0 +1,100 @@
+"""Multi-node replicas as LeaderWorkerSet groups (pure, no Pulumi import).
+
+A model larger than one node runs as pipeline stages, one pod of all the node's GPUs per stage
+(TP within a node, PP across nodes: capacity.plan). LeaderWorkerSet v0.10.0 (facts.md T2.7) keeps
+the pods of one replica together as a group: the leader (worker index 0) runs vLLM's OpenAI server
+and backs the Service, the workers run headless ranks, and when any pod of a group restarts the
+whole group is recreated (restartPolicy RecreateGroupOnPodRestart), because an engine missing a rank
+cannot serve. Field names and defaults: the CRD (tests/fixtures/reference/crds) and
+api/leaderworkerset/v1/leaderworkerset_types.go at v0.10.0.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+LWS_API = "leaderworkerset.x-k8s.io/v1"
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+WORKER_COMPONENT = "vllm-worker"
+# Pulumi waits on a custom resource only when told what to wait for (pulumi-kubernetes 4.18+):
+# LeaderWorkerSet sets `Available` once every group is ready on the current revision.
+WAIT_FOR = "condition=Available"
+# NCCL over EFA through libfabric (facts.md T2.5): the EFA provider, GPUDirect RDMA, and fork safety
+# for the Python workers vLLM forks; NCCL_DEBUG=INFO logs "NET/OFI" once at start, the only sign
+# that NCCL uses EFA rather than falling back to TCP sockets.
+EFA_ENV: tuple[dict[str, str], ...] = (
+    {"name": "FI_PROVIDER", "value": "efa"},
+    {"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"},
+    {"name": "FI_EFA_FORK_SAFE", "value": "1"},
+    {"name": "NCCL_DEBUG", "value": "INFO"},
+)
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+# Huge pages libfabric registers buffers in: AWS's NCCL example on p5 requests 5120Mi (EKS user
+# guide, node-efa); the EFA-enabled AMIs pre-allocate 5128 x 2 MiB.
+EFA_HUGEPAGES = "5120Mi"
+
+
+def efa_resources(resources: dict[str, Any], efa_interfaces: int) -> dict[str, Any]:
+    """The container's resources plus every EFA interface of the node and its huge pages (extended
+    resources and huge pages need requests equal to limits)."""
+    if efa_interfaces == 0:
+        return resources
+    extra = {EFA_RESOURCE: str(efa_interfaces), "hugepages-2Mi": EFA_HUGEPAGES}
+    return {
+        "requests": {**resources.get("requests", {}), **extra},
+        "limits": {**resources.get("limits", {}), **extra},
+    }
+
+
+def worker_container(leader: dict[str, Any], worker_args: list[str]) -> dict[str, Any]:
+    """A headless rank: the leader's container without the API server's port, probes and drain hook
+    (a worker answers no HTTP; the leader's probes stand for the group)."""
+    worker = {k: copy.deepcopy(v) for k, v in leader.items()
+              if k not in ("ports", "startupProbe", "readinessProbe", "livenessProbe", "lifecycle", "args")}
+    worker["args"] = list(worker_args)
+    return worker
+
+
+def rollout_strategy(deployment_strategy: dict[str, Any] | None, replicas: int) -> dict[str, Any]:
+    """The rollout planner's Deployment strategy in LeaderWorkerSet's terms (groups, not pods).
+    LeaderWorkerSet has no Recreate: every group unavailable at once is its equivalent."""
+    if deployment_strategy and deployment_strategy.get("type") == "Recreate":
+        surge, unavailable = 0, max(1, replicas)
+    else:
+        rolling = (deployment_strategy or {}).get("rollingUpdate", {"maxSurge": 1, "maxUnavailable": 0})
+        surge, unavailable = rolling["maxSurge"], rolling["maxUnavailable"]
+    return {"type": "RollingUpdate", "rollingUpdateConfiguration": {"maxSurge": surge, "maxUnavailable": unavailable}}
+
+
+def leader_worker_set(
+    *,
+    name: str,
+    namespace: Any,
+    labels: dict[str, str],
+    replicas: int,
+    size: int,
+    leader_template: dict[str, Any],
+    worker_template: dict[str, Any],
+    strategy: dict[str, Any] | None,
+) -> dict[str, Any]:
+    return {
+        "apiVersion": LWS_API,
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels,
+                     "annotations": {"pulumi.com/waitFor": WAIT_FOR}},
+        "spec": {
+            "replicas": replicas,
+            # Workers start with the leader: the leader's server becomes Ready only once every rank
+            # has joined, so waiting for a Ready leader first (LeaderReady) would never finish.
+            "startupPolicy": "LeaderCreated",
+            "rolloutStrategy": rollout_strategy(strategy, replicas),
+            "networkConfig": {"subdomainPolicy": "Shared"},
+            "leaderWorkerTemplate": {
+                "size": size,
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "leaderTemplate": leader_template,
+                "workerTemplate": worker_template,
+            },
+        },
+    }
