@@ -65,7 +65,9 @@ HPA_V2 = "kubernetes:autoscaling/v2:HorizontalPodAutoscaler"
 HPA_V1 = "kubernetes:autoscaling/v1:HorizontalPodAutoscaler"
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 NAMESPACE = "kubernetes:core/v1:Namespace"
-WORKLOADS = (DEPLOYMENT, STATEFUL_SET, DAEMON_SET, REPLICA_SET, JOB, CRON_JOB, POD)
+# One replica of a model larger than one node: a leader pod template and a worker pod template.
+LEADER_WORKER_SET = "kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet"
+WORKLOADS = (DEPLOYMENT, STATEFUL_SET, DAEMON_SET, REPLICA_SET, JOB, CRON_JOB, POD, LEADER_WORKER_SET)
 
 
 @dataclass(frozen=True)
@@ -139,6 +141,21 @@ def _subject(resource_type: str, inputs: Mapping[str, Any], context: RuleContext
     name = metadata.get("name") or context.name
     namespace = metadata.get("namespace")
     return f"{_kind(resource_type)} {namespace}/{name}" if namespace else f"{_kind(resource_type)} {name}"
+
+
+def _pod_specs(resource_type: str, inputs: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """(role, pod spec) of each pod template: a LeaderWorkerSet has a leader and a worker template (the
+    leader's defaults to the worker's); every other workload one, with role ""."""
+    if resource_type == LEADER_WORKER_SET:
+        group = _map(_dig(inputs.get("spec"), "leaderWorkerTemplate"))
+        worker = _map(_dig(group, "workerTemplate", "spec"))
+        return [("leader", _map(_dig(group, "leaderTemplate", "spec")) or worker), ("worker", worker)]
+    return [("", _pod_spec(resource_type, inputs))]
+
+
+def _all_containers(resource_type: str, inputs: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
+    for _, pod_spec in _pod_specs(resource_type, inputs):
+        yield from _containers(pod_spec)
 
 
 def _pod_spec(resource_type: str, inputs: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -230,7 +247,7 @@ def check_images_pinned(resource_type: str, inputs: Mapping[str, Any], context: 
         ]
     subject = _subject(resource_type, inputs, context)
     messages = []
-    for container in _containers(_pod_spec(resource_type, inputs)):
+    for container in _all_containers(resource_type, inputs):
         problem = _image_problem(container.get("image"))
         if problem:
             messages.append(f"{_where(subject, container)}: {problem}.")
@@ -246,7 +263,7 @@ def check_images_digest_pinned_in_prod(
     return [
         f"{_where(subject, c)}: image {c['image']} has no digest; a tag can be pushed again, so prod should "
         "pull exactly the build that was tested: set the digest (for vLLM, models[].image.digest: sha256:...)."
-        for c in _containers(_pod_spec(resource_type, inputs))
+        for c in _all_containers(resource_type, inputs)
         if isinstance(c.get("image"), str) and not _DIGEST.search(c["image"])
     ]
 
@@ -284,10 +301,16 @@ def _tolerates_gpu_taint(toleration: Mapping[str, Any]) -> bool:
 
 
 def check_gpu_pods_select_gpu_nodes(resource_type: str, inputs: Mapping[str, Any], context: RuleContext) -> list[str]:
-    pod_spec = _pod_spec(resource_type, inputs)
+    messages = []
+    for role, pod_spec in _pod_specs(resource_type, inputs):
+        subject = _subject(resource_type, inputs, context) + (f" ({role} pods)" if role else "")
+        messages += _gpu_pod_placement(subject, pod_spec)
+    return messages
+
+
+def _gpu_pod_placement(subject: str, pod_spec: Mapping[str, Any]) -> list[str]:
     if not any(_requests_gpu(c) for c in _containers(pod_spec)):
         return []
-    subject = _subject(resource_type, inputs, context)
     messages = []
     if not _selects_gpu_nodes(pod_spec):
         messages.append(
@@ -319,7 +342,10 @@ def check_probes_present_lenient_liveness(
 ) -> list[str]:
     subject = _subject(resource_type, inputs, context)
     messages = []
-    for container in _containers(_pod_spec(resource_type, inputs)):
+    # A LeaderWorkerSet's workers run headless ranks with no HTTP server: the leader's probes stand for
+    # the group (and LeaderWorkerSet recreates the group when any of its pods restarts).
+    serving = [c for role, spec in _pod_specs(resource_type, inputs) if role != "worker" for c in _containers(spec)]
+    for container in serving:
         if not _requests_gpu(container):
             continue
         where = _where(subject, container)
@@ -362,7 +388,7 @@ def check_probes_present_lenient_liveness(
 def check_no_privileged_containers(resource_type: str, inputs: Mapping[str, Any], context: RuleContext) -> list[str]:
     subject = _subject(resource_type, inputs, context)
     messages = []
-    for container in _containers(_pod_spec(resource_type, inputs)):
+    for container in _all_containers(resource_type, inputs):
         where = _where(subject, container)
         security = _map(container.get("securityContext"))
         if security.get("privileged") is True:
@@ -392,7 +418,7 @@ _RESOURCE_WHY = {
 def check_requests_and_limits_set(resource_type: str, inputs: Mapping[str, Any], context: RuleContext) -> list[str]:
     subject = _subject(resource_type, inputs, context)
     messages = []
-    for container in _containers(_pod_spec(resource_type, inputs)):
+    for container in _all_containers(resource_type, inputs):
         where = _where(subject, container)
         resources = _map(container.get("resources"))
         for (part, resource), why in _RESOURCE_WHY.items():
@@ -460,7 +486,7 @@ def check_no_plaintext_secrets(resource_type: str, inputs: Mapping[str, Any], co
                         "it in pulumi.Output.secret()."
                     )
         return messages
-    for container in _containers(_pod_spec(resource_type, inputs)):
+    for container in _all_containers(resource_type, inputs):
         where = _where(subject, container)
         for env in _list(container.get("env")):
             if not isinstance(env, Mapping) or "value" not in env:

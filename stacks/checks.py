@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from urllib.parse import urlsplit
 
 from components import gpu, serving
-from stacks import platform_checks
+from stacks import platform_checks, serving_checks
 from stacks.config import (
     AccessMode,
     AmiType,
@@ -27,7 +27,6 @@ from stacks.config import (
     NodeAutoscalingMode,
     PlacementStrategy,
     PrometheusMode,
-    RoutingMode,
     StackConfig,
     StorageBackend,
 )
@@ -39,7 +38,6 @@ from stacks.planning import (
     replica_bounds,
     resolve_instance_type,
     rollout_strategies,
-    routing_mode,
     storage_backend_label,
 )
 from stacks.problems import Problem
@@ -345,37 +343,6 @@ def _edge(config: StackConfig) -> Iterator[Problem]:
                           "a gateway edge, or a shorter maxModelLen")
 
 
-def _routing(config: StackConfig) -> Iterator[Problem]:
-    edge = config.edge
-    pooled = [m for m in config.models if routing_mode(config, m) is RoutingMode.INFERENCE_POOL]
-    for model in pooled:
-        path = f"models[{model.name}].route.routing"
-        if edge.mode is not EdgeMode.GATEWAY:
-            # An ALB or ingress-nginx has no way to ask an endpoint picker; only the gateway's
-            # extension (Envoy AI Gateway) can.
-            yield Problem(path, f"{edge.mode.value} mode cannot route to an InferencePool", "inferencePool",
-                          "service, or edge.mode gateway")
-        elif edge.controller is not ControllerMode.INSTALL:
-            yield Problem(path, "an existing Envoy Gateway is not configured here with Envoy AI Gateway as its "
-                          "extension, which InferencePool routes need", "inferencePool",
-                          "service, or edge.controller install")
-    for model in config.models:
-        if model.route.priority is not None and routing_mode(config, model) is not RoutingMode.INFERENCE_POOL:
-            yield Problem(f"models[{model.name}].route.priority", "only an endpoint picker reads a priority; this "
-                          "model's route uses its Service", model.route.priority,
-                          "unset, or route.routing inferencePool")
-    replicas = edge.inference_routing.picker_replicas
-    if pooled and replicas < 2 and config.environment is not Environment.DEV:
-        yield Problem("edge.inferenceRouting.pickerReplicas", "the gateway fails closed without a picker, so one "
-                      f"picker is a single point of failure for {', '.join(m.name for m in pooled)}", replicas,
-                      ">= 2 outside dev")
-    routing = edge.inference_routing
-    if routing.picker_memory_limit_mib < routing.picker_memory_request_mib:
-        yield Problem("edge.inferenceRouting.pickerMemoryLimitMib", "below the memory request",
-                      routing.picker_memory_limit_mib,
-                      f">= pickerMemoryRequestMib ({routing.picker_memory_request_mib})")
-
-
 RULES: tuple[Callable[[StackConfig], Iterator[Problem]], ...] = (
     _scaling,
     platform_checks.weights_storage_rules,
@@ -385,7 +352,8 @@ RULES: tuple[Callable[[StackConfig], Iterator[Problem]], ...] = (
     _observability,
     _models,
     _edge,
-    _routing,
+    serving_checks.routing_rules,
+    serving_checks.multinode_rules,
 )
 
 

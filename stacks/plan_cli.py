@@ -416,7 +416,9 @@ def stack_cost_summary(config: object) -> str:
                 f"requests ({found['tpot_ms']} ms per token <= {found['itl_slo_ms']:g} ms; 1,024 in / 256 out)"
             )
         else:
-            lines.append(f"  {model.name}: {found.get('note') or cost.get('price_source')}")
+            price = (f"${cost['usd_per_replica_hour']}/replica-hour; " if cost.get("usd_per_replica_hour") is not None
+                     else "")
+            lines.append(f"  {model.name}: {price}{found.get('note') or cost.get('price_source')}")
     return "\n".join(lines) + "\n"
 
 

@@ -203,6 +203,9 @@ class VllmDeployment(pulumi.ComponentResource):
                 size=settings.pipeline_parallel_size, leader_template=pod_template(labels, [container]),
                 worker_template=pod_template(worker_labels, [worker]), strategy=args.strategy,
             )
+            fence = multinode.group_network_policy(args.model_name, args.namespace)
+            group_fence = k8s.networking.v1.NetworkPolicy(
+                f"{name}-group-netpol", metadata=fence["metadata"], spec=fence["spec"], opts=child)
             deployment = k8s.apiextensions.CustomResource(
                 f"{name}-leaderworkerset",
                 api_version=group["apiVersion"],
@@ -210,7 +213,8 @@ class VllmDeployment(pulumi.ComponentResource):
                 metadata=group["metadata"],
                 spec=group["spec"],
                 opts=pulumi.ResourceOptions(
-                    parent=self, depends_on=list(args.after), ignore_changes=["spec.replicas"],
+                    # The ranks find each other only once the group fence admits them.
+                    parent=self, depends_on=[*args.after, group_fence], ignore_changes=["spec.replicas"],
                     custom_timeouts=timeouts,
                 ),
             )

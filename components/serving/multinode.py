@@ -98,3 +98,25 @@ def leader_worker_set(
             },
         },
     }
+
+
+def group_network_policy(model_name: str, namespace: Any) -> dict[str, Any]:
+    """The ranks of a model's groups reach each other on any port (torch.distributed's rendezvous on
+    the leader, NCCL's bootstrap and socket channels) and DNS; EFA traffic itself bypasses IP. Added
+    to the serving fence (NetworkPolicies add up), it also fences the workers, which serve nothing."""
+    group = {"podSelector": {"matchLabels": {LWS_NAME_LABEL: model_name}}}
+    dns = {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                   "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+           "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": f"{model_name}-group", "namespace": namespace,
+                     "labels": {"app.kubernetes.io/part-of": "llm-serving"}},
+        "spec": {
+            "podSelector": {"matchLabels": {LWS_NAME_LABEL: model_name}},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{"from": [group]}],
+            "egress": [{"to": [group]}, dns],
+        },
+    }
