@@ -202,6 +202,8 @@ def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType
             min_replicas=low,
             ttft_p95_seconds=model.slo.ttft_p95_seconds,
             itl_p95_seconds=model.slo.itl_p95_seconds,
+            group_size=plan.pipeline_parallel_size,
+            group_ready_minutes=math.ceil(plan.startup_budget_seconds / 60),
         ),
         extra_env=extra_env,
         cache_gib=model.cache_volume_gib,

@@ -21,6 +21,7 @@ KUBE_STATE_METRICS: frozenset[str] = frozenset(
         "kube_deployment_spec_replicas",
         "kube_deployment_status_replicas_available",
         "kube_pod_container_status_restarts_total",
+        "kube_pod_status_ready",
     }
 )
 
@@ -59,6 +60,10 @@ class ModelSlo:
     # When known and equal to max_replicas the model does not autoscale, so "pinned at max" is its
     # normal state and that alert is left out.
     min_replicas: int | None = None
+    # > 1: each replica is a LeaderWorkerSet group of this many pods (leader <name>-<g>, workers
+    # <name>-<g>-<i>); the Deployment series do not exist, pod readiness stands in for them.
+    group_size: int = 1
+    group_ready_minutes: int = 60  # how long a group's pod may stay unready: its cold start budget
 
     def __post_init__(self) -> None:
         check_label_value("served_model_name", self.served_model_name)
@@ -104,6 +109,11 @@ def _model_rules(m: ModelSlo, runbook_base_url: str) -> list[dict[str, Any]]:
     def latency(series: str) -> str:
         return f"histogram_quantile(0.95, sum by ({by}, le) (rate({series}{{{vllm}}}[{LATENCY_RATE_WINDOW}])))"
 
+    group = m.group_size > 1
+    if group:
+        pods = f'namespace="{m.namespace}", pod=~"{m.deployment_name}-[0-9]+(-[0-9]+)?"'
+        leaders_ready = (f'sum by (namespace) (kube_pod_status_ready{{namespace="{m.namespace}", '
+                         f'pod=~"{m.deployment_name}-[0-9]+", condition="true"}})')
     rules = [
         _rule(
             alert="VllmQueueDepthHigh",
@@ -243,8 +253,30 @@ def _model_rules(m: ModelSlo, runbook_base_url: str) -> list[dict[str, Any]]:
             runbook_base_url=runbook_base_url,
         ),
     ]
-    if m.min_replicas == m.max_replicas:
+    if m.min_replicas == m.max_replicas or group:
+        # A LeaderWorkerSet's replica count is in no kube-state-metrics series: left out for groups.
         rules = [rule for rule in rules if rule["alert"] != "VllmReplicasAtMax"]
+    if group:
+        for rule in rules:
+            if rule["alert"] == "VllmNoReadyReplica":
+                rule["expr"] = f"{leaders_ready} == 0"
+            elif rule["alert"] == "VllmMetricsMissing":
+                rule["expr"] = f"({leaders_ready} > 0) unless on () vllm:num_requests_waiting{{{vllm}}}"
+        rules.append(_rule(
+            alert="VllmGroupIncomplete",
+            expr=f'count(kube_pod_status_ready{{{pods}, condition="true"}} == 0) > 0',
+            for_minutes=m.group_ready_minutes,
+            severity="warning",
+            model=model,
+            summary=f"A pod of {where}'s LeaderWorkerSet groups has not been ready for a whole cold start",
+            description=(
+                f"Each replica of {model} is a group of {m.group_size} pods on as many nodes; the group serves only "
+                "when every rank is up, and LeaderWorkerSet recreates the whole group when one pod restarts. A "
+                "pod unready for longer than a cold start means a missing rank: a node that does not come, EFA "
+                "or NCCL failing at start, or a crash loop. Check the group's pod events and the worker logs."
+            ),
+            runbook_base_url=runbook_base_url,
+        ))
     return rules
 
 

@@ -111,8 +111,12 @@ def _emitted_alerts() -> set[str]:
         served_model_name="m", deployment_name="m", namespace="n", max_replicas=2, ttft_p95_seconds=2,
         itl_p95_seconds=0.1,
     )  # fmt: skip
+    group = ModelSlo(
+        served_model_name="g", deployment_name="g", namespace="n", max_replicas=2, ttft_p95_seconds=2,
+        itl_p95_seconds=0.1, group_size=2,
+    )  # fmt: skip
     groups = gpu_health_rule_groups(runbook_base_url="https://x") + serving_rule_groups(
-        [slo], runbook_base_url="https://x"
+        [slo, group], runbook_base_url="https://x"
     )
     routed = RoutedModel(name="m", namespace="n", pod_selector={}, port=8000, drain_seconds=60)
     groups += picker_alert_groups((routed,), replicas=2, runbook_base_url="https://x")
@@ -123,7 +127,7 @@ def test_every_alert_has_exactly_one_runbook_section_at_its_link_anchor():
     text = FENCE.sub("", (DOCS / "runbooks.md").read_text(encoding="utf-8"))
     sections = re.findall(r"^### (.+)$", text, re.M)
     emitted = _emitted_alerts()
-    assert len(emitted) == 24
+    assert len(emitted) == 25
     assert sorted(sections) == sorted(emitted)
     # Each alert links to <base>#<alert lowercased>; the section's anchor must be exactly that.
     assert {name.lower() for name in emitted} <= _anchors(DOCS / "runbooks.md")

@@ -8,6 +8,7 @@ and name only vLLM 0.33.0 series, DCGM fields our counters file exports, or kube
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -40,6 +41,7 @@ KSM_LABELS = {
     "kube_deployment_status_replicas": {"namespace", "deployment"},
     "kube_deployment_status_replicas_available": {"namespace", "deployment"},
     "kube_pod_container_status_restarts_total": {"namespace", "pod", "container", "uid"},
+    "kube_pod_status_ready": {"namespace", "pod", "uid", "condition"},
 }
 # Labels on DCGM series: the exporter's per-GPU labels (render_metrics.go), `xid` on the windowed
 # Xid count, and `node` from our ServiceMonitor relabeling.
@@ -251,6 +253,9 @@ def _emitted() -> list[tuple[str, str]]:
         found.append((f"adapter {rule['name']['as']} seriesQuery", rule["seriesQuery"]))
     for rule in serving_rule_groups([_SLO], runbook_base_url="https://r.example.com/x")[0]["rules"]:
         found.append((f"alert {rule['alert']}", rule["expr"]))
+    group = dataclasses.replace(_SLO, group_size=2, group_ready_minutes=34)
+    for rule in serving_rule_groups([group], runbook_base_url="https://r.example.com/x")[0]["rules"]:
+        found.append((f"alert group {rule['alert']}", rule["expr"]))
     routed = RoutedModel("llama-70b", "llm-serving", {}, 8000, 1639)
     for rule in picker_alert_groups((routed,), 2, runbook_base_url="https://r.example.com/x")[0]["rules"]:
         found.append((f"alert {rule['alert']}", rule["expr"]))

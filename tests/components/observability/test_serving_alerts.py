@@ -7,6 +7,7 @@ uses only vLLM 0.33.0 and kube-state-metrics series with labels those series hav
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -88,6 +89,8 @@ KSM_LABELS = {
     "kube_deployment_spec_replicas": {"namespace", "deployment"},
     "kube_deployment_status_replicas_available": {"namespace", "deployment"},
     "kube_pod_container_status_restarts_total": {"namespace", "pod", "container", "uid"},
+    # kube-state-metrics docs/metrics/workload/pod-metrics.md (STABLE): condition true, false or unknown.
+    "kube_pod_status_ready": {"namespace", "pod", "uid", "condition"},
 }
 
 
@@ -111,9 +114,35 @@ def test_one_group_per_model_with_a_stable_name() -> None:
     assert serving_alerts.alert_names(GROUPS) == [name for name, _, _, _ in EXPECTED]
 
 
+# Llama 3.1 405B as TP 8 x PP 2: each replica a LeaderWorkerSet group of 2 pods.
+GROUP = dataclasses.replace(PROD, served_model_name="llama-405b", deployment_name="llama-405b", max_replicas=2,
+                            group_size=2, group_ready_minutes=34)
+GROUP_RULES = {r["alert"]: r for r in serving_rule_groups([GROUP], runbook_base_url=RUNBOOKS)[0]["rules"]}
+
+
 def test_kube_state_metrics_list_is_exactly_what_the_rules_use() -> None:
-    used = {name for rule in RULES for name in promql.metric_names(rule["expr"])}
+    used = {name for rule in [*RULES, *GROUP_RULES.values()] for name in promql.metric_names(rule["expr"])}
     assert used - vllm_series_names() == KUBE_STATE_METRICS == set(KSM_LABELS)
+
+
+def test_a_group_alerts_on_pod_readiness_and_a_missing_rank() -> None:
+    leaders = ('sum by (namespace) (kube_pod_status_ready{namespace="llm-serving", pod=~"llama-405b-[0-9]+", '
+               'condition="true"})')
+    assert GROUP_RULES["VllmNoReadyReplica"]["expr"] == f"{leaders} == 0"
+    assert "VllmReplicasAtMax" not in GROUP_RULES  # no kube-state-metrics series holds an LWS's replicas
+    incomplete = GROUP_RULES["VllmGroupIncomplete"]
+    assert incomplete["expr"] == (
+        'count(kube_pod_status_ready{namespace="llm-serving", pod=~"llama-405b-[0-9]+(-[0-9]+)?", '
+        'condition="true"} == 0) > 0')
+    assert (incomplete["for"], incomplete["labels"]["severity"]) == ("34m", "warning")
+    assert GROUP_RULES["VllmPodRestarting"]["expr"] == (
+        'increase(kube_pod_container_status_restarts_total{namespace="llm-serving", '
+        'pod=~"llama-405b-[0-9]+(-[0-9]+)?"}[15m]) > 0')
+    for rule in GROUP_RULES.values():
+        assert promql.parse_errors(rule["expr"]) == [], rule["alert"]
+        for series, labels in promql.label_matchers(rule["expr"]).items():
+            allowed = KSM_LABELS[series] if series in KSM_LABELS else vllm_metric_labels(series) | TARGET_LABELS
+            assert labels <= allowed, (rule["alert"], series, labels - allowed)
 
 
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: r["alert"])
