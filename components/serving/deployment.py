@@ -197,7 +197,10 @@ class VllmDeployment(pulumi.ComponentResource):
             # One LeaderWorkerSet group of pipeline-parallel-size pods per replica. The leader keeps
             # the labels the Service, the pool, the PodMonitor and the NetworkPolicies select.
             worker_labels = {**labels, "app.kubernetes.io/component": multinode.WORKER_COMPONENT}
-            worker = worker_container(container, engine.engine_args(settings) + engine.multinode_args(settings, False))
+            worker = worker_container(
+                container, engine.engine_args(settings) + engine.multinode_args(settings, False),
+                drain_seconds=engine.PRE_STOP_SECONDS + settings.shutdown_timeout_seconds,
+            )
             group = leader_worker_set(
                 name=args.model_name, namespace=args.namespace, labels=labels, replicas=args.replicas,
                 size=settings.pipeline_parallel_size, leader_template=pod_template(labels, [container]),

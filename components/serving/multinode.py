@@ -47,12 +47,19 @@ def efa_resources(resources: dict[str, Any], efa_interfaces: int) -> dict[str, A
     }
 
 
-def worker_container(leader: dict[str, Any], worker_args: list[str]) -> dict[str, Any]:
-    """A headless rank: the leader's container without the API server's port, probes and drain hook
-    (a worker answers no HTTP; the leader's probes stand for the group)."""
+def worker_container(leader: dict[str, Any], worker_args: list[str], drain_seconds: int) -> dict[str, Any]:
+    """A headless rank: the leader's container without the API server's port and probes (a worker
+    answers no HTTP; the leader's probes stand for the group).
+
+    The drain: LeaderWorkerSet deletes a group's pods together, and a rank that exits at SIGTERM
+    takes the engine down under the leader's in-flight streams. So a worker's preStop hook waits as
+    long as the leader's own drain (its preStop plus vLLM's --shutdown-timeout) before the worker
+    gets SIGTERM; the shared terminationGracePeriodSeconds covers both.
+    """
     worker = {k: copy.deepcopy(v) for k, v in leader.items()
               if k not in ("ports", "startupProbe", "readinessProbe", "livenessProbe", "lifecycle", "args")}
     worker["args"] = list(worker_args)
+    worker["lifecycle"] = {"preStop": {"exec": {"command": ["sleep", str(drain_seconds)]}}}
     return worker
 
 

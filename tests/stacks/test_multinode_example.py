@@ -63,9 +63,15 @@ def test_the_leader_serves_and_the_worker_joins_headless(example):
         "2", "--distributed-executor-backend", "mp", "--nnodes", "2", "--node-rank", "$(LWS_WORKER_INDEX)",
         "--master-addr", "$(LWS_LEADER_ADDRESS)", "--master-port", "29501", "--headless"]
     assert reference.vllm_flag_errors(leader["args"]) == reference.vllm_flag_errors(worker["args"]) == []
-    # Probes and the drain hook on the leader only: a worker answers no HTTP.
-    assert {"startupProbe", "readinessProbe", "livenessProbe", "lifecycle", "ports"} <= set(leader)
-    assert not {"startupProbe", "readinessProbe", "livenessProbe", "lifecycle", "ports"} & set(worker)
+    # Probes on the leader only: a worker answers no HTTP.
+    assert {"startupProbe", "readinessProbe", "livenessProbe", "ports"} <= set(leader)
+    assert not {"startupProbe", "readinessProbe", "livenessProbe", "ports"} & set(worker)
+    # The group drains as one: the leader stops taking requests after 15 s and lets in-flight streams
+    # run for its 300 s shutdown timeout; the worker waits out both before it gets SIGTERM.
+    assert leader["lifecycle"] == {"preStop": {"exec": {"command": ["sleep", "15"]}}}
+    assert worker["lifecycle"] == {"preStop": {"exec": {"command": ["sleep", "315"]}}}
+    assert "--shutdown-timeout" in leader["args"] and leader["args"][leader["args"].index("--shutdown-timeout") + 1] \
+        == "300"
     # The startup budget covers each stage reading half of the ~811 GB checkpoint from EFS (500 MiB/s).
     assert leader["startupProbe"]["failureThreshold"] * leader["startupProbe"]["periodSeconds"] == 2030
     pods = (template["leaderTemplate"], template["workerTemplate"])
