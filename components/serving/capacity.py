@@ -300,6 +300,41 @@ def tensor_parallel_problem(
     return None
 
 
+@dataclass(frozen=True)
+class _Sizing:
+    """What a TP x PP layout must fit: one GPU's memory and the KV tokens the target needs."""
+
+    gpu_memory_bytes: int
+    gpus_per_node: int
+    gpu_memory_utilization: float
+    kv_cache_dtype: str
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    block_size: int
+    cuda_graphs_counted: bool
+    needed_tokens: int
+
+    def shortfall(self, model: ModelArchitecture, tp: int, pp: int) -> str | None:
+        """Why `model` does not fit as TP x PP, or None when it does."""
+        problem = tensor_parallel_problem(model, tp, self.gpus_per_node) or pipeline_parallel_problem(
+            model, tp, pp, self.gpus_per_node)
+        if problem:
+            return problem
+        usable = int(self.gpu_memory_bytes * self.gpu_memory_utilization)
+        weights = weight_bytes_per_gpu(model, tp, pp)
+        if weights > usable:
+            return f"weights {_gib(weights)}/GPU > {_gib(usable)} usable"
+        available = available_kv_bytes_per_gpu(
+            self.gpu_memory_bytes, self.gpu_memory_utilization, model, tp, self.max_num_batched_tokens,
+            max_num_seqs=self.max_num_seqs, cuda_graphs_counted=self.cuda_graphs_counted, pp=pp,
+        )
+        tokens = kv_cache_tokens(available, kv_bytes_per_token_per_gpu(model, tp, self.kv_cache_dtype, pp),
+                                 self.block_size)
+        if tokens >= self.needed_tokens:
+            return None
+        return f"KV holds {_tokens(tokens)} tokens, needs {_tokens(self.needed_tokens)}"
+
+
 def choose_tensor_parallel_size(
     model: ModelArchitecture,
     gpu_memory_bytes: int,
@@ -319,33 +354,17 @@ def choose_tensor_parallel_size(
     Smallest because every extra rank is a GPU not serving another replica, and TP adds all-reduce
     latency (the seed's tuning order: "the smallest value that leaves healthy KV room").
     """
-    needed = target_concurrency * tokens_per_request(max_model_len, block_size)
-    usable = int(gpu_memory_bytes * gpu_memory_utilization)
+    sizing = _Sizing(gpu_memory_bytes, gpus_per_node, gpu_memory_utilization, kv_cache_dtype, max_num_batched_tokens,
+                     max_num_seqs, block_size, cuda_graphs_counted,
+                     target_concurrency * tokens_per_request(max_model_len, block_size))
     reasons: list[str] = []
     for tp in TENSOR_PARALLEL_SIZES:
         if tp > gpus_per_node:
             break
-        problem = tensor_parallel_problem(model, tp, gpus_per_node)
-        if problem:
-            reasons.append(f"TP{tp}: {problem}")
-            continue
-        weights = weight_bytes_per_gpu(model, tp)
-        if weights > usable:
-            reasons.append(f"TP{tp}: weights {_gib(weights)}/GPU > {_gib(usable)} usable")
-            continue
-        available = available_kv_bytes_per_gpu(
-            gpu_memory_bytes,
-            gpu_memory_utilization,
-            model,
-            tp,
-            max_num_batched_tokens,
-            max_num_seqs=max_num_seqs,
-            cuda_graphs_counted=cuda_graphs_counted,
-        )
-        tokens = kv_cache_tokens(available, kv_bytes_per_token_per_gpu(model, tp, kv_cache_dtype), block_size)
-        if tokens >= needed:
+        shortfall = sizing.shortfall(model, tp, 1)
+        if shortfall is None:
             return tp
-        reasons.append(f"TP{tp}: KV holds {_tokens(tokens)} tokens, needs {_tokens(needed)}")
+        reasons.append(f"TP{tp}: {shortfall}")
     sizes = ", ".join(str(tp) for tp in TENSOR_PARALLEL_SIZES if tp <= gpus_per_node)
     raise CapacityError(
         f"no --tensor-parallel-size in {sizes} fits {model.model_id} on {gpus_per_node} x "
@@ -388,28 +407,16 @@ def choose_pipeline_parallel_size(
     """Fewest whole nodes (PP stages of TP = GPUs per node) that hold the weights and
     `target_concurrency` full requests: TP within a node, PP across nodes (vLLM's
     parallelism_scaling guide: "too big for one node: TP = GPUs per node, PP = number of nodes")."""
-    needed = target_concurrency * tokens_per_request(max_model_len, block_size)
-    usable = int(gpu_memory_bytes * gpu_memory_utilization)
+    sizing = _Sizing(gpu_memory_bytes, gpus_per_node, gpu_memory_utilization, kv_cache_dtype, max_num_batched_tokens,
+                     max_num_seqs, block_size, cuda_graphs_counted,
+                     target_concurrency * tokens_per_request(max_model_len, block_size))
     tp = gpus_per_node
     reasons: list[str] = []
     for pp in range(2, max_nodes_per_replica + 1):
-        problem = tensor_parallel_problem(model, tp, gpus_per_node) or pipeline_parallel_problem(
-            model, tp, pp, gpus_per_node)
-        if problem:
-            reasons.append(f"PP{pp}: {problem}")
-            continue
-        weights = weight_bytes_per_gpu(model, tp, pp)
-        if weights > usable:
-            reasons.append(f"PP{pp}: weights {_gib(weights)}/GPU > {_gib(usable)} usable")
-            continue
-        available = available_kv_bytes_per_gpu(
-            gpu_memory_bytes, gpu_memory_utilization, model, tp, max_num_batched_tokens,
-            max_num_seqs=max_num_seqs, cuda_graphs_counted=cuda_graphs_counted, pp=pp,
-        )
-        tokens = kv_cache_tokens(available, kv_bytes_per_token_per_gpu(model, tp, kv_cache_dtype, pp), block_size)
-        if tokens >= needed:
+        shortfall = sizing.shortfall(model, tp, pp)
+        if shortfall is None:
             return pp
-        reasons.append(f"PP{pp}: KV holds {_tokens(tokens)} tokens, needs {_tokens(needed)}")
+        reasons.append(f"PP{pp}: {shortfall}")
     raise CapacityError(
         f"no group of up to {max_nodes_per_replica} x {gpus_per_node} GPU(s) (TP{tp} x PP) fits {model.model_id} "
         f"for {target_concurrency} request(s) at --max-model-len {max_model_len}: {'; '.join(reasons)}"
