@@ -104,7 +104,8 @@ EFA_DEVICE_PLUGIN = ChartPin(
 )
 # LeaderWorkerSet v0.10.0 (kubernetes-sigs/lws, 2026-08-11; facts.md T2.7): one group of pods per
 # replica of a model larger than one node.
-LWS = ChartPin(chart="lws", version="0.10.0", repository="oci://registry.k8s.io/lws/charts/lws")
+# The chart is pushed with the git tag as its version (hack/push-chart.sh), so the OCI tag is "v0.10.0".
+LWS = ChartPin(chart="lws", version="v0.10.0", repository="oci://registry.k8s.io/lws/charts/lws")
 
 PROMETHEUS_OPERATOR_CRDS = ChartPin(
     chart="prometheus-operator-crds", version="31.0.1", repository="https://prometheus-community.github.io/helm-charts"

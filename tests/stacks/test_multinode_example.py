@@ -104,7 +104,7 @@ def test_the_nodes_launch_with_every_efa_interface_and_the_plugin_and_operator_i
     assert (efa["chart"], efa["version"], efa["namespace"]) == ("aws-efa-k8s-device-plugin", "v0.5.30", "kube-system")
     assert efa["values"] == {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}
     lws = example.resource("kubernetes:helm.sh/v3:Release", "leaderworkerset-release")["inputs"]
-    assert (lws["chart"], lws["version"], lws["name"]) == ("oci://registry.k8s.io/lws/charts/lws", "0.10.0", "lws")
+    assert (lws["chart"], lws["version"], lws["name"]) == ("oci://registry.k8s.io/lws/charts/lws", "v0.10.0", "lws")
     assert lws["values"] == {"replicaCount": 2,
                              "podSecurityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}}
     assert reference.helm_value_errors("lws", "0.10.0", lws["values"]) == []
