@@ -140,9 +140,10 @@ def picker_args(model: RoutedModel) -> list[str]:
         "--grpc-port", str(GRPC_PORT),
         "--grpc-health-port", str(HEALTH_PORT),
         "--metrics-port", str(METRICS_PORT),
-        # On SIGTERM the picker turns NotServing (the Service drops it) but keeps answering the
-        # streams it holds this long: a response streams through it, so a shorter window would cut
-        # every generation still running on this replica.
+        # On SIGTERM the picker turns NotServing, so it leaves the headless Service's DNS and new
+        # requests go to the other pickers within seconds, and keeps serving for this fixed window
+        # before it stops its gRPC server (cmd/epp/runner/runner.go @v0.10.0): a response streams
+        # through it, so a shorter window would cut every generation still running through it.
         f"--drain-timeout={model.drain_seconds}s",
         # Prometheus scrapes without a token; the NetworkPolicy admits only its namespace.
         "--metrics-endpoint-auth=false",
@@ -185,12 +186,14 @@ def picker_objects(model: RoutedModel, settings: PickerSettings) -> list[Manifes
             {"name": "grpc-health", "containerPort": HEALTH_PORT, "protocol": "TCP"},
             {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
         ],
-        # Readiness every 2 s: a replica that stops serving leaves the Service within seconds, and the
-        # gateway's LEAST_REQUEST cluster sends new requests to the other one.
+        # Readiness every 2 s: a picker that stops serving (draining, or not yet synced) leaves the
+        # headless Service's DNS within seconds, and the gateway sends new requests to the others.
         "readinessProbe": {"grpc": {"port": HEALTH_PORT, "service": "readiness"}, "periodSeconds": 2,
                            "failureThreshold": 2},
-        "livenessProbe": {"grpc": {"port": HEALTH_PORT, "service": "liveness"}, "periodSeconds": 10,
-                          "failureThreshold": 3},
+        # Without leader election `liveness` also waits for the pool to sync: give a slow first sync
+        # a minute before restarting the picker.
+        "livenessProbe": {"grpc": {"port": HEALTH_PORT, "service": "liveness"}, "initialDelaySeconds": 10,
+                          "periodSeconds": 10, "failureThreshold": 6},
         "resources": {"requests": {"cpu": settings.cpu_request, "memory": settings.memory_request},
                       "limits": {"memory": settings.memory_limit}},
         "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
@@ -233,6 +236,12 @@ def picker_objects(model: RoutedModel, settings: PickerSettings) -> list[Manifes
     service = {
         "apiVersion": "v1", "kind": "Service", "metadata": _meta(name, ns, labels),
         "spec": {
+            # Headless: Envoy AI Gateway resolves the picker as a STRICT_DNS cluster with LEAST_REQUEST
+            # (internal/extensionserver/inferencepool.go @v1.1.0). With a ClusterIP it would see one
+            # address and keep its HTTP/2 connections on a draining picker; with the pod addresses it
+            # balances requests over the pickers and drops one from DNS as soon as it stops serving,
+            # while the streams it holds run on through --drain-timeout.
+            "clusterIP": "None",
             "selector": labels,
             "ports": [
                 {"name": "grpc-ext-proc", "port": GRPC_PORT, "targetPort": "grpc", "protocol": "TCP",

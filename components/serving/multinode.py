@@ -63,11 +63,11 @@ def worker_container(leader: dict[str, Any], worker_args: list[str], drain_secon
     return worker
 
 
-def rollout_strategy(deployment_strategy: dict[str, Any] | None, replicas: int) -> dict[str, Any]:
+def rollout_strategy(deployment_strategy: dict[str, Any] | None) -> dict[str, Any]:
     """The rollout planner's Deployment strategy in LeaderWorkerSet's terms (groups, not pods).
     LeaderWorkerSet has no Recreate: every group unavailable at once is its equivalent."""
     if deployment_strategy and deployment_strategy.get("type") == "Recreate":
-        surge, unavailable = 0, max(1, replicas)
+        surge, unavailable = 0, "100%"  # every group, however many the autoscaler runs
     else:
         rolling = (deployment_strategy or {}).get("rollingUpdate", {"maxSurge": 1, "maxUnavailable": 0})
         surge, unavailable = rolling["maxSurge"], rolling["maxUnavailable"]
@@ -95,8 +95,13 @@ def leader_worker_set(
             # Workers start with the leader: the leader's server becomes Ready only once every rank
             # has joined, so waiting for a Ready leader first (LeaderReady) would never finish.
             "startupPolicy": "LeaderCreated",
-            "rolloutStrategy": rollout_strategy(strategy, replicas),
-            "networkConfig": {"subdomainPolicy": "Shared"},
+            "rolloutStrategy": rollout_strategy(strategy),
+            # One headless Service per group, named after its leader pod (<name>-<group>). With `Shared`
+            # LeaderWorkerSet would name a single headless Service after the LeaderWorkerSet, which is
+            # also the model's own ClusterIP Service: it skips creating it when that name exists, so
+            # LWS_LEADER_ADDRESS would never resolve and no group could rendezvous (lws v0.10.0
+            # leaderworkerset_controller.go CreateHeadlessServiceIfNotExists; pod_controller.go).
+            "networkConfig": {"subdomainPolicy": "UniquePerReplica"},
             "leaderWorkerTemplate": {
                 "size": size,
                 "restartPolicy": "RecreateGroupOnPodRestart",

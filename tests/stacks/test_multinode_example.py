@@ -39,8 +39,13 @@ def test_each_replica_is_one_leader_worker_set_group_of_two_nodes(example):
         # Room for one more group at peak (6 nodes for 2 groups of 2): surge a group, take none away.
         "rolloutStrategy": {"type": "RollingUpdate",
                             "rollingUpdateConfiguration": {"maxSurge": 1, "maxUnavailable": 0}},
-        "networkConfig": {"subdomainPolicy": "Shared"},
+        "networkConfig": {"subdomainPolicy": "UniquePerReplica"},
     }
+    # LeaderWorkerSet makes one headless Service per group named after its leader pod (llama-405b-0,
+    # llama-405b-1); with `Shared` it would want one named llama-405b, the model's own Service, and
+    # skip it, leaving LWS_LEADER_ADDRESS unresolvable.
+    services = {m["metadata"]["name"] for m in example.manifests if m["kind"] == "Service"}
+    assert MODEL in services and not {f"{MODEL}-0", f"{MODEL}-1"} & services
     template = spec["leaderWorkerTemplate"]
     assert (template["size"], template["restartPolicy"]) == (2, "RecreateGroupOnPodRestart")
     assert template["leaderTemplate"]["metadata"]["labels"]["app.kubernetes.io/component"] == "vllm"

@@ -73,8 +73,10 @@ def test_prods_picker_runs_two_active_replicas_that_drain_for_the_longest_stream
     assert pod["terminationGracePeriodSeconds"] == 1639 + 30
     assert container["readinessProbe"] == {"grpc": {"port": 9003, "service": "readiness"}, "periodSeconds": 2,
                                            "failureThreshold": 2}
-    assert container["livenessProbe"] == {"grpc": {"port": 9003, "service": "liveness"}, "periodSeconds": 10,
-                                          "failureThreshold": 3}
+    assert container["livenessProbe"] == {"grpc": {"port": 9003, "service": "liveness"}, "initialDelaySeconds": 10,
+                                          "periodSeconds": 10, "failureThreshold": 6}
+    # Headless: the gateway resolves every picker and drops a draining one from DNS.
+    assert _by(rendered["prod"], "Service", f"{MODEL}-epp")["spec"]["clusterIP"] == "None"
     assert container["resources"] == {"requests": {"cpu": "2", "memory": "4096Mi"}, "limits": {"memory": "8192Mi"}}
     # Pod Security `restricted`.
     assert pod["securityContext"] == {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532,
