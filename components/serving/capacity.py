@@ -171,7 +171,9 @@ def weight_bytes_per_gpu(model: ModelArchitecture, tp: int, pp: int = 1) -> int:
 
     With PP > 1 vLLM splits the decoder layers evenly over the stages; the first stage also holds the
     embedding and the last lm_head (vllm/distributed/utils.py get_pp_indices), so a stage holds
-    (total - 2 embeddings) / PP + one embedding, over its TP ranks.
+    (total - 2 embeddings) / PP + one embedding, over its TP ranks. That assumes untied embeddings, as
+    every catalog model that needs more than one node has; a tied model would hold a copy on the last
+    stage too, about one embedding / PP more than planned here.
 
     An approximation: vLLM shards every Linear, the vocab-parallel embedding and lm_head, and MoE
     experts over TP, but replicates norms and biases, pads some shapes (vocab, MXFP4 experts), and
@@ -594,7 +596,7 @@ def plan(
     modelled, which plan says in a note.
     `pp` (`--pipeline-parallel-size`): stages on whole nodes; "auto" with `tp="auto"` spreads a model that
     fits no single node over up to `max_nodes_per_replica` nodes, TP = GPUs per node within each
-    (default: an explicit `pp`, else 1).
+    (default: an explicit `pp`, else 1). "auto" with an explicit `tp` means PP 1.
     """
     if enforce_eager:
         cuda_graphs_counted = False
