@@ -191,7 +191,6 @@ class ServingStack(pulumi.ComponentResource):
                             pod_selector=self._pod_selectors[name],
                             port=PORT,
                             drain_seconds=drain,
-                            monitor_labels=dict(args.monitor_labels),
                             priority=priority,
                         )
                         for name, drain, priority in args.routed_models

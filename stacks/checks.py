@@ -40,6 +40,7 @@ from stacks.planning import (
     rollout_strategies,
     storage_backend_label,
 )
+from stacks.platform_checks import NG
 from stacks.problems import Problem
 
 # The vLLM image is about 10 GB compressed; containerd keeps the compressed layers while it unpacks
@@ -48,7 +49,6 @@ from stacks.problems import Problem
 # templates use 200-256 GiB gp3 when instance storage is not used).
 MIN_ROOT_VOLUME_FOR_IMAGES_GIB = 100
 
-NG = "gpuNodeGroup"
 
 
 def _scaling(config: StackConfig) -> Iterator[Problem]:

@@ -399,16 +399,10 @@ def stack_cost_summary(config: object) -> str:
              f"  GPU nodes ({total.instance_type}): {total.nodes_at_min} at min replicas"
              + (f" ${low:,.2f}/hour" if low is not None else "")
              + f"; {total.nodes_at_max} at max" + (f" ${high:,.2f}/hour" if high is not None else "")]
-    instance = planning.resolve_instance_type(config)  # type: ignore[arg-type]
-    load = argparse.Namespace(prompt_tokens=1024, output_tokens=256)
     for model in config.models:  # type: ignore[attr-defined]
         result = planning.model_plan(config, model)  # type: ignore[arg-type]
-        architecture = planning.model_architecture(model)
-        assert architecture is not None and instance is not None  # the stack validated
         cost = _replica_cost(result)
-        load.itl_slo_ms = model.slo.itl_p95_seconds * 1000
-        load.ttft_slo_ms = model.slo.ttft_p95_seconds * 1000
-        found = performance(result, architecture, instance.gpu.product_label, load, cost)
+        found = stack_model_performance(config, model, result, cost, prompt_tokens=1024, output_tokens=256)
         if "usd_per_million_output_tokens" in found:
             lines.append(
                 f"  {model.name}: ${cost['usd_per_replica_hour']}/replica-hour; "
@@ -420,6 +414,21 @@ def stack_cost_summary(config: object) -> str:
                      else "")
             lines.append(f"  {model.name}: {price}{found.get('note') or cost.get('price_source')}")
     return "\n".join(lines) + "\n"
+
+
+def stack_model_performance(config: object, model: object, result: CapacityPlan, cost: dict[str, object], *,
+                            prompt_tokens: int, output_tokens: int) -> dict[str, object]:
+    """`performance` for one of a stack's models: on the stack's GPU, against the model's own SLOs."""
+    from stacks import planning  # the stack layer, only in this mode
+
+    architecture = planning.model_architecture(model)  # type: ignore[arg-type]
+    instance = planning.resolve_instance_type(config)  # type: ignore[arg-type]
+    assert architecture is not None and instance is not None  # the stack validated
+    load = argparse.Namespace(
+        prompt_tokens=prompt_tokens, output_tokens=output_tokens,
+        itl_slo_ms=model.slo.itl_p95_seconds * 1000, ttft_slo_ms=model.slo.ttft_p95_seconds * 1000,  # type: ignore[attr-defined]
+    )
+    return performance(result, architecture, instance.gpu.product_label, load, cost)
 
 
 def _replica_cost(result: CapacityPlan) -> dict[str, object]:
@@ -474,11 +483,6 @@ def _stack_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     cost.update({"stack_nodes_at_min_replicas": total.nodes_at_min, "stack_nodes_at_max_replicas": total.nodes_at_max,
                  "stack_usd_per_hour_at_min": total.at(total.nodes_at_min),
                  "stack_usd_per_hour_at_max": total.at(total.nodes_at_max), "stack_price_note": total.price_note})
-    architecture = planning.model_architecture(model)
-    instance = planning.resolve_instance_type(config)
-    assert architecture is not None and instance is not None  # the stack validated
-    args.itl_slo_ms = model.slo.itl_p95_seconds * 1000
-    args.ttft_slo_ms = model.slo.ttft_p95_seconds * 1000
-    perf = performance(result, architecture, instance.gpu.product_label, args, cost)
+    perf = stack_model_performance(config, model, result, cost, prompt_tokens=args.prompt_tokens,
+                                   output_tokens=args.output_tokens)
     return _print(result, found, cost, perf, args.json, out)
-    return EXIT_OK

@@ -8,9 +8,8 @@ from collections.abc import Iterator
 
 from stacks.config import ControllerMode, EdgeMode, Environment, PlacementStrategy, RoutingMode, StackConfig
 from stacks.planning import resolve_instance_type, routing_mode
+from stacks.platform_checks import NG
 from stacks.problems import Problem
-
-NG = "gpuNodeGroup"
 
 
 def routing_rules(config: StackConfig) -> Iterator[Problem]:

@@ -72,10 +72,7 @@ class Edge(pulumi.ComponentResource):
                     parent=self,
                 )
                 controller.append(crds)
-                before_gateway: list[pulumi.Resource] = [crds]
-                if args.inference_extension:
-                    before_gateway += self._inference_pool_prerequisites(name, args)
-                    self.inference_prerequisites += before_gateway
+                pool_prerequisites = self._inference_pool_prerequisites(name, args) if args.inference_extension else []
                 envoy_gateway = helm_release(
                     f"{name}-envoy-gateway",
                     chart="gateway-helm",
@@ -83,12 +80,13 @@ class Edge(pulumi.ComponentResource):
                     release_namespace=ns.metadata.name,
                     values=objects.envoy_gateway_chart_values(args.inference_extension),
                     parent=self,
-                    depends_on=before_gateway,
+                    depends_on=[crds, *pool_prerequisites],
                 )
                 controller.append(envoy_gateway)
                 if args.inference_extension:
-                    controller.append(self._ai_gateway(name, args, envoy_gateway))
-                    self.inference_prerequisites += controller[-2:]
+                    ai_gateway = self._ai_gateway(name, args, envoy_gateway)
+                    controller.append(ai_gateway)
+                    self.inference_prerequisites = [crds, *pool_prerequisites, envoy_gateway, ai_gateway]
             manifests = objects.gateway_objects(args.settings, routes)
             if args.settings.auth == "gateway-api-key":
                 # Envoy Gateway's apiKeyAuth reads client id -> key pairs from this Secret.

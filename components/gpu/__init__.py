@@ -6,13 +6,12 @@ from .cluster_autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
 from .counters import exported_metric_names
 from .dcgm_exporter import DcgmExporter, DcgmExporterArgs
 from .device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
-from .efa import EFA_RESOURCE, EfaDevicePlugin, EfaDevicePluginArgs, efa_device_plugin_values
+from .efa import EfaDevicePlugin, EfaDevicePluginArgs, efa_device_plugin_values
 from .node_autoscaling import SAFE_TO_EVICT_ANNOTATION, image_tag_for
 from .node_group import GpuNodeGroup, GpuNodeGroupArgs, node_monitoring_agent
 from .prices import Price, instance_price
 
 __all__ = [
-    "EFA_RESOURCE",
     "EfaDevicePlugin",
     "EfaDevicePluginArgs",
     "efa_device_plugin_values",

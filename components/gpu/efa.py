@@ -17,7 +17,6 @@ from components.platform import helm_release
 
 from . import scheduling
 
-EFA_RESOURCE = "vpc.amazonaws.com/efa"
 EFA_NAMESPACE = "kube-system"
 
 

@@ -15,7 +15,7 @@ cmd/epp/runner/health.go); the scheduling configuration is the chart's default p
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 Manifest = dict[str, Any]
@@ -84,7 +84,6 @@ class RoutedModel:
     pod_selector: dict[str, str]  # exactly the vLLM pods' selector labels
     port: int  # vLLM's container port
     drain_seconds: int  # the longest stream the edge allows for this model
-    monitor_labels: dict[str, str] = field(default_factory=dict)
     priority: int | None = None  # an InferenceObjective for every request of the model
 
 
@@ -154,7 +153,8 @@ def picker_args(model: RoutedModel) -> list[str]:
     ]
 
 
-def picker_objects(model: RoutedModel, settings: PickerSettings) -> list[Manifest]:
+def picker_objects(model: RoutedModel, settings: PickerSettings,
+                   monitor_labels: dict[str, str] | None = None) -> list[Manifest]:
     """ServiceAccount, Role and binding, config, Deployment, Service, PDB and PodMonitor of one picker."""
     name, ns = picker_name(model.name), model.namespace
     labels = picker_labels(model.name)
@@ -256,7 +256,7 @@ def picker_objects(model: RoutedModel, settings: PickerSettings) -> list[Manifes
     }
     monitor = {
         "apiVersion": MONITORING_API, "kind": "PodMonitor",
-        "metadata": _meta(name, ns, {**labels, **model.monitor_labels}),
+        "metadata": _meta(name, ns, {**labels, **(monitor_labels or {})}),
         "spec": {"selector": {"matchLabels": labels},
                  "podMetricsEndpoints": [{"port": "metrics", "path": "/metrics", "interval": "15s"}]},
     }

@@ -50,7 +50,7 @@ class InferenceRouting(pulumi.ComponentResource):
         objective_crds = k8s.yaml.v2.ConfigFile(f"{name}-objective-crds", file=args.objective_crds_url, opts=child)
         after_crds = pulumi.ResourceOptions(parent=self, depends_on=[objective_crds])
         for model in args.models:
-            for obj in picker_objects(model, args.picker):
+            for obj in picker_objects(model, args.picker, args.monitor_labels):
                 manifest_resource(f"{model.name}-epp-{obj['kind'].lower()}", obj, after_crds)
             manifest_resource(f"{model.name}-inferencepool", inference_pool(model), child)
             objective = inference_objective(model)

@@ -303,18 +303,24 @@ def tensor_parallel_problem(
 
 
 @dataclass(frozen=True)
-class _Sizing:
-    """What a TP x PP layout must fit: one GPU's memory and the KV tokens the target needs."""
+class LayoutSizing:
+    """What a TP x PP layout must fit: one GPU's memory and `target_concurrency` requests of
+    `max_model_len` tokens in its KV cache, with the engine settings that decide the overhead."""
 
     gpu_memory_bytes: int
     gpus_per_node: int
-    gpu_memory_utilization: float
-    kv_cache_dtype: str
-    max_num_batched_tokens: int
-    max_num_seqs: int
-    block_size: int
-    cuda_graphs_counted: bool
-    needed_tokens: int
+    max_model_len: int
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
+    kv_cache_dtype: str = "auto"
+    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS
+    max_num_seqs: int = LARGE_GPU_MAX_NUM_SEQS
+    target_concurrency: int = 1
+    block_size: int = DEFAULT_BLOCK_SIZE
+    cuda_graphs_counted: bool = True
+
+    @property
+    def needed_tokens(self) -> int:
+        return self.target_concurrency * tokens_per_request(self.max_model_len, self.block_size)
 
     def shortfall(self, model: ModelArchitecture, tp: int, pp: int) -> str | None:
         """Why `model` does not fit as TP x PP, or None when it does."""
@@ -336,44 +342,51 @@ class _Sizing:
             return None
         return f"KV holds {_tokens(tokens)} tokens, needs {_tokens(self.needed_tokens)}"
 
+    def smallest_tensor_parallel_size(self, model: ModelArchitecture) -> int:
+        """Smallest TP in 1, 2, 4, 8 that tiles the node and holds `target_concurrency` full requests.
+
+        Smallest because every extra rank is a GPU not serving another replica, and TP adds all-reduce
+        latency (the seed's tuning order: "the smallest value that leaves healthy KV room").
+        """
+        reasons: list[str] = []
+        for tp in TENSOR_PARALLEL_SIZES:
+            if tp > self.gpus_per_node:
+                break
+            shortfall = self.shortfall(model, tp, 1)
+            if shortfall is None:
+                return tp
+            reasons.append(f"TP{tp}: {shortfall}")
+        sizes = ", ".join(str(tp) for tp in TENSOR_PARALLEL_SIZES if tp <= self.gpus_per_node)
+        raise CapacityError(
+            f"no --tensor-parallel-size in {sizes} fits {model.model_id} on {self.gpus_per_node} x "
+            f"{_gib(self.gpu_memory_bytes)} GPU(s) for {self.target_concurrency} request(s) at --max-model-len "
+            f"{self.max_model_len}: {'; '.join(reasons)}; use a GPU with more memory, an FP8 checkpoint, "
+            "--kv-cache-dtype fp8, a lower --max-model-len, or more nodes per replica (--max-nodes-per-replica)"
+        )
+
+    def fewest_pipeline_stages(self, model: ModelArchitecture, max_nodes_per_replica: int) -> int:
+        """Fewest whole nodes (PP stages of TP = GPUs per node) that hold the weights and the requests:
+        TP within a node, PP across nodes (vLLM's parallelism_scaling guide: "too big for one node:
+        TP = GPUs per node, PP = number of nodes")."""
+        tp = self.gpus_per_node
+        reasons: list[str] = []
+        for pp in range(2, max_nodes_per_replica + 1):
+            shortfall = self.shortfall(model, tp, pp)
+            if shortfall is None:
+                return pp
+            reasons.append(f"PP{pp}: {shortfall}")
+        raise CapacityError(
+            f"no group of up to {max_nodes_per_replica} x {self.gpus_per_node} GPU(s) (TP{tp} x PP) fits "
+            f"{model.model_id} for {self.target_concurrency} request(s) at --max-model-len {self.max_model_len}: "
+            f"{'; '.join(reasons)}"
+        )
+
 
 def choose_tensor_parallel_size(
-    model: ModelArchitecture,
-    gpu_memory_bytes: int,
-    gpus_per_node: int,
-    max_model_len: int,
-    *,
-    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
-    kv_cache_dtype: str = "auto",
-    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
-    max_num_seqs: int = LARGE_GPU_MAX_NUM_SEQS,
-    target_concurrency: int = 1,
-    block_size: int = DEFAULT_BLOCK_SIZE,
-    cuda_graphs_counted: bool = True,
+    model: ModelArchitecture, gpu_memory_bytes: int, gpus_per_node: int, max_model_len: int, **options: Any
 ) -> int:
-    """Smallest TP in 1, 2, 4, 8 that tiles the node and holds `target_concurrency` full requests.
-
-    Smallest because every extra rank is a GPU not serving another replica, and TP adds all-reduce
-    latency (the seed's tuning order: "the smallest value that leaves healthy KV room").
-    """
-    sizing = _Sizing(gpu_memory_bytes, gpus_per_node, gpu_memory_utilization, kv_cache_dtype, max_num_batched_tokens,
-                     max_num_seqs, block_size, cuda_graphs_counted,
-                     target_concurrency * tokens_per_request(max_model_len, block_size))
-    reasons: list[str] = []
-    for tp in TENSOR_PARALLEL_SIZES:
-        if tp > gpus_per_node:
-            break
-        shortfall = sizing.shortfall(model, tp, 1)
-        if shortfall is None:
-            return tp
-        reasons.append(f"TP{tp}: {shortfall}")
-    sizes = ", ".join(str(tp) for tp in TENSOR_PARALLEL_SIZES if tp <= gpus_per_node)
-    raise CapacityError(
-        f"no --tensor-parallel-size in {sizes} fits {model.model_id} on {gpus_per_node} x "
-        f"{_gib(gpu_memory_bytes)} GPU(s) for {target_concurrency} request(s) at --max-model-len "
-        f"{max_model_len}: {'; '.join(reasons)}; use a GPU with more memory, an FP8 checkpoint, "
-        "--kv-cache-dtype fp8, a lower --max-model-len, or more nodes per replica (--max-nodes-per-replica)"
-    )
+    """LayoutSizing(...).smallest_tensor_parallel_size; `options` are its other fields."""
+    return LayoutSizing(gpu_memory_bytes, gpus_per_node, max_model_len, **options).smallest_tensor_parallel_size(model)
 
 
 def pipeline_parallel_problem(model: ModelArchitecture, tp: int, pp: int, gpus_per_node: int) -> str | None:
@@ -389,40 +402,6 @@ def pipeline_parallel_problem(model: ModelArchitecture, tp: int, pp: int, gpus_p
         return (f"{model.model_id} has {model.num_layers} layers, which --pipeline-parallel-size {pp} does not "
                 "divide (the planner sizes even stages)")
     return None
-
-
-def choose_pipeline_parallel_size(
-    model: ModelArchitecture,
-    gpu_memory_bytes: int,
-    gpus_per_node: int,
-    max_model_len: int,
-    max_nodes_per_replica: int,
-    *,
-    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
-    kv_cache_dtype: str = "auto",
-    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
-    max_num_seqs: int = LARGE_GPU_MAX_NUM_SEQS,
-    target_concurrency: int = 1,
-    block_size: int = DEFAULT_BLOCK_SIZE,
-    cuda_graphs_counted: bool = True,
-) -> int:
-    """Fewest whole nodes (PP stages of TP = GPUs per node) that hold the weights and
-    `target_concurrency` full requests: TP within a node, PP across nodes (vLLM's
-    parallelism_scaling guide: "too big for one node: TP = GPUs per node, PP = number of nodes")."""
-    sizing = _Sizing(gpu_memory_bytes, gpus_per_node, gpu_memory_utilization, kv_cache_dtype, max_num_batched_tokens,
-                     max_num_seqs, block_size, cuda_graphs_counted,
-                     target_concurrency * tokens_per_request(max_model_len, block_size))
-    tp = gpus_per_node
-    reasons: list[str] = []
-    for pp in range(2, max_nodes_per_replica + 1):
-        shortfall = sizing.shortfall(model, tp, pp)
-        if shortfall is None:
-            return pp
-        reasons.append(f"PP{pp}: {shortfall}")
-    raise CapacityError(
-        f"no group of up to {max_nodes_per_replica} x {gpus_per_node} GPU(s) (TP{tp} x PP) fits {model.model_id} "
-        f"for {target_concurrency} request(s) at --max-model-len {max_model_len}: {'; '.join(reasons)}"
-    )
 
 
 def cold_start_seconds(
@@ -651,7 +630,8 @@ def plan(
                 "--available-kv-gib is one measured boot at one tensor-parallel size; "
                 "give that --tensor-parallel-size instead of auto"
             )
-        sizing: dict[str, Any] = dict(
+        layout = LayoutSizing(
+            gpu.memory_bytes, gpu.gpus_per_node, max_model_len,
             gpu_memory_utilization=gpu_memory_utilization,
             kv_cache_dtype=kv_cache_dtype,
             max_num_batched_tokens=max_num_batched_tokens,
@@ -661,13 +641,12 @@ def plan(
             cuda_graphs_counted=cuda_graphs_counted,
         )
         try:
-            tp = choose_tensor_parallel_size(model, gpu.memory_bytes, gpu.gpus_per_node, max_model_len, **sizing)
+            tp = layout.smallest_tensor_parallel_size(model)
             pp = 1
         except CapacityError:
             if pp != "auto" or max_nodes_per_replica == 1:
                 raise
-            pp = choose_pipeline_parallel_size(
-                model, gpu.memory_bytes, gpu.gpus_per_node, max_model_len, max_nodes_per_replica, **sizing)
+            pp = layout.fewest_pipeline_stages(model, max_nodes_per_replica)
             tp = gpu.gpus_per_node
     assert pp != "auto"
     problem = tensor_parallel_problem(model, tp, gpu.gpus_per_node, gpu.name) or pipeline_parallel_problem(

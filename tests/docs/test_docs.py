@@ -152,20 +152,15 @@ def test_calibration_and_benchmark_tables_are_the_planners_real_figures():
 
 @pytest.mark.parametrize("stack", ["prod", "dev"])
 def test_readme_cost_figures_are_the_stacks_own(stack):
-    import argparse
-
     from stacks import loader, planning
-    from stacks.plan_cli import _replica_cost, performance
+    from stacks.plan_cli import _replica_cost, stack_model_performance
 
     _, config = loader.load_stack_file(loader.stack_file_path(stack))
     total = planning.stack_cost(config)
     (model,) = config.models
     result = planning.model_plan(config, model)
     cost = _replica_cost(result)
-    load = argparse.Namespace(prompt_tokens=1024, output_tokens=256, itl_slo_ms=model.slo.itl_p95_seconds * 1000,
-                              ttft_slo_ms=model.slo.ttft_p95_seconds * 1000)
-    found = performance(result, planning.model_architecture(model),
-                        planning.resolve_instance_type(config).gpu.product_label, load, cost)
+    found = stack_model_performance(config, model, result, cost, prompt_tokens=1024, output_tokens=256)
     row = (
         f"| {stack} | {total.nodes_at_min} / {total.nodes_at_max} {total.instance_type} | "
         f"${total.at(total.nodes_at_min):.2f} / ${total.at(total.nodes_at_max):.2f} | {model.name} "
