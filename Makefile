@@ -90,7 +90,7 @@ clean:
 	rm -rf build $(VENV) $(SCAN_VENV) policies/.venv .pytest_cache .ruff_cache
 
 policy-check: $(STAMP)
-	$(BIN)/python -m stacks.policy_check
+	$(BIN)/python -m stacks.offline.policy_check
 
 diff: $(STAMP)
 	$(BIN)/python -m stacks diff $(STACK)

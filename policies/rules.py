@@ -1,7 +1,8 @@
 """The llm-serving guardrails as pure functions: one check per rule, no Pulumi import.
 
-The Pulumi policy pack (pack.py) and the offline render (`violations()`, tests, stacks/policy_check.py) run the same
-checks on the same input form: a resource's type token and its inputs (a Kubernetes manifest, camelCase).
+The Pulumi policy pack (pack.py) and the offline render (`violations()`, tests,
+stacks/offline/policy_check.py) run the same checks on the same input form: a resource's type
+token and its inputs (a Kubernetes manifest, camelCase).
 
 Length: the complete rule set; the policy pack loads it as one module next to pack.py (the CLI
 runs the pack from its own directory), and each rule carries its message and its reason.
@@ -16,7 +17,7 @@ from typing import Any, Literal
 
 ENVIRONMENTS: tuple[str, ...] = ("dev", "staging", "prod")
 
-# How the offline render shows a Pulumi secret (stacks/render.py SECRET); rules.py must not import it,
+# How the offline render shows a Pulumi secret (stacks/offline/render.py SECRET); rules.py must not import it,
 # because the published pack ships without the rest of the repository.
 RENDERED_SECRET = "[secret]"
 

@@ -3,7 +3,7 @@
 The new file holds `extends`, the overrides, the keys the Pulumi CLI needs in the stack's own file
 (required declarations such as `llm-serving:environment`, provider keys such as `aws:region`) and a
 placeholder per secret, so it stays a clone: later changes to the base reach it. It is validated,
-against our models and the CLI's own rules (stacks/cli_rules.py), before it is written, and an
+against our models and the CLI's own rules (stacks/keys.py), before it is written, and an
 existing file is never overwritten.
 """
 
@@ -14,8 +14,9 @@ from typing import Any
 
 import yaml
 
-from stacks import cli_rules, loader
-from stacks.problems import ConfigError, Problem
+from stacks import environment
+from stacks.config import files, keys
+from stacks.config.problems import ConfigError, Problem
 
 
 def parse_override(text: str) -> tuple[str | None, list[str], Any]:
@@ -27,13 +28,13 @@ def parse_override(text: str) -> tuple[str | None, list[str], Any]:
     namespace = None
     if ":" in key:
         head, dot, rest = key.partition(".")
-        parsed = cli_rules.parse_key(head)
+        parsed = keys.parse_key(head)
         if parsed is None:
             raise ConfigError([Problem("--set", "the Pulumi CLI cannot parse this config key", key,
                                        "key.path=value, or <namespace>:<name>=value such as aws:region=eu-west-1")])
         namespace, name = parsed
         key = name + dot + rest
-        if namespace == loader.PROJECT:
+        if namespace == files.PROJECT:
             namespace = None
     parts = [p for p in key.split(".") if p]
     if not sep or not parts:
@@ -74,47 +75,47 @@ def clone_document(
             node: dict[str, Any] = {}
             _set(node, parts, value)
             key = f"{namespace}:{parts[0]}"
-            other[key] = loader.deep_merge(other.get(key), node[parts[0]]) if isinstance(other.get(key), dict) \
+            other[key] = files.deep_merge(other.get(key), node[parts[0]]) if isinstance(other.get(key), dict) \
                 else node[parts[0]]
             continue
         if parts[0] == "extends":
             raise ConfigError([Problem("extends", "set by clone itself", text, "no --set extends")])
         _set(values, parts, value)
-    config: dict[str, Any] = {**other, f"{loader.PROJECT}:extends": base}
+    config: dict[str, Any] = {**other, f"{files.PROJECT}:extends": base}
     for key in sorted(values):
-        config[f"{loader.PROJECT}:{key}"] = values[key]
+        config[f"{files.PROJECT}:{key}"] = values[key]
     for key in sorted(secrets or []):
-        config[f"{loader.PROJECT}:{key}"] = dict(cli_rules.PLACEHOLDER_SECRET)
+        config[f"{files.PROJECT}:{key}"] = dict(keys.PLACEHOLDER_SECRET)
     return {"config": config}
 
 
 def clone(base: str, new: str, overrides: list[str], project_dir: Path) -> tuple[Path, list[str]]:
     """Write the clone; returns its path and the secrets it must set before a preview."""
-    target = loader.stack_file_path(new, project_dir)
-    if not loader.STACK_FILE.match(target.name):
+    target = files.stack_file_path(new, project_dir)
+    if not files.STACK_FILE.match(target.name):
         raise ConfigError([Problem("stack", "not a valid stack name", new, "letters, digits, - _ .")])
     if target.exists():
         raise ConfigError([Problem("stack", f"{target.name} already exists; not overwriting it", new,
                                    "the name of a new stack")])
-    if not loader.stack_file_path(base, project_dir).is_file():
+    if not files.stack_file_path(base, project_dir).is_file():
         raise ConfigError([Problem("extends", "no such stack to clone", base, "an existing stack file")])
-    base_file = loader.read_stack_file(loader.stack_file_path(base, project_dir))
-    project = cli_rules.load_project(project_dir)
-    base_resolved = loader.resolve(base_file, project_dir)
+    base_file = files.read_stack_file(files.stack_file_path(base, project_dir))
+    project = keys.load_project(project_dir)
+    base_resolved = files.resolve(base_file, project_dir)
     required = {}
-    for key in cli_rules.required_keys(project):
+    for key in keys.required_keys(project):
         namespace, name = key.split(":", 1)
-        if namespace == loader.PROJECT and name in base_resolved.values:
+        if namespace == files.PROJECT and name in base_resolved.values:
             required[name] = base_resolved.values[name]
     # Secrets are never inherited: the clone gets a placeholder for each secret its base chain has.
     first = clone_document(base, overrides, base_file.other, required)
-    secrets = sorted(loader.resolve(loader.split_config(new, target, first["config"]), project_dir).uninherited_secrets)
+    secrets = sorted(files.resolve(files.split_config(new, target, first["config"]), project_dir).uninherited_secrets)
     document = clone_document(base, overrides, base_file.other, required, secrets)
-    problems = cli_rules.stack_file_problems(document, project, target.name)
+    problems = keys.stack_file_problems(document, project, target.name)
     if problems:
         raise ConfigError(problems)
     # Validates everything (raises ConfigError on any problem: nothing written).
-    loader.validate(loader.resolve(loader.split_config(new, target, document["config"]), project_dir))
+    environment.validate(files.resolve(files.split_config(new, target, document["config"]), project_dir))
     header = (
         f"# Clone of {base}: values here deep-merge over Pulumi.{base}.yaml.\n"
         f"# Secrets are not inherited: replace each placeholder with "

@@ -37,7 +37,9 @@ from components.serving_stack import (
     ServingStack,
     ServingStackArgs,
 )
-from stacks import checks, loader, planning, platform_checks
+from stacks import checks, environment
+from stacks.checks import planning
+from stacks.checks import platform as platform_checks
 from stacks.config import (
     SECRET_KEYS,
     AccessMode,
@@ -54,11 +56,12 @@ from stacks.config import (
     StackConfig,
     StorageBackend,
 )
-from stacks.problems import ConfigError
+from stacks.config import files as stack_files
+from stacks.config.problems import ConfigError
 
 # Where base stack files (`extends`) are read from: the project directory in a real run; the
 # offline renderer points it at the directory of the stack file it renders.
-stack_dir: Path = loader.PROJECT_DIR
+stack_dir: Path = stack_files.PROJECT_DIR
 
 
 def engine_config() -> tuple[dict[str, Any], set[str]]:
@@ -71,7 +74,7 @@ def engine_config() -> tuple[dict[str, Any], set[str]]:
     secrets: set[str] = set()
     for key, value in raw.items():
         namespace, _, name = key.rpartition(":")
-        if namespace != loader.PROJECT:
+        if namespace != stack_files.PROJECT:
             continue
         # Structured config arrives JSON-encoded (`require_object` decodes it the same way);
         # a secret is always a plain string, whatever it starts with.
@@ -89,7 +92,7 @@ def engine_config() -> tuple[dict[str, Any], set[str]]:
 def load_config() -> StackConfig:
     values, secrets = engine_config()
     try:
-        _, config = loader.load_from_values(pulumi.get_stack(), values, secrets, stack_dir)
+        _, config = environment.load_from_values(pulumi.get_stack(), values, secrets, stack_dir)
     except ConfigError as error:
         for problem in error.problems:
             pulumi.log.error(problem.line())

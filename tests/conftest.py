@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from stacks import render
-from stacks.loader import PROJECT_DIR
+from stacks.config.files import PROJECT_DIR
+from stacks.offline import render
 
 STACK_FILES = sorted(PROJECT_DIR.glob("Pulumi.*.yaml"))
 STACK_NAMES = [p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in STACK_FILES]

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stacks import awaits
-from stacks.loader import PROJECT_DIR
+from stacks.config.files import PROJECT_DIR
+from stacks.offline import awaits
 from tests.conftest import STACK_NAMES
 
 WORKFLOWS = PROJECT_DIR / ".github" / "workflows"

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import yaml
 
-from stacks import render
-from stacks.loader import PROJECT_DIR
+from stacks.config.files import PROJECT_DIR
+from stacks.offline import render
 
 
 def _median_seconds(path: Path, repeats: int) -> float:

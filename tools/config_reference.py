@@ -1,4 +1,4 @@
-"""Generate the configuration reference (docs/configuration.md) from the pydantic models in `stacks/config.py`.
+"""Generate the configuration reference (docs/configuration.md) from the pydantic models in `stacks/config/`.
 
 `python -m tools.config_reference --write docs/configuration.md` replaces the text between the
 markers; a test fails when the page is stale, so the reference can never drift from the code.

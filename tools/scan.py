@@ -24,7 +24,8 @@ from typing import Any
 
 import yaml
 
-from stacks import loader, render
+from stacks.config import files as stack_files
+from stacks.offline import render
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 SKIPS_FILE = PROJECT_DIR / "security" / "checkov-skips.yaml"
@@ -143,9 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkov", required=True, help="the checkov executable (make scan: .venv-scan/bin)")
     parser.add_argument("stacks", nargs="*", help="stack names (default: every Pulumi.<stack>.yaml)")
     args = parser.parse_args(argv)
-    stacks = tuple(args.stacks) or loader.stack_names()
+    stacks = tuple(args.stacks) or stack_files.stack_names()
     try:
-        skips = parse_skips(yaml.safe_load(SKIPS_FILE.read_text()), loader.stack_names())
+        skips = parse_skips(yaml.safe_load(SKIPS_FILE.read_text()), stack_files.stack_names())
     except SkipListError as error:
         sys.stderr.write(f"{SKIPS_FILE.relative_to(PROJECT_DIR)}:\n{error}\n")
         return 2
@@ -155,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         targets: list[tuple[str, Path, str]] = []
         for stack in stacks:
             out = Path(scratch) / stack
-            render.write(render.render_stack(loader.stack_file_path(stack)), out)
+            render.write(render.render_stack(stack_files.stack_file_path(stack)), out)
             (out / "resources.json").unlink()  # Checkov reads only the manifests
             targets.append((stack, out, "kubernetes"))
         targets.append((WORKFLOWS, WORKFLOWS_DIR, "github_actions"))

@@ -6,6 +6,7 @@ module name, a wildcard that matches nothing) shows up here rather than as a sil
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from stacks.loader import PROJECT_DIR
+from stacks.config.files import PROJECT_DIR
 
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 # The packages the contracts cover, as pyproject.toml names them.
@@ -52,7 +53,7 @@ def _break(tree: Path, module: str, line: str) -> Path:
 def test_every_contract_is_kept_on_the_tree(tree: Path) -> None:
     result = _lint(tree)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "Contracts: 11 kept, 0 broken." in result.stdout
+    assert "Contracts: 13 kept, 0 broken." in result.stdout
 
 
 @pytest.mark.parametrize(
@@ -72,8 +73,16 @@ def test_every_contract_is_kept_on_the_tree(tree: Path) -> None:
         ("policies/rules.py", "from components import serving",
          ["policies is not allowed to import components"]),
         # stacks reaching past a package's public names.
-        ("stacks/checks.py", "from components.edge.objects import Route",
+        ("stacks/checks/rules.py", "from components.edge.objects import Route",
          ["Illegal imports of protected package components.edge.objects"]),
+        # The schema reaching up into the checks, and the checks into the offline tools.
+        ("stacks/config/models.py", "from stacks import checks",
+         ["stacks.config is not allowed to import stacks.checks"]),
+        ("stacks/checks/planning.py", "from stacks.offline import awaits",
+         ["stacks.checks is not allowed to import stacks.offline"]),
+        # One domain section of the schema importing the root that composes it.
+        ("stacks/config/edge.py", "from stacks.config.stack import StackConfig",
+         ["stacks.config.edge is not allowed to import stacks.config.stack"]),
     ],
 )  # fmt: skip
 def test_a_wrong_import_breaks_its_contract(tree: Path, module: str, line: str, broken: list[str]) -> None:
@@ -86,3 +95,69 @@ def test_a_wrong_import_breaks_its_contract(tree: Path, module: str, line: str, 
     assert result.returncode == 1
     for message in broken:
         assert message in result.stdout
+
+
+_EDGES = """
+import json, sys
+import grimp
+graph = grimp.build_graph(*sys.argv[1:], include_external_packages=False, cache_dir=None)
+print(json.dumps({m: sorted(graph.find_modules_directly_imported_by(m)) for m in graph.modules}))
+"""
+
+
+def _import_edges(project: Path) -> dict[str, list[str]]:
+    """Each module of the tree and the project modules it imports, read by grimp in a fresh process
+    (this one has already imported the packages from the checkout)."""
+    result = subprocess.run([sys.executable, "-c", _EDGES, *PACKAGES], cwd=project, capture_output=True,
+                            text=True, check=True)  # fmt: skip
+    return json.loads(result.stdout)
+
+
+def _import_cycles(edges: dict[str, list[str]]) -> list[list[str]]:
+    """Strongly connected groups of more than one module (Tarjan), each sorted: the import cycles."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for imported in edges.get(module, []):
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in on_stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == module:
+                    break
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for module in sorted(edges):
+        if module not in index:
+            visit(module)
+    return cycles
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    assert _import_cycles(_import_edges(PROJECT_DIR)) == []
+
+
+def test_the_cycle_finder_reports_a_two_module_cycle(tree: Path) -> None:
+    # The shape issue 21 removed: planning importing the checks that import planning.
+    path = _break(tree, "stacks/checks/planning.py", "from stacks.checks import rules")
+    original = (PROJECT_DIR / "stacks/checks/planning.py").read_text(encoding="utf-8")
+    try:
+        cycles = _import_cycles(_import_edges(tree))
+    finally:
+        path.write_text(original, encoding="utf-8")
+    assert cycles == [["stacks.checks.planning", "stacks.checks.rules"]]

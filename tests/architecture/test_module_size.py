@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from stacks.loader import PROJECT_DIR
+from stacks.config.files import PROJECT_DIR
 
 LIMIT_LINES = 400
 ROOTS = ("components", "stacks", "policies", "tools", "tests")

@@ -13,7 +13,7 @@ from components.gpu.counters import COUNTERS
 from components.observability.serving_alerts import KUBE_STATE_METRICS
 from components.routing import PICKER_METRICS, pool_problems
 from stacks import checks
-from stacks.loader import load_stack_file
+from stacks.environment import load_stack_file
 from tests.conftest import STACK_FILES, STACK_NAMES, render_file
 from tests.support import promql, reference
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stacks import render
-from stacks.loader import load_stack_file
+from stacks.environment import load_stack_file
+from stacks.offline import render
 from tests.conftest import STACK_FILES, STACK_NAMES
 from tests.support import reference
 

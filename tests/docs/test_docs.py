@@ -16,9 +16,9 @@ from pydantic import BaseModel
 from components.gpu.alerts import gpu_health_rule_groups
 from components.observability.serving_alerts import ModelSlo, alert_names, serving_rule_groups
 from components.routing import RoutedModel, picker_alert_groups
-from stacks import plan_cli
+from stacks.cli import plan as plan_cli
 from stacks.config import StackConfig
-from stacks.loader import PROJECT_DIR
+from stacks.config.files import PROJECT_DIR
 from tools import config_reference, planner_tables
 
 DOCS = PROJECT_DIR / "docs"
@@ -152,10 +152,12 @@ def test_calibration_and_benchmark_tables_are_the_planners_real_figures():
 
 @pytest.mark.parametrize("stack", ["prod", "dev"])
 def test_readme_cost_figures_are_the_stacks_own(stack):
-    from stacks import loader, planning
-    from stacks.plan_cli import _replica_cost, stack_model_performance
+    from stacks import environment
+    from stacks.checks import planning
+    from stacks.cli.plan import _replica_cost, stack_model_performance
+    from stacks.config import files as stack_files
 
-    _, config = loader.load_stack_file(loader.stack_file_path(stack))
+    _, config = environment.load_stack_file(stack_files.stack_file_path(stack))
     total = planning.stack_cost(config)
     (model,) = config.models
     result = planning.model_plan(config, model)

@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from policies import rules
-from stacks import policy_check
-from stacks.loader import load_stack_file
+from stacks.environment import load_stack_file
+from stacks.offline import policy_check
 from tests.conftest import STACK_FILES, STACK_NAMES
 
 POLICIES_DIR = Path(rules.__file__).parent

@@ -11,7 +11,7 @@ from components.routing import pool_problems
 from components.routing.objects import picker_config
 from stacks import checks
 from stacks.config import StackConfig
-from tests.stacks.test_gpu_node_group_checks import BASE
+from tests.stacks.checks.test_gpu_node_group_checks import BASE
 from tests.support import reference
 
 MODEL = "llama-70b"
@@ -253,7 +253,7 @@ def test_a_picker_memory_limit_below_its_request_is_refused():
     ({"controller": "existing"}, {"minReplicas": 1, "maxReplicas": 3}, "service"),
 ])
 def test_unset_routing_picks_a_pool_only_where_it_can_help_and_work(edge, autoscaling, expected):
-    from stacks.planning import routing_mode
+    from stacks.checks.planning import routing_mode
 
     model = {**BASE["models"][0], "autoscaling": autoscaling}
     config = StackConfig.model_validate({**BASE, "edge": {**BASE["edge"], **edge}, "models": [model]})

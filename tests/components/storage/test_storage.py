@@ -11,10 +11,11 @@ import pytest
 
 from components.serving import weights
 from components.storage import EFS_READ_MIB_PER_SECOND, mount_target_subnets
-from stacks import checks, planning
+from stacks import checks
+from stacks.checks import planning
 from stacks.config import StackConfig
 from tests.conftest import render_file
-from tests.stacks.test_model_checks import BASE, LLAMA_70B
+from tests.stacks.checks.test_model_checks import BASE, LLAMA_70B
 from tests.support import reference
 
 TAGS = {"app.kubernetes.io/part-of": "llm-serving", "llm-serving/environment": "prod"}

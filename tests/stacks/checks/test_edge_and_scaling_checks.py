@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from stacks import checks
 from stacks.config import StackConfig
-from tests.stacks.test_gpu_node_group_checks import BASE
+from tests.stacks.checks.test_gpu_node_group_checks import BASE
 
 ACM = "arn:aws:acm:us-east-1:123456789012:certificate/0a1b2c3d-0000-4000-8000-000000000000"
 

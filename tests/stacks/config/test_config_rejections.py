@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from stacks.loader import load_stack_file
-from stacks.problems import ConfigError
+from stacks.config.problems import ConfigError
+from stacks.environment import load_stack_file
 
 
 def write_stack(directory: Path, name: str, config: dict[str, Any]) -> Path:
@@ -191,7 +191,7 @@ def test_misspelt_secret_key_never_echoes_the_secret(stack_dir):
 
 def test_every_stack_file_sets_its_own_region():
     # The engine passes only the stack's own file; provider settings do not travel through extends.
-    from stacks.loader import PROJECT_DIR
+    from stacks.config.files import PROJECT_DIR
 
     for path in PROJECT_DIR.glob("Pulumi.*.yaml"):
         assert "aws:region" in yaml.safe_load(path.read_text())["config"], path.name
@@ -199,7 +199,7 @@ def test_every_stack_file_sets_its_own_region():
 
 def test_every_declared_project_key_is_set_on_every_stack():
     # Pulumi treats a key declared in Pulumi.yaml without a default as required on every stack.
-    from stacks.loader import PROJECT_DIR
+    from stacks.config.files import PROJECT_DIR
 
     declared = yaml.safe_load((PROJECT_DIR / "Pulumi.yaml").read_text())["config"]
     required = [k for k, v in declared.items() if "default" not in v]

@@ -1,5 +1,5 @@
 """Cross-field rules about the platform under the models: cluster version, node autoscaling, weights
-storage (pure). stacks/checks.py runs them with its own rules; each returns problems, never raises.
+storage (pure). stacks/checks/ runs them with its own rules; each returns problems, never raises.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from components import gpu, storage
 from components.platform import versions
 from stacks.config import AmiType, ExistingAutoscaler, NodeAutoscalingMode, StackConfig, StorageBackend
-from stacks.problems import Problem
+from stacks.config.problems import Problem
 
 NG = "gpuNodeGroup"
 

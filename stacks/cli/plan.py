@@ -391,7 +391,7 @@ def stack_cost_summary(config: object) -> str:
     """The render summary's cost block: the stack's GPU nodes and On-Demand $/hour at minimum and
     maximum replicas, and per model the $/million output tokens at its ITL objective's concurrency
     (1,024 prompt and 256 output tokens per request, as `plan` assumes by default)."""
-    from stacks import planning  # the stack layer, only in this mode
+    from stacks.checks import planning  # the stack layer, only in this mode
 
     total = planning.stack_cost(config)  # type: ignore[arg-type]
     low, high = total.at(total.nodes_at_min), total.at(total.nodes_at_max)
@@ -419,7 +419,7 @@ def stack_cost_summary(config: object) -> str:
 def stack_model_performance(config: object, model: object, result: CapacityPlan, cost: dict[str, object], *,
                             prompt_tokens: int, output_tokens: int) -> dict[str, object]:
     """`performance` for one of a stack's models: on the stack's GPU, against the model's own SLOs."""
-    from stacks import planning  # the stack layer, only in this mode
+    from stacks.checks import planning  # the stack layer, only in this mode
 
     architecture = planning.model_architecture(model)  # type: ignore[arg-type]
     instance = planning.resolve_instance_type(config)  # type: ignore[arg-type]
@@ -454,11 +454,13 @@ def _print(result: CapacityPlan, found: dict[str, object], cost: dict[str, objec
 
 def _stack_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """The plan, dynamics and cost of one model exactly as `args.stack` deploys it."""
-    from stacks import loader, planning  # the stack layer, only in this mode
-    from stacks.problems import ConfigError
+    from stacks import environment
+    from stacks.checks import planning
+    from stacks.config import files as stack_files  # the stack layer, only in this mode
+    from stacks.config.problems import ConfigError
 
     try:
-        _, config = loader.load_stack_file(loader.stack_file_path(args.stack))
+        _, config = environment.load_stack_file(stack_files.stack_file_path(args.stack))
     except ConfigError as error:
         for problem in error.problems:
             print(problem.line(), file=err)

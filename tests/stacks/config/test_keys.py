@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stacks import cli_rules, clone, render
-from stacks.loader import PROJECT_DIR
+from stacks import clone
+from stacks.config import keys as cli_rules
+from stacks.config.files import PROJECT_DIR
+from stacks.offline import render
 from tests.conftest import STACK_FILES
 
 PROJECT = cli_rules.load_project(PROJECT_DIR)

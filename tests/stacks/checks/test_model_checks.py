@@ -6,7 +6,7 @@ from typing import Any
 
 from stacks import checks
 from stacks.config import StackConfig
-from tests.stacks.test_gpu_node_group_checks import BASE
+from tests.stacks.checks.test_gpu_node_group_checks import BASE
 
 SHA = "1605565b47bb9346c5515c34102e054115b4f98b"
 LLAMA_70B = {

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from stacks.diff import (
+from stacks.config.files import PROJECT_DIR
+from stacks.offline.diff import (
     ABSENT,
     FieldChange,
     ResourceChange,
@@ -31,7 +32,6 @@ from stacks.diff import (
     format_markdown,
     format_text,
 )
-from stacks.loader import PROJECT_DIR
 
 # --- the field diff ------------------------------------------------------------------------------
 

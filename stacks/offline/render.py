@@ -20,11 +20,13 @@ from pulumi.runtime import settings as pulumi_settings
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
-from stacks import loader, platform_checks, program
-from stacks.problems import ConfigError
+from stacks import environment, program
+from stacks.checks import platform as platform_checks
+from stacks.config import files as stack_files
+from stacks.config.problems import ConfigError
 
 SECRET = "[secret]"
-PROGRAM = loader.PROJECT_DIR / "__main__.py"
+PROGRAM = stack_files.PROJECT_DIR / "__main__.py"
 ACCOUNT_ID = "123456789012"
 REGION = "us-east-1"
 
@@ -243,15 +245,15 @@ def _manifest_key(doc: dict[str, Any]) -> tuple[int, str, str, str]:
     return (first, doc["kind"], metadata.get("namespace", ""), metadata.get("name", ""))
 
 
-def engine_values(own: loader.StackFile) -> tuple[dict[str, str], list[str]]:
+def engine_values(own: stack_files.StackFile) -> tuple[dict[str, str], list[str]]:
     """A stack file's own keys as the Pulumi engine passes config: strings, objects as JSON."""
     config: dict[str, str] = {}
     for key, value in own.values.items():
-        full = f"{loader.PROJECT}:{key}"
+        full = f"{stack_files.PROJECT}:{key}"
         config[full] = value if isinstance(value, str) else json.dumps(value)
     for key, value in own.other.items():
         config[key] = value if isinstance(value, str) else json.dumps(value)
-    return config, [f"{loader.PROJECT}:{k}" for k in own.secret_keys]
+    return config, [f"{stack_files.PROJECT}:{k}" for k in own.secret_keys]
 
 
 def render_stack(stack_file: Path, cluster_version: str | None = None) -> RenderResult:
@@ -261,8 +263,8 @@ def render_stack(stack_file: Path, cluster_version: str | None = None) -> Render
     another version is rejected the way a real preview rejects it (platform_checks.cluster_version_problem).
     """
     stack_file = stack_file.resolve()
-    own = loader.read_stack_file(stack_file)
-    _, validated = loader.load_stack_file(stack_file)  # raises ConfigError before anything is registered
+    own = stack_files.read_stack_file(stack_file)
+    _, validated = environment.load_stack_file(stack_file)  # raises ConfigError before anything is registered
     cluster_version = cluster_version or validated.cluster.kubernetes_version
     problem = platform_checks.cluster_version_problem(validated, cluster_version)
     if problem is not None:
@@ -272,7 +274,7 @@ def render_stack(stack_file: Path, cluster_version: str | None = None) -> Render
     mocks = RenderMocks(cluster_version)
     monitor = RecordingMonitor(mocks)
     pulumi_settings.reset_options()
-    pulumi.runtime.set_mocks(mocks, project=loader.PROJECT, stack=own.stack, preview=False, monitor=monitor)
+    pulumi.runtime.set_mocks(mocks, project=stack_files.PROJECT, stack=own.stack, preview=False, monitor=monitor)
     pulumi.runtime.set_all_config(config, secret_keys)
     previous_dir = program.stack_dir
     program.stack_dir = stack_file.parent
@@ -315,7 +317,7 @@ def render_stack(stack_file: Path, cluster_version: str | None = None) -> Render
             {
                 "type": r.type,
                 "name": r.name,
-                "urn": f"urn:pulumi:{own.stack}::{loader.PROJECT}::{qualified_type(r)}::{r.name}",
+                "urn": f"urn:pulumi:{own.stack}::{stack_files.PROJECT}::{qualified_type(r)}::{r.name}",
                 "parent": f"{parent.type}::{parent.name}" if parent else None,
                 "inputs": _clean(r.inputs),
                 "options": options(r),

@@ -10,9 +10,10 @@ import pytest
 import yaml
 
 from policies import rules
-from stacks import checks, render
+from stacks import checks
 from stacks.config import StackConfig
-from stacks.loader import PROJECT_DIR
+from stacks.config.files import PROJECT_DIR
+from stacks.offline import render
 from tests.support import reference
 
 EXAMPLE = PROJECT_DIR / "examples" / "Pulumi.prod-405b.yaml"

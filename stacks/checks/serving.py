@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from stacks.checks.planning import resolve_instance_type, routing_mode
+from stacks.checks.platform import NG
 from stacks.config import ControllerMode, EdgeMode, Environment, PlacementStrategy, RoutingMode, StackConfig
-from stacks.planning import resolve_instance_type, routing_mode
-from stacks.platform_checks import NG
-from stacks.problems import Problem
+from stacks.config.problems import Problem
 
 
 def routing_rules(config: StackConfig) -> Iterator[Problem]:

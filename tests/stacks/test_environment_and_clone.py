@@ -5,9 +5,12 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from stacks import cli_rules, clone, render
-from stacks.loader import deep_merge, load_stack_file
-from stacks.problems import ConfigError
+from stacks import clone
+from stacks.config import keys as cli_rules
+from stacks.config.files import deep_merge
+from stacks.config.problems import ConfigError
+from stacks.environment import load_stack_file
+from stacks.offline import render
 
 
 def test_objects_merge_key_by_key():

@@ -10,11 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from stacks import plan_cli
+from stacks.cli import plan as plan_cli
 from tests.components.serving.test_capacity import AGREED_JSON_KEYS
 
 PROD = ["--model", "meta-llama/Llama-3.1-70B-Instruct", "--gpu", "p5.48xlarge", "--max-model-len", "16384"]
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _run(argv: list[str]) -> tuple[int, str, str]:
@@ -238,7 +238,7 @@ def test_enforce_eager_and_speculative_config_are_plan_options() -> None:
 
 
 def test_stack_plan_follows_engine_flags_passed_through_extra_args() -> None:
-    from stacks.planning import extra_arg_knobs
+    from stacks.checks.planning import extra_arg_knobs
     assert extra_arg_knobs(["--enforce-eager", "--block-size=32", '--speculative-config={"method":"ngram"}']) == {
         "enforce_eager": True, "block_size": 32, "speculative_decoding": True,
     }

@@ -5,9 +5,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from stacks import checks, planning, platform_checks
+from stacks import checks
+from stacks.checks import planning
+from stacks.checks import platform as platform_checks
 from stacks.config import StackConfig
-from tests.stacks.test_gpu_node_group_checks import BASE
+from tests.stacks.checks.test_gpu_node_group_checks import BASE
 
 
 def config(**top: Any) -> StackConfig:

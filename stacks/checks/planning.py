@@ -1,12 +1,13 @@
 """What the planners decide for a stack: instance facts, each model's capacity plan, replica bounds,
 the GPUs a rollout can count on, each model's rollout strategy and scale-down window (pure).
 
-stacks/checks.py turns their failures into problems; stacks/program.py feeds their results to the
+stacks/checks/rules.py turns their failures into problems; stacks/program.py feeds their results to the
 components. Both read the same functions, so a preview and a deploy can never disagree.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,37 @@ from stacks.config import (
     StackConfig,
     StorageBackend,
 )
+
+# Where each mode's controller conventionally runs: Envoy Gateway's quickstart namespace, the
+# ALB controller's documented install namespace, and the ingress-nginx chart's usual namespace.
+DEFAULT_EDGE_NAMESPACE = {
+    EdgeMode.GATEWAY: "envoy-gateway-system",
+    EdgeMode.ALB: "kube-system",
+    EdgeMode.INGRESS_NGINX: "ingress-nginx",
+}
+
+
+def edge_namespace(config: StackConfig) -> str:
+    return config.edge.namespace or DEFAULT_EDGE_NAMESPACE[config.edge.mode]
+
+
+def route_host(config: StackConfig, model: ModelConfig) -> str:
+    return model.route.host or config.edge.host
+
+
+# No edge timeout below 10 minutes, whatever the arithmetic says: queueing and prefill under load
+# come on top of decode time. The policy pack's `edge-non-buffering` rule enforces the same floor.
+MIN_EDGE_TIMEOUT_SECONDS = 600
+
+
+def generation_seconds(config: StackConfig, model: ModelConfig) -> int:
+    """Time to generate max-model-len tokens at the slowest decode speed we allow for."""
+    return math.ceil(model.max_model_len / config.edge.min_decode_tokens_per_second)
+
+
+def edge_timeout_floor(config: StackConfig, model: ModelConfig) -> int:
+    """The shortest edge timeout a model's route may have."""
+    return max(MIN_EDGE_TIMEOUT_SECONDS, generation_seconds(config, model))
 
 
 def resolve_instance_type(config: StackConfig) -> gpu.InstanceType | None:
@@ -200,8 +232,6 @@ def routing_mode(config: StackConfig, model: ModelConfig) -> RoutingMode:
 def picker_drain_seconds(config: StackConfig, model: ModelConfig) -> int:
     """How long a stopping endpoint picker keeps serving the streams it holds: the longest stream the
     edge allows (the route's request timeout, or with none the longest generation it plans for)."""
-    from stacks.checks import edge_timeout_floor  # checks imports planning
-
     return model.route.request_timeout_seconds or edge_timeout_floor(config, model)
 
 

@@ -1,4 +1,4 @@
-"""Read stack files, resolve `extends` (environment cloning), and validate into a `StackConfig`.
+"""Read stack files and resolve `extends` (environment cloning) into one set of values.
 
 A stack file may say `llm-serving:extends: prod`: its values deep-merge over prod's file. Secrets
 are never inherited, so a clone cannot silently talk to prod with prod's credentials.
@@ -12,13 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
 
-from stacks import checks
-from stacks.config import LOADER_KEYS, SECRET_KEYS, StackConfig
-from stacks.problems import MISSING, PROJECT, ConfigError, Problem, from_validation_error, mask_problem
+from stacks.config.problems import PROJECT, ConfigError, Problem
+from stacks.config.stack import LOADER_KEYS
 
-PROJECT_DIR = Path(__file__).resolve().parent.parent
+PROJECT_DIR = Path(__file__).resolve().parents[2]
 STACK_FILE = re.compile(r"^Pulumi\.(?P<stack>[A-Za-z0-9_.-]+)\.yaml$")
 # Stand-in for a `secure:` value the offline render cannot decrypt; long enough to pass the
 # length checks real secrets must pass, and masked as "[secret]" wherever it is shown.
@@ -168,59 +166,3 @@ def resolve(own: StackFile, project_dir: Path) -> ResolvedConfig:
         merged = deep_merge(merged, layer_values)
     chain_names = tuple(s.stack for s in chain)
     return ResolvedConfig(own.stack, merged, own.secret_keys, chain_names, other, frozenset(uninherited))
-
-
-def validate(resolved: ResolvedConfig) -> StackConfig:
-    """Validate merged values; every problem is collected into one `ConfigError`."""
-    problems: list[Problem] = []
-    # Keys the engine reports as secret, even misspelt or structured ones, are never echoed.
-    secret_keys = frozenset(SECRET_KEYS) | resolved.secret_keys
-    for key in SECRET_KEYS:
-        if key in resolved.values and key not in resolved.secret_keys:
-            problems.append(
-                Problem(key, "must be a secret, not plaintext", "plaintext", "a value set with "
-                        f"`pulumi config set --secret {PROJECT}:{key}`")
-            )
-    for key in sorted(resolved.uninherited_secrets):
-        problems.append(
-            Problem(
-                key,
-                f"secret not set on stack {resolved.stack}; secrets are not inherited from "
-                f"{' -> '.join(resolved.chain[1:])}",
-                MISSING,
-                f"its own value: `pulumi config set --secret {PROJECT}:{key} <value> -s {resolved.stack}`",
-            )
-        )
-    try:
-        config = StackConfig.model_validate(resolved.values)
-    except ValidationError as exc:
-        problems.extend(
-            p
-            for p in from_validation_error(exc, StackConfig, resolved.values, secret_keys)
-            # An uninherited secret is reported above with what to do; "missing" would repeat it.
-            if not (p.path in resolved.uninherited_secrets and p.got is MISSING)
-        )
-        raise ConfigError([mask_problem(p, secret_keys) for p in problems]) from None
-    # A missing uninherited secret is already reported above; don't report it twice.
-    problems.extend(p for p in checks.check(config) if p.path not in resolved.uninherited_secrets)
-    problems = [mask_problem(p, secret_keys) for p in problems]
-    if problems:
-        raise ConfigError(problems)
-    return config
-
-
-def load_stack_file(path: Path) -> tuple[ResolvedConfig, StackConfig]:
-    """The CLI path: read a stack file from disk, resolve `extends`, validate."""
-    own = read_stack_file(path)
-    resolved = resolve(own, path.resolve().parent)
-    return resolved, validate(resolved)
-
-
-def load_from_values(
-    stack: str, values: dict[str, Any], secret_keys: set[str], project_dir: Path = PROJECT_DIR
-) -> tuple[ResolvedConfig, StackConfig]:
-    """The program path: a stack's own values come from the Pulumi engine, bases from disk."""
-    own = StackFile(stack, stack_file_path(stack, project_dir), values, frozenset(secret_keys))
-    resolved = resolve(own, project_dir)
-    return resolved, validate(resolved)
-

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from stacks.problems import Problem
+from stacks.config.problems import Problem
 
 # What committed and cloned stack files hold until `pulumi config set --secret` replaces it: the
 # offline render accepts it as a secret, and `make preview` / `make up` refuse it (Makefile secrets-set).

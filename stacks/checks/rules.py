@@ -1,36 +1,17 @@
-"""Cross-field rules of a stack's configuration, checked after the types are known to be right.
+"""Cross-field rules of the node group, capacity, instance, observability and model sections.
 
 Each rule returns problems instead of raising, so a stack file with three mistakes gets three
-lines at once, and each names the key to change.
+lines at once, and each names the key to change. stacks/checks/__init__.py lists every rule.
 """
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 from components import gpu, serving
-from stacks import platform_checks, serving_checks
-from stacks.config import (
-    AccessMode,
-    AmiType,
-    CapacityType,
-    ContainerStorage,
-    ControllerMode,
-    EdgeAuth,
-    EdgeMode,
-    Environment,
-    KvCacheDtype,
-    ModelConfig,
-    NodeAutoscalingMode,
-    PlacementStrategy,
-    PrometheusMode,
-    StackConfig,
-    StorageBackend,
-)
-from stacks.planning import (
+from stacks.checks.planning import (
     MAX_SCALE_DOWN_WINDOW_SECONDS,
     model_architecture,
     model_plan,
@@ -40,8 +21,22 @@ from stacks.planning import (
     rollout_strategies,
     storage_backend_label,
 )
-from stacks.platform_checks import NG
-from stacks.problems import Problem
+from stacks.checks.platform import NG
+from stacks.config import (
+    AccessMode,
+    AmiType,
+    CapacityType,
+    ContainerStorage,
+    Environment,
+    KvCacheDtype,
+    ModelConfig,
+    NodeAutoscalingMode,
+    PlacementStrategy,
+    PrometheusMode,
+    StackConfig,
+    StorageBackend,
+)
+from stacks.config.problems import Problem
 
 # The vLLM image is about 10 GB compressed; containerd keeps the compressed layers while it unpacks
 # them, and the node also pulls the device plugin, DCGM exporter and system images. Below this an
@@ -51,7 +46,7 @@ MIN_ROOT_VOLUME_FOR_IMAGES_GIB = 100
 
 
 
-def _scaling(config: StackConfig) -> Iterator[Problem]:
+def scaling_rules(config: StackConfig) -> Iterator[Problem]:
     s = config.gpu_node_group.scaling
     if s.min_nodes > s.max_nodes:
         yield Problem(f"{NG}.scaling.minNodes", "must not exceed maxNodes", s.min_nodes,
@@ -61,7 +56,7 @@ def _scaling(config: StackConfig) -> Iterator[Problem]:
                       s.desired_nodes, f"{s.min_nodes}..{s.max_nodes}")
 
 
-def _capacity(config: StackConfig) -> Iterator[Problem]:
+def capacity_rules(config: StackConfig) -> Iterator[Problem]:
     group = config.gpu_node_group
     if group.capacity_type is CapacityType.CAPACITY_BLOCK:
         if group.capacity_reservation_id is None:
@@ -82,7 +77,7 @@ def _capacity(config: StackConfig) -> Iterator[Problem]:
                       "reservation", group.capacity_reservation_id, "no reservation with SPOT")
 
 
-def _instance(config: StackConfig) -> Iterator[Problem]:
+def instance_rules(config: StackConfig) -> Iterator[Problem]:
     group = config.gpu_node_group
     known = gpu.lookup_instance_type(group.instance_type)
     if known is not None and group.custom_instance is not None:
@@ -119,7 +114,7 @@ def _instance(config: StackConfig) -> Iterator[Problem]:
                       f"0..{instance.efa_interfaces}")
 
 
-def _observability(config: StackConfig) -> Iterator[Problem]:
+def observability_rules(config: StackConfig) -> Iterator[Problem]:
     prometheus = config.observability.prometheus
     if prometheus.mode is PrometheusMode.EXISTING and prometheus.url is None:
         yield Problem("observability.prometheus.url", "an existing Prometheus needs its query URL",
@@ -143,7 +138,7 @@ COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")
 MOVING_TAGS = frozenset({"latest", "nightly", "main", "stable"})
 
 
-def _models(config: StackConfig) -> Iterator[Problem]:
+def models_rules(config: StackConfig) -> Iterator[Problem]:
     found = list(_each_model(config))
     yield from found
     # Packing and rollouts only mean something once every model has a plan and sane bounds.
@@ -251,112 +246,3 @@ def _scaling_bounds(config: StackConfig, model: ModelConfig, plan: serving.Capac
         yield Problem(f"{at}.autoscaling.scaleDownWindowSeconds", f"shorter than adding a replica takes ({needed} s: "
                       "a node, the image pull and the cold start): a burst would pay for a replica and lose it before "
                       "it served", window, f">= {needed}, or unset")
-
-
-# Where each mode's controller conventionally runs: Envoy Gateway's quickstart namespace, the
-# ALB controller's documented install namespace, and the ingress-nginx chart's usual namespace.
-DEFAULT_EDGE_NAMESPACE = {
-    EdgeMode.GATEWAY: "envoy-gateway-system",
-    EdgeMode.ALB: "kube-system",
-    EdgeMode.INGRESS_NGINX: "ingress-nginx",
-}
-
-
-def edge_namespace(config: StackConfig) -> str:
-    return config.edge.namespace or DEFAULT_EDGE_NAMESPACE[config.edge.mode]
-
-
-def route_host(config: StackConfig, model: ModelConfig) -> str:
-    return model.route.host or config.edge.host
-
-
-# No edge timeout below 10 minutes, whatever the arithmetic says: queueing and prefill under load
-# come on top of decode time. The policy pack's `edge-non-buffering` rule enforces the same floor.
-MIN_EDGE_TIMEOUT_SECONDS = 600
-
-
-def generation_seconds(config: StackConfig, model: ModelConfig) -> int:
-    """Time to generate max-model-len tokens at the slowest decode speed we allow for."""
-    return math.ceil(model.max_model_len / config.edge.min_decode_tokens_per_second)
-
-
-def edge_timeout_floor(config: StackConfig, model: ModelConfig) -> int:
-    """The shortest edge timeout a model's route may have."""
-    return max(MIN_EDGE_TIMEOUT_SECONDS, generation_seconds(config, model))
-
-
-# AWS NLB TCP idle timeout (Network Load Balancer guide, "update-idle-timeout": 350 s default).
-NLB_IDLE_SECONDS = 350
-
-# ALB idle timeout upper bound (Elastic Load Balancing API, LoadBalancerAttribute
-# idle_timeout.timeout_seconds: 1-4000).
-ALB_MAX_IDLE_TIMEOUT_SECONDS = 4000
-
-
-def _edge(config: StackConfig) -> Iterator[Problem]:
-    edge = config.edge
-    tls = edge.tls
-    if edge.mode is EdgeMode.ALB:
-        if tls.acm_certificate_arn is None:
-            yield Problem("edge.tls.acmCertificateArn", "HTTPS on an ALB needs an ACM certificate", None,
-                          "an ACM certificate ARN")
-        if edge.controller is ControllerMode.INSTALL and edge.alb_controller_role_arn is None:
-            yield Problem("edge.albControllerRoleArn", "installing the ALB controller needs its IAM role", None,
-                          "the ARN of a role with the controller's IAM policy")
-    elif tls.secret_name is None and tls.cert_manager_issuer is None:
-        yield Problem("edge.tls", f"{edge.mode.value} mode needs a certificate source", "no secretName or "
-                      "certManagerIssuer", "tls.secretName or tls.certManagerIssuer")
-    elif tls.secret_name is not None and tls.cert_manager_issuer is not None:
-        yield Problem("edge.tls", "two certificate sources", "secretName and certManagerIssuer", "one of them")
-    if edge.auth is not EdgeAuth.VLLM_API_KEY and edge.mode is not EdgeMode.GATEWAY:
-        yield Problem("edge.auth", f"gateway authentication needs mode gateway, not {edge.mode.value}",
-                      edge.auth.value, "vllm-api-key")
-    if edge.mode is EdgeMode.GATEWAY and edge.stream_idle_timeout_seconds >= NLB_IDLE_SECONDS:
-        yield Problem("edge.streamIdleTimeoutSeconds", f"the NLB in front of Envoy drops flows silent for "
-                      f"{NLB_IDLE_SECONDS} s without telling Envoy", edge.stream_idle_timeout_seconds,
-                      f"< {NLB_IDLE_SECONDS}")
-    if edge.auth is EdgeAuth.JWT and edge.jwt is None:
-        yield Problem("edge.jwt", "auth jwt needs an issuer and a JWKS URI", None, "jwt.issuer and jwt.jwksUri")
-    seen: dict[tuple[str, str], str] = {}
-    for model in config.models:
-        key = (route_host(config, model), model.route.path_prefix)
-        if key in seen:
-            yield Problem(f"models[{model.name}].route", f"same host and path as model {seen[key]}",
-                          f"{key[0]}{key[1]}", "a distinct host or pathPrefix")
-        seen.setdefault(key, model.name)
-        if edge.mode is not EdgeMode.GATEWAY and model.route.path_prefix != "/":
-            # Neither Ingress rewrites paths and vLLM serves /v1 at its root: a prefix would 404.
-            yield Problem(f"models[{model.name}].route.pathPrefix", f"{edge.mode.value} mode cannot strip a path "
-                          "prefix; give each model its own host", model.route.path_prefix, "/")
-        needed = generation_seconds(config, model)
-        floor = edge_timeout_floor(config, model)
-        timeout = model.route.request_timeout_seconds
-        if timeout and timeout < floor:
-            yield Problem(f"models[{model.name}].route.requestTimeoutSeconds", f"cuts generations short: "
-                          f"{model.max_model_len} tokens at {edge.min_decode_tokens_per_second:g} tokens/s take "
-                          f"{needed} s, and no edge timeout may be under {MIN_EDGE_TIMEOUT_SECONDS} s", timeout,
-                          f">= {floor}, or 0 to disable")
-        if edge.mode is EdgeMode.ALB and needed > ALB_MAX_IDLE_TIMEOUT_SECONDS:
-            yield Problem(f"models[{model.name}].maxModelLen", f"a non-streamed response of {model.max_model_len} "
-                          f"tokens at {edge.min_decode_tokens_per_second:g} tokens/s takes {needed} s, beyond the "
-                          f"ALB's {ALB_MAX_IDLE_TIMEOUT_SECONDS} s idle timeout", model.max_model_len,
-                          "a gateway edge, or a shorter maxModelLen")
-
-
-RULES: tuple[Callable[[StackConfig], Iterator[Problem]], ...] = (
-    _scaling,
-    platform_checks.weights_storage_rules,
-    platform_checks.node_autoscaling_rules,
-    _capacity,
-    _instance,
-    _observability,
-    _models,
-    _edge,
-    serving_checks.routing_rules,
-    serving_checks.multinode_rules,
-)
-
-
-def check(config: StackConfig) -> list[Problem]:
-    """Every cross-field problem of a structurally valid config."""
-    return [problem for rule in RULES for problem in rule(config)]

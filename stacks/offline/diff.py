@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from components.serving import lookup_model
-from stacks import loader, replacements
+from stacks.config import files as stack_files
+from stacks.offline import replacements
 
 EXIT_UNCHANGED = 0
 EXIT_CHANGED = 1
@@ -567,9 +568,9 @@ def _stack_file(target: str, project_dir: Path) -> str:
     """A stack name (`prod`) or a stack file path, as a path relative to the project directory."""
     path = Path(target)
     if path.suffix != ".yaml":
-        path = loader.stack_file_path(target, project_dir)
+        path = stack_files.stack_file_path(target, project_dir)
     path = path.resolve()
-    if not loader.STACK_FILE.match(path.name):
+    if not stack_files.STACK_FILE.match(path.name):
         raise DiffError([f"diff: {target!r} is not a stack name or a Pulumi.<stack>.yaml file"])
     try:
         return str(path.relative_to(project_dir.resolve()))
@@ -577,10 +578,10 @@ def _stack_file(target: str, project_dir: Path) -> str:
         raise DiffError([f"diff: {path} is outside the project {project_dir}, so it has no base in git"]) from None
 
 
-def diff_stack(target: str, base: str | None = None, project_dir: Path = loader.PROJECT_DIR) -> StackDiff:
+def diff_stack(target: str, base: str | None = None, project_dir: Path = stack_files.PROJECT_DIR) -> StackDiff:
     """Render `target` at `base` (default: the merge base with main) and in the working tree, then compare."""
     stack_file = _stack_file(target, project_dir)
-    stack = loader.STACK_FILE.match(Path(stack_file).name)["stack"]
+    stack = stack_files.STACK_FILE.match(Path(stack_file).name)["stack"]
     if _git(project_dir, "rev-parse", "--git-dir").returncode != 0:
         raise DiffError([f"diff: {project_dir} is not in a git repository"])
     ref, chosen = (base, base) if base else default_base(project_dir)

@@ -1,4 +1,4 @@
-"""The policy rules over offline renders: `python -m stacks.policy_check [stack ...]`, no cloud and no CLI.
+"""The policy rules over offline renders: `python -m stacks.offline.policy_check [stack ...]`, no cloud and no CLI.
 
 Exits 1 when a mandatory rule fails, 2 on an invalid stack file; advisory findings are printed only.
 Unlike the pack it sees retainOnDelete and secretness, because the render records both.
@@ -11,8 +11,10 @@ import sys
 from typing import Any
 
 from policies import rules
-from stacks import loader, render
-from stacks.problems import ConfigError
+from stacks import environment
+from stacks.config import files as stack_files
+from stacks.config.problems import ConfigError
+from stacks.offline import render
 
 
 def report(result: Any, environment: str) -> tuple[str, int]:
@@ -29,15 +31,15 @@ def report(result: Any, environment: str) -> tuple[str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m stacks.policy_check", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m stacks.offline.policy_check", description=__doc__.splitlines()[0])
     parser.add_argument("stacks", nargs="*", default=["dev", "staging", "prod"], help="stack names (default: all)")
     args = parser.parse_args(argv)
     status = 0
     for stack in args.stacks:
-        path = loader.stack_file_path(stack)
+        path = stack_files.stack_file_path(stack)
         try:
-            environment = loader.load_stack_file(path)[1].environment.value
-            text, failed = report(render.render_stack(path), environment)
+            env_name = environment.load_stack_file(path)[1].environment.value
+            text, failed = report(render.render_stack(path), env_name)
         except ConfigError as error:
             sys.stderr.write(f"{error}\n")
             return 2

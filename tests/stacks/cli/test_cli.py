@@ -9,8 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from stacks import render
-from stacks.loader import PROJECT_DIR
+from stacks.config.files import PROJECT_DIR
+from stacks.offline import render
 
 
 def run(*args: str, cwd: Path = PROJECT_DIR) -> subprocess.CompletedProcess[str]:
@@ -38,10 +38,11 @@ def test_render_dev_writes_both_files_and_a_summary(tmp_path):
 
 
 def test_render_summary_prices_prod_at_min_and_max_replicas():
-    from stacks import loader
-    from stacks.plan_cli import stack_cost_summary
+    from stacks import environment
+    from stacks.cli.plan import stack_cost_summary
+    from stacks.config import files as stack_files
 
-    _, config = loader.load_stack_file(loader.stack_file_path("prod"))
+    _, config = environment.load_stack_file(stack_files.stack_file_path("prod"))
     assert stack_cost_summary(config).splitlines()[1:] == [
         "cost (On-Demand, us-east-1, 2026-07-20):",
         "  GPU nodes (p5.48xlarge): 2 at min replicas $110.08/hour; 2 at max $110.08/hour",

@@ -1,0 +1,69 @@
+"""Cross-field rules of the edge: certificate sources, authentication modes, idle timeouts against
+the load balancer in front, and each model's route (distinct host/path, timeouts that do not cut
+the longest generation short). Pure; stacks/checks/__init__.py runs them with the other rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from stacks.checks.planning import MIN_EDGE_TIMEOUT_SECONDS, edge_timeout_floor, generation_seconds, route_host
+from stacks.config import ControllerMode, EdgeAuth, EdgeMode, StackConfig
+from stacks.config.problems import Problem
+
+# AWS NLB TCP idle timeout (Network Load Balancer guide, "update-idle-timeout": 350 s default).
+NLB_IDLE_SECONDS = 350
+
+# ALB idle timeout upper bound (Elastic Load Balancing API, LoadBalancerAttribute
+# idle_timeout.timeout_seconds: 1-4000).
+ALB_MAX_IDLE_TIMEOUT_SECONDS = 4000
+
+
+def edge_rules(config: StackConfig) -> Iterator[Problem]:
+    edge = config.edge
+    tls = edge.tls
+    if edge.mode is EdgeMode.ALB:
+        if tls.acm_certificate_arn is None:
+            yield Problem("edge.tls.acmCertificateArn", "HTTPS on an ALB needs an ACM certificate", None,
+                          "an ACM certificate ARN")
+        if edge.controller is ControllerMode.INSTALL and edge.alb_controller_role_arn is None:
+            yield Problem("edge.albControllerRoleArn", "installing the ALB controller needs its IAM role", None,
+                          "the ARN of a role with the controller's IAM policy")
+    elif tls.secret_name is None and tls.cert_manager_issuer is None:
+        yield Problem("edge.tls", f"{edge.mode.value} mode needs a certificate source", "no secretName or "
+                      "certManagerIssuer", "tls.secretName or tls.certManagerIssuer")
+    elif tls.secret_name is not None and tls.cert_manager_issuer is not None:
+        yield Problem("edge.tls", "two certificate sources", "secretName and certManagerIssuer", "one of them")
+    if edge.auth is not EdgeAuth.VLLM_API_KEY and edge.mode is not EdgeMode.GATEWAY:
+        yield Problem("edge.auth", f"gateway authentication needs mode gateway, not {edge.mode.value}",
+                      edge.auth.value, "vllm-api-key")
+    if edge.mode is EdgeMode.GATEWAY and edge.stream_idle_timeout_seconds >= NLB_IDLE_SECONDS:
+        yield Problem("edge.streamIdleTimeoutSeconds", f"the NLB in front of Envoy drops flows silent for "
+                      f"{NLB_IDLE_SECONDS} s without telling Envoy", edge.stream_idle_timeout_seconds,
+                      f"< {NLB_IDLE_SECONDS}")
+    if edge.auth is EdgeAuth.JWT and edge.jwt is None:
+        yield Problem("edge.jwt", "auth jwt needs an issuer and a JWKS URI", None, "jwt.issuer and jwt.jwksUri")
+    seen: dict[tuple[str, str], str] = {}
+    for model in config.models:
+        key = (route_host(config, model), model.route.path_prefix)
+        if key in seen:
+            yield Problem(f"models[{model.name}].route", f"same host and path as model {seen[key]}",
+                          f"{key[0]}{key[1]}", "a distinct host or pathPrefix")
+        seen.setdefault(key, model.name)
+        if edge.mode is not EdgeMode.GATEWAY and model.route.path_prefix != "/":
+            # Neither Ingress rewrites paths and vLLM serves /v1 at its root: a prefix would 404.
+            yield Problem(f"models[{model.name}].route.pathPrefix", f"{edge.mode.value} mode cannot strip a path "
+                          "prefix; give each model its own host", model.route.path_prefix, "/")
+        needed = generation_seconds(config, model)
+        floor = edge_timeout_floor(config, model)
+        timeout = model.route.request_timeout_seconds
+        if timeout and timeout < floor:
+            yield Problem(f"models[{model.name}].route.requestTimeoutSeconds", f"cuts generations short: "
+                          f"{model.max_model_len} tokens at {edge.min_decode_tokens_per_second:g} tokens/s take "
+                          f"{needed} s, and no edge timeout may be under {MIN_EDGE_TIMEOUT_SECONDS} s", timeout,
+                          f">= {floor}, or 0 to disable")
+        if edge.mode is EdgeMode.ALB and needed > ALB_MAX_IDLE_TIMEOUT_SECONDS:
+            yield Problem(f"models[{model.name}].maxModelLen", f"a non-streamed response of {model.max_model_len} "
+                          f"tokens at {edge.min_decode_tokens_per_second:g} tokens/s takes {needed} s, beyond the "
+                          f"ALB's {ALB_MAX_IDLE_TIMEOUT_SECONDS} s idle timeout", model.max_model_len,
+                          "a gateway edge, or a shorter maxModelLen")

@@ -1,0 +1,107 @@
+"""Configuration of where model weights are pre-staged: EFS, FSx for Lustre or an existing
+StorageClass, and the claim the replicas share. Feeds components/storage.
+Shapes and ranges only; relations are checked in stacks/checks/.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field
+
+from stacks.config.base import ConfigModel, DnsLabel
+
+
+class AccessMode(StrEnum):
+    """How the weights volume is shared: many replicas need ReadWriteMany (e.g. EFS)."""
+
+    READ_WRITE_MANY = "ReadWriteMany"
+    READ_WRITE_ONCE = "ReadWriteOnce"
+
+
+class WeightsStorageConfig(ConfigModel):
+    """One model's weights claim on the stack's weights storage (`weightsStorage`)."""
+
+    access_mode: AccessMode = Field(
+        default=AccessMode.READ_WRITE_MANY,
+        description=(
+            "ReadWriteMany lets every replica, on any node, mount the same weights. ReadWriteOnce (an EBS "
+            "class under `existingStorageClass`) allows one replica, pinned to the node group's first zone."
+        ),
+    )
+    size_gib: int | None = Field(
+        default=None,
+        ge=1,
+        le=65536,
+        description=(
+            "Claim size in GiB, required with `existingStorageClass` (EFS ignores it; FSx uses the file system's "
+            "capacity). Size it for two revisions; never lower it for an existing claim: Kubernetes refuses."
+        ),
+    )
+
+
+class StorageBackend(StrEnum):
+    """Where the weights live."""
+
+    EFS = "efs"
+    FSX_LUSTRE = "fsxLustre"
+    EXISTING_STORAGE_CLASS = "existingStorageClass"
+
+
+class EfsStorageConfig(ConfigModel):
+    """The EFS file system this program creates for the weights."""
+
+    install_csi_driver: bool = Field(
+        default=True,
+        description="Install the `aws-efs-csi-driver` EKS add-on; false when the cluster already has it.",
+    )
+
+
+class FsxLustreConfig(ConfigModel):
+    """The FSx for Lustre (PERSISTENT_2) file system this program creates for the weights."""
+
+    storage_capacity_gib: int = Field(
+        default=2400, ge=1200, le=4_000_000,
+        description="Capacity in GiB: 1200, 2400 or a multiple of 2400; read speed grows with it.",
+    )
+    per_unit_storage_throughput: Literal[125, 250, 500, 1000] = Field(
+        default=500, description="MB/s per TiB of capacity (125, 250, 500 or 1000); sets the read speed and price."
+    )
+    install_csi_driver: bool = Field(
+        default=True,
+        description="Install the `aws-fsx-csi-driver` EKS add-on; false when the cluster already has it.",
+    )
+
+
+class ExistingStorageClassConfig(ConfigModel):
+    """A StorageClass the cluster already has, and the read speed its operator vouches for."""
+
+    name: DnsLabel = Field(description="StorageClass name.")
+    read_mib_per_second: float = Field(
+        gt=0, le=100000, description="Sustained read MiB/s one pod gets; sizes cold starts and startup probes."
+    )
+
+
+class WeightsBackendConfig(ConfigModel):
+    """The storage every model's weights are pre-staged on."""
+
+    backend: StorageBackend = Field(
+        default=StorageBackend.EFS,
+        description=(
+            "`efs`: an encrypted EFS file system with Elastic throughput, created and retained by this program; "
+            "`fsxLustre`: an FSx for Lustre file system, the fastest cold starts; `existingStorageClass`: a class "
+            "the cluster has."
+        ),
+    )
+    efs: EfsStorageConfig = Field(default_factory=EfsStorageConfig, description="With backend `efs`.")
+    fsx_lustre: FsxLustreConfig = Field(default_factory=FsxLustreConfig, description="With backend `fsxLustre`.")
+    existing_storage_class: ExistingStorageClassConfig | None = Field(
+        default=None, description="With backend `existingStorageClass`: the class and its read speed."
+    )
+    max_cold_start_seconds: int = Field(
+        default=3600,
+        ge=300,
+        le=6 * 3600,
+        description="Longest planned cold start a model may have on this storage; longer is rejected.",
+    )

@@ -1,0 +1,73 @@
+"""Load one environment: read its stack file, resolve `extends`, validate the schema, run the checks.
+
+The one place where the config layer (shapes) meets the checks layer (relations); the program,
+the offline tools and the command line all load a stack through it, so all see the same problems.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from stacks import checks
+from stacks.config import SECRET_KEYS, StackConfig
+from stacks.config.files import PROJECT_DIR, ResolvedConfig, StackFile, read_stack_file, resolve, stack_file_path
+from stacks.config.problems import MISSING, PROJECT, ConfigError, Problem, from_validation_error, mask_problem
+
+
+def validate(resolved: ResolvedConfig) -> StackConfig:
+    """Validate merged values; every problem is collected into one `ConfigError`."""
+    problems: list[Problem] = []
+    # Keys the engine reports as secret, even misspelt or structured ones, are never echoed.
+    secret_keys = frozenset(SECRET_KEYS) | resolved.secret_keys
+    for key in SECRET_KEYS:
+        if key in resolved.values and key not in resolved.secret_keys:
+            problems.append(
+                Problem(key, "must be a secret, not plaintext", "plaintext", "a value set with "
+                        f"`pulumi config set --secret {PROJECT}:{key}`")
+            )
+    for key in sorted(resolved.uninherited_secrets):
+        problems.append(
+            Problem(
+                key,
+                f"secret not set on stack {resolved.stack}; secrets are not inherited from "
+                f"{' -> '.join(resolved.chain[1:])}",
+                MISSING,
+                f"its own value: `pulumi config set --secret {PROJECT}:{key} <value> -s {resolved.stack}`",
+            )
+        )
+    try:
+        config = StackConfig.model_validate(resolved.values)
+    except ValidationError as exc:
+        problems.extend(
+            p
+            for p in from_validation_error(exc, StackConfig, resolved.values, secret_keys)
+            # An uninherited secret is reported above with what to do; "missing" would repeat it.
+            if not (p.path in resolved.uninherited_secrets and p.got is MISSING)
+        )
+        raise ConfigError([mask_problem(p, secret_keys) for p in problems]) from None
+    # A missing uninherited secret is already reported above; don't report it twice.
+    problems.extend(p for p in checks.check(config) if p.path not in resolved.uninherited_secrets)
+    problems = [mask_problem(p, secret_keys) for p in problems]
+    if problems:
+        raise ConfigError(problems)
+    return config
+
+
+def load_stack_file(path: Path) -> tuple[ResolvedConfig, StackConfig]:
+    """The CLI path: read a stack file from disk, resolve `extends`, validate."""
+    own = read_stack_file(path)
+    resolved = resolve(own, path.resolve().parent)
+    return resolved, validate(resolved)
+
+
+def load_from_values(
+    stack: str, values: dict[str, Any], secret_keys: set[str], project_dir: Path = PROJECT_DIR
+) -> tuple[ResolvedConfig, StackConfig]:
+    """The program path: a stack's own values come from the Pulumi engine, bases from disk."""
+    own = StackFile(stack, stack_file_path(stack, project_dir), values, frozenset(secret_keys))
+    resolved = resolve(own, project_dir)
+    return resolved, validate(resolved)
+
