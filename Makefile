@@ -22,40 +22,56 @@ help:
 	@echo "make config-docs          regenerate the configuration reference in docs/configuration.md"
 	@echo "make planner-docs         regenerate the calibration and benchmark tables in docs/capacity-planner.md"
 	@echo "make reference-fixtures   re-derive tests/fixtures/reference from ../shared/reference"
-	@echo "make diff STACK=prod      offline diff of a stack against the merge base with main"
+	@echo "make diff [STACK=prod]    offline diff of a stack (default: every stack) against the merge base with main"
 	@echo "make policy-check         run the policy pack's rules on every stack's offline render"
 	@echo "make preview STACK=prod   pulumi preview (needs the Pulumi CLI and AWS credentials)"
 	@echo "make up STACK=prod        pulumi up (needs the Pulumi CLI and AWS credentials)"
 
+# First run only (about two minutes): pip prints each package as it collects and installs it (no
+# filter in between: a pipe would hide pip's exit status from make).
 $(STAMP): requirements.txt requirements-dev.txt
 	@$(PYTHON) -c 'import sys; sys.exit("Python 3.11+ is required, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	@echo "==> [1/2] creating $(VENV) with $$($(PYTHON) --version)"
+	@$(PYTHON) -m venv $(VENV)
+	@echo "==> [2/2] installing the pinned packages of requirements-dev.txt into $(VENV) (first run only)"
+	@$(BIN)/python -m pip install --disable-pip-version-check --progress-bar off -r requirements-dev.txt
 	@touch $(STAMP)
+	@echo "==> $(VENV) ready"
 
 # Checkov and its ~90 dependencies live in their own virtualenv, so `make test` stays fast.
 $(SCAN_STAMP): requirements-scan.txt
-	$(PYTHON) -m venv $(SCAN_VENV)
-	$(SCAN_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-scan.txt
+	@echo "==> [1/2] creating $(SCAN_VENV) for Checkov (first run only)"
+	@$(PYTHON) -m venv $(SCAN_VENV)
+	@echo "==> [2/2] installing Checkov and its ~90 pinned dependencies into $(SCAN_VENV) (about two minutes)"
+	@$(SCAN_VENV)/bin/python -m pip install --disable-pip-version-check --progress-bar off -r requirements-scan.txt
 	@touch $(SCAN_STAMP)
+	@echo "==> $(SCAN_VENV) ready"
 
 scan: $(STAMP) $(SCAN_STAMP)
+	@echo "==> scan: Checkov over every stack's render and the workflows, against security/checkov-skips.yaml"
 	$(BIN)/python -m tools.scan --checkov $(SCAN_VENV)/bin/checkov
 
 render: $(STAMP)
+	@echo "==> render: offline render of stack $(STACK) into build/$(STACK)/ (no cloud, no CLI)"
 	$(BIN)/python -m stacks render $(STACK) --out build/$(STACK)
 
+# On every core (pytest-xdist): the suite is CPU-bound (renders under the mock runtime, schema
+# validation), and one process on the 2-core machine took 70 s.
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	@echo "==> test: the whole suite on every core"
+	$(BIN)/python -m pytest -n auto --dist worksteal
 
 bench: $(STAMP)
+	@echo "==> bench: render time per stack and per model count"
 	$(BIN)/python -m tools.bench
 
 lint: $(STAMP)
+	@echo "==> lint: ruff, then the layering contracts (import-linter)"
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports --no-cache
 
 golden: $(STAMP)
+	@echo "==> golden: refreshing tests/golden/ from the current renders"
 	$(BIN)/python -m tests.golden.refresh
 
 config-docs: $(STAMP)
@@ -90,7 +106,11 @@ clean:
 	rm -rf build $(VENV) $(SCAN_VENV) policies/.venv .pytest_cache .ruff_cache
 
 policy-check: $(STAMP)
+	@echo "==> policy-check: the policy pack's rules on every stack's offline render"
 	$(BIN)/python -m stacks.offline.policy_check
 
+# The diff exits 1 when it found changes, the normal case of a pull request: only 2 (it could not
+# run) fails the target. Without STACK=... on the command line, every stack file is diffed.
 diff: $(STAMP)
-	$(BIN)/python -m stacks diff $(STACK)
+	@echo "==> diff: offline diff against the merge base with main"
+	@$(BIN)/python -m stacks diff $(if $(filter command line,$(origin STACK)),$(STACK)) || [ $$? -eq 1 ]

@@ -5,8 +5,15 @@ import sys
 
 from stacks.cli import main
 
-code = main()
-sys.stdout.flush()
+try:
+    code = main()
+    sys.stdout.flush()
+except BrokenPipeError:
+    # `plan ... | head` closed the pipe: the reader has what it wanted. Python's signal docs (note on
+    # SIGPIPE) recommend pointing stdout at devnull so the interpreter's own flush at exit cannot
+    # raise again, and exiting non-zero, as a command killed by SIGPIPE would.
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    code = 1
 sys.stderr.flush()
 # The Pulumi runtime leaves an asyncio loop whose finaliser sometimes prints "Exception ignored
 # ... Invalid file descriptor" at interpreter exit; everything is written, so skip finalisers.

@@ -9,53 +9,31 @@ existing file is never overwritten.
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from stacks import environment
-from stacks.config import files, keys
+from stacks.config import StackConfig, files, keys, overrides
 from stacks.config.problems import ConfigError, Problem
 
 
-def parse_override(text: str) -> tuple[str | None, list[str], Any]:
-    """`gpuNodeGroup.scaling.maxNodes=2` -> (None, ["gpuNodeGroup", "scaling", "maxNodes"], 2);
-    `aws:region=eu-west-1` -> ("aws", ["region"], "eu-west-1"): a provider key, written as the CLI
-    spells it; `llm-serving:cluster.name=x` is our own key."""
-    key, sep, raw = text.partition("=")
-    key = key.strip()
-    namespace = None
-    if ":" in key:
-        head, dot, rest = key.partition(".")
-        parsed = keys.parse_key(head)
-        if parsed is None:
-            raise ConfigError([Problem("--set", "the Pulumi CLI cannot parse this config key", key,
-                                       "key.path=value, or <namespace>:<name>=value such as aws:region=eu-west-1")])
-        namespace, name = parsed
-        key = name + dot + rest
-        if namespace == files.PROJECT:
-            namespace = None
-    parts = [p for p in key.split(".") if p]
-    if not sep or not parts:
-        raise ConfigError([Problem("--set", "not a key.path=value override", text, "key.path=value")])
-    value = yaml.safe_load(raw) if raw.strip() else ""
-    return namespace, parts, value
-
-
-def _set(tree: dict[str, Any], parts: list[str], value: Any) -> None:
-    node = tree
-    for part in parts[:-1]:
-        node = node.setdefault(part, {})
-        if not isinstance(node, dict):
-            raise ConfigError([Problem(".".join(parts), "cannot set a key below a plain value",
-                                       node, "a mapping")])
-    node[parts[-1]] = value
+def parse_override(text: str) -> overrides.Override:
+    """`gpuNodeGroup.scaling.maxNodes=2`, `models[llama-70b].replicas=1`, or a provider key written
+    as the CLI spells it (`aws:region=eu-west-1`); `llm-serving:cluster.name=x` is our own key."""
+    key = text.partition("=")[0].strip()
+    if ":" in key and keys.parse_key(key.partition(".")[0]) is None:
+        raise ConfigError([Problem("--set", "the Pulumi CLI cannot parse this config key", key,
+                                   "key.path=value, or <namespace>:<name>=value such as aws:region=eu-west-1")])
+    return overrides.parse(text)
 
 
 def clone_document(
     base: str,
-    overrides: list[str],
+    texts: list[str],
     base_other: dict[str, Any] | None = None,
     required: dict[str, Any] | None = None,
     secrets: list[str] | None = None,
@@ -69,18 +47,18 @@ def clone_document(
     """
     values: dict[str, Any] = dict(required or {})
     other: dict[str, Any] = dict(base_other or {})
-    for text in overrides:
-        namespace, parts, value = parse_override(text)
-        if namespace is not None:
-            node: dict[str, Any] = {}
-            _set(node, parts, value)
-            key = f"{namespace}:{parts[0]}"
-            other[key] = files.deep_merge(other.get(key), node[parts[0]]) if isinstance(other.get(key), dict) \
-                else node[parts[0]]
+    for text in texts:
+        override = parse_override(text)
+        if override.namespace is not None:
+            top = override.path[0].key
+            nested = overrides.apply({}, dataclasses.replace(override, namespace=None), create_items=False)[top]
+            key = f"{override.namespace}:{top}"
+            other[key] = files.deep_merge(other.get(key), nested) if isinstance(other.get(key), dict) else nested
             continue
-        if parts[0] == "extends":
+        if override.path[0].key == "extends":
             raise ConfigError([Problem("extends", "set by clone itself", text, "no --set extends")])
-        _set(values, parts, value)
+        # A named item (models[llama-70b]) is written as {name: ...}: merged by name over the base.
+        values = overrides.apply(values, override, create_items=True)
     config: dict[str, Any] = {**other, f"{files.PROJECT}:extends": base}
     for key in sorted(values):
         config[f"{files.PROJECT}:{key}"] = values[key]
@@ -89,8 +67,17 @@ def clone_document(
     return {"config": config}
 
 
-def clone(base: str, new: str, overrides: list[str], project_dir: Path) -> tuple[Path, list[str]]:
-    """Write the clone; returns its path and the secrets it must set before a preview."""
+@dataclass(frozen=True)
+class Cloned:
+    """What `clone` wrote: the file, the secrets it must set itself, and what looks unintended."""
+
+    path: Path
+    secrets: list[str]
+    warnings: list[str]
+
+
+def clone(base: str, new: str, settings: list[str], project_dir: Path) -> Cloned:
+    """Write the clone; refuse it when it would silently inherit prod's environment."""
     target = files.stack_file_path(new, project_dir)
     if not files.STACK_FILE.match(target.name):
         raise ConfigError([Problem("stack", "not a valid stack name", new, "letters, digits, - _ .")])
@@ -102,24 +89,49 @@ def clone(base: str, new: str, overrides: list[str], project_dir: Path) -> tuple
     base_file = files.read_stack_file(files.stack_file_path(base, project_dir))
     project = keys.load_project(project_dir)
     base_resolved = files.resolve(base_file, project_dir)
+    parsed = [parse_override(text) for text in settings]
+    own_keys = {o.key for o in parsed if o.namespace is None}
+    # A clone of prod that says nothing is prod: protected data, pinned digests, paging alerts, all
+    # aimed at whatever cluster it names. Make the clone say which environment it is.
+    if base_resolved.values.get("environment") == "prod" and "environment" not in own_keys:
+        raise ConfigError([Problem("environment", f"a clone of {base} would inherit environment prod", "prod",
+                                   "--set environment=staging (or dev; prod only when meant: "
+                                   "--set environment=prod)")])
     required = {}
     for key in keys.required_keys(project):
         namespace, name = key.split(":", 1)
         if namespace == files.PROJECT and name in base_resolved.values:
             required[name] = base_resolved.values[name]
     # Secrets are never inherited: the clone gets a placeholder for each secret its base chain has.
-    first = clone_document(base, overrides, base_file.other, required)
+    first = clone_document(base, settings, base_file.other, required)
     secrets = sorted(files.resolve(files.split_config(new, target, first["config"]), project_dir).uninherited_secrets)
-    document = clone_document(base, overrides, base_file.other, required, secrets)
+    document = clone_document(base, settings, base_file.other, required, secrets)
     problems = keys.stack_file_problems(document, project, target.name)
     if problems:
         raise ConfigError(problems)
     # Validates everything (raises ConfigError on any problem: nothing written).
-    environment.validate(files.resolve(files.split_config(new, target, document["config"]), project_dir))
+    config = environment.validate(files.resolve(files.split_config(new, target, document["config"]), project_dir))
     header = (
         f"# Clone of {base}: values here deep-merge over Pulumi.{base}.yaml.\n"
         f"# Secrets are not inherited: replace each placeholder with "
         f"`pulumi config set --secret <key> <value> -s {new}`.\n"
     )
     target.write_text(header + yaml.safe_dump(document, sort_keys=False, default_flow_style=False))
-    return target, secrets
+    return Cloned(target, secrets, _warnings(base, config, own_keys, document["config"].get("aws:region")))
+
+
+def _warnings(base: str, config: StackConfig, own_keys: set[str], region: object) -> list[str]:
+    """What a valid clone probably did not mean: another environment's cluster, or zones in
+    another region than the provider's."""
+    found = []
+    if not any(key == "cluster" or key.startswith("cluster.") for key in own_keys):
+        found.append(f"cluster.name is {config.cluster.name}, inherited from {base}: this stack deploys into "
+                     f"{base}'s cluster; set --set cluster.name=<cluster> unless that is meant")
+    if isinstance(region, str):
+        foreign = sorted({s.availability_zone for s in config.gpu_node_group.subnets
+                          if not s.availability_zone.startswith(region)})
+        if foreign:
+            found.append(f"gpuNodeGroup.subnets are in {', '.join(foreign)}, not in aws:region {region}: set the "
+                         "new region's subnets with --set 'gpuNodeGroup.subnets=[{id: subnet-..., "
+                         "availabilityZone: ...}]'")
+    return found

@@ -6,13 +6,15 @@ the offline tools and the command line all load a stack through it, so all see t
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from stacks import checks
-from stacks.config import SECRET_KEYS, StackConfig
+from stacks.config import SECRET_KEYS, StackConfig, overrides
 from stacks.config.files import PROJECT_DIR, ResolvedConfig, StackFile, read_stack_file, resolve, stack_file_path
 from stacks.config.problems import MISSING, PROJECT, ConfigError, Problem, from_validation_error, mask_problem
 
@@ -56,10 +58,17 @@ def validate(resolved: ResolvedConfig) -> StackConfig:
     return config
 
 
-def load_stack_file(path: Path) -> tuple[ResolvedConfig, StackConfig]:
-    """The CLI path: read a stack file from disk, resolve `extends`, validate."""
+def load_stack_file(
+    path: Path, changes: Sequence[overrides.Override] = ()
+) -> tuple[ResolvedConfig, StackConfig]:
+    """The CLI path: read a stack file from disk, resolve `extends`, apply the command line's
+    overrides (`plan --stack ... --tp 8`) to the resolved values, validate."""
     own = read_stack_file(path)
     resolved = resolve(own, path.resolve().parent)
+    values = resolved.values
+    for change in changes:
+        values = overrides.apply(values, change, create_items=False)
+    resolved = dataclasses.replace(resolved, values=values)
     return resolved, validate(resolved)
 
 

@@ -46,8 +46,13 @@ class Skip:
     resources: tuple[str, ...]
     reason: str
 
+    def applies_to(self, stack: str) -> bool:
+        """`stacks` holds shell-style patterns (`prod*`, `*`), so a clone such as prod-eu is covered by
+        prod's entries without editing this list."""
+        return any(fnmatch.fnmatchcase(stack, pattern) for pattern in self.stacks)
+
     def covers(self, stack: str, finding: Finding) -> bool:
-        return (finding.check == self.check and stack in self.stacks
+        return (finding.check == self.check and self.applies_to(stack)
                 and any(fnmatch.fnmatchcase(finding.resource, pattern) for pattern in self.resources))
 
 
@@ -78,8 +83,11 @@ def parse_skips(document: Any, known_stacks: tuple[str, ...]) -> list[Skip]:
         if not isinstance(check, str) or not CHECK_ID.match(check):
             problems.append(f"{where}.check: {check!r} is not a Checkov check id such as CKV_K8S_11")
         stacks = entry.get("stacks")
-        if not isinstance(stacks, list) or not stacks or any(s not in allowed_stacks for s in stacks):
-            problems.append(f"{where}.stacks: {stacks!r}; expected a non-empty list of {', '.join(allowed_stacks)}")
+        if not isinstance(stacks, list) or not stacks or not all(
+            isinstance(s, str) and any(fnmatch.fnmatchcase(known, s) for known in allowed_stacks) for s in stacks
+        ):
+            problems.append(f"{where}.stacks: {stacks!r}; expected a non-empty list of stack name patterns, each "
+                            f"matching one of {', '.join(allowed_stacks)}")
         resources = entry.get("resources")
         if not isinstance(resources, list) or not resources or not all(isinstance(r, str) and r for r in resources):
             problems.append(f"{where}.resources: {resources!r}; expected a non-empty list of resource id patterns")
@@ -117,10 +125,11 @@ def judge(findings: dict[str, list[Finding]], skips: list[Skip]) -> tuple[list[s
                  if not any(skip.covers(stack, f) for skip in skips)]
     stale = []
     for index, skip in enumerate(skips):
-        for stack in skip.stacks:
-            if stack in findings and not any(skip.covers(stack, f) for f in findings[stack]):
+        for pattern in skip.stacks:
+            scanned = [stack for stack in findings if fnmatch.fnmatchcase(stack, pattern)]
+            if scanned and not any(skip.covers(stack, f) for stack in scanned for f in findings[stack]):
                 stale.append(f"entry {index} ({skip.check} on {', '.join(skip.resources)}) covers nothing in "
-                             f"{stack}; remove {stack} from it, or the entry")
+                             f"{', '.join(scanned)}; remove {pattern} from it, or the entry")
     return uncovered, stale
 
 

@@ -2,8 +2,10 @@
 weights pre-staged on a retained volume, and each model's Deployment, Service and PDB."""
 
 from .capacity import (
+    DEFAULT_BLOCK_SIZE,
     DEFAULT_GPU_MEMORY_UTILIZATION,
     DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    DEFAULT_MAX_NUM_SEQS,
     DEFAULT_STORAGE_READ_MIB_PER_SECOND,
     KV_CACHE_DTYPE_BYTES,
     CapacityError,
@@ -17,6 +19,8 @@ from .engine import (
     PORT,
     RUN_AS_GID,
     RUN_AS_UID,
+    VLLM_BLOCK_SIZES,
+    VLLM_QUANTIZATION_METHODS,
     EngineSettings,
     managed_flag_conflicts,
     pod_resources,
@@ -46,6 +50,8 @@ from .rollout import (
 from .weights import ModelWeights, ModelWeightsArgs
 
 __all__ = [
+    "VLLM_BLOCK_SIZES",
+    "VLLM_QUANTIZATION_METHODS",
     "LeaderWorkerSetController",
     "LeaderWorkerSetControllerArgs",
     "lws_values",
@@ -70,7 +76,9 @@ __all__ = [
     "rollout_needs_node",
     "rollout_seconds",
     "DEFAULT_GPU_MEMORY_UTILIZATION",
+    "DEFAULT_BLOCK_SIZE",
     "DEFAULT_MAX_NUM_BATCHED_TOKENS",
+    "DEFAULT_MAX_NUM_SEQS",
     "DEFAULT_STORAGE_READ_MIB_PER_SECOND",
     "KV_CACHE_DTYPE_BYTES",
     "PORT",

@@ -76,6 +76,9 @@ DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
 # The OpenAI server's default batch budget on >= 70 GiB GPUs up to ~v0.28 (facts.md §1.5). Newer
 # versions default to 16384, so the stack sets the flag explicitly and plans with the same number.
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
+# What a stack sets `--max-num-seqs` to unless told otherwise, and what `plan` assumes: explicit, so
+# the engine's own GPU-dependent default (below) never changes a reviewed plan.
+DEFAULT_MAX_NUM_SEQS = 256
 
 # --- the overhead model (the module docstring gives the fit and its sources) ---------------------
 BASE_OVERHEAD_BYTES = 19 * GIB // 10

@@ -31,6 +31,46 @@ MANAGED_FLAGS = frozenset(
         "--master-port", "--headless", "--distributed-executor-backend",
     }
 )
+# `--quantization` methods vLLM 0.33.0 accepts (its flag list's post-parse known values; a test
+# compares this with the pinned flag list): `plan` refuses anything else instead of planning it.
+VLLM_QUANTIZATION_METHODS = tuple(
+    (
+        "auto_awq",
+        "auto_gptq",
+        "awq",
+        "awq_marlin",
+        "compressed-tensors",
+        "deepseek_v4_fp8",
+        "experts_int8",
+        "fbgemm_fp8",
+        "fp8",
+        "fp8_per_block",
+        "fp8_per_channel",
+        "fp8_per_tensor",
+        "fp_quant",
+        "gpt_oss_mxfp4",
+        "gptq",
+        "gptq_marlin",
+        "humming",
+        "inc",
+        "int8_per_channel_weight_only",
+        "modelopt",
+        "modelopt_fp4",
+        "modelopt_mixed",
+        "modelopt_mxfp8",
+        "moe_wna16",
+        "mxfp4",
+        "mxfp8",
+        "nvfp4_per_token",
+        "online",
+        "quark",
+        "torchao",
+    )
+)
+# `--block-size` values: the pinned flag list declares an int with no choices, and vLLM's CacheConfig
+# has long typed it as BlockSize = Literal[1, 8, 16, 32, 64, 128] (256 for MLA backends); the
+# planner counts KV in whole blocks, so a size outside these plans a cache vLLM would not build.
+VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 # torch.distributed's rendezvous port on the leader (vLLM's --master-port default, serve-flags 0.33.0).
 MASTER_PORT = 29501
 

@@ -6,30 +6,21 @@ Every command exits 2 on invalid input with one line per problem, never a traceb
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
+import re
 import sys
 import time
 from pathlib import Path
 
 from stacks import clone, environment
 from stacks.config import files as stack_files
-from stacks.config.problems import ConfigError, Problem
+from stacks.config.problems import CommandLineParser, ConfigError, Problem
 
 
-def _stack_path(target: str) -> Path:
-    """A stack name (`prod`) or a path to a stack file; an unknown name lists the stacks that exist."""
-    path = Path(target)
-    if path.suffix == ".yaml" or path.exists():
-        return path
-    path = stack_files.stack_file_path(target)
-    if not path.is_file():
-        known = stack_files.stack_names()
-        close = difflib.get_close_matches(target, known, n=1)
-        hint = f'did you mean "{close[0]}"? ' if close else ""
-        raise ConfigError([Problem("stack", f"no stack file Pulumi.{target}.yaml; {hint}stacks here: "
-                                   f"{', '.join(known)}", target, "one of the stacks, or a path to a stack file")])
-    return path
+def _kubernetes_minor(value: str) -> str:
+    if not re.fullmatch(r"1\.\d{1,2}", value):
+        raise argparse.ArgumentTypeError(f"expected a Kubernetes minor such as 1.34, got {value!r}")
+    return value
 
 
 def _output_dir(out: Path) -> Path:
@@ -46,18 +37,29 @@ def _output_dir(out: Path) -> Path:
     return out
 
 
+def _directory(value: str) -> Path:
+    if not value.strip():
+        raise argparse.ArgumentTypeError("expected a directory path, got ''")
+    return Path(value)
+
+
+def render_parser() -> CommandLineParser:
+    parser = CommandLineParser(prog="python -m stacks render", description="Offline render of a stack.")
+    parser.add_argument("stack", help="stack name (dev, prod, staging) or path to a Pulumi.<stack>.yaml")
+    parser.add_argument("--out", type=_directory, help="output directory (default build/<stack>)")
+    parser.add_argument("--quiet", action="store_true", help="print only the output paths")
+    parser.add_argument("--cluster-version", type=_kubernetes_minor,
+                        help="Kubernetes minor the placeholder cluster runs (default: the "
+                        "stack's cluster.kubernetesVersion); another one is rejected as a real preview would")
+    return parser
+
+
 def _render(argv: list[str]) -> int:
     from stacks.offline import render
 
-    parser = argparse.ArgumentParser(prog="python -m stacks render", description="Offline render of a stack.")
-    parser.add_argument("stack", help="stack name (dev, prod, staging) or path to a Pulumi.<stack>.yaml")
-    parser.add_argument("--out", type=Path, help="output directory (default build/<stack>)")
-    parser.add_argument("--quiet", action="store_true", help="print only the output paths")
-    parser.add_argument("--cluster-version", help="Kubernetes minor the placeholder cluster runs (default: the "
-                        "stack's cluster.kubernetesVersion); another one is rejected as a real preview would")
-    args = parser.parse_args(argv)
+    args = render_parser().parse_args(argv)
     started = time.perf_counter()
-    path = _stack_path(args.stack)
+    path = stack_files.find_stack_file(args.stack)
     _, config = environment.load_stack_file(path)  # config problems first: nothing is created for an invalid stack
     stack = path.name.removeprefix("Pulumi.").removesuffix(".yaml")
     out = _output_dir(args.out or stack_files.PROJECT_DIR / "build" / stack)
@@ -78,8 +80,8 @@ def _plan(argv: list[str]) -> int:
     return plan_cli.main(argv)
 
 
-def _clone(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
+def clone_parser() -> CommandLineParser:
+    parser = CommandLineParser(
         prog="python -m stacks clone",
         description="Write Pulumi.<to>.yaml that extends <from>, with overrides, and validate it.",
     )
@@ -87,12 +89,19 @@ def _clone(argv: list[str]) -> int:
     parser.add_argument("new", help="name of the new stack, e.g. staging-eu")
     parser.add_argument(
         "--set", action="append", default=[], metavar="KEY.PATH=VALUE",
-        help="override, e.g. gpuNodeGroup.scaling.maxNodes=2 (value parsed as YAML); repeatable",
+        help="override, e.g. gpuNodeGroup.scaling.maxNodes=2 or models[llama-70b].replicas=1 (value parsed as "
+        "YAML); repeatable. A clone of prod must set environment",
     )
-    args = parser.parse_args(argv)
-    path, secrets = clone.clone(args.base, args.new, args.set, stack_files.PROJECT_DIR)
-    sys.stdout.write(f"wrote {path}\n")
-    for key in secrets:
+    return parser
+
+
+def _clone(argv: list[str]) -> int:
+    args = clone_parser().parse_args(argv)
+    cloned = clone.clone(args.base, args.new, args.set, stack_files.PROJECT_DIR)
+    for warning in cloned.warnings:
+        sys.stderr.write(f"warning: {warning}\n")
+    sys.stdout.write(f"wrote {cloned.path}\n")
+    for key in cloned.secrets:
         sys.stdout.write(
             f"set its own secret before a preview: pulumi config set --secret {stack_files.PROJECT}:{key} <value> "
             f"-s {args.new}\n"
@@ -113,13 +122,17 @@ HELP = """usage: .venv/bin/python -m stacks <command> [options]   (or `source .v
 
 commands:
   render <stack>   offline render into build/<stack>/ (manifests.yaml, resources.json); no cloud, no CLI
-  plan             size one vLLM replica: TP, KV cache, concurrency, startup budget, dynamics
+  plan             size one vLLM replica: TP, KV cache, concurrency, startup budget, dynamics;
+                   --stack <stack> plans a stack's model (options override its values), --list-models,
+                   --list-gpus
   clone <from> <to> --set key.path=value
                    a new stack file that extends another, valid for the Pulumi CLI
-  diff <stack>     what a change does to a stack's render, as `pulumi preview --diff` would mark it
+  diff [<stack>...] what a change does to each stack's render (default: every stack file), as
+                   `pulumi preview --diff` would mark it
 
-`<command> --help` describes each command's options. Exit codes: 0 success, 1 diff found changes,
-2 invalid input (one line per problem).
+A stack is a name (prod) or a path to a stack file. `<command> --help` describes each command's
+options. Exit codes: 0 success, 1 diff found changes or plan cannot be deployed as asked, 2 invalid
+input (one line per problem).
 """
 
 

@@ -13,14 +13,18 @@ import argparse
 import contextlib
 import difflib
 import json
+import math
 import sys
 from typing import TextIO
 
 from components import serving, storage
 from components.gpu import instance_price, known_instance_type_names, lookup_instance_type
-from components.serving import CapacityError, CapacityPlan, known_model_ids, lookup_model
+from components.serving import DEFAULT_MAX_NUM_SEQS, CapacityError, CapacityPlan, known_model_ids, lookup_model
+from stacks.config import overrides
+from stacks.config.problems import CommandLineParser, ConfigError, Problem
 
 EXIT_OK = 0
+EXIT_REJECTED = 1  # the plan was computed, and it cannot be deployed as asked
 EXIT_USAGE = 2  # argparse's own code for bad arguments; a rejected plan is the same kind of answer
 
 
@@ -45,27 +49,91 @@ def _token_count(value: str) -> int:
 def _tensor_parallel(value: str) -> int | str:
     if value == "auto":
         return value
+    return _positive_int(value)
+
+
+def _positive_int(value: str) -> int:
     try:
-        return int(value)
+        number = int(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer or 'auto', got {value!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value!r}")
+    return number
+
+
+def _non_negative_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of seconds, got {value!r}") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {value!r}")
+    return number
+
+
+def _positive_float(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {value!r}") from None
+    if not math.isfinite(number) or number <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {value!r}")
+    return number
+
+
+def _fraction(value: str) -> float:
+    number = _positive_float(value)
+    if number > 1:
+        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1], got {value!r}")
+    return number
+
+
+def _positive_tokens(value: str) -> int:
+    number = _token_count(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected at least one token, got {value!r}")
+    return number
+
+
+def _block_size(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number not in serving.VLLM_BLOCK_SIZES:
+        raise argparse.ArgumentTypeError(
+            f"expected one of vLLM's block sizes {', '.join(map(str, serving.VLLM_BLOCK_SIZES))}, got {value!r}")
+    return number
+
+
+def _json_object(value: str) -> str:
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as error:
+        raise argparse.ArgumentTypeError(f"not valid JSON ({error.msg} at column {error.colno}): {value!r}") from None
+    if not isinstance(parsed, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object such as '{{\"method\": \"ngram\"}}', got {value!r}")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandLineParser(
         prog="python -m stacks plan",
         description=(
             "Plan one vLLM replica: tensor-parallel size, KV-cache tokens, concurrency at "
             "--max-model-len and the startup-probe budget. Memory model: components/serving/capacity.py."
         ),
     )
-    parser.add_argument("--model", required=True,
+    parser.add_argument("--model",
                         help="Hugging Face id from the model catalog; with --stack, the model's name in that stack.")
+    parser.add_argument("--list-models", action="store_true", help="List the catalog's models and exit.")
+    parser.add_argument("--list-gpus", action="store_true", help="List the catalog's GPU instance types and exit.")
     parser.add_argument("--stack", help="Plan a model exactly as this stack deploys it (its file's settings).")
     parser.add_argument("--gpu", help="EC2 instance type from the GPU catalog, e.g. p5.48xlarge.")
     parser.add_argument(
         "--max-model-len",
-        type=_token_count,
+        type=_positive_tokens,
         help="Tokens per request (prompt + output); 16384, 16k (16,000) or 16K (16,384).",
     )
     parser.add_argument(
@@ -87,53 +155,60 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--max-nodes-per-replica",
-        type=int,
+        type=_positive_int,
         default=None,
         help="Most nodes one replica may span (default: --pp if given, else 1).",
     )
     parser.add_argument(
         "--gpu-memory-utilization",
-        type=float,
+        type=_fraction,
         default=serving.DEFAULT_GPU_MEMORY_UTILIZATION,
         help=f"Fraction of each GPU vLLM may use (default {serving.DEFAULT_GPU_MEMORY_UTILIZATION}).",
     )
     parser.add_argument(
         "--kv-cache-dtype",
         default="auto",
+        choices=("auto", *serving.KV_CACHE_DTYPE_BYTES),
         help=f"auto (model dtype) or one of {', '.join(serving.KV_CACHE_DTYPE_BYTES)}.",
     )
     parser.add_argument(
         "--max-num-batched-tokens",
-        type=_token_count,
+        type=_positive_tokens,
         default=serving.DEFAULT_MAX_NUM_BATCHED_TOKENS,
         help=f"Tokens per engine step; drives the activation estimate "
         f"(default {serving.DEFAULT_MAX_NUM_BATCHED_TOKENS}).",
     )
-    parser.add_argument("--max-num-seqs", type=int, default=None,
-                        help="`--max-num-seqs` (default: vLLM's, 1024 on >= 70 GiB GPUs other than A100, else 256).")
-    parser.add_argument("--block-size", type=int, default=16, help="KV cache block size in tokens (default 16).")
-    parser.add_argument("--quantization", default=None,
-                        help="`--quantization`; fp8 on a 16-bit checkpoint halves the Linear weights in memory.")
+    # The stack's default, not vLLM's (1024 on >= 70 GiB GPUs): a bare plan and a stack model with the
+    # same settings must plan the same concurrency (issue 21 found 289 against 256).
+    parser.add_argument("--max-num-seqs", type=_positive_int, default=DEFAULT_MAX_NUM_SEQS,
+                        help=f"`--max-num-seqs` (default {DEFAULT_MAX_NUM_SEQS}, what a stack sets: "
+                        "models[].maxNumSeqs; vLLM's own default is 1024 on >= 70 GiB GPUs other than A100).")
+    parser.add_argument("--block-size", type=_block_size, default=serving.DEFAULT_BLOCK_SIZE,
+                        help=f"KV cache block size in tokens: {', '.join(map(str, serving.VLLM_BLOCK_SIZES))} "
+                        f"(default {serving.DEFAULT_BLOCK_SIZE}).")
+    parser.add_argument("--quantization", default=None, choices=serving.VLLM_QUANTIZATION_METHODS, metavar="METHOD",
+                        help="`--quantization`, one of vLLM's methods; fp8 on a 16-bit checkpoint halves the Linear "
+                        "weights in memory.")
     parser.add_argument("--enforce-eager", action="store_true",
                         help="`--enforce-eager`: no CUDA graphs, so no graph memory or capture time.")
-    parser.add_argument("--speculative-config", default=None, metavar="JSON",
+    parser.add_argument("--speculative-config", default=None, metavar="JSON", type=_json_object,
                         help="`--speculative-config`: accepted so a deployed setting can be planned; the "
                         "draft's memory is not modelled (the plan says so).")
     parser.add_argument(
         "--available-kv-gib",
-        type=float,
+        type=_positive_float,
         default=None,
         help="Use vLLM's logged 'Available KV cache memory' instead of the estimate (needs --tp N).",
     )
     parser.add_argument(
         "--target-concurrency",
-        type=int,
+        type=_positive_int,
         default=1,
         help="Full-length requests the KV cache must hold at once (default 1).",
     )
     parser.add_argument(
         "--storage-read-mib-per-second",
-        type=float,
+        type=_positive_float,
         default=storage.EFS_READ_MIB_PER_SECOND,
         help="Read throughput of the weights volume in MiB/s per pod (default "
         f"{storage.EFS_READ_MIB_PER_SECOND:g}: EFS Elastic, the default backend; see docs/capacity-planner.md).",
@@ -141,25 +216,28 @@ def _parser() -> argparse.ArgumentParser:
     dynamics = parser.add_argument_group(
         "dynamics", "How long capacity takes to change (defaults and sources: docs/capacity-planner.md#dynamics)."
     )
-    dynamics.add_argument("--replicas", type=int, default=1, help="Replicas running (default 1).")
-    dynamics.add_argument("--max-replicas", type=int, default=None, help="Most replicas (default --replicas).")
-    dynamics.add_argument("--nodes", type=int, default=None,
+    dynamics.add_argument("--replicas", type=_positive_int, default=1, help="Replicas running (default 1).")
+    dynamics.add_argument("--max-replicas", type=_positive_int, default=None,
+                          help="Most replicas (default --replicas).")
+    dynamics.add_argument("--nodes", type=_positive_int, default=None,
                           help="GPU nodes running (default: the fewest that hold --replicas).")
-    dynamics.add_argument("--max-nodes", type=int, default=None,
+    dynamics.add_argument("--max-nodes", type=_positive_int, default=None,
                           help="Most GPU nodes the autoscaler may run (default --nodes + 1).")
-    dynamics.add_argument("--node-ready-seconds", type=int, default=serving.DEFAULT_NODE_READY_SECONDS,
+    dynamics.add_argument("--node-ready-seconds", type=_non_negative_int, default=serving.DEFAULT_NODE_READY_SECONDS,
                           help=f"A new GPU node until its GPUs are allocatable "
                           f"(default {serving.DEFAULT_NODE_READY_SECONDS}).")
-    dynamics.add_argument("--image-pull-seconds", type=int, default=serving.DEFAULT_IMAGE_PULL_SECONDS,
+    dynamics.add_argument("--image-pull-seconds", type=_non_negative_int, default=serving.DEFAULT_IMAGE_PULL_SECONDS,
                           help=f"Pulling the vLLM image onto a node (default {serving.DEFAULT_IMAGE_PULL_SECONDS}).")
     load = parser.add_argument_group(
         "latency and cost", "A roofline estimate (docs/capacity-planner.md#latency-and-throughput)."
     )
-    load.add_argument("--prompt-tokens", type=int, default=1024, help="Prompt length for TTFT and KV (default 1024).")
-    load.add_argument("--output-tokens", type=int, default=256, help="Output length per request (default 256).")
-    load.add_argument("--ttft-slo-ms", type=float, default=2000.0,
+    load.add_argument("--prompt-tokens", type=_positive_int, default=1024,
+                      help="Prompt length for TTFT and KV (default 1024).")
+    load.add_argument("--output-tokens", type=_positive_int, default=256,
+                      help="Output length per request (default 256).")
+    load.add_argument("--ttft-slo-ms", type=_positive_float, default=2000.0,
                       help="Time-to-first-token objective in ms (default 2000, the config's slo.ttftP95Seconds).")
-    load.add_argument("--itl-slo-ms", type=float, default=100.0,
+    load.add_argument("--itl-slo-ms", type=_positive_float, default=100.0,
                       help="Inter-token latency objective in ms (default 100, the config's slo.itlP95Seconds).")
     parser.add_argument("--json", action="store_true", help="Print the plan as JSON.")
     return parser
@@ -265,10 +343,10 @@ def _dynamics_rows(found: dict[str, object]) -> list[tuple[str, str]]:
     return rows
 
 
-def _unknown(kind: str, value: str, known: list[str]) -> str:
+def _unknown(option: str, kind: str, value: str, known: list[str]) -> str:
     close = difflib.get_close_matches(value, known, n=1, cutoff=0.6)
     hint = f' (did you mean "{close[0]}"?)' if close else ""
-    return f"unknown {kind} {value!r}{hint}; known: {', '.join(known)}"
+    return f"python -m stacks plan: argument {option}: unknown {kind} {value!r}{hint}; known: {', '.join(known)}"
 
 
 def _storage_label(mib_per_second: float) -> str:
@@ -328,6 +406,31 @@ def render_table(result: CapacityPlan, found: dict[str, object] | None = None,
     return "\n".join(lines)
 
 
+def _explicit(argv: list[str]) -> dict[str, object]:
+    """The options the command line set itself (not their defaults), by destination."""
+    parser = _parser()
+    for action in parser._actions:  # noqa: SLF001 - argparse has no public way to suppress defaults
+        action.default = argparse.SUPPRESS
+    return vars(parser.parse_args(argv))
+
+
+def _listing(as_json: bool, out: TextIO, models: bool) -> int:
+    if models:
+        rows = {mid: f"{lookup_model(mid).parameters_billion:g} B parameters" for mid in known_model_ids()}  # type: ignore[union-attr]
+    else:
+        rows = {}
+        for name in known_instance_type_names():
+            kind = lookup_instance_type(name)
+            assert kind is not None
+            rows[name] = f"{kind.gpu_count} x {kind.gpu.product_label} {kind.gpu.memory_gib:.1f} GiB"
+    if as_json:
+        print(json.dumps(rows, indent=2, sort_keys=True), file=out)
+    else:
+        width = max(map(len, rows))
+        print("\n".join(f"{key.ljust(width)}  {value}" for key, value in rows.items()), file=out)
+    return EXIT_OK
+
+
 def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     """Run `plan` with the arguments after the subcommand; returns the process exit code."""
     out = stdout or sys.stdout
@@ -336,21 +439,32 @@ def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = 
         # argparse writes usage and errors to sys.stderr/stdout itself; point them at ours.
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
             args = _parser().parse_args(argv)
+            explicit = _explicit(argv)
     except SystemExit as exit_:  # argparse already printed usage and the problem (or --help)
         return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
 
-    if args.stack:
-        return _stack_plan(args, out, err)
+    if args.list_models or args.list_gpus:
+        return _listing(args.json, out, models=args.list_models)
+    if args.model is None:
+        print("python -m stacks plan: --model is required (or --list-models, --list-gpus)", file=err)
+        return EXIT_USAGE
+    if args.stack is not None:
+        return _stack_plan(args, explicit, out, err)
     if args.gpu is None or args.max_model_len is None:
         print("plan rejected: --gpu and --max-model-len are required without --stack", file=err)
         return EXIT_USAGE
     model = lookup_model(args.model)
     if model is None:
-        print(_unknown("model", args.model, known_model_ids()), file=err)
+        print(_unknown("--model", "model", args.model, known_model_ids()), file=err)
         return EXIT_USAGE
     instance_type = lookup_instance_type(args.gpu)
     if instance_type is None:
-        print(_unknown("GPU instance type", args.gpu, known_instance_type_names()), file=err)
+        print(_unknown("--gpu", "GPU instance type", args.gpu, known_instance_type_names()), file=err)
+        return EXIT_USAGE
+    if args.available_kv_gib is not None and args.available_kv_gib >= instance_type.gpu.memory_gib:
+        print(f"python -m stacks plan: argument --available-kv-gib: {args.available_kv_gib:g} GiB of KV cache per "
+              f"GPU does not fit a {instance_type.gpu.memory_gib:.2f} GiB {instance_type.gpu.product_label}; "
+              "expected vLLM's logged 'Available KV cache memory' for one GPU", file=err)
         return EXIT_USAGE
 
     try:
@@ -377,7 +491,7 @@ def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = 
         print(f"plan rejected: {error}", file=err)
         return EXIT_USAGE
 
-    if args.replicas < 1 or (args.max_replicas is not None and args.max_replicas < args.replicas):
+    if args.max_replicas is not None and args.max_replicas < args.replicas:
         print(f"plan rejected: --replicas {args.replicas} and --max-replicas {args.max_replicas}: expected "
               "1 <= replicas <= max replicas", file=err)
         return EXIT_USAGE
@@ -443,32 +557,100 @@ def _replica_cost(result: CapacityPlan) -> dict[str, object]:
 
 
 def _print(result: CapacityPlan, found: dict[str, object], cost: dict[str, object],
-           perf: dict[str, object], as_json: bool, out: TextIO) -> int:
+           perf: dict[str, object], as_json: bool, out: TextIO,
+           overridden: dict[str, dict[str, object]] | None = None) -> int:
     if as_json:
         document = {**result.to_json(), "dynamics": found, "cost": cost, "performance": perf}
+        if overridden:
+            document["from_command_line"] = overridden
         print(json.dumps(document, sort_keys=True, indent=2), file=out)
     else:
+        if overridden:
+            print("from the command line (over the stack's values): " + ", ".join(
+                f"{key}={json.dumps(change['value'])} ({change['option']})" for key, change in overridden.items()),
+                file=out)
         print(render_table(result, found, cost, perf), file=out)
-    return EXIT_OK
+    # The memory plan holds but no rollout can replace a replica on the GPUs there are: not deployable.
+    return EXIT_REJECTED if str(found.get("rollout", "")).startswith("rejected") else EXIT_OK
 
 
-def _stack_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    """The plan, dynamics and cost of one model exactly as `args.stack` deploys it."""
+# Options a stack cannot take: each has no config key (the stack decides it another way).
+_STACK_REFUSED = {
+    "available_kv_gib": ("--available-kv-gib", "plan the measured figure without --stack: "
+                         "--model <id> --gpu <type> --tp N --available-kv-gib X"),
+    "storage_read_mib_per_second": ("--storage-read-mib-per-second", "the stack's weightsStorage decides the "
+                                    "read speed; plan without --stack to try another"),
+    "max_nodes_per_replica": ("--max-nodes-per-replica", "a stack sets models[].pipelineParallelSize; use --pp N"),
+}
+
+
+def _stack_overrides(explicit: dict[str, object], model: object) -> list[overrides.Override]:
+    """Each explicit option as the config key it overrides in the stack (`models[<name>]...`)."""
+    name = model.name  # type: ignore[attr-defined]
+    at = f"models[{name}]"
+    keys = {
+        "gpu": "gpuNodeGroup.instanceType", "max_model_len": f"{at}.maxModelLen",
+        "tp": f"{at}.tensorParallelSize", "pp": f"{at}.pipelineParallelSize",
+        "gpu_memory_utilization": f"{at}.gpuMemoryUtilization", "kv_cache_dtype": f"{at}.kvCacheDtype",
+        "max_num_batched_tokens": f"{at}.maxNumBatchedTokens", "max_num_seqs": f"{at}.maxNumSeqs",
+        "quantization": f"{at}.quantization", "target_concurrency": f"{at}.targetConcurrency",
+        "replicas": f"{at}.autoscaling.minReplicas", "max_replicas": f"{at}.autoscaling.maxReplicas",
+        "nodes": "gpuNodeGroup.scaling.desiredNodes", "max_nodes": "gpuNodeGroup.scaling.maxNodes",
+        "node_ready_seconds": "gpuNodeGroup.nodeReadySeconds", "image_pull_seconds": "gpuNodeGroup.imagePullSeconds",
+        "ttft_slo_ms": f"{at}.slo.ttftP95Seconds", "itl_slo_ms": f"{at}.slo.itlP95Seconds",
+    }
+    found = []
+    for dest, value in explicit.items():
+        option = "--" + dest.replace("_", "-")
+        if dest in keys:
+            if dest in ("ttft_slo_ms", "itl_slo_ms"):
+                value = float(value) / 1000  # type: ignore[arg-type]
+            if dest == "pp" and value == "auto":
+                raise ConfigError([Problem("--pp", "a stack sets its pipeline stages explicitly", "auto",
+                                           "--pp N")])
+            found.append(overrides.parse(f"{keys[dest]}={json.dumps(value)}", option))
+    # Engine flags the planner follows through extraArgs: replace the stack's own, keep the rest.
+    flags = {"block_size": "--block-size", "enforce_eager": "--enforce-eager",
+             "speculative_config": "--speculative-config"}
+    if any(dest in explicit for dest in flags):
+        extra = [a for a in model.extra_args  # type: ignore[attr-defined]
+                 if a.partition("=")[0] not in {flags[d] for d in flags if d in explicit}]
+        for dest, flag in flags.items():
+            if dest in explicit and explicit[dest] is not False:
+                extra.append(flag if explicit[dest] is True else f"{flag}={explicit[dest]}")
+        found.append(overrides.Override(None, (overrides.Segment("models", name), overrides.Segment("extraArgs")),
+                                        extra, "--" + next(d for d in flags if d in explicit).replace("_", "-")))
+    return found
+
+
+def _stack_plan(args: argparse.Namespace, explicit: dict[str, object], out: TextIO, err: TextIO) -> int:
+    """The plan, dynamics and cost of one model as `args.stack` deploys it, with the options the
+    command line set overriding the stack's values (and said so)."""
     from stacks import environment
     from stacks.checks import planning
     from stacks.config import files as stack_files  # the stack layer, only in this mode
-    from stacks.config.problems import ConfigError
 
+    refused = [f"python -m stacks plan: argument {option}: not a stack setting with --stack; {fix}"
+               for dest, (option, fix) in _STACK_REFUSED.items() if dest in explicit]
+    if refused:
+        print("\n".join(refused), file=err)
+        return EXIT_USAGE
     try:
-        _, config = environment.load_stack_file(stack_files.stack_file_path(args.stack))
+        path = stack_files.find_stack_file(args.stack, option="--stack")
+        _, config = environment.load_stack_file(path)
+        models = {m.name: m for m in config.models} | {m.model_id: m for m in config.models}
+        model = models.get(args.model)
+        if model is None:
+            names = sorted(m.name for m in config.models)
+            print(_unknown("--model", f"model of stack {args.stack}", args.model, names), file=err)
+            return EXIT_USAGE
+        changes = _stack_overrides(explicit, model)
+        if changes:
+            resolved, config = environment.load_stack_file(path, changes)
+            model = next(m for m in config.models if m.name == model.name)
     except ConfigError as error:
         for problem in error.problems:
             print(problem.line(), file=err)
-        return EXIT_USAGE
-    models = {m.name: m for m in config.models} | {m.model_id: m for m in config.models}
-    model = models.get(args.model)
-    if model is None:
-        print(_unknown(f"model of stack {args.stack}", args.model, sorted(m.name for m in config.models)), file=err)
         return EXIT_USAGE
     result = planning.model_plan(config, model)
     low, high = planning.replica_bounds(model)
@@ -487,4 +669,5 @@ def _stack_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                  "stack_usd_per_hour_at_max": total.at(total.nodes_at_max), "stack_price_note": total.price_note})
     perf = stack_model_performance(config, model, result, cost, prompt_tokens=args.prompt_tokens,
                                    output_tokens=args.output_tokens)
-    return _print(result, found, cost, perf, args.json, out)
+    overridden = {c.key: {"option": c.option, "value": c.value} for c in changes}
+    return _print(result, found, cost, perf, args.json, out, overridden)

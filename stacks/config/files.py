@@ -6,6 +6,7 @@ are never inherited, so a clone cannot silently talk to prod with prod's credent
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +50,22 @@ class ResolvedConfig:
 
 def stack_file_path(stack: str, project_dir: Path = PROJECT_DIR) -> Path:
     return project_dir / f"Pulumi.{stack}.yaml"
+
+
+def find_stack_file(target: str, project_dir: Path = PROJECT_DIR, option: str = "stack") -> Path:
+    """A stack name (`prod`) or a path to a stack file, as every command takes it; an unknown name
+    lists the stacks that exist."""
+    path = Path(target)
+    if path.suffix == ".yaml" or path.is_file():
+        return path
+    path = stack_file_path(target, project_dir)
+    if not path.is_file():
+        known = stack_names(project_dir)
+        close = difflib.get_close_matches(target, known, n=1)
+        hint = f'did you mean "{close[0]}"? ' if close else ""
+        raise ConfigError([Problem(option, f"no stack file Pulumi.{target}.yaml; {hint}stacks here: "
+                                   f"{', '.join(known)}", target, "one of the stacks, or a path to a stack file")])
+    return path
 
 
 def stack_names(project_dir: Path = PROJECT_DIR) -> tuple[str, ...]:

@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 from pydantic import Field, StringConstraints
 
 from components.platform import versions
+from components.serving import DEFAULT_MAX_NUM_SEQS
 from stacks.config.base import ChartVersion, ConfigModel, DnsLabel, Hostname, ImageDigest, ImageTag, PathPrefix
 from stacks.config.storage import WeightsStorageConfig
 
@@ -200,7 +201,9 @@ class ModelConfig(ConfigModel):
         default=None,
         description="The eval (name or URL) showing quality holds with fp8 KV or quantization; required in prod.",
     )
-    max_num_seqs: int = Field(default=256, ge=1, le=65536, description="`--max-num-seqs`, set explicitly.")
+    max_num_seqs: int = Field(
+        default=DEFAULT_MAX_NUM_SEQS, ge=1, le=65536, description="`--max-num-seqs`, set explicitly."
+    )
     max_num_batched_tokens: int = Field(
         default=8192, ge=256, le=1_048_576, description="`--max-num-batched-tokens`, set explicitly."
     )

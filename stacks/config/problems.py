@@ -6,11 +6,12 @@ sees every problem of a stack file at once, in one format, and never a traceback
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import json
 import typing
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from pydantic import BaseModel, ValidationError
 
@@ -210,3 +211,11 @@ def from_validation_error(
                 message = "too short"
             problems.append(Problem(path, message, err.get("input"), _expected(err)))
     return problems
+
+
+class CommandLineParser(argparse.ArgumentParser):
+    """argparse with the project's error shape: one line naming the option, the value and what is
+    allowed, then exit 2 (argparse's own code for bad usage); `--help` is unchanged."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message}\n")

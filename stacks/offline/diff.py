@@ -31,6 +31,7 @@ from typing import Any, TextIO
 
 from components.serving import lookup_model
 from stacks.config import files as stack_files
+from stacks.config.problems import CommandLineParser
 from stacks.offline import replacements
 
 EXIT_UNCHANGED = 0
@@ -502,9 +503,10 @@ def _git(project_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _commit(project_dir: Path, ref: str) -> str:
-    found = _git(project_dir, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    # --end-of-options: a ref such as "-1" or "--output=x" is a name to look up, never an option of git's.
+    found = _git(project_dir, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}")
     if found.returncode != 0:
-        raise DiffError([f"diff: {ref!r} is not a commit in this repository"])
+        raise DiffError([f"python -m stacks diff: argument --base: {ref!r} is not a commit in this repository"])
     return found.stdout.strip()
 
 
@@ -595,7 +597,8 @@ def diff_stack(target: str, base: str | None = None, project_dir: Path = stack_f
         in_base = (tree / stack_file).is_file()
         in_head = (project_dir / stack_file).is_file()
         if not in_base and not in_head:
-            raise DiffError([f"diff: {stack_file} exists neither at {label} nor in the working tree"])
+            raise DiffError([f"python -m stacks diff: argument stack: {stack_file} exists neither at {label} nor in the "
+                             "working tree"])
         # Both renders at once: each is a separate interpreter, so they overlap on two cores.
         head_out, base_out = Path(scratch) / "head-render", Path(scratch) / "base-render"
         head_run = _start_render(project_dir, stack_file, head_out) if in_head else None
@@ -615,15 +618,22 @@ def diff_stack(target: str, base: str | None = None, project_dir: Path = stack_f
 # --- command line --------------------------------------------------------------------------------
 
 
+def _nonempty_ref(value: str) -> str:
+    if not value.strip():
+        raise argparse.ArgumentTypeError("expected a git ref such as main or HEAD~1, got ''")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandLineParser(
         prog="python -m stacks diff",
         description="Compare a stack's offline render at a git ref with the working tree. "
         "Exit 0: no changes; 1: changes; 2: error.",
     )
-    parser.add_argument("stack", help="stack name (dev, prod, staging) or path to a Pulumi.<stack>.yaml")
+    parser.add_argument("stacks", nargs="*", metavar="stack",
+                        help="stack names or paths to Pulumi.<stack>.yaml files (default: every stack file)")
     parser.add_argument(
-        "--base", metavar="REF",
+        "--base", metavar="REF", type=_nonempty_ref,
         help=f"git ref to compare against (default: the merge base of HEAD with {DEFAULT_BRANCH}, else HEAD)",
     )
     parser.add_argument(
@@ -641,13 +651,16 @@ def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = 
             args = _parser().parse_args(argv)
     except SystemExit as exit_:  # argparse printed usage and the problem (or --help)
         return exit_.code if isinstance(exit_.code, int) else EXIT_ERROR
-    try:
-        diff = diff_stack(args.stack, args.base)
-    except DiffError as error:
-        err.write("\n".join(error.lines) + "\n")
-        return EXIT_ERROR
-    out.write(format_markdown(diff) if args.format == "markdown" else format_text(diff))
-    return EXIT_UNCHANGED if diff.empty else EXIT_CHANGED
+    status = EXIT_UNCHANGED
+    for stack in args.stacks or list(stack_files.stack_names()):
+        try:
+            diff = diff_stack(stack, args.base)
+        except DiffError as error:
+            err.write("\n".join(error.lines) + "\n")
+            return EXIT_ERROR
+        out.write(format_markdown(diff) if args.format == "markdown" else format_text(diff))
+        status = max(status, EXIT_UNCHANGED if diff.empty else EXIT_CHANGED)
+    return status
 
 
 if __name__ == "__main__":

@@ -6,14 +6,13 @@ Unlike the pack it sees retainOnDelete and secretness, because the render record
 
 from __future__ import annotations
 
-import argparse
 import sys
 from typing import Any
 
 from policies import rules
 from stacks import environment
 from stacks.config import files as stack_files
-from stacks.config.problems import ConfigError
+from stacks.config.problems import CommandLineParser, ConfigError
 from stacks.offline import render
 
 
@@ -31,13 +30,14 @@ def report(result: Any, environment: str) -> tuple[str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m stacks.offline.policy_check", description=__doc__.splitlines()[0])
-    parser.add_argument("stacks", nargs="*", default=["dev", "staging", "prod"], help="stack names (default: all)")
+    parser = CommandLineParser(prog="python -m stacks.offline.policy_check", description=__doc__.splitlines()[0])
+    parser.add_argument("stacks", nargs="*", metavar="stack",
+                        help="stack names or paths to stack files (default: every Pulumi.<stack>.yaml)")
     args = parser.parse_args(argv)
     status = 0
-    for stack in args.stacks:
-        path = stack_files.stack_file_path(stack)
+    for stack in args.stacks or stack_files.stack_names():
         try:
+            path = stack_files.find_stack_file(stack)
             env_name = environment.load_stack_file(path)[1].environment.value
             text, failed = report(render.render_stack(path), env_name)
         except ConfigError as error:

@@ -47,10 +47,12 @@ def test_staging_is_prod_with_its_own_capacity_and_cluster(stack_dir):
 
 
 def test_clone_writes_extends_and_overrides_and_validates(stack_dir):
-    path, secrets = clone.clone(
-        "prod", "prod-eu", ["cluster.name=llm-prod-eu", "gpuNodeGroup.scaling.maxNodes=3",
+    cloned = clone.clone(
+        "prod", "prod-eu", ["environment=prod", "cluster.name=llm-prod-eu", "gpuNodeGroup.scaling.maxNodes=3",
                             "gpuNodeGroup.scaling.desiredNodes=2"], stack_dir,
     )
+    path, secrets = cloned.path, cloned.secrets
+    assert cloned.warnings == []
     assert secrets == ["apiKey", "hfToken"]
     document = yaml.safe_load(path.read_text())
     placeholder = {"secure": "v1:placeholder:replace-with-pulumi-config-set-secret"}
@@ -74,8 +76,13 @@ def test_clone_writes_extends_and_overrides_and_validates(stack_dir):
 
 
 def test_clone_writes_provider_keys_as_the_cli_spells_them(stack_dir):
-    path, _ = clone.clone("prod", "prod-eu", ["aws:region=eu-west-1", "llm-serving:cluster.name=llm-prod-eu"],
-                          stack_dir)
+    cloned = clone.clone("prod", "prod-eu", ["environment=prod", "aws:region=eu-west-1",
+                                            "llm-serving:cluster.name=llm-prod-eu"], stack_dir)
+    path = cloned.path
+    # prod's subnets are in us-east-1: valid, and almost certainly not meant.
+    assert cloned.warnings == [
+        "gpuNodeGroup.subnets are in us-east-1a, us-east-1b, us-east-1c, not in aws:region eu-west-1: set the new "
+        "region's subnets with --set 'gpuNodeGroup.subnets=[{id: subnet-..., availabilityZone: ...}]'"]
     config = yaml.safe_load(path.read_text())["config"]
     assert config["aws:region"] == "eu-west-1"
     assert config["llm-serving:cluster"] == {"name": "llm-prod-eu"}
@@ -85,7 +92,7 @@ def test_clone_writes_provider_keys_as_the_cli_spells_them(stack_dir):
 @pytest.mark.parametrize("key", ["aws:foo:bar", ":region", "aws:"])
 def test_clone_refuses_a_key_the_cli_cannot_parse(stack_dir, key):
     with pytest.raises(ConfigError) as caught:
-        clone.clone("prod", "prod-eu", [f"{key}=1"], stack_dir)
+        clone.clone("prod", "prod-eu", ["environment=prod", f"{key}=1"], stack_dir)
     assert [p.line() for p in caught.value.problems] == [
         f'llm-serving:--set: the Pulumi CLI cannot parse this config key (got "{key}"; expected key.path=value, '
         "or <namespace>:<name>=value such as aws:region=eu-west-1)"
@@ -106,7 +113,7 @@ def test_clone_refuses_to_overwrite_an_existing_stack_file(stack_dir):
 
 def test_clone_with_an_invalid_override_writes_nothing(stack_dir):
     with pytest.raises(ConfigError) as caught:
-        clone.clone("prod", "prod-eu", ["gpuNodeGroup.scaling.maxNodes=1"], stack_dir)
+        clone.clone("prod", "prod-eu", ["environment=prod", "gpuNodeGroup.scaling.maxNodes=1"], stack_dir)
     assert [p.line() for p in caught.value.problems] == [
         "llm-serving:gpuNodeGroup.scaling.desiredNodes: must lie between minNodes and maxNodes "
         "(got 2; expected 2..1)",
@@ -119,7 +126,54 @@ def test_clone_with_an_invalid_override_writes_nothing(stack_dir):
 
 
 def test_clone_names_the_secrets_it_must_set_itself(stack_dir):
-    path, secrets = clone.clone("dev", "dev-eu", [], stack_dir)
+    cloned = clone.clone("dev", "dev-eu", [], stack_dir)
+    path, secrets = cloned.path, cloned.secrets
     assert secrets == ["apiKey", "grafanaAdminPassword", "hfToken"]
     # Placeholders only: no ciphertext of the base's is copied.
     assert path.read_text().count("secure: v1:placeholder:replace-with-pulumi-config-set-secret") == 3
+
+
+def test_a_clone_of_prod_must_state_its_environment(stack_dir):
+    with pytest.raises(ConfigError) as caught:
+        clone.clone("prod", "prod-eu", ["cluster.name=llm-prod-eu"], stack_dir)
+    assert [p.line() for p in caught.value.problems] == [
+        'llm-serving:environment: a clone of prod would inherit environment prod (got "prod"; expected '
+        "--set environment=staging (or dev; prod only when meant: --set environment=prod))"]
+    assert not (stack_dir / "Pulumi.prod-eu.yaml").exists()
+    # A clone of staging (itself a clone of prod) is staging unless it says otherwise.
+    assert load_stack_file(clone.clone("staging", "staging-b", ["cluster.name=llm-staging-b"],
+                                       stack_dir).path)[1].environment.value == "staging"
+
+
+def test_a_clone_that_keeps_its_bases_cluster_is_warned(stack_dir):
+    cloned = clone.clone("prod", "staging-b", ["environment=staging"], stack_dir)
+    assert cloned.warnings == [
+        "cluster.name is llm-prod, inherited from prod: this stack deploys into prod's cluster; set "
+        "--set cluster.name=<cluster> unless that is meant"]
+
+
+def test_set_reaches_into_a_model_by_name(stack_dir):
+    cloned = clone.clone("prod", "staging-b", ["environment=staging", "cluster.name=llm-staging-b",
+                                               "models[llama-70b].replicas=1", "models[llama-70b].autoscaling="
+                                               "{minReplicas: 1, maxReplicas: 2}"], stack_dir)
+    assert yaml.safe_load(cloned.path.read_text())["config"]["llm-serving:models"] == [
+        {"name": "llama-70b", "replicas": 1, "autoscaling": {"minReplicas": 1, "maxReplicas": 2}}]
+    model = load_stack_file(cloned.path)[1].models[0]
+    assert (model.name, model.replicas, model.autoscaling.max_replicas) == ("llama-70b", 1, 2)
+
+
+@pytest.mark.parametrize(("setting", "line"), [
+    ("aws:region=", 'llm-serving:--set: an empty value for provider key aws:region (got "aws:region="; expected a '
+                    "value, e.g. aws:region=eu-west-1)"),
+    ("cluster.name=[unclosed", 'llm-serving:--set: the value is not valid YAML at column 10 (got "[unclosed"; '
+                               "expected a YAML scalar, list or mapping, quoted if it holds [ ] { } : or #)"),
+    ("models[Bad_Name].replicas=1", 'llm-serving:--set: not a key.path=value override (got '
+                                    '"models[Bad_Name].replicas=1"; expected key.path=value, models[<name>].key=value, '
+                                    "or <namespace>:<name>=value such as aws:region=eu-west-1)"),
+    ("cluster.name.x=1", 'llm-serving:cluster.name: wrong type (got {"x": 1}; expected a string)'),
+])
+def test_clone_refuses_a_bad_setting_in_one_line(stack_dir, setting, line):
+    with pytest.raises(ConfigError) as caught:
+        clone.clone("prod", "prod-eu", ["environment=prod", setting], stack_dir)
+    assert [p.line() for p in caught.value.problems] == [line]
+    assert not (stack_dir / "Pulumi.prod-eu.yaml").exists()

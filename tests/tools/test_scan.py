@@ -70,6 +70,25 @@ def test_an_entry_that_covers_nothing_in_one_of_its_stacks_is_stale():
         "entry 0 (CKV_K8S_35 on Deployment.llm-serving.*) covers nothing in prod; remove prod from it, or the entry"])
 
 
+def test_a_pattern_covers_a_clone_without_editing_the_list():
+    findings = {"prod-eu": scan.failed_findings(report(("CKV_K8S_35", "Deployment.llm-serving.llama-70b")))}
+    assert scan.judge(findings, [skip(stacks=("prod*",))]) == ([], [])
+    assert scan.judge(findings, [skip(stacks=("dev*",))])[0] == [
+        "prod-eu: CKV_K8S_35 (a check) on Deployment.llm-serving.llama-70b at /manifests.yaml:10-20"]
+
+
+def test_a_pattern_is_stale_only_when_no_stack_it_matches_needs_it():
+    findings = {
+        "prod": scan.failed_findings(report(("CKV_K8S_35", "Deployment.llm-serving.llama-70b"))),
+        "prod-eu": [],
+        "staging": [],
+    }
+    assert scan.judge(findings, [skip(stacks=("prod*",))]) == ([], [])
+    assert scan.judge(findings, [skip(stacks=("prod*", "staging*"))])[1] == [
+        "entry 0 (CKV_K8S_35 on Deployment.llm-serving.*) covers nothing in staging; remove staging* from it, "
+        "or the entry"]
+
+
 def test_stacks_not_scanned_this_run_do_not_make_an_entry_stale():
     findings = {"dev": scan.failed_findings(report(("CKV_K8S_35", "Deployment.llm-serving.llama-8b")))}
     assert scan.judge(findings, [skip(stacks=("dev", "prod"))]) == ([], [])
@@ -85,7 +104,8 @@ def test_a_malformed_skip_list_names_every_problem():
     assert str(raised.value).splitlines() == [
         "entry 0: unknown keys owner; allowed: check, stacks, resources, reason",
         "entry 0.check: 'K8S_11' is not a Checkov check id such as CKV_K8S_11",
-        "entry 0.stacks: ['qa']; expected a non-empty list of dev, prod, staging, workflows",
+        "entry 0.stacks: ['qa']; expected a non-empty list of stack name patterns, each matching one of dev, prod, "
+        "staging, workflows",
         "entry 0.resources: []; expected a non-empty list of resource id patterns",
         "entry 0.reason: must say why the finding is accepted (at least 40 characters)",
         "entry 1: must be a mapping with check, stacks, resources, reason",
@@ -100,13 +120,13 @@ def committed_skips() -> list[Skip]:
 
 def test_the_committed_skip_list_is_the_reviewed_set_of_accepted_checks():
     assert [(s.check, s.stacks) for s in committed_skips()] == [
-        ("CKV_K8S_11", ("dev", "staging", "prod")),  # CPU limits
-        ("CKV_K8S_15", ("dev", "staging", "prod")),  # imagePullPolicy Always
-        ("CKV_K8S_43", ("dev", "staging")),  # digests outside prod
-        ("CKV_K8S_43", ("prod",)),  # prod digest until models[].image.digest is set
-        ("CKV_K8S_35", ("dev", "staging", "prod")),  # VLLM_API_KEY as env
-        ("CKV_K8S_40", ("dev", "staging", "prod")),  # UID 2000, the image's own user
-        ("CKV_K8S_38", ("staging", "prod")),  # the endpoint picker reads pods and pools with its token
+        ("CKV_K8S_11", ("*",)),  # CPU limits
+        ("CKV_K8S_15", ("*",)),  # imagePullPolicy Always
+        ("CKV_K8S_43", ("dev*", "staging*")),  # digests outside prod
+        ("CKV_K8S_43", ("prod*",)),  # prod digest until models[].image.digest is set
+        ("CKV_K8S_35", ("*",)),  # VLLM_API_KEY as env
+        ("CKV_K8S_40", ("*",)),  # UID 2000, the image's own user
+        ("CKV_K8S_38", ("staging*", "prod*")),  # the endpoint picker reads pods and pools with its token
     ]
 
 

@@ -139,7 +139,7 @@ def test_render_against_a_cluster_of_another_version_exits_2_naming_both(tmp_pat
 def test_help_lists_every_command_and_exits_0():
     result = run("--help")
     assert result.returncode == 0
-    for command in ("render <stack>", "plan ", "clone <from> <to>", "diff <stack>"):
+    for command in ("render <stack>", "plan ", "clone <from> <to>", "diff [<stack>...]"):
         assert f"\n  {command}" in result.stdout
     unknown = run("rendr")
     assert unknown.returncode == 2 and unknown.stderr.startswith("unknown command 'rendr'\nusage:")

@@ -61,6 +61,6 @@ def test_the_documented_clone_command_runs_as_printed_and_renders(stack_dir):
     argv = shlex.split(command)[4:]
     base, new = argv[0], argv[1]
     overrides = [argv[i + 1] for i, arg in enumerate(argv) if arg == "--set"]
-    path, _ = clone.clone(base, new, overrides, stack_dir)
+    path = clone.clone(base, new, overrides, stack_dir).path
     assert cli_rules.stack_file_problems(yaml.safe_load(path.read_text()), PROJECT, path.name) == []
     assert render.render_stack(path).stack == new

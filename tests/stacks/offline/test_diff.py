@@ -474,7 +474,8 @@ def test_a_stack_new_since_the_base_is_all_added(repo):
 def test_an_unknown_ref_is_an_error(repo):
     result = run_diff(repo, "prod", "--base", "no-such-branch")
     assert (result.returncode, result.stdout) == (2, "")
-    assert result.stderr == "diff: 'no-such-branch' is not a commit in this repository\n"
+    assert result.stderr == (
+        "python -m stacks diff: argument --base: 'no-such-branch' is not a commit in this repository\n")
 
 
 def test_without_main_the_default_base_is_head(tmp_path):
