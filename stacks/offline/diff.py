@@ -597,8 +597,8 @@ def diff_stack(target: str, base: str | None = None, project_dir: Path = stack_f
         in_base = (tree / stack_file).is_file()
         in_head = (project_dir / stack_file).is_file()
         if not in_base and not in_head:
-            raise DiffError([f"python -m stacks diff: argument stack: {stack_file} exists neither at {label} nor in the "
-                             "working tree"])
+            raise DiffError([f"python -m stacks diff: argument stack: {stack_file} exists neither at {label} "
+                             "nor in the working tree"])
         # Both renders at once: each is a separate interpreter, so they overlap on two cores.
         head_out, base_out = Path(scratch) / "head-render", Path(scratch) / "base-render"
         head_run = _start_render(project_dir, stack_file, head_out) if in_head else None
