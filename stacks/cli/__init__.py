@@ -11,8 +11,10 @@ import re
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 
 from stacks import clone, environment
+from stacks.config import StackConfig
 from stacks.config import files as stack_files
 from stacks.config.problems import CommandLineParser, ConfigError, Problem
 
@@ -45,8 +47,9 @@ def _directory(value: str) -> Path:
 
 def render_parser() -> CommandLineParser:
     parser = CommandLineParser(prog="python -m stacks render", description="Offline render of a stack.")
-    parser.add_argument("stack", help="stack name (dev, prod, staging) or path to a Pulumi.<stack>.yaml")
-    parser.add_argument("--out", type=_directory, help="output directory (default build/<stack>)")
+    parser.add_argument("stacks", nargs="*", metavar="stack",
+                        help="stack names or paths to Pulumi.<stack>.yaml files (default: every stack file)")
+    parser.add_argument("--out", type=_directory, help="output directory of one stack (default build/<stack>)")
     parser.add_argument("--quiet", action="store_true", help="print only the output paths")
     parser.add_argument("--cluster-version", type=_kubernetes_minor,
                         help="Kubernetes minor the placeholder cluster runs (default: the "
@@ -58,9 +61,19 @@ def _render(argv: list[str]) -> int:
     from stacks.offline import render
 
     args = render_parser().parse_args(argv)
+    targets = args.stacks or list(stack_files.stack_names())
+    if args.out is not None and len(targets) != 1:
+        raise ConfigError([Problem("--out", f"one output directory for {len(targets)} stacks", str(args.out),
+                                   "one stack with --out, or no --out (each stack writes build/<stack>/)")])
+    # Every stack's config first: nothing is created while any of them is invalid.
+    loaded = [(path, environment.load_stack_file(path)[1]) for path in map(stack_files.find_stack_file, targets)]
+    for path, config in loaded:
+        _render_one(render, path, config, args)
+    return 0
+
+
+def _render_one(render: ModuleType, path: Path, config: StackConfig, args: argparse.Namespace) -> None:
     started = time.perf_counter()
-    path = stack_files.find_stack_file(args.stack)
-    _, config = environment.load_stack_file(path)  # config problems first: nothing is created for an invalid stack
     stack = path.name.removeprefix("Pulumi.").removesuffix(".yaml")
     out = _output_dir(args.out or stack_files.PROJECT_DIR / "build" / stack)
     result = render.render_stack(path, cluster_version=args.cluster_version)
@@ -71,7 +84,6 @@ def _render(argv: list[str]) -> int:
         sys.stdout.write(render.summary(result) + stack_cost_summary(config))
         sys.stdout.write(f"\nrendered in {time.perf_counter() - started:.2f} s\n")
     sys.stdout.write(f"wrote {manifests}\nwrote {resources}\n")
-    return 0
 
 
 def _plan(argv: list[str]) -> int:
@@ -121,7 +133,9 @@ COMMANDS = {"render": _render, "plan": _plan, "clone": _clone, "diff": _diff}
 HELP = """usage: .venv/bin/python -m stacks <command> [options]   (or `source .venv/bin/activate` first)
 
 commands:
-  render <stack>   offline render into build/<stack>/ (manifests.yaml, resources.json); no cloud, no CLI
+  render [<stack>...]
+                   offline render into build/<stack>/ (manifests.yaml, resources.json), default every
+                   stack file; no cloud, no CLI
   plan             size one vLLM replica: TP, KV cache, concurrency, startup budget, dynamics;
                    --stack <stack> plans a stack's model (options override its values), --list-models,
                    --list-gpus

@@ -139,7 +139,7 @@ def test_render_against_a_cluster_of_another_version_exits_2_naming_both(tmp_pat
 def test_help_lists_every_command_and_exits_0():
     result = run("--help")
     assert result.returncode == 0
-    for command in ("render <stack>", "plan ", "clone <from> <to>", "diff [<stack>...]"):
+    for command in ("render [<stack>...]", "plan ", "clone <from> <to>", "diff [<stack>...]"):
         assert f"\n  {command}" in result.stdout
     unknown = run("rendr")
     assert unknown.returncode == 2 and unknown.stderr.startswith("unknown command 'rendr'\nusage:")
@@ -168,3 +168,14 @@ def test_an_unusable_output_path_fails_before_rendering(tmp_path):
 def test_the_c_emitter_writes_the_same_bytes_as_the_pure_python_one(rendered):
     manifests = rendered["prod"].manifests
     assert render.dump_manifests(manifests) == render.dump_manifests(manifests, render._PureManifestDumper)
+
+
+def test_render_takes_every_stack_by_default_and_out_only_with_one(tmp_path):
+    from stacks import cli
+
+    assert cli.render_parser().parse_args([]).stacks == []  # then every Pulumi.<stack>.yaml
+    result = run("render", "dev", "prod", "--out", str(tmp_path))
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (f'llm-serving:--out: one output directory for 2 stacks (got "{tmp_path}"; expected one '
+                             "stack with --out, or no --out (each stack writes build/<stack>/))\n")
+    assert list(tmp_path.iterdir()) == []
