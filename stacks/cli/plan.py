@@ -594,7 +594,7 @@ def _stack_overrides(explicit: dict[str, object], model: object) -> list[overrid
         "gpu_memory_utilization": f"{at}.gpuMemoryUtilization", "kv_cache_dtype": f"{at}.kvCacheDtype",
         "max_num_batched_tokens": f"{at}.maxNumBatchedTokens", "max_num_seqs": f"{at}.maxNumSeqs",
         "quantization": f"{at}.quantization", "target_concurrency": f"{at}.targetConcurrency",
-        "replicas": f"{at}.autoscaling.minReplicas", "max_replicas": f"{at}.autoscaling.maxReplicas",
+        "replicas": f"{at}.replicas", "max_replicas": f"{at}.autoscaling.maxReplicas",
         "nodes": "gpuNodeGroup.scaling.desiredNodes", "max_nodes": "gpuNodeGroup.scaling.maxNodes",
         "node_ready_seconds": "gpuNodeGroup.nodeReadySeconds", "image_pull_seconds": "gpuNodeGroup.imagePullSeconds",
         "ttft_slo_ms": f"{at}.slo.ttftP95Seconds", "itl_slo_ms": f"{at}.slo.itlP95Seconds",
@@ -609,6 +609,9 @@ def _stack_overrides(explicit: dict[str, object], model: object) -> list[overrid
                 raise ConfigError([Problem("--pp", "a stack sets its pipeline stages explicitly", "auto",
                                            "--pp N")])
             found.append(overrides.parse(f"{keys[dest]}={json.dumps(value)}", option))
+            if dest == "replicas" and model.autoscaling.min_replicas is not None:  # type: ignore[attr-defined]
+                # The plan's replica count is the low bound: with autoscaling that is minReplicas.
+                found.append(overrides.parse(f"{at}.autoscaling.minReplicas={json.dumps(value)}", option))
     # Engine flags the planner follows through extraArgs: replace the stack's own, keep the rest.
     flags = {"block_size": "--block-size", "enforce_eager": "--enforce-eager",
              "speculative_config": "--speculative-config"}

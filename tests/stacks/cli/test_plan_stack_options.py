@@ -110,3 +110,14 @@ def test_list_models_and_gpus_print_the_catalogs():
 
 def test_plan_without_a_model_says_what_is_missing():
     assert _run() == (2, "", "python -m stacks plan: --model is required (or --list-models, --list-gpus)\n")
+
+
+def test_replicas_sets_the_models_low_bound():
+    data = _json("--stack", "prod", "--model", "llama-70b", "--replicas", "3")
+    assert data["from_command_line"] == {
+        "models[llama-70b].replicas": {"option": "--replicas", "value": 3},
+        "models[llama-70b].autoscaling.minReplicas": {"option": "--replicas", "value": 3},
+    }
+    # prod rolls one replica at a time, 14 minutes each: three take 42 minutes, two took 28.
+    assert (data["dynamics"]["rollout_seconds"], _json("--stack", "prod", "--model", "llama-70b")["dynamics"][
+        "rollout_seconds"]) == (2520, 1680)
