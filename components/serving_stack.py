@@ -134,7 +134,8 @@ class ServingStack(pulumi.ComponentResource):
             ClusterAutoscaler("cluster-autoscaler", args.cluster_autoscaler, child)
         if args.install_node_monitoring_agent:
             node_monitoring_agent(
-                "node-monitoring-agent", args.node_group.cluster_name, args.node_group.tags,
+                "node-monitoring-agent", args.node_group.cluster_name, args.node_group.kubernetes_version,
+                args.node_group.tags,
                 pulumi.ResourceOptions(parent=self, depends_on=[self.gpu_node_group]),
             )
         prometheus = None
@@ -198,7 +199,7 @@ class ServingStack(pulumi.ComponentResource):
                     picker=args.picker,
                     runbook_base_url=args.runbook_base_url,
                     monitor_labels=dict(args.monitor_labels),
-                    objective_crds_url=versions.LLM_D_ROUTER_CRDS_URL,
+                    objective_crds_file=versions.LLM_D_ROUTER_CRDS_FILE,
                 ),
                 pulumi.ResourceOptions(parent=self, depends_on=[*edge.inference_prerequisites, *crds]),
             )

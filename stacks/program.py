@@ -284,7 +284,7 @@ def edge_args(config: StackConfig, cluster: EksCluster) -> EdgeArgs:
         inference_extension=any(route.inference_pool for route in routes),
         ai_gateway_chart_version=edge.inference_routing.ai_gateway_chart_version,
         ai_gateway_crds_chart_version=edge.inference_routing.ai_gateway_crds_chart_version,
-        inference_pool_crds_url=versions.INFERENCE_POOL_CRDS_URL,
+        inference_pool_crds_file=versions.INFERENCE_POOL_CRDS_FILE,
     )
 
 
@@ -346,6 +346,7 @@ def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStack
             owner_gid=serving.RUN_AS_GID,
             protect=config.environment is Environment.PROD,
             install_csi_driver=config.weights_storage.efs.install_csi_driver,
+            kubernetes_version=config.cluster.kubernetes_version,
             tags=tags,
         )
         if config.weights_storage.backend is StorageBackend.EFS
@@ -362,6 +363,7 @@ def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStack
             claim_name="weights-fsx",
             protect=config.environment is Environment.PROD,
             install_csi_driver=config.weights_storage.fsx_lustre.install_csi_driver,
+            kubernetes_version=config.cluster.kubernetes_version,
             tags=tags,
         )
         if config.weights_storage.backend is StorageBackend.FSX_LUSTRE

@@ -43,7 +43,7 @@ class EdgeArgs:
     inference_extension: bool = False
     ai_gateway_chart_version: str = ""
     ai_gateway_crds_chart_version: str = ""
-    inference_pool_crds_url: str = ""
+    inference_pool_crds_file: str = ""  # the InferencePool CRD manifest in the repository
 
 
 class Edge(pulumi.ComponentResource):
@@ -144,7 +144,7 @@ class Edge(pulumi.ComponentResource):
         the right to list pools (else the sync is forbidden and the release never turns ready)."""
         pool_crd = k8s.yaml.v2.ConfigFile(
             f"{name}-inference-pool-crds",
-            file=args.inference_pool_crds_url,
+            file=args.inference_pool_crds_file,
             opts=pulumi.ResourceOptions(parent=self),
         )
         reader = [

@@ -13,7 +13,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from components.platform import pod_identity_trust_policy
+from components.platform import addon_settings, pod_identity_trust_policy
 
 from . import objects
 
@@ -29,6 +29,7 @@ class WeightsFileSystemArgs:
     owner_gid: int
     protect: bool  # prod: `pulumi destroy` and replacements stop at the file system
     install_csi_driver: bool
+    kubernetes_version: str  # the cluster's minor: the CSI driver add-on's version is pinned for it
     tags: dict[str, str]
 
 
@@ -95,7 +96,7 @@ class WeightsFileSystem(pulumi.ComponentResource):
             driver.append(aws.eks.Addon(
                 f"{name}-csi-driver",
                 cluster_name=args.cluster_name,
-                addon_name=objects.CSI_ADDON,
+                **addon_settings(objects.CSI_ADDON, args.kubernetes_version),
                 pod_identity_associations=[{
                     "role_arn": role.arn, "service_account": objects.CSI_CONTROLLER_SERVICE_ACCOUNT}],
                 tags=args.tags,
