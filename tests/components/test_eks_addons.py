@@ -9,10 +9,10 @@ import pytest
 
 from components.gpu import node_group, scheduling
 from components.platform import addon_settings, addon_version, versions
-from stacks.config import StackConfig
 from stacks.checks.platform import addon_version_rules
+from stacks.config import StackConfig
 from tests.conftest import render_file
-from tests.stacks.test_gpu_node_group_checks import BASE
+from tests.stacks.checks.test_gpu_node_group_checks import BASE
 from tests.support import reference
 
 ADDON = "aws:eks/addon:Addon"

@@ -61,6 +61,8 @@ def test_the_csi_driver_add_on_gets_its_aws_managed_policy_through_pod_identity(
     prod = rendered["prod"]
     addon = inputs(prod, "aws:eks/addon:Addon", "weights-storage-csi-driver")
     assert addon == {"addonName": "aws-efs-csi-driver", "clusterName": "llm-prod", "tags": TAGS,
+                     "addonVersion": "v3.4.1-eksbuild.1", "resolveConflictsOnCreate": "OVERWRITE",
+                     "resolveConflictsOnUpdate": "OVERWRITE",
                      "podIdentityAssociations": [{"roleArn": "arn:aws:iam::123456789012:role/weights-storage-csi-role",
                                                   "serviceAccount": "efs-csi-controller-sa"}]}
     role = inputs(prod, "aws:iam/role:Role", "weights-storage-csi-role")
