@@ -85,6 +85,9 @@ class ServedModel:
     pre_start_seconds: int  # a new node plus an image pull, before a surge pod's container starts
     extra_env: tuple[dict, ...] = ()
     efa_interfaces: int = 0  # multi-node groups: each rank requests its node's EFA interfaces
+    # Zones where the weights file system has a mount target (EFS): the staging Job, which may land on
+    # any CPU node, must land in one of them or its mount waits out the Job's deadline. () : anywhere.
+    stage_zones: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -285,6 +288,7 @@ class ServingStack(pulumi.ComponentResource):
                     storage_class=storage_class if storage_class is not None else model.storage_class,
                     shared_claim=shared_claim,
                     zone=model.zone,
+                    stage_zones=model.stage_zones,
                     access_mode=model.access_mode,
                     size_gib=model.size_gib,
                     download_deadline_seconds=model.download_deadline_seconds,

@@ -179,6 +179,10 @@ def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType
         zone=config.gpu_node_group.subnets[0].availability_zone
         if model.storage.access_mode is AccessMode.READ_WRITE_ONCE
         else None,
+        # EFS mount targets exist only in the GPU node group's zones (components/storage/efs.py).
+        stage_zones=tuple(sorted({s.availability_zone for s in config.gpu_node_group.subnets}))
+        if config.weights_storage.backend is StorageBackend.EFS
+        else (),
         download_deadline_seconds=max(1800, math.ceil(2 * download_seconds)),
         scaling=ScalingTarget(
             deployment_name=model.name,

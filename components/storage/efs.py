@@ -73,7 +73,12 @@ class WeightsFileSystem(pulumi.ComponentResource):
                 file_system_id=file_system.id,
                 subnet_id=subnet_id,
                 security_groups=[group.id],
-                opts=child,
+                # EFS allows one mount target per AZ per file system, and a new subnet in a zone replaces
+                # the zone's target: created first, the new one fails with MountTargetConflict part-way
+                # through an update that also replaces the node group. Deleted first, the zone has no
+                # target for a minute or two; mounts in it stall until the new target's DNS answers
+                # (docs/operations.md, "Changing the GPU node group's subnets").
+                opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
             )
             for zone, subnet_id in objects.mount_target_subnets(list(args.subnets)).items()
         ]

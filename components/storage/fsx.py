@@ -62,6 +62,19 @@ class WeightsLustre(pulumi.ComponentResource):
                     description=f"Lustre LNET {low}-{high} from {source}",
                     opts=child,
                 ))
+                # The provider creates security groups without AWS's default allow-all egress, and Lustre
+                # servers open connections back to clients and to each other on the same LNET ports
+                # (FSx for Lustre user guide, limit-access-security-groups: inbound and outbound rules).
+                rules.append(aws.vpc.SecurityGroupEgressRule(
+                    f"{name}-lnet-to-{source}-{low}",
+                    security_group_id=group.id,
+                    referenced_security_group_id=referenced,
+                    ip_protocol="tcp",
+                    from_port=low,
+                    to_port=high,
+                    description=f"Lustre LNET {low}-{high} to {source}",
+                    opts=child,
+                ))
         file_system = aws.fsx.LustreFileSystem(
             f"{name}-file-system",
             deployment_type="PERSISTENT_2",
