@@ -122,6 +122,22 @@ def generation(args: GpuNodeGroupArgs) -> str:
     })
 
 
+def placement_update_warning(args: GpuNodeGroupArgs) -> str | None:
+    """What a node update asks of EC2 when the group sits in a cluster placement group: the new
+    generation's group launches beside the old one into the same placement group (one launch template,
+    one group), so until the old group is deleted the placement group must hold both. EC2 places a
+    cluster group in one AZ and refuses launches it cannot co-locate (InsufficientInstanceCapacity),
+    so the update stalls at the new group's creation, with the old group still serving."""
+    if not args.cluster_placement_group or reserved_capacity(args):
+        return None
+    peak = 2 * args.max_nodes
+    return (f"gpuNodeGroup.placement cluster: a node update (new Kubernetes version, AMI or launch template "
+            f"input) runs the new node group beside the old one in the same cluster placement group: up to "
+            f"{peak} x {args.instance.name} ({args.max_nodes} old + {args.max_nodes} new) in one availability "
+            "zone until the old group is deleted. Check that EC2 can place them (a capacity reservation for "
+            "the update window, or a maintenance window with maxNodes lowered) before changing those inputs.")
+
+
 def labels(node_group: str, args: GpuNodeGroupArgs) -> dict[str, str]:
     return scheduling.node_labels(node_group, generation(args), args.instance.gpu.product_label.lower(),
                                   args.extra_labels)
@@ -149,6 +165,11 @@ def autoscaler_tags(node_group: str, args: GpuNodeGroupArgs, cluster_name: str) 
             f"{scheduling.GPU_TAINT_VALUE}:{scheduling.GPU_TAINT_EFFECT}",
         f"{prefix}/label/{scheduling.GPU_PRODUCT_LABEL}": args.instance.gpu.product_label,
     }
+    if args.efa_interfaces:
+        # Without these a group at zero offers no EFA in the autoscaler's simulation, so a pending rank
+        # that requests EFA interfaces and huge pages never triggers a scale-up from zero.
+        tags[f"{prefix}/resources/{scheduling.EFA_RESOURCE}"] = str(args.efa_interfaces)
+        tags[f"{prefix}/resources/hugepages-2Mi"] = scheduling.EFA_NODE_HUGEPAGES_2MI
     for key, value in labels(node_group, args).items():
         tags[f"{prefix}/label/{key}"] = value
     return tags
@@ -236,6 +257,9 @@ class GpuNodeGroup(pulumi.ComponentResource):
         ]
 
         placement = None
+        warning = placement_update_warning(args)
+        if warning is not None:
+            pulumi.log.warn(warning, resource=self)
         if args.cluster_placement_group:
             group = aws.ec2.PlacementGroup(
                 f"{name}-placement", strategy="cluster", tags=args.tags, opts=child

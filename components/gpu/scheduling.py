@@ -24,6 +24,12 @@ GPU_TAINT_EFFECT_EKS = "NO_SCHEDULE"
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 # GPU feature discovery's product label; the seed's nodeSelector uses it.
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+# What an EFA node offers besides its GPUs, as the node template Cluster Autoscaler reads when a group
+# has no node to look at: the device plugin's resource per EFA interface, and the 2 MiB huge pages
+# the EFA-enabled EKS AMIs pre-allocate for libfabric (5128 x 2 MiB; EKS user guide, node-efa). A
+# multi-node rank requests both (components/serving/multinode.py: every interface, 5120Mi).
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+EFA_NODE_HUGEPAGES_2MI = "10256Mi"
 # Our own label naming the node group, so a workload lands on this group and not another GPU group.
 NODE_GROUP_LABEL = "llm-serving/node-group"
 # A hash of everything that decides what a node boots (Kubernetes version, AMI, launch template

@@ -84,7 +84,7 @@ def test_prods_picker_runs_two_active_replicas_that_drain_for_the_longest_stream
     assert container["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                                             "capabilities": {"drop": ["ALL"]}}
     assert [(c["topologyKey"], c["whenUnsatisfiable"]) for c in pod["topologySpreadConstraints"]] == [
-        ("kubernetes.io/hostname", "DoNotSchedule"), ("topology.kubernetes.io/zone", "ScheduleAnyway")]
+        ("kubernetes.io/hostname", "ScheduleAnyway"), ("topology.kubernetes.io/zone", "ScheduleAnyway")]
     assert _by(rendered["prod"], "PodDisruptionBudget", f"{MODEL}-epp")["spec"] == {
         "maxUnavailable": 1, "selector": {"matchLabels": PICKER_LABELS}}
 
