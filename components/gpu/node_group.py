@@ -385,7 +385,11 @@ class GpuNodeGroup(pulumi.ComponentResource):
             ))
 
         self.node_selector = pulumi.Output.from_input(
-            scheduling.workload_node_selector(name, generation(args), args.instance.gpu.product_label)
+            # Reserved capacity updates in place: a selector following the generation would leave an
+            # evicted replica no node (the old nodes lose the label, the new ones are not up yet) and
+            # every later eviction blocked by the PDB until EKS fails with PodEvictionFailure.
+            scheduling.workload_node_selector(
+                name, None if reserved_capacity(args) else generation(args), args.instance.gpu.product_label)
         )
         self.tolerations = pulumi.Output.from_input(scheduling.gpu_tolerations())
         self.gpus_per_node = pulumi.Output.from_input(args.instance.gpu_count)

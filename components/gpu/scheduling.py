@@ -68,9 +68,12 @@ def addon_node_selector() -> dict[str, str]:
     return {GPU_PRESENT_LABEL: "true"}
 
 
-def workload_node_selector(node_group: str, generation: str, gpu_product: str) -> dict[str, str]:
+def workload_node_selector(node_group: str, generation: str | None, gpu_product: str) -> dict[str, str]:
     """Where GPU workloads run: this node group's current generation, and only if GFD confirmed the
-    GPU product."""
+    GPU product. `generation` None: any generation of the group (a group updated in place, whose old
+    and new nodes must both accept a replica while the update replaces them one by one)."""
+    if generation is None:
+        return {NODE_GROUP_LABEL: node_group, GPU_PRODUCT_LABEL: gpu_product}
     return {NODE_GROUP_LABEL: node_group, NODE_GENERATION_LABEL: generation, GPU_PRODUCT_LABEL: gpu_product}
 
 

@@ -187,6 +187,13 @@ def test_capacity_block_group_launches_into_the_reservation(stack_dir):
     assert result.resource("aws:ec2/placementGroup:PlacementGroup", f"{GROUP}-placement")["inputs"][
         "strategy"
     ] == "cluster"
+    # Updated in place, node by node: a replica evicted from an old node must fit the new one, so the
+    # selector names the group, not its generation (which the new nodes carry and the old ones lose).
+    selectors = [m["spec"]["template"]["spec"]["nodeSelector"] for m in result.manifests
+                 if m["kind"] == "Deployment" and "llm-serving/node-group" in
+                 m["spec"]["template"]["spec"].get("nodeSelector", {})]
+    assert selectors and all(s == {"llm-serving/node-group": GROUP, "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+                             for s in selectors)
 
 
 def release_values(rendered, chart):
@@ -348,6 +355,13 @@ def test_an_efa_group_at_zero_offers_its_interfaces_and_huge_pages_to_the_autosc
     assert multinode.EFA_RESOURCE == gpu_scheduling.EFA_RESOURCE
     mib = int(multinode.EFA_HUGEPAGES.removesuffix("Mi"))
     assert mib <= int(gpu_scheduling.EFA_NODE_HUGEPAGES_2MI.removesuffix("Mi"))
+
+
+def test_an_on_demand_groups_replicas_follow_the_generation(rendered):
+    (deployment,) = [m for m in rendered["prod"].manifests if m["kind"] == "Deployment"
+                     and "llm-serving/node-group" in m["spec"]["template"]["spec"].get("nodeSelector", {})][:1]
+    assert set(deployment["spec"]["template"]["spec"]["nodeSelector"]) == {
+        "llm-serving/node-group", "llm-serving/node-generation", "nvidia.com/gpu.product"}
 
 
 def test_a_group_without_efa_offers_no_efa_resources(rendered):
