@@ -241,7 +241,8 @@ def edge_args(config: StackConfig, cluster: EksCluster) -> EdgeArgs:
     settings = EdgeSettings(
         namespace=checks.edge_namespace(config),
         gateway_name="llm-serving",
-        tls_secret_name=edge.tls.secret_name,
+        # A self-signed certificate lands in a Secret the edge creates under the name cert-manager would use.
+        tls_secret_name="llm-serving-tls" if edge.tls.self_signed else edge.tls.secret_name,
         cert_manager_issuer=edge.tls.cert_manager_issuer,
         load_balancer_scheme=edge.scheme.value,
         auth=edge.auth.value,
@@ -289,6 +290,7 @@ def edge_args(config: StackConfig, cluster: EksCluster) -> EdgeArgs:
         ai_gateway_chart_version=edge.inference_routing.ai_gateway_chart_version,
         ai_gateway_crds_chart_version=edge.inference_routing.ai_gateway_crds_chart_version,
         inference_pool_crds_file=versions.INFERENCE_POOL_CRDS_FILE,
+        self_signed_host=edge.host if edge.tls.self_signed else None,
     )
 
 
