@@ -85,6 +85,9 @@ class ServedModel:
     pre_start_seconds: int  # a new node plus an image pull, before a surge pod's container starts
     extra_env: tuple[dict, ...] = ()
     efa_interfaces: int = 0  # multi-node groups: each rank requests its node's EFA interfaces
+    # Zones where the weights file system has a mount target (EFS): the staging Job, which may land on
+    # any CPU node, must land in one of them or its mount waits out the Job's deadline. () : anywhere.
+    stage_zones: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -134,7 +137,8 @@ class ServingStack(pulumi.ComponentResource):
             ClusterAutoscaler("cluster-autoscaler", args.cluster_autoscaler, child)
         if args.install_node_monitoring_agent:
             node_monitoring_agent(
-                "node-monitoring-agent", args.node_group.cluster_name, args.node_group.tags,
+                "node-monitoring-agent", args.node_group.cluster_name, args.node_group.kubernetes_version,
+                args.node_group.tags,
                 pulumi.ResourceOptions(parent=self, depends_on=[self.gpu_node_group]),
             )
         prometheus = None
@@ -198,7 +202,7 @@ class ServingStack(pulumi.ComponentResource):
                     picker=args.picker,
                     runbook_base_url=args.runbook_base_url,
                     monitor_labels=dict(args.monitor_labels),
-                    objective_crds_url=versions.LLM_D_ROUTER_CRDS_URL,
+                    objective_crds_file=versions.LLM_D_ROUTER_CRDS_FILE,
                 ),
                 pulumi.ResourceOptions(parent=self, depends_on=[*edge.inference_prerequisites, *crds]),
             )
@@ -284,6 +288,7 @@ class ServingStack(pulumi.ComponentResource):
                     storage_class=storage_class if storage_class is not None else model.storage_class,
                     shared_claim=shared_claim,
                     zone=model.zone,
+                    stage_zones=model.stage_zones,
                     access_mode=model.access_mode,
                     size_gib=model.size_gib,
                     download_deadline_seconds=model.download_deadline_seconds,

@@ -179,6 +179,10 @@ def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType
         zone=config.gpu_node_group.subnets[0].availability_zone
         if model.storage.access_mode is AccessMode.READ_WRITE_ONCE
         else None,
+        # EFS mount targets exist only in the GPU node group's zones (components/storage/efs.py).
+        stage_zones=tuple(sorted({s.availability_zone for s in config.gpu_node_group.subnets}))
+        if config.weights_storage.backend is StorageBackend.EFS
+        else (),
         download_deadline_seconds=max(1800, math.ceil(2 * download_seconds)),
         scaling=ScalingTarget(
             deployment_name=model.name,
@@ -237,7 +241,8 @@ def edge_args(config: StackConfig, cluster: EksCluster) -> EdgeArgs:
     settings = EdgeSettings(
         namespace=checks.edge_namespace(config),
         gateway_name="llm-serving",
-        tls_secret_name=edge.tls.secret_name,
+        # A self-signed certificate lands in a Secret the edge creates under the name cert-manager would use.
+        tls_secret_name="llm-serving-tls" if edge.tls.self_signed else edge.tls.secret_name,
         cert_manager_issuer=edge.tls.cert_manager_issuer,
         load_balancer_scheme=edge.scheme.value,
         auth=edge.auth.value,
@@ -284,7 +289,8 @@ def edge_args(config: StackConfig, cluster: EksCluster) -> EdgeArgs:
         inference_extension=any(route.inference_pool for route in routes),
         ai_gateway_chart_version=edge.inference_routing.ai_gateway_chart_version,
         ai_gateway_crds_chart_version=edge.inference_routing.ai_gateway_crds_chart_version,
-        inference_pool_crds_url=versions.INFERENCE_POOL_CRDS_URL,
+        inference_pool_crds_file=versions.INFERENCE_POOL_CRDS_FILE,
+        self_signed_host=edge.host if edge.tls.self_signed else None,
     )
 
 
@@ -346,6 +352,7 @@ def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStack
             owner_gid=serving.RUN_AS_GID,
             protect=config.environment is Environment.PROD,
             install_csi_driver=config.weights_storage.efs.install_csi_driver,
+            kubernetes_version=config.cluster.kubernetes_version,
             tags=tags,
         )
         if config.weights_storage.backend is StorageBackend.EFS
@@ -362,6 +369,7 @@ def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStack
             claim_name="weights-fsx",
             protect=config.environment is Environment.PROD,
             install_csi_driver=config.weights_storage.fsx_lustre.install_csi_driver,
+            kubernetes_version=config.cluster.kubernetes_version,
             tags=tags,
         )
         if config.weights_storage.backend is StorageBackend.FSX_LUSTRE

@@ -25,7 +25,25 @@ DEFAULT_OUT = REPO_ROOT / "tests" / "fixtures" / "reference"
 
 # Top-level entries of the output directory this script owns; anything else there is left alone,
 # everything in here is rewritten so a removed pin cannot leave a stale fixture behind.
-OWNED_ENTRIES = ("crds", "charts", "vllm", "dcgm-exporter", "pins.json")
+OWNED_ENTRIES = ("crds", "charts", "vllm", "dcgm-exporter", "aws", "pins.json")
+
+# CRD manifests the program applies itself (no chart publishes them), one file per upstream release
+# manifest, derived here so preview and up apply exactly these reviewed bytes instead of whatever a
+# release URL serves that day (llm-d-router re-uploads its release assets under the same tag).
+# Each bundle holds the CRDs the release's manifests.yaml carries, in its order.
+DEFAULT_MANIFESTS_OUT = REPO_ROOT / "components" / "platform" / "crds"
+CRD_BUNDLES: dict[str, tuple[str, ...]] = {
+    # GIE v1.6.0 manifests.yaml: InferencePool and InferencePoolImport only (GIE README @v1.6.0).
+    "gateway-api-inference-extension-v1.6.0.yaml": (
+        "inference.networking.k8s.io_inferencepools.yaml",
+        "inference.networking.x-k8s.io_inferencepoolimports.yaml",
+    ),
+    # llm-d-router v0.10.0 manifests.yaml: `make artifacts` concatenates config/crd/bases.
+    "llm-d-router-v0.10.0.yaml": (
+        "llm-d.ai_inferencemodelrewrites.yaml",
+        "llm-d.ai_inferenceobjectives.yaml",
+    ),
+}
 
 # Schema keywords whose value is a single sub-schema or a list of sub-schemas.
 _SUBSCHEMA_KEYS = ("items", "additionalProperties", "not")
@@ -70,20 +88,20 @@ def _dump(data: Any, compact: bool = False) -> str:
     return json.dumps(data, indent=None if compact else 1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def strip_schema(node: Any) -> Any:
-    """Return a copy of an OpenAPI schema node without descriptions and CEL rules."""
+def strip_schema(node: Any, dropped: frozenset[str] = _DROPPED_SCHEMA_KEYS) -> Any:
+    """Return a copy of an OpenAPI schema node without descriptions and (by default) CEL rules."""
     if not isinstance(node, dict):
         return node
     out: dict[str, Any] = {}
     for key, value in node.items():
-        if key in _DROPPED_SCHEMA_KEYS:
+        if key in dropped:
             continue
         if key in _SCHEMA_MAP_KEYS and isinstance(value, dict):
-            out[key] = {name: strip_schema(sub) for name, sub in value.items()}
+            out[key] = {name: strip_schema(sub, dropped) for name, sub in value.items()}
         elif key in _SUBSCHEMA_KEYS and isinstance(value, dict):
-            out[key] = strip_schema(value)
+            out[key] = strip_schema(value, dropped)
         elif key in _SUBSCHEMA_LIST_KEYS and isinstance(value, list):
-            out[key] = [strip_schema(sub) for sub in value]
+            out[key] = [strip_schema(sub, dropped) for sub in value]
         else:
             # default/enum/required/... are data: copied untouched even if they hold a
             # "description" key of their own.
@@ -110,6 +128,35 @@ def derive_crd(path: Path) -> tuple[str, dict[str, Any]]:
         "versions": versions,
     }
     return f"crds/{group}_{plural}.json", fixture
+
+
+def deployable_crd(path: Path) -> dict[str, Any]:
+    """The upstream CRD as the API server should receive it, minus descriptions only: CEL rules stay,
+    since they are what the API server enforces (apiextensions keeps no prose it needs)."""
+    crd = _load_yaml(path)
+    versions = []
+    for version in crd["spec"]["versions"]:
+        version = dict(version)
+        if "schema" in version:
+            version["schema"] = {
+                "openAPIV3Schema": strip_schema(version["schema"]["openAPIV3Schema"], frozenset({"description"}))
+            }
+        versions.append(version)
+    return {**crd, "spec": {**crd["spec"], "versions": versions}}
+
+
+def derive_manifests(reference: Path) -> dict[str, str]:
+    """Every CRD bundle the program applies, as {file name: YAML text}."""
+    out: dict[str, str] = {}
+    for bundle, files in CRD_BUNDLES.items():
+        documents = [deployable_crd(reference / "crds" / name) for name in files]
+        out[bundle] = yaml.safe_dump_all(documents, sort_keys=True, width=1_000_000)
+    return out
+
+
+def derive_addon_schema(path: Path) -> dict[str, Any]:
+    """An EKS add-on's configuration schema (draft-07 JSON schema) without its prose."""
+    return strip_schema(json.loads(path.read_text(encoding="utf-8")))
 
 
 def values_tree(value: Any, subcharts: frozenset[str] = frozenset()) -> dict[str, Any]:
@@ -263,6 +310,10 @@ def derive(reference: Path) -> dict[str, str]:
                 raise ValueError(f"{field} is exported as both {known[field]} and {prom_type}")
         out[f"{base}/all-known-fields.json"] = _dump({"fields": sorted([f, t] for f, t in known.items())})
 
+    for schema_path in sorted((reference / "aws" / "addons").glob("*.configuration.schema.json")):
+        addon = schema_path.name.removesuffix(".configuration.schema.json")
+        out[f"aws/addons/{addon}.json"] = _dump(derive_addon_schema(schema_path))
+
     for vllm_dir in sorted((reference / "vllm").glob("*/")):
         out[f"vllm/{vllm_dir.name}/flags.json"] = _dump(derive_flags(vllm_dir / "serve-flags.json"))
         out[f"vllm/{vllm_dir.name}/metrics.json"] = _dump(derive_metrics(vllm_dir / "metrics.json"))
@@ -287,12 +338,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reference", type=Path, default=DEFAULT_REFERENCE)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--manifests-out", type=Path, default=DEFAULT_MANIFESTS_OUT,
+                        help="where the CRD manifests the program applies are written")
     args = parser.parse_args(argv)
     if not (args.reference / "index.json").is_file():
         print(f"no reference data at {args.reference} (expected index.json)", file=sys.stderr)
         return 2
     fixtures = derive(args.reference)
     write(fixtures, args.out)
+    manifests = derive_manifests(args.reference)
+    args.manifests_out.mkdir(parents=True, exist_ok=True)
+    for stale in args.manifests_out.glob("*.yaml"):
+        if stale.name not in manifests:
+            stale.unlink()
+    for name, text in manifests.items():
+        (args.manifests_out / name).write_text(text, encoding="utf-8")
     total = sum(len(text.encode("utf-8")) for text in fixtures.values())
     print(f"wrote {len(fixtures)} fixture files ({total / 1024:.0f} KiB) to {args.out}")
     return 0

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import pulumi
 import pulumi_kubernetes as k8s
+import pulumi_tls as tls
 
 from components.platform import RESTRICTED, crd_chart, helm_release, manifest_resource, namespace
 
@@ -25,6 +26,9 @@ EDGE_POD_SECURITY = RESTRICTED
 # `restricted`: ai-gateway-helm v1.1.0 rendered with our values runs its controller as UID 65532 with
 # seccomp RuntimeDefault and drops ALL capabilities (checked with `helm template`).
 AI_GATEWAY_POD_SECURITY = RESTRICTED
+# Dev's self-signed certificate: a year, renewed by any `pulumi up` in its last 30 days.
+SELF_SIGNED_VALIDITY_HOURS = 365 * 24
+SELF_SIGNED_EARLY_RENEWAL_HOURS = 30 * 24
 
 
 @dataclass(frozen=True)
@@ -43,7 +47,10 @@ class EdgeArgs:
     inference_extension: bool = False
     ai_gateway_chart_version: str = ""
     ai_gateway_crds_chart_version: str = ""
-    inference_pool_crds_url: str = ""
+    inference_pool_crds_file: str = ""  # the InferencePool CRD manifest in the repository
+    # Dev: the host a self-signed certificate is made for, stored as settings.tls_secret_name; None: the
+    # certificate comes from cert-manager or an existing Secret.
+    self_signed_host: str | None = None
 
 
 class Edge(pulumi.ComponentResource):
@@ -83,6 +90,8 @@ class Edge(pulumi.ComponentResource):
                     depends_on=[crds, *pool_prerequisites],
                 )
                 controller.append(envoy_gateway)
+                if args.self_signed_host is not None:
+                    controller.append(self._self_signed_certificate(name, args, ns))
                 if args.inference_extension:
                     ai_gateway = self._ai_gateway(name, args, envoy_gateway)
                     controller.append(ai_gateway)
@@ -144,7 +153,7 @@ class Edge(pulumi.ComponentResource):
         the right to list pools (else the sync is forbidden and the release never turns ready)."""
         pool_crd = k8s.yaml.v2.ConfigFile(
             f"{name}-inference-pool-crds",
-            file=args.inference_pool_crds_url,
+            file=args.inference_pool_crds_file,
             opts=pulumi.ResourceOptions(parent=self),
         )
         reader = [
@@ -152,6 +161,31 @@ class Edge(pulumi.ComponentResource):
             for obj in objects.inference_pool_reader(args.settings.namespace)
         ]
         return [pool_crd, *reader]
+
+    def _self_signed_certificate(self, name: str, args: EdgeArgs, ns: pulumi.Resource) -> pulumi.Resource:
+        """Dev's certificate, so the HTTPS listener is programmed on the first up: a P-256 key and a
+        one-year self-signed certificate for the host, in the Secret the Gateway names. Both live in
+        the stack's state as secrets; a host change makes a new certificate (its inputs change)."""
+        child = pulumi.ResourceOptions(parent=self)
+        key = tls.PrivateKey(f"{name}-tls-key", algorithm="ECDSA", ecdsa_curve="P256", opts=child)
+        certificate = tls.SelfSignedCert(
+            f"{name}-tls-certificate",
+            private_key_pem=key.private_key_pem,
+            subject={"common_name": args.self_signed_host, "organization": "llm-serving (self-signed)"},
+            dns_names=[args.self_signed_host],
+            validity_period_hours=SELF_SIGNED_VALIDITY_HOURS,
+            # Renewed by the next `pulumi up` in the certificate's last month.
+            early_renewal_hours=SELF_SIGNED_EARLY_RENEWAL_HOURS,
+            allowed_uses=["digital_signature", "key_encipherment", "server_auth"],
+            opts=child,
+        )
+        return k8s.core.v1.Secret(
+            f"{name}-tls-secret",
+            metadata={"name": args.settings.tls_secret_name, "namespace": args.settings.namespace},
+            type="kubernetes.io/tls",
+            string_data={"tls.crt": certificate.cert_pem, "tls.key": pulumi.Output.secret(key.private_key_pem)},
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]),
+        )
 
     def _ai_gateway(self, name: str, args: EdgeArgs, envoy_gateway: pulumi.Resource) -> pulumi.Resource:
         """Envoy AI Gateway after Envoy Gateway (its install order, facts.md T2.10): the CRD chart, then

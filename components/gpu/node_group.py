@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
+from components.platform.addons import addon_settings
+
 from . import node_autoscaling, scheduling
 from .catalog import InstanceType
 
@@ -120,6 +122,22 @@ def generation(args: GpuNodeGroupArgs) -> str:
     })
 
 
+def placement_update_warning(args: GpuNodeGroupArgs) -> str | None:
+    """What a node update asks of EC2 when the group sits in a cluster placement group: the new
+    generation's group launches beside the old one into the same placement group (one launch template,
+    one group), so until the old group is deleted the placement group must hold both. EC2 places a
+    cluster group in one AZ and refuses launches it cannot co-locate (InsufficientInstanceCapacity),
+    so the update stalls at the new group's creation, with the old group still serving."""
+    if not args.cluster_placement_group or reserved_capacity(args):
+        return None
+    peak = 2 * args.max_nodes
+    return (f"gpuNodeGroup.placement cluster: a node update (new Kubernetes version, AMI or launch template "
+            f"input) runs the new node group beside the old one in the same cluster placement group: up to "
+            f"{peak} x {args.instance.name} ({args.max_nodes} old + {args.max_nodes} new) in one availability "
+            "zone until the old group is deleted. Check that EC2 can place them (a capacity reservation for "
+            "the update window, or a maintenance window with maxNodes lowered) before changing those inputs.")
+
+
 def labels(node_group: str, args: GpuNodeGroupArgs) -> dict[str, str]:
     return scheduling.node_labels(node_group, generation(args), args.instance.gpu.product_label.lower(),
                                   args.extra_labels)
@@ -147,6 +165,11 @@ def autoscaler_tags(node_group: str, args: GpuNodeGroupArgs, cluster_name: str) 
             f"{scheduling.GPU_TAINT_VALUE}:{scheduling.GPU_TAINT_EFFECT}",
         f"{prefix}/label/{scheduling.GPU_PRODUCT_LABEL}": args.instance.gpu.product_label,
     }
+    if args.efa_interfaces:
+        # Without these a group at zero offers no EFA in the autoscaler's simulation, so a pending rank
+        # that requests EFA interfaces and huge pages never triggers a scale-up from zero.
+        tags[f"{prefix}/resources/{scheduling.EFA_RESOURCE}"] = str(args.efa_interfaces)
+        tags[f"{prefix}/resources/hugepages-2Mi"] = scheduling.EFA_NODE_HUGEPAGES_2MI
     for key, value in labels(node_group, args).items():
         tags[f"{prefix}/label/{key}"] = value
     return tags
@@ -155,20 +178,33 @@ def autoscaler_tags(node_group: str, args: GpuNodeGroupArgs, cluster_name: str) 
 MONITORING_AGENT_ADDON = "eks-node-monitoring-agent"
 
 
+def monitoring_agent_configuration() -> dict[str, object]:
+    """The add-on's configurationValues, valid against its published schema (aws/eks-node-monitoring-agent
+    charts/configuration.schema.json, chart 1.7.0: `global`, `nodeAgent`, `dcgmAgent`, `extraObjects`,
+    `additionalProperties: false` at every level; EKS refuses CreateAddon on any other key).
+
+    `nodeAgent` keeps its default, which already tolerates every taint. `dcgmAgent`, the DCGM host
+    engine the agent's GPU checks query, defaults to `tolerations: []` with a required affinity to GPU
+    instance types, so without the GPU taint's toleration it never runs on our tainted GPU nodes and the
+    agent reports DCGM errors there instead of GPU health.
+    """
+    return {"dcgmAgent": {"tolerations": scheduling.gpu_tolerations()}}
+
+
 def node_monitoring_agent(
-    name: str, cluster_name: str, tags: dict[str, str], opts: pulumi.ResourceOptions
+    name: str, cluster_name: str, kubernetes_version: str, tags: dict[str, str], opts: pulumi.ResourceOptions
 ) -> aws.eks.Addon:
     """The EKS node monitoring agent add-on, whose node conditions drive auto repair.
 
     One per cluster, under a name that does not follow the node group's (a new group generation must
-    not create a second add-on, which EKS refuses). It runs on every node, the tainted GPU nodes above
-    all, so it tolerates every taint. The add-on version is EKS's default for the cluster's version.
+    not create a second add-on, which EKS refuses). Its version is pinned for the cluster's minor
+    (components/platform/versions.py), never EKS's moving default.
     """
     return aws.eks.Addon(
         name,
         cluster_name=cluster_name,
-        addon_name=MONITORING_AGENT_ADDON,
-        configuration_values=json.dumps({"monitoringAgent": {"tolerations": [{"operator": "Exists"}]}}),
+        **addon_settings(MONITORING_AGENT_ADDON, kubernetes_version),
+        configuration_values=json.dumps(monitoring_agent_configuration(), sort_keys=True),
         tags=tags,
         opts=opts,
     )
@@ -221,6 +257,9 @@ class GpuNodeGroup(pulumi.ComponentResource):
         ]
 
         placement = None
+        warning = placement_update_warning(args)
+        if warning is not None:
+            pulumi.log.warn(warning, resource=self)
         if args.cluster_placement_group:
             group = aws.ec2.PlacementGroup(
                 f"{name}-placement", strategy="cluster", tags=args.tags, opts=child
@@ -346,7 +385,11 @@ class GpuNodeGroup(pulumi.ComponentResource):
             ))
 
         self.node_selector = pulumi.Output.from_input(
-            scheduling.workload_node_selector(name, generation(args), args.instance.gpu.product_label)
+            # Reserved capacity updates in place: a selector following the generation would leave an
+            # evicted replica no node (the old nodes lose the label, the new ones are not up yet) and
+            # every later eviction blocked by the PDB until EKS fails with PodEvictionFailure.
+            scheduling.workload_node_selector(
+                name, None if reserved_capacity(args) else generation(args), args.instance.gpu.product_label)
         )
         self.tolerations = pulumi.Output.from_input(scheduling.gpu_tolerations())
         self.gpus_per_node = pulumi.Output.from_input(args.instance.gpu_count)

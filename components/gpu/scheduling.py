@@ -24,6 +24,12 @@ GPU_TAINT_EFFECT_EKS = "NO_SCHEDULE"
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 # GPU feature discovery's product label; the seed's nodeSelector uses it.
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+# What an EFA node offers besides its GPUs, as the node template Cluster Autoscaler reads when a group
+# has no node to look at: the device plugin's resource per EFA interface, and the 2 MiB huge pages
+# the EFA-enabled EKS AMIs pre-allocate for libfabric (5128 x 2 MiB; EKS user guide, node-efa). A
+# multi-node rank requests both (components/serving/multinode.py: every interface, 5120Mi).
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+EFA_NODE_HUGEPAGES_2MI = "10256Mi"
 # Our own label naming the node group, so a workload lands on this group and not another GPU group.
 NODE_GROUP_LABEL = "llm-serving/node-group"
 # A hash of everything that decides what a node boots (Kubernetes version, AMI, launch template
@@ -62,9 +68,12 @@ def addon_node_selector() -> dict[str, str]:
     return {GPU_PRESENT_LABEL: "true"}
 
 
-def workload_node_selector(node_group: str, generation: str, gpu_product: str) -> dict[str, str]:
+def workload_node_selector(node_group: str, generation: str | None, gpu_product: str) -> dict[str, str]:
     """Where GPU workloads run: this node group's current generation, and only if GFD confirmed the
-    GPU product."""
+    GPU product. `generation` None: any generation of the group (a group updated in place, whose old
+    and new nodes must both accept a replica while the update replaces them one by one)."""
+    if generation is None:
+        return {NODE_GROUP_LABEL: node_group, GPU_PRODUCT_LABEL: gpu_product}
     return {NODE_GROUP_LABEL: node_group, NODE_GENERATION_LABEL: generation, GPU_PRODUCT_LABEL: gpu_product}
 
 

@@ -2,6 +2,7 @@
 the pinned versions and the shapes every Prometheus rule and query shares."""
 
 from . import versions
+from .addons import addon_settings, addon_version
 from .aws_iam import pod_identity_trust_policy
 from .helm import HELM_TIMEOUT_SECONDS, crd_chart, helm_release, namespace
 from .kubernetes import EksCluster, cluster_version, kubeconfig, kubernetes_provider, lookup_cluster
@@ -11,6 +12,8 @@ from .prometheus import NAMESPACE_LABEL, NODE_LABEL, POD_LABEL, alert_rule, chec
 
 __all__ = [
     "HELM_TIMEOUT_SECONDS",
+    "addon_settings",
+    "addon_version",
     "crd_chart",
     "NAMESPACE_LABEL",
     "NODE_LABEL",

@@ -79,23 +79,54 @@ AI_GATEWAY = ChartPin(chart="ai-gateway-helm", version="v1.1.0", repository="oci
 AI_GATEWAY_CRDS = ChartPin(
     chart="ai-gateway-crds-helm", version="v1.1.0", repository="oci://docker.io/envoyproxy/ai-gateway-crds-helm"
 )
-# The InferencePool CRD (inference.networking.k8s.io/v1) from the Gateway API Inference Extension's
-# v1.6.0 release manifest, which since v1.6.0 carries only InferencePool and InferencePoolImport
-# (GIE README @v1.6.0; facts.md T2.4). Applied by Pulumi, not Helm: GIE publishes no CRD chart.
+# CRDs no chart publishes, applied by Pulumi from files in this repository: the bytes reviewed in a
+# pull request are the bytes preview and up apply. A release URL would be fetched on every preview,
+# unpinned (the provider does not check the HTTP status, so a 404 surfaces as a YAML error), and
+# llm-d-router's release workflow re-uploads assets under an existing tag (`gh release upload
+# --clobber`). `make reference-fixtures` derives the files from the pinned upstream CRDs in
+# ../shared/reference/crds/ (descriptions stripped; schemas and CEL rules as upstream ships them).
+# Paths are relative to the project directory, the working directory of the program and its providers.
+CRD_MANIFEST_DIR = "components/platform/crds"
+# The InferencePool CRD (inference.networking.k8s.io/v1) with InferencePoolImport, the two CRDs the
+# Gateway API Inference Extension's v1.6.0 release manifest carries (GIE README @v1.6.0; facts.md T2.4).
 INFERENCE_POOL_CRDS_VERSION = "v1.6.0"
-INFERENCE_POOL_CRDS_URL = (
-    "https://github.com/kubernetes-sigs/gateway-api-inference-extension/releases/download/"
-    f"{INFERENCE_POOL_CRDS_VERSION}/manifests.yaml"
-)
+INFERENCE_POOL_CRDS_FILE = f"{CRD_MANIFEST_DIR}/gateway-api-inference-extension-{INFERENCE_POOL_CRDS_VERSION}.yaml"
 # The endpoint picker (EPP) moved from GIE (last: v1.5.0) to llm-d's router; v0.10.0 (2026-08-17,
 # llm-d/llm-d-router commit 71f4f0999f95) is its maintained successor (facts.md T2.4). We deploy it
 # from our own manifests, not its chart: the chart sets no securityContext, no PDB and a Recreate
 # strategy (checked with `helm template` at v0.10.0), all of which the picker needs in a fail-closed path.
 ENDPOINT_PICKER_IMAGE = "ghcr.io/llm-d/llm-d-router-endpoint-picker:v0.10.0"
-# The llm-d.ai CRDs the picker reads (InferenceObjective, InferenceModelRewrite, v1alpha2): the
-# release's manifests.yaml, which `make artifacts` builds from config/crd and ci-release.yaml uploads
-# (llm-d/llm-d-router v0.10.0 Makefile and .github/workflows/ci-release.yaml).
-LLM_D_ROUTER_CRDS_URL = "https://github.com/llm-d/llm-d-router/releases/download/v0.10.0/manifests.yaml"
+# The llm-d.ai CRDs the picker reads (InferenceObjective, InferenceModelRewrite, v1alpha2) at the same
+# release (llm-d/llm-d-router v0.10.0 config/crd/bases).
+LLM_D_ROUTER_CRDS_FILE = f"{CRD_MANIFEST_DIR}/llm-d-router-v0.10.0.yaml"
+
+# EKS managed add-ons, pinned per Kubernetes minor instead of EKS's default for the cluster version,
+# which moves whenever AWS publishes a build (a later `pulumi up` would then show no diff but a new
+# cluster would get another version than the reviewed one). Sources: the reference folder holds no
+# add-on versions; each pin is the add-on build of the upstream release the rest of this file pins:
+# - eks-node-monitoring-agent v1.7.0: the chart at aws/eks-node-monitoring-agent tag v1.7.0 (commit
+#   c399089, 2026-08-04) sets `nodeAgent.image.tag: v1.7.0-eksbuild.1`, the add-on build EKS ships;
+#   the vendored configuration schema (../shared/reference/aws/addons/, chart 1.7.0) is that chart's.
+#   1.6.0 is the first release with the `nodeAgent`/`dcgmAgent` keys our configuration uses.
+# - aws-efs-csi-driver v3.4.1: the driver of the aws-efs-csi-driver chart 4.4.1 in the reference
+#   folder (appVersion 3.4.1); `v3.4.1-eksbuild.1` is the add-on build public EKS configurations pin.
+# - aws-fsx-csi-driver v1.9.0: kubernetes-sigs/aws-fsx-csi-driver's newest release (tag v1.9.0,
+#   2026-04-20, chart 1.17.0); `v1.9.0-eksbuild.1` is the add-on build public EKS configurations pin.
+# None of these add-ons is built per Kubernetes minor; whether EKS lists each build as compatible with
+# the cluster's minor (DescribeAddonVersions) is what the preflight command checks (docs/testing.md).
+EKS_ADDON_VERSIONS: dict[str, dict[str, str]] = {
+    "eks-node-monitoring-agent": {"1.33": "v1.7.0-eksbuild.1", "1.34": "v1.7.0-eksbuild.1"},
+    "aws-efs-csi-driver": {"1.33": "v3.4.1-eksbuild.1", "1.34": "v3.4.1-eksbuild.1"},
+    "aws-fsx-csi-driver": {"1.33": "v1.9.0-eksbuild.1", "1.34": "v1.9.0-eksbuild.1"},
+}
+# How EKS resolves a field the add-on's objects carry with another value than the add-on's own.
+# On create, OVERWRITE: a self-managed install of the same driver (a Helm release, a hand-applied
+# CSIDriver object) would otherwise fail CreateAddon after the node group's 10-15 minutes; with
+# `install*` set the program owns the driver, and an operator who keeps their own sets it false.
+# On update, OVERWRITE too: the stack file is the add-on's only configuration (configurationValues);
+# PRESERVE would keep a hand edit across version bumps, so the cluster would drift from the review.
+EKS_ADDON_RESOLVE_CONFLICTS_ON_CREATE = "OVERWRITE"
+EKS_ADDON_RESOLVE_CONFLICTS_ON_UPDATE = "OVERWRITE"
 
 # AWS's EFA device plugin (aws/eks-charts stable/aws-efa-k8s-device-plugin, chart v0.5.30 at commit
 # bfe91c4, 2026-07-21, image v0.5.20; the repo has no tags, the gh-pages index lists "v0.5.30").

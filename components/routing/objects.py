@@ -202,13 +202,15 @@ def picker_objects(model: RoutedModel, settings: PickerSettings,
                          {"name": "tmp", "mountPath": "/tmp"}],
     }
     # Pickers on different nodes (one node lost, one picker lost), across zones where possible. Tainted
-    # nodes the picker cannot use (the GPU nodes) must not count as empty domains, or a second picker
-    # would wait for a second CPU node: nodeTaintsPolicy Honor (on by default since Kubernetes 1.26).
+    # nodes the picker cannot use (the GPU nodes) must not count as empty domains: nodeTaintsPolicy Honor
+    # (on by default since Kubernetes 1.26). Per host a preference, not a rule: with DoNotSchedule a
+    # cluster with one usable CPU node left the second picker Pending, the Deployment's await failed
+    # after 10 minutes and the pool's HTTPRoute was never created, so the model had no route at all.
+    # The cost: on such a cluster both pickers share the node and go down with it (docs/decisions.md).
     spread = [
-        {"maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": when, "nodeTaintsPolicy": "Honor",
+        {"maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": "ScheduleAnyway", "nodeTaintsPolicy": "Honor",
          "labelSelector": {"matchLabels": labels}}
-        for key, when in (("kubernetes.io/hostname", "DoNotSchedule"),
-                          ("topology.kubernetes.io/zone", "ScheduleAnyway"))
+        for key in ("kubernetes.io/hostname", "topology.kubernetes.io/zone")
     ]
     deployment = {
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(name, ns, labels),

@@ -31,7 +31,7 @@ class InferenceRoutingArgs:
     picker: PickerSettings
     runbook_base_url: str
     monitor_labels: dict[str, str]
-    objective_crds_url: str  # the llm-d.ai CRDs (InferenceObjective) the pickers read
+    objective_crds_file: str  # the llm-d.ai CRDs (InferenceObjective) the pickers read, a file in the repository
 
 
 class InferenceRouting(pulumi.ComponentResource):
@@ -47,7 +47,7 @@ class InferenceRouting(pulumi.ComponentResource):
             child,
         )
         # Before the pickers: a picker looks for these CRDs once, at startup.
-        objective_crds = k8s.yaml.v2.ConfigFile(f"{name}-objective-crds", file=args.objective_crds_url, opts=child)
+        objective_crds = k8s.yaml.v2.ConfigFile(f"{name}-objective-crds", file=args.objective_crds_file, opts=child)
         after_crds = pulumi.ResourceOptions(parent=self, depends_on=[objective_crds])
         for model in args.models:
             for obj in picker_objects(model, args.picker, args.monitor_labels):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -88,9 +89,22 @@ class ModelWeightsArgs:
     # Resources that must exist first (the NetworkPolicy fencing the Job that holds the HF token).
     after: tuple[pulumi.Resource, ...] = ()
     zone: str | None = None  # ReadWriteOnce: the zone the volume is created in
+    # Zones where the file system can be mounted (EFS mount targets exist only in the GPU node group's
+    # zones); the Job is kept to them. () : the claim is reachable from every zone.
+    stage_zones: tuple[str, ...] = ()
     # A claim the storage backend already made, shared by every model (FSx for Lustre); None: this
     # component creates the model's own claim.
     shared_claim: pulumi.Input[str] | None = None
+
+
+def stage_affinity(zone: str | None, stage_zones: tuple[str, ...]) -> dict[str, Any]:
+    """A required node affinity to the zones the file system is mounted in. Without it the Job, which
+    selects only the architecture, may start on a CPU node in another zone; EFS has no mount target
+    there and the mount hangs until the Job's deadline (the pod never starts, so nothing fails sooner)."""
+    if zone is not None or not stage_zones:
+        return {}
+    return {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": ZONE_LABEL, "operator": "In", "values": sorted(stage_zones)}]}]}}}}
 
 
 def job_name(model_name: str, revision: str, tokenizer_revision: str | None) -> str:
@@ -227,6 +241,7 @@ class ModelWeights(pulumi.ComponentResource):
                     "spec": {
                         "restartPolicy": "OnFailure",
                         "nodeSelector": {**ARCH_SELECTOR, **({ZONE_LABEL: args.zone} if args.zone else {})},
+                        **stage_affinity(args.zone, args.stage_zones),
                         "automountServiceAccountToken": False,
                         "enableServiceLinks": False,
                         "securityContext": engine.pod_security_context(),

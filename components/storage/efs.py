@@ -13,7 +13,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from components.platform import pod_identity_trust_policy
+from components.platform import addon_settings, pod_identity_trust_policy
 
 from . import objects
 
@@ -29,6 +29,7 @@ class WeightsFileSystemArgs:
     owner_gid: int
     protect: bool  # prod: `pulumi destroy` and replacements stop at the file system
     install_csi_driver: bool
+    kubernetes_version: str  # the cluster's minor: the CSI driver add-on's version is pinned for it
     tags: dict[str, str]
 
 
@@ -72,7 +73,12 @@ class WeightsFileSystem(pulumi.ComponentResource):
                 file_system_id=file_system.id,
                 subnet_id=subnet_id,
                 security_groups=[group.id],
-                opts=child,
+                # EFS allows one mount target per AZ per file system, and a new subnet in a zone replaces
+                # the zone's target: created first, the new one fails with MountTargetConflict part-way
+                # through an update that also replaces the node group. Deleted first, the zone has no
+                # target for a minute or two; mounts in it stall until the new target's DNS answers
+                # (docs/operations.md, "Changing the GPU node group's subnets").
+                opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
             )
             for zone, subnet_id in objects.mount_target_subnets(list(args.subnets)).items()
         ]
@@ -95,7 +101,7 @@ class WeightsFileSystem(pulumi.ComponentResource):
             driver.append(aws.eks.Addon(
                 f"{name}-csi-driver",
                 cluster_name=args.cluster_name,
-                addon_name=objects.CSI_ADDON,
+                **addon_settings(objects.CSI_ADDON, args.kubernetes_version),
                 pod_identity_associations=[{
                     "role_arn": role.arn, "service_account": objects.CSI_CONTROLLER_SERVICE_ACCOUNT}],
                 tags=args.tags,

@@ -14,6 +14,8 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
+from components.platform import addon_settings
+
 from . import objects
 
 
@@ -30,6 +32,7 @@ class WeightsLustreArgs:
     claim_name: str
     protect: bool
     install_csi_driver: bool
+    kubernetes_version: str  # the cluster's minor: the CSI driver add-on's version is pinned for it
     tags: dict[str, str]
 
 
@@ -59,6 +62,19 @@ class WeightsLustre(pulumi.ComponentResource):
                     description=f"Lustre LNET {low}-{high} from {source}",
                     opts=child,
                 ))
+                # The provider creates security groups without AWS's default allow-all egress, and Lustre
+                # servers open connections back to clients and to each other on the same LNET ports
+                # (FSx for Lustre user guide, limit-access-security-groups: inbound and outbound rules).
+                rules.append(aws.vpc.SecurityGroupEgressRule(
+                    f"{name}-lnet-to-{source}-{low}",
+                    security_group_id=group.id,
+                    referenced_security_group_id=referenced,
+                    ip_protocol="tcp",
+                    from_port=low,
+                    to_port=high,
+                    description=f"Lustre LNET {low}-{high} to {source}",
+                    opts=child,
+                ))
         file_system = aws.fsx.LustreFileSystem(
             f"{name}-file-system",
             deployment_type="PERSISTENT_2",
@@ -74,8 +90,8 @@ class WeightsLustre(pulumi.ComponentResource):
         driver: list[pulumi.Resource] = []
         if args.install_csi_driver:
             driver.append(aws.eks.Addon(
-                f"{name}-csi-driver", cluster_name=args.cluster_name, addon_name=objects.FSX_CSI_ADDON,
-                tags=args.tags, opts=child,
+                f"{name}-csi-driver", cluster_name=args.cluster_name,
+                **addon_settings(objects.FSX_CSI_ADDON, args.kubernetes_version), tags=args.tags, opts=child,
             ))
         spec = pulumi.Output.all(file_system.id, file_system.dns_name, file_system.mount_name).apply(
             lambda values: objects.lustre_volume(

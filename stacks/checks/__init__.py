@@ -31,6 +31,7 @@ RULES: tuple[Callable[[StackConfig], Iterator[Problem]], ...] = (
     rules.scaling_rules,
     platform.weights_storage_rules,
     platform.node_autoscaling_rules,
+    platform.addon_version_rules,
     rules.capacity_rules,
     rules.instance_rules,
     rules.observability_rules,

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from stacks.checks import planning
 from stacks.checks.planning import MIN_EDGE_TIMEOUT_SECONDS, edge_timeout_floor, generation_seconds, route_host
-from stacks.config import ControllerMode, EdgeAuth, EdgeMode, StackConfig
+from stacks.config import ControllerMode, EdgeAuth, EdgeMode, Environment, StackConfig
 from stacks.config.problems import Problem
 
 # AWS NLB TCP idle timeout (Network Load Balancer guide, "update-idle-timeout": 350 s default).
@@ -17,6 +18,35 @@ NLB_IDLE_SECONDS = 350
 # ALB idle timeout upper bound (Elastic Load Balancing API, LoadBalancerAttribute
 # idle_timeout.timeout_seconds: 1-4000).
 ALB_MAX_IDLE_TIMEOUT_SECONDS = 4000
+
+
+def _certificate_rules(config: StackConfig) -> Iterator[Problem]:
+    """Where a gateway or ingress-nginx edge gets its certificate: exactly one source that exists by the
+    time the listener needs it."""
+    edge, tls = config.edge, config.edge.tls
+    sources = [name for name, set_ in (("secretName", tls.secret_name is not None),
+                                       ("certManagerIssuer", tls.cert_manager_issuer is not None),
+                                       ("selfSigned", tls.self_signed)) if set_]
+    if not sources:
+        yield Problem("edge.tls", f"{edge.mode.value} mode needs a certificate source", "no secretName, "
+                      "certManagerIssuer or selfSigned", "tls.secretName, tls.certManagerIssuer or tls.selfSigned")
+    elif len(sources) > 1:
+        yield Problem("edge.tls", "two certificate sources", " and ".join(sources), "one of them")
+    if tls.self_signed and edge.mode is not EdgeMode.GATEWAY:
+        yield Problem("edge.tls.selfSigned", f"only gateway mode creates the certificate, not {edge.mode.value}",
+                      True, "false, with tls.secretName or tls.certManagerIssuer")
+    if tls.self_signed and config.environment is Environment.PROD:
+        yield Problem("edge.tls.selfSigned", "prod clients cannot verify a self-signed certificate", True,
+                      "false, with tls.certManagerIssuer or tls.secretName")
+    if (tls.secret_name is not None and edge.mode is EdgeMode.GATEWAY
+            and edge.controller is ControllerMode.INSTALL):
+        # The Gateway reads its certificate from the edge namespace, which this program creates: the named
+        # Secret cannot exist before the first `pulumi up` and nothing here creates it, so the HTTPS
+        # listener would stay unprogrammed (Envoy Gateway: "Secret ... does not exist").
+        yield Problem("edge.tls.secretName", f"names a Secret in {planning.edge_namespace(config)}, the edge "
+                      "namespace this program creates, so it cannot exist on a first up and nothing creates it",
+                      tls.secret_name, "tls.selfSigned: true (dev), tls.certManagerIssuer, or edge.controller "
+                      "existing with the Secret in that controller's namespace")
 
 
 def edge_rules(config: StackConfig) -> Iterator[Problem]:
@@ -29,11 +59,8 @@ def edge_rules(config: StackConfig) -> Iterator[Problem]:
         if edge.controller is ControllerMode.INSTALL and edge.alb_controller_role_arn is None:
             yield Problem("edge.albControllerRoleArn", "installing the ALB controller needs its IAM role", None,
                           "the ARN of a role with the controller's IAM policy")
-    elif tls.secret_name is None and tls.cert_manager_issuer is None:
-        yield Problem("edge.tls", f"{edge.mode.value} mode needs a certificate source", "no secretName or "
-                      "certManagerIssuer", "tls.secretName or tls.certManagerIssuer")
-    elif tls.secret_name is not None and tls.cert_manager_issuer is not None:
-        yield Problem("edge.tls", "two certificate sources", "secretName and certManagerIssuer", "one of them")
+    else:
+        yield from _certificate_rules(config)
     if edge.auth is not EdgeAuth.VLLM_API_KEY and edge.mode is not EdgeMode.GATEWAY:
         yield Problem("edge.auth", f"gateway authentication needs mode gateway, not {edge.mode.value}",
                       edge.auth.value, "vllm-api-key")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from components import gpu, storage
-from components.platform import versions
+from components.platform import addon_version, versions
 from stacks.config import AmiType, ExistingAutoscaler, NodeAutoscalingMode, StackConfig, StorageBackend
 from stacks.config.problems import Problem
 
@@ -68,3 +68,26 @@ def weights_storage_rules(config: StackConfig) -> Iterator[Problem]:
     if weights.backend is not StorageBackend.EXISTING_STORAGE_CLASS and weights.existing_storage_class is not None:
         yield Problem("weightsStorage.existingStorageClass", "only read with backend existingStorageClass",
                       weights.existing_storage_class.name, "unset, or backend existingStorageClass")
+
+
+def addon_version_rules(config: StackConfig) -> Iterator[Problem]:
+    """Every EKS add-on the stack creates has a build pinned for the cluster's minor (versions.py)."""
+    minor = config.cluster.kubernetes_version
+    weights = config.weights_storage
+    installed = {
+        "eks-node-monitoring-agent": (f"{NG}.autoRepair.installMonitoringAgent",
+                                      config.gpu_node_group.auto_repair.enabled
+                                      and config.gpu_node_group.auto_repair.install_monitoring_agent),
+        storage.CSI_ADDON: ("weightsStorage.efs.installCsiDriver",
+                            weights.backend is StorageBackend.EFS and weights.efs.install_csi_driver),
+        storage.FSX_CSI_ADDON: ("weightsStorage.fsxLustre.installCsiDriver",
+                                weights.backend is StorageBackend.FSX_LUSTRE and weights.fsx_lustre.install_csi_driver),
+    }
+    for addon, (key, wanted) in installed.items():
+        if not wanted:
+            continue
+        try:
+            addon_version(addon, minor)
+        except ValueError as error:
+            yield Problem("cluster.kubernetesVersion", str(error), minor,
+                          f"{', '.join(sorted(versions.EKS_ADDON_VERSIONS[addon]))}, or {key}: false")

@@ -61,6 +61,14 @@ class TlsConfig(ConfigModel):
     acm_certificate_arn: AcmCertificateArn | None = Field(
         default=None, description="ACM certificate ARN (alb mode)."
     )
+    self_signed: bool = Field(
+        default=False,
+        description=(
+            "Dev only (gateway mode): the program creates a self-signed certificate for `edge.host` and its "
+            "Secret in the edge namespace, so HTTPS answers on the first `pulumi up`; clients must trust it "
+            "or skip verification."
+        ),
+    )
 
 
 class JwtConfig(ConfigModel):

@@ -252,8 +252,24 @@ def _update(old: dict[str, Any], new: dict[str, Any], by_urn: bool) -> ResourceC
     elif new["type"] == replacements.NODE_GROUP and replacements.rolls_nodes(inputs):
         notes.append("EKS replaces every node in place, draining each under the PodDisruptionBudgets "
                      "(PodEvictionFailure after 15 minutes a node)")
+    if new["type"] == replacements.NODE_GROUP:
+        notes += _min_size_notes(old, new)
     return ResourceChange(new["type"], new["name"], tuple(fields), "replace" if forced else "update",
                           tuple(forced), tuple(notes))
+
+
+def _min_size_notes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """A raised minimum on an autoscaled group: the engine keeps desiredSize from state (ignoreChanges),
+    so UpdateNodegroupConfig may get min above desired, which EKS refuses."""
+    before = (old.get("inputs", {}).get("scalingConfig") or {}).get("minSize")
+    after = (new.get("inputs", {}).get("scalingConfig") or {}).get("minSize")
+    ignored = "scalingConfig.desiredSize" in (_options(new).get("ignoreChanges") or [])
+    if not ignored or not isinstance(before, int) or not isinstance(after, int) or after <= before:
+        return []
+    return [f"minSize {before} -> {after} while desiredSize is left to the autoscaler: `pulumi up` sends the "
+            f"desired size from state, and EKS refuses the update if that is below {after}. First raise the live "
+            f"group: `aws eks update-nodegroup-config --scaling-config minSize={after},desiredSize={after}` (plus "
+            "the current maxSize), then `pulumi up --refresh` (docs/operations.md, \"Raising minNodes\")"]
 
 
 def _launch_template_notes(changes: list[ResourceChange], head: list[dict[str, Any]]) -> list[ResourceChange]:

@@ -195,7 +195,8 @@ def _close(word: str, candidates: Any) -> str:
     return f"; did you mean {', '.join(matches)}?" if matches else ""
 
 
-def _schema_errors(who: str, validator: jsonschema.protocols.Validator, body: dict[str, Any]) -> list[str]:
+def _schema_errors(who: str, validator: jsonschema.protocols.Validator, body: dict[str, Any],
+                   unknown: str = "the API server would prune it silently") -> list[str]:
     errors: list[str] = []
     for error in validator.iter_errors(body):
         path = list(error.absolute_path)
@@ -208,7 +209,7 @@ def _schema_errors(who: str, validator: jsonschema.protocols.Validator, body: di
                     continue
                 errors.append(
                     f"{who}: {_json_path([*path, key])}: unknown field (not in the schema; "
-                    f"the API server would prune it silently){_close(key, declared)}"
+                    f"{unknown}){_close(key, declared)}"
                 )
             continue
         errors.append(f"{who}: {_json_path(path)}: {_shorten(error.message)}")
@@ -288,6 +289,31 @@ def kubernetes_object_errors(obj: dict[str, Any], kubernetes_version: str) -> li
     except (kubernetes_validate.InvalidSchemaError, kv_utils.VersionNotSupportedError) as error:
         return [f"{who}: {error.message}"]
     return []
+
+
+# --------------------------------------------------------------------------------------------
+# EKS add-on configuration
+
+
+def addons_with_schema() -> list[str]:
+    """Add-ons whose published configuration schema is vendored (aws/addons/<name>.json)."""
+    return sorted(path.removesuffix(".json") for path in _available("aws/addons"))
+
+
+def addon_configuration_errors(addon: str, configuration_values: str) -> list[str]:
+    """Validate an add-on's configurationValues (the JSON string CreateAddon receives) against the
+    add-on's published schema, the one EKS applies: a key it does not declare fails the call."""
+    who = f"add-on {addon}"
+    if addon not in addons_with_schema():
+        return [f"{who}: no vendored configuration schema (add it to ../shared/reference/aws/addons/ and "
+                "re-derive the fixtures), so its configurationValues cannot be checked"]
+    try:
+        document = json.loads(configuration_values)
+    except json.JSONDecodeError as error:
+        return [f"{who}: configurationValues is not JSON: {error}"]
+    schema = _load(f"aws/addons/{addon}.json")
+    validator = jsonschema.Draft7Validator(schema)
+    return _schema_errors(who, validator, document, unknown="EKS refuses CreateAddon and UpdateAddon")
 
 
 # --------------------------------------------------------------------------------------------

@@ -759,9 +759,14 @@ def test_fixtures_are_up_to_date_with_the_reference(tmp_path: Path) -> None:
     out = tmp_path / "reference"
     subprocess.run(
         [sys.executable, str(REPO_ROOT / "tools" / "derive_reference_fixtures.py"),
-         "--reference", str(SHARED_REFERENCE), "--out", str(out)],
+         "--reference", str(SHARED_REFERENCE), "--out", str(out), "--manifests-out", str(tmp_path / "crds")],
         check=True, capture_output=True, text=True,
     )  # fmt: skip
+    # The CRD manifests the program applies are derived too, byte for byte.
+    applied = REPO_ROOT / "components" / "platform" / "crds"
+    manifests = sorted(p.name for p in (tmp_path / "crds").glob("*.yaml"))
+    assert manifests == sorted(p.name for p in applied.glob("*.yaml"))
+    assert filecmp.cmpfiles(tmp_path / "crds", applied, manifests, shallow=False)[1:] == ([], [])
     derived = sorted(p.relative_to(out).as_posix() for p in out.rglob("*.json"))
     committed = sorted(
         p.relative_to(reference.FIXTURES).as_posix() for p in reference.FIXTURES.rglob("*.json")

@@ -618,3 +618,24 @@ def test_without_load_balancer_cidrs_only_namespaces_may_reach_vllm() -> None:
                  {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": MONITORING_NS}}}],
         "ports": [{"protocol": "TCP", "port": PORT}],
     }
+
+
+def test_dev_gets_a_self_signed_certificate_in_the_secret_its_gateway_names(rendered):
+    dev = rendered["dev"]
+    secret = dev.manifest("Secret", "llm-serving-tls")
+    assert (secret["metadata"]["namespace"], secret["type"]) == ("envoy-gateway-system", "kubernetes.io/tls")
+    assert sorted(secret["stringData"]) == ["tls.crt", "tls.key"]
+    gateway = dev.manifest("Gateway", "llm-serving")
+    refs = [ref for listener in gateway["spec"]["listeners"] for ref in (listener.get("tls") or {}).get(
+        "certificateRefs", [])]
+    assert refs == [{"group": "", "kind": "Secret", "name": "llm-serving-tls"}]
+    certificate = dev.resource("tls:index/selfSignedCert:SelfSignedCert", "edge-tls-certificate")["inputs"]
+    assert certificate["dnsNames"] == ["llm.dev.example.com"]
+    assert (certificate["validityPeriodHours"], certificate["earlyRenewalHours"]) == (8760, 720)
+    assert certificate["allowedUses"] == ["digital_signature", "key_encipherment", "server_auth"]
+    key = dev.resource("tls:index/privateKey:PrivateKey", "edge-tls-key")["inputs"]
+    assert key == {"algorithm": "ECDSA", "ecdsaCurve": "P256"}
+    # The Secret comes after the namespace it lives in; prod's certificate is cert-manager's.
+    assert "kubernetes:core/v1:Namespace::edge-namespace" in dev.wiring["kubernetes:core/v1:Secret::edge-tls-secret"][
+        "dependsOn"]
+    assert not [r for r in rendered["prod"].resources if r["type"].startswith("tls:")]

@@ -79,7 +79,8 @@ def test_node_monitoring_agent_runs_on_every_node_for_auto_repair(rendered):
     # One per cluster, named apart from the node group: a new generation must not add a second one.
     addon = inputs(rendered["prod"], "aws:eks/addon:Addon", "node-monitoring-agent")
     assert addon["addonName"] == "eks-node-monitoring-agent"
-    assert json.loads(addon["configurationValues"]) == {"monitoringAgent": {"tolerations": [{"operator": "Exists"}]}}
+    assert json.loads(addon["configurationValues"]) == {"dcgmAgent": {"tolerations": [
+        {"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"}]}}
     wiring = rendered["prod"].wiring["aws:eks/addon:Addon::node-monitoring-agent"]
     assert "aws:eks/nodeGroup:NodeGroup::gpu-p5-48xlarge-node-group" in wiring["dependsOn"]
 

@@ -187,6 +187,13 @@ def test_capacity_block_group_launches_into_the_reservation(stack_dir):
     assert result.resource("aws:ec2/placementGroup:PlacementGroup", f"{GROUP}-placement")["inputs"][
         "strategy"
     ] == "cluster"
+    # Updated in place, node by node: a replica evicted from an old node must fit the new one, so the
+    # selector names the group, not its generation (which the new nodes carry and the old ones lose).
+    selectors = [m["spec"]["template"]["spec"]["nodeSelector"] for m in result.manifests
+                 if m["kind"] == "Deployment" and "llm-serving/node-group" in
+                 m["spec"]["template"]["spec"].get("nodeSelector", {})]
+    assert selectors and all(s == {"llm-serving/node-group": GROUP, "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+                             for s in selectors)
 
 
 def release_values(rendered, chart):
@@ -328,3 +335,55 @@ def test_counters_configmap_name_changes_with_its_content(monkeypatch):
     assert dcgm_exporter.chart_values()["extraConfigMapVolumes"][0]["configMap"]["name"] == (
         dcgm_exporter.counters_configmap_name()
     )
+
+
+def _example_tags() -> dict[str, str]:
+    from stacks.config.files import PROJECT_DIR
+
+    result = render_file(PROJECT_DIR / "examples" / "Pulumi.prod-405b.yaml")
+    return {r["inputs"]["tag"]["key"]: r["inputs"]["tag"]["value"] for r in result.by_type()["aws:autoscaling/tag:Tag"]}
+
+
+def test_an_efa_group_at_zero_offers_its_interfaces_and_huge_pages_to_the_autoscaler():
+    prefix = "k8s.io/cluster-autoscaler/node-template/resources"
+    tags = _example_tags()
+    assert {k: v for k, v in tags.items() if k.startswith(prefix)} == {
+        f"{prefix}/nvidia.com/gpu": "8", f"{prefix}/vpc.amazonaws.com/efa": "32", f"{prefix}/hugepages-2Mi": "10256Mi"}
+    # What a rank asks for fits what the template offers, or the autoscaler would never pick the group.
+    from components.serving import multinode
+
+    assert multinode.EFA_RESOURCE == gpu_scheduling.EFA_RESOURCE
+    mib = int(multinode.EFA_HUGEPAGES.removesuffix("Mi"))
+    assert mib <= int(gpu_scheduling.EFA_NODE_HUGEPAGES_2MI.removesuffix("Mi"))
+
+
+def test_an_on_demand_groups_replicas_follow_the_generation(rendered):
+    (deployment,) = [m for m in rendered["prod"].manifests if m["kind"] == "Deployment"
+                     and "llm-serving/node-group" in m["spec"]["template"]["spec"].get("nodeSelector", {})][:1]
+    assert set(deployment["spec"]["template"]["spec"]["nodeSelector"]) == {
+        "llm-serving/node-group", "llm-serving/node-generation", "nvidia.com/gpu.product"}
+
+
+def test_a_group_without_efa_offers_no_efa_resources(rendered):
+    keys = {r["inputs"]["tag"]["key"] for r in rendered["prod"].by_type()["aws:autoscaling/tag:Tag"]}
+    assert not [k for k in keys if "efa" in k or "hugepages" in k]
+
+
+def test_a_placement_group_model_warns_of_the_capacity_a_node_update_needs():
+    import dataclasses
+
+    from components.gpu import catalog, node_group
+
+    args = node_group.GpuNodeGroupArgs(
+        cluster_name="llm-prod", cluster_security_group_id="sg-1", kubernetes_version="1.34",
+        instance=catalog.INSTANCE_TYPES["p5.48xlarge"], subnet_ids=["subnet-1"], min_nodes=4, max_nodes=6,
+        desired_nodes=4, efa_interfaces=32, cluster_placement_group=True)
+    assert node_group.placement_update_warning(args) == (
+        "gpuNodeGroup.placement cluster: a node update (new Kubernetes version, AMI or launch template input) runs "
+        "the new node group beside the old one in the same cluster placement group: up to 12 x p5.48xlarge (6 old "
+        "+ 6 new) in one availability zone until the old group is deleted. Check that EC2 can place them (a "
+        "capacity reservation for the update window, or a maintenance window with maxNodes lowered) before "
+        "changing those inputs.")
+    # Reserved capacity updates in place (no second group); no placement group, no warning.
+    assert node_group.placement_update_warning(dataclasses.replace(args, capacity_reservation_id="cr-1")) is None
+    assert node_group.placement_update_warning(dataclasses.replace(args, cluster_placement_group=False)) is None

@@ -84,7 +84,7 @@ def test_prods_picker_runs_two_active_replicas_that_drain_for_the_longest_stream
     assert container["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                                             "capabilities": {"drop": ["ALL"]}}
     assert [(c["topologyKey"], c["whenUnsatisfiable"]) for c in pod["topologySpreadConstraints"]] == [
-        ("kubernetes.io/hostname", "DoNotSchedule"), ("topology.kubernetes.io/zone", "ScheduleAnyway")]
+        ("kubernetes.io/hostname", "ScheduleAnyway"), ("topology.kubernetes.io/zone", "ScheduleAnyway")]
     assert _by(rendered["prod"], "PodDisruptionBudget", f"{MODEL}-epp")["spec"] == {
         "maxUnavailable": 1, "selector": {"matchLabels": PICKER_LABELS}}
 
@@ -140,8 +140,7 @@ def test_envoy_gateway_starts_after_the_pool_crd_and_its_right_to_read_pools(ren
         "kubernetes:yaml/v2:ConfigFile::edge-inference-pool-crds",
     ]
     crds = prod.resource("kubernetes:yaml/v2:ConfigFile", "edge-inference-pool-crds")
-    assert crds["inputs"]["file"] == (
-        "https://github.com/kubernetes-sigs/gateway-api-inference-extension/releases/download/v1.6.0/manifests.yaml")
+    assert crds["inputs"]["file"] == "components/platform/crds/gateway-api-inference-extension-v1.6.0.yaml"
     extension = gateway["inputs"]["values"]["config"]["envoyGateway"]["extensionManager"]
     assert extension["backendResources"] == [
         {"group": "inference.networking.k8s.io", "kind": "InferencePool", "version": "v1"}]

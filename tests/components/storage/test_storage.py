@@ -61,6 +61,8 @@ def test_the_csi_driver_add_on_gets_its_aws_managed_policy_through_pod_identity(
     prod = rendered["prod"]
     addon = inputs(prod, "aws:eks/addon:Addon", "weights-storage-csi-driver")
     assert addon == {"addonName": "aws-efs-csi-driver", "clusterName": "llm-prod", "tags": TAGS,
+                     "addonVersion": "v3.4.1-eksbuild.1", "resolveConflictsOnCreate": "OVERWRITE",
+                     "resolveConflictsOnUpdate": "OVERWRITE",
                      "podIdentityAssociations": [{"roleArn": "arn:aws:iam::123456789012:role/weights-storage-csi-role",
                                                   "serviceAccount": "efs-csi-controller-sa"}]}
     role = inputs(prod, "aws:iam/role:Role", "weights-storage-csi-role")
@@ -251,3 +253,41 @@ def test_fsx_capacity_must_be_a_valid_persistent_2_size():
         "multiple of 2400 GiB (got 3600; expected 1200, 2400, 4800, 7200, ...)"
     ]
     assert lines(weightsStorage={"backend": "fsxLustre", "fsxLustre": {"storageCapacityGib": 4800}}) == []
+
+
+def test_a_zones_mount_target_is_deleted_before_its_replacement(rendered):
+    # One mount target per AZ: a create-before-delete replacement (a new subnet in the zone) conflicts.
+    for stack in ("dev", "prod"):
+        for target in rendered[stack].by_type()["aws:efs/mountTarget:MountTarget"]:
+            assert target["options"]["deleteBeforeReplace"] is True, (stack, target["name"])
+
+
+def test_the_staging_job_runs_only_in_zones_with_a_mount_target(rendered):
+    prod = rendered["prod"]
+    zones = sorted(r["name"].removeprefix("weights-storage-mount-")
+                   for r in prod.by_type()["aws:efs/mountTarget:MountTarget"])
+    assert zones == ["us-east-1a", "us-east-1b", "us-east-1c"]
+    for job in (m for m in prod.manifests if m["kind"] == "Job"):
+        pod = job["spec"]["template"]["spec"]
+        assert pod["affinity"] == {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": zones}]}]}}}, job["metadata"]
+
+
+def test_stage_affinity_is_left_to_a_pinned_zone_or_a_reachable_claim():
+    assert weights.stage_affinity("us-east-1a", ("us-east-1a", "us-east-1b")) == {}
+    assert weights.stage_affinity(None, ()) == {}
+
+
+def test_the_lustre_security_group_allows_lnet_out_as_well_as_in(stack_dir):
+    # The provider strips the default allow-all egress, and Lustre servers connect back on LNET.
+    result = _prod_variant(stack_dir, "fsx-egress", {"backend": "fsxLustre"})
+    egress = sorted((r["inputs"]["fromPort"], r["inputs"]["toPort"], r["inputs"]["referencedSecurityGroupId"],
+                     r["inputs"]["ipProtocol"])
+                    for r in result.by_type()["aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule"])
+    assert egress == [(988, 988, "sg-0123456789abcdef0", "tcp"), (988, 988, "weights-storage-lnet-id", "tcp"),
+                      (1018, 1023, "sg-0123456789abcdef0", "tcp"), (1018, 1023, "weights-storage-lnet-id", "tcp")]
+    fs = result.resource("aws:fsx/lustreFileSystem:LustreFileSystem", "weights-storage-file-system")
+    egress_names = {f"aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule::{r['name']}"
+                    for r in result.by_type()["aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule"]}
+    assert egress_names <= set(fs["options"]["dependsOn"])

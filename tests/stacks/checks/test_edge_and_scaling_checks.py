@@ -40,9 +40,31 @@ def test_rejects_unknown_mode():
 
 def test_rejects_tls_without_a_certificate_source():
     assert lines(edge={"tls": {}}) == [
-        'llm-serving:edge.tls: gateway mode needs a certificate source (got "no secretName or certManagerIssuer"; '
-        "expected tls.secretName or tls.certManagerIssuer)"
+        'llm-serving:edge.tls: gateway mode needs a certificate source (got "no secretName, certManagerIssuer or '
+        'selfSigned"; expected tls.secretName, tls.certManagerIssuer or tls.selfSigned)'
     ]
+
+
+def test_rejects_a_tls_secret_in_the_edge_namespace_the_program_creates():
+    # Dev named one before: the namespace is created by the first up, so no Secret can be in it yet, and the
+    # HTTPS listener would never be programmed.
+    assert lines(edge={"tls": {"secretName": "llm-dev-tls"}}) == [
+        'llm-serving:edge.tls.secretName: names a Secret in envoy-gateway-system, the edge namespace this program '
+        'creates, so it cannot exist on a first up and nothing creates it (got "llm-dev-tls"; expected '
+        "tls.selfSigned: true (dev), tls.certManagerIssuer, or edge.controller existing with the Secret in that "
+        "controller's namespace)"
+    ]
+    # An existing controller's namespace is the operator's: the Secret can be there already.
+    assert lines(edge={"tls": {"secretName": "llm-dev-tls"}, "controller": "existing"}) == []
+
+
+def test_a_self_signed_certificate_is_for_dev_gateways_only():
+    assert lines(edge={"tls": {"selfSigned": True}}) == [
+        "llm-serving:edge.tls.selfSigned: prod clients cannot verify a self-signed certificate (got true; "
+        "expected false, with tls.certManagerIssuer or tls.secretName)"
+    ]
+    assert lines(edge={"tls": {"selfSigned": True, "certManagerIssuer": "letsencrypt"}})[0] == (
+        'llm-serving:edge.tls: two certificate sources (got "certManagerIssuer and selfSigned"; expected one of them)')
 
 
 def test_rejects_alb_without_an_acm_certificate():

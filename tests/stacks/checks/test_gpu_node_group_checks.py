@@ -25,7 +25,7 @@ BASE: dict[str, Any] = {
         "runbookBaseUrl": "https://runbooks.example.com/llm-serving",
     },
     "apiKey": "a-test-api-key-of-some-length",
-    "edge": {"host": "llm.example.com", "tls": {"secretName": "llm-tls"}},
+    "edge": {"host": "llm.example.com", "tls": {"certManagerIssuer": "letsencrypt"}},
     # A model that fits any catalog GPU, so these tests see only node-group problems.
     "models": [
         {

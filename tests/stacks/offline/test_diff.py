@@ -243,6 +243,24 @@ def test_a_new_launch_template_version_rolls_the_node_groups_that_use_it():
                            "(PodEvictionFailure after 15 minutes a node)",)
 
 
+def test_raising_the_minimum_of_an_autoscaled_group_gives_the_two_step_recipe():
+    ignored = {"ignoreChanges": ["scalingConfig.desiredSize"]}
+    base = [urned(NODE_GROUP, "ng", options=ignored, scalingConfig={"minSize": 2, "maxSize": 6, "desiredSize": 2})]
+    head = [urned(NODE_GROUP, "ng", options=ignored, scalingConfig={"minSize": 3, "maxSize": 6, "desiredSize": 3})]
+    (change,) = diff_resources(base, head, "prod", "main").changes
+    assert change.notes == (
+        "minSize 2 -> 3 while desiredSize is left to the autoscaler: `pulumi up` sends the desired size from "
+        "state, and EKS refuses the update if that is below 3. First raise the live group: `aws eks "
+        "update-nodegroup-config --scaling-config minSize=3,desiredSize=3` (plus the current maxSize), then "
+        "`pulumi up --refresh` (docs/operations.md, \"Raising minNodes\")",)
+    # Lowering it, or a group whose desired size is the program's (no autoscaler), needs nothing.
+    lowered = [urned(NODE_GROUP, "ng", options=ignored, scalingConfig={"minSize": 1, "maxSize": 6, "desiredSize": 2})]
+    assert diff_resources(base, lowered, "prod", "main").changes[0].notes == ()
+    fixed = [urned(NODE_GROUP, "ng", scalingConfig={"minSize": 3, "maxSize": 6, "desiredSize": 3})]
+    assert diff_resources([urned(NODE_GROUP, "ng", scalingConfig={"minSize": 2, "maxSize": 6, "desiredSize": 2})],
+                          fixed, "prod", "main").changes[0].notes == ()
+
+
 # --- output formats ------------------------------------------------------------------------------
 
 
