@@ -19,7 +19,7 @@ import pulumi
 from pulumi.runtime import config as runtime_config
 
 from components import observability, serving, storage
-from components.edge import EdgeArgs, EdgeSettings, Route
+from components.edge import PROMETHEUS_POD_LABELS, EdgeArgs, EdgeSettings, Route, gateway_injects_upstream_key
 from components.gpu import (
     ClusterAutoscalerArgs,
     DcgmExporterArgs,
@@ -29,7 +29,15 @@ from components.gpu import (
     image_tag_for,
 )
 from components.observability import ModelSlo
-from components.platform import EksCluster, cluster_version, kubernetes_provider, lookup_cluster, versions
+from components.platform import (
+    EksCluster,
+    cluster_version,
+    derived_upstream_key,
+    kubernetes_provider,
+    lookup_cluster,
+    subnet_cidr,
+    versions,
+)
 from components.routing import OBJECTIVE_HEADER, PickerSettings
 from components.scaling import ModelAutoscalingArgs, ScalingTarget
 from components.serving_stack import (
@@ -232,6 +240,19 @@ BODY_BYTES_PER_TOKEN = 64
 MIN_BODY_LIMIT_BYTES = 8 * 1024**2
 
 
+GATEWAY_KEYS_SECRET = "llm-serving-client-keys"
+
+
+def vllm_api_key(config: StackConfig) -> pulumi.Output[str]:
+    """vLLM's own key, checked in every auth mode. With gateway-api-key the clients' key never reaches
+    vLLM (the gateway strips it and injects this one), so vLLM gets a key derived from it that no
+    client holds: reading the serving namespace's Secret does not yield a key the public edge accepts."""
+    key = config.api_key.get_secret_value()
+    if config.edge.auth is EdgeAuth.GATEWAY_API_KEY:
+        key = derived_upstream_key(key)
+    return pulumi.Output.secret(key)
+
+
 def edge_args(config: StackConfig, cluster: EksCluster) -> EdgeArgs:
     edge = config.edge
     settings = EdgeSettings(
@@ -241,7 +262,12 @@ def edge_args(config: StackConfig, cluster: EksCluster) -> EdgeArgs:
         cert_manager_issuer=edge.tls.cert_manager_issuer,
         load_balancer_scheme=edge.scheme.value,
         auth=edge.auth.value,
-        api_key_secret="llm-serving-client-keys" if edge.auth is EdgeAuth.GATEWAY_API_KEY else None,
+        # The keys the gateway accepts (gateway mode, API-key auth): vLLM's own key in vllm-api-key
+        # mode (checked at the gateway, before any picker, and again by vLLM), the clients' key in
+        # gateway-api-key mode.
+        api_key_secret=GATEWAY_KEYS_SECRET
+        if edge.mode is EdgeMode.GATEWAY and edge.auth is not EdgeAuth.JWT
+        else None,
         jwt_issuer=edge.jwt.issuer if edge.jwt else None,
         jwt_jwks_uri=edge.jwt.jwks_uri if edge.jwt else None,
         acm_certificate_arn=edge.tls.acm_certificate_arn,
@@ -277,10 +303,12 @@ def edge_args(config: StackConfig, cluster: EksCluster) -> EdgeArgs:
             "vpcId": cluster.vpc_id,
             "serviceAccount": {"annotations": {"eks.amazonaws.com/role-arn": edge.alb_controller_role_arn or ""}},
         },
-        load_balancer_cidrs=(cluster.vpc_cidr,) if alb else (),
+        load_balancer_subnet_ids=tuple(edge.load_balancer_subnet_ids) if alb else (),
+        load_balancer_cidrs=tuple(subnet_cidr(subnet) for subnet in edge.load_balancer_subnet_ids) if alb else (),
         client_api_key=pulumi.Output.secret(config.api_key.get_secret_value())
-        if edge.auth is EdgeAuth.GATEWAY_API_KEY
+        if settings.api_key_secret
         else None,
+        upstream_api_key=vllm_api_key(config) if gateway_injects_upstream_key(settings) else None,
         inference_extension=any(route.inference_pool for route in routes),
         ai_gateway_chart_version=edge.inference_routing.ai_gateway_chart_version,
         ai_gateway_crds_chart_version=edge.inference_routing.ai_gateway_crds_chart_version,
@@ -402,10 +430,9 @@ def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStack
         prometheus_url=prometheus.url,
         serving_namespace=config.serving.namespace,
         models=models,
-        api_key=pulumi.Output.secret(config.api_key.get_secret_value()),
+        api_key=vllm_api_key(config),
         hf_token=pulumi.Output.secret(config.hf_token.get_secret_value()) if config.hf_token else None,
         protect_weights=config.environment is Environment.PROD,
-        vllm_checks_api_key=config.edge.auth is EdgeAuth.VLLM_API_KEY,
         edge=edge_args(config, cluster),
         autoscaling=ModelAutoscalingArgs(
             mode=config.autoscaling.mode.value,
@@ -417,6 +444,8 @@ def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStack
         ),
         prometheus_namespace=prometheus.namespace,
         monitor_labels=dict(prometheus.monitor_selector_labels),
+        # PodMonitors need the Prometheus Operator, so an existing Prometheus is an operator-run one too.
+        prometheus_pod_selector=dict(PROMETHEUS_POD_LABELS),
         runbook_base_url=config.observability.runbook_base_url,
         routed_models=tuple(
             (m.name, planning.picker_drain_seconds(config, m), m.route.priority)

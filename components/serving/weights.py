@@ -91,6 +91,9 @@ class ModelWeightsArgs:
     # A claim the storage backend already made, shared by every model (FSx for Lustre); None: this
     # component creates the model's own claim.
     shared_claim: pulumi.Input[str] | None = None
+    # On the Job's pod template (the HF token's revision): a rotated token replaces the Job, whose
+    # new pod reads the new token (or finds the revision staged and exits).
+    pod_annotations: dict[str, pulumi.Input[str]] | None = None
 
 
 def job_name(model_name: str, revision: str, tokenizer_revision: str | None) -> str:
@@ -222,7 +225,8 @@ class ModelWeights(pulumi.ComponentResource):
                         "labels": {
                             "app.kubernetes.io/name": args.model_name,
                             "app.kubernetes.io/component": "stage-weights",
-                        }
+                        },
+                        **({"annotations": dict(args.pod_annotations)} if args.pod_annotations else {}),
                     },
                     "spec": {
                         "restartPolicy": "OnFailure",
