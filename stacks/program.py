@@ -9,7 +9,6 @@ serving, edge, scaling, observability); splitting it would scatter that mapping 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from pathlib import Path
@@ -124,15 +123,8 @@ def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType
     """A model's plain values, with TP, the startup budget and the rollout from the planners."""
     plan = planning.model_plan(config, model)
     strategy = planning.rollout_strategies(config)[model.name]
-    footprint = planning.footprint(config, model, plan)
     timing = planning.timing(config)
-    # A step may also wait for a new node; the startup budget (not the planned cold start) bounds it.
-    slowest_step = dataclasses.replace(footprint, cold_start_seconds=plan.startup_budget_seconds)
-    rollout_timeout = (
-        serving.rollout_seconds(slowest_step, strategy, planning.replica_bounds(model)[1], timing)
-        + timing.node_ready_seconds
-        + ROLLOUT_TIMEOUT_SLACK_SECONDS
-    )
+    rollout_timeout = planning.full_rollout_seconds(config, model) + ROLLOUT_TIMEOUT_SLACK_SECONDS
     architecture = planning.model_architecture(model)
     assert architecture is not None  # guaranteed by checks.check
     tp = plan.tensor_parallel_size
