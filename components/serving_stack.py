@@ -206,6 +206,7 @@ class ServingStack(pulumi.ComponentResource):
                     runbook_base_url=args.runbook_base_url,
                     monitor_labels=dict(args.monitor_labels),
                     objective_crds_url=versions.LLM_D_ROUTER_CRDS_URL,
+                    protect_crds=args.edge.protect_crds,
                 ),
                 pulumi.ResourceOptions(parent=self, depends_on=[*edge.inference_prerequisites, *crds]),
             )

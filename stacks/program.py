@@ -305,6 +305,7 @@ def edge_args(config: StackConfig, cluster: EksCluster) -> EdgeArgs:
         ai_gateway_chart_version=edge.inference_routing.ai_gateway_chart_version,
         ai_gateway_crds_chart_version=edge.inference_routing.ai_gateway_crds_chart_version,
         inference_pool_crds_url=versions.INFERENCE_POOL_CRDS_URL,
+        protect_crds=config.environment is Environment.PROD,
     )
 
 
@@ -411,6 +412,7 @@ def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStack
             auto_repair=group.auto_repair.enabled,
         ),
         prometheus=observability.PrometheusStackArgs(
+            protect_crds=config.environment is Environment.PROD,
             namespace=prometheus.namespace,
             chart_version=prometheus.chart_version,
             grafana_admin_password=pulumi.Output.secret(

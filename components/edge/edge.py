@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.platform import RESTRICTED, crd_chart, helm_release, manifest_resource, namespace
+from components.platform import RESTRICTED, crd_chart, crd_options, helm_release, manifest_resource, namespace
 
 from . import objects
 from .objects import EdgeSettings, Route
@@ -49,6 +49,8 @@ class EdgeArgs:
     ai_gateway_chart_version: str = ""
     ai_gateway_crds_chart_version: str = ""
     inference_pool_crds_url: str = ""
+    # prod: the CRDs this edge applies are protected as well as retained (`crd_options`).
+    protect_crds: bool = False
 
 
 class Edge(pulumi.ComponentResource):
@@ -75,6 +77,7 @@ class Edge(pulumi.ComponentResource):
                     version=args.envoy_gateway_chart_version,
                     values=objects.gateway_crds_chart_values(),
                     parent=self,
+                    protect=args.protect_crds,
                 )
                 controller.append(crds)
                 pool_prerequisites = self._inference_pool_prerequisites(name, args) if args.inference_extension else []
@@ -162,7 +165,7 @@ class Edge(pulumi.ComponentResource):
         pool_crd = k8s.yaml.v2.ConfigFile(
             f"{name}-inference-pool-crds",
             file=args.inference_pool_crds_url,
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=crd_options(parent=self, protect=args.protect_crds),
         )
         reader = [
             manifest_resource(f"{name}-{obj['kind'].lower()}-pool-reader", obj, pulumi.ResourceOptions(parent=self))
@@ -183,6 +186,8 @@ class Edge(pulumi.ComponentResource):
             values={},
             parent=self,
             depends_on=[envoy_gateway],
+            crds_only=True,
+            protect=args.protect_crds,
         )
         return helm_release(
             f"{name}-ai-gateway",

@@ -4,7 +4,7 @@ the pinned versions and the shapes every Prometheus rule and query shares."""
 from . import versions
 from .aws_iam import pod_identity_trust_policy
 from .credentials import credential_revision, derived_upstream_key
-from .helm import HELM_TIMEOUT_SECONDS, crd_chart, helm_release, namespace
+from .helm import HELM_TIMEOUT_SECONDS, crd_chart, crd_options, helm_release, namespace
 from .kubernetes import EksCluster, cluster_version, kubeconfig, kubernetes_provider, lookup_cluster, subnet_cidr
 from .manifests import manifest_resource
 from .pod_security import RESTRICTED, PodSecurity
@@ -13,6 +13,7 @@ from .prometheus import NAMESPACE_LABEL, NODE_LABEL, POD_LABEL, alert_rule, chec
 __all__ = [
     "HELM_TIMEOUT_SECONDS",
     "crd_chart",
+    "crd_options",
     "credential_revision",
     "derived_upstream_key",
     "subnet_cidr",
