@@ -90,10 +90,10 @@ def test_storage_class_retains_and_owns_files_as_the_pods_user(rendered, stack):
 
 
 def test_the_download_fetches_only_what_vllm_loads():
-    assert "allow_patterns=['*.safetensors', '*.safetensors.index.json', 'config.json', 'generation_config.json', "\
-           "'tokenizer*', 'special_tokens_map.json', 'added_tokens.json', 'vocab*', 'merges.txt', '*.jinja', "\
-           "'chat_template.json', 'preprocessor_config.json'], ignore_patterns=['original/*', '*.pth', '*.bin', "\
-           "'*.pt', '*.gguf', '*.onnx']" in weights.STAGE_SCRIPT
+    assert "stage(os.environ[\"REVISION\"], os.environ[\"TARGET\"], ['*.safetensors', '*.safetensors.index.json', "\
+           "'config.json', 'generation_config.json', 'tokenizer*', 'special_tokens_map.json', 'added_tokens.json', "\
+           "'vocab*', 'merges.txt', '*.jinja', 'chat_template.json', 'preprocessor_config.json'], ['original/*', "\
+           "'*.pth', '*.bin', '*.pt', '*.gguf', '*.onnx'])" in weights.STAGE_SCRIPT
 
 
 def test_job_in_the_render_runs_that_script(rendered):
