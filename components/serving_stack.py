@@ -6,6 +6,7 @@ The only component `__main__.py` creates. It receives the stack's Kubernetes pro
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import pulumi
@@ -124,6 +125,8 @@ class ServingStackArgs:
     lws_chart_version: str | None = None
     # GPU nodes with EFA interfaces: the EFA device plugin chart version (None: no EFA).
     efa_device_plugin_chart_version: str | None = None
+    # The nodes the staging Jobs must run on (the only role the weights' file-system policy lets write).
+    staging_node_selector: dict[str, str] | None = None
 
 
 class ServingStack(pulumi.ComponentResource):
@@ -274,7 +277,8 @@ class ServingStack(pulumi.ComponentResource):
         storage_class: pulumi.Output[str] | None = None
         if args.weights_storage is not None:
             # Claims name the class through its output, so they wait for the file system to be mountable.
-            storage_class = WeightsFileSystem("weights-storage", args.weights_storage, child).storage_class_name
+            efs = dataclasses.replace(args.weights_storage, reader_role_arns=(self.gpu_node_group.node_role_arn,))
+            storage_class = WeightsFileSystem("weights-storage", efs, child).storage_class_name
         shared_claim: pulumi.Output[str] | None = None
         if args.weights_lustre is not None:
             # The shared claim lives in the serving namespace, behind the same fences as the Jobs.
@@ -306,6 +310,7 @@ class ServingStack(pulumi.ComponentResource):
                     pod_annotations=(
                         {HF_TOKEN_REVISION_ANNOTATION: hf_token_revision} if hf_token_revision is not None else {}
                     ),
+                    node_selector=args.staging_node_selector,
                     protect=args.protect_weights,
                     after=tuple(fences),
                 ),

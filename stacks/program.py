@@ -368,6 +368,7 @@ def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStack
             protect=config.environment is Environment.PROD,
             install_csi_driver=config.weights_storage.efs.install_csi_driver,
             tags=tags,
+            writer_role_arn=config.weights_storage.efs.staging_node_role_arn,
         )
         if config.weights_storage.backend is StorageBackend.EFS
         else None,
@@ -449,6 +450,9 @@ def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStack
         picker=picker_settings(config),
         lws_chart_version=versions.LWS.version if any(m.settings.pipeline_parallel_size > 1 for m in models) else None,
         efa_device_plugin_chart_version=versions.EFA_DEVICE_PLUGIN.version if group.efa_interfaces else None,
+        staging_node_selector=dict(config.weights_storage.efs.staging_node_selector)
+        if config.weights_storage.backend is StorageBackend.EFS
+        else None,
     )
 
 

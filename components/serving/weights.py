@@ -124,6 +124,8 @@ class ModelWeightsArgs:
     # On the Job's pod template (the HF token's revision): a rotated token replaces the Job, whose
     # new pod reads the new token (or finds the revision staged and exits).
     pod_annotations: dict[str, pulumi.Input[str]] | None = None
+    # Pins the Job to the nodes whose role the file-system policy lets write (weightsStorage.efs).
+    node_selector: dict[str, str] | None = None
 
 
 def job_name(model_name: str, revision: str, tokenizer_revision: str | None) -> str:
@@ -260,7 +262,8 @@ class ModelWeights(pulumi.ComponentResource):
                     },
                     "spec": {
                         "restartPolicy": "OnFailure",
-                        "nodeSelector": {**ARCH_SELECTOR, **({ZONE_LABEL: args.zone} if args.zone else {})},
+                        "nodeSelector": {**(args.node_selector or {}), **ARCH_SELECTOR,
+                                         **({ZONE_LABEL: args.zone} if args.zone else {})},
                         "automountServiceAccountToken": False,
                         "enableServiceLinks": False,
                         "securityContext": engine.pod_security_context(),

@@ -519,7 +519,7 @@ def test_replacements_options_and_consequences_on_real_history(repo):
                 "      name: efs-fast\n      readMibPerSecond: 500\n")
     with edited(repo, "Pulumi.prod.yaml", ("subnet-0bb00000000000003", "subnet-0bb00000000000009"),
                 ("    instanceType: p5.48xlarge\n", "    instanceType: p5.48xlarge\n    rootVolumeGib: 400\n"),
-                ("  llm-serving:environment: prod\n", "  llm-serving:environment: prod\n" + existing),
+                ("  llm-serving:weightsStorage:\n", existing),
                 ("      maxNumBatchedTokens: 8192\n", "      maxNumBatchedTokens: 8192\n      storage:\n"
                  "        sizeGib: 300\n")), \
             edited(repo, "stacks/program.py", ("protect_weights=config.environment is Environment.PROD",
