@@ -6,12 +6,13 @@ The only component `__main__.py` creates. It receives the stack's Kubernetes pro
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.edge import Edge, EdgeArgs, network_policies
+from components.edge import Edge, EdgeArgs, edge_pod_selector, network_policies
 from components.gpu import (
     SAFE_TO_EVICT_ANNOTATION,
     ClusterAutoscaler,
@@ -34,7 +35,7 @@ from components.observability import (
     ServingObservability,
     ServingObservabilityArgs,
 )
-from components.platform import RESTRICTED, manifest_resource, namespace, versions
+from components.platform import RESTRICTED, credential_revision, manifest_resource, namespace, versions
 from components.routing import InferenceRouting, InferenceRoutingArgs, PickerSettings, RoutedModel, picker_selector
 from components.scaling import ModelAutoscaling, ModelAutoscalingArgs, ScalingTarget
 from components.serving import (
@@ -55,6 +56,11 @@ STAGING_POD_SELECTOR = {"app.kubernetes.io/component": "stage-weights"}
 
 API_KEY_SECRET = "vllm-api-key"
 HF_TOKEN_SECRET = "hf-token"
+# On the pod templates of the pods that read a credential: a keyed digest of it (never the value), so
+# a rotated key or token changes the template and rolls the pods. vLLM reads VLLM_API_KEY once at
+# start: without a roll, running pods would keep accepting a revoked key until they restart.
+API_KEY_REVISION_ANNOTATION = "llm-serving.dev/api-key-revision"
+HF_TOKEN_REVISION_ANNOTATION = "llm-serving.dev/hf-token-revision"
 
 
 @dataclass(frozen=True)
@@ -104,14 +110,16 @@ class ServingStackArgs:
     prometheus_url: str | None
     serving_namespace: str
     models: tuple[ServedModel, ...]
-    api_key: pulumi.Input[str]
+    api_key: pulumi.Input[str]  # vLLM's own key, checked in every auth mode
     hf_token: pulumi.Input[str] | None
     protect_weights: bool
-    vllm_checks_api_key: bool  # False when the gateway authenticates clients
     edge: EdgeArgs
     autoscaling: ModelAutoscalingArgs
     prometheus_namespace: str
     monitor_labels: dict[str, str]
+    # The labels of the Prometheus pods that scrape vLLM (the only pods besides the edge's proxies and
+    # the pickers that the NetworkPolicy admits); the Prometheus Operator's own by default.
+    prometheus_pod_selector: dict[str, str]
     runbook_base_url: str
     # Models routed through an InferencePool, with their pickers' settings; None: every route uses its Service.
     routed_models: tuple[tuple[str, int, int | None], ...] = ()  # (model name, picker drain seconds, priority)
@@ -120,6 +128,8 @@ class ServingStackArgs:
     lws_chart_version: str | None = None
     # GPU nodes with EFA interfaces: the EFA device plugin chart version (None: no EFA).
     efa_device_plugin_chart_version: str | None = None
+    # The nodes the staging Jobs must run on (the only role the weights' file-system policy lets write).
+    staging_node_selector: dict[str, str] | None = None
 
 
 class ServingStack(pulumi.ComponentResource):
@@ -203,6 +213,7 @@ class ServingStack(pulumi.ComponentResource):
                     runbook_base_url=args.runbook_base_url,
                     monitor_labels=dict(args.monitor_labels),
                     objective_crds_file=versions.LLM_D_ROUTER_CRDS_FILE,
+                    protect_crds=args.edge.protect_crds,
                 ),
                 pulumi.ResourceOptions(parent=self, depends_on=[*edge.inference_prerequisites, *crds]),
             )
@@ -242,6 +253,11 @@ class ServingStack(pulumi.ComponentResource):
                 opts=child,
             )
             hf_token_secret = HF_TOKEN_SECRET
+        # Secret outputs: the digests stay encrypted in state and masked in previews.
+        api_key_revision = pulumi.Output.secret(args.api_key).apply(credential_revision)
+        hf_token_revision = (
+            pulumi.Output.secret(args.hf_token).apply(credential_revision) if args.hf_token is not None else None
+        )
         # The fences go up before anything runs in the namespace: the staging Job holds the HF token.
         after_namespace = pulumi.ResourceOptions(parent=self, depends_on=[ns])
         fences = [
@@ -251,7 +267,9 @@ class ServingStack(pulumi.ComponentResource):
                 model_selector=VLLM_POD_SELECTOR,
                 port=PORT,
                 edge_namespace=args.edge.settings.namespace,
+                edge_pod_selector=edge_pod_selector(args.edge.mode, args.edge.settings),
                 prometheus_namespace=args.prometheus_namespace,
+                prometheus_pod_selector=args.prometheus_pod_selector,
                 staging_job_selector=STAGING_POD_SELECTOR,
                 load_balancer_cidrs=args.edge.load_balancer_cidrs,
                 picker_selector=picker_selector() if args.routed_models else None,
@@ -263,7 +281,8 @@ class ServingStack(pulumi.ComponentResource):
         storage_class: pulumi.Output[str] | None = None
         if args.weights_storage is not None:
             # Claims name the class through its output, so they wait for the file system to be mountable.
-            storage_class = WeightsFileSystem("weights-storage", args.weights_storage, child).storage_class_name
+            efs = dataclasses.replace(args.weights_storage, reader_role_arns=(self.gpu_node_group.node_role_arn,))
+            storage_class = WeightsFileSystem("weights-storage", efs, child).storage_class_name
         shared_claim: pulumi.Output[str] | None = None
         if args.weights_lustre is not None:
             # The shared claim lives in the serving namespace, behind the same fences as the Jobs.
@@ -293,6 +312,10 @@ class ServingStack(pulumi.ComponentResource):
                     size_gib=model.size_gib,
                     download_deadline_seconds=model.download_deadline_seconds,
                     hf_token_secret=hf_token_secret,
+                    pod_annotations=(
+                        {HF_TOKEN_REVISION_ANNOTATION: hf_token_revision} if hf_token_revision is not None else {}
+                    ),
+                    node_selector=args.staging_node_selector,
                     protect=args.protect_weights,
                     after=tuple(fences),
                 ),
@@ -311,12 +334,12 @@ class ServingStack(pulumi.ComponentResource):
                     node_selector=node_selector,
                     tolerations=self.gpu_node_group.tolerations,
                     claim_name=weights.claim_name,
-                    api_key_secret=API_KEY_SECRET if args.vllm_checks_api_key else None,
+                    api_key_secret=API_KEY_SECRET,
                     extra_env=model.extra_env,
                     strategy=model.strategy,
                     rollout_timeout_seconds=model.rollout_timeout_seconds,
                     pre_start_seconds=model.pre_start_seconds,
-                    pod_annotations={SAFE_TO_EVICT_ANNOTATION: "false"},
+                    pod_annotations={SAFE_TO_EVICT_ANNOTATION: "false", API_KEY_REVISION_ANNOTATION: api_key_revision},
                     zone=model.zone,
                     efa_interfaces=model.efa_interfaces,
                     cache_gib=model.cache_gib,

@@ -9,7 +9,6 @@ serving, edge, scaling, observability); splitting it would scatter that mapping 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from pathlib import Path
@@ -19,7 +18,7 @@ import pulumi
 from pulumi.runtime import config as runtime_config
 
 from components import observability, serving, storage
-from components.edge import EdgeArgs, EdgeSettings, Route
+from components.edge import PROMETHEUS_POD_LABELS, EdgeArgs, EdgeSettings, Route, gateway_injects_upstream_key
 from components.gpu import (
     ClusterAutoscalerArgs,
     DcgmExporterArgs,
@@ -29,7 +28,15 @@ from components.gpu import (
     image_tag_for,
 )
 from components.observability import ModelSlo
-from components.platform import EksCluster, cluster_version, kubernetes_provider, lookup_cluster, versions
+from components.platform import (
+    EksCluster,
+    cluster_version,
+    derived_upstream_key,
+    kubernetes_provider,
+    lookup_cluster,
+    subnet_cidr,
+    versions,
+)
 from components.routing import OBJECTIVE_HEADER, PickerSettings
 from components.scaling import ModelAutoscalingArgs, ScalingTarget
 from components.serving_stack import (
@@ -116,15 +123,8 @@ def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType
     """A model's plain values, with TP, the startup budget and the rollout from the planners."""
     plan = planning.model_plan(config, model)
     strategy = planning.rollout_strategies(config)[model.name]
-    footprint = planning.footprint(config, model, plan)
     timing = planning.timing(config)
-    # A step may also wait for a new node; the startup budget (not the planned cold start) bounds it.
-    slowest_step = dataclasses.replace(footprint, cold_start_seconds=plan.startup_budget_seconds)
-    rollout_timeout = (
-        serving.rollout_seconds(slowest_step, strategy, planning.replica_bounds(model)[1], timing)
-        + timing.node_ready_seconds
-        + ROLLOUT_TIMEOUT_SLACK_SECONDS
-    )
+    rollout_timeout = planning.full_rollout_seconds(config, model) + ROLLOUT_TIMEOUT_SLACK_SECONDS
     architecture = planning.model_architecture(model)
     assert architecture is not None  # guaranteed by checks.check
     tp = plan.tensor_parallel_size
@@ -236,6 +236,19 @@ BODY_BYTES_PER_TOKEN = 64
 MIN_BODY_LIMIT_BYTES = 8 * 1024**2
 
 
+GATEWAY_KEYS_SECRET = "llm-serving-client-keys"
+
+
+def vllm_api_key(config: StackConfig) -> pulumi.Output[str]:
+    """vLLM's own key, checked in every auth mode. With gateway-api-key the clients' key never reaches
+    vLLM (the gateway strips it and injects this one), so vLLM gets a key derived from it that no
+    client holds: reading the serving namespace's Secret does not yield a key the public edge accepts."""
+    key = config.api_key.get_secret_value()
+    if config.edge.auth is EdgeAuth.GATEWAY_API_KEY:
+        key = derived_upstream_key(key)
+    return pulumi.Output.secret(key)
+
+
 def edge_args(config: StackConfig, cluster: EksCluster) -> EdgeArgs:
     edge = config.edge
     settings = EdgeSettings(
@@ -246,7 +259,12 @@ def edge_args(config: StackConfig, cluster: EksCluster) -> EdgeArgs:
         cert_manager_issuer=edge.tls.cert_manager_issuer,
         load_balancer_scheme=edge.scheme.value,
         auth=edge.auth.value,
-        api_key_secret="llm-serving-client-keys" if edge.auth is EdgeAuth.GATEWAY_API_KEY else None,
+        # The keys the gateway accepts (gateway mode, API-key auth): vLLM's own key in vllm-api-key
+        # mode (checked at the gateway, before any picker, and again by vLLM), the clients' key in
+        # gateway-api-key mode.
+        api_key_secret=GATEWAY_KEYS_SECRET
+        if edge.mode is EdgeMode.GATEWAY and edge.auth is not EdgeAuth.JWT
+        else None,
         jwt_issuer=edge.jwt.issuer if edge.jwt else None,
         jwt_jwks_uri=edge.jwt.jwks_uri if edge.jwt else None,
         acm_certificate_arn=edge.tls.acm_certificate_arn,
@@ -282,15 +300,18 @@ def edge_args(config: StackConfig, cluster: EksCluster) -> EdgeArgs:
             "vpcId": cluster.vpc_id,
             "serviceAccount": {"annotations": {"eks.amazonaws.com/role-arn": edge.alb_controller_role_arn or ""}},
         },
-        load_balancer_cidrs=(cluster.vpc_cidr,) if alb else (),
+        load_balancer_subnet_ids=tuple(edge.load_balancer_subnet_ids) if alb else (),
+        load_balancer_cidrs=tuple(subnet_cidr(subnet) for subnet in edge.load_balancer_subnet_ids) if alb else (),
         client_api_key=pulumi.Output.secret(config.api_key.get_secret_value())
-        if edge.auth is EdgeAuth.GATEWAY_API_KEY
+        if settings.api_key_secret
         else None,
+        upstream_api_key=vllm_api_key(config) if gateway_injects_upstream_key(settings) else None,
         inference_extension=any(route.inference_pool for route in routes),
         ai_gateway_chart_version=edge.inference_routing.ai_gateway_chart_version,
         ai_gateway_crds_chart_version=edge.inference_routing.ai_gateway_crds_chart_version,
         inference_pool_crds_file=versions.INFERENCE_POOL_CRDS_FILE,
         self_signed_host=edge.host if edge.tls.self_signed else None,
+        protect_crds=config.environment is Environment.PROD,
     )
 
 
@@ -354,6 +375,7 @@ def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStack
             install_csi_driver=config.weights_storage.efs.install_csi_driver,
             kubernetes_version=config.cluster.kubernetes_version,
             tags=tags,
+            writer_role_arn=config.weights_storage.efs.staging_node_role_arn,
         )
         if config.weights_storage.backend is StorageBackend.EFS
         else None,
@@ -399,6 +421,7 @@ def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStack
             auto_repair=group.auto_repair.enabled,
         ),
         prometheus=observability.PrometheusStackArgs(
+            protect_crds=config.environment is Environment.PROD,
             namespace=prometheus.namespace,
             chart_version=prometheus.chart_version,
             grafana_admin_password=pulumi.Output.secret(
@@ -410,10 +433,9 @@ def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStack
         prometheus_url=prometheus.url,
         serving_namespace=config.serving.namespace,
         models=models,
-        api_key=pulumi.Output.secret(config.api_key.get_secret_value()),
+        api_key=vllm_api_key(config),
         hf_token=pulumi.Output.secret(config.hf_token.get_secret_value()) if config.hf_token else None,
         protect_weights=config.environment is Environment.PROD,
-        vllm_checks_api_key=config.edge.auth is EdgeAuth.VLLM_API_KEY,
         edge=edge_args(config, cluster),
         autoscaling=ModelAutoscalingArgs(
             mode=config.autoscaling.mode.value,
@@ -425,6 +447,8 @@ def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStack
         ),
         prometheus_namespace=prometheus.namespace,
         monitor_labels=dict(prometheus.monitor_selector_labels),
+        # PodMonitors need the Prometheus Operator, so an existing Prometheus is an operator-run one too.
+        prometheus_pod_selector=dict(PROMETHEUS_POD_LABELS),
         runbook_base_url=config.observability.runbook_base_url,
         routed_models=tuple(
             (m.name, planning.picker_drain_seconds(config, m), m.route.priority)
@@ -434,6 +458,9 @@ def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStack
         picker=picker_settings(config),
         lws_chart_version=versions.LWS.version if any(m.settings.pipeline_parallel_size > 1 for m in models) else None,
         efa_device_plugin_chart_version=versions.EFA_DEVICE_PLUGIN.version if group.efa_interfaces else None,
+        staging_node_selector=dict(config.weights_storage.efs.staging_node_selector)
+        if config.weights_storage.backend is StorageBackend.EFS
+        else None,
     )
 
 

@@ -2,6 +2,22 @@
 each model's OpenAI API, and the NetworkPolicies around the vLLM pods."""
 
 from .edge import Edge, EdgeArgs
-from .objects import EdgeSettings, Route, network_policies
+from .objects import (
+    PROMETHEUS_POD_LABELS,
+    EdgeSettings,
+    Route,
+    edge_pod_selector,
+    gateway_injects_upstream_key,
+    network_policies,
+)
 
-__all__ = ["Edge", "EdgeArgs", "EdgeSettings", "Route", "network_policies"]
+__all__ = [
+    "PROMETHEUS_POD_LABELS",
+    "Edge",
+    "EdgeArgs",
+    "EdgeSettings",
+    "Route",
+    "edge_pod_selector",
+    "gateway_injects_upstream_key",
+    "network_policies",
+]

@@ -12,7 +12,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_tls as tls
 
-from components.platform import RESTRICTED, crd_chart, helm_release, manifest_resource, namespace
+from components.platform import RESTRICTED, crd_chart, crd_options, helm_release, manifest_resource, namespace
 
 from . import objects
 from .objects import EdgeSettings, Route
@@ -40,8 +40,13 @@ class EdgeArgs:
     envoy_gateway_chart_version: str
     alb_controller_chart_version: str
     alb_controller_values: dict  # clusterName, region, vpcId, service account role
-    load_balancer_cidrs: tuple[pulumi.Input[str], ...] = ()  # ALB subnets reach pods directly (target type ip)
-    client_api_key: pulumi.Input[str] | None = None  # auth gateway-api-key: the key clients present
+    # alb mode: the subnets the ALB is placed in, and their CIDRs (the ALB reaches the pods directly).
+    load_balancer_subnet_ids: tuple[str, ...] = ()
+    load_balancer_cidrs: tuple[pulumi.Input[str], ...] = ()
+    # The key the gateway accepts (gateway mode, API-key auth): the clients' key, or vLLM's own.
+    client_api_key: pulumi.Input[str] | None = None
+    # Where the gateway authenticates clients itself: vLLM's own key, injected on every routed request.
+    upstream_api_key: pulumi.Input[str] | None = None
     # Envoy AI Gateway as Envoy Gateway's extension, so routes can name InferencePools (gateway mode
     # with an installed controller only; the stack refuses it otherwise).
     inference_extension: bool = False
@@ -51,6 +56,8 @@ class EdgeArgs:
     # Dev: the host a self-signed certificate is made for, stored as settings.tls_secret_name; None: the
     # certificate comes from cert-manager or an existing Secret.
     self_signed_host: str | None = None
+    # prod: the CRDs this edge applies are protected as well as retained (`crd_options`).
+    protect_crds: bool = False
 
 
 class Edge(pulumi.ComponentResource):
@@ -77,6 +84,7 @@ class Edge(pulumi.ComponentResource):
                     version=args.envoy_gateway_chart_version,
                     values=objects.gateway_crds_chart_values(),
                     parent=self,
+                    protect=args.protect_crds,
                 )
                 controller.append(crds)
                 pool_prerequisites = self._inference_pool_prerequisites(name, args) if args.inference_extension else []
@@ -97,7 +105,7 @@ class Edge(pulumi.ComponentResource):
                     controller.append(ai_gateway)
                     self.inference_prerequisites = [crds, *pool_prerequisites, envoy_gateway, ai_gateway]
             manifests = objects.gateway_objects(args.settings, routes)
-            if args.settings.auth == "gateway-api-key":
+            if args.settings.api_key_secret:
                 # Envoy Gateway's apiKeyAuth reads client id -> key pairs from this Secret.
                 k8s.core.v1.Secret(
                     f"{name}-client-keys",
@@ -106,6 +114,18 @@ class Edge(pulumi.ComponentResource):
                     string_data={"llm-serving": pulumi.Output.secret(args.client_api_key)},
                     opts=pulumi.ResourceOptions(parent=self, depends_on=controller),
                 )
+            if objects.gateway_injects_upstream_key(args.settings):
+                # What the HTTPRouteFilter injects, next to each route (a filter names a Secret in
+                # its own namespace). Envoy Gateway watches it: a rotated key is sent at once.
+                for namespace_name in sorted({route.namespace for route in routes}):
+                    k8s.core.v1.Secret(
+                        f"{name}-upstream-key-{namespace_name}",
+                        metadata={"name": objects.UPSTREAM_CREDENTIAL_SECRET, "namespace": namespace_name},
+                        type="Opaque",
+                        string_data={"credential": pulumi.Output.concat(
+                            "Bearer ", pulumi.Output.secret(args.upstream_api_key))},
+                        opts=pulumi.ResourceOptions(parent=self, depends_on=controller),
+                    )
         elif args.mode == "alb":
             if args.install_controller:
                 controller.append(
@@ -118,7 +138,7 @@ class Edge(pulumi.ComponentResource):
                         parent=self,
                     )
                 )
-            manifests = objects.alb_ingress(args.settings, routes)
+            manifests = objects.alb_ingress(args.settings, routes, args.load_balancer_subnet_ids)
         else:
             # ingress-nginx was retired in March 2026: no releases or security fixes since.
             pulumi.log.warn(
@@ -154,7 +174,7 @@ class Edge(pulumi.ComponentResource):
         pool_crd = k8s.yaml.v2.ConfigFile(
             f"{name}-inference-pool-crds",
             file=args.inference_pool_crds_file,
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=crd_options(parent=self, protect=args.protect_crds),
         )
         reader = [
             manifest_resource(f"{name}-{obj['kind'].lower()}-pool-reader", obj, pulumi.ResourceOptions(parent=self))
@@ -200,6 +220,8 @@ class Edge(pulumi.ComponentResource):
             values={},
             parent=self,
             depends_on=[envoy_gateway],
+            crds_only=True,
+            protect=args.protect_crds,
         )
         return helm_release(
             f"{name}-ai-gateway",

@@ -73,7 +73,9 @@ class EdgeSettings:
     cert_manager_issuer: str | None  # ClusterIssuer name; cert-manager creates "<gateway>-tls"
     load_balancer_scheme: str  # "internet-facing" | "internal"
     auth: str  # "vllm-api-key" (vLLM checks the key itself) | "gateway-api-key" | "jwt"
-    api_key_secret: str | None  # for gateway-api-key: Secret in the edge namespace holding client keys
+    # gateway mode: Secret in the edge namespace holding the keys the gateway accepts (auth vllm-api-key:
+    # vLLM's own key, checked again by vLLM; gateway-api-key: the clients' keys)
+    api_key_secret: str | None
     jwt_issuer: str | None
     jwt_jwks_uri: str | None
     acm_certificate_arn: str | None  # alb mode
@@ -160,6 +162,49 @@ def _meta(name: str, namespace: str | None = None, annotations: dict[str, str] |
 # --------------------------------------------------------------------------------------------
 # Envoy Gateway (the default edge: NLB -> Envoy -> vLLM)
 
+# Labels Envoy Gateway puts on every proxy pod it runs (envoyproxy/gateway v1.9.0
+# internal/infrastructure/kubernetes/proxy/resource.go EnvoyAppLabel) and the owning Gateway's name and
+# namespace (internal/gatewayapi/translator.go OwningGatewayName/NamespaceLabel, OwnerLabels without
+# mergeGateways): the NetworkPolicies admit exactly this Gateway's proxies, not the whole namespace.
+ENVOY_PROXY_LABELS = {
+    "app.kubernetes.io/name": "envoy",
+    "app.kubernetes.io/component": "proxy",
+    "app.kubernetes.io/managed-by": "envoy-gateway",
+}
+OWNING_GATEWAY_NAME_LABEL = "gateway.envoyproxy.io/owning-gateway-name"
+OWNING_GATEWAY_NAMESPACE_LABEL = "gateway.envoyproxy.io/owning-gateway-namespace"
+# ingress-nginx's chart labels its controller pods with these (ingress-nginx chart _helpers.tpl
+# selectorLabels plus the controller's component label).
+NGINX_CONTROLLER_LABELS = {"app.kubernetes.io/name": "ingress-nginx", "app.kubernetes.io/component": "controller"}
+# In the auth modes where the gateway authenticates clients, it still sends vLLM's own key upstream:
+# an HTTPRouteFilter (gateway.envoyproxy.io/v1alpha1, api/v1alpha1/httproutefilter_types.go @v1.9.0)
+# injects the `credential` key of this Secret in the route's namespace as the Authorization header.
+UPSTREAM_CREDENTIAL_SECRET = "vllm-api-key-header"
+UPSTREAM_CREDENTIAL_FILTER = "vllm-api-key"
+
+
+def envoy_proxy_selector(gateway_name: str, edge_namespace: str) -> dict[str, str]:
+    """The labels of the proxy pods of one Gateway."""
+    return {**ENVOY_PROXY_LABELS, OWNING_GATEWAY_NAME_LABEL: gateway_name,
+            OWNING_GATEWAY_NAMESPACE_LABEL: edge_namespace}
+
+
+def edge_pod_selector(mode: str, settings: EdgeSettings) -> dict[str, str] | None:
+    """The pods that forward client traffic to vLLM; None in alb mode, where the ALB itself connects
+    to the pod IPs (target type ip) and only its subnets' CIDRs identify it."""
+    if mode == "gateway":
+        return envoy_proxy_selector(settings.gateway_name, settings.namespace)
+    if mode == "ingress-nginx":
+        return dict(NGINX_CONTROLLER_LABELS)
+    if mode == "alb":
+        return None
+    raise ValueError(f"edge mode {mode!r} is not one of ('gateway', 'alb', 'ingress-nginx')")
+
+
+def gateway_injects_upstream_key(settings: EdgeSettings) -> bool:
+    """Whether the gateway replaces the client's credential with vLLM's own key on the way in."""
+    return settings.auth in ("gateway-api-key", "jwt")
+
 
 # Envoy AI Gateway's controller: its namespace, and the extension server's port on its Service.
 AI_GATEWAY_NAMESPACE = "envoy-ai-gateway-system"
@@ -186,7 +231,13 @@ def envoy_gateway_chart_values(inference_extension: bool = False) -> dict[str, A
             # The extension rewrites listeners, routes and clusters after translation: it inserts
             # the picker's ext_proc filter and the pool's ORIGINAL_DST cluster.
             "hooks": {"xdsTranslator": {
-                "translation": {part: {"includeAll": True} for part in ("listener", "route", "cluster", "secret")},
+                # Secrets stay out: with the `secret` hook on (Envoy Gateway's default when unset,
+                # api/v1alpha1/envoygateway_helpers.go ShouldIncludeSecrets @v1.9.0) every listener's
+                # TLS private key would go over the extension server's plaintext gRPC port, and
+                # AI Gateway v1.1.0 only hands them back unchanged (internal/extensionserver/
+                # post_translate_modify.go), so it needs none of them.
+                "translation": {**{part: {"includeAll": True} for part in ("listener", "route", "cluster")},
+                                "secret": {"includeAll": False}},
                 "post": ["Translation", "Cluster", "Route"],
             }},
             "service": {"fqdn": {"hostname": f"ai-gateway-controller.{AI_GATEWAY_NAMESPACE}.svc.cluster.local",
@@ -354,28 +405,49 @@ def gateway_objects(settings: EdgeSettings, routes: list[Route]) -> list[Manifes
             "connection": {"bufferLimit": _quantity(max(r.request_body_limit_bytes for r in routes))},
         },
     }
-    objects = [envoy_proxy, gateway_class, gateway, client_policy]
-    security = _security_policy(settings)
-    if security:
-        objects.append(security)
+    objects = [envoy_proxy, gateway_class, gateway, client_policy, _security_policy(settings)]
+    if gateway_injects_upstream_key(settings):
+        objects.extend(_upstream_credential_filter(namespace) for namespace in route_namespaces)
     for route in routes:
         objects.extend(_route_objects(settings, route))
     return objects
 
 
-def _security_policy(settings: EdgeSettings) -> Manifest | None:
-    if settings.auth == "vllm-api-key":
-        return None  # vLLM checks the Bearer key itself; the edge passes Authorization through.
-    if settings.auth == "gateway-api-key":
+def _upstream_credential_filter(namespace: str) -> Manifest:
+    """Sets Authorization to vLLM's own key (the Secret holds "Bearer <key>"), replacing whatever the
+    client sent, so vLLM keeps checking its key in every auth mode (envoyproxy/gateway v1.9.0
+    api/v1alpha1/httproutefilter_types.go HTTPCredentialInjectionFilter)."""
+    return {
+        "apiVersion": ENVOY_API,
+        "kind": "HTTPRouteFilter",
+        "metadata": _meta(UPSTREAM_CREDENTIAL_FILTER, namespace),
+        "spec": {"credentialInjection": {
+            "header": "Authorization",
+            "overwrite": True,
+            "credential": {"valueRef": {"group": "", "kind": "Secret", "name": UPSTREAM_CREDENTIAL_SECRET}},
+        }},
+    }
+
+
+def _security_policy(settings: EdgeSettings) -> Manifest:
+    """Every request is authenticated at the gateway, before anything behind it runs: Envoy Gateway
+    orders its api_key_auth and jwt_authn filters (7 and 10) ahead of ext_proc and the credential
+    injector (envoyproxy/gateway v1.9.0 internal/xds/translator/httpfilters.go), and Envoy AI Gateway
+    inserts the endpoint picker's ext_proc just before the router (facts.md T2.10), so a request
+    without a valid key never reaches a picker."""
+    if settings.auth in ("vllm-api-key", "gateway-api-key"):
         if not settings.api_key_secret:
-            raise ValueError("auth gateway-api-key needs api_key_secret")
+            raise ValueError(f"auth {settings.auth} needs api_key_secret")
         spec: dict[str, Any] = {
             "apiKeyAuth": {
                 "credentialRefs": [{"group": "", "kind": "Secret", "name": settings.api_key_secret}],
                 # OpenAI clients send "Authorization: Bearer <key>"; Envoy Gateway strips the Bearer
                 # prefix, so the Secret holds bare keys (envoyproxy/gateway#7706, PR #7767).
                 "extractFrom": [{"headers": ["authorization"]}],
-                "sanitize": True,  # clients' keys never reach vLLM or its logs
+                # gateway-api-key: clients' keys never reach vLLM or its logs (vLLM's own key is
+                # injected instead). vllm-api-key: the gateway checks vLLM's own key, and vLLM checks
+                # the same header again, so it must pass through.
+                "sanitize": settings.auth == "gateway-api-key",
             }
         }
     else:
@@ -405,6 +477,9 @@ def _route_objects(settings: EdgeSettings, route: Route) -> list[Manifest]:
         name, value = route.objective_header
         rule.setdefault("filters", []).append({"type": "RequestHeaderModifier",
                                                "requestHeaderModifier": {"set": [{"name": name, "value": value}]}})
+    if gateway_injects_upstream_key(settings):
+        rule.setdefault("filters", []).append({"type": "ExtensionRef", "extensionRef": {
+            "group": "gateway.envoyproxy.io", "kind": "HTTPRouteFilter", "name": UPSTREAM_CREDENTIAL_FILTER}})
     if route.inference_pool:
         # The pool's picker chooses the replica (prefix cache, queue, KV-cache usage); the pool names
         # the port, so the reference has none (Envoy AI Gateway v1.1.0 httproute-inferencepool.md).
@@ -495,10 +570,13 @@ def _ingress(settings: EdgeSettings, route: Route, class_name: str, annotations:
     }
 
 
-def alb_ingress(settings: EdgeSettings, routes: list[Route]) -> list[Manifest]:
-    """One Ingress per host, all in one ALB (group.name), TLS from ACM, HTTP/1.1 to ip targets."""
+def alb_ingress(settings: EdgeSettings, routes: list[Route], subnet_ids: tuple[str, ...] = ()) -> list[Manifest]:
+    """One Ingress per host, all in one ALB (group.name), TLS from ACM, HTTP/1.1 to ip targets, in
+    exactly `subnet_ids`: the serving pods' NetworkPolicy admits those subnets' CIDRs and no other."""
     if not settings.acm_certificate_arn:
         raise ValueError("alb mode needs acm_certificate_arn")
+    if len(set(subnet_ids)) < 2:
+        raise ValueError("alb mode needs the ALB's subnets (two or more zones)")
     low, high = ALB_IDLE_RANGE
     idle = settings.alb_idle_timeout_seconds
     if not low <= idle <= high:
@@ -512,6 +590,9 @@ def alb_ingress(settings: EdgeSettings, routes: list[Route]) -> list[Manifest]:
             "alb.ingress.kubernetes.io/group.name": settings.gateway_name,
             "alb.ingress.kubernetes.io/scheme": settings.load_balancer_scheme,
             "alb.ingress.kubernetes.io/target-type": "ip",
+            # Pinned, not discovered by subnet tags: a newly tagged subnet would move the ALB to
+            # addresses the NetworkPolicy does not admit (controller docs, ingress annotations "subnets").
+            "alb.ingress.kubernetes.io/subnets": ",".join(subnet_ids),
             "alb.ingress.kubernetes.io/listen-ports": '[{"HTTPS": 443}]',
             "alb.ingress.kubernetes.io/certificate-arn": settings.acm_certificate_arn,
             # Failure: the ALB closes a connection silent for 60 s by default (facts.md §6.2), which cuts
@@ -575,20 +656,41 @@ def _dns_egress() -> dict[str, Any]:
     }
 
 
+# The pods of a Prometheus the Prometheus Operator runs (prometheus-operator makeStatefulSet's pod
+# selector labels, kept on every pod it creates): only they may scrape vLLM, not their whole namespace.
+PROMETHEUS_POD_LABELS = {"app.kubernetes.io/name": "prometheus", "app.kubernetes.io/managed-by": "prometheus-operator"}
+
+
+def _pods(namespace: str, labels: dict[str, str]) -> dict[str, Any]:
+    """Pods with these labels in that namespace (both selectors in one peer: they AND)."""
+    return {**_namespace(namespace), "podSelector": {"matchLabels": dict(labels)}}
+
+
 def network_policies(
     *,
     serving_namespace: str,
     model_selector: dict[str, str],
     port: int,
     edge_namespace: str,
+    edge_pod_selector: dict[str, str] | None,
     prometheus_namespace: str,
+    prometheus_pod_selector: dict[str, str],
     staging_job_selector: dict[str, str],
     load_balancer_cidrs: tuple[str, ...] = (),
     picker_selector: dict[str, str] | None = None,
 ) -> list[Manifest]:
-    """Serving pods: in on `port` from the edge and Prometheus only, out to DNS only. Staging Jobs:
-    nothing in, DNS and HTTPS out. `load_balancer_cidrs` admits ALB subnets (ALB ip targets bypass the edge)."""
-    sources = [_namespace(edge_namespace), _namespace(prometheus_namespace)]
+    """Serving pods: in on `port` from the edge's proxy pods, the Prometheus pods and the pickers only,
+    out to DNS only. Staging Jobs: nothing in, DNS and HTTPS out.
+
+    `edge_pod_selector` None (alb mode): the ALB connects from its own subnets (target type ip), so
+    `load_balancer_cidrs` must name exactly those subnets, never the VPC, whose range every pod's IP
+    shares under the VPC CNI. vLLM 0.33.0 serves /metrics on its API port (no metrics-port flag in
+    its serve flags), so the scrapers' rule cannot be narrowed to a metrics-only port.
+    """
+    if edge_pod_selector is None and not load_balancer_cidrs:
+        raise ValueError("without edge proxy pods, load_balancer_cidrs must name the load balancer's subnets")
+    sources = [_pods(edge_namespace, edge_pod_selector)] if edge_pod_selector else []
+    sources.append(_pods(prometheus_namespace, prometheus_pod_selector))
     sources += [{"ipBlock": {"cidr": cidr}} for cidr in load_balancer_cidrs]
     if picker_selector:
         # Endpoint pickers in the serving namespace scrape each replica's /metrics on the API port.

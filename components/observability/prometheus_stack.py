@@ -28,6 +28,7 @@ class PrometheusStackArgs:
     chart_version: str
     grafana_admin_password: pulumi.Input[str]
     retention_days: int = 15
+    protect_crds: bool = False  # the Prometheus Operator's CRDs: retained always, protected when asked
 
 
 def chart_values(retention_days: int) -> dict[str, object]:
@@ -80,6 +81,7 @@ class PrometheusStack(pulumi.ComponentResource):
             version=versions.PROMETHEUS_OPERATOR_CRDS.version,
             values={},
             parent=self,
+            protect=args.protect_crds,
         )
         self.release = helm_release(
             f"{name}-release",

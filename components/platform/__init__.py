@@ -4,8 +4,9 @@ the pinned versions and the shapes every Prometheus rule and query shares."""
 from . import versions
 from .addons import addon_settings, addon_version
 from .aws_iam import pod_identity_trust_policy
-from .helm import HELM_TIMEOUT_SECONDS, crd_chart, helm_release, namespace
-from .kubernetes import EksCluster, cluster_version, kubeconfig, kubernetes_provider, lookup_cluster
+from .credentials import credential_revision, derived_upstream_key
+from .helm import HELM_TIMEOUT_SECONDS, crd_chart, crd_options, helm_release, namespace
+from .kubernetes import EksCluster, cluster_version, kubeconfig, kubernetes_provider, lookup_cluster, subnet_cidr
 from .manifests import manifest_resource
 from .pod_security import RESTRICTED, PodSecurity
 from .prometheus import NAMESPACE_LABEL, NODE_LABEL, POD_LABEL, alert_rule, check_dns_label, check_label_value
@@ -15,6 +16,10 @@ __all__ = [
     "addon_settings",
     "addon_version",
     "crd_chart",
+    "crd_options",
+    "credential_revision",
+    "derived_upstream_key",
+    "subnet_cidr",
     "NAMESPACE_LABEL",
     "NODE_LABEL",
     "POD_LABEL",

@@ -45,8 +45,13 @@ def helm_release(
     values: dict[str, Any],
     parent: pulumi.Resource,
     depends_on: list[pulumi.Resource] | None = None,
+    crds_only: bool = False,
+    protect: bool = False,
 ) -> k8s.helm.v3.Release:
-    """A pinned chart from its official repository; the release is named after the chart."""
+    """A pinned chart from its official repository; the release is named after the chart.
+
+    `crds_only`: a chart that holds nothing but CRDs in its templates (which `helm uninstall` would
+    delete): the release is retained on delete like every CRD (`crd_options`), protected when asked."""
     repository = CHARTS[chart].repository
     oci = repository.startswith("oci://")
     return k8s.helm.v3.Release(
@@ -63,8 +68,21 @@ def helm_release(
         timeout=HELM_TIMEOUT_SECONDS,
         # Never skip the await: `pulumi up` must fail when the add-on does not come up.
         skip_await=False,
-        opts=pulumi.ResourceOptions(parent=parent, depends_on=depends_on or []),
+        opts=crd_options(parent=parent, protect=protect, depends_on=depends_on)
+        if crds_only
+        else pulumi.ResourceOptions(parent=parent, depends_on=depends_on or []),
     )
+
+
+def crd_options(
+    *, parent: pulumi.Resource, protect: bool, depends_on: list[pulumi.Resource] | None = None
+) -> pulumi.ResourceOptions:
+    """Options for whatever applies CRDs: deleting a CRD deletes every object of its kind in the
+    cluster, other teams' included, so neither `pulumi destroy` nor a rename or replacement may delete
+    one. retain_on_delete on a component propagates to every child custom resource (Pulumi docs,
+    resource option retainOnDelete), and so does protect (prod: destroy stops until
+    `pulumi state unprotect`). Removing them on purpose is docs/operations.md#destroying."""
+    return pulumi.ResourceOptions(parent=parent, retain_on_delete=True, protect=protect, depends_on=depends_on or [])
 
 
 def crd_chart(
@@ -74,6 +92,7 @@ def crd_chart(
     version: str,
     values: dict[str, Any],
     parent: pulumi.Resource,
+    protect: bool = False,
 ) -> k8s.helm.v4.Chart:
     """CRDs from a CRD-only chart, rendered and applied by Pulumi (server-side apply) rather than kept
     in a Helm release: Helm never upgrades CRDs a chart ships in `crds/`, so a chart bump would leave
@@ -88,5 +107,5 @@ def crd_chart(
         version=version,
         repository_opts=None if oci else {"repo": repository},
         values=values,
-        opts=pulumi.ResourceOptions(parent=parent),
+        opts=crd_options(parent=parent, protect=protect),
     )

@@ -43,6 +43,11 @@ def lookup_cluster(name: str, opts: pulumi.InvokeOptions | None = None) -> EksCl
     )
 
 
+def subnet_cidr(subnet_id: str, opts: pulumi.InvokeOptions | None = None) -> pulumi.Output[str]:
+    """A subnet's IPv4 range, read at preview (ec2:DescribeSubnets)."""
+    return aws.ec2.get_subnet_output(id=subnet_id, opts=opts).cidr_block
+
+
 def cluster_version(name: str) -> str:
     """The cluster's Kubernetes minor (EKS reports e.g. "1.34"), read while the program runs, so a
     mismatch can stop it before any resource is registered."""

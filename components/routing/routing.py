@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.platform import manifest_resource
+from components.platform import crd_options, manifest_resource
 
 from .alerts import picker_alert_groups
 from .objects import (
@@ -32,6 +32,7 @@ class InferenceRoutingArgs:
     runbook_base_url: str
     monitor_labels: dict[str, str]
     objective_crds_file: str  # the llm-d.ai CRDs (InferenceObjective) the pickers read, a file in the repository
+    protect_crds: bool = False  # prod: the CRDs are protected as well as retained (`crd_options`)
 
 
 class InferenceRouting(pulumi.ComponentResource):
@@ -47,7 +48,8 @@ class InferenceRouting(pulumi.ComponentResource):
             child,
         )
         # Before the pickers: a picker looks for these CRDs once, at startup.
-        objective_crds = k8s.yaml.v2.ConfigFile(f"{name}-objective-crds", file=args.objective_crds_file, opts=child)
+        objective_crds = k8s.yaml.v2.ConfigFile(f"{name}-objective-crds", file=args.objective_crds_file,
+                                                opts=crd_options(parent=self, protect=args.protect_crds))
         after_crds = pulumi.ResourceOptions(parent=self, depends_on=[objective_crds])
         for model in args.models:
             for obj in picker_objects(model, args.picker, args.monitor_labels):

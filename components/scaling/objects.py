@@ -336,4 +336,8 @@ def keda_chart_values() -> dict[str, Any]:
     Every ScaledObject is an instance of the chart's CRD; a values change that stopped installing it
     would delete the CRD and with it every ScaledObject, leaving the models at whatever size they had.
     """
-    return {"crds": {"install": True}}
+    # The chart keeps its CRDs in templates/, so `helm uninstall` (a destroy, or a replaced release)
+    # would delete them and every ScaledObject in the cluster, other teams' included; Helm skips a
+    # resource annotated helm.sh/resource-policy: keep (Helm docs, "Tell Helm Not To Uninstall a
+    # Resource"). The chart's crds.additionalAnnotations puts it on each CRD.
+    return {"crds": {"install": True, "additionalAnnotations": {"helm.sh/resource-policy": "keep"}}}

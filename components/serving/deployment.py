@@ -27,7 +27,7 @@ class VllmDeploymentArgs:
     node_selector: pulumi.Input[dict[str, str]]
     tolerations: pulumi.Input[list[dict[str, str]]]
     claim_name: pulumi.Input[str]
-    api_key_secret: str | None  # Secret with key `api-key`; None when the gateway checks credentials
+    api_key_secret: str  # Secret with key `api-key`: vLLM checks its own key in every auth mode
     cache_gib: int  # per-pod disk emptyDir: HOME, compile and kernel caches
     tmp_gib: int  # per-pod disk emptyDir at /tmp
     chat_template: str | None = None
@@ -41,7 +41,7 @@ class VllmDeploymentArgs:
     rollout_timeout_seconds: int = 3600
     # What a surge pod may wait for before its container starts: a new node and an image pull.
     pre_start_seconds: int = 600
-    pod_annotations: dict[str, str] | None = None
+    pod_annotations: dict[str, pulumi.Input[str]] | None = None
     zone: str | None = None  # ReadWriteOnce weights: the replica must run where the volume is
     extra_env: tuple[dict, ...] = ()
     efa_interfaces: int = 0  # multi-node groups: the node's EFA interfaces, all requested by each rank
@@ -119,18 +119,14 @@ class VllmDeployment(pulumi.ComponentResource):
                 # The API server gives up on the engine core after 600 s by default, and loading the
                 # weights counts (vllm#35616): a 70B cold start from EFS would restart forever.
                 {"name": "VLLM_ENGINE_READY_TIMEOUT_S", "value": str(args.startup_budget_seconds)},
-                *(
-                    [
-                        {
-                            # vLLM reads its key only from --api-key or VLLM_API_KEY (no file option);
-                            # an arg would show in the pod spec and `ps`, so the env var from a Secret.
-                            "name": "VLLM_API_KEY",
-                            "valueFrom": {"secretKeyRef": {"name": args.api_key_secret, "key": "api-key"}},
-                        }
-                    ]
-                    if args.api_key_secret
-                    else []
-                ),
+                {
+                    # vLLM reads its key only from --api-key or VLLM_API_KEY (no file option); an arg
+                    # would show in the pod spec and `ps`, so the env var from a Secret. Always set:
+                    # where the gateway authenticates clients it injects this key, so a pod that
+                    # bypasses the gateway still needs it for /v1.
+                    "name": "VLLM_API_KEY",
+                    "valueFrom": {"secretKeyRef": {"name": args.api_key_secret, "key": "api-key"}},
+                },
                 *args.extra_env,
                 *(EFA_ENV if args.efa_interfaces else ()),
             ],

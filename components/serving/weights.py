@@ -31,9 +31,16 @@ IGNORE_PATTERNS = ("original/*", "*.pth", "*.bin", "*.pt", "*.gguf", "*.onnx")
 STAGE_REQUIREMENTS = (Path(__file__).with_name("stage-requirements.txt")).read_text()
 REQUIREMENTS_DIR = "/etc/stage"
 
+# The module the Job verifies downloads with (standard library only), shipped beside the lock.
+STAGE_VERIFY = (Path(__file__).with_name("stage_verify.py")).read_text()
+TOKENIZER_PATTERNS = ("tokenizer*", "special_tokens_map.json", "*.jinja", "vocab*", "merges.txt")
+
 # Runs in the small pinned Python image: installs huggingface_hub from the hashed lock into HOME (the
-# root filesystem is read-only), then downloads. `snapshot_download` resumes partial files; the
-# marker is written only after every file (model and tokenizer) is in place.
+# root filesystem is read-only), then downloads. `snapshot_download` resumes partial files. Before the
+# marker, every downloaded file is checked against the Hub's record of the pinned revision (LFS sha256,
+# git blob id for small files, nothing extra): a tampered or truncated shard or chat template fails the
+# Job (and is deleted, so the retry fetches it again) instead of being served. The marker is written
+# only after every file (model and tokenizer) is in place and verified.
 STAGE_SCRIPT = f"""set -eu
 if [ -f "$TARGET/{engine.COMPLETE_MARKER}" ]; then
   echo "revision $REVISION of $MODEL_ID already staged in $TARGET"
@@ -41,20 +48,42 @@ if [ -f "$TARGET/{engine.COMPLETE_MARKER}" ]; then
 fi
 python3 -m pip install --quiet --no-cache-dir --disable-pip-version-check --require-hashes --only-binary=:all: \\
   --target "$HOME/lib" -r {REQUIREMENTS_DIR}/requirements.txt
-export PYTHONPATH="$HOME/lib"
+export PYTHONPATH="$HOME/lib:{REQUIREMENTS_DIR}"
 python3 - <<'PY'
 import os
-from huggingface_hub import snapshot_download
+import sys
+from pathlib import Path
+
+from huggingface_hub import HfApi, snapshot_download
+
+import stage_verify
 
 # token=None: huggingface_hub reads the token file named by HF_TOKEN_PATH, when one is mounted.
 token = None
-snapshot_download(os.environ["MODEL_ID"], revision=os.environ["REVISION"],
-                  local_dir=os.environ["TARGET"], token=token,
-                  allow_patterns={list(ALLOW_PATTERNS)!r}, ignore_patterns={list(IGNORE_PATTERNS)!r})
+
+
+def listing(revision):
+    info = HfApi().model_info(os.environ["MODEL_ID"], revision=revision, files_metadata=True, token=token)
+    return [{{"rfilename": s.rfilename, "size": s.size, "blob_id": s.blob_id,
+              "lfs": {{"sha256": s.lfs.sha256, "size": s.lfs.size}} if s.lfs else None}} for s in info.siblings]
+
+
+def stage(revision, target, allow, ignore):
+    snapshot_download(os.environ["MODEL_ID"], revision=revision, local_dir=target, token=token,
+                      allow_patterns=allow, ignore_patterns=ignore)
+    expected = stage_verify.expected_files(listing(revision), allow, ignore)
+    bad = stage_verify.problems(Path(target), expected, allow, ignore)
+    for path, why in sorted(bad.items()):
+        print(f"refused {{path}}: {{why}}", file=sys.stderr)
+    if bad:
+        stage_verify.discard(Path(target), bad)
+        sys.exit(f"{{len(bad)}} of {{len(expected)}} files do not match the Hub's record; no marker written")
+    print(f"verified {{len(expected)}} files of {{revision}} against the Hub's record")
+
+
+stage(os.environ["REVISION"], os.environ["TARGET"], {list(ALLOW_PATTERNS)!r}, {list(IGNORE_PATTERNS)!r})
 if os.environ.get("TOKENIZER_TARGET"):
-    snapshot_download(os.environ["MODEL_ID"], revision=os.environ["TOKENIZER_REVISION"],
-                      local_dir=os.environ["TOKENIZER_TARGET"], token=token,
-                      allow_patterns=["tokenizer*", "special_tokens_map.json", "*.jinja", "vocab*", "merges.txt"])
+    stage(os.environ["TOKENIZER_REVISION"], os.environ["TOKENIZER_TARGET"], {list(TOKENIZER_PATTERNS)!r}, [])
 PY
 date -u +%Y-%m-%dT%H:%M:%SZ > "$TARGET/{engine.COMPLETE_MARKER}"
 echo "staged $MODEL_ID@$REVISION in $TARGET"
@@ -67,8 +96,9 @@ ARCH_SELECTOR = {"kubernetes.io/arch": "amd64"}
 
 
 def requirements_configmap_name(model_name: str) -> str:
-    """Named after its content: a new lock is a new ConfigMap and a new Job template."""
-    return f"{model_name}-stage-requirements-{hashlib.sha256(STAGE_REQUIREMENTS.encode()).hexdigest()[:10]}"
+    """Named after its content: a new lock or verifier is a new ConfigMap and a new Job template."""
+    digest = hashlib.sha256((STAGE_REQUIREMENTS + STAGE_VERIFY).encode()).hexdigest()[:10]
+    return f"{model_name}-stage-requirements-{digest}"
 HF_TOKEN_DIR = "/var/run/secrets/huggingface"
 
 
@@ -95,6 +125,11 @@ class ModelWeightsArgs:
     # A claim the storage backend already made, shared by every model (FSx for Lustre); None: this
     # component creates the model's own claim.
     shared_claim: pulumi.Input[str] | None = None
+    # On the Job's pod template (the HF token's revision): a rotated token replaces the Job, whose
+    # new pod reads the new token (or finds the revision staged and exits).
+    pod_annotations: dict[str, pulumi.Input[str]] | None = None
+    # Pins the Job to the nodes whose role the file-system policy lets write (weightsStorage.efs).
+    node_selector: dict[str, str] | None = None
 
 
 def stage_affinity(zone: str | None, stage_zones: tuple[str, ...]) -> dict[str, Any]:
@@ -189,7 +224,7 @@ class ModelWeights(pulumi.ComponentResource):
             f"{name}-stage-requirements",
             metadata={"name": requirements_configmap_name(args.model_name), "namespace": args.namespace,
                       "labels": {"app.kubernetes.io/name": args.model_name}},
-            data={"requirements.txt": STAGE_REQUIREMENTS},
+            data={"requirements.txt": STAGE_REQUIREMENTS, "stage_verify.py": STAGE_VERIFY},
             immutable=True,
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.after)),
         )
@@ -236,11 +271,13 @@ class ModelWeights(pulumi.ComponentResource):
                         "labels": {
                             "app.kubernetes.io/name": args.model_name,
                             "app.kubernetes.io/component": "stage-weights",
-                        }
+                        },
+                        **({"annotations": dict(args.pod_annotations)} if args.pod_annotations else {}),
                     },
                     "spec": {
                         "restartPolicy": "OnFailure",
-                        "nodeSelector": {**ARCH_SELECTOR, **({ZONE_LABEL: args.zone} if args.zone else {})},
+                        "nodeSelector": {**(args.node_selector or {}), **ARCH_SELECTOR,
+                                         **({ZONE_LABEL: args.zone} if args.zone else {})},
                         **stage_affinity(args.zone, args.stage_zones),
                         "automountServiceAccountToken": False,
                         "enableServiceLinks": False,

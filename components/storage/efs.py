@@ -7,6 +7,7 @@ points run as the pods' own UID. The file system is never deleted by `pulumi des
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import pulumi
@@ -31,6 +32,10 @@ class WeightsFileSystemArgs:
     install_csi_driver: bool
     kubernetes_version: str  # the cluster's minor: the CSI driver add-on's version is pinned for it
     tags: dict[str, str]
+    # The file-system policy's principals (mounts are signed with the node's role, `iam` option): the
+    # GPU nodes' role may only mount, the staging nodes' role may also write. None: no policy (dev).
+    reader_role_arns: tuple[pulumi.Input[str], ...] = ()
+    writer_role_arn: str | None = None
 
 
 class WeightsFileSystem(pulumi.ComponentResource):
@@ -107,6 +112,21 @@ class WeightsFileSystem(pulumi.ComponentResource):
                 tags=args.tags,
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[attachment]),
             ))
+        guards: list[pulumi.Resource] = []
+        if args.writer_role_arn is not None:
+            # Before any claim binds: a pod must never mount the weights while they are unguarded.
+            guards.append(aws.efs.FileSystemPolicy(
+                f"{name}-policy",
+                file_system_id=file_system.id,
+                policy=pulumi.Output.all(file_system.arn, *args.reader_role_arns).apply(
+                    lambda values: json.dumps(objects.file_system_policy(
+                        values[0], reader_role_arns=list(values[1:]), writer_role_arn=args.writer_role_arn))),
+                opts=child,
+            ))
+        else:
+            pulumi.log.warn(
+                "weights file system without a file-system policy: any node that reaches a mount target may "
+                "rewrite the weights; set weightsStorage.efs.stagingNodeRoleArn", resource=self)
         parameters = file_system.id.apply(
             lambda fs: objects.storage_class_parameters(
                 file_system_id=fs, uid=args.owner_uid, gid=args.owner_gid, base_path="/llm-serving"
@@ -119,9 +139,11 @@ class WeightsFileSystem(pulumi.ComponentResource):
             provisioner=manifest["provisioner"],
             reclaim_policy=manifest["reclaimPolicy"],
             volume_binding_mode=manifest["volumeBindingMode"],
+            mount_options=manifest["mountOptions"],
             parameters=parameters,
-            # Claims bind only once the driver runs and the file system can be mounted in every zone.
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[*targets, *driver]),
+            # Claims bind only once the driver runs, the file system can be mounted in every zone and
+            # its policy is in force.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*targets, *driver, *guards]),
         )
         self.storage_class_name = storage_class.metadata.name
         self.file_system_id = file_system.id

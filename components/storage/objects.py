@@ -60,6 +60,12 @@ def storage_class_parameters(*, file_system_id: str, uid: int, gid: int, base_pa
     }
 
 
+# efs-utils mount options the driver passes through (EFS user guide, mounting-IAM-option): `tls`
+# encrypts NFS in transit, `iam` signs the mount with the node's credentials so the file-system policy
+# can tell who mounts. Without `iam` a client is anonymous, which the policy below refuses.
+MOUNT_OPTIONS = ("tls", "iam")
+
+
 def storage_class(name: str, parameters: dict[str, Any]) -> dict[str, Any]:
     """The weights StorageClass: Retain, so deleting a claim never deletes its access point's data."""
     check_dns_label("name", name)
@@ -70,7 +76,48 @@ def storage_class(name: str, parameters: dict[str, Any]) -> dict[str, Any]:
         "provisioner": CSI_PROVISIONER,
         "reclaimPolicy": "Retain",
         "volumeBindingMode": "Immediate",
+        "mountOptions": list(MOUNT_OPTIONS),
         "parameters": parameters,
+    }
+
+
+# Actions and condition keys of the EFS file-system policy, as the Service Authorization Reference
+# lists them for Amazon EFS (docs.aws.amazon.com/service-authorization/latest/reference/
+# list_amazonelasticfilesystem.html: ClientMount, ClientWrite, ClientRootAccess;
+# elasticfilesystem:AccessedViaMountTarget) and the IAM global condition keys (aws:SecureTransport,
+# aws:PrincipalArn). The reference folder vendors no IAM action list to check them against.
+EFS_CLIENT_ACTIONS = ("elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite",
+                      "elasticfilesystem:ClientRootAccess")
+
+
+def file_system_policy(file_system_arn: str, *, reader_role_arns: list[str], writer_role_arn: str) -> dict[str, Any]:
+    """Who may mount and write the weights (EFS user guide, iam-access-control-nfs-efs).
+
+    With a policy in place EFS authorises every NFS mount against it: an anonymous (non-`iam`) client
+    gets nothing. Only the readers (the GPU nodes' role) and the writer (the staging nodes' role) may
+    mount, only through a mount target, only over TLS; only the writer may write; nobody gets root, so
+    the access point's POSIX identity (uid 2000) is forced on every client.
+    """
+    if not reader_role_arns or not writer_role_arn:
+        raise ValueError("a file-system policy needs reader roles and a writer role")
+    through_mount_target = {"Bool": {"elasticfilesystem:AccessedViaMountTarget": "true"}}
+    everyone = {"AWS": "*"}
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Sid": "DenyWithoutTls", "Effect": "Deny", "Principal": everyone, "Action": "*",
+             "Resource": file_system_arn, "Condition": {"Bool": {"aws:SecureTransport": "false"}}},
+            {"Sid": "DenyRootAccess", "Effect": "Deny", "Principal": everyone,
+             "Action": "elasticfilesystem:ClientRootAccess", "Resource": file_system_arn},
+            {"Sid": "DenyWritesExceptStaging", "Effect": "Deny", "Principal": everyone,
+             "Action": "elasticfilesystem:ClientWrite", "Resource": file_system_arn,
+             "Condition": {"ArnNotEquals": {"aws:PrincipalArn": writer_role_arn}}},
+            {"Sid": "MountThroughMountTargets", "Effect": "Allow",
+             "Principal": {"AWS": sorted({*reader_role_arns, writer_role_arn})},
+             "Action": "elasticfilesystem:ClientMount", "Resource": file_system_arn, "Condition": through_mount_target},
+            {"Sid": "StagingWrites", "Effect": "Allow", "Principal": {"AWS": writer_role_arn},
+             "Action": "elasticfilesystem:ClientWrite", "Resource": file_system_arn, "Condition": through_mount_target},
+        ],
     }
 
 

@@ -56,6 +56,11 @@ def edge_rules(config: StackConfig) -> Iterator[Problem]:
         if tls.acm_certificate_arn is None:
             yield Problem("edge.tls.acmCertificateArn", "HTTPS on an ALB needs an ACM certificate", None,
                           "an ACM certificate ARN")
+        if len(set(edge.load_balancer_subnet_ids)) < 2:
+            # The serving pods admit exactly these subnets; without them the fence would have to
+            # admit the VPC, whose range every pod shares under the VPC CNI.
+            yield Problem("edge.loadBalancerSubnetIds", "an ALB needs its subnets named (two or more zones)",
+                          edge.load_balancer_subnet_ids, "two or more subnet ids")
         if edge.controller is ControllerMode.INSTALL and edge.alb_controller_role_arn is None:
             yield Problem("edge.albControllerRoleArn", "installing the ALB controller needs its IAM role", None,
                           "the ARN of a role with the controller's IAM policy")

@@ -7,6 +7,7 @@ components. Both read the same functions, so a preview and a deploy can never di
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -210,6 +211,17 @@ def rollout_strategies(config: StackConfig) -> dict[str, serving.Strategy]:
     """Per model, the Deployment strategy its rollout can afford (serving.choose_strategies)."""
     footprints = [footprint(config, m, model_plan(config, m)) for m in config.models]
     return serving.choose_strategies(footprints, supply(config), config.environment.value)
+
+
+def full_rollout_seconds(config: StackConfig, model: ModelConfig) -> int:
+    """The longest a rollout of every replica may take: each step at the startup budget (not the planned
+    cold start) after a new node. It is also how long pods holding a rotated-out API key keep serving
+    after `pulumi up` starts: vLLM reads its key once, and the last old pod goes with the last step."""
+    plan = model_plan(config, model)
+    step = dataclasses.replace(footprint(config, model, plan), cold_start_seconds=plan.startup_budget_seconds)
+    steps = timing(config)
+    return serving.rollout_seconds(step, rollout_strategies(config)[model.name], replica_bounds(model)[1],
+                                   steps) + steps.node_ready_seconds
 
 
 def replica_bounds(model: ModelConfig) -> tuple[int, int]:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 from components import gpu, storage
 from components.platform import addon_version, versions
-from stacks.config import AmiType, ExistingAutoscaler, NodeAutoscalingMode, StackConfig, StorageBackend
+from stacks.config import AmiType, Environment, ExistingAutoscaler, NodeAutoscalingMode, StackConfig, StorageBackend
 from stacks.config.problems import Problem
 
 NG = "gpuNodeGroup"
@@ -65,6 +65,13 @@ def weights_storage_rules(config: StackConfig) -> Iterator[Problem]:
         if problem:
             yield Problem("weightsStorage.fsxLustre.storageCapacityGib", problem,
                           weights.fsx_lustre.storage_capacity_gib, "1200, 2400, 4800, 7200, ...")
+    if weights.backend is StorageBackend.EFS and weights.efs.staging_node_role_arn is None and \
+            config.environment is not Environment.DEV:
+        # Without it there is no file-system policy: any node that can reach a mount target could
+        # rewrite the weights every replica serves.
+        yield Problem("weightsStorage.efs.stagingNodeRoleArn", f"{config.environment.value} needs the staging "
+                      "nodes' role so the file-system policy lets only it write the weights", None,
+                      "the IAM role ARN of the nodes the staging Jobs run on")
     if weights.backend is not StorageBackend.EXISTING_STORAGE_CLASS and weights.existing_storage_class is not None:
         yield Problem("weightsStorage.existingStorageClass", "only read with backend existingStorageClass",
                       weights.existing_storage_class.name, "unset, or backend existingStorageClass")

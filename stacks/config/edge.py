@@ -20,6 +20,7 @@ from stacks.config.base import (
     HttpsUrl,
     IamRoleArn,
     ImageDigest,
+    SubnetId,
 )
 
 
@@ -127,6 +128,13 @@ class EdgeConfig(ConfigModel):
     )
     alb_controller_role_arn: IamRoleArn | None = Field(
         default=None, description="IAM role for the ALB controller's service account (alb mode with `install`)."
+    )
+    load_balancer_subnet_ids: list[SubnetId] = Field(
+        default_factory=list,
+        description=(
+            "Subnets the ALB is placed in (alb mode, two or more zones): the only addresses the serving "
+            "pods admit besides Prometheus, since the ALB connects to the pods directly."
+        ),
     )
     host: Hostname = Field(description="Default hostname of the model APIs.")
     scheme: LoadBalancerScheme = Field(

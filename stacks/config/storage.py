@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from stacks.config.base import ConfigModel, DnsLabel
+from stacks.config.base import ConfigModel, DnsLabel, IamRoleArn, LabelKey, LabelValue
 
 
 class AccessMode(StrEnum):
@@ -55,6 +55,18 @@ class EfsStorageConfig(ConfigModel):
     install_csi_driver: bool = Field(
         default=True,
         description="Install the `aws-efs-csi-driver` EKS add-on; false when the cluster already has it.",
+    )
+    staging_node_role_arn: IamRoleArn | None = Field(
+        default=None,
+        description=(
+            "IAM role of the CPU nodes the staging Jobs run on: the only principal the file-system policy "
+            "lets write (mounts use the node's role, `iam` mount option). Required in prod and staging; "
+            "unset (dev only): no file-system policy."
+        ),
+    )
+    staging_node_selector: dict[LabelKey, LabelValue] = Field(
+        default_factory=dict,
+        description="Labels of those nodes, added to the staging Job's nodeSelector so it runs where it may write.",
     )
 
 

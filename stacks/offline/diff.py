@@ -234,6 +234,17 @@ def _removal_notes(resource: dict[str, Any], action: str) -> list[str]:
     return notes
 
 
+def _crd_warning(resource: dict[str, Any], moved: bool) -> str:
+    """A CRD carrier leaving its URN: say whether the cluster's custom resources of its kinds survive."""
+    why = "its URN changes" if moved else "it leaves the program"
+    if _options(resource).get("retainOnDelete"):
+        return (f"WARNING: applies CRDs and {why}; retainOnDelete keeps the CRDs (and every object of their "
+                "kinds) in the cluster, unmanaged until a resource applies them again")
+    return (f"WARNING: applies CRDs and {why}, without retainOnDelete: the delete removes the CRDs and every "
+            "object of their kinds in the cluster, other teams' included; add an `aliases` option or "
+            "retainOnDelete first")
+
+
 def _update(old: dict[str, Any], new: dict[str, Any], by_urn: bool) -> ResourceChange | None:
     before = {"inputs": old.get("inputs", {}), "options": _options(old)}
     after = {"inputs": new.get("inputs", {}), "options": _options(new)}
@@ -333,6 +344,8 @@ def diff_resources(
         if (r["type"], r["name"]) in moved:
             notes.insert(0, "its URN changed (a renamed or re-nested parent): deleted here and created under the new "
                             "URN; an `aliases` option would keep it")
+        if replacements.applies_crds(r):
+            notes.insert(0, _crd_warning(r, moved=(r["type"], r["name"]) in moved))
         changes.append(ResourceChange(r["type"], r["name"], action="delete", notes=tuple(notes)))
     for key in sorted(new.keys() - old.keys()):
         r = new[key]

@@ -6,6 +6,7 @@ program registers is recorded, and the output is byte-identical for the same inp
 
 from __future__ import annotations
 
+import hashlib
 import json
 import runpy
 from collections import Counter
@@ -93,6 +94,12 @@ class RenderMocks(pulumi.runtime.Mocks):
         if token == "aws:ec2/getVpc:getVpc":
             vpc = args.args["id"]
             return {"id": vpc, "cidrBlock": "10.0.0.0/16", "arn": f"arn:aws:ec2:{REGION}:{ACCOUNT_ID}:vpc/{vpc}"}
+        if token == "aws:ec2/getSubnet:getSubnet":
+            # A distinct placeholder /20 per subnet id, inside the placeholder VPC's 10.0.0.0/16.
+            subnet = args.args["id"]
+            block = int(hashlib.sha256(subnet.encode()).hexdigest(), 16) % 16
+            return {"id": subnet, "cidrBlock": f"10.0.{block * 16}.0/20",
+                    "arn": f"arn:aws:ec2:{REGION}:{ACCOUNT_ID}:subnet/{subnet}"}
         if token == "aws:index/getPartition:getPartition":
             return {"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws"}
         if token == "aws:index/getCallerIdentity:getCallerIdentity":
@@ -112,6 +119,8 @@ class RenderMocks(pulumi.runtime.Mocks):
         elif args.typ == "aws:eks/nodeGroup:NodeGroup":
             state.setdefault("resources", [{"autoscalingGroups": [{"name": f"eks-{name}-asg"}]}])
             state.setdefault("nodeGroupName", f"{args.inputs.get('nodeGroupNamePrefix', name)}placeholder")
+        elif args.typ == "aws:efs/fileSystem:FileSystem":
+            state.setdefault("arn", f"arn:aws:elasticfilesystem:{REGION}:{ACCOUNT_ID}:file-system/{name}-id")
         elif args.typ == "aws:fsx/lustreFileSystem:LustreFileSystem":
             state.setdefault("dnsName", f"{name}.fsx.{REGION}.amazonaws.com")
             state.setdefault("mountName", "placeholder")

@@ -94,3 +94,24 @@ def replacing_paths(resource_type: str, changed: list[str], replace_on_changes: 
 def rolls_nodes(changed: list[str]) -> list[str]:
     """Node group paths whose in-place update replaces every node under a drain."""
     return sorted({p for p in changed if any(_under(p, rule) for rule in NODE_ROLLING_FIELDS)})
+
+
+# What applies CustomResourceDefinitions: deleting one deletes every object of its kinds in the
+# cluster, other teams' included. CRD charts and manifests Pulumi applies itself, and the Helm
+# releases whose charts carry CRDs (KEDA and the AI Gateway CRD chart in templates/, lws in crds/).
+CRD_CARRIER_TYPES = (
+    "kubernetes:helm.sh/v4:Chart",
+    "kubernetes:yaml/v2:ConfigFile",
+    "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition",
+)
+CRD_CARRIER_CHARTS = ("keda", "ai-gateway-crds-helm", "lws")
+
+
+def applies_crds(resource: dict) -> bool:
+    """Whether a rendered resource creates CRDs (a CRD chart or manifest, or a release that ships them)."""
+    if resource["type"] in CRD_CARRIER_TYPES:
+        return True
+    if resource["type"] == "kubernetes:helm.sh/v3:Release":
+        chart = str((resource.get("inputs") or {}).get("chart", ""))
+        return chart.rsplit("/", 1)[-1] in CRD_CARRIER_CHARTS
+    return False

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pulumi
 import pytest
 import yaml
 
@@ -14,6 +15,7 @@ from components.observability.serving_alerts import KUBE_STATE_METRICS
 from components.routing import PICKER_METRICS, pool_problems
 from stacks import checks
 from stacks.environment import load_stack_file
+from stacks.offline import render
 from tests.conftest import STACK_FILES, STACK_NAMES, render_file
 from tests.support import promql, reference
 
@@ -26,6 +28,7 @@ MODES: dict[str, dict[str, Any]] = {
         "mode": "alb",
         "namespace": "kube-system",
         "albControllerRoleArn": "arn:aws:iam::123456789012:role/alb-controller",
+        "loadBalancerSubnetIds": ["subnet-0aaa1111", "subnet-0bbb2222"],
         "tls": {"certManagerIssuer": None, "acmCertificateArn":
                 "arn:aws:acm:us-east-1:123456789012:certificate/0a1b2c3d-0000-4000-8000-000000000000"},
     },
@@ -154,8 +157,23 @@ def test_alb_path_idle_timeout_covers_the_longest_generation(prod_in_mode):
         "eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/alb-controller"
     }
     assert reference.helm_value_errors("aws-load-balancer-controller", "3.5.0", release["values"]) == []
+    assert annotations[alb + "subnets"] == "subnet-0aaa1111,subnet-0bbb2222"
+    # The ALB's two subnets (placeholder CIDRs the render's DescribeSubnets answers), never the VPC's
+    # 10.0.0.0/16, which every pod's VPC CNI address falls in; no edge proxy pods in this mode.
     netpol = result.manifest("NetworkPolicy", "vllm-serving")
-    assert {"ipBlock": {"cidr": "10.0.0.0/16"}} in netpol["spec"]["ingress"][0]["from"]
+    cidrs = [peer["ipBlock"]["cidr"] for peer in netpol["spec"]["ingress"][0]["from"] if "ipBlock" in peer]
+    assert cidrs == [render.RenderMocks("1.34").call(_subnet_call(s))["cidrBlock"]
+                     for s in ("subnet-0aaa1111", "subnet-0bbb2222")]
+    assert "10.0.0.0/16" not in cidrs and len(set(cidrs)) == 2
+    assert [peer for peer in netpol["spec"]["ingress"][0]["from"] if "ipBlock" not in peer] == [{
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus",
+                                        "app.kubernetes.io/managed-by": "prometheus-operator"}},
+    }]
+
+
+def _subnet_call(subnet: str):
+    return pulumi.runtime.MockCallArgs("aws:ec2/getSubnet:getSubnet", {"id": subnet}, None)
 
 
 def test_nginx_path_turns_buffering_off_in_both_directions(prod_in_mode):
@@ -170,18 +188,38 @@ def test_nginx_path_turns_buffering_off_in_both_directions(prod_in_mode):
     assert annotations[prefix + "proxy-body-size"] == "8m"
 
 
-def test_vllm_checks_the_key_unless_the_gateway_does(stack_dir):
-    config = {"aws:region": "us-east-1", "llm-serving:extends": "prod", **SECRETS,
-              "llm-serving:edge": {"auth": "gateway-api-key"}}
-    (stack_dir / "Pulumi.prod-keys.yaml").write_text(yaml.safe_dump({"config": config}))
-    result = render_file(stack_dir / "Pulumi.prod-keys.yaml")
-    env = [e["name"] for e in _container(result)["env"]]
-    assert "VLLM_API_KEY" not in env
-    policy = result.manifest("SecurityPolicy", "llm-serving-auth")
-    assert policy["spec"]["apiKeyAuth"]["credentialRefs"] == [
-        {"group": "", "kind": "Secret", "name": "llm-serving-client-keys"}
-    ]
-    assert result.manifest("Secret", "llm-serving-client-keys")["stringData"] == {"llm-serving": "[secret]"}
+API_KEY_ENV = {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": "vllm-api-key", "key": "api-key"}}}
+
+
+@pytest.mark.parametrize("auth", ["vllm-api-key", "gateway-api-key", "jwt"])
+def test_vllm_checks_its_own_key_in_every_auth_mode(stack_dir, auth):
+    edge: dict[str, Any] = {"auth": auth}
+    if auth == "jwt":
+        edge["jwt"] = {"issuer": "https://auth.example.com", "jwksUri": "https://auth.example.com/jwks.json"}
+    config = {"aws:region": "us-east-1", "llm-serving:extends": "prod", **SECRETS, "llm-serving:edge": edge}
+    (stack_dir / f"Pulumi.prod-{auth}.yaml").write_text(yaml.safe_dump({"config": config}))
+    result = render_file(stack_dir / f"Pulumi.prod-{auth}.yaml")
+    assert API_KEY_ENV in _container(result)["env"]
+    assert result.manifest("Secret", "vllm-api-key")["stringData"] == {"api-key": "[secret]"}
+    policy = result.manifest("SecurityPolicy", "llm-serving-auth")["spec"]
+    injected = [m for m in result.manifests if m["kind"] == "HTTPRouteFilter"]
+    if auth == "jwt":
+        assert "apiKeyAuth" not in policy and policy["jwt"]["providers"][0]["issuer"] == "https://auth.example.com"
+    else:
+        assert policy["apiKeyAuth"]["credentialRefs"] == [
+            {"group": "", "kind": "Secret", "name": "llm-serving-client-keys"}]
+        assert policy["apiKeyAuth"]["sanitize"] is (auth == "gateway-api-key")
+        assert result.manifest("Secret", "llm-serving-client-keys")["stringData"] == {"llm-serving": "[secret]"}
+    if auth == "vllm-api-key":
+        assert injected == []  # the client's Bearer key is vLLM's own and passes through
+    else:
+        # The gateway swaps the client's credential for vLLM's key from a Secret next to the routes.
+        assert [(f["metadata"]["namespace"], f["spec"]["credentialInjection"]["credential"]["valueRef"]["name"])
+                for f in injected] == [("llm-serving", "vllm-api-key-header")]
+        assert result.manifest("Secret", "vllm-api-key-header")["stringData"] == {"credential": "[secret]"}
+        (rule,) = result.manifest("HTTPRoute", MODEL)["spec"]["rules"]
+        assert rule["filters"][-1] == {"type": "ExtensionRef", "extensionRef": {
+            "group": "gateway.envoyproxy.io", "kind": "HTTPRouteFilter", "name": "vllm-api-key"}}
 
 
 def test_prod_scaled_object_scales_on_queue_then_kv(rendered):

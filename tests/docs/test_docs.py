@@ -174,3 +174,18 @@ def test_readme_cost_figures_are_the_stacks_own(stack):
     )
     (line,) = [line for line in (PROJECT_DIR / "README.md").read_text().splitlines() if line.startswith(row)]
     assert line.endswith(figures)
+
+
+def test_rotation_table_states_each_stacks_full_rollout():
+    """How long a rotated-out API key keeps working on not-yet-rolled pods is the planner's figure."""
+    from stacks import environment
+    from stacks.checks import planning
+    from stacks.config import files as stack_files
+
+    page = (DOCS / "operations.md").read_text()
+    for stack in ("dev", "staging", "prod"):
+        _, config = environment.load_stack_file(stack_files.stack_file_path(stack))
+        for model in config.models:
+            row = (f"| {stack} | {model.name} | {planning.replica_bounds(model)[1]} | "
+                   f"{planning.full_rollout_seconds(config, model)} s |")
+            assert row in page.splitlines(), row

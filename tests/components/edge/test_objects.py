@@ -39,17 +39,23 @@ INGRESS_ROUTES = [LLAMA, QWEN_OWN_HOST]
 
 SETTINGS = EdgeSettings(
     namespace=EDGE_NS, gateway_name="llm-serving", tls_secret_name="llm-tls", cert_manager_issuer=None,
-    load_balancer_scheme="internet-facing", auth="vllm-api-key", api_key_secret=None, jwt_issuer=None,
+    load_balancer_scheme="internet-facing", auth="vllm-api-key", api_key_secret="vllm-keys", jwt_issuer=None,
     jwt_jwks_uri=None, acm_certificate_arn="arn:aws:acm:us-east-1:123456789012:certificate/0000",
     alb_idle_timeout_seconds=600,
 )
 API_KEYS = dataclasses.replace(SETTINGS, auth="gateway-api-key", api_key_secret="client-api-keys")
-JWT = dataclasses.replace(SETTINGS, auth="jwt", jwt_issuer="https://auth.example.com",
+JWT = dataclasses.replace(SETTINGS, auth="jwt", api_key_secret=None, jwt_issuer="https://auth.example.com",
                           jwt_jwks_uri="https://auth.example.com/.well-known/jwks.json")
 CERT_MANAGER = dataclasses.replace(SETTINGS, tls_secret_name=None, cert_manager_issuer="letsencrypt")
 
 # The Services VllmDeployment creates: named after the model, on the engine port.
 SERVICES = {(SERVING_NS, "llama-70b"): {PORT}, (SERVING_NS, "qwen-7b"): {PORT}}
+ALB_SUBNETS = ("subnet-0a1b2c3d", "subnet-1a2b3c4d")
+# Paths vLLM 0.33.0 serves without checking --api-key (its middleware guards only paths under /v1,
+# facts.md §1.3): POST /invocations dispatches to chat/completions, the rest expose tokenizer, pooling,
+# metrics and admin endpoints. None may be reachable through any edge.
+UNGUARDED_PATHS = ("/invocations", "/tokenize", "/detokenize", "/pooling", "/classify", "/score", "/rerank",
+                   "/metrics", "/health", "/ping", "/version", "/load", "/v2/rerank", "/v1x", "/v10/models")
 
 
 def by_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -71,11 +77,15 @@ GATEWAY = edge.gateway_objects(SETTINGS, ROUTES)
 @pytest.mark.parametrize("settings", [SETTINGS, API_KEYS, JWT, CERT_MANAGER], ids=["vllm", "keys", "jwt", "acme"])
 def test_every_gateway_object_validates_against_its_crd(settings: EdgeSettings) -> None:
     objects = edge.gateway_objects(settings, ROUTES)
-    assert [e for o in objects for e in kubernetes_object_errors(o, "1.34")] == []
+    # The HTTPRouteFilter CRD is not in the reference folder: its exact fields are pinned instead by
+    # test_gateway_auth_modes_inject_vllms_own_key_on_every_route, against Envoy Gateway v1.9.0's
+    # api/v1alpha1/httproutefilter_types.go.
+    checked = [o for o in objects if o["kind"] != "HTTPRouteFilter"]
+    assert [e for o in checked for e in kubernetes_object_errors(o, "1.34")] == []
 
 
 def test_every_ingress_validates_against_kubernetes_1_34() -> None:
-    objects = edge.alb_ingress(SETTINGS, INGRESS_ROUTES) + edge.nginx_ingress(SETTINGS, INGRESS_ROUTES)
+    objects = edge.alb_ingress(SETTINGS, INGRESS_ROUTES, ALB_SUBNETS) + edge.nginx_ingress(SETTINGS, INGRESS_ROUTES)
     assert len(objects) == 4
     assert [e for o in objects for e in kubernetes_object_errors(o, "1.34")] == []
 
@@ -101,6 +111,7 @@ def test_gateway_objects_are_the_expected_kinds_in_namespaces() -> None:
         ("GatewayClass", "llm-serving", None),
         ("Gateway", "llm-serving", EDGE_NS),
         ("ClientTrafficPolicy", "llm-serving", EDGE_NS),
+        ("SecurityPolicy", "llm-serving-auth", EDGE_NS),
         ("HTTPRoute", "llama-70b", SERVING_NS),
         ("BackendTrafficPolicy", "llama-70b", SERVING_NS),
         ("HTTPRoute", "qwen-7b", SERVING_NS),
@@ -242,10 +253,6 @@ def test_client_idle_timeouts_stay_below_the_nlb_idle_timeout() -> None:
         edge.gateway_objects(SETTINGS, [too_long])
 
 
-def test_vllm_api_key_mode_adds_no_security_policy() -> None:
-    assert by_kind(GATEWAY, "SecurityPolicy") == []
-
-
 def test_gateway_api_key_mode_checks_bearer_keys_from_the_secret() -> None:
     policy = one(edge.gateway_objects(API_KEYS, ROUTES), "SecurityPolicy", "llm-serving-auth")
     assert policy["metadata"]["namespace"] == EDGE_NS
@@ -268,7 +275,7 @@ def test_jwt_mode_verifies_tokens_against_the_remote_jwks() -> None:
 
 
 @pytest.mark.parametrize("settings,message", [
-    (dataclasses.replace(SETTINGS, auth="gateway-api-key"), "needs api_key_secret"),
+    (dataclasses.replace(SETTINGS, auth="gateway-api-key", api_key_secret=None), "needs api_key_secret"),
     (dataclasses.replace(JWT, jwt_jwks_uri=None), "needs jwt_issuer and jwt_jwks_uri"),
     (dataclasses.replace(SETTINGS, auth="basic"), "is not one of"),
     (dataclasses.replace(SETTINGS, load_balancer_scheme="public"), "is not one of"),
@@ -345,6 +352,8 @@ def gateway_backend(objects: list[dict[str, Any]], host: str, path: str) -> tupl
     _, ns, prefix, rule = max(found, key=lambda item: item[0])
     upstream = path
     for f in rule.get("filters", []):
+        if f["type"] != "URLRewrite":
+            continue  # header filters (objective, injected key) do not move the path
         rewrite = f["urlRewrite"]["path"]
         assert rewrite["type"] == "ReplacePrefixMatch"
         upstream = rewrite["replacePrefixMatch"] + path[len(prefix):]
@@ -374,6 +383,65 @@ def test_metrics_health_and_other_paths_are_not_routed(path: str) -> None:
     assert gateway_backend(GATEWAY, HOST, path) is None
 
 
+@pytest.mark.parametrize("settings", [SETTINGS, API_KEYS, JWT], ids=["vllm", "keys", "jwt"])
+@pytest.mark.parametrize("path", UNGUARDED_PATHS)
+def test_no_auth_mode_routes_vllms_unguarded_endpoints(settings: EdgeSettings, path: str) -> None:
+    objects = edge.gateway_objects(settings, ROUTES)
+    for candidate in (path, "/qwen-7b" + path):
+        backend = gateway_backend(objects, HOST, candidate)
+        assert backend is None or backend[3].startswith("/v1/") and backend[3] != path, candidate
+
+
+# --------------------------------------------------------------------------------------------
+# Authentication at the gateway, and vLLM's own key behind it
+
+
+def test_vllm_api_key_mode_checks_the_same_key_at_the_gateway_and_passes_it_on() -> None:
+    policy = one(GATEWAY, "SecurityPolicy", "llm-serving-auth")
+    assert policy["spec"]["apiKeyAuth"] == {
+        "credentialRefs": [{"group": "", "kind": "Secret", "name": "vllm-keys"}],
+        "extractFrom": [{"headers": ["authorization"]}],
+        "sanitize": False,
+    }
+    assert by_kind(GATEWAY, "HTTPRouteFilter") == []
+    for route in by_kind(GATEWAY, "HTTPRoute"):
+        assert all(f["type"] != "ExtensionRef" for rule in route["spec"]["rules"] for f in rule.get("filters", []))
+
+
+@pytest.mark.parametrize("settings", [API_KEYS, JWT], ids=["keys", "jwt"])
+def test_gateway_auth_modes_inject_vllms_own_key_on_every_route(settings: EdgeSettings) -> None:
+    objects = edge.gateway_objects(settings, ROUTES)
+    (injector,) = by_kind(objects, "HTTPRouteFilter")
+    assert injector == {
+        "apiVersion": "gateway.envoyproxy.io/v1alpha1",
+        "kind": "HTTPRouteFilter",
+        "metadata": {"name": "vllm-api-key", "namespace": SERVING_NS},
+        "spec": {"credentialInjection": {
+            "header": "Authorization",
+            "overwrite": True,
+            "credential": {"valueRef": {"group": "", "kind": "Secret", "name": "vllm-api-key-header"}},
+        }},
+    }
+    for route in by_kind(objects, "HTTPRoute"):
+        (rule,) = route["spec"]["rules"]
+        assert {"type": "ExtensionRef", "extensionRef": {
+            "group": "gateway.envoyproxy.io", "kind": "HTTPRouteFilter", "name": "vllm-api-key"}} in rule["filters"]
+
+
+def test_vllm_api_key_mode_without_the_gateway_secret_is_refused() -> None:
+    with pytest.raises(ValueError, match="auth vllm-api-key needs api_key_secret"):
+        edge.gateway_objects(dataclasses.replace(SETTINGS, api_key_secret=None), ROUTES)
+
+
+def test_the_extension_server_never_receives_listener_secrets() -> None:
+    hooks = edge.envoy_gateway_chart_values(inference_extension=True)["config"]["envoyGateway"][
+        "extensionManager"]["hooks"]["xdsTranslator"]
+    assert hooks["translation"] == {
+        "listener": {"includeAll": True}, "route": {"includeAll": True}, "cluster": {"includeAll": True},
+        "secret": {"includeAll": False},
+    }
+
+
 def test_unknown_host_is_not_routed() -> None:
     assert gateway_backend(GATEWAY, "other.example.com", "/v1/chat/completions") is None
 
@@ -382,7 +450,7 @@ def test_unknown_host_is_not_routed() -> None:
 # ALB mode
 
 
-ALB = edge.alb_ingress(SETTINGS, INGRESS_ROUTES)
+ALB = edge.alb_ingress(SETTINGS, INGRESS_ROUTES, ALB_SUBNETS)
 
 
 def ingress_backend(objects: list[dict[str, Any]], host: str, path: str) -> tuple[str, str, int] | None:
@@ -408,6 +476,7 @@ def test_alb_annotations_pin_every_streaming_setting() -> None:
         "alb.ingress.kubernetes.io/group.name": "llm-serving",
         "alb.ingress.kubernetes.io/scheme": "internet-facing",
         "alb.ingress.kubernetes.io/target-type": "ip",
+        "alb.ingress.kubernetes.io/subnets": "subnet-0a1b2c3d,subnet-1a2b3c4d",
         "alb.ingress.kubernetes.io/listen-ports": '[{"HTTPS": 443}]',
         "alb.ingress.kubernetes.io/certificate-arn": "arn:aws:acm:us-east-1:123456789012:certificate/0000",
         "alb.ingress.kubernetes.io/load-balancer-attributes": "idle_timeout.timeout_seconds=600",
@@ -443,7 +512,20 @@ def test_alb_routes_only_v1_to_the_model_service(host: str, path: str, expected:
 ])
 def test_alb_rejects_settings_it_cannot_serve_safely(settings: EdgeSettings, routes: list[Route], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        edge.alb_ingress(settings, routes)
+        edge.alb_ingress(settings, routes, ALB_SUBNETS)
+
+
+@pytest.mark.parametrize("subnets", [(), ("subnet-0a1b2c3d",), ("subnet-0a1b2c3d", "subnet-0a1b2c3d")])
+def test_alb_refuses_fewer_than_two_named_subnets(subnets: tuple[str, ...]) -> None:
+    with pytest.raises(ValueError, match="needs the ALB's subnets"):
+        edge.alb_ingress(SETTINGS, INGRESS_ROUTES, subnets)
+
+
+@pytest.mark.parametrize("path", UNGUARDED_PATHS)
+def test_alb_and_nginx_never_route_vllms_unguarded_endpoints(path: str) -> None:
+    for objects in (ALB, edge.nginx_ingress(SETTINGS, INGRESS_ROUTES)):
+        for host in (HOST, "qwen.example.com"):
+            assert ingress_backend(objects, host, path) is None
 
 
 # --------------------------------------------------------------------------------------------
@@ -500,11 +582,18 @@ MONITORING_NS = "monitoring"
 VLLM_LABELS = {"app.kubernetes.io/name": "llama-70b", "app.kubernetes.io/component": "vllm"}
 JOB_LABELS = {"app.kubernetes.io/name": "llama-70b", "app.kubernetes.io/component": "stage-weights"}
 ALB_SUBNET = "10.0.64.0/20"
-POLICIES = edge.network_policies(
-    serving_namespace=SERVING_NS, model_selector={"app.kubernetes.io/component": "vllm"}, port=PORT,
-    edge_namespace=EDGE_NS, prometheus_namespace=MONITORING_NS,
-    staging_job_selector={"app.kubernetes.io/component": "stage-weights"}, load_balancer_cidrs=(ALB_SUBNET,),
-)
+PICKER_LABELS = {"app.kubernetes.io/component": "endpoint-picker"}
+POLICY_ARGS: dict[str, Any] = {
+    "serving_namespace": SERVING_NS, "model_selector": {"app.kubernetes.io/component": "vllm"}, "port": PORT,
+    "edge_namespace": EDGE_NS, "edge_pod_selector": edge.edge_pod_selector("gateway", SETTINGS),
+    "prometheus_namespace": MONITORING_NS, "prometheus_pod_selector": edge.PROMETHEUS_POD_LABELS,
+    "staging_job_selector": {"app.kubernetes.io/component": "stage-weights"}, "picker_selector": PICKER_LABELS,
+}
+GATEWAY_POLICIES = edge.network_policies(**POLICY_ARGS)
+ALB_POLICIES = edge.network_policies(**{**POLICY_ARGS, "edge_pod_selector": None, "picker_selector": None},
+                                     load_balancer_cidrs=(ALB_SUBNET,))
+NGINX_POLICIES = edge.network_policies(**{**POLICY_ARGS, "edge_namespace": "ingress-nginx",
+                                          "edge_pod_selector": edge.edge_pod_selector("ingress-nginx", SETTINGS)})
 
 
 @dataclass(frozen=True)
@@ -522,8 +611,22 @@ def pod(namespace: str, labels: dict[str, str] | None = None) -> Pod:
 
 VLLM = pod(SERVING_NS, VLLM_LABELS)
 JOB = pod(SERVING_NS, JOB_LABELS)
-ENVOY = pod(EDGE_NS, {"app.kubernetes.io/name": "envoy"})
-PROMETHEUS = pod(MONITORING_NS, {"app.kubernetes.io/name": "prometheus"})
+# An Envoy proxy pod of this Gateway as Envoy Gateway v1.9.0 labels it; the controller and the proxy of
+# another Gateway share the namespace but not these labels.
+ENVOY = pod(EDGE_NS, {"app.kubernetes.io/name": "envoy", "app.kubernetes.io/component": "proxy",
+                      "app.kubernetes.io/managed-by": "envoy-gateway",
+                      "gateway.envoyproxy.io/owning-gateway-name": "llm-serving",
+                      "gateway.envoyproxy.io/owning-gateway-namespace": EDGE_NS, "pod-template-hash": "5d8f"})
+OTHER_GATEWAY = pod(EDGE_NS, {**ENVOY.label_map(), "gateway.envoyproxy.io/owning-gateway-name": "team-b"})
+EG_CONTROLLER = pod(EDGE_NS, {"app.kubernetes.io/name": "gateway-helm", "control-plane": "envoy-gateway"})
+PROMETHEUS = pod(MONITORING_NS, {"app.kubernetes.io/name": "prometheus", "app.kubernetes.io/managed-by":
+                                 "prometheus-operator", "prometheus": "kube-prometheus-stack-prometheus"})
+GRAFANA = pod(MONITORING_NS, {"app.kubernetes.io/name": "grafana"})
+NGINX_POD = pod("ingress-nginx", {"app.kubernetes.io/name": "ingress-nginx",
+                                  "app.kubernetes.io/component": "controller"})
+NGINX_ADMISSION = pod("ingress-nginx", {"app.kubernetes.io/name": "ingress-nginx",
+                                        "app.kubernetes.io/component": "admission-webhook"})
+PICKER = pod(SERVING_NS, PICKER_LABELS)
 STRANGER = pod("team-b", {"app": "curl"})
 KUBE_DNS = pod("kube-system", {"k8s-app": "kube-dns"})
 INTERNET = "104.16.0.10"
@@ -552,11 +655,12 @@ def _ports_match(ports: list[dict[str, Any]] | None, port: int, protocol: str) -
     return not ports or any(p.get("protocol", "TCP") == protocol and p.get("port", port) == port for p in ports)
 
 
-def _direction_allows(target: Pod, peer: Pod | str, port: int, protocol: str, direction: str) -> bool:
+def _direction_allows(policies: list[dict[str, Any]], target: Pod, peer: Pod | str, port: int, protocol: str,
+                      direction: str) -> bool:
     """Whether the policies selecting `target` for `direction` admit traffic with `peer`."""
     key, peers_key = ("ingress", "from") if direction == "Ingress" else ("egress", "to")
     selecting = [
-        p for p in POLICIES
+        p for p in policies
         if p["metadata"]["namespace"] == target.namespace
         and _selector_matches(p["spec"]["podSelector"], target.label_map())
         and direction in p["spec"]["policyTypes"]
@@ -570,20 +674,28 @@ def _direction_allows(target: Pod, peer: Pod | str, port: int, protocol: str, di
     )
 
 
-def allowed(source: Pod | str, destination: Pod | str, port: int, protocol: str = "TCP") -> bool:
-    egress_ok = isinstance(source, str) or _direction_allows(source, destination, port, protocol, "Egress")
-    ingress_ok = isinstance(destination, str) or _direction_allows(destination, source, port, protocol, "Ingress")
+def allowed(source: Pod | str, destination: Pod | str, port: int, protocol: str = "TCP",
+            policies: list[dict[str, Any]] = GATEWAY_POLICIES) -> bool:
+    egress_ok = isinstance(source, str) or _direction_allows(policies, source, destination, port, protocol, "Egress")
+    ingress_ok = isinstance(destination, str) or _direction_allows(
+        policies, destination, source, port, protocol, "Ingress")
     return egress_ok and ingress_ok
 
 
 def test_network_policies_validate() -> None:
-    assert [e for o in POLICIES for e in kubernetes_object_errors(o, "1.34")] == []
+    everything = GATEWAY_POLICIES + ALB_POLICIES + NGINX_POLICIES
+    assert [e for o in everything for e in kubernetes_object_errors(o, "1.34")] == []
 
 
 @pytest.mark.parametrize("source,destination,port,protocol,expected", [
     (ENVOY, VLLM, PORT, "TCP", True),
     (PROMETHEUS, VLLM, PORT, "TCP", True),
-    (ALB_NODE, VLLM, PORT, "TCP", True),
+    (PICKER, VLLM, PORT, "TCP", True),
+    # Same namespaces, other pods: neither the controller, another Gateway's proxy nor Grafana.
+    (EG_CONTROLLER, VLLM, PORT, "TCP", False),
+    (OTHER_GATEWAY, VLLM, PORT, "TCP", False),
+    (GRAFANA, VLLM, PORT, "TCP", False),
+    (ALB_NODE, VLLM, PORT, "TCP", False),
     (STRANGER, VLLM, PORT, "TCP", False),
     (ENVOY, VLLM, 9000, "TCP", False),
     (JOB, VLLM, PORT, "TCP", False),
@@ -606,16 +718,21 @@ def test_network_policies_allow_only_the_intended_flows(
     assert allowed(source, destination, port, protocol) is expected
 
 
-def test_without_load_balancer_cidrs_only_namespaces_may_reach_vllm() -> None:
-    policies = edge.network_policies(
-        serving_namespace=SERVING_NS, model_selector={"app.kubernetes.io/component": "vllm"}, port=PORT,
-        edge_namespace=EDGE_NS, prometheus_namespace=MONITORING_NS,
-        staging_job_selector={"app.kubernetes.io/component": "stage-weights"},
-    )
-    (rule,) = policies[0]["spec"]["ingress"]
+def test_gateway_mode_admits_this_gateways_proxy_pods_prometheus_pods_and_pickers_by_label() -> None:
+    (rule,) = GATEWAY_POLICIES[0]["spec"]["ingress"]
     assert rule == {
-        "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": EDGE_NS}}},
-                 {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": MONITORING_NS}}}],
+        "from": [
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": EDGE_NS}},
+             "podSelector": {"matchLabels": {
+                 "app.kubernetes.io/name": "envoy", "app.kubernetes.io/component": "proxy",
+                 "app.kubernetes.io/managed-by": "envoy-gateway",
+                 "gateway.envoyproxy.io/owning-gateway-name": "llm-serving",
+                 "gateway.envoyproxy.io/owning-gateway-namespace": EDGE_NS}}},
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": MONITORING_NS}},
+             "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus",
+                                             "app.kubernetes.io/managed-by": "prometheus-operator"}}},
+            {"podSelector": {"matchLabels": PICKER_LABELS}},
+        ],
         "ports": [{"protocol": "TCP", "port": PORT}],
     }
 
@@ -639,3 +756,20 @@ def test_dev_gets_a_self_signed_certificate_in_the_secret_its_gateway_names(rend
     assert "kubernetes:core/v1:Namespace::edge-namespace" in dev.wiring["kubernetes:core/v1:Secret::edge-tls-secret"][
         "dependsOn"]
     assert not [r for r in rendered["prod"].resources if r["type"].startswith("tls:")]
+@pytest.mark.parametrize("source,expected", [
+    (ALB_NODE, True), ("10.0.80.1", False), (ENVOY, False), (PROMETHEUS, True), (STRANGER, False),
+    # A pod whose VPC CNI address lies outside the ALB's subnets: admitted only by its labels, which it lacks.
+    ("10.0.1.17", False),
+], ids=str)
+def test_alb_mode_admits_only_the_load_balancers_subnets_and_prometheus(source: Pod | str, expected: bool) -> None:
+    assert allowed(source, VLLM, PORT, policies=ALB_POLICIES) is expected
+
+
+@pytest.mark.parametrize("source,expected", [(NGINX_POD, True), (NGINX_ADMISSION, False), (ENVOY, False)], ids=str)
+def test_nginx_mode_admits_only_the_controller_pods(source: Pod, expected: bool) -> None:
+    assert allowed(source, VLLM, PORT, policies=NGINX_POLICIES) is expected
+
+
+def test_alb_mode_without_the_subnets_is_refused() -> None:
+    with pytest.raises(ValueError, match="load_balancer_cidrs must name the load balancer's subnets"):
+        edge.network_policies(**{**POLICY_ARGS, "edge_pod_selector": None})

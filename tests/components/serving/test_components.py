@@ -126,9 +126,10 @@ def test_resources_selectors_and_tolerations(rendered):
         "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
     }
     assert spec["tolerations"] == [{"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"}]
-    # Cluster Autoscaler never drains a node to move a loading or serving replica.
+    # Cluster Autoscaler never drains a node to move a loading or serving replica; the key's revision
+    # (a secret digest) rolls the pods when the key changes.
     assert deployment(rendered)["spec"]["template"]["metadata"]["annotations"] == {
-        "cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}
+        "cluster-autoscaler.kubernetes.io/safe-to-evict": "false", "llm-serving.dev/api-key-revision": "[secret]"}
     # The Deployment waits for its node group (through the selector's dependency).
     wiring = rendered["prod"].wiring[f"kubernetes:apps/v1:Deployment::{MODEL}-deployment"]
     assert "aws:eks/nodeGroup:NodeGroup::gpu-p5-48xlarge-node-group" in wiring["dependsOn"]

@@ -11,6 +11,7 @@ import pytest
 
 from components.serving import weights
 from components.storage import EFS_READ_MIB_PER_SECOND, mount_target_subnets
+from components.storage import objects as storage_objects
 from stacks import checks
 from stacks.checks import planning
 from stacks.config import StackConfig
@@ -81,6 +82,8 @@ def test_storage_class_retains_and_owns_files_as_the_pods_user(rendered, stack):
         "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
         "metadata": {"name": "llm-serving-weights", "labels": {"app.kubernetes.io/part-of": "llm-serving"}},
         "provisioner": "efs.csi.aws.com", "reclaimPolicy": "Retain", "volumeBindingMode": "Immediate",
+        # TLS in transit, and mounts signed with the node's role so the file-system policy applies.
+        "mountOptions": ["tls", "iam"],
         "parameters": {"provisioningMode": "efs-ap", "fileSystemId": "weights-storage-file-system-id",
                        "directoryPerms": "750", "uid": "2000", "gid": "2000", "basePath": "/llm-serving",
                        "subPathPattern": "${.PVC.namespace}/${.PVC.name}", "ensureUniqueDirectory": "false"},
@@ -92,10 +95,10 @@ def test_storage_class_retains_and_owns_files_as_the_pods_user(rendered, stack):
 
 
 def test_the_download_fetches_only_what_vllm_loads():
-    assert "allow_patterns=['*.safetensors', '*.safetensors.index.json', 'config.json', 'generation_config.json', "\
-           "'tokenizer*', 'special_tokens_map.json', 'added_tokens.json', 'vocab*', 'merges.txt', '*.jinja', "\
-           "'chat_template.json', 'preprocessor_config.json'], ignore_patterns=['original/*', '*.pth', '*.bin', "\
-           "'*.pt', '*.gguf', '*.onnx']" in weights.STAGE_SCRIPT
+    assert "stage(os.environ[\"REVISION\"], os.environ[\"TARGET\"], ['*.safetensors', '*.safetensors.index.json', "\
+           "'config.json', 'generation_config.json', 'tokenizer*', 'special_tokens_map.json', 'added_tokens.json', "\
+           "'vocab*', 'merges.txt', '*.jinja', 'chat_template.json', 'preprocessor_config.json'], ['original/*', "\
+           "'*.pth', '*.bin', '*.pt', '*.gguf', '*.onnx'])" in weights.STAGE_SCRIPT
 
 
 def test_job_in_the_render_runs_that_script(rendered):
@@ -291,3 +294,46 @@ def test_the_lustre_security_group_allows_lnet_out_as_well_as_in(stack_dir):
     egress_names = {f"aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule::{r['name']}"
                     for r in result.by_type()["aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule"]}
     assert egress_names <= set(fs["options"]["dependsOn"])
+FS_ARN = "arn:aws:elasticfilesystem:us-east-1:123456789012:file-system/weights-storage-file-system-id-id"
+GPU_ROLE = "arn:aws:iam::123456789012:role/gpu-p5-48xlarge-node-role"
+STAGING_ROLE = "arn:aws:iam::123456789012:role/llm-prod-cpu-nodes"
+
+
+@pytest.mark.parametrize("stack", ["prod", "staging"])
+def test_the_file_system_policy_requires_tls_and_iam_denies_root_and_lets_only_staging_write(rendered, stack):
+    (policy,) = [r for r in rendered[stack].resources if r["type"] == "aws:efs/fileSystemPolicy:FileSystemPolicy"]
+    assert policy["inputs"]["fileSystemId"] == "weights-storage-file-system-id"
+    through_mount_target = {"Bool": {"elasticfilesystem:AccessedViaMountTarget": "true"}}
+    assert json.loads(policy["inputs"]["policy"]) == {"Version": "2012-10-17", "Statement": [
+        {"Sid": "DenyWithoutTls", "Effect": "Deny", "Principal": {"AWS": "*"}, "Action": "*", "Resource": FS_ARN,
+         "Condition": {"Bool": {"aws:SecureTransport": "false"}}},
+        {"Sid": "DenyRootAccess", "Effect": "Deny", "Principal": {"AWS": "*"},
+         "Action": "elasticfilesystem:ClientRootAccess", "Resource": FS_ARN},
+        {"Sid": "DenyWritesExceptStaging", "Effect": "Deny", "Principal": {"AWS": "*"},
+         "Action": "elasticfilesystem:ClientWrite", "Resource": FS_ARN,
+         "Condition": {"ArnNotEquals": {"aws:PrincipalArn": STAGING_ROLE}}},
+        # No anonymous principal: a mount without the `iam` option matches no Allow and is refused.
+        {"Sid": "MountThroughMountTargets", "Effect": "Allow", "Principal": {"AWS": [GPU_ROLE, STAGING_ROLE]},
+         "Action": "elasticfilesystem:ClientMount", "Resource": FS_ARN, "Condition": through_mount_target},
+        {"Sid": "StagingWrites", "Effect": "Allow", "Principal": {"AWS": STAGING_ROLE},
+         "Action": "elasticfilesystem:ClientWrite", "Resource": FS_ARN, "Condition": through_mount_target},
+    ]}
+    # Claims bind only once the policy is in force.
+    depends = rendered[stack].wiring["kubernetes:storage.k8s.io/v1:StorageClass::weights-storage-storage-class"]
+    assert "aws:efs/fileSystemPolicy:FileSystemPolicy::weights-storage-policy" in depends["dependsOn"]
+    (job,) = [m for m in rendered[stack].manifests if m["kind"] == "Job"]
+    assert job["spec"]["template"]["spec"]["nodeSelector"]["eks.amazonaws.com/nodegroup"] == "llm-prod-cpu"
+
+
+def test_every_action_in_the_policy_is_an_efs_client_action_or_the_tls_wildcard():
+    document = storage_objects.file_system_policy("arn:fs", reader_role_arns=["arn:r"], writer_role_arn="arn:w")
+    assert {s["Action"] for s in document["Statement"]} - {"*"} <= set(storage_objects.EFS_CLIENT_ACTIONS)
+
+
+def test_a_policy_without_a_writer_is_refused():
+    with pytest.raises(ValueError, match="needs reader roles and a writer role"):
+        storage_objects.file_system_policy("arn:fs", reader_role_arns=["arn:r"], writer_role_arn="")
+
+
+def test_dev_without_a_staging_role_has_no_policy_and_says_so(rendered):
+    assert not [r for r in rendered["dev"].resources if r["type"] == "aws:efs/fileSystemPolicy:FileSystemPolicy"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from stacks.config import StackConfig
 from tests.stacks.checks.test_gpu_node_group_checks import BASE
 
 ACM = "arn:aws:acm:us-east-1:123456789012:certificate/0a1b2c3d-0000-4000-8000-000000000000"
+ALB_SUBNETS = ["subnet-0aaa1111", "subnet-0bbb2222"]
 
 
 def config(edge: dict[str, Any] | None = None, models: list[dict[str, Any]] | None = None) -> StackConfig:
@@ -68,16 +70,26 @@ def test_a_self_signed_certificate_is_for_dev_gateways_only():
 
 
 def test_rejects_alb_without_an_acm_certificate():
-    assert lines(edge={"mode": "alb", "controller": "existing"}) == [
+    assert lines(edge={"mode": "alb", "controller": "existing", "loadBalancerSubnetIds": ALB_SUBNETS}) == [
         "llm-serving:edge.tls.acmCertificateArn: HTTPS on an ALB needs an ACM certificate (got null; "
         "expected an ACM certificate ARN)"
     ]
 
 
 def test_rejects_installing_the_alb_controller_without_its_role():
-    assert lines(edge={"mode": "alb", "tls": {"acmCertificateArn": ACM}}) == [
+    assert lines(edge={"mode": "alb", "tls": {"acmCertificateArn": ACM}, "loadBalancerSubnetIds": ALB_SUBNETS}) == [
         "llm-serving:edge.albControllerRoleArn: installing the ALB controller needs its IAM role (got null; "
         "expected the ARN of a role with the controller's IAM policy)"
+    ]
+
+
+@pytest.mark.parametrize("subnets", [[], ["subnet-0aaa1111"], ["subnet-0aaa1111", "subnet-0aaa1111"]])
+def test_rejects_alb_without_two_named_subnets(subnets):
+    edge = {"mode": "alb", "controller": "existing", "tls": {"acmCertificateArn": ACM},
+            "loadBalancerSubnetIds": subnets}
+    assert lines(edge=edge) == [
+        f"llm-serving:edge.loadBalancerSubnetIds: an ALB needs its subnets named (two or more zones) (got "
+        f"{json.dumps(subnets)}; expected two or more subnet ids)"
     ]
 
 
@@ -114,7 +126,8 @@ def test_rejects_stream_idle_timeout_the_nlb_would_cut():
 
 
 def test_rejects_generation_longer_than_the_alb_idle_limit():
-    edge = {"mode": "alb", "controller": "existing", "tls": {"acmCertificateArn": ACM}}
+    edge = {"mode": "alb", "controller": "existing", "tls": {"acmCertificateArn": ACM},
+            "loadBalancerSubnetIds": ALB_SUBNETS}
     # 32,768 tokens at 10 tokens/s take 3,277 s: within the ALB's limit.
     assert lines(edge=edge, models=[model(maxModelLen=32768)]) == []
     assert lines(edge={**edge, "minDecodeTokensPerSecond": 5}, models=[model(maxModelLen=32768)]) == [

@@ -12,6 +12,7 @@ from stacks.config import StackConfig
 BASE: dict[str, Any] = {
     "environment": "prod",
     "cluster": {"name": "llm-prod"},
+    "weightsStorage": {"efs": {"stagingNodeRoleArn": "arn:aws:iam::123456789012:role/llm-prod-cpu-nodes"}},
     "gpuNodeGroup": {
         "instanceType": "p5.48xlarge",
         "subnets": [

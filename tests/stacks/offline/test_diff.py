@@ -226,6 +226,34 @@ def test_a_urn_change_is_delete_plus_create_with_a_warning_for_protected_resourc
     )
 
 
+CRD_CHART = "kubernetes:helm.sh/v4:Chart"
+
+
+@pytest.mark.parametrize("retained,expected", [
+    (True, "WARNING: applies CRDs and its URN changes; retainOnDelete keeps the CRDs (and every object of their "
+           "kinds) in the cluster, unmanaged until a resource applies them again"),
+    (False, "WARNING: applies CRDs and its URN changes, without retainOnDelete: the delete removes the CRDs and "
+            "every object of their kinds in the cluster, other teams' included; add an `aliases` option or "
+            "retainOnDelete first"),
+])
+def test_a_crd_chart_whose_urn_changes_is_flagged_first(retained, expected):
+    options = {"retainOnDelete": retained}
+    base = [urned(CRD_CHART, "edge-gateway-crds", chain="llmserving:edge:Edge", options=options)]
+    head = [urned(CRD_CHART, "edge-gateway-crds", chain="llmserving:edge:Gateway", options=options)]
+    (deleted,) = diff_resources(base, head, "prod", "main").of("delete")
+    assert deleted.notes[0] == expected
+
+
+def test_keda_and_the_crd_releases_count_as_crd_carriers_and_other_releases_do_not():
+    from stacks.offline.replacements import applies_crds
+
+    release = "kubernetes:helm.sh/v3:Release"
+    assert applies_crds({"type": release, "inputs": {"chart": "keda"}})
+    assert applies_crds({"type": release, "inputs": {"chart": "oci://docker.io/envoyproxy/ai-gateway-crds-helm"}})
+    assert not applies_crds({"type": release, "inputs": {"chart": "oci://docker.io/envoyproxy/gateway-helm"}})
+    assert not applies_crds({"type": PVC, "inputs": {}})
+
+
 def test_a_new_launch_template_version_rolls_the_node_groups_that_use_it():
     base = [urned(TEMPLATE, "lt", blockDeviceMappings=[{"ebs": {"volumeSize": 200}}]),
             urned(NODE_GROUP, "ng", launchTemplate={"id": "lt-id", "version": "1"})]
@@ -510,7 +538,7 @@ def test_replacements_options_and_consequences_on_real_history(repo):
                 "      name: efs-fast\n      readMibPerSecond: 500\n")
     with edited(repo, "Pulumi.prod.yaml", ("subnet-0bb00000000000003", "subnet-0bb00000000000009"),
                 ("    instanceType: p5.48xlarge\n", "    instanceType: p5.48xlarge\n    rootVolumeGib: 400\n"),
-                ("  llm-serving:environment: prod\n", "  llm-serving:environment: prod\n" + existing),
+                ("  llm-serving:weightsStorage:\n", existing),
                 ("      maxNumBatchedTokens: 8192\n", "      maxNumBatchedTokens: 8192\n      storage:\n"
                  "        sizeGib: 300\n")), \
             edited(repo, "stacks/program.py", ("protect_weights=config.environment is Environment.PROD",
