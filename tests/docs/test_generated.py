@@ -18,7 +18,7 @@ from stacks.config import StackConfig
 from stacks.config import files as stack_files
 from stacks.config.files import PROJECT_DIR
 from tests.conftest import render_file
-from tools import config_reference, docs
+from tools import config_reference, doc_figures, docs
 
 PAGES = docs.pages_text()
 IDS = [page.relative_to(PROJECT_DIR).as_posix() for page in PAGES]
@@ -88,14 +88,14 @@ def test_plan_console_blocks_are_rewritten_with_the_plans_output():
 
 def test_prod_figures_are_the_planners_and_the_renders(facts: docs.Facts):
     """The figures the issue found contradicted, from the code that deploys them."""
-    assert docs.prod_startup_budget(facts) == "102 × 10 s"
-    assert docs.prod_scale_down_window(facts) == "1,140 s"
-    assert docs.prod_cold_start(facts) == "510 s"
-    assert docs.prod_read_speed(facts) == "500 MiB/s"
-    assert docs.prod_node_update(facts) == "about 38 minutes, 2 extra nodes"
-    assert docs.prod_longest_await(facts) == "205 minutes"
+    assert doc_figures.prod_startup_budget(facts) == "102 × 10 s"
+    assert doc_figures.prod_scale_down_window(facts) == "1,140 s"
+    assert doc_figures.prod_cold_start(facts) == "510 s"
+    assert doc_figures.prod_read_speed(facts) == "500 MiB/s"
+    assert doc_figures.prod_node_update(facts) == "about 38 minutes, 2 extra nodes"
+    assert doc_figures.prod_longest_await(facts) == "205 minutes"
     assert "| endpoint picker | `--drain-timeout`; `terminationGracePeriodSeconds` | 1,639 s; 1,669 s |" in (
-        docs.prod_timeouts(facts)
+        doc_figures.prod_timeouts(facts)
     )
 
 
