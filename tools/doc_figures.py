@@ -256,6 +256,27 @@ def _flag(args: list[str], name: str) -> str:
     raise KeyError(name)
 
 
+def nlb_idle(facts: Facts) -> str:
+    from components.edge import NLB_TCP_IDLE_SECONDS
+
+    return f"{NLB_TCP_IDLE_SECONDS} s"
+
+
+def prod_stream_idle(facts: Facts) -> str:
+    client = facts.manifest(PROD, "ClientTrafficPolicy", "llm-serving")["spec"]
+    return f"{_seconds(client['timeout']['http']['streamIdleTimeout'])} s"
+
+
+def prod_buffer_limit(facts: Facts) -> str:
+    limit = facts.manifest(PROD, "ClientTrafficPolicy", "llm-serving")["spec"]["connection"]["bufferLimit"]
+    return limit.replace("Mi", " MiB")
+
+
+def prod_proxy_drain(facts: Facts) -> str:
+    proxy = facts.manifest(PROD, "EnvoyProxy", "llm-serving-proxy")["spec"]
+    return f"{_seconds(proxy['shutdown']['drainTimeout'])} s"
+
+
 def prod_timeouts(facts: Facts) -> str:
     """request-path.md's table of every timeout on prod's path, each value read from prod's render."""
     from components.edge import NLB_TCP_IDLE_SECONDS
@@ -350,4 +371,8 @@ GENERATORS: dict[str, Callable[[Facts], str]] = {
     "calibration-checked-logs": calibration_checked_logs,
     "prod-drain": prod_drain,
     "prod-timeouts": prod_timeouts,
+    "nlb-idle": nlb_idle,
+    "prod-stream-idle": prod_stream_idle,
+    "prod-buffer-limit": prod_buffer_limit,
+    "prod-proxy-drain": prod_proxy_drain,
 }
