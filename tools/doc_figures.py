@@ -277,6 +277,14 @@ def prod_proxy_drain(facts: Facts) -> str:
     return f"{_seconds(proxy['shutdown']['drainTimeout'])} s"
 
 
+def helm_timeout(facts: Facts) -> str:
+    """The timeout every Helm release of prod's render waits (one figure; an outlier fails here)."""
+    releases = [r for r in facts.render(stack_file_path(PROD).resolve()).resources
+                if r["type"] == "kubernetes:helm.sh/v3:Release"]
+    (timeout,) = {release["inputs"]["timeout"] for release in releases}
+    return f"{timeout} s"
+
+
 def prod_timeouts(facts: Facts) -> str:
     """request-path.md's table of every timeout on prod's path, each value read from prod's render."""
     from components.edge import NLB_TCP_IDLE_SECONDS
@@ -371,6 +379,7 @@ GENERATORS: dict[str, Callable[[Facts], str]] = {
     "calibration-checked-logs": calibration_checked_logs,
     "prod-drain": prod_drain,
     "prod-timeouts": prod_timeouts,
+    "helm-timeout": helm_timeout,
     "nlb-idle": nlb_idle,
     "prod-stream-idle": prod_stream_idle,
     "prod-buffer-limit": prod_buffer_limit,
