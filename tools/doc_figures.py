@@ -34,7 +34,7 @@ def _minutes(seconds: float) -> str:
     return f"{round(seconds / 60):,} minutes"
 
 
-def test_count(facts: Facts) -> str:
+def suite_size(facts: Facts) -> str:
     return f"about {round(facts.test_count / TEST_COUNT_STEP) * TEST_COUNT_STEP:,} tests"
 
 
@@ -321,6 +321,8 @@ def prod_timeouts(facts: Facts) -> str:
         picker_ready = picker["containers"][0]["readinessProbe"]
         drain = _seconds(_flag(picker["containers"][0]["args"], "--drain-timeout"))
         rows += [
+            # Not ours to set: Envoy AI Gateway v1.1.0 fixes its ext_proc filter's message_timeout at
+            # 300 s (read in its source; request-path.md's routing table has the same row).
             ("endpoint picker", "ext_proc filter `message_timeout` (Envoy AI Gateway, fixed)", "300 s",
              "bounds each wait for the picker's answer to one message, not the stream (read from the source)"),
             ("endpoint picker", f"readiness gRPC every {picker_ready['periodSeconds']} s, "
@@ -355,7 +357,7 @@ def prod_timeouts(facts: Facts) -> str:
 
 
 GENERATORS: dict[str, Callable[[Facts], str]] = {
-    "test-count": test_count,
+    "test-count": suite_size,
     "prod-startup-budget": prod_startup_budget,
     "prod-scale-down-window": prod_scale_down_window,
     "prod-replica-add-terms": prod_replica_add_terms,
