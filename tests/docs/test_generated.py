@@ -209,7 +209,7 @@ def test_every_command_in_a_fence_runs_offline(page, command, stack_dir, monkeyp
     for line in recipe:
         if line[:3] in STACKS_COMMANDS:
             assert _run_stacks(line[3:], stack_dir, monkeypatch) == expected, capsys.readouterr()
-        else:
+        elif line[0] != "echo":  # a target saying what it does
             # The suite itself is the one command a test cannot run; anything else needs a runner here,
             # or the block's first line `# needs the cloud`.
             assert line[:3] == SUITE_COMMAND, f"{page}: `{' '.join(line)}` is not run by any test"
