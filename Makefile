@@ -10,7 +10,7 @@ SCAN_STAMP := $(SCAN_VENV)/.installed
 # create it for a local pack (`--policy-pack policies`).
 POLICY_STAMP := policies/.venv/.installed
 
-.PHONY: help bench render test lint scan golden reference-fixtures config-docs planner-docs secrets-set preview up clean policy-check diff
+.PHONY: help bench render test lint scan golden reference-fixtures docs config-docs planner-docs secrets-set preview up clean policy-check diff
 
 help:
 	@echo "make render STACK=dev     offline render of a stack into build/<stack>/ (no cloud, no CLI)"
@@ -19,6 +19,7 @@ help:
 	@echo "make lint                 ruff, and the layering contracts (import-linter, pyproject.toml)"
 	@echo "make scan                 Checkov over every stack's render and the workflows, with the reviewed skip list"
 	@echo "make golden               refresh tests/golden/ after an intended change"
+	@echo "make docs                 regenerate every generated figure and table in README.md and docs/"
 	@echo "make config-docs          regenerate the configuration reference in docs/configuration.md"
 	@echo "make planner-docs         regenerate the calibration and benchmark tables in docs/capacity-planner.md"
 	@echo "make reference-fixtures   re-derive tests/fixtures/reference from ../shared/reference"
@@ -73,6 +74,10 @@ lint: $(STAMP)
 golden: $(STAMP)
 	@echo "==> golden: refreshing tests/golden/ from the current renders"
 	$(BIN)/python -m tests.golden.refresh
+
+# Every figure the program computes, in README.md and docs/ (tools/docs.py; includes the two below).
+docs: $(STAMP)
+	$(BIN)/python -m tools.docs
 
 config-docs: $(STAMP)
 	$(BIN)/python -m tools.config_reference --write docs/configuration.md

@@ -3,6 +3,7 @@ each model's OpenAI API, and the NetworkPolicies around the vLLM pods."""
 
 from .edge import Edge, EdgeArgs
 from .objects import (
+    NLB_TCP_IDLE_SECONDS,
     PROMETHEUS_POD_LABELS,
     EdgeSettings,
     Route,
@@ -12,6 +13,7 @@ from .objects import (
 )
 
 __all__ = [
+    "NLB_TCP_IDLE_SECONDS",
     "PROMETHEUS_POD_LABELS",
     "Edge",
     "EdgeArgs",

@@ -133,8 +133,9 @@ class ModelAutoscalingConfig(ConfigModel):
         le=3600,  # the HPA API's maximum stabilization window
         description=(
             "Load must stay low this long before a replica is removed (then one per 2 minutes); unset: the "
-            "planned cold start (at least 300, at most 3600). Shorter than the cold start is rejected: a "
-            "burst would pay a cold start and lose the replica before it served."
+            "time to add a replica (a new GPU node, the image pull, the cold start and `minReadySeconds`; at "
+            "least 300, at most 3600). Shorter than adding a replica takes is rejected: a burst would pay for "
+            "a replica and lose it before it served."
         ),
     )
     scale_up_window_seconds: int = Field(

@@ -137,7 +137,7 @@ def test_planner_examples_are_the_planners_real_output():
     blocks = re.findall(r"^```console\n\$ (.+?)\n(.*?)^```", (DOCS / "capacity-planner.md").read_text(), re.M | re.S)
     assert len(blocks) == 3
     for command, shown in blocks:
-        argv = shlex.split(command)
+        argv = shlex.split(command, comments=True)
         assert argv[:4] == [".venv/bin/python", "-m", "stacks", "plan"]
         out, err = io.StringIO(), io.StringIO()
         plan_cli.main(argv[4:], out, err)

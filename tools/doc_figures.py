@@ -1,0 +1,389 @@
+"""The generated figures of README.md and docs/: block name -> the text between its markers
+(tools/docs.py splices them; docs/testing.md, "Figures, key paths and commands in the docs").
+
+Each reads the code that decides the figure: the planner (`plan --json`), the render of the stack
+that deploys it, the stack files, the workflows. Prose around a figure stays in the page; a table whose
+every value is computed (the request path's timeouts, cold start per backend) is generated whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import yaml
+
+from stacks.config.files import PROJECT_DIR, stack_file_path
+from tools import planner_tables
+from tools.doc_facts import PROD, Facts
+
+WORKFLOWS = PROJECT_DIR / ".github" / "workflows"
+MULTI_NODE_EXAMPLE = PROJECT_DIR / "examples" / "Pulumi.prod-405b.yaml"
+# The plan whose pipeline-parallel split capacity-planner.md describes.
+PIPELINE_PLAN = ("--model", "meta-llama/Llama-3.1-405B-Instruct", "--gpu", "p5.48xlarge", "--max-model-len", "16384",
+                 "--max-nodes-per-replica", "4")
+# How close a test count is quoted ("about 1,350 tests"): one more test must not make a page stale.
+TEST_COUNT_STEP = 50
+
+
+def _seconds(value: str | int) -> int:
+    return int(str(value).removesuffix("s"))
+
+
+def _minutes(seconds: float) -> str:
+    return f"{round(seconds / 60):,} minutes"
+
+
+def suite_size(facts: Facts) -> str:
+    return f"about {round(facts.test_count / TEST_COUNT_STEP) * TEST_COUNT_STEP:,} tests"
+
+
+def prod_startup_budget(facts: Facts) -> str:
+    probe = _vllm_container(facts)["startupProbe"]
+    return f"{probe['failureThreshold']} × {probe['periodSeconds']} s"
+
+
+def prod_scale_down_window(facts: Facts) -> str:
+    scaled = facts.manifest(PROD, "ScaledObject", facts.prod_model.name)
+    behavior = scaled["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+    return f"{behavior['scaleDown']['stabilizationWindowSeconds']:,} s"
+
+
+def prod_replica_add_terms(facts: Facts) -> str:
+    """The terms the default scale-down window adds up (stacks/checks/planning.replica_add_seconds)."""
+    group = facts.prod.gpu_node_group
+    cold = facts.stack_plan()["cold_start_seconds"]
+    ready = facts.manifest(PROD, "Deployment", facts.prod_model.name)["spec"]["minReadySeconds"]
+    total = group.node_ready_seconds + group.image_pull_seconds + cold + ready
+    return (f"{group.node_ready_seconds} s node + {group.image_pull_seconds} s image pull + "
+            f"{cold} s cold start + {ready} s `minReadySeconds` = {total:,} s")
+
+
+def prod_cold_start(facts: Facts) -> str:
+    return f"{facts.stack_plan()['cold_start_seconds']:,} s"
+
+
+
+def prod_read_speed(facts: Facts) -> str:
+    return f"{facts.stack_plan()['storage_read_mib_per_second']:,.0f} MiB/s"
+
+
+def prod_weights_gb(facts: Facts) -> str:
+    from stacks.checks import planning
+
+    return f"{planning.model_architecture(facts.prod_model).weight_bytes / 1e9:.0f} GB"
+
+
+
+
+def prod_node_update(facts: Facts) -> str:
+    dynamics = facts.stack_plan()["dynamics"]
+    return f"about {_minutes(dynamics['node_update_seconds'])}, {dynamics['node_update_extra_nodes']} extra nodes"
+
+
+def prod_longest_await(facts: Facts) -> str:
+    from stacks.offline import awaits
+
+    seconds, _ = awaits.longest_await(facts.render(stack_file_path(PROD).resolve()).resources)
+    return _minutes(seconds)
+
+
+def deploy_timeout(facts: Facts) -> str:
+    """The `pulumi up` job's timeout (tests/test_workflows.py holds it above every stack's await chain)."""
+    workflow = yaml.safe_load((WORKFLOWS / "pulumi-up.yml").read_text())
+    return _minutes(max(job.get("timeout-minutes", 0) for job in workflow["jobs"].values()) * 60)
+
+
+def prod_longest_generation(facts: Facts) -> str:
+    from stacks.checks import planning
+
+    model = facts.prod_model
+    return (f"{planning.generation_seconds(facts.prod, model):,} s, {model.max_model_len:,} tokens at "
+            f"{facts.prod.edge.min_decode_tokens_per_second:g} tokens/s")
+
+
+def prod_cost_per_million(facts: Facts) -> str:
+    plan = facts.stack_plan()
+    perf, cost = plan["performance"], plan["cost"]
+    return (f"${cost['usd_per_replica_hour']:.2f} per hour at {perf['output_tokens_per_second']:,} output tokens/s "
+            f"is ${perf['usd_per_million_output_tokens']:.2f}")
+
+
+def prod_max_replicas_fit(facts: Facts) -> str:
+    """The most replicas of prod's model its node group can hold, as the preview's packing check says."""
+    from components import serving
+    from stacks.checks import planning
+
+    config, model = facts.prod, facts.prod_model
+    most = 0
+    for high in range(1, 257):
+        scaled = model.model_copy(update={"autoscaling": model.autoscaling.model_copy(update={"max_replicas": high})})
+        try:
+            planning.rollout_strategies(config.model_copy(update={"models": [scaled]}))
+        except serving.RolloutError:
+            break
+        most = high
+    group = config.gpu_node_group
+    plan = facts.stack_plan()
+    return (f"Prod ({group.instance_type}, {plan['gpus_per_node']} GPUs, `maxNodes: {group.scaling.max_nodes}`, "
+            f"TP {plan['tensor_parallel_size']}) holds up to {most} replicas of `{model.name}`")
+
+
+def vcpu_quotas(facts: Facts) -> str:
+    from stacks.checks import planning
+
+    parts = []
+    for stack in ("prod", "staging", "dev"):
+        config = facts.config(stack_file_path(stack))
+        instance = planning.resolve_instance_type(config)
+        nodes = config.gpu_node_group.scaling.max_nodes
+        parts.append(f"{stack} {instance.vcpus * nodes:,} ({nodes} x {instance.name} at {instance.vcpus} vCPUs)")
+    return "; ".join(parts)
+
+
+def prod_claim_size(facts: Facts) -> str:
+    from components import serving
+    from stacks.checks import planning
+
+    return f"{serving.weights_volume_gib(planning.model_architecture(facts.prod_model).weight_bytes)} GiB"
+
+
+def _backend_plan(facts: Facts, mib_per_second: float) -> dict[str, Any]:
+    """Prod's model with its own settings, planned on another read speed."""
+    model, plan = facts.prod_model, facts.stack_plan()
+    return facts.plan("--model", model.model_id, "--gpu", plan["gpu"], "--max-model-len", str(model.max_model_len),
+                      "--tp", str(plan["tensor_parallel_size"]), "--gpu-memory-utilization",
+                      f"{model.gpu_memory_utilization:g}", "--storage-read-mib-per-second", f"{mib_per_second:g}")
+
+
+def fsx_default_read(facts: Facts) -> str:
+    from components import storage
+    from stacks.config import FsxLustreConfig
+
+    capacity = FsxLustreConfig.model_fields["storage_capacity_gib"].default
+    unit = FsxLustreConfig.model_fields["per_unit_storage_throughput"].default
+    speed = storage.lustre_read_mib_per_second(capacity, unit)
+    return (f"{capacity} GiB × {unit} MB/s/TiB = {speed:,.0f} MiB/s (prod's 70B: "
+            f"{_backend_plan(facts, speed)['cold_start_seconds']:,} s)")
+
+
+# (label, capacity GiB, MB/s per TiB, source) of the FSx rows in capacity-planner.md's backend table.
+FSX_ROWS = (
+    (2400, 500, "FSx Lustre guide (ssd-storage.html): disk throughput = TiB × per-unit throughput"),
+    (1200, 125, "same"),
+)
+
+
+def cold_start_by_backend(facts: Facts) -> str:
+    from components import storage
+
+    lines = ["", "| backend | read speed planned | source | cold start | startup budget |", "|---|---|---|---|---|"]
+    efs = _backend_plan(facts, storage.EFS_READ_MIB_PER_SECOND)
+    lines.append(f"| `efs` (default) | {storage.EFS_READ_MIB_PER_SECOND:,.0f} MiB/s | EFS guide (performance.html): "
+                 "500 MiBps per client outside the ≤ 1 ms fast path, 1,500 MiBps with it | "
+                 f"{efs['cold_start_seconds']:,} s | {efs['startup_budget_seconds']:,} s |")
+    for capacity, unit, source in FSX_ROWS:
+        speed = storage.lustre_read_mib_per_second(capacity, unit)
+        row = _backend_plan(facts, speed)
+        lines.append(f"| `fsxLustre`, {capacity} GiB × {unit} MB/s/TiB | {speed:,.0f} MiB/s | {source} | "
+                     f"{row['cold_start_seconds']:,} s | {row['startup_budget_seconds']:,} s |")
+    lines += ["| `existingStorageClass` | `readMibPerSecond` | the operator | — | — |", ""]
+    return "\n".join(lines)
+
+
+def pipeline_split(facts: Facts) -> str:
+    plan = facts.plan(*PIPELINE_PLAN)
+    return (f"TP {plan['tensor_parallel_size']} x PP {plan['pipeline_parallel_size']} on "
+            f"{plan['nodes_per_replica']} {plan['gpu']}, {plan['weights_gib_per_gpu']:.2f} GiB of weights and "
+            f"{plan['kv_cache_tokens']:,} KV tokens per GPU")
+
+
+def calibration_within(facts: Facts) -> str:
+    from components import serving
+
+    rows = planner_tables.checkable_logs()
+    within = 0
+    for row in rows:
+        try:
+            planned = planner_tables.plan_logged_boot(row).available_kv_gib_per_gpu
+        except serving.CapacityError:
+            continue
+        within += (row["available_kv_gib"] - planned) / row["available_kv_gib"] <= 0.05
+    return f"{within} of the {len(rows)} rows are within 5 %"
+
+
+def calibration_logs(facts: Facts) -> str:
+    return f"{len(planner_tables.startup_logs())} public startup logs"
+
+
+def calibration_checked_logs(facts: Facts) -> str:
+    return f"{len(planner_tables.checkable_logs())} public startup logs"
+
+
+def prod_drain(facts: Facts) -> str:
+    """How long a stopping vLLM pod of prod's may take, from its render."""
+    pod = facts.manifest(PROD, "Deployment", facts.prod_model.name)["spec"]["template"]["spec"]
+    vllm = pod["containers"][0]
+    pre_stop = vllm["lifecycle"]["preStop"]["exec"]["command"][-1]
+    shutdown = int(_flag(vllm["args"], "--shutdown-timeout"))
+    margin = pod["terminationGracePeriodSeconds"] - int(pre_stop) - shutdown
+    return (f"{pod['terminationGracePeriodSeconds']} s to stop (preStop {pre_stop} s + `--shutdown-timeout` "
+            f"{shutdown} s + {margin} s)")
+
+
+def multi_node_example_cost(facts: Facts) -> str:
+    from stacks.checks import planning
+
+    config = facts.config(MULTI_NODE_EXAMPLE)
+    total = planning.stack_cost(config)
+    plan = planning.model_plan(config, config.models[0])
+    per_replica = total.usd_per_hour * plan.nodes_per_replica
+    return (f"${per_replica:,.2f} an hour per replica, ${total.at(total.nodes_at_min):,.2f} for its "
+            f"{total.nodes_at_min} nodes")
+
+
+def _vllm_container(facts: Facts) -> dict[str, Any]:
+    deployment = facts.manifest(PROD, "Deployment", facts.prod_model.name)
+    return deployment["spec"]["template"]["spec"]["containers"][0]
+
+
+def _flag(args: list[str], name: str) -> str:
+    for index, arg in enumerate(args):
+        if arg == name:
+            return args[index + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    raise KeyError(name)
+
+
+def nlb_idle(facts: Facts) -> str:
+    from components.edge import NLB_TCP_IDLE_SECONDS
+
+    return f"{NLB_TCP_IDLE_SECONDS} s"
+
+
+def prod_stream_idle(facts: Facts) -> str:
+    client = facts.manifest(PROD, "ClientTrafficPolicy", "llm-serving")["spec"]
+    return f"{_seconds(client['timeout']['http']['streamIdleTimeout'])} s"
+
+
+def prod_buffer_limit(facts: Facts) -> str:
+    limit = facts.manifest(PROD, "ClientTrafficPolicy", "llm-serving")["spec"]["connection"]["bufferLimit"]
+    return limit.replace("Mi", " MiB")
+
+
+def prod_proxy_drain(facts: Facts) -> str:
+    proxy = facts.manifest(PROD, "EnvoyProxy", "llm-serving-proxy")["spec"]
+    return f"{_seconds(proxy['shutdown']['drainTimeout'])} s"
+
+
+def helm_timeout(facts: Facts) -> str:
+    """The timeout every Helm release of prod's render waits (one figure; an outlier fails here)."""
+    releases = [r for r in facts.render(stack_file_path(PROD).resolve()).resources
+                if r["type"] == "kubernetes:helm.sh/v3:Release"]
+    (timeout,) = {release["inputs"]["timeout"] for release in releases}
+    return f"{timeout} s"
+
+
+def prod_timeouts(facts: Facts) -> str:
+    """request-path.md's table of every timeout on prod's path, each value read from prod's render."""
+    from components.edge import NLB_TCP_IDLE_SECONDS
+    from stacks.checks import planning
+
+    name = facts.prod_model.name
+    client = facts.manifest(PROD, "ClientTrafficPolicy", "llm-serving")["spec"]
+    backend = facts.manifest(PROD, "BackendTrafficPolicy", name)["spec"]
+    route = facts.manifest(PROD, "HTTPRoute", name)["spec"]
+    proxy = facts.manifest(PROD, "EnvoyProxy", "llm-serving-proxy")["spec"]
+    deployment = facts.manifest(PROD, "Deployment", name)["spec"]
+    pod = deployment["template"]["spec"]
+    vllm = pod["containers"][0]
+    ready, live, start = vllm["readinessProbe"], vllm["livenessProbe"], vllm["startupProbe"]
+    pre_stop = vllm["lifecycle"]["preStop"]["exec"]["command"][-1]
+    shutdown = _flag(vllm["args"], "--shutdown-timeout")
+    annotations = proxy["provider"]["kubernetes"]["envoyService"]["annotations"]
+    deregistration = annotations["service.beta.kubernetes.io/aws-load-balancer-target-group-attributes"]
+    rows = [
+        ("NLB", "TCP idle timeout (AWS, fixed)", f"{NLB_TCP_IDLE_SECONDS} s",
+         "the NLB drops a flow silent that long, so every idle timeout behind it is shorter"),
+        ("Envoy, client side", "`streamIdleTimeout`", f"{_seconds(client['timeout']['http']['streamIdleTimeout'])} s",
+         "ends a stream from a hung engine before the NLB silently drops it"),
+        ("Envoy, route", "`timeouts.request` and BackendTrafficPolicy `requestTimeout`",
+         f"`{route['rules'][0]['timeouts']['request']}` (none)", "the 15 s default would cut every longer generation"),
+        ("Envoy, upstream", "`connectionIdleTimeout`",
+         f"{_seconds(backend['timeout']['http']['connectionIdleTimeout'])} s",
+         "uvicorn closes idle keep-alives after 5 s; reusing a closed socket fails a POST"),
+        ("Envoy, upstream", "retries", str(backend["retry"]["numRetries"]),
+         "a retried POST re-runs a whole generation"),
+    ]
+    if planning.routing_mode(facts.prod, facts.prod_model).value == "inferencePool":
+        picker = facts.manifest(PROD, "Deployment", f"{name}-epp")["spec"]["template"]["spec"]
+        picker_ready = picker["containers"][0]["readinessProbe"]
+        drain = _seconds(_flag(picker["containers"][0]["args"], "--drain-timeout"))
+        rows += [
+            # Not ours to set: Envoy AI Gateway v1.1.0 fixes its ext_proc filter's message_timeout at
+            # 300 s (read in its source; request-path.md's routing table has the same row).
+            ("endpoint picker", "ext_proc filter `message_timeout` (Envoy AI Gateway, fixed)", "300 s",
+             "bounds each wait for the picker's answer to one message, not the stream (read from the source)"),
+            ("endpoint picker", f"readiness gRPC every {picker_ready['periodSeconds']} s, "
+             f"{picker_ready['failureThreshold']} failures", "",
+             "a draining or unsynced picker leaves the headless Service's DNS, so Envoy stops choosing it"),
+            ("endpoint picker", "`--drain-timeout`; `terminationGracePeriodSeconds`",
+             f"{drain:,} s; {picker['terminationGracePeriodSeconds']:,} s",
+             "the longest stream the route allows, so a picker rollout never cuts the streams passing through it"),
+        ]
+    rows += [
+        ("vLLM pod", f"startup `/health` every {start['periodSeconds']} s, {start['failureThreshold']} failures",
+         f"{start['periodSeconds'] * start['failureThreshold']:,} s",
+         "twice the planned cold start: a slow weights read is not a crash"),
+        ("vLLM pod", f"readiness `/health` every {ready['periodSeconds']} s, {ready['failureThreshold']} failures", "",
+         "the server listens only after weights, KV profiling and graph capture: ready means warm"),
+        ("vLLM pod", f"liveness `/health` every {live['periodSeconds']} s, {live['timeoutSeconds']} s timeout, "
+         f"{live['failureThreshold']} failures", f"{live['periodSeconds'] * live['failureThreshold']} s",
+         "a busy engine answers slowly; killing it turns a spike into an outage"),
+        ("vLLM pod", "`preStop` sleep", f"{pre_stop} s",
+         "the pod keeps serving until endpoint removal reaches every proxy"),
+        ("vLLM pod", "`--shutdown-timeout`", f"{shutdown} s",
+         "in-flight requests finish on SIGTERM (vLLM's default 0 aborts them)"),
+        ("vLLM pod", "`terminationGracePeriodSeconds`", f"{pod['terminationGracePeriodSeconds']} s",
+         "preStop + shutdown timeout + 30 s, so SIGKILL never cuts the drain"),
+        ("Envoy and NLB", "`shutdown.drainTimeout`, deregistration delay",
+         f"{_seconds(proxy['shutdown']['drainTimeout'])} s; {deregistration.split('=')[1]} s",
+         "a proxy or target going away lets its open streams finish"),
+    ]
+    lines = ["", "| stage | setting | value | why this value |", "|---|---|---|---|"]
+    lines += [f"| {stage} | {setting} | {value} | {why} |" for stage, setting, value, why in rows]
+    return "\n".join([*lines, ""])
+
+
+GENERATORS: dict[str, Callable[[Facts], str]] = {
+    "test-count": suite_size,
+    "prod-startup-budget": prod_startup_budget,
+    "prod-scale-down-window": prod_scale_down_window,
+    "prod-replica-add-terms": prod_replica_add_terms,
+    "prod-cold-start": prod_cold_start,
+    "prod-read-speed": prod_read_speed,
+    "prod-weights-gb": prod_weights_gb,
+    "prod-node-update": prod_node_update,
+    "prod-longest-await": prod_longest_await,
+    "deploy-timeout": deploy_timeout,
+    "prod-longest-generation": prod_longest_generation,
+    "prod-cost-per-million": prod_cost_per_million,
+    "prod-max-replicas-fit": prod_max_replicas_fit,
+    "prod-claim-size": prod_claim_size,
+    "vcpu-quotas": vcpu_quotas,
+    "fsx-default-read": fsx_default_read,
+    "cold-start-by-backend": cold_start_by_backend,
+    "pipeline-split": pipeline_split,
+    "calibration-within": calibration_within,
+    "multi-node-example-cost": multi_node_example_cost,
+    "calibration-logs": calibration_logs,
+    "calibration-checked-logs": calibration_checked_logs,
+    "prod-drain": prod_drain,
+    "prod-timeouts": prod_timeouts,
+    "helm-timeout": helm_timeout,
+    "nlb-idle": nlb_idle,
+    "prod-stream-idle": prod_stream_idle,
+    "prod-buffer-limit": prod_buffer_limit,
+    "prod-proxy-drain": prod_proxy_drain,
+}
