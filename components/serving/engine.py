@@ -26,11 +26,15 @@ MANAGED_FLAGS = frozenset(
         "--tensor-parallel-size", "-tp", "--kv-cache-dtype", "--quantization", "-q", "--max-num-seqs",
         "--max-num-batched-tokens", "--enable-prefix-caching", "--no-enable-prefix-caching",
         "--disable-prefix-caching", "--chat-template", "--tokenizer", "--port", "--host", "--api-key",
-        "--shutdown-timeout", "--revision", "--tokenizer-revision", "--download-dir", "--load-format",
+        "--shutdown-timeout", "--sse-keep-alive-interval", "--revision", "--tokenizer-revision", "--download-dir", "--load-format",
         "--pipeline-parallel-size", "-pp", "--nnodes", "-n", "--node-rank", "-r", "--master-addr",
         "--master-port", "--headless", "--distributed-executor-backend",
     }
 )
+# vLLM 0.33.0 `--sse-keep-alive-interval` (serve-flags.json: "Send an SSE keep-alive comment line every
+# this many seconds when a ... streaming response is idle (queued, prefill, or between tokens)"; the
+# default 0 sends none). Far below every idle timeout on the path (timing.edge_relations checks it).
+SSE_KEEP_ALIVE_SECONDS = 15
 # torch.distributed's rendezvous port on the leader (vLLM's --master-port default, serve-flags 0.33.0).
 MASTER_PORT = 29501
 
@@ -86,8 +90,11 @@ def engine_args(s: EngineSettings) -> list[str]:
         "--enable-prefix-caching" if s.enable_prefix_caching else "--no-enable-prefix-caching",
         "--port", str(PORT),
         # vLLM's default 0 aborts in-flight requests on SIGTERM, cutting every open stream during a
-        # rollout (serve-flags.json 0.33.0: "0 = abort, >0 = wait").
+        # rollout (serve-flags.json 0.33.0: "0 = abort, >0 = wait"). The stream bound (timing.py).
         "--shutdown-timeout", str(s.shutdown_timeout_seconds),
+        # A comment line while a stream waits in the queue, in prefill or between slow tokens, so no
+        # idle timeout on the path (Envoy's stream idle, the NLB's 350 s) mistakes it for a dead one.
+        "--sse-keep-alive-interval", str(SSE_KEEP_ALIVE_SECONDS),
     ]
     if s.pipeline_parallel_size > 1:
         args += ["--pipeline-parallel-size", str(s.pipeline_parallel_size)]

@@ -5,9 +5,11 @@ the longest generation short). Pure; stacks/checks/__init__.py runs them with th
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
-from stacks.checks.planning import MIN_EDGE_TIMEOUT_SECONDS, edge_timeout_floor, generation_seconds, route_host
+from components import serving
+from stacks.checks.planning import MIN_EDGE_TIMEOUT_SECONDS, generation_seconds, route_host
 from stacks.config import ControllerMode, EdgeAuth, EdgeMode, StackConfig
 from stacks.config.problems import Problem
 
@@ -55,13 +57,14 @@ def edge_rules(config: StackConfig) -> Iterator[Problem]:
             yield Problem(f"models[{model.name}].route.pathPrefix", f"{edge.mode.value} mode cannot strip a path "
                           "prefix; give each model its own host", model.route.path_prefix, "/")
         needed = generation_seconds(config, model)
-        floor = edge_timeout_floor(config, model)
-        timeout = model.route.request_timeout_seconds
-        if timeout and timeout < floor:
-            yield Problem(f"models[{model.name}].route.requestTimeoutSeconds", f"cuts generations short: "
-                          f"{model.max_model_len} tokens at {edge.min_decode_tokens_per_second:g} tokens/s take "
-                          f"{needed} s, and no edge timeout may be under {MIN_EDGE_TIMEOUT_SECONDS} s", timeout,
-                          f">= {floor}, or 0 to disable")
+        bound = model.route.max_stream_seconds
+        planned = math.ceil(model.max_model_len * model.slo.itl_p95_seconds + model.slo.ttft_p95_seconds)
+        floor = min(serving.MAX_STREAM_SECONDS, max(MIN_EDGE_TIMEOUT_SECONDS, planned))
+        if bound is not None and bound < floor:
+            yield Problem(f"models[{model.name}].route.maxStreamSeconds", f"cuts generations short: "
+                          f"{model.max_model_len} tokens at the {model.slo.itl_p95_seconds:g} s ITL objective after "
+                          f"the {model.slo.ttft_p95_seconds:g} s TTFT objective take {planned} s", bound,
+                          f">= {floor}, or unset")
         if edge.mode is EdgeMode.ALB and needed > ALB_MAX_IDLE_TIMEOUT_SECONDS:
             yield Problem(f"models[{model.name}].maxModelLen", f"a non-streamed response of {model.max_model_len} "
                           f"tokens at {edge.min_decode_tokens_per_second:g} tokens/s takes {needed} s, beyond the "
