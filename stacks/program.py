@@ -209,8 +209,9 @@ def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType
 
 
 def alb_idle_timeout(config: StackConfig) -> int:
-    """Long enough for the longest non-streamed generation (the ALB sees no byte until the end)."""
-    longest = max(checks.edge_timeout_floor(config, m) for m in config.models)
+    """Long enough for the longest non-streamed generation (the ALB sees no byte until the end), and so
+    for the longest stream the edge admits."""
+    longest = max(max(checks.edge_timeout_floor(config, m), timing.stream_seconds(m)) for m in config.models)
     return min(checks.ALB_MAX_IDLE_TIMEOUT_SECONDS, max(longest, config.edge.stream_idle_timeout_seconds))
 
 

@@ -26,7 +26,8 @@ MANAGED_FLAGS = frozenset(
         "--tensor-parallel-size", "-tp", "--kv-cache-dtype", "--quantization", "-q", "--max-num-seqs",
         "--max-num-batched-tokens", "--enable-prefix-caching", "--no-enable-prefix-caching",
         "--disable-prefix-caching", "--chat-template", "--tokenizer", "--port", "--host", "--api-key",
-        "--shutdown-timeout", "--sse-keep-alive-interval", "--revision", "--tokenizer-revision", "--download-dir", "--load-format",
+        "--shutdown-timeout", "--sse-keep-alive-interval", "--revision", "--tokenizer-revision", "--download-dir",
+        "--load-format",
         "--pipeline-parallel-size", "-pp", "--nnodes", "-n", "--node-rank", "-r", "--master-addr",
         "--master-port", "--headless", "--distributed-executor-backend",
     }

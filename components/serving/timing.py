@@ -169,7 +169,8 @@ def drain_relations(drains: ModelDrains) -> list[Relation]:
 
 
 def edge_relations(edge: EdgeDrains, stream_idle_seconds: int, lb_idle_seconds: int | None) -> list[Relation]:
-    """Envoy and the load balancer hold the longest stream; idle timeouts close inner hops first."""
+    """Envoy and the load balancer hold the longest stream; Envoy's idle timeout closes before the NLB's
+    (`lb_idle_seconds`: the NLB in front of Envoy; None without one)."""
     rows: list[Relation] = []
     bound = edge.stream_seconds
     if edge.envoy_drain_seconds is not None and edge.envoy_grace_seconds is not None:
@@ -186,7 +187,7 @@ def edge_relations(edge: EdgeDrains, stream_idle_seconds: int, lb_idle_seconds: 
                              f"the {lb} resets a removed target's open flows when the delay ends"))
     if lb_idle_seconds is not None:
         rows.append(Relation("edge: stream idle timeout", stream_idle_seconds, "<", lb_idle_seconds,
-                             "load balancer idle timeout", "the load balancer drops a silent stream without a reset",
+                             "the NLB's TCP idle timeout", "the NLB drops a silent flow without telling Envoy",
                              "edge.streamIdleTimeoutSeconds"))
     rows.append(Relation("vLLM --sse-keep-alive-interval", SSE_KEEP_ALIVE_SECONDS, "<", stream_idle_seconds,
                          "stream idle timeout", "a queued or slow stream looks idle and is cut",

@@ -39,10 +39,7 @@ def edge_rules(config: StackConfig) -> Iterator[Problem]:
     if edge.auth is not EdgeAuth.VLLM_API_KEY and edge.mode is not EdgeMode.GATEWAY:
         yield Problem("edge.auth", f"gateway authentication needs mode gateway, not {edge.mode.value}",
                       edge.auth.value, "vllm-api-key")
-    if edge.mode is EdgeMode.GATEWAY and edge.stream_idle_timeout_seconds >= NLB_IDLE_SECONDS:
-        yield Problem("edge.streamIdleTimeoutSeconds", f"the NLB in front of Envoy drops flows silent for "
-                      f"{NLB_IDLE_SECONDS} s without telling Envoy", edge.stream_idle_timeout_seconds,
-                      f"< {NLB_IDLE_SECONDS}")
+    # The stream idle timeout against the NLB's is a timing rule (stacks/checks/timing.py).
     if edge.auth is EdgeAuth.JWT and edge.jwt is None:
         yield Problem("edge.jwt", "auth jwt needs an issuer and a JWKS URI", None, "jwt.issuer and jwt.jwksUri")
     seen: dict[tuple[str, str], str] = {}

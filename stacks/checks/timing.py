@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from components import serving
 from stacks.checks.edge import NLB_IDLE_SECONDS
 from stacks.checks.planning import (
+    MAX_SCALE_DOWN_WINDOW_SECONDS,
     footprint,
     model_plan,
     replica_add_seconds,
@@ -101,8 +102,9 @@ def dynamics_relations(config: StackConfig, model: ModelConfig) -> list[serving.
     plan = model_plan(config, model)
     rows = [
         serving.Relation(f"{m}: scale-down window", scale_down_window(config, model, plan), ">=",
-                         min(replica_add_seconds(config, model, plan), 3600), "adding a replica (new node)",
-                         "a burst pays for a node and a cold start and loses the replica before it served",
+                         min(replica_add_seconds(config, model, plan), MAX_SCALE_DOWN_WINDOW_SECONDS),
+                         "adding a replica (a node, the image pull and the cold start)",
+                         "a burst would pay for a replica and lose it before it served",
                          f"models[{m}].autoscaling.scaleDownWindowSeconds"),
     ]
     if model.pipeline_parallel_size == 1:
@@ -133,7 +135,7 @@ def timing_rules(config: StackConfig) -> Iterator[Problem]:
             model_plan(config, model)
     except (serving.CapacityError, serving.RolloutError):
         return
-    for relation in serving.timing_problems(relations(config)):
-        yield Problem(relation.key or relation.path, f"{relation.path}: {relation.why}",
-                      relation.left_seconds, f"{relation.op} {relation.right_seconds} ({relation.right_label})")
+    for r in serving.timing_problems(relations(config)):
+        yield Problem(r.key or r.path, f"{r.path} must be {r.op} {r.right_label} ({r.right_seconds:,} s): {r.why}",
+                      r.left_seconds, f"{r.op} {r.right_seconds}")
 

@@ -443,12 +443,23 @@ def _replica_cost(result: CapacityPlan) -> dict[str, object]:
 
 
 def _print(result: CapacityPlan, found: dict[str, object], cost: dict[str, object],
-           perf: dict[str, object], as_json: bool, out: TextIO) -> int:
+           perf: dict[str, object], as_json: bool, out: TextIO,
+           timing_rows: list[tuple[str, str, str]] | None = None) -> int:
+    """The plan; with a stack, also its timing rules (stacks/checks/timing.py) as rule, numbers, verdict."""
     if as_json:
         document = {**result.to_json(), "dynamics": found, "cost": cost, "performance": perf}
+        if timing_rows is not None:
+            document["timing"] = [{"rule": rule, "numbers": numbers, "holds": verdict == "ok"}
+                                  for rule, numbers, verdict in timing_rows]
         print(json.dumps(document, sort_keys=True, indent=2), file=out)
     else:
         print(render_table(result, found, cost, perf), file=out)
+        if timing_rows is not None:
+            width = max(len(rule) for rule, _, _ in timing_rows)
+            numbers_width = max(len(numbers) for _, numbers, _ in timing_rows)
+            print("\ntiming (stream bound, drains, awaits):", file=out)
+            for rule, numbers, verdict in timing_rows:
+                print(f"  {rule.ljust(width)}  {numbers.ljust(numbers_width)}  {verdict}", file=out)
     return EXIT_OK
 
 
@@ -456,6 +467,7 @@ def _stack_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """The plan, dynamics and cost of one model exactly as `args.stack` deploys it."""
     from stacks import environment
     from stacks.checks import planning
+    from stacks.checks import timing as stack_timing
     from stacks.config import files as stack_files  # the stack layer, only in this mode
     from stacks.config.problems import ConfigError
 
@@ -487,4 +499,5 @@ def _stack_plan(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                  "stack_usd_per_hour_at_max": total.at(total.nodes_at_max), "stack_price_note": total.price_note})
     perf = stack_model_performance(config, model, result, cost, prompt_tokens=args.prompt_tokens,
                                    output_tokens=args.output_tokens)
-    return _print(result, found, cost, perf, args.json, out)
+    rows = serving.timing_table(stack_timing.relations(config))
+    return _print(result, found, cost, perf, args.json, out, rows)

@@ -3,6 +3,7 @@ and streaming settings; and the rejections for routes that cannot use a pool."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import pytest
@@ -61,16 +62,21 @@ def test_prods_picker_runs_two_active_replicas_that_drain_for_the_longest_stream
     pod = spec["template"]["spec"]
     (container,) = pod["containers"]
     assert container["image"] == "ghcr.io/llm-d/llm-d-router-endpoint-picker:v0.10.0"
-    # prod's route has no request timeout, so the longest stream is 16,384 tokens at 10 tokens/s.
+    # prod's stream bound: 16,384 tokens at the 0.1 s ITL objective after the 2 s TTFT objective, plus 10 %.
     assert container["args"] == [
         "--pool-name", MODEL, "--pool-namespace", "llm-serving", "--pool-group", "inference.networking.k8s.io",
         "--config-file", "/config/config.yaml", "--grpc-port", "9002", "--grpc-health-port", "9003",
-        "--metrics-port", "9090", "--drain-timeout=1639s", "--metrics-endpoint-auth=false", "--enable-pprof=false",
+        "--metrics-port", "9090", "--drain-timeout=1805s", "--metrics-endpoint-auth=false", "--enable-pprof=false",
         "--tracing=false", "--zap-encoder", "json",
     ]
     # No leader election: every replica is Ready, so the rollout and the PDB work and failover is the Service's.
     assert not any("leader-election" in arg for arg in container["args"])
-    assert pod["terminationGracePeriodSeconds"] == 1639 + 30
+    assert pod["terminationGracePeriodSeconds"] == 1805 + 30
+    # A config change rolls the pickers: they read the file once, at startup.
+    config = _by(rendered["prod"], "ConfigMap", f"{MODEL}-epp")["data"]
+    annotations = spec["template"]["metadata"]["annotations"]
+    assert annotations == {"llm-serving/picker-config-sha256": hashlib.sha256(
+        f"config.yaml\0{config['config.yaml']}\0".encode()).hexdigest()}
     assert container["readinessProbe"] == {"grpc": {"port": 9003, "service": "readiness"}, "periodSeconds": 2,
                                            "failureThreshold": 2}
     assert container["livenessProbe"] == {"grpc": {"port": 9003, "service": "liveness"}, "initialDelaySeconds": 10,
@@ -119,10 +125,10 @@ def test_prods_route_names_the_pool_and_keeps_every_streaming_setting(rendered):
     prod, dev = rendered["prod"], rendered["dev"]
     (rule,) = _by(prod, "HTTPRoute", MODEL)["spec"]["rules"]
     assert rule["backendRefs"] == [{"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": MODEL}]
-    assert rule["timeouts"] == {"request": "0s"}
+    assert rule["timeouts"] == {"request": "1805s"}
     policy = _by(prod, "BackendTrafficPolicy", MODEL)["spec"]
     assert policy["retry"] == {"numRetries": 0} and "requestBuffer" not in policy
-    assert policy["timeout"]["http"]["requestTimeout"] == "0s"
+    assert policy["timeout"]["http"]["requestTimeout"] == "1805s"
     # dev has one replica: its route keeps the Service, and no AI Gateway is installed.
     (dev_rule,) = _by(dev, "HTTPRoute", "llama-8b")["spec"]["rules"]
     assert dev_rule["backendRefs"] == [{"group": "", "kind": "Service", "name": "llama-8b", "port": 8000}]

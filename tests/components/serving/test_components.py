@@ -39,7 +39,9 @@ def test_prod_container_args_are_the_seeds_flags_with_tp_from_the_planner(render
         "--max-num-batched-tokens", "8192",
         "--enable-prefix-caching",
         "--port", "8000",
-        "--shutdown-timeout", "300",
+        # The stream bound: 16,384 tokens at the 0.1 s ITL objective after the 2 s TTFT, plus 10 %.
+        "--shutdown-timeout", "1805",
+        "--sse-keep-alive-interval", "15",
     ]
 
 
@@ -137,7 +139,7 @@ def test_resources_selectors_and_tolerations(rendered):
 def test_drain_lets_streams_finish(rendered):
     spec = deployment(rendered)["spec"]["template"]["spec"]
     assert container(rendered)["lifecycle"] == {"preStop": {"exec": {"command": ["sleep", "15"]}}}
-    assert spec["terminationGracePeriodSeconds"] == 345 > 15 + 300
+    assert spec["terminationGracePeriodSeconds"] == 1850 == 15 + 1805 + 30
     assert deployment(rendered)["spec"]["strategy"] == {
         "type": "RollingUpdate",
         "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
@@ -298,9 +300,13 @@ def test_engine_waits_as_long_as_the_startup_probe_and_pulumi_waits_for_every_re
     env = {e["name"]: e.get("value") for e in container(rendered)["env"]}
     assert env["VLLM_ENGINE_READY_TIMEOUT_S"] == "1020"
     deploy = rendered["prod"].wiring[f"kubernetes:apps/v1:Deployment::{MODEL}-deployment"]
-    # Up to 4 replicas surged one at a time, each an image pull plus its startup budget plus
-    # minReadySeconds, then a node's start and 15 minutes of slack.
-    assert deploy["customTimeouts"]["create"] == f"{4 * (300 + 1020 + 30) + 300 + 900}s"
+    # Up to 4 replicas surged one at a time: three planned steps (image pull, 510 s cold start,
+    # minReadySeconds), the last up to the progress deadline (startup budget, node and pull, 5 min),
+    # then 2 minutes: a stuck last step fails the `up` 2 minutes after Kubernetes gives up.
+    deadline = 1020 + 300 + 300 + 300
+    assert deployment(rendered)["spec"]["progressDeadlineSeconds"] == deadline
+    assert deploy["customTimeouts"] == {"create": f"{3 * (300 + 510 + 30) + deadline + 120}s",
+                                        "update": "4560s", "delete": f"{15 + 1805 + 30 + 300}s"}
 
 
 def test_network_policies_exist_before_the_weights_are_staged(rendered):

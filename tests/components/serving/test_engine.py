@@ -36,6 +36,8 @@ def test_prod_engine_args_are_explicit_and_exist_in_the_pinned_vllm():
         "--enable-prefix-caching",
         "--port", "8000",
         "--shutdown-timeout", "300",
+        # Keep-alive comments on idle streams: the pinned vLLM has the flag (serve-flags 0.33.0).
+        "--sse-keep-alive-interval", "15",
     ]
     assert reference.vllm_flag_errors(args) == []
 
