@@ -171,14 +171,17 @@ class VllmDeployment(pulumi.ComponentResource):
                         else selector
                     ),
                     "tolerations": args.tolerations,
-                    # Replicas on different nodes: losing one node loses one replica, not all.
+                    # Replicas on different nodes and zones: losing one node or zone loses one replica,
+                    # not all. Preferences only (ScheduleAnyway): a replica must never wait for a GPU
+                    # node in another zone, and dev runs one zone; nothing moves a placed replica later.
                     "topologySpreadConstraints": [
                         {
                             "maxSkew": 1,
-                            "topologyKey": "kubernetes.io/hostname",
+                            "topologyKey": key,
                             "whenUnsatisfiable": "ScheduleAnyway",
                             "labelSelector": {"matchLabels": selector},
                         }
+                        for key in ("kubernetes.io/hostname", "topology.kubernetes.io/zone")
                     ],
                     "terminationGracePeriodSeconds": engine.termination_grace_seconds(
                         settings.shutdown_timeout_seconds

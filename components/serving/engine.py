@@ -156,16 +156,19 @@ class Probes:
 def probes(startup_budget_seconds: int) -> Probes:
     """Startup: the planner's budget, so a slow weight load is never mistaken for a crash (the most
     common complaint about existing charts). Readiness: /health answers only once weights are
-    loaded and CUDA graphs captured (the server starts listening after warm-up). Liveness: lenient,
-    a 10 s timeout and a 90 s window, because an engine at full load answers health checks slowly
-    and killing it turns a spike into an outage."""
+    loaded and CUDA graphs captured (the server starts listening after warm-up); a 10 s timeout and a
+    50 s window, because a saturated engine answers /health slowly and a pod marked unready under load
+    leaves the Service and the InferencePool, shifting its load onto the others (llm-d/llm-d-benchmark
+    PR #1734: 3 x 5 s with a 1 s timeout unreadied saturated vLLM pods; it moved to a 50 s window).
+    Liveness: lenient, a 10 s timeout and a 90 s window, longer than readiness, because an engine at
+    full load answers health checks slowly and killing it turns a spike into an outage."""
     period = 10
     return Probes(
         startup_period_seconds=period,
         startup_failure_threshold=math.ceil(startup_budget_seconds / period),
-        readiness_period_seconds=5,
-        readiness_failure_threshold=3,
-        readiness_timeout_seconds=5,
+        readiness_period_seconds=10,
+        readiness_failure_threshold=5,
+        readiness_timeout_seconds=10,
         liveness_period_seconds=15,
         liveness_failure_threshold=6,
         liveness_timeout_seconds=10,

@@ -3,6 +3,8 @@ Job, the Service and PDB, and how they are wired."""
 
 from __future__ import annotations
 
+import pytest
+
 from components.serving import engine as vllm_engine
 from components.serving import weights
 from tests.support import reference
@@ -63,7 +65,9 @@ def test_probes_startup_budget_from_planner_and_lenient_liveness(rendered):
     c = container(rendered)
     health = {"path": "/health", "port": "http"}
     assert c["startupProbe"] == {"httpGet": health, "periodSeconds": 10, "failureThreshold": 102, "timeoutSeconds": 5}
-    assert c["readinessProbe"] == {"httpGet": health, "periodSeconds": 5, "failureThreshold": 3, "timeoutSeconds": 5}
+    # A saturated engine answers slowly: 50 s of slow or failed answers before it leaves the pool.
+    assert c["readinessProbe"] == {"httpGet": health, "periodSeconds": 10, "failureThreshold": 5,
+                                   "timeoutSeconds": 10}
     assert c["livenessProbe"] == {"httpGet": health, "periodSeconds": 15, "failureThreshold": 6, "timeoutSeconds": 10}
 
 
@@ -316,3 +320,19 @@ def test_network_policies_exist_before_the_weights_are_staged(rendered):
         assert fence in rendered["prod"].wiring[resource]["dependsOn"]
     (job,) = [m for m in rendered["prod"].manifests if m["kind"] == "Job"]
     assert job["metadata"]["annotations"] == {"pulumi.com/replaceUnready": "true"}
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_replicas_spread_over_hosts_and_zones_as_preferences_that_single_zone_dev_still_schedules(rendered, stack):
+    (vllm,) = [m for m in rendered[stack].manifests if m["kind"] == "Deployment"
+               and m["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/component") == "vllm"]
+    spread = vllm["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    selector = {"matchLabels": vllm["spec"]["selector"]["matchLabels"]}
+    assert spread == [{"maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": selector}
+                      for key in ("kubernetes.io/hostname", "topology.kubernetes.io/zone")]
+    # Envoy's two proxies too: preferences only, so one node in one zone (dev) still runs both.
+    envoy = rendered[stack].manifest("EnvoyProxy", "llm-serving-proxy")["spec"]["provider"]["kubernetes"]
+    constraints = envoy["envoyDeployment"]["pod"]["topologySpreadConstraints"]
+    assert [(c["topologyKey"], c["whenUnsatisfiable"]) for c in constraints] == [
+        ("kubernetes.io/hostname", "ScheduleAnyway"), ("topology.kubernetes.io/zone", "ScheduleAnyway")]
+    assert reference.custom_resource_errors(rendered[stack].manifest("EnvoyProxy", "llm-serving-proxy")) == []
