@@ -328,8 +328,8 @@ def test_replicas_spread_over_hosts_and_zones_as_preferences_that_single_zone_de
                and m["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/component") == "vllm"]
     spread = vllm["spec"]["template"]["spec"]["topologySpreadConstraints"]
     selector = {"matchLabels": vllm["spec"]["selector"]["matchLabels"]}
-    assert spread == [{"maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": selector}
-                      for key in ("kubernetes.io/hostname", "topology.kubernetes.io/zone")]
+    assert spread == [{"maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": "ScheduleAnyway",
+                       "labelSelector": selector} for key in ("kubernetes.io/hostname", "topology.kubernetes.io/zone")]
     # Envoy's two proxies too: preferences only, so one node in one zone (dev) still runs both.
     envoy = rendered[stack].manifest("EnvoyProxy", "llm-serving-proxy")["spec"]["provider"]["kubernetes"]
     constraints = envoy["envoyDeployment"]["pod"]["topologySpreadConstraints"]
