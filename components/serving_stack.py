@@ -175,6 +175,7 @@ class ServingStack(pulumi.ComponentResource):
         )
         ModelAutoscaling("autoscaling", args.autoscaling, child, workloads=self._deployments)
         edge = Edge("edge", args.edge, child)
+        edge.add_monitoring(dict(args.monitor_labels), args.runbook_base_url, crds)
         if args.routed_models and args.picker is not None:
             # After the edge: it installs the InferencePool CRD and the gateway extension that calls the pickers.
             routing = InferenceRouting(

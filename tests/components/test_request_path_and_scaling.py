@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 import yaml
 
+from components.edge import ENVOY_METRIC_TYPES
 from components.gpu.counters import COUNTERS
 from components.observability.serving_alerts import KUBE_STATE_METRICS
 from components.routing import PICKER_METRICS, pool_problems
+from components.routing.alerts import PICKER_KUBE_STATE_METRICS
 from stacks import checks
 from stacks.environment import load_stack_file
 from tests.conftest import STACK_FILES, STACK_NAMES, render_file
@@ -250,6 +252,9 @@ def test_every_promql_expression_parses_and_names_known_metrics(rendered, name):
         | {"up"}
         # The endpoint picker's series (llm-d-router v0.10.0); histograms as Prometheus exposes them.
         | {f"{n}{suffix}" for n in PICKER_METRICS for suffix in ("", "_bucket", "_sum", "_count")}
+        # kube-state-metrics' PDB and restart series the picker alerts read, and Envoy's HTTP statistics.
+        | PICKER_KUBE_STATE_METRICS
+        | set(ENVOY_METRIC_TYPES)
     )
     queries = _emitted_queries(rendered[name])
     assert len(queries) > 30

@@ -205,8 +205,20 @@ def test_picker_alerts_page_when_no_picker_is_up(rendered):
     rule = _by(rendered["prod"], "PrometheusRule", "endpoint-picker-alerts")
     (group,) = rule["spec"]["groups"]
     by_name = {r["alert"]: r for r in group["rules"]}
-    assert list(by_name) == ["EndpointPickerDown", "EndpointPickerDegraded", "EndpointPickerErrors",
-                             "EndpointPickerSaturated", "InferencePoolNoReadyEndpoints"]
+    assert list(by_name) == ["EndpointPickerBelowDisruptionBudget", "EndpointPickerRestarting", "EndpointPickerDown",
+                             "EndpointPickerDegraded", "EndpointPickerErrors", "EndpointPickerSaturated",
+                             "InferencePoolNoReadyEndpoints"]
+    # Below the PDB's floor pages within 2 minutes (a flapping picker never holds sum(up) == 0 for one);
+    # any restart warns, since each one sends requests to a dead picker for seconds.
+    below = by_name["EndpointPickerBelowDisruptionBudget"]
+    pdb = 'namespace="llm-serving", poddisruptionbudget="llama-70b-epp"'
+    assert below["expr"] == (f"kube_poddisruptionbudget_status_current_healthy{{{pdb}}} < "
+                             f"kube_poddisruptionbudget_status_desired_healthy{{{pdb}}}")
+    assert (below["for"], below["labels"]["severity"]) == ("2m", "critical")
+    restarts = by_name["EndpointPickerRestarting"]
+    assert restarts["expr"] == ('sum(increase(kube_pod_container_status_restarts_total{namespace="llm-serving", '
+                                'pod=~"llama-70b-epp-[a-z0-9]+-[a-z0-9]+"}[15m])) > 0')
+    assert (restarts["for"], restarts["labels"]["severity"]) == ("0m", "warning")
     down = by_name["EndpointPickerDown"]
     assert down["expr"] == ('sum(up{job="llm-serving/llama-70b-epp"}) == 0 or '
                             'absent(up{job="llm-serving/llama-70b-epp"})')
