@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-HTTP_ROUTE_KINDS = ("HTTPRoute",)
+RULE_NAME = "drains-cover-stream-bound"
 NLB_ATTRIBUTES = "service.beta.kubernetes.io/aws-load-balancer-target-group-attributes"
 ALB_ATTRIBUTES = "alb.ingress.kubernetes.io/target-group-attributes"
 _DEREGISTRATION = re.compile(r"deregistration_delay\.timeout_seconds=(\d+)")

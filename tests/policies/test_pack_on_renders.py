@@ -146,6 +146,7 @@ def test_check_command_reports_and_fails_only_on_mandatory_rules(rendered):
     assert status == 0
     assert "  images-digest-pinned-in-prod [advisory]: 3 violation(s)\n" in text
     assert "  edge-non-buffering [mandatory]: ok\n" in text
+    assert "  drains-cover-stream-bound [mandatory]: ok\n" in text
     text, status = policy_check.report(broken_prod(rendered["prod"]), "prod")
     assert status == 1 and "  autoscaling-not-on-utilisation [mandatory]: 1 violation(s)\n" in text
 
