@@ -111,7 +111,8 @@ def gpu_health_rule_groups(
     on_gpu = f"GPU {gpu} on node {node}"
     xid_regex = "|".join(str(code) for code in sorted(CRITICAL_XIDS))
     # With auto repair, the critical Xids EKS repairs warn while it works and page only if it does not.
-    repaired = sorted(set(CRITICAL_XIDS) & set(AUTO_REPAIR_REBOOT_XIDS + AUTO_REPAIR_REPLACE_XIDS)) if auto_repair else []
+    repairs = set(AUTO_REPAIR_REBOOT_XIDS + AUTO_REPAIR_REPLACE_XIDS)
+    repaired = sorted(set(CRITICAL_XIDS) & repairs) if auto_repair else []
     repaired_regex = "|".join(str(code) for code in repaired)
     unrepaired_regex = "|".join(str(code) for code in sorted(CRITICAL_XIDS) if code not in repaired)
     # Every selector carries job=..., so a second DCGM source (e.g. the GPU Operator's own exporter)
