@@ -10,7 +10,7 @@ SCAN_STAMP := $(SCAN_VENV)/.installed
 # create it for a local pack (`--policy-pack policies`).
 POLICY_STAMP := policies/.venv/.installed
 
-.PHONY: help bench render test lint scan golden reference-fixtures docs config-docs planner-docs secrets-set preview up clean policy-check diff
+.PHONY: help bench render test lint scan golden reference-fixtures docs config-docs planner-docs secrets-set preview up node-group-guard clean policy-check diff
 
 help:
 	@echo "make render STACK=dev     offline render of a stack into build/<stack>/ (no cloud, no CLI)"
@@ -26,7 +26,8 @@ help:
 	@echo "make diff [STACK=prod]    offline diff of a stack (default: every stack) against the merge base with main"
 	@echo "make policy-check         run the policy pack's rules on every stack's offline render"
 	@echo "make preview STACK=prod   pulumi preview (needs the Pulumi CLI and AWS credentials)"
-	@echo "make up STACK=prod        pulumi up (needs the Pulumi CLI and AWS credentials)"
+	@echo "make up STACK=prod        pulumi up (needs the Pulumi CLI and AWS credentials), after node-group-guard"
+	@echo "make node-group-guard STACK=prod  refuse while a pending node-group deletion still hosts replicas (kubectl)"
 
 # First run only (about two minutes): pip prints each package as it collects and installs it (no
 # filter in between: a pipe would hide pip's exit status from make).
@@ -104,8 +105,16 @@ $(POLICY_STAMP): policies/requirements.txt
 preview: $(STAMP) $(POLICY_STAMP) secrets-set
 	pulumi preview --stack $(STACK) --diff --policy-pack policies
 
-up: $(STAMP) $(POLICY_STAMP) secrets-set
+up: $(STAMP) $(POLICY_STAMP) secrets-set node-group-guard
 	pulumi up --stack $(STACK) --policy-pack policies
+
+# A failed node update leaves the old group pending deletion, and the next up deletes it first
+# (pulumi/pulumi#9979): refuse while its nodes still host replicas (tools/node_group_guard.py).
+node-group-guard: $(STAMP)
+	@mkdir -p build
+	pulumi stack export --stack $(STACK) --file build/$(STACK)-state.json
+	kubectl get pods --all-namespaces -o json > build/$(STACK)-pods.json
+	$(BIN)/python -m tools.node_group_guard build/$(STACK)-state.json --pods build/$(STACK)-pods.json --stack $(STACK)
 
 clean:
 	rm -rf build $(VENV) $(SCAN_VENV) policies/.venv .pytest_cache .ruff_cache

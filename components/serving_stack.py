@@ -88,6 +88,7 @@ class ServedModel:
     tmp_gib: int
     strategy: dict  # the Deployment strategy the rollout planner chose
     rollout_timeout_seconds: int
+    delete_timeout_seconds: int  # the pods drain for the stream bound before a delete completes
     pre_start_seconds: int  # a new node plus an image pull, before a surge pod's container starts
     extra_env: tuple[dict, ...] = ()
     efa_interfaces: int = 0  # multi-node groups: each rank requests its node's EFA interfaces
@@ -122,7 +123,8 @@ class ServingStackArgs:
     prometheus_pod_selector: dict[str, str]
     runbook_base_url: str
     # Models routed through an InferencePool, with their pickers' settings; None: every route uses its Service.
-    routed_models: tuple[tuple[str, int, int | None], ...] = ()  # (model name, picker drain seconds, priority)
+    # (model name, picker drain seconds, picker delete timeout seconds, priority)
+    routed_models: tuple[tuple[str, int, int, int | None], ...] = ()
     picker: PickerSettings | None = None
     # Multi-node models: the LeaderWorkerSet chart version (None: no model spans nodes).
     lws_chart_version: str | None = None
@@ -187,6 +189,7 @@ class ServingStack(pulumi.ComponentResource):
         )
         ModelAutoscaling("autoscaling", args.autoscaling, child, workloads=self._deployments)
         edge = Edge("edge", args.edge, child)
+        edge.add_monitoring(dict(args.monitor_labels), args.runbook_base_url, crds)
         if args.routed_models and args.picker is not None:
             # After the edge: it installs the InferencePool CRD and the gateway extension that calls the pickers.
             routing = InferenceRouting(
@@ -205,9 +208,10 @@ class ServingStack(pulumi.ComponentResource):
                             pod_selector=self._pod_selectors[name],
                             port=PORT,
                             drain_seconds=drain,
+                            delete_timeout_seconds=delete,
                             priority=priority,
                         )
-                        for name, drain, priority in args.routed_models
+                        for name, drain, delete, priority in args.routed_models
                     ),
                     picker=args.picker,
                     runbook_base_url=args.runbook_base_url,
@@ -338,6 +342,7 @@ class ServingStack(pulumi.ComponentResource):
                     extra_env=model.extra_env,
                     strategy=model.strategy,
                     rollout_timeout_seconds=model.rollout_timeout_seconds,
+                    delete_timeout_seconds=model.delete_timeout_seconds,
                     pre_start_seconds=model.pre_start_seconds,
                     pod_annotations={SAFE_TO_EVICT_ANNOTATION: "false", API_KEY_REVISION_ANNOTATION: api_key_revision},
                     zone=model.zone,

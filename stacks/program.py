@@ -45,7 +45,7 @@ from components.serving_stack import (
     ServingStackArgs,
 )
 from stacks import checks, environment
-from stacks.checks import planning
+from stacks.checks import planning, timing
 from stacks.checks import platform as platform_checks
 from stacks.config import (
     SECRET_KEYS,
@@ -115,16 +115,12 @@ def load_config() -> StackConfig:
 HUB_DOWNLOAD_MIB_PER_SECOND = 50
 
 
-# Slack on top of the planned rollout before `pulumi up` gives up waiting for a Deployment.
-ROLLOUT_TIMEOUT_SLACK_SECONDS = 900
-
-
 def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType) -> ServedModel:
     """A model's plain values, with TP, the startup budget and the rollout from the planners."""
     plan = planning.model_plan(config, model)
     strategy = planning.rollout_strategies(config)[model.name]
-    timing = planning.timing(config)
-    rollout_timeout = planning.full_rollout_seconds(config, model) + ROLLOUT_TIMEOUT_SLACK_SECONDS
+    dynamics = planning.timing(config)
+    drains = timing.model_drains(config, model)
     architecture = planning.model_architecture(model)
     assert architecture is not None  # guaranteed by checks.check
     tp = plan.tensor_parallel_size
@@ -160,7 +156,7 @@ def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType
             max_num_seqs=model.max_num_seqs,
             max_num_batched_tokens=model.max_num_batched_tokens,
             enable_prefix_caching=model.enable_prefix_caching,
-            shutdown_timeout_seconds=model.shutdown_timeout_seconds,
+            shutdown_timeout_seconds=drains.vllm_shutdown_seconds,
             quantization=model.quantization,
             tokenizer_path=serving.staged_tokenizer_path(model.model_id, tokenizer_revision)
             if tokenizer_revision
@@ -216,16 +212,18 @@ def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType
         cache_gib=model.cache_volume_gib,
         tmp_gib=model.tmp_volume_gib,
         strategy=strategy.manifest(),
-        rollout_timeout_seconds=rollout_timeout,
-        pre_start_seconds=timing.node_ready_seconds + timing.image_pull_seconds,
+        rollout_timeout_seconds=timing.rollout_await_seconds(config, model),
+        delete_timeout_seconds=drains.delete_timeout_seconds,
+        pre_start_seconds=dynamics.node_ready_seconds + dynamics.image_pull_seconds,
         # A multi-node rank takes every EFA interface of its node (a stage is the whole node).
         efa_interfaces=config.gpu_node_group.efa_interfaces if plan.pipeline_parallel_size > 1 else 0,
     )
 
 
 def alb_idle_timeout(config: StackConfig) -> int:
-    """Long enough for the longest non-streamed generation (the ALB sees no byte until the end)."""
-    longest = max(checks.edge_timeout_floor(config, m) for m in config.models)
+    """Long enough for the longest non-streamed generation (the ALB sees no byte until the end), and so
+    for the longest stream the edge admits."""
+    longest = max(max(checks.edge_timeout_floor(config, m), timing.stream_seconds(m)) for m in config.models)
     return min(checks.ALB_MAX_IDLE_TIMEOUT_SECONDS, max(longest, config.edge.stream_idle_timeout_seconds))
 
 
@@ -277,10 +275,11 @@ def edge_args(config: StackConfig, cluster: EksCluster) -> EdgeArgs:
             port=serving.PORT,
             host=checks.route_host(config, m),
             path_prefix=m.route.path_prefix,
-            request_timeout_seconds=m.route.request_timeout_seconds,
+            request_timeout_seconds=timing.model_drains(config, m).route_timeout_seconds,
             stream_idle_timeout_seconds=edge.stream_idle_timeout_seconds,
             request_body_limit_bytes=max(MIN_BODY_LIMIT_BYTES, m.max_model_len * BODY_BYTES_PER_TOKEN),
-            drain_seconds=m.shutdown_timeout_seconds,
+            # Envoy's drain and the load balancer's deregistration delay hold the longest stream.
+            drain_seconds=timing.edge_drains(config).stream_seconds,
             inference_pool=planning.routing_mode(config, m) is RoutingMode.INFERENCE_POOL,
             objective_header=(OBJECTIVE_HEADER, m.name) if m.route.priority is not None else None,
         )
@@ -451,9 +450,10 @@ def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStack
         prometheus_pod_selector=dict(PROMETHEUS_POD_LABELS),
         runbook_base_url=config.observability.runbook_base_url,
         routed_models=tuple(
-            (m.name, planning.picker_drain_seconds(config, m), m.route.priority)
+            (m.name, drains.picker_drain_seconds, drains.delete_timeout_seconds, m.route.priority)
             for m in config.models
-            if planning.routing_mode(config, m) is RoutingMode.INFERENCE_POOL
+            for drains in [timing.model_drains(config, m)]
+            if drains.picker_drain_seconds is not None  # routed through an InferencePool
         ),
         picker=picker_settings(config),
         lws_chart_version=versions.LWS.version if any(m.settings.pipeline_parallel_size > 1 for m in models) else None,

@@ -104,9 +104,10 @@ def test_longest_await_of_prod_is_the_weights_job_then_every_rollout(rendered):
     waiting = [(key, awaits.await_seconds(rendered["prod"].resource(*key.split("::", 1)))) for key in chain]
     assert [(key, s) for key, s in waiting if s] == [
         ("kubernetes:batch/v1:Job::llama-70b-weights-stage", 5683),
-        ("kubernetes:apps/v1:Deployment::llama-70b-deployment", 6600),
+        # The rollout await: three planned 840 s steps, the last up to the 1,920 s progress deadline, + 2 min.
+        ("kubernetes:apps/v1:Deployment::llama-70b-deployment", 4560),
     ]
-    assert seconds == 5683 + 6600
+    assert seconds == 5683 + 4560
 
 
 def test_pull_requests_from_forks_never_run_a_preview_with_the_stacks_role():

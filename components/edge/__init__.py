@@ -1,6 +1,7 @@
 """The streaming-safe edge: Envoy Gateway (default), an AWS ALB or legacy ingress-nginx in front of
 each model's OpenAI API, and the NetworkPolicies around the vLLM pods."""
 
+from .alerts import ENVOY_METRIC_TYPES, edge_alert_groups, envoy_pod_monitor
 from .edge import Edge, EdgeArgs
 from .objects import (
     NLB_TCP_IDLE_SECONDS,
@@ -13,13 +14,16 @@ from .objects import (
 )
 
 __all__ = [
+    "ENVOY_METRIC_TYPES",
     "NLB_TCP_IDLE_SECONDS",
     "PROMETHEUS_POD_LABELS",
     "Edge",
     "EdgeArgs",
     "EdgeSettings",
     "Route",
+    "edge_alert_groups",
     "edge_pod_selector",
+    "envoy_pod_monitor",
     "gateway_injects_upstream_key",
     "network_policies",
 ]

@@ -14,7 +14,7 @@ import pulumi_tls as tls
 
 from components.platform import RESTRICTED, crd_chart, crd_options, helm_release, manifest_resource, namespace
 
-from . import objects
+from . import alerts, objects
 from .objects import EdgeSettings, Route
 
 # `restricted`, checked against gateway-helm v1.9.0 rendered by `helm template` with our values
@@ -150,6 +150,7 @@ class Edge(pulumi.ComponentResource):
 
         # Custom resources wait for the chart that brings their CRDs (and the namespace they live in).
         self._name, self._controller = name, controller
+        self._mode, self._settings = args.mode, args.settings
         pooled = {r.model_name for r in routes if r.inference_pool}
         self._pool_routes = [o for o in manifests if _route_of(o) in pooled]
         after = pulumi.ResourceOptions(parent=self, depends_on=controller)
@@ -158,6 +159,23 @@ class Edge(pulumi.ComponentResource):
                 metadata = obj["metadata"]
                 manifest_resource(f"{name}-{obj['kind'].lower()}-{metadata['name']}", obj, after)
         self.register_outputs({})
+
+    def add_monitoring(self, monitor_labels: dict[str, str], runbook_base_url: str,
+                       crds: list[pulumi.Resource]) -> None:
+        """Gateway mode: scrape the Envoy proxies and alert on the errors users see there; `crds` bring the
+        PodMonitor and PrometheusRule kinds (an installed Prometheus Operator), else they already exist."""
+        if self._mode != "gateway":
+            return
+        settings = self._settings
+        after = pulumi.ResourceOptions(parent=self, depends_on=[*self._controller, *crds])
+        manifest_resource(f"{self._name}-envoy-podmonitor",
+                          alerts.envoy_pod_monitor(settings.gateway_name, settings.namespace, monitor_labels), after)
+        manifest_resource(f"{self._name}-alerts", {
+            "apiVersion": alerts.MONITORING_API, "kind": "PrometheusRule",
+            "metadata": {"name": "edge-alerts", "namespace": settings.namespace,
+                         "labels": {"app.kubernetes.io/part-of": "llm-serving", **monitor_labels}},
+            "spec": {"groups": alerts.edge_alert_groups(settings.gateway_name, settings.namespace, runbook_base_url)},
+        }, after)
 
     def publish_pool_routes(self, pickers: list[pulumi.Resource]) -> None:
         """The routes that name an InferencePool, once its picker is Ready: the gateway fails closed, so

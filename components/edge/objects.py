@@ -318,7 +318,20 @@ def gateway_objects(settings: EdgeSettings, routes: list[Route]) -> list[Manifes
             "provider": {
                 "type": "Kubernetes",
                 "kubernetes": {
-                    "envoyDeployment": {"replicas": 2},
+                    "envoyDeployment": {
+                        "replicas": 2,
+                        # The two proxies on different nodes and zones, as preferences: dev's one CPU node
+                        # in one zone still runs both. Envoy Gateway labels its proxy pods with the
+                        # owning Gateway (gateway.envoyproxy.io/owning-gateway-name) and app name envoy.
+                        "pod": {"topologySpreadConstraints": [
+                            {"maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": "ScheduleAnyway",
+                             "labelSelector": {"matchLabels": {
+                                 "app.kubernetes.io/name": "envoy",
+                                 "gateway.envoyproxy.io/owning-gateway-name": name,
+                                 "gateway.envoyproxy.io/owning-gateway-namespace": edge}}}
+                            for key in ("kubernetes.io/hostname", "topology.kubernetes.io/zone")
+                        ]},
+                    },
                     "envoyPDB": {"minAvailable": 1},
                     "envoyService": {
                         "type": "LoadBalancer",

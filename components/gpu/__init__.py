@@ -10,8 +10,10 @@ from .efa import EfaDevicePlugin, EfaDevicePluginArgs, efa_device_plugin_values
 from .node_autoscaling import SAFE_TO_EVICT_ANNOTATION, image_tag_for
 from .node_group import GpuNodeGroup, GpuNodeGroupArgs, node_monitoring_agent
 from .prices import Price, instance_price
+from .scheduling import NODE_GENERATION_LABEL
 
 __all__ = [
+    "NODE_GENERATION_LABEL",
     "EfaDevicePlugin",
     "EfaDevicePluginArgs",
     "efa_device_plugin_values",

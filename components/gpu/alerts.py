@@ -81,6 +81,8 @@ AUTO_REPAIR_XID_NOTE = (
     "needs a person."
 )
 NO_AUTO_REPAIR_NOTE = "Node auto repair is off: every fault needs a person."
+# EKS acts about 10 minutes after the fault; past this a repair that should have come did not.
+AUTO_REPAIR_WINDOW_MINUTES = 15
 
 
 def gpu_health_rule_groups(
@@ -108,6 +110,11 @@ def gpu_health_rule_groups(
     uuid = f"{{{{ $labels.{UUID_LABEL} }}}}"
     on_gpu = f"GPU {gpu} on node {node}"
     xid_regex = "|".join(str(code) for code in sorted(CRITICAL_XIDS))
+    # With auto repair, the critical Xids EKS repairs warn while it works and page only if it does not.
+    repairs = set(AUTO_REPAIR_REBOOT_XIDS + AUTO_REPAIR_REPLACE_XIDS)
+    repaired = sorted(set(CRITICAL_XIDS) & repairs) if auto_repair else []
+    repaired_regex = "|".join(str(code) for code in repaired)
+    unrepaired_regex = "|".join(str(code) for code in sorted(CRITICAL_XIDS) if code not in repaired)
     # Every selector carries job=..., so a second DCGM source (e.g. the GPU Operator's own exporter)
     # neither double-fires nor satisfies the "still reporting" checks below.
     xid_count = "DCGM_EXP_XID_ERRORS_COUNT"
@@ -129,7 +136,7 @@ def gpu_health_rule_groups(
         # 119 and 120 through NVML (DCGM#162), hence the GpuMissing and exporter alerts as backstops.
         alert_rule(
             alert="GpuXidCritical",
-            expr=f'{xid_count}{{{job},xid=~"{xid_regex}"}} > 0',
+            expr=f'{xid_count}{{{job},xid=~"{unrepaired_regex}"}} > 0',
             for_minutes=0,
             severity="critical",
             summary=f"Xid {{{{ $labels.xid }}}} on {on_gpu}: the GPU needs a reset or the node a reboot",
@@ -140,6 +147,37 @@ def gpu_health_rule_groups(
             ),
             runbook_base_url=runbook_base_url,
         ),
+        *([] if not repaired else [
+            alert_rule(
+                alert="GpuXidAutoRepairing",
+                expr=f'{xid_count}{{{job},xid=~"{repaired_regex}"}} > 0',
+                for_minutes=0,
+                severity="warning",
+                summary=f"Xid {{{{ $labels.xid }}}} on {on_gpu}: EKS auto repair reboots or replaces the node",
+                description=(
+                    "A critical Xid that EKS node auto repair acts on about 10 minutes after the fault (the node "
+                    "monitoring agent marks AcceleratedHardwareReady false). The replica on this GPU is lost until "
+                    f"then; GpuXidNotRepaired pages if it has not happened within {AUTO_REPAIR_WINDOW_MINUTES} "
+                    f"minutes. {window_note}"
+                ),
+                runbook_base_url=runbook_base_url,
+            ),
+            # A reboot or replacement takes the exporter's series with it; an Xid still counted after
+            # the window means the repair did not act (disabled on the group, or one node at a time).
+            alert_rule(
+                alert="GpuXidNotRepaired",
+                expr=f'{xid_count}{{{job},xid=~"{repaired_regex}"}} > 0',
+                for_minutes=AUTO_REPAIR_WINDOW_MINUTES,
+                severity="critical",
+                summary=f"Xid {{{{ $labels.xid }}}} on {on_gpu} for {AUTO_REPAIR_WINDOW_MINUTES} minutes: EKS auto "
+                        "repair did not act",
+                description=(
+                    "EKS should have rebooted or replaced the node about 10 minutes after this Xid. Cordon and "
+                    "drain the node, then reboot or replace it by hand, and check the node group's auto repair."
+                ),
+                runbook_base_url=runbook_base_url,
+            ),
+        ]),
         alert_rule(
             alert="GpuXidError",
             expr=f'{xid_count}{{{job},xid!~"{xid_regex}"}} > 0',

@@ -14,6 +14,18 @@ from components.platform import alert_rule
 
 from .objects import RoutedModel, picker_name
 
+# kube-state-metrics series (docs/metrics/policy/poddisruptionbudget-metrics.md and
+# workload/pod-metrics.md, STABLE), with the object's own namespace label (honorLabels, as the
+# serving alerts assume).
+PICKER_KUBE_STATE_METRICS = frozenset({
+    "kube_poddisruptionbudget_status_current_healthy",
+    "kube_poddisruptionbudget_status_desired_healthy",
+    "kube_pod_container_status_restarts_total",
+})
+# Below the PDB's floor for this long pages: a picker rollout surges first (maxUnavailable 0), so it
+# never dips below; a node drain waits for the PDB. Only a crash or a stuck pod gets here.
+BELOW_BUDGET_FOR_MINUTES = 2
+RESTART_WINDOW = "15m"
 # A picker adds its scheduling time before every first token; beyond this it is the bottleneck.
 SCHEDULING_P99_SECONDS = 0.05
 ERROR_RATIO = 0.05
@@ -24,7 +36,33 @@ def picker_alert_groups(models: tuple[RoutedModel, ...], replicas: int, runbook_
     for m in models:
         job = f'job="{m.namespace}/{picker_name(m.name)}"'
         labels = {"model": m.name, "namespace": m.namespace}
+        picker_pods = f'namespace="{m.namespace}", pod=~"{picker_name(m.name)}-[a-z0-9]+-[a-z0-9]+"'
+        pdb = f'namespace="{m.namespace}", poddisruptionbudget="{picker_name(m.name)}"'
         rules = [
+            alert_rule(
+                alert="EndpointPickerBelowDisruptionBudget",
+                expr=(f"kube_poddisruptionbudget_status_current_healthy{{{pdb}}} < "
+                      f"kube_poddisruptionbudget_status_desired_healthy{{{pdb}}}"),
+                for_minutes=BELOW_BUDGET_FOR_MINUTES,
+                severity="critical",
+                summary=f"Fewer healthy endpoint pickers of {m.name} than its PodDisruptionBudget's floor",
+                description=("The gateway fails closed and keeps choosing a crashed picker for seconds (least "
+                             "request, no outlier detection in Envoy AI Gateway v1.1.0): most new requests to the "
+                             "model get a 500 while this lasts."),
+                runbook_base_url=runbook_base_url,
+                labels=labels,
+            ),
+            alert_rule(
+                alert="EndpointPickerRestarting",
+                expr=f"sum(increase(kube_pod_container_status_restarts_total{{{picker_pods}}}[{RESTART_WINDOW}])) > 0",
+                for_minutes=0,
+                severity="warning",
+                summary=f"An endpoint picker of {m.name} restarted in the last {RESTART_WINDOW}",
+                description=("Each restart sends new requests to the dead picker for 5-10 s before the gateway "
+                             "gives up on it: a burst of 500s users see, too short for EndpointPickerDown."),
+                runbook_base_url=runbook_base_url,
+                labels=labels,
+            ),
             alert_rule(
                 alert="EndpointPickerDown",
                 expr=f"sum(up{{{job}}}) == 0 or absent(up{{{job}}})",

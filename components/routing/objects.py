@@ -15,6 +15,7 @@ cmd/epp/runner/health.go); the scheduling configuration is the chart's default p
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,9 @@ GRPC_PORT = 9002  # ext_proc, TLS with the picker's self-signed certificate (`--
 HEALTH_PORT = 9003  # gRPC health: services "readiness" and "liveness"
 METRICS_PORT = 9090
 CONFIG_FILE = "config.yaml"
+# The picker reads its config file once, at startup: a changed ConfigMap alone would leave every picker
+# on the old config. Its hash on the pod template rolls the pickers whenever the config changes.
+CONFIG_HASH_ANNOTATION = "llm-serving/picker-config-sha256"
 # Failure: Envoy AI Gateway's ext_proc filter streams both bodies by default; `buffered` would hold a
 # whole response until it ends, so no token reaches the client before the last one. Say it explicitly
 # so a changed default cannot buffer streams (internal/extensionserver/inferencepool.go @v1.1.0).
@@ -85,6 +89,8 @@ class RoutedModel:
     port: int  # vLLM's container port
     drain_seconds: int  # the longest stream the edge allows for this model
     priority: int | None = None  # an InferenceObjective for every request of the model
+    # Pulumi's delete timeout of the picker Deployment: a stopping picker drains for drain_seconds.
+    delete_timeout_seconds: int | None = None
 
 
 def picker_name(model: str) -> str:
@@ -128,6 +134,14 @@ def picker_config() -> str:
         *[line for scorer, weight in SCORER_WEIGHTS for line in (f"  - pluginRef: {scorer}", f"    weight: {weight}")],
     ]
     return "\n".join(lines) + "\n"
+
+
+def config_hash(data: dict[str, str]) -> str:
+    """SHA-256 of a ConfigMap's data, key by key in order, so any change to any key changes it."""
+    digest = hashlib.sha256()
+    for key in sorted(data):
+        digest.update(f"{key}\0{data[key]}\0".encode())
+    return digest.hexdigest()
 
 
 def picker_args(model: RoutedModel) -> list[str]:
@@ -220,7 +234,8 @@ def picker_objects(model: RoutedModel, settings: PickerSettings,
             # One new picker Ready before an old one stops: every replica is active, so capacity never dips.
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "template": {
-                "metadata": {"labels": {**labels, "app.kubernetes.io/part-of": "llm-serving"}},
+                "metadata": {"labels": {**labels, "app.kubernetes.io/part-of": "llm-serving"},
+                             "annotations": {CONFIG_HASH_ANNOTATION: config_hash(config["data"])}},
                 "spec": {
                     "serviceAccountName": name,
                     "terminationGracePeriodSeconds": model.drain_seconds + TERMINATION_MARGIN_SECONDS,

@@ -53,7 +53,13 @@ class InferenceRouting(pulumi.ComponentResource):
         after_crds = pulumi.ResourceOptions(parent=self, depends_on=[objective_crds])
         for model in args.models:
             for obj in picker_objects(model, args.picker, args.monitor_labels):
-                manifest_resource(f"{model.name}-epp-{obj['kind'].lower()}", obj, after_crds)
+                opts = after_crds
+                if obj["kind"] == "Deployment" and model.delete_timeout_seconds is not None:
+                    # A deleted picker drains its streams for drain_seconds; the 10-minute default
+                    # delete timeout would fail a routing switch or a destroy first.
+                    opts = pulumi.ResourceOptions.merge(after_crds, pulumi.ResourceOptions(
+                        custom_timeouts=pulumi.CustomTimeouts(delete=f"{model.delete_timeout_seconds}s")))
+                manifest_resource(f"{model.name}-epp-{obj['kind'].lower()}", obj, opts)
             manifest_resource(f"{model.name}-inferencepool", inference_pool(model), child)
             objective = inference_objective(model)
             if objective is not None:

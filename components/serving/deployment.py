@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from . import engine, multinode
+from . import engine, multinode, timing
 from .multinode import EFA_ENV, efa_resources, leader_worker_set, worker_container
 
 
@@ -37,8 +37,11 @@ class VllmDeploymentArgs:
     # From rollout.choose_strategies: surge where the node group has room at peak, else one
     # replica at a time, else (dev only) Recreate.
     strategy: dict | None = None
-    # How long `pulumi up` waits for a rollout: rollout.rollout_seconds plus slack.
+    # How long `pulumi up` waits for a rollout (timing.rollout_await_seconds: the planned steps, the
+    # last one up to the progress deadline).
     rollout_timeout_seconds: int = 3600
+    # How long `pulumi destroy` (or a replacement) waits for the pods to drain and go (timing.model_drains).
+    delete_timeout_seconds: int = 3600
     # What a surge pod may wait for before its container starts: a new node and an image pull.
     pre_start_seconds: int = 600
     pod_annotations: dict[str, pulumi.Input[str]] | None = None
@@ -164,14 +167,17 @@ class VllmDeployment(pulumi.ComponentResource):
                         else selector
                     ),
                     "tolerations": args.tolerations,
-                    # Replicas on different nodes: losing one node loses one replica, not all.
+                    # Replicas on different nodes and zones: losing one node or zone loses one replica,
+                    # not all. Preferences only (ScheduleAnyway): a replica must never wait for a GPU
+                    # node in another zone, and dev runs one zone; nothing moves a placed replica later.
                     "topologySpreadConstraints": [
                         {
                             "maxSkew": 1,
-                            "topologyKey": "kubernetes.io/hostname",
+                            "topologyKey": key,
                             "whenUnsatisfiable": "ScheduleAnyway",
                             "labelSelector": {"matchLabels": selector},
                         }
+                        for key in ("kubernetes.io/hostname", "topology.kubernetes.io/zone")
                     ],
                     "terminationGracePeriodSeconds": engine.termination_grace_seconds(
                         settings.shutdown_timeout_seconds
@@ -187,7 +193,9 @@ class VllmDeployment(pulumi.ComponentResource):
             }
 
         timeouts = pulumi.CustomTimeouts(
-            create=f"{args.rollout_timeout_seconds}s", update=f"{args.rollout_timeout_seconds}s"
+            create=f"{args.rollout_timeout_seconds}s", update=f"{args.rollout_timeout_seconds}s",
+            # Pods drain for the stream bound before they go; the 10-minute default would fail first.
+            delete=f"{args.delete_timeout_seconds}s",
         )
         if multi:
             # One LeaderWorkerSet group of pipeline-parallel-size pods per replica. The leader keeps
@@ -229,8 +237,10 @@ class VllmDeployment(pulumi.ComponentResource):
                     # A new pod counts as available only after it has been ready for 30 s.
                     "minReadySeconds": 30,
                     # The startup budget plus what a surge pod may wait for first (a new node, an image
-                    # pull) plus 5 minutes: past it the rollout counts as failed and `pulumi up` fails.
-                    "progressDeadlineSeconds": args.startup_budget_seconds + args.pre_start_seconds + 300,
+                    # pull) plus 5 minutes: past it the rollout counts as failed, and Pulumi's await
+                    # (rollout_timeout_seconds) ends soon after.
+                    "progressDeadlineSeconds": timing.progress_deadline_seconds(args.startup_budget_seconds,
+                                                                                args.pre_start_seconds),
                     "revisionHistoryLimit": 5,
                     "template": pod_template(labels, [container]),
                 },

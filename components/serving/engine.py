@@ -26,7 +26,8 @@ MANAGED_FLAGS = frozenset(
         "--tensor-parallel-size", "-tp", "--kv-cache-dtype", "--quantization", "-q", "--max-num-seqs",
         "--max-num-batched-tokens", "--enable-prefix-caching", "--no-enable-prefix-caching",
         "--disable-prefix-caching", "--chat-template", "--tokenizer", "--port", "--host", "--api-key",
-        "--shutdown-timeout", "--revision", "--tokenizer-revision", "--download-dir", "--load-format",
+        "--shutdown-timeout", "--sse-keep-alive-interval", "--revision", "--tokenizer-revision", "--download-dir",
+        "--load-format",
         "--pipeline-parallel-size", "-pp", "--nnodes", "-n", "--node-rank", "-r", "--master-addr",
         "--master-port", "--headless", "--distributed-executor-backend",
     }
@@ -71,6 +72,10 @@ VLLM_QUANTIZATION_METHODS = tuple(
 # has long typed it as BlockSize = Literal[1, 8, 16, 32, 64, 128] (256 for MLA backends); the
 # planner counts KV in whole blocks, so a size outside these plans a cache vLLM would not build.
 VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
+# vLLM 0.33.0 `--sse-keep-alive-interval` (serve-flags.json: "Send an SSE keep-alive comment line every
+# this many seconds when a ... streaming response is idle (queued, prefill, or between tokens)"; the
+# default 0 sends none). Far below every idle timeout on the path (timing.edge_relations checks it).
+SSE_KEEP_ALIVE_SECONDS = 15
 # torch.distributed's rendezvous port on the leader (vLLM's --master-port default, serve-flags 0.33.0).
 MASTER_PORT = 29501
 
@@ -126,8 +131,11 @@ def engine_args(s: EngineSettings) -> list[str]:
         "--enable-prefix-caching" if s.enable_prefix_caching else "--no-enable-prefix-caching",
         "--port", str(PORT),
         # vLLM's default 0 aborts in-flight requests on SIGTERM, cutting every open stream during a
-        # rollout (serve-flags.json 0.33.0: "0 = abort, >0 = wait").
+        # rollout (serve-flags.json 0.33.0: "0 = abort, >0 = wait"). The stream bound (timing.py).
         "--shutdown-timeout", str(s.shutdown_timeout_seconds),
+        # A comment line while a stream waits in the queue, in prefill or between slow tokens, so no
+        # idle timeout on the path (Envoy's stream idle, the NLB's 350 s) mistakes it for a dead one.
+        "--sse-keep-alive-interval", str(SSE_KEEP_ALIVE_SECONDS),
     ]
     if s.pipeline_parallel_size > 1:
         args += ["--pipeline-parallel-size", str(s.pipeline_parallel_size)]
@@ -188,16 +196,19 @@ class Probes:
 def probes(startup_budget_seconds: int) -> Probes:
     """Startup: the planner's budget, so a slow weight load is never mistaken for a crash (the most
     common complaint about existing charts). Readiness: /health answers only once weights are
-    loaded and CUDA graphs captured (the server starts listening after warm-up). Liveness: lenient,
-    a 10 s timeout and a 90 s window, because an engine at full load answers health checks slowly
-    and killing it turns a spike into an outage."""
+    loaded and CUDA graphs captured (the server starts listening after warm-up); a 10 s timeout and a
+    50 s window, because a saturated engine answers /health slowly and a pod marked unready under load
+    leaves the Service and the InferencePool, shifting its load onto the others (llm-d/llm-d-benchmark
+    PR #1734: 3 x 5 s with a 1 s timeout unreadied saturated vLLM pods; it moved to a 50 s window).
+    Liveness: lenient, a 10 s timeout and a 90 s window, longer than readiness, because an engine at
+    full load answers health checks slowly and killing it turns a spike into an outage."""
     period = 10
     return Probes(
         startup_period_seconds=period,
         startup_failure_threshold=math.ceil(startup_budget_seconds / period),
-        readiness_period_seconds=5,
-        readiness_failure_threshold=3,
-        readiness_timeout_seconds=5,
+        readiness_period_seconds=10,
+        readiness_failure_threshold=5,
+        readiness_timeout_seconds=10,
         liveness_period_seconds=15,
         liveness_failure_threshold=6,
         liveness_timeout_seconds=10,

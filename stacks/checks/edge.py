@@ -5,8 +5,10 @@ the longest generation short). Pure; stacks/checks/__init__.py runs them with th
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
+from components import serving
 from stacks.checks import planning
 from stacks.checks.planning import MIN_EDGE_TIMEOUT_SECONDS, edge_timeout_floor, generation_seconds, route_host
 from stacks.config import ControllerMode, EdgeAuth, EdgeMode, Environment, StackConfig
@@ -69,10 +71,7 @@ def edge_rules(config: StackConfig) -> Iterator[Problem]:
     if edge.auth is not EdgeAuth.VLLM_API_KEY and edge.mode is not EdgeMode.GATEWAY:
         yield Problem("edge.auth", f"gateway authentication needs mode gateway, not {edge.mode.value}",
                       edge.auth.value, "vllm-api-key")
-    if edge.mode is EdgeMode.GATEWAY and edge.stream_idle_timeout_seconds >= NLB_IDLE_SECONDS:
-        yield Problem("edge.streamIdleTimeoutSeconds", f"the NLB in front of Envoy drops flows silent for "
-                      f"{NLB_IDLE_SECONDS} s without telling Envoy", edge.stream_idle_timeout_seconds,
-                      f"< {NLB_IDLE_SECONDS}")
+    # The stream idle timeout against the NLB's is a timing rule (stacks/checks/timing.py).
     if edge.auth is EdgeAuth.JWT and edge.jwt is None:
         yield Problem("edge.jwt", "auth jwt needs an issuer and a JWKS URI", None, "jwt.issuer and jwt.jwksUri")
     seen: dict[tuple[str, str], str] = {}
@@ -87,13 +86,14 @@ def edge_rules(config: StackConfig) -> Iterator[Problem]:
             yield Problem(f"models[{model.name}].route.pathPrefix", f"{edge.mode.value} mode cannot strip a path "
                           "prefix; give each model its own host", model.route.path_prefix, "/")
         needed = generation_seconds(config, model)
-        floor = edge_timeout_floor(config, model)
-        timeout = model.route.request_timeout_seconds
-        if timeout and timeout < floor:
-            yield Problem(f"models[{model.name}].route.requestTimeoutSeconds", f"cuts generations short: "
-                          f"{model.max_model_len} tokens at {edge.min_decode_tokens_per_second:g} tokens/s take "
-                          f"{needed} s, and no edge timeout may be under {MIN_EDGE_TIMEOUT_SECONDS} s", timeout,
-                          f">= {floor}, or 0 to disable")
+        bound = model.route.max_stream_seconds
+        planned = math.ceil(model.max_model_len * model.slo.itl_p95_seconds + model.slo.ttft_p95_seconds)
+        floor = min(serving.MAX_STREAM_SECONDS, max(MIN_EDGE_TIMEOUT_SECONDS, planned))
+        if bound is not None and bound < floor:
+            yield Problem(f"models[{model.name}].route.maxStreamSeconds", f"cuts generations short: "
+                          f"{model.max_model_len} tokens at the {model.slo.itl_p95_seconds:g} s ITL objective after "
+                          f"the {model.slo.ttft_p95_seconds:g} s TTFT objective take {planned} s", bound,
+                          f">= {floor}, or unset")
         if edge.mode is EdgeMode.ALB and needed > ALB_MAX_IDLE_TIMEOUT_SECONDS:
             yield Problem(f"models[{model.name}].maxModelLen", f"a non-streamed response of {model.max_model_len} "
                           f"tokens at {edge.min_decode_tokens_per_second:g} tokens/s takes {needed} s, beyond the "

@@ -241,12 +241,6 @@ def routing_mode(config: StackConfig, model: ModelConfig) -> RoutingMode:
     return RoutingMode.INFERENCE_POOL if can and replica_bounds(model)[1] > 1 else RoutingMode.SERVICE
 
 
-def picker_drain_seconds(config: StackConfig, model: ModelConfig) -> int:
-    """How long a stopping endpoint picker keeps serving the streams it holds: the longest stream the
-    edge allows (the route's request timeout, or with none the longest generation it plans for)."""
-    return model.route.request_timeout_seconds or edge_timeout_floor(config, model)
-
-
 def shared_claim_name(config: StackConfig) -> str | None:
     """FSx for Lustre: one claim every model shares (one static volume per file system)."""
     return "weights-fsx" if config.weights_storage.backend is StorageBackend.FSX_LUSTRE else None

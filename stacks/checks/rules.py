@@ -12,10 +12,8 @@ from urllib.parse import urlsplit
 
 from components import gpu, serving
 from stacks.checks.planning import (
-    MAX_SCALE_DOWN_WINDOW_SECONDS,
     model_architecture,
     model_plan,
-    replica_add_seconds,
     replica_bounds,
     resolve_instance_type,
     rollout_strategies,
@@ -240,9 +238,4 @@ def _scaling_bounds(config: StackConfig, model: ModelConfig, plan: serving.Capac
         yield Problem(f"{at}.autoscaling.minReplicas", "must not exceed maxReplicas", low, f"<= maxReplicas ({high})")
     elif not low <= model.replicas <= high:
         yield Problem(f"{at}.replicas", "must lie between the autoscaling bounds", model.replicas, f"{low}..{high}")
-    window = model.autoscaling.scale_down_window_seconds
-    needed = min(replica_add_seconds(config, model, plan), MAX_SCALE_DOWN_WINDOW_SECONDS)
-    if window is not None and window < needed:
-        yield Problem(f"{at}.autoscaling.scaleDownWindowSeconds", f"shorter than adding a replica takes ({needed} s: "
-                      "a node, the image pull and the cold start): a burst would pay for a replica and lose it before "
-                      "it served", window, f">= {needed}, or unset")
+    # The scale-down window against the time to add a replica is a timing rule (stacks/checks/timing.py).

@@ -558,11 +558,17 @@ def _replica_cost(result: CapacityPlan) -> dict[str, object]:
 
 def _print(result: CapacityPlan, found: dict[str, object], cost: dict[str, object],
            perf: dict[str, object], as_json: bool, out: TextIO,
-           overridden: dict[str, dict[str, object]] | None = None) -> int:
+           overridden: dict[str, dict[str, object]] | None = None,
+           timing_rows: list[tuple[str, str, str]] | None = None) -> int:
+    """The plan; with a stack, also its timing rules (stacks/checks/timing.py) as rule, numbers, verdict,
+    and the values the command line set over the stack's."""
     if as_json:
         document = {**result.to_json(), "dynamics": found, "cost": cost, "performance": perf}
         if overridden:
             document["from_command_line"] = overridden
+        if timing_rows is not None:
+            document["timing"] = [{"rule": rule, "numbers": numbers, "holds": verdict == "ok"}
+                                  for rule, numbers, verdict in timing_rows]
         print(json.dumps(document, sort_keys=True, indent=2), file=out)
     else:
         if overridden:
@@ -570,6 +576,12 @@ def _print(result: CapacityPlan, found: dict[str, object], cost: dict[str, objec
                 f"{key}={json.dumps(change['value'])} ({change['option']})" for key, change in overridden.items()),
                 file=out)
         print(render_table(result, found, cost, perf), file=out)
+        if timing_rows is not None:
+            width = max(len(rule) for rule, _, _ in timing_rows)
+            numbers_width = max(len(numbers) for _, numbers, _ in timing_rows)
+            print("\ntiming (stream bound, drains, awaits):", file=out)
+            for rule, numbers, verdict in timing_rows:
+                print(f"  {rule.ljust(width)}  {numbers.ljust(numbers_width)}  {verdict}", file=out)
     # The memory plan holds but no rollout can replace a replica on the GPUs there are: not deployable.
     return EXIT_REJECTED if str(found.get("rollout", "")).startswith("rejected") else EXIT_OK
 
@@ -631,6 +643,7 @@ def _stack_plan(args: argparse.Namespace, explicit: dict[str, object], out: Text
     command line set overriding the stack's values (and said so)."""
     from stacks import environment
     from stacks.checks import planning
+    from stacks.checks import timing as stack_timing
     from stacks.config import files as stack_files  # the stack layer, only in this mode
 
     refused = [f"python -m stacks plan: argument {option}: not a stack setting with --stack; {fix}"
@@ -673,4 +686,5 @@ def _stack_plan(args: argparse.Namespace, explicit: dict[str, object], out: Text
     perf = stack_model_performance(config, model, result, cost, prompt_tokens=args.prompt_tokens,
                                    output_tokens=args.output_tokens)
     overridden = {c.key: {"option": c.option, "value": c.value} for c in changes}
-    return _print(result, found, cost, perf, args.json, out, overridden)
+    rows = serving.timing_table(stack_timing.relations(config))
+    return _print(result, found, cost, perf, args.json, out, overridden, rows)

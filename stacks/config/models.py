@@ -79,11 +79,17 @@ class RouteConfig(ConfigModel):
 
     host: Hostname | None = Field(default=None, description="Hostname; unset uses `edge.host`.")
     path_prefix: PathPrefix = Field(default="/", description="Path prefix before `/v1`, e.g. `/` or `/llama-70b`.")
-    request_timeout_seconds: int = Field(
-        default=0,
-        ge=0,
-        le=86400,
-        description="Whole-request timeout at the edge; 0 disables it (long generations), the idle timeout remains.",
+    max_stream_seconds: int | None = Field(
+        default=None,
+        ge=600,  # the policy pack's floor on an edge request timeout (policies/rules.py)
+        le=3600,
+        description=(
+            "The longest a request may run at the edge, in seconds: the route's request timeout, and what every "
+            "drain on the path (vLLM's shutdown timeout, grace periods, the endpoint picker, Envoy, the load "
+            "balancer's deregistration delay) lets a running stream finish through a rollout, scale-down or node "
+            "replacement; unset: `maxModelLen` tokens at `slo.itlP95Seconds` after `slo.ttftP95Seconds`, plus "
+            "10 %, within 600..3600 (the load balancers' longest deregistration delay)."
+        ),
     )
     priority: int | None = Field(
         default=None,
@@ -212,11 +218,14 @@ class ModelConfig(ConfigModel):
     chat_template: str | None = Field(
         default=None, description="Jinja chat template, mounted from a ConfigMap; unset uses the tokenizer's."
     )
-    shutdown_timeout_seconds: int = Field(
-        default=300,
-        ge=0,
+    shutdown_timeout_seconds: int | None = Field(
+        default=None,
+        ge=1,
         le=3600,
-        description="`--shutdown-timeout`: seconds vLLM lets in-flight requests finish on SIGTERM.",
+        description=(
+            "`--shutdown-timeout`: seconds vLLM lets in-flight requests finish on SIGTERM; unset: the route's "
+            "stream bound (`route.maxStreamSeconds`). Shorter than the bound is refused: it would cut streams."
+        ),
     )
     extra_args: list[EngineFlag] = Field(
         default_factory=list,

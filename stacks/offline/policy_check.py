@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from policies import rules
+from policies import rules, streams
 from stacks import environment
 from stacks.config import files as stack_files
 from stacks.config.problems import CommandLineParser, ConfigError
@@ -26,6 +26,12 @@ def report(result: Any, environment: str) -> tuple[str, int]:
         lines.append(f"  {rule.name} [{rule.enforcement}]: " + (f"{len(messages)} violation(s)" if messages else "ok"))
         lines += [f"    - {message}" for message in messages]
         failed |= int(bool(messages) and rule.enforcement == "mandatory")
+    # A stack-wide rule: the bound (a route) and its drains (pods, pickers, Envoy, the load balancer) live
+    # on different resources.
+    messages = streams.stream_drain_problems(result.resources)
+    lines.append(f"  {streams.RULE_NAME} [mandatory]: " + (f"{len(messages)} violation(s)" if messages else "ok"))
+    lines += [f"    - {message}" for message in messages]
+    failed |= int(bool(messages))
     return "\n".join(lines) + "\n", failed
 
 

@@ -51,7 +51,7 @@ class Recorded:
     ignore_changes: tuple[str, ...] = ()
     protect: bool = False
     retain_on_delete: bool = False
-    custom_timeouts: tuple[str, str] = ("", "")  # create, update
+    custom_timeouts: tuple[str, str, str] = ("", "", "")  # create, update, delete
     replace_on_changes: tuple[str, ...] = ()
     delete_before_replace: bool = False
 
@@ -149,7 +149,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     request.type, request.name, response.urn, request.parent, request.custom, inputs,
                     tuple(request.dependencies), request.provider, tuple(request.ignoreChanges),
                     bool(request.protect), bool(request.retainOnDelete),
-                    (request.customTimeouts.create, request.customTimeouts.update),
+                    (request.customTimeouts.create, request.customTimeouts.update, request.customTimeouts.delete),
                     tuple(request.replaceOnChanges),
                     bool(request.deleteBeforeReplace),
                 )
@@ -320,7 +320,8 @@ def render_stack(stack_file: Path, cluster_version: str | None = None) -> Render
             "deleteBeforeReplace": r.delete_before_replace,
             "protect": r.protect,
             "retainOnDelete": r.retain_on_delete,
-            "customTimeouts": {"create": r.custom_timeouts[0], "update": r.custom_timeouts[1]},
+            "customTimeouts": {"create": r.custom_timeouts[0], "update": r.custom_timeouts[1],
+                               "delete": r.custom_timeouts[2]},
         }
 
     resources = []

@@ -10,9 +10,11 @@ import pulumi
 import pytest
 import yaml
 
+from components.edge import ENVOY_METRIC_TYPES
 from components.gpu.counters import COUNTERS
 from components.observability.serving_alerts import KUBE_STATE_METRICS
 from components.routing import PICKER_METRICS, pool_problems
+from components.routing.alerts import PICKER_KUBE_STATE_METRICS
 from stacks import checks
 from stacks.environment import load_stack_file
 from stacks.offline import render
@@ -133,11 +135,12 @@ def test_gateway_path_never_buffers_or_times_out_a_long_generation(prod_in_mode)
     result, config = prod_in_mode["gateway"]
     needed = checks.generation_seconds(config, config.models[0])
     route = result.manifest("HTTPRoute", MODEL)
-    assert route["spec"]["rules"][0]["timeouts"] == {"request": "0s"}
+    # Bounded at the stream bound every drain covers: 16,384 tokens at 0.1 s after 2 s, plus 10 %.
+    assert route["spec"]["rules"][0]["timeouts"] == {"request": "1805s"}
     backend = result.manifest("BackendTrafficPolicy", MODEL)["spec"]
     assert backend["retry"] == {"numRetries": 0}
     assert "requestBuffer" not in backend
-    assert backend["timeout"]["http"]["requestTimeout"] == "0s"
+    assert backend["timeout"]["http"]["requestTimeout"] == "1805s"
     client = result.manifest("ClientTrafficPolicy", "llm-serving")["spec"]
     assert "requestReceivedTimeout" not in client.get("timeout", {}).get("http", {})
     assert needed == 1639  # 16,384 tokens at 10 tokens/s: the route must not cut it
@@ -148,10 +151,12 @@ def test_alb_path_idle_timeout_covers_the_longest_generation(prod_in_mode):
     (ingress,) = [m for m in result.manifests if m["kind"] == "Ingress"]
     annotations = ingress["metadata"]["annotations"]
     alb = "alb.ingress.kubernetes.io/"
-    assert annotations[alb + "load-balancer-attributes"] == "idle_timeout.timeout_seconds=1639"
-    assert annotations[alb + "target-group-attributes"] == "deregistration_delay.timeout_seconds=300"
+    # A non-streamed response is silent until its end: the idle timeout covers the stream bound, and a
+    # deregistered pod keeps its streams as long as vLLM drains them.
+    assert annotations[alb + "load-balancer-attributes"] == "idle_timeout.timeout_seconds=1805"
+    assert annotations[alb + "target-group-attributes"] == "deregistration_delay.timeout_seconds=1805"
     env = {e["name"]: e.get("value") for e in _container(result)["env"]}
-    assert int(env["VLLM_HTTP_TIMEOUT_KEEP_ALIVE"]) > 1639
+    assert int(env["VLLM_HTTP_TIMEOUT_KEEP_ALIVE"]) > 1805
     release = result.resource("kubernetes:helm.sh/v3:Release", "edge-alb-controller")["inputs"]
     assert release["values"]["serviceAccount"]["annotations"] == {
         "eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/alb-controller"
@@ -285,6 +290,9 @@ def test_every_promql_expression_parses_and_names_known_metrics(rendered, name):
         | {"up"}
         # The endpoint picker's series (llm-d-router v0.10.0); histograms as Prometheus exposes them.
         | {f"{n}{suffix}" for n in PICKER_METRICS for suffix in ("", "_bucket", "_sum", "_count")}
+        # kube-state-metrics' PDB and restart series the picker alerts read, and Envoy's HTTP statistics.
+        | PICKER_KUBE_STATE_METRICS
+        | set(ENVOY_METRIC_TYPES)
     )
     queries = _emitted_queries(rendered[name])
     assert len(queries) > 30

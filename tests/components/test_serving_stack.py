@@ -164,21 +164,23 @@ def test_every_namespace_enforces_the_lowest_pod_security_level_its_pods_need(re
     assert found == expected
 
 
-@pytest.mark.parametrize(("name", "strategy", "timeout"), [
-    # dev: one 1-GPU node runs, the autoscaler may add a second for the surge pod.
-    ("dev", {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}, "2130s"),
-    # staging: up to 2 TP4 replicas on up to 2 p5 nodes; room for a third.
-    ("staging", {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}, "3900s"),
-    # prod: up to 4 TP4 replicas on up to 4 p5 nodes; room for a fifth.
-    ("prod", {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}, "6600s"),
+# The await: every step but the last as planned, the last up to progressDeadlineSeconds, plus 2 minutes.
+# The delete: preStop 15 s + the stream bound + 30 s exit, plus 5 minutes.
+@pytest.mark.parametrize(("name", "strategy", "timeout", "delete"), [
+    # dev: one 1-GPU node runs, the autoscaler may add a second for the surge pod; 1 step, deadline 1,500 s.
+    ("dev", {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}, "1620s", "1249s"),
+    # staging: up to 2 TP4 replicas on up to 2 p5 nodes; room for a third. 840 s + 1,920 s + 120 s.
+    ("staging", {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}, "2880s", "2150s"),
+    # prod: up to 4 TP4 replicas on up to 4 p5 nodes; room for a fifth. 3 x 840 s + 1,920 s + 120 s.
+    ("prod", {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}, "4560s", "2150s"),
 ])
-def test_every_stack_rolls_out_a_pod_template_change_within_its_gpus(rendered, name, strategy, timeout):
+def test_every_stack_rolls_out_a_pod_template_change_within_its_gpus(rendered, name, strategy, timeout, delete):
     (deployment,) = [m for m in rendered[name].manifests if m["kind"] == "Deployment"
                      and m["metadata"]["namespace"] == "llm-serving"
                      and m["metadata"]["labels"].get("app.kubernetes.io/component") == "vllm"]
     assert deployment["spec"]["strategy"] == strategy
     wiring = rendered[name].wiring[f"kubernetes:apps/v1:Deployment::{deployment['metadata']['name']}-deployment"]
-    assert wiring["customTimeouts"] == {"create": timeout, "update": timeout}
+    assert wiring["customTimeouts"] == {"create": timeout, "update": timeout, "delete": delete}
 
 
 

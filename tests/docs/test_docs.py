@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
+from components.edge import edge_alert_groups
 from components.gpu.alerts import gpu_health_rule_groups
 from components.observability.serving_alerts import ModelSlo, alert_names, serving_rule_groups
 from components.routing import RoutedModel, picker_alert_groups
@@ -120,6 +121,7 @@ def _emitted_alerts() -> set[str]:
     )
     routed = RoutedModel(name="m", namespace="n", pod_selector={}, port=8000, drain_seconds=60)
     groups += picker_alert_groups((routed,), replicas=2, runbook_base_url="https://x")
+    groups += edge_alert_groups("llm-serving", "envoy-gateway-system", "https://x")
     return set(alert_names(groups))
 
 
@@ -127,7 +129,7 @@ def test_every_alert_has_exactly_one_runbook_section_at_its_link_anchor():
     text = FENCE.sub("", (DOCS / "runbooks.md").read_text(encoding="utf-8"))
     sections = re.findall(r"^### (.+)$", text, re.M)
     emitted = _emitted_alerts()
-    assert len(emitted) == 25
+    assert len(emitted) == 31
     assert sorted(sections) == sorted(emitted)
     # Each alert links to <base>#<alert lowercased>; the section's anchor must be exactly that.
     assert {name.lower() for name in emitted} <= _anchors(DOCS / "runbooks.md")

@@ -146,6 +146,7 @@ def test_check_command_reports_and_fails_only_on_mandatory_rules(rendered):
     assert status == 0
     assert "  images-digest-pinned-in-prod [advisory]: 3 violation(s)\n" in text
     assert "  edge-non-buffering [mandatory]: ok\n" in text
+    assert "  drains-cover-stream-bound [mandatory]: ok\n" in text
     text, status = policy_check.report(broken_prod(rendered["prod"]), "prod")
     assert status == 1 and "  autoscaling-not-on-utilisation [mandatory]: 1 violation(s)\n" in text
 
@@ -284,5 +285,6 @@ def test_the_pack_starts_the_way_the_clis_python_host_starts_it():
 def test_make_preview_and_up_build_the_packs_virtualenv_first():
     makefile = (POLICIES_DIR.parent / "Makefile").read_text()
     assert "preview: $(STAMP) $(POLICY_STAMP) secrets-set\n" in makefile
-    assert "up: $(STAMP) $(POLICY_STAMP) secrets-set\n" in makefile
+    # up also runs the node-group guard first (tools/node_group_guard.py).
+    assert "up: $(STAMP) $(POLICY_STAMP) secrets-set node-group-guard\n" in makefile
     assert "$(POLICY_STAMP): policies/requirements.txt\n\t$(PYTHON) -m venv policies/.venv\n" in makefile

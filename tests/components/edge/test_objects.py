@@ -124,7 +124,12 @@ def test_envoy_proxy_is_an_ip_target_nlb_that_drains_as_long_as_the_longest_rout
         "provider": {
             "type": "Kubernetes",
             "kubernetes": {
-                "envoyDeployment": {"replicas": 2},
+                "envoyDeployment": {"replicas": 2, "pod": {"topologySpreadConstraints": [
+                    {"maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": "ScheduleAnyway",
+                     "labelSelector": {"matchLabels": {
+                         "app.kubernetes.io/name": "envoy", "gateway.envoyproxy.io/owning-gateway-name": "llm-serving",
+                         "gateway.envoyproxy.io/owning-gateway-namespace": EDGE_NS}}}
+                    for key in ("kubernetes.io/hostname", "topology.kubernetes.io/zone")]}},
                 "envoyPDB": {"minAvailable": 1},
                 "envoyService": {
                     "type": "LoadBalancer",

@@ -30,11 +30,17 @@ KNOWN = EXPORTED | {"up"}
 
 J = 'job="dcgm-exporter"'
 XIDS = "46|48|62|64|74|79|95|110|119|120|136|140|143|155|156|158"
+# With auto repair (the default): the critical Xids EKS reboots or replaces the node for (awsdocs
+# node-health-nma.adoc) warn while it works and page after 15 minutes; the others page at once.
+REPAIRED = "48|64|74|79|95|119|120|140"
+UNREPAIRED = "46|62|110|136|143|155|156|158"
 TEMP = f"DCGM_FI_DEV_GPU_TEMP{{{J}}}"
 REASONS = f"DCGM_FI_DEV_CLOCKS_EVENT_REASONS{{{J}}}"
 
 EXPECTED = [
-    ("GpuXidCritical", f'DCGM_EXP_XID_ERRORS_COUNT{{{J},xid=~"{XIDS}"}} > 0', "0m", "critical"),
+    ("GpuXidCritical", f'DCGM_EXP_XID_ERRORS_COUNT{{{J},xid=~"{UNREPAIRED}"}} > 0', "0m", "critical"),
+    ("GpuXidAutoRepairing", f'DCGM_EXP_XID_ERRORS_COUNT{{{J},xid=~"{REPAIRED}"}} > 0', "0m", "warning"),
+    ("GpuXidNotRepaired", f'DCGM_EXP_XID_ERRORS_COUNT{{{J},xid=~"{REPAIRED}"}} > 0', "15m", "critical"),
     ("GpuXidError", f'DCGM_EXP_XID_ERRORS_COUNT{{{J},xid!~"{XIDS}"}} > 0', "0m", "warning"),
     ("GpuEccDoubleBitErrors", f"increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{{J}}}[10m]) > 0", "0m", "critical"),
     ("GpuRowRemapFailure", f"DCGM_FI_DEV_ROW_REMAP_FAILURE{{{J}}} > 0", "0m", "critical"),
@@ -157,7 +163,15 @@ def test_a_deprecated_field_in_an_alert_is_caught() -> None:
 def test_critical_and_warning_xid_alerts_split_on_the_same_list() -> None:
     [critical] = promql.selectors(BY_NAME["GpuXidCritical"]["expr"])
     [warning] = promql.selectors(BY_NAME["GpuXidError"]["expr"])
-    assert ("xid", "=~", XIDS) in critical.matchers
+    assert ("xid", "=~", UNREPAIRED) in critical.matchers
+    assert sorted(int(c) for c in (UNREPAIRED + "|" + REPAIRED).split("|")) == sorted(CRITICAL_XIDS)
+    assert set(REPAIRED.split("|")) <= {str(c) for c in gpu_alerts.AUTO_REPAIR_REBOOT_XIDS
+                                        + gpu_alerts.AUTO_REPAIR_REPLACE_XIDS}
+    # Without auto repair every critical Xid pages at once, and the repair alerts are left out.
+    manual = {r["alert"]: r for g in gpu_health_rule_groups(runbook_base_url=RUNBOOKS, auto_repair=False)
+              for r in g["rules"]}
+    assert manual["GpuXidCritical"]["expr"] == f'DCGM_EXP_XID_ERRORS_COUNT{{{J},xid=~"{XIDS}"}} > 0'
+    assert not {"GpuXidAutoRepairing", "GpuXidNotRepaired"} & set(manual)
     assert ("xid", "!~", XIDS) in warning.matchers
     assert "|".join(str(code) for code in sorted(CRITICAL_XIDS)) == XIDS
 

@@ -20,6 +20,7 @@ from components.observability import dashboards
 from components.observability.dashboards import dashboard_configmap, gpu_dashboard, panel_queries, serving_dashboard
 from components.observability.serving_alerts import KUBE_STATE_METRICS, ModelSlo, serving_rule_groups
 from components.routing import PICKER_METRIC_TYPES, RoutedModel, picker_alert_groups
+from components.routing.alerts import PICKER_KUBE_STATE_METRICS
 from components.scaling.objects import kv_query, prometheus_adapter_values, queue_query, scaled_object
 from tests.components.scaling.test_objects import PROD
 from tests.support import promql
@@ -42,6 +43,9 @@ KSM_LABELS = {
     "kube_deployment_status_replicas_available": {"namespace", "deployment"},
     "kube_pod_container_status_restarts_total": {"namespace", "pod", "container", "uid"},
     "kube_pod_status_ready": {"namespace", "pod", "uid", "condition"},
+    # docs/metrics/policy/poddisruptionbudget-metrics.md (STABLE): the PDB's namespace and name.
+    "kube_poddisruptionbudget_status_current_healthy": {"namespace", "poddisruptionbudget"},
+    "kube_poddisruptionbudget_status_desired_healthy": {"namespace", "poddisruptionbudget"},
 }
 # Labels on DCGM series: the exporter's per-GPU labels (render_metrics.go), `xid` on the windowed
 # Xid count, and `node` from our ServiceMonitor relabeling.
@@ -286,7 +290,8 @@ def _picker_series() -> dict[str, tuple[str, frozenset[str]]]:
 
 
 PICKER_SERIES = _picker_series()
-KNOWN = vllm_series_names() | set(EXPORTED_DCGM) | set(KUBE_STATE_METRICS) | set(PICKER_SERIES)
+KNOWN = (vllm_series_names() | set(EXPORTED_DCGM) | set(KUBE_STATE_METRICS) | set(PICKER_SERIES)
+         | PICKER_KUBE_STATE_METRICS)
 
 
 def _metric_types() -> dict[str, str]:

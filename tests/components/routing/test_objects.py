@@ -3,6 +3,7 @@ and streaming settings; and the rejections for routes that cannot use a pool."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import pytest
@@ -61,16 +62,21 @@ def test_prods_picker_runs_two_active_replicas_that_drain_for_the_longest_stream
     pod = spec["template"]["spec"]
     (container,) = pod["containers"]
     assert container["image"] == "ghcr.io/llm-d/llm-d-router-endpoint-picker:v0.10.0"
-    # prod's route has no request timeout, so the longest stream is 16,384 tokens at 10 tokens/s.
+    # prod's stream bound: 16,384 tokens at the 0.1 s ITL objective after the 2 s TTFT objective, plus 10 %.
     assert container["args"] == [
         "--pool-name", MODEL, "--pool-namespace", "llm-serving", "--pool-group", "inference.networking.k8s.io",
         "--config-file", "/config/config.yaml", "--grpc-port", "9002", "--grpc-health-port", "9003",
-        "--metrics-port", "9090", "--drain-timeout=1639s", "--metrics-endpoint-auth=false", "--enable-pprof=false",
+        "--metrics-port", "9090", "--drain-timeout=1805s", "--metrics-endpoint-auth=false", "--enable-pprof=false",
         "--tracing=false", "--zap-encoder", "json",
     ]
     # No leader election: every replica is Ready, so the rollout and the PDB work and failover is the Service's.
     assert not any("leader-election" in arg for arg in container["args"])
-    assert pod["terminationGracePeriodSeconds"] == 1639 + 30
+    assert pod["terminationGracePeriodSeconds"] == 1805 + 30
+    # A config change rolls the pickers: they read the file once, at startup.
+    config = _by(rendered["prod"], "ConfigMap", f"{MODEL}-epp")["data"]
+    annotations = spec["template"]["metadata"]["annotations"]
+    assert annotations == {"llm-serving/picker-config-sha256": hashlib.sha256(
+        f"config.yaml\0{config['config.yaml']}\0".encode()).hexdigest()}
     assert container["readinessProbe"] == {"grpc": {"port": 9003, "service": "readiness"}, "periodSeconds": 2,
                                            "failureThreshold": 2}
     assert container["livenessProbe"] == {"grpc": {"port": 9003, "service": "liveness"}, "initialDelaySeconds": 10,
@@ -119,10 +125,10 @@ def test_prods_route_names_the_pool_and_keeps_every_streaming_setting(rendered):
     prod, dev = rendered["prod"], rendered["dev"]
     (rule,) = _by(prod, "HTTPRoute", MODEL)["spec"]["rules"]
     assert rule["backendRefs"] == [{"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": MODEL}]
-    assert rule["timeouts"] == {"request": "0s"}
+    assert rule["timeouts"] == {"request": "1805s"}
     policy = _by(prod, "BackendTrafficPolicy", MODEL)["spec"]
     assert policy["retry"] == {"numRetries": 0} and "requestBuffer" not in policy
-    assert policy["timeout"]["http"]["requestTimeout"] == "0s"
+    assert policy["timeout"]["http"]["requestTimeout"] == "1805s"
     # dev has one replica: its route keeps the Service, and no AI Gateway is installed.
     (dev_rule,) = _by(dev, "HTTPRoute", "llama-8b")["spec"]["rules"]
     assert dev_rule["backendRefs"] == [{"group": "", "kind": "Service", "name": "llama-8b", "port": 8000}]
@@ -198,8 +204,20 @@ def test_picker_alerts_page_when_no_picker_is_up(rendered):
     rule = _by(rendered["prod"], "PrometheusRule", "endpoint-picker-alerts")
     (group,) = rule["spec"]["groups"]
     by_name = {r["alert"]: r for r in group["rules"]}
-    assert list(by_name) == ["EndpointPickerDown", "EndpointPickerDegraded", "EndpointPickerErrors",
-                             "EndpointPickerSaturated", "InferencePoolNoReadyEndpoints"]
+    assert list(by_name) == ["EndpointPickerBelowDisruptionBudget", "EndpointPickerRestarting", "EndpointPickerDown",
+                             "EndpointPickerDegraded", "EndpointPickerErrors", "EndpointPickerSaturated",
+                             "InferencePoolNoReadyEndpoints"]
+    # Below the PDB's floor pages within 2 minutes (a flapping picker never holds sum(up) == 0 for one);
+    # any restart warns, since each one sends requests to a dead picker for seconds.
+    below = by_name["EndpointPickerBelowDisruptionBudget"]
+    pdb = 'namespace="llm-serving", poddisruptionbudget="llama-70b-epp"'
+    assert below["expr"] == (f"kube_poddisruptionbudget_status_current_healthy{{{pdb}}} < "
+                             f"kube_poddisruptionbudget_status_desired_healthy{{{pdb}}}")
+    assert (below["for"], below["labels"]["severity"]) == ("2m", "critical")
+    restarts = by_name["EndpointPickerRestarting"]
+    assert restarts["expr"] == ('sum(increase(kube_pod_container_status_restarts_total{namespace="llm-serving", '
+                                'pod=~"llama-70b-epp-[a-z0-9]+-[a-z0-9]+"}[15m])) > 0')
+    assert (restarts["for"], restarts["labels"]["severity"]) == ("0m", "warning")
     down = by_name["EndpointPickerDown"]
     assert down["expr"] == ('sum(up{job="llm-serving/llama-70b-epp"}) == 0 or '
                             'absent(up{job="llm-serving/llama-70b-epp"})')

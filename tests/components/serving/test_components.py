@@ -3,6 +3,8 @@ Job, the Service and PDB, and how they are wired."""
 
 from __future__ import annotations
 
+import pytest
+
 from components.serving import engine as vllm_engine
 from components.serving import weights
 from tests.support import reference
@@ -39,7 +41,9 @@ def test_prod_container_args_are_the_seeds_flags_with_tp_from_the_planner(render
         "--max-num-batched-tokens", "8192",
         "--enable-prefix-caching",
         "--port", "8000",
-        "--shutdown-timeout", "300",
+        # The stream bound: 16,384 tokens at the 0.1 s ITL objective after the 2 s TTFT, plus 10 %.
+        "--shutdown-timeout", "1805",
+        "--sse-keep-alive-interval", "15",
     ]
 
 
@@ -61,7 +65,9 @@ def test_probes_startup_budget_from_planner_and_lenient_liveness(rendered):
     c = container(rendered)
     health = {"path": "/health", "port": "http"}
     assert c["startupProbe"] == {"httpGet": health, "periodSeconds": 10, "failureThreshold": 102, "timeoutSeconds": 5}
-    assert c["readinessProbe"] == {"httpGet": health, "periodSeconds": 5, "failureThreshold": 3, "timeoutSeconds": 5}
+    # A saturated engine answers slowly: 50 s of slow or failed answers before it leaves the pool.
+    assert c["readinessProbe"] == {"httpGet": health, "periodSeconds": 10, "failureThreshold": 5,
+                                   "timeoutSeconds": 10}
     assert c["livenessProbe"] == {"httpGet": health, "periodSeconds": 15, "failureThreshold": 6, "timeoutSeconds": 10}
 
 
@@ -138,7 +144,7 @@ def test_resources_selectors_and_tolerations(rendered):
 def test_drain_lets_streams_finish(rendered):
     spec = deployment(rendered)["spec"]["template"]["spec"]
     assert container(rendered)["lifecycle"] == {"preStop": {"exec": {"command": ["sleep", "15"]}}}
-    assert spec["terminationGracePeriodSeconds"] == 345 > 15 + 300
+    assert spec["terminationGracePeriodSeconds"] == 1850 == 15 + 1805 + 30
     assert deployment(rendered)["spec"]["strategy"] == {
         "type": "RollingUpdate",
         "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
@@ -299,9 +305,13 @@ def test_engine_waits_as_long_as_the_startup_probe_and_pulumi_waits_for_every_re
     env = {e["name"]: e.get("value") for e in container(rendered)["env"]}
     assert env["VLLM_ENGINE_READY_TIMEOUT_S"] == "1020"
     deploy = rendered["prod"].wiring[f"kubernetes:apps/v1:Deployment::{MODEL}-deployment"]
-    # Up to 4 replicas surged one at a time, each an image pull plus its startup budget plus
-    # minReadySeconds, then a node's start and 15 minutes of slack.
-    assert deploy["customTimeouts"]["create"] == f"{4 * (300 + 1020 + 30) + 300 + 900}s"
+    # Up to 4 replicas surged one at a time: three planned steps (image pull, 510 s cold start,
+    # minReadySeconds), the last up to the progress deadline (startup budget, node and pull, 5 min),
+    # then 2 minutes: a stuck last step fails the `up` 2 minutes after Kubernetes gives up.
+    deadline = 1020 + 300 + 300 + 300
+    assert deployment(rendered)["spec"]["progressDeadlineSeconds"] == deadline
+    assert deploy["customTimeouts"] == {"create": f"{3 * (300 + 510 + 30) + deadline + 120}s",
+                                        "update": "4560s", "delete": f"{15 + 1805 + 30 + 300}s"}
 
 
 def test_network_policies_exist_before_the_weights_are_staged(rendered):
@@ -311,3 +321,19 @@ def test_network_policies_exist_before_the_weights_are_staged(rendered):
         assert fence in rendered["prod"].wiring[resource]["dependsOn"]
     (job,) = [m for m in rendered["prod"].manifests if m["kind"] == "Job"]
     assert job["metadata"]["annotations"] == {"pulumi.com/replaceUnready": "true"}
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_replicas_spread_over_hosts_and_zones_as_preferences_that_single_zone_dev_still_schedules(rendered, stack):
+    (vllm,) = [m for m in rendered[stack].manifests if m["kind"] == "Deployment"
+               and m["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/component") == "vllm"]
+    spread = vllm["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    selector = {"matchLabels": vllm["spec"]["selector"]["matchLabels"]}
+    assert spread == [{"maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": "ScheduleAnyway",
+                       "labelSelector": selector} for key in ("kubernetes.io/hostname", "topology.kubernetes.io/zone")]
+    # Envoy's two proxies too: preferences only, so one node in one zone (dev) still runs both.
+    envoy = rendered[stack].manifest("EnvoyProxy", "llm-serving-proxy")["spec"]["provider"]["kubernetes"]
+    constraints = envoy["envoyDeployment"]["pod"]["topologySpreadConstraints"]
+    assert [(c["topologyKey"], c["whenUnsatisfiable"]) for c in constraints] == [
+        ("kubernetes.io/hostname", "ScheduleAnyway"), ("topology.kubernetes.io/zone", "ScheduleAnyway")]
+    assert reference.custom_resource_errors(rendered[stack].manifest("EnvoyProxy", "llm-serving-proxy")) == []

@@ -36,6 +36,8 @@ def test_prod_engine_args_are_explicit_and_exist_in_the_pinned_vllm():
         "--enable-prefix-caching",
         "--port", "8000",
         "--shutdown-timeout", "300",
+        # Keep-alive comments on idle streams: the pinned vLLM has the flag (serve-flags 0.33.0).
+        "--sse-keep-alive-interval", "15",
     ]
     assert reference.vllm_flag_errors(args) == []
 
@@ -70,7 +72,10 @@ def test_probes_follow_the_seed():
     assert (probes.startup_period_seconds, probes.startup_failure_threshold) == (10, 264)
     assert probes.liveness_timeout_seconds >= 10
     assert probes.liveness_window_seconds == 90
-    assert (probes.readiness_period_seconds, probes.readiness_failure_threshold) == (5, 3)
+    assert (probes.readiness_period_seconds, probes.readiness_failure_threshold) == (10, 5)
+    # Readiness tolerates a busy engine, and still gives up before liveness restarts one.
+    assert probes.readiness_timeout_seconds == 10
+    assert 10 * 5 < probes.liveness_window_seconds
 
 
 def test_startup_budget_rounds_up_to_a_whole_period():

@@ -108,21 +108,37 @@ def test_rejects_two_models_on_the_same_host_and_path():
     assert lines(models=[model(), model(name="qwen-7b-b", route={"pathPrefix": "/b"})]) == []
 
 
-def test_rejects_a_timeout_shorter_than_a_max_length_generation():
-    assert lines(models=[model(route={"requestTimeoutSeconds": 60})]) == [
-        "llm-serving:models[qwen-7b].route.requestTimeoutSeconds: cuts generations short: 4096 tokens at 10 "
-        "tokens/s take 410 s, and no edge timeout may be under 600 s (got 60; expected >= 600, or 0 to disable)"
+def test_rejects_a_stream_bound_shorter_than_a_max_length_generation():
+    assert lines(models=[model(maxModelLen=16384, route={"maxStreamSeconds": 900})]) == [
+        "llm-serving:models[qwen-7b].route.maxStreamSeconds: cuts generations short: 16384 tokens at the 0.1 s ITL "
+        "objective after the 2 s TTFT objective take 1641 s (got 900; expected >= 1641, or unset)"
     ]
-    assert lines(models=[model(route={"requestTimeoutSeconds": 600})]) == []
-    (line,) = lines(models=[model(maxModelLen=16384, route={"requestTimeoutSeconds": 900})])
-    assert "16384 tokens at 10 tokens/s take 1639 s" in line and "expected >= 1639" in line
+    assert lines(models=[model(maxModelLen=16384, route={"maxStreamSeconds": 1641})]) == []
+    # 4,096 tokens take 412 s: the 600 s floor (the policy pack's) is the shortest bound.
+    assert lines(models=[model(route={"maxStreamSeconds": 600})]) == []
+    with pytest.raises(ValidationError) as caught:
+        config(models=[model(route={"maxStreamSeconds": 599})])
+    assert caught.value.errors()[0]["loc"] == ("models", 0, "route", "maxStreamSeconds")
+    # Over an hour no load balancer's deregistration delay could hold it.
+    with pytest.raises(ValidationError):
+        config(models=[model(route={"maxStreamSeconds": 3601})])
 
 
 def test_rejects_stream_idle_timeout_the_nlb_would_cut():
     assert lines(edge={"streamIdleTimeoutSeconds": 400}) == [
-        "llm-serving:edge.streamIdleTimeoutSeconds: the NLB in front of Envoy drops flows silent for 350 s "
-        "without telling Envoy (got 400; expected < 350)"
+        "llm-serving:edge.streamIdleTimeoutSeconds: edge: stream idle timeout must be < the NLB's TCP idle timeout "
+        "(350 s): the NLB drops a silent flow without telling Envoy (got 400; expected < 350)"
     ]
+
+
+def test_rejects_a_vllm_shutdown_timeout_shorter_than_the_stream_bound():
+    # Today's prod default, 300 s, against the 16,384-token model's bound: 16,384 x 0.1 s + 2 s, plus 10 %.
+    assert lines(models=[model(maxModelLen=16384, shutdownTimeoutSeconds=300)]) == [
+        "llm-serving:models[qwen-7b].shutdownTimeoutSeconds: qwen-7b: vLLM --shutdown-timeout must be >= stream "
+        "bound (1,805 s): a planned disruption cuts every stream still running when it ends (got 300; "
+        "expected >= 1805)"
+    ]
+    assert lines(models=[model(maxModelLen=16384, shutdownTimeoutSeconds=1805)]) == []
 
 
 def test_rejects_generation_longer_than_the_alb_idle_limit():

@@ -73,16 +73,17 @@ def test_the_leader_serves_and_the_worker_joins_headless(example):
     assert {"startupProbe", "readinessProbe", "livenessProbe", "ports"} <= set(leader)
     assert not {"startupProbe", "readinessProbe", "livenessProbe", "ports"} & set(worker)
     # The group drains as one: the leader stops taking requests after 15 s and lets in-flight streams
-    # run for its 300 s shutdown timeout; the worker waits out both before it gets SIGTERM.
+    # run for its shutdown timeout, the stream bound (16,384 tokens at 0.1 s after a 4 s TTFT objective,
+    # plus 10 %: 1,807 s); the worker waits out both before it gets SIGTERM.
     assert leader["lifecycle"] == {"preStop": {"exec": {"command": ["sleep", "15"]}}}
-    assert worker["lifecycle"] == {"preStop": {"exec": {"command": ["sleep", "315"]}}}
+    assert worker["lifecycle"] == {"preStop": {"exec": {"command": ["sleep", "1822"]}}}
     assert "--shutdown-timeout" in leader["args"] and leader["args"][leader["args"].index("--shutdown-timeout") + 1] \
-        == "300"
+        == "1807"
     # The startup budget covers each stage reading half of the ~811 GB checkpoint from EFS (500 MiB/s).
     assert leader["startupProbe"]["failureThreshold"] * leader["startupProbe"]["periodSeconds"] == 2030
     pods = (template["leaderTemplate"], template["workerTemplate"])
     grace = {t["spec"]["terminationGracePeriodSeconds"] for t in pods}
-    assert grace == {345}
+    assert grace == {15 + 1807 + 30}
 
 
 def test_every_rank_takes_its_nodes_efa_interfaces_with_huge_pages_and_nccl_over_libfabric(example):

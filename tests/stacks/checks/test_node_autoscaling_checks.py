@@ -110,9 +110,9 @@ def test_scale_down_window_defaults_to_the_cold_start_and_refuses_less():
     assert planning.scale_down_window(cfg, cfg.models[0], plan) == 1140
     short = {**llama, "autoscaling": {"scaleDownWindowSeconds": 900}}
     assert lines(models=[short]) == [
-        "llm-serving:models[llama-70b].autoscaling.scaleDownWindowSeconds: shorter than adding a replica takes "
-        "(1140 s: a node, the image pull and the cold start): a burst would pay for a replica and lose it before it "
-        "served (got 900; expected >= 1140, or unset)"
+        "llm-serving:models[llama-70b].autoscaling.scaleDownWindowSeconds: llama-70b: scale-down window must be >= "
+        "adding a replica (a node, the image pull and the cold start) (1,140 s): a burst would pay for a replica and "
+        "lose it before it served (got 900; expected >= 1140)"
     ]
     # Bounded to [300, 3600] s: the HPA API's maximum window, and no flapping for a tiny model.
     quick = config(models=[llama], gpuNodeGroup=group(nodeReadySeconds=60, imagePullSeconds=0))

@@ -208,6 +208,27 @@ def test_stack_plan_is_exactly_what_prod_deploys(rendered) -> None:
     assert json.loads(catalog)["kv_cache_tokens"] == data["kv_cache_tokens"] == 445_568
 
 
+def test_stack_plan_prints_the_timing_rules_with_the_numbers_the_render_carries(rendered) -> None:
+    code, out, err = _run(["--stack", "prod", "--model", "llama-70b"])
+    assert (code, err) == (0, "")
+    table = out.split("timing (stream bound, drains, awaits):\n", 1)[1].splitlines()
+    rows = {" ".join(line.split()[:-1]): line.split()[-1] for line in table}
+    assert rows["llama-70b: vLLM --shutdown-timeout 1,805 s >= stream bound 1,805 s"] == "ok"
+    assert rows["edge: NLB deregistration delay 1,805 s >= longest stream bound 1,805 s"] == "ok"
+    assert set(rows.values()) == {"ok"} and len(rows) == 15
+    # The same numbers as the render: the vLLM pods' shutdown timeout, the Envoy drain, the rollout await.
+    (vllm,) = rendered["prod"].manifest("Deployment", "llama-70b")["spec"]["template"]["spec"]["containers"]
+    assert vllm["args"][vllm["args"].index("--shutdown-timeout") + 1] == "1805"
+    envoy = rendered["prod"].manifest("EnvoyProxy", "llm-serving-proxy")["spec"]
+    assert envoy["shutdown"]["drainTimeout"] == "1805s"
+    wiring = rendered["prod"].wiring["kubernetes:apps/v1:Deployment::llama-70b-deployment"]
+    assert "llama-70b: Pulumi rollout await 4,560 s >= planned rollout (4 steps) 3,660 s" in rows
+    assert wiring["customTimeouts"]["update"] == "4560s"
+    data = json.loads(_run(["--stack", "prod", "--model", "llama-70b", "--json"])[1])
+    assert data["timing"][1] == {"rule": "llama-70b: vLLM --shutdown-timeout",
+                                 "numbers": "1,805 s >= stream bound 1,805 s", "holds": True}
+
+
 def test_engine_options_change_the_plan_as_vllm_would() -> None:
     def kv(*extra: str) -> int:
         return json.loads(_run([*PROD, "--json", *extra])[1])["kv_cache_tokens"]

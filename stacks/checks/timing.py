@@ -1,0 +1,141 @@
+"""A stack's clock: its stream bounds, every drain that follows from them, and the timing rules (pure).
+
+components/serving/timing.py holds the arithmetic; this reads a stack's config into it. The program
+passes exactly these numbers to the components, `checks` refuses a rule that does not hold, and
+`plan --stack` prints the same rows, so a preview, a deploy and the docs never disagree.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+from components import serving
+from stacks.checks.edge import NLB_IDLE_SECONDS
+from stacks.checks.planning import (
+    MAX_SCALE_DOWN_WINDOW_SECONDS,
+    footprint,
+    model_plan,
+    replica_add_seconds,
+    replica_bounds,
+    resolve_instance_type,
+    rollout_strategies,
+    routing_mode,
+    scale_down_window,
+    timing,
+)
+from stacks.config import EdgeMode, ModelConfig, RoutingMode, StackConfig
+from stacks.config.problems import Problem
+
+
+def stream_seconds(model: ModelConfig) -> int:
+    """The longest request the edge admits for `model`: configured, or derived from its objectives."""
+    if model.route.max_stream_seconds is not None:
+        return model.route.max_stream_seconds
+    return serving.derived_stream_seconds(model.max_model_len, model.slo.itl_p95_seconds, model.slo.ttft_p95_seconds)
+
+
+def model_drains(config: StackConfig, model: ModelConfig) -> serving.ModelDrains:
+    return serving.model_drains(
+        model.name, stream_seconds(model), vllm_shutdown_seconds=model.shutdown_timeout_seconds,
+        multinode=model.pipeline_parallel_size > 1,
+        routed=routing_mode(config, model) is RoutingMode.INFERENCE_POOL,
+    )
+
+
+def edge_drains(config: StackConfig) -> serving.EdgeDrains:
+    return serving.edge_drains([stream_seconds(m) for m in config.models], config.edge.mode.value)
+
+
+def progress_deadline_seconds(config: StackConfig, model: ModelConfig) -> int:
+    """The Deployment's progressDeadlineSeconds (components/serving/deployment.py computes it the same way)."""
+    t = timing(config)
+    return serving.progress_deadline_seconds(model_plan(config, model).startup_budget_seconds,
+                                             t.node_ready_seconds + t.image_pull_seconds)
+
+
+def rollout_steps(config: StackConfig, model: ModelConfig) -> tuple[int, int]:
+    """(steps, seconds per step) of a pod-template rollout at the model's most replicas."""
+    strategy = rollout_strategies(config)[model.name]
+    plan = model_plan(config, model)
+    one = serving.rollout_seconds(footprint(config, model, plan), strategy, 1, timing(config))
+    if strategy.type == "Recreate":
+        return 1, one
+    batch = max(strategy.max_surge, strategy.max_unavailable, 1)
+    return math.ceil(replica_bounds(model)[1] / batch), one
+
+
+def rollout_await_seconds(config: StackConfig, model: ModelConfig) -> int:
+    """Pulumi's create/update timeout of the model's workload."""
+    steps, step = rollout_steps(config, model)
+    return serving.rollout_await_seconds(steps, step, progress_deadline_seconds(config, model))
+
+
+def planned_rollout_seconds(config: StackConfig, model: ModelConfig) -> int:
+    """A rollout at the most replicas whose first surge pod waits for a new node."""
+    plan = model_plan(config, model)
+    return serving.rollout_seconds(footprint(config, model, plan), rollout_strategies(config)[model.name],
+                                   replica_bounds(model)[1], timing(config), needs_node=True)
+
+
+def lb_idle_seconds(config: StackConfig) -> int | None:
+    """The idle timeout of the load balancer in front of the first proxy we run (None: not ours)."""
+    if config.edge.mode is EdgeMode.GATEWAY:
+        return NLB_IDLE_SECONDS
+    return None
+
+
+def relations(config: StackConfig) -> list[serving.Relation]:
+    """Every timing rule of the stack, in path order: per model, then the edge, then the dynamics."""
+    rows: list[serving.Relation] = []
+    for model in config.models:
+        rows += serving.drain_relations(model_drains(config, model))
+    rows += serving.edge_relations(edge_drains(config), config.edge.stream_idle_timeout_seconds,
+                                   lb_idle_seconds(config))
+    for model in config.models:
+        rows += dynamics_relations(config, model)
+    return rows
+
+
+def dynamics_relations(config: StackConfig, model: ModelConfig) -> list[serving.Relation]:
+    m = model.name
+    plan = model_plan(config, model)
+    rows = [
+        serving.Relation(f"{m}: scale-down window", scale_down_window(config, model, plan), ">=",
+                         min(replica_add_seconds(config, model, plan), MAX_SCALE_DOWN_WINDOW_SECONDS),
+                         "adding a replica (a node, the image pull and the cold start)",
+                         "a burst would pay for a replica and lose it before it served",
+                         f"models[{m}].autoscaling.scaleDownWindowSeconds"),
+    ]
+    if model.pipeline_parallel_size == 1:
+        steps, step = rollout_steps(config, model)
+        deadline = progress_deadline_seconds(config, model)
+        rows += [
+            serving.Relation(f"{m}: progressDeadlineSeconds", deadline, ">=", step + timing(config).node_ready_seconds,
+                             "one rollout step with a new node", "Kubernetes fails a healthy rollout step"),
+            serving.Relation(f"{m}: Pulumi rollout await", rollout_await_seconds(config, model), ">=",
+                             planned_rollout_seconds(config, model), f"planned rollout ({steps} steps)",
+                             "a healthy rollout fails the `up`"),
+            serving.Relation(f"{m}: Pulumi rollout await", rollout_await_seconds(config, model), "<=",
+                             (steps - 1) * step + deadline + serving.AWAIT_MARGIN_SECONDS,
+                             "planned steps before the last + progress deadline + margin",
+                             "a stuck rollout holds the stack lock long after Kubernetes gave up"),
+        ]
+    return rows
+
+
+def timing_rules(config: StackConfig) -> Iterator[Problem]:
+    """One problem per timing rule that does not hold, naming the key to change where there is one; only
+    once every model has a plan and the rollouts fit (the other rules report why not)."""
+    try:
+        if resolve_instance_type(config) is None:
+            return
+        rollout_strategies(config)
+        for model in config.models:
+            model_plan(config, model)
+    except (serving.CapacityError, serving.RolloutError):
+        return
+    for r in serving.timing_problems(relations(config)):
+        yield Problem(r.key or r.path, f"{r.path} must be {r.op} {r.right_label} ({r.right_seconds:,} s): {r.why}",
+                      r.left_seconds, f"{r.op} {r.right_seconds}")
+

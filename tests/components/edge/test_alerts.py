@@ -1,0 +1,41 @@
+"""The edge's monitoring as rendered: a PodMonitor valid against the vendored CRD that selects exactly the
+proxies Envoy Gateway labels, and burn-rate rules over Envoy's own statistics."""
+
+from __future__ import annotations
+
+from components.edge import ENVOY_METRIC_TYPES
+from tests.support import promql, reference
+
+
+def test_prod_scrapes_the_gateways_envoy_proxies_on_their_metrics_port(rendered):
+    monitor = rendered["prod"].manifest("PodMonitor", "llm-serving-envoy")
+    assert reference.custom_resource_errors(monitor) == []
+    assert monitor["metadata"]["namespace"] == "envoy-gateway-system"
+    # The existing Prometheus selects monitors by this label (observability.prometheus.monitorSelectorLabels).
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert monitor["spec"] == {
+        # Envoy Gateway v1.9.0 labels every proxy pod with these (proxy/resource.go envoyLabels and the
+        # owning-gateway labels) and names the stats port `metrics` (19001, /stats/prometheus).
+        "selector": {"matchLabels": {"app.kubernetes.io/name": "envoy",
+                                     "gateway.envoyproxy.io/owning-gateway-name": "llm-serving",
+                                     "gateway.envoyproxy.io/owning-gateway-namespace": "envoy-gateway-system"}},
+        "podMetricsEndpoints": [{"port": "metrics", "path": "/stats/prometheus", "interval": "15s"}],
+    }
+
+
+def test_burn_rate_rules_read_only_envoys_counters_over_two_windows_each(rendered):
+    rule = rendered["prod"].manifest("PrometheusRule", "edge-alerts")
+    assert reference.custom_resource_errors(rule) == []
+    (group,) = rule["spec"]["groups"]
+    fast, slow = group["rules"]
+    assert (fast["alert"], fast["labels"]["severity"], fast["for"]) == ("EdgeErrorBudgetBurnFast", "critical", "2m")
+    assert (slow["alert"], slow["labels"]["severity"]) == ("EdgeErrorBudgetBurnSlow", "warning")
+    job = 'job="envoy-gateway-system/llm-serving-envoy"'
+    assert fast["expr"].count("[1h]") == 3 and fast["expr"].count("[5m]") == 3 and fast["expr"].endswith("> 0.072")
+    assert slow["expr"].count("[6h]") == 3 and slow["expr"].count("[30m]") == 3 and slow["expr"].endswith("> 0.03")
+    for r in (fast, slow):
+        assert promql.parse_errors(r["expr"]) == []
+        assert promql.metric_names(r["expr"]) == set(ENVOY_METRIC_TYPES)
+        assert promql.counter_function_errors(r["expr"], ENVOY_METRIC_TYPES) == []
+        assert job in r["expr"]
+

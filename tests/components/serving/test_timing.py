@@ -1,0 +1,77 @@
+"""The one clock: the stream bound, the drains it implies, and the timing rules with their numbers."""
+
+from __future__ import annotations
+
+import pytest
+
+from components import serving
+from components.routing import objects as routing_objects
+from components.serving import timing
+
+
+@pytest.mark.parametrize(("max_model_len", "itl", "ttft", "bound"), [
+    (16384, 0.1, 2, 1805),  # prod: 1,638.4 s + 2 s, plus 10 %
+    (8192, 0.1, 2, 904),  # dev
+    (4096, 0.1, 2, 600),  # 412 s planned: the floor
+    (131072, 0.1, 2, 3600),  # 14,420 s planned: no load balancer could drain it; the ceiling
+])
+def test_stream_bound_is_max_model_len_at_the_itl_objective_with_headroom(max_model_len, itl, ttft, bound):
+    assert serving.derived_stream_seconds(max_model_len, itl, ttft) == bound
+
+
+def test_every_drain_of_a_routed_model_follows_the_bound():
+    drains = serving.model_drains("llama-70b", 1805, routed=True)
+    assert drains == serving.ModelDrains(
+        model="llama-70b", stream_seconds=1805, route_timeout_seconds=1805, vllm_shutdown_seconds=1805,
+        vllm_grace_seconds=15 + 1805 + 30, worker_pre_stop_seconds=None, picker_drain_seconds=1805,
+        picker_grace_seconds=1835, delete_timeout_seconds=1850 + 300)
+    assert serving.timing_problems(serving.drain_relations(drains)) == []
+
+
+def test_a_multinode_model_s_workers_outlast_the_leaders_drain():
+    drains = serving.model_drains("llama-405b", 1807, multinode=True)
+    assert (drains.worker_pre_stop_seconds, drains.picker_drain_seconds) == (15 + 1807, None)
+
+
+def test_a_shutdown_override_shorter_than_the_bound_is_the_one_broken_rule():
+    drains = serving.model_drains("llama-70b", 1805, vllm_shutdown_seconds=300, routed=True)
+    (broken,) = serving.timing_problems(serving.drain_relations(drains))
+    assert broken.text() == "llama-70b: vLLM --shutdown-timeout 300 s >= stream bound 1,805 s"
+    assert broken.key == "models[llama-70b].shutdownTimeoutSeconds"
+
+
+@pytest.mark.parametrize(("mode", "envoy", "grace", "deregistration"), [
+    ("gateway", 1805, 2105, 1805),  # Envoy drains, Envoy Gateway adds 300 s to its grace; the NLB keeps flows
+    ("alb", None, None, 1805),  # the ALB's targets are the vLLM pods
+    ("ingress-nginx", None, None, None),  # neither proxy nor load balancer is ours
+])
+def test_the_edge_holds_the_longest_stream_of_any_route(mode, envoy, grace, deregistration):
+    edge = serving.edge_drains([904, 1805], mode)
+    assert (edge.stream_seconds, edge.envoy_drain_seconds, edge.envoy_grace_seconds,
+            edge.deregistration_delay_seconds) == (1805, envoy, grace, deregistration)
+
+
+def test_edge_rules_refuse_an_idle_timeout_the_nlb_would_hit_first_and_keep_alive_above_it():
+    edge = serving.edge_drains([1805], "gateway")
+    assert serving.timing_problems(serving.edge_relations(edge, 300, 350)) == []
+    broken = serving.timing_problems(serving.edge_relations(edge, 10, 350))
+    assert [r.text() for r in broken] == ["vLLM --sse-keep-alive-interval 15 s < stream idle timeout 10 s"]
+    (nlb,) = serving.timing_problems(serving.edge_relations(edge, 350, 350))
+    assert nlb.text() == "edge: stream idle timeout 350 s < the NLB's TCP idle timeout 350 s"
+
+
+def test_rollout_await_waits_for_planned_steps_and_the_last_up_to_the_progress_deadline():
+    deadline = serving.progress_deadline_seconds(1020, 600)
+    assert deadline == 1920
+    assert serving.rollout_await_seconds(4, 840, deadline) == 3 * 840 + 1920 + 120 == 4560
+    assert serving.rollout_await_seconds(1, 601, 1500) == 1620
+
+
+def test_timing_table_marks_what_does_not_hold():
+    rows = serving.timing_table(serving.drain_relations(serving.model_drains("m", 900, vllm_shutdown_seconds=300)))
+    assert rows[1] == ("m: vLLM --shutdown-timeout", "300 s >= stream bound 900 s", "VIOLATED")
+    assert rows[0] == ("m: route request timeout", "900 s <= stream bound 900 s", "ok")
+
+
+def test_picker_exit_margin_is_the_routing_package_s():
+    assert timing.PICKER_EXIT_MARGIN_SECONDS == routing_objects.TERMINATION_MARGIN_SECONDS

@@ -1,0 +1,121 @@
+"""The user-facing alerts against a simulated prod rollout: a normal rollout pages nobody, an outage does.
+
+The rules are prod's rendered ones (the edge's burn rates, the pickers' disruption-budget, restart and
+up alerts), walked at Prometheus' 15 s evaluation step through tests/support/promql_eval.py. The
+series: six hours of steady traffic, then prod's rollout as the timing module plans it (a picker
+rollout, then two vLLM replicas replaced one at a time, 840 s a step), with the handful of 503s a
+replica swap can cost when a request races its endpoint's removal.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from components.edge.alerts import ENVOY_METRIC_TYPES
+from components.routing.alerts import PICKER_KUBE_STATE_METRICS
+from tests.support import promql
+from tests.support.promql_eval import Store, firing
+
+STEP = 15
+HISTORY = 6 * 3600  # the slow burn's long window is full before the rollout starts
+END = 3 * 3600
+EDGE_JOB = "envoy-gateway-system/llm-serving-envoy"
+PICKER_JOB = "llm-serving/llama-70b-epp"
+RPS = 22  # two prod replicas at about 11 requests/s each
+
+
+def _rules(rendered) -> dict[str, dict[str, Any]]:
+    rules = {}
+    for manifest in rendered["prod"].manifests:
+        if manifest["kind"] == "PrometheusRule" and manifest["metadata"]["name"] in ("edge-alerts",
+                                                                                      "endpoint-picker-alerts"):
+            for group in manifest["spec"]["groups"]:
+                rules.update({r["alert"]: r for r in group["rules"]})
+    return rules
+
+
+def _counter(rate_at, start: int = -HISTORY, end: int = END) -> list[tuple[float, float]]:
+    total, samples = 0.0, []
+    for t in range(start, end + 1, STEP):
+        total += rate_at(t) * STEP
+        samples.append((float(t), total))
+    return samples
+
+
+def _gauge(value_at, start: int = -HISTORY, end: int = END) -> list[tuple[float, float]]:
+    return [(float(t), float(value_at(t))) for t in range(start, end + 1, STEP)]
+
+
+def _store(errors_at, picker_healthy_at, restarts_at) -> Store:
+    store = Store()
+    for pod in ("envoy-a", "envoy-b"):
+        labels = {"job": EDGE_JOB, "pod": pod, "envoy_http_conn_manager_prefix": "https-443"}
+        store.add("envoy_http_downstream_rq_total", labels, _counter(lambda t: RPS / 2))
+        store.add("envoy_http_downstream_rq_xx", {**labels, "envoy_response_code_class": "5"},
+                  _counter(lambda t: errors_at(t) / 2))
+        store.add("envoy_http_downstream_rq_xx", {**labels, "envoy_response_code_class": "2"},
+                  _counter(lambda t: RPS / 2 - errors_at(t) / 2))
+        store.add("envoy_http_downstream_rq_tx_reset", labels, _counter(lambda t: 0))
+    pdb = {"namespace": "llm-serving", "poddisruptionbudget": "llama-70b-epp"}
+    store.add("kube_poddisruptionbudget_status_current_healthy", pdb, _gauge(picker_healthy_at))
+    store.add("kube_poddisruptionbudget_status_desired_healthy", pdb, _gauge(lambda t: 1))
+    for pod in ("llama-70b-epp-6d9f7c-abcde", "llama-70b-epp-6d9f7c-fghij"):
+        store.add("kube_pod_container_status_restarts_total", {"namespace": "llm-serving", "pod": pod},
+                  _gauge(restarts_at if pod.endswith("abcde") else (lambda t: 0)))
+        store.add("up", {"job": PICKER_JOB, "pod": pod}, _gauge(lambda t: 1))
+    return store
+
+
+def _rollout_errors(t: int) -> float:
+    # Three 503s in the 15 s around each replica swap (840 s and 1,680 s into the rollout).
+    return 3 / STEP if t in (840, 1680) else 0.0
+
+
+def _surge_then_back(t: int) -> int:
+    # The picker rollout surges a third picker (maxUnavailable 0), then the old one leaves.
+    return 3 if 0 <= t < 60 else 2
+
+
+def test_the_walked_rules_use_only_series_the_store_models(rendered):
+    rules = _rules(rendered)
+    assert sorted(rules) == ["EdgeErrorBudgetBurnFast", "EdgeErrorBudgetBurnSlow",
+                             "EndpointPickerBelowDisruptionBudget", "EndpointPickerDegraded", "EndpointPickerDown",
+                             "EndpointPickerErrors", "EndpointPickerRestarting", "EndpointPickerSaturated",
+                             "InferencePoolNoReadyEndpoints"]
+    walked = set(ENVOY_METRIC_TYPES) | PICKER_KUBE_STATE_METRICS | {"up"}
+    for name in WALKED:
+        assert promql.metric_names(rules[name]["expr"]) <= walked, name
+
+
+WALKED = ("EdgeErrorBudgetBurnFast", "EdgeErrorBudgetBurnSlow", "EndpointPickerBelowDisruptionBudget",
+          "EndpointPickerRestarting", "EndpointPickerDown", "EndpointPickerDegraded")
+
+
+@pytest.mark.parametrize("alert", WALKED)
+def test_a_normal_prod_rollout_fires_no_alert(rendered, alert):
+    store = _store(_rollout_errors, _surge_then_back, lambda t: 0)
+    assert firing(_rules(rendered)[alert], store, 0, END, STEP) == []
+
+
+def test_a_crash_looping_picker_pages_within_minutes(rendered):
+    # From 600 s the picker restarts every 2 minutes and half the requests get a 500 for 15 minutes.
+    def errors(t: int) -> float:
+        return 0.5 * RPS if 600 <= t < 1500 else 0.0
+
+    def healthy(t: int) -> int:  # one picker crash-loops; for three minutes the other is out too
+        return 2 if not 600 <= t < 1500 else 0 if 900 <= t < 1080 else 1
+
+    store = _store(errors, healthy,
+                   lambda t: max(0, (t - 600) // 120 + 1) if t < 1500 else 8)
+    rules = _rules(rendered)
+    fast = firing(rules["EdgeErrorBudgetBurnFast"], store, 0, END, STEP)
+    # The hour's ratio passes 7.2 % (14.4 x the 0.5 % budget) after about 8.5 minutes of errors, then for: 2m.
+    assert fast and 600 + 10 * 60 <= fast[0] <= 600 + 11 * 60
+    assert rules["EdgeErrorBudgetBurnFast"]["labels"]["severity"] == "critical"
+    below = firing(rules["EndpointPickerBelowDisruptionBudget"], store, 0, END, STEP)
+    assert below == list(range(900 + 120, 1080, STEP))  # below the PDB's floor of 1 for 2 minutes
+    assert firing(rules["EndpointPickerRestarting"], store, 0, END, STEP)[0] == 600  # the first restart
+    # The short window stops the page soon after the errors stop.
+    assert max(fast) < 1500 + 5 * 60

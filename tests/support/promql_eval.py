@@ -1,0 +1,155 @@
+"""A small PromQL evaluator over synthetic series, for walking alert rules through a simulated event.
+
+Covers the subset our edge and picker rules use, parsed by promql_parser (tests/support/promql.py):
+selectors with =, !=, =~, !~; rate() and increase() over a range (no counter resets, no extrapolation:
+the difference between the last sample in the range and the first, which is what Prometheus computes
+for a steady counter sampled at the range's edges); sum() without grouping; + - * / between vectors
+with the same labels or with a number; comparisons against a number or a vector (filtering); and, or;
+absent(). Anything else raises, so a rule outside the subset cannot pass silently.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import promql_parser
+
+from tests.support.promql import _op_symbol
+
+Labels = tuple[tuple[str, str], ...]
+Vector = dict[Labels, float]
+LOOKBACK_SECONDS = 300  # Prometheus' default staleness window for instant selectors
+
+
+@dataclass
+class Store:
+    """Samples per series: labels include __name__; (time, value) in time order."""
+
+    series: dict[Labels, list[tuple[float, float]]] = field(default_factory=dict)
+
+    def add(self, name: str, labels: dict[str, str], samples: Iterable[tuple[float, float]]) -> None:
+        key = tuple(sorted({"__name__": name, **labels}.items()))
+        self.series.setdefault(key, []).extend(samples)
+
+    def select(self, node: promql_parser.VectorSelector) -> list[tuple[Labels, list[tuple[float, float]]]]:
+        matchers = [(m.name, _op_symbol(m.op), m.value) for m in node.matchers.matchers]
+        if node.name:
+            matchers.append(("__name__", "=", node.name))
+        return [(labels, samples) for labels, samples in self.series.items() if _matches(dict(labels), matchers)]
+
+
+def _matches(labels: dict[str, str], matchers: list[tuple[str, str, str]]) -> bool:
+    for name, op, value in matchers:
+        actual = labels.get(name, "")
+        full = re.fullmatch(value, actual) is not None
+        if not {"=": actual == value, "!=": actual != value, "=~": full, "!~": not full}[op]:
+            return False
+    return True
+
+
+def _without_name(labels: Labels) -> Labels:
+    return tuple(item for item in labels if item[0] != "__name__")
+
+
+def _at(samples: list[tuple[float, float]], t: float) -> float | None:
+    found = [v for time, v in samples if t - LOOKBACK_SECONDS < time <= t]
+    return found[-1] if found else None
+
+
+def _delta(samples: list[tuple[float, float]], start: float, end: float) -> tuple[float, float] | None:
+    window = [(time, v) for time, v in samples if start < time <= end]
+    if len(window) < 2:
+        return None
+    return window[-1][1] - window[0][1], window[-1][0] - window[0][0]
+
+
+def evaluate(expr: str, store: Store, t: float) -> Vector:
+    return _eval(promql_parser.parse(expr), store, t)
+
+
+def _eval(node: promql_parser.Expr, store: Store, t: float) -> Vector | float:  # noqa: C901 - one node type per branch
+    if isinstance(node, promql_parser.NumberLiteral):
+        return float(node.val)
+    if isinstance(node, promql_parser.ParenExpr):
+        return _eval(node.expr, store, t)
+    if isinstance(node, promql_parser.VectorSelector):
+        out = {}
+        for labels, samples in store.select(node):
+            value = _at(samples, t)
+            if value is not None:
+                # Binary operations match on the labels without the metric name, as Prometheus does.
+                out[_without_name(labels)] = value
+        return out
+    if isinstance(node, promql_parser.Call):
+        name = node.func.name
+        if name == "absent":
+            return {} if _eval(node.args[0], store, t) else {(): 1.0}
+        if name in ("rate", "increase"):
+            matrix = node.args[0]
+            seconds = matrix.range.total_seconds()
+            out = {}
+            for labels, samples in store.select(matrix.vector_selector):
+                found = _delta(samples, t - seconds, t)
+                if found is not None:
+                    delta, span = found
+                    out[_without_name(labels)] = delta if name == "increase" else delta / span
+            return out
+        raise NotImplementedError(f"function {name}")
+    if isinstance(node, promql_parser.AggregateExpr):
+        if str(node.op) != "sum" or node.modifier is not None:
+            raise NotImplementedError(f"aggregation {node.op} {node.modifier}")
+        inner = _eval(node.expr, store, t)
+        return {(): sum(inner.values())} if inner else {}
+    if isinstance(node, promql_parser.BinaryExpr):
+        return _binary(str(node.op), _eval(node.lhs, store, t), _eval(node.rhs, store, t))
+    raise NotImplementedError(type(node).__name__)
+
+
+_ARITHMETIC = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+               "/": lambda a, b: a / b if b else float("nan")}
+_COMPARE = {">": lambda a, b: a > b, "<": lambda a, b: a < b, ">=": lambda a, b: a >= b,
+            "<=": lambda a, b: a <= b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b}
+
+
+def _binary(op: str, lhs: Vector | float, rhs: Vector | float) -> Vector | float:
+    if op == "and":
+        return {k: v for k, v in lhs.items() if k in rhs}
+    if op == "or":
+        return {**rhs, **lhs} if lhs else dict(rhs)
+    function = _ARITHMETIC.get(op) or _COMPARE.get(op)
+    if function is None:
+        raise NotImplementedError(f"operator {op}")
+    if isinstance(lhs, float) and isinstance(rhs, float):
+        return function(lhs, rhs)
+
+    def pair(a: float, b: float) -> float | None:
+        if op in _ARITHMETIC:
+            return function(a, b)
+        return a if function(a, b) else None
+
+    if isinstance(rhs, float):
+        pairs = {k: pair(v, rhs) for k, v in lhs.items()}
+    elif isinstance(lhs, float):
+        pairs = {k: pair(lhs, v) for k, v in rhs.items()}
+    else:
+        pairs = {k: pair(v, rhs[k]) for k, v in lhs.items() if k in rhs}
+    return {k: v for k, v in pairs.items() if v is not None}
+
+
+def firing(rule: dict, store: Store, start: float, end: float, step: float = 15) -> list[float]:
+    """The evaluation times at which `rule` fires: its expression non-empty for its whole `for`."""
+    hold = int(rule["for"].removesuffix("m")) * 60
+    pending_since: float | None = None
+    fired = []
+    t = start
+    while t <= end:
+        if evaluate(rule["expr"], store, t):
+            pending_since = t if pending_since is None else pending_since
+            if t - pending_since >= hold:
+                fired.append(t)
+        else:
+            pending_since = None
+        t += step
+    return fired
