@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 from components import serving
 from stacks.checks import planning
-from stacks.checks.planning import MIN_EDGE_TIMEOUT_SECONDS, edge_timeout_floor, generation_seconds, route_host
+from stacks.checks.planning import MIN_EDGE_TIMEOUT_SECONDS, generation_seconds, route_host
 from stacks.config import ControllerMode, EdgeAuth, EdgeMode, Environment, StackConfig
 from stacks.config.problems import Problem
 
