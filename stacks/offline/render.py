@@ -22,6 +22,7 @@ from pulumi.runtime.sync_await import _sync_await
 
 from stacks import environment, program
 from stacks.checks import platform as platform_checks
+from stacks.config import ClusterMode
 from stacks.config import files as stack_files
 from stacks.config.problems import ConfigError
 
@@ -79,15 +80,32 @@ class RenderMocks(pulumi.runtime.Mocks):
     """Deterministic answers for data sources and for the outputs providers would compute.
 
     `cluster_version` is the placeholder cluster's Kubernetes minor (render --cluster-version).
+    `clusters` (cluster.mode create) are the clusters the account already has, name -> (version,
+    owner tag); None answers every look-up with the placeholder cluster (mode existing).
     """
 
-    def __init__(self, cluster_version: str) -> None:
+    def __init__(self, cluster_version: str, clusters: dict[str, tuple[str, str | None]] | None = None) -> None:
         self.cluster_version = cluster_version
+        self.clusters = clusters
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list[Any]] | dict[str, Any]:
         token = args.token
         if token == "aws:eks/getCluster:getCluster":
-            return _placeholder_cluster(args.args["name"], self.cluster_version)
+            name = args.args["name"]
+            if self.clusters is None:
+                return _placeholder_cluster(name, self.cluster_version)
+            version, owner = self.clusters[name]
+            return {**_placeholder_cluster(name, version), "tags": {"llm-serving/stack": owner} if owner else {}}
+        if token == "aws:eks/getClusters:getClusters":
+            return {"id": REGION, "names": sorted(self.clusters or {})}
+        if token == "aws:index/getAvailabilityZones:getAvailabilityZones":
+            zones = [f"{REGION}{letter}" for letter in "abcdef"]
+            return {"id": REGION, "names": zones, "zoneIds": [f"use1-az{i}" for i in range(1, 7)],
+                    "groupNames": [REGION]}
+        if token == "aws:iam/getSessionContext:getSessionContext":
+            arn = args.args["arn"]
+            return {"id": arn, "arn": arn, "issuerArn": arn, "issuerId": "render", "issuerName": "render",
+                    "sessionName": ""}
         if token == "aws:index/getRegion:getRegion":
             return {"name": REGION, "region": REGION, "id": REGION, "endpoint": f"ec2.{REGION}.amazonaws.com"}
         if token == "aws:ec2/getVpc:getVpc":
@@ -115,6 +133,13 @@ class RenderMocks(pulumi.runtime.Mocks):
         elif args.typ == "aws:fsx/lustreFileSystem:LustreFileSystem":
             state.setdefault("dnsName", f"{name}.fsx.{REGION}.amazonaws.com")
             state.setdefault("mountName", "placeholder")
+        elif args.typ == "aws:eks/cluster:Cluster":
+            cluster = _placeholder_cluster(args.inputs["name"], args.inputs["version"])
+            state.update(arn=cluster["arn"], endpoint=cluster["endpoint"],
+                         certificateAuthority=cluster["certificateAuthorities"][0])
+            state["vpcConfig"] = {**state.get("vpcConfig", {}), "clusterSecurityGroupId": "sg-0123456789abcdef0"}
+        elif args.typ == "aws:ec2/vpc:Vpc":
+            state.setdefault("id", f"{name}-id")
         elif args.typ == "kubernetes:helm.sh/v3:Release":
             state.setdefault("name", name)
         return f"{name}-id", state
@@ -261,17 +286,23 @@ def render_stack(stack_file: Path, cluster_version: str | None = None) -> Render
 
     The placeholder cluster runs `cluster_version`, by default the stack's `cluster.kubernetesVersion`;
     another version is rejected the way a real preview rejects it (platform_checks.cluster_version_problem).
+    For a stack that creates its cluster the account has none of that name, unless `cluster_version`
+    is given: then the stack's own cluster exists at that version, as on an upgrade.
     """
     stack_file = stack_file.resolve()
     own = stack_files.read_stack_file(stack_file)
     _, validated = environment.load_stack_file(stack_file)  # raises ConfigError before anything is registered
+    clusters: dict[str, tuple[str, str | None]] | None = None
+    if validated.cluster.mode is ClusterMode.CREATE:
+        owner = f"{stack_files.PROJECT}/{own.stack}"
+        clusters = {validated.cluster.name: (cluster_version, owner)} if cluster_version else {}
     cluster_version = cluster_version or validated.cluster.kubernetes_version
-    problem = platform_checks.cluster_version_problem(validated, cluster_version)
+    problem = platform_checks.cluster_version_problem(validated, cluster_version) if clusters is None else None
     if problem is not None:
         raise ConfigError([problem])
     config, secret_keys = engine_values(own)
 
-    mocks = RenderMocks(cluster_version)
+    mocks = RenderMocks(cluster_version, clusters)
     monitor = RecordingMonitor(mocks)
     pulumi_settings.reset_options()
     pulumi.runtime.set_mocks(mocks, project=stack_files.PROJECT, stack=own.stack, preview=False, monitor=monitor)
