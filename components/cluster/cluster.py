@@ -339,8 +339,7 @@ class Cluster(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(
                 parent=self,
                 depends_on=[*attachments, *add_ons],
+                # An update replaces every node one at a time (drain, boot, join): allow an hour.
                 custom_timeouts=pulumi.CustomTimeouts(create=NODE_GROUP_TIMEOUT, update="60m"),
-                # Autoscalers may resize the group; a later `up` must not undo that.
-                ignore_changes=["scalingConfig.desiredSize"],
             ),
         )

@@ -138,8 +138,9 @@ class RenderMocks(pulumi.runtime.Mocks):
             state.update(arn=cluster["arn"], endpoint=cluster["endpoint"],
                          certificateAuthority=cluster["certificateAuthorities"][0])
             state["vpcConfig"] = {**state.get("vpcConfig", {}), "clusterSecurityGroupId": "sg-0123456789abcdef0"}
-        elif args.typ == "aws:ec2/vpc:Vpc":
-            state.setdefault("id", f"{name}-id")
+        elif args.typ == "aws:kms/key:Key":
+            state.setdefault("keyId", f"{name}-key-id")
+            state.setdefault("arn", f"arn:aws:kms:{REGION}:{ACCOUNT_ID}:key/{name}-key-id")
         elif args.typ == "kubernetes:helm.sh/v3:Release":
             state.setdefault("name", name)
         return f"{name}-id", state
