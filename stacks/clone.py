@@ -89,8 +89,29 @@ def clone_document(
     return {"config": config}
 
 
-def clone(base: str, new: str, overrides: list[str], project_dir: Path) -> tuple[Path, list[str]]:
-    """Write the clone; returns its path and the secrets it must set before a preview."""
+def create_cluster_overrides(base_values: dict[str, Any], zones: list[str]) -> list[str]:
+    """`clone --create-cluster a,b,c`: the overrides that turn a clone into a stack creating its own
+    cluster over these zones (a new account or region has no cluster to attach to). The GPU nodes
+    keep as many zones as the base gave them (one for a placement group or capacity block), now the
+    first of the new zones, in the created subnets; every other cluster.create key keeps its default."""
+    if not 2 <= len(zones) <= 3 or len(set(zones)) != len(zones):
+        raise ConfigError([Problem("--create-cluster", "two or three distinct availability zones", ",".join(zones),
+                                   "e.g. eu-west-1a,eu-west-1b,eu-west-1c")])
+    subnets = base_values.get("gpuNodeGroup", {}).get("subnets", [])
+    gpu_zones = max(1, min(len({s.get("availabilityZone") for s in subnets}), len(zones)))
+    return [
+        "cluster.mode=create",
+        f"cluster.create.zones=[{', '.join(zones)}]",
+        "gpuNodeGroup.subnets=[" + ", ".join(f"{{availabilityZone: {z}}}" for z in zones[:gpu_zones]) + "]",
+    ]
+
+
+def clone(
+    base: str, new: str, overrides: list[str], project_dir: Path, create_zones: list[str] | None = None
+) -> tuple[Path, list[str]]:
+    """Write the clone; returns its path and the secrets it must set before a preview. With
+    `create_zones` the clone creates its own cluster there (`create_cluster_overrides`), before the
+    `overrides`, which win."""
     target = files.stack_file_path(new, project_dir)
     if not files.STACK_FILE.match(target.name):
         raise ConfigError([Problem("stack", "not a valid stack name", new, "letters, digits, - _ .")])
@@ -107,6 +128,8 @@ def clone(base: str, new: str, overrides: list[str], project_dir: Path) -> tuple
         namespace, name = key.split(":", 1)
         if namespace == files.PROJECT and name in base_resolved.values:
             required[name] = base_resolved.values[name]
+    if create_zones is not None:
+        overrides = [*create_cluster_overrides(base_resolved.values, create_zones), *overrides]
     # Secrets are never inherited: the clone gets a placeholder for each secret its base chain has.
     first = clone_document(base, overrides, base_file.other, required)
     secrets = sorted(files.resolve(files.split_config(new, target, first["config"]), project_dir).uninherited_secrets)

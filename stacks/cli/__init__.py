@@ -89,8 +89,14 @@ def _clone(argv: list[str]) -> int:
         "--set", action="append", default=[], metavar="KEY.PATH=VALUE",
         help="override, e.g. gpuNodeGroup.scaling.maxNodes=2 (value parsed as YAML); repeatable",
     )
+    parser.add_argument(
+        "--create-cluster", metavar="ZONE,ZONE[,ZONE]",
+        help="the clone creates its own VPC and EKS cluster over these zones (cluster.mode create), e.g. for "
+             "a new account or region; combine with --set aws:region=...",
+    )
     args = parser.parse_args(argv)
-    path, secrets = clone.clone(args.base, args.new, args.set, stack_files.PROJECT_DIR)
+    zones = [z.strip() for z in args.create_cluster.split(",") if z.strip()] if args.create_cluster else None
+    path, secrets = clone.clone(args.base, args.new, args.set, stack_files.PROJECT_DIR, zones)
     sys.stdout.write(f"wrote {path}\n")
     for key in secrets:
         sys.stdout.write(
@@ -114,7 +120,7 @@ HELP = """usage: .venv/bin/python -m stacks <command> [options]   (or `source .v
 commands:
   render <stack>   offline render into build/<stack>/ (manifests.yaml, resources.json); no cloud, no CLI
   plan             size one vLLM replica: TP, KV cache, concurrency, startup budget, dynamics
-  clone <from> <to> --set key.path=value
+  clone <from> <to> --set key.path=value [--create-cluster ZONE,ZONE,ZONE]
                    a new stack file that extends another, valid for the Pulumi CLI
   diff <stack>     what a change does to a stack's render, as `pulumi preview --diff` would mark it
 
