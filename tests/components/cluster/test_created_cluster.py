@@ -11,6 +11,7 @@ from typing import Any
 import pulumi
 import pytest
 
+from policies import rules
 from stacks.config.files import PROJECT_DIR
 from stacks.offline import render
 
@@ -81,8 +82,10 @@ def test_control_plane_uses_api_authentication_kms_secrets_and_every_log(sandbox
         "accessConfig": {"authenticationMode": "API", "bootstrapClusterCreatorAdminPermissions": False},
         "bootstrapSelfManagedAddons": False,
         "enabledClusterLogTypes": ["api", "audit", "authenticator", "controllerManager", "scheduler"],
-        "encryptionConfig": {"provider": {"keyArn": "arn:aws:kms:us-east-1:123456789012:key/cluster-secrets-key-key-id"},
-                             "resources": ["secrets"]},
+        "encryptionConfig": {
+            "provider": {"keyArn": "arn:aws:kms:us-east-1:123456789012:key/cluster-secrets-key-key-id"},
+            "resources": ["secrets"],
+        },
         "kubernetesNetworkConfig": {"ipFamily": "ipv4", "serviceIpv4Cidr": "172.20.0.0/16"},
         "tags": TAGS,
         "vpcConfig": {
@@ -221,4 +224,25 @@ def test_a_skipped_minor_stops_the_program_before_any_resource(caplog):
     assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [
         "llm-serving:cluster.kubernetesVersion: the cluster runs 1.32; a control plane moves one minor per "
         'update, so this would skip a minor (got "1.34"; expected 1.33 first)'
+    ]
+
+
+def test_policy_pack_passes_the_sandbox_and_reads_its_cluster(sandbox):
+    assert rules.violations(sandbox, "dev") == {rule.name: [] for rule in rules.RULES}
+    plane = sandbox.resource("aws:eks/cluster:Cluster", "cluster-control-plane")["inputs"]
+    weakened = {**plane, "encryptionConfig": {}, "enabledClusterLogTypes": ["api"],
+                "accessConfig": {"authenticationMode": "API_AND_CONFIG_MAP",
+                                 "bootstrapClusterCreatorAdminPermissions": True},
+                "vpcConfig": {**plane["vpcConfig"], "endpointPrivateAccess": False}}
+    (rule,) = [r for r in rules.RULES if r.name == "eks-cluster-hardened"]
+    context = rules.RuleContext(environment="dev", name="cluster-control-plane", protect=False, retain_on_delete=False)
+    assert rule.check("aws:eks/cluster:Cluster", weakened, context) == [
+        "EKS cluster llm-sandbox: Secrets are not envelope-encrypted with a KMS key (encryptionConfig); API keys "
+        "and tokens would sit in etcd under EKS's default encryption only.",
+        "EKS cluster llm-sandbox: authenticationMode is API_AND_CONFIG_MAP; use API, so access is granted only by "
+        "access entries in state and never by the aws-auth ConfigMap.",
+        "EKS cluster llm-sandbox: bootstrapClusterCreatorAdminPermissions is not false; the creator's admin "
+        "access would be an invisible side effect instead of a reviewed access entry.",
+        "EKS cluster llm-sandbox: control-plane logs audit, authenticator are off; an incident review needs them.",
+        "EKS cluster llm-sandbox: the private API endpoint is off, so nodes reach the API over the internet.",
     ]
