@@ -74,6 +74,10 @@ def cluster_rules(config: StackConfig) -> Iterator[Problem]:
         yield Problem(f"{C}.{key}", reason, given[key],
                       "a /16 to /20 in 10/8, 172.16/12 or 192.168/16" if key == "vpcCidr"
                       else "a /12 to /24 in a private range, apart from the VPC")
+    if config.production_like and "0.0.0.0/0" in create.public_access_cidrs:
+        # The API endpoint is public so `pulumi up` can reach it; in staging and prod, only from known networks.
+        yield Problem(f"{C}.publicAccessCidrs", f"{config.environment.value} opens the API endpoint to the internet",
+                      create.public_access_cidrs, "the CIDRs of your deployers and CI runners")
     nodes = create.system_nodes
     if not nodes.min_nodes <= nodes.desired_nodes <= nodes.max_nodes:
         yield Problem(f"{C}.systemNodes.desiredNodes", "must lie between minNodes and maxNodes", nodes.desired_nodes,

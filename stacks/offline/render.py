@@ -21,6 +21,7 @@ from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 from stacks import environment, program
+from stacks.checks import cluster as cluster_checks
 from stacks.checks import platform as platform_checks
 from stacks.config import ClusterMode
 from stacks.config import files as stack_files
@@ -206,6 +207,13 @@ def render_stack(stack_file: Path, cluster_version: str | None = None) -> Render
     if validated.cluster.mode is ClusterMode.CREATE:
         owner = f"{stack_files.PROJECT}/{own.stack}"
         clusters = {validated.cluster.name: (cluster_version, owner)} if cluster_version else {}
+    if clusters:
+        # What the program refuses for the stack's own cluster (a skipped or backwards minor), as the
+        # one-line problems a real preview logs, before anything runs.
+        problems = cluster_checks.existing_cluster_problems(
+            validated, cluster_checks.FoundCluster(cluster_version, owner), owner)
+        if problems:
+            raise ConfigError(problems)
     cluster_version = cluster_version or validated.cluster.kubernetes_version
     problem = platform_checks.cluster_version_problem(validated, cluster_version) if clusters is None else None
     if problem is not None:

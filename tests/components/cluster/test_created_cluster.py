@@ -13,6 +13,7 @@ import pytest
 
 from policies import rules
 from stacks.config.files import PROJECT_DIR
+from stacks.config.problems import ConfigError
 from stacks.offline import render
 
 SANDBOX = PROJECT_DIR / "examples" / "Pulumi.sandbox.yaml"
@@ -218,12 +219,18 @@ def test_a_one_minor_upgrade_moves_control_plane_addons_and_both_node_groups(tmp
             ["llm-serving/node-generation"])
 
 
-def test_a_skipped_minor_stops_the_program_before_any_resource(caplog):
-    with pytest.raises(pulumi.RunError, match="stack sandbox cannot create its cluster; nothing was created"):
+def test_a_skipped_minor_or_a_downgrade_is_refused_before_any_resource():
+    with pytest.raises(ConfigError) as skipped:
         render.render_stack(SANDBOX, cluster_version="1.32")
-    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [
+    assert [p.line() for p in skipped.value.problems] == [
         "llm-serving:cluster.kubernetesVersion: the cluster runs 1.32; a control plane moves one minor per "
         'update, so this would skip a minor (got "1.34"; expected 1.33 first)'
+    ]
+    with pytest.raises(ConfigError) as downgrade:
+        render.render_stack(SANDBOX, cluster_version="1.35")
+    assert [p.line() for p in downgrade.value.problems] == [
+        'llm-serving:cluster.kubernetesVersion: the cluster runs 1.35; EKS cannot downgrade (got "1.34"; expected '
+        "1.35 or 1.36)"
     ]
 
 
@@ -245,4 +252,16 @@ def test_policy_pack_passes_the_sandbox_and_reads_its_cluster(sandbox):
         "access would be an invisible side effect instead of a reviewed access entry.",
         "EKS cluster llm-sandbox: control-plane logs audit, authenticator are off; an incident review needs them.",
         "EKS cluster llm-sandbox: the private API endpoint is off, so nodes reach the API over the internet.",
+    ]
+
+
+def test_the_program_refuses_zones_the_region_does_not_offer(tmp_path, caplog):
+    stack = tmp_path / "Pulumi.sandbox.yaml"
+    stack.write_text(SANDBOX.read_text().replace("zones: [us-east-1a, us-east-1b, us-east-1c]",
+                                                 "zones: [us-east-1a, us-east-1b, us-east-1g]"))
+    with pytest.raises(pulumi.RunError, match="stack sandbox cannot create its cluster; nothing was created"):
+        render.render_stack(stack)
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [
+        'llm-serving:cluster.create.zones: not an available zone of region us-east-1 (got "us-east-1g"; expected '
+        "us-east-1a, us-east-1b, us-east-1c, us-east-1d, us-east-1e, us-east-1f)"
     ]

@@ -127,6 +127,16 @@ def test_rejects_a_version_eks_does_not_offer_or_without_pinned_addons(version, 
     assert expected in lines(cluster__kubernetesVersion=version)
 
 
+def test_prod_keeps_the_api_endpoint_off_the_open_internet():
+    # (prod's own rules about replicas also apply to this one-node base; only the cluster lines matter here)
+    assert [line for line in lines(environment="prod") if "cluster." in line] == [
+        'llm-serving:cluster.create.publicAccessCidrs: prod opens the API endpoint to the internet (got '
+        '["0.0.0.0/0"]; expected the CIDRs of your deployers and CI runners)'
+    ]
+    assert [line for line in lines(environment="prod", cluster__create__publicAccessCidrs=["203.0.113.0/24"])
+            if "cluster." in line] == []
+
+
 def test_nat_gateways_are_per_zone_in_prod_and_one_elsewhere():
     assert cluster_checks.network_plan(config()).nat_zones == ("us-east-1a",)
     assert cluster_checks.network_plan(config(environment="prod")).nat_zones == (
