@@ -140,6 +140,8 @@ class Cluster(pulumi.ComponentResource):
             )
             nat_ids[zone] = nat.id
         self.private_subnet_ids = {}
+        # Nodes boot only once their subnet routes through NAT: image pulls and the node's join need it.
+        private_routes: list[pulumi.Resource] = []
         for subnet in plan.private:
             created = aws.ec2.Subnet(
                 f"{name}-private-{subnet.zone}",
@@ -156,9 +158,9 @@ class Cluster(pulumi.ComponentResource):
                 tags={**tags, "Name": f"{args.cluster_name}-private-{subnet.zone}"},
                 opts=child,
             )
-            aws.ec2.RouteTableAssociation(
+            private_routes.append(aws.ec2.RouteTableAssociation(
                 f"{name}-private-{subnet.zone}-routes", subnet_id=created.id, route_table_id=routes.id, opts=child
-            )
+            ))
             self.private_subnet_ids[subnet.zone] = created.id
 
         # --- control plane ---------------------------------------------------------------------
@@ -262,7 +264,7 @@ class Cluster(pulumi.ComponentResource):
 
         specs = addon_plan(args.kubernetes_version)
         before = [addon(s, []) for s in specs if s.before_nodes]
-        nodes = self._system_nodes(name, args, cluster, managed, tags, before)
+        nodes = self._system_nodes(name, args, cluster, managed, tags, [*before, *private_routes])
         after = [addon(s, [nodes]) for s in specs if not s.before_nodes]
         self.ready = [*access, *before, nodes, *after]
 
@@ -283,7 +285,7 @@ class Cluster(pulumi.ComponentResource):
         })
 
     def _system_nodes(self, name: str, args: ClusterArgs, cluster: aws.eks.Cluster, managed, tags: dict[str, str],
-                      add_ons: list[pulumi.Resource]) -> aws.eks.NodeGroup:
+                      after: list[pulumi.Resource]) -> aws.eks.NodeGroup:
         child = pulumi.ResourceOptions(parent=self)
         role = aws.iam.Role(
             f"{name}-system-node-role",
@@ -338,7 +340,7 @@ class Cluster(pulumi.ComponentResource):
             tags=tags,
             opts=pulumi.ResourceOptions(
                 parent=self,
-                depends_on=[*attachments, *add_ons],
+                depends_on=[*attachments, *after],
                 # An update replaces every node one at a time (drain, boot, join): allow an hour.
                 custom_timeouts=pulumi.CustomTimeouts(create=NODE_GROUP_TIMEOUT, update="60m"),
             ),

@@ -170,7 +170,10 @@ def test_order_on_create_and_on_upgrade_is_control_plane_then_addons_then_node_g
     coredns = "aws:eks/addon:Addon::cluster-coredns"
     for addon in before:
         assert _depends(sandbox, "aws:eks/addon:Addon", addon.rsplit("::", 1)[1]) == [plane]
-    assert set(before) | {plane} <= set(_depends(sandbox, "aws:eks/nodeGroup:NodeGroup", "cluster-system-nodes"))
+    routes = {f"aws:ec2/routeTableAssociation:RouteTableAssociation::cluster-private-{z}-routes" for z in ZONES}
+    # The CPU nodes boot once the CNI add-ons exist and their subnets route through NAT.
+    assert set(before) | routes | {plane} <= set(_depends(sandbox, "aws:eks/nodeGroup:NodeGroup",
+                                                           "cluster-system-nodes"))
     # CoreDNS is a Deployment: it can only turn ACTIVE once the CPU nodes exist.
     assert _depends(sandbox, "aws:eks/addon:Addon", "cluster-coredns") == [plane, system]
     gpu = set(_depends(sandbox, "aws:eks/nodeGroup:NodeGroup", "gpu-p5-4xlarge-node-group"))
