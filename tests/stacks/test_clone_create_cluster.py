@@ -14,12 +14,15 @@ from stacks.offline import render
 
 
 def test_clone_of_prod_creates_its_cluster_in_another_region(stack_dir):
-    path, _ = clone.clone("prod", "prod-eu", ["aws:region=eu-west-1", "cluster.name=llm-prod-eu"], stack_dir,
+    # prod refuses an API endpoint open to the internet: the clone names the deployers' network.
+    path, _ = clone.clone("prod", "prod-eu", ["aws:region=eu-west-1", "cluster.name=llm-prod-eu",
+                                             "cluster.create.publicAccessCidrs=[203.0.113.0/24]"], stack_dir,
                           create_zones=["eu-west-1a", "eu-west-1b", "eu-west-1c"])
     config = yaml.safe_load(path.read_text())["config"]
     assert config["aws:region"] == "eu-west-1"
     assert config["llm-serving:cluster"] == {
-        "mode": "create", "create": {"zones": ["eu-west-1a", "eu-west-1b", "eu-west-1c"]}, "name": "llm-prod-eu"
+        "mode": "create", "name": "llm-prod-eu",
+        "create": {"zones": ["eu-west-1a", "eu-west-1b", "eu-west-1c"], "publicAccessCidrs": ["203.0.113.0/24"]},
     }
     # prod's GPU nodes use three zones: the clone keeps three, the new ones, without ids.
     assert config["llm-serving:gpuNodeGroup"] == {
