@@ -65,6 +65,9 @@ SCALED_OBJECT = "kubernetes:keda.sh/v1alpha1:ScaledObject"
 HPA_V2 = "kubernetes:autoscaling/v2:HorizontalPodAutoscaler"
 HPA_V1 = "kubernetes:autoscaling/v1:HorizontalPodAutoscaler"
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
+EKS_CLUSTER = "aws:eks/cluster:Cluster"
+# Control-plane logs an incident review needs: who did what (audit, authenticator) and why the API refused.
+REQUIRED_CONTROL_PLANE_LOGS = ("api", "audit", "authenticator")
 NAMESPACE = "kubernetes:core/v1:Namespace"
 # One replica of a model larger than one node: a leader pod template and a worker pod template.
 LEADER_WORKER_SET = "kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet"
@@ -711,6 +714,28 @@ def check_namespaces_enforce_pod_security(
     return messages
 
 
+def check_eks_cluster_hardened(resource_type: str, inputs: Mapping[str, Any], context: RuleContext) -> list[str]:
+    subject = f"EKS cluster {inputs.get('name', context.name)}"
+    messages = []
+    encrypted = _list(_dig(inputs, "encryptionConfig", "resources"))
+    if "secrets" not in encrypted or not _dig(inputs, "encryptionConfig", "provider", "keyArn"):
+        messages.append(f"{subject}: Secrets are not envelope-encrypted with a KMS key (encryptionConfig); API keys "
+                        "and tokens would sit in etcd under EKS's default encryption only.")
+    mode = _dig(inputs, "accessConfig", "authenticationMode")
+    if mode != "API":
+        messages.append(f"{subject}: authenticationMode is {mode or 'unset'}; use API, so access is granted only by "
+                        "access entries in state and never by the aws-auth ConfigMap.")
+    if _dig(inputs, "accessConfig", "bootstrapClusterCreatorAdminPermissions") is not False:
+        messages.append(f"{subject}: bootstrapClusterCreatorAdminPermissions is not false; the creator's admin "
+                        "access would be an invisible side effect instead of a reviewed access entry.")
+    missing = [t for t in REQUIRED_CONTROL_PLANE_LOGS if t not in _list(inputs.get("enabledClusterLogTypes"))]
+    if missing:
+        messages.append(f"{subject}: control-plane logs {', '.join(missing)} are off; an incident review needs them.")
+    if _dig(inputs, "vpcConfig", "endpointPrivateAccess") is not True:
+        messages.append(f"{subject}: the private API endpoint is off, so nodes reach the API over the internet.")
+    return messages
+
+
 # --------------------------------------------------------------------------------------------
 # The rule table
 
@@ -751,6 +776,10 @@ RULES: list[Rule] = [
          "Namespaces enforce a Pod Security level (below restricted only with a reason annotation) and warn and "
          "audit at restricted.",
          "mandatory", check_namespaces_enforce_pod_security, (NAMESPACE,)),
+    Rule("eks-cluster-hardened",
+         "An EKS cluster the program creates encrypts Secrets with a KMS key, authenticates through access entries "
+         "only (API mode, no creator bootstrap), logs api, audit and authenticator, and keeps the private endpoint.",
+         "mandatory", check_eks_cluster_hardened, (EKS_CLUSTER,)),
 ]
 
 

@@ -67,6 +67,23 @@ def clone_document(
     return {"config": config}
 
 
+def create_cluster_overrides(base_values: dict[str, Any], zones: list[str]) -> list[str]:
+    """`clone --create-cluster a,b,c`: the overrides that turn a clone into a stack creating its own
+    cluster over these zones (a new account or region has no cluster to attach to). The GPU nodes
+    keep as many zones as the base gave them (one for a placement group or capacity block), now the
+    first of the new zones, in the created subnets; every other cluster.create key keeps its default."""
+    if not 2 <= len(zones) <= 3 or len(set(zones)) != len(zones):
+        raise ConfigError([Problem("--create-cluster", "two or three distinct availability zones", ",".join(zones),
+                                   "e.g. eu-west-1a,eu-west-1b,eu-west-1c")])
+    subnets = base_values.get("gpuNodeGroup", {}).get("subnets", [])
+    gpu_zones = max(1, min(len({s.get("availabilityZone") for s in subnets}), len(zones)))
+    return [
+        "cluster.mode=create",
+        f"cluster.create.zones=[{', '.join(zones)}]",
+        "gpuNodeGroup.subnets=[" + ", ".join(f"{{availabilityZone: {z}}}" for z in zones[:gpu_zones]) + "]",
+    ]
+
+
 @dataclass(frozen=True)
 class Cloned:
     """What `clone` wrote: the file, the secrets it must set itself, and what looks unintended."""
@@ -76,8 +93,12 @@ class Cloned:
     warnings: list[str]
 
 
-def clone(base: str, new: str, settings: list[str], project_dir: Path) -> Cloned:
-    """Write the clone; refuse it when it would silently inherit prod's environment."""
+def clone(
+    base: str, new: str, settings: list[str], project_dir: Path, create_zones: list[str] | None = None
+) -> Cloned:
+    """Write the clone; refuse it when it would silently inherit prod's environment. With
+    `create_zones` the clone creates its own cluster there (`create_cluster_overrides`), before the
+    `settings`, which win."""
     target = files.stack_file_path(new, project_dir)
     if not files.STACK_FILE.match(target.name):
         raise ConfigError([Problem("stack", "not a valid stack name", new, "letters, digits, - _ .")])
@@ -89,6 +110,8 @@ def clone(base: str, new: str, settings: list[str], project_dir: Path) -> Cloned
     base_file = files.read_stack_file(files.stack_file_path(base, project_dir))
     project = keys.load_project(project_dir)
     base_resolved = files.resolve(base_file, project_dir)
+    if create_zones is not None:
+        settings = [*create_cluster_overrides(base_resolved.values, create_zones), *settings]
     parsed = [parse_override(text) for text in settings]
     own_keys = {o.key for o in parsed if o.namespace is None}
     # A clone of prod that says nothing is prod: protected data, pinned digests, paging alerts, all

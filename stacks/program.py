@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
+import pulumi_aws as aws
 from pulumi.runtime import config as runtime_config
 
+from components import cluster as created_cluster
 from components import observability, serving, storage
 from components.edge import PROMETHEUS_POD_LABELS, EdgeArgs, EdgeSettings, Route, gateway_injects_upstream_key
 from components.gpu import (
@@ -45,11 +47,13 @@ from components.serving_stack import (
     ServingStackArgs,
 )
 from stacks import checks, environment
+from stacks.checks import cluster as cluster_checks
 from stacks.checks import planning, timing
 from stacks.checks import platform as platform_checks
 from stacks.config import (
     SECRET_KEYS,
     AccessMode,
+    ClusterMode,
     ContainerStorage,
     ControllerMode,
     EdgeAuth,
@@ -113,6 +117,14 @@ def load_config() -> StackConfig:
 # A conservative sustained download rate from the Hugging Face Hub; the staging Job's deadline is
 # twice the time the weights take at this rate, and never under 30 minutes.
 HUB_DOWNLOAD_MIB_PER_SECOND = 50
+
+
+# The GPU node group's subnets as (id, zone): the configured ids, or the created private subnets.
+Subnets = list[tuple[pulumi.Input[str], str]]
+
+
+def configured_subnets(config: StackConfig) -> Subnets:
+    return [(s.id, s.availability_zone) for s in config.gpu_node_group.subnets if s.id is not None]
 
 
 def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType) -> ServedModel:
@@ -326,12 +338,15 @@ def picker_settings(config: StackConfig) -> PickerSettings:
     )
 
 
-def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStackArgs:
+def serving_stack_args(
+    config: StackConfig, cluster: EksCluster, subnets: Subnets | None = None, subnet_keys: tuple[str, ...] = ()
+) -> ServingStackArgs:
     """Map validated config onto component args (components never see the config models)."""
     group = config.gpu_node_group
+    subnets = configured_subnets(config) if subnets is None else subnets
     instance = planning.resolve_instance_type(config)
     assert instance is not None  # guaranteed by checks.check
-    tags = {"app.kubernetes.io/part-of": "llm-serving", "llm-serving/environment": config.environment.value}
+    tags = stack_tags(config)
     prometheus = config.observability.prometheus
     installs_prometheus = prometheus.mode is PrometheusMode.INSTALL
     alerts = config.observability.gpu_alerts
@@ -344,7 +359,7 @@ def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStack
             cluster_security_group_id=cluster.cluster_security_group_id,
             kubernetes_version=config.cluster.kubernetes_version,
             instance=instance,
-            subnet_ids=[s.id for s in group.subnets],
+            subnet_ids=[subnet_id for subnet_id, _ in subnets],
             min_nodes=group.scaling.min_nodes,
             max_nodes=group.scaling.max_nodes,
             desired_nodes=group.scaling.desired_nodes,
@@ -360,13 +375,14 @@ def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStack
             tags=tags,
             autoscaled=config.node_autoscaling.mode is not NodeAutoscalingMode.NONE,
             auto_repair=group.auto_repair.enabled,
+            subnet_keys=subnet_keys,
         ),
         install_node_monitoring_agent=group.auto_repair.enabled and group.auto_repair.install_monitoring_agent,
         weights_storage=storage.WeightsFileSystemArgs(
             cluster_name=config.cluster.name,
             vpc_id=cluster.vpc_id,
             node_security_group_id=cluster.cluster_security_group_id,
-            subnets=tuple((s.id, s.availability_zone) for s in group.subnets),
+            subnets=tuple(subnets),
             storage_class_name=planning.weights_storage_class(config),
             owner_uid=serving.RUN_AS_UID,
             owner_gid=serving.RUN_AS_GID,
@@ -382,7 +398,7 @@ def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStack
             cluster_name=config.cluster.name,
             vpc_id=cluster.vpc_id,
             node_security_group_id=cluster.cluster_security_group_id,
-            subnet_id=group.subnets[0].id,
+            subnet_id=subnets[0][0],
             capacity_gib=config.weights_storage.fsx_lustre.storage_capacity_gib,
             per_unit_throughput=config.weights_storage.fsx_lustre.per_unit_storage_throughput,
             namespace=config.serving.namespace,
@@ -472,16 +488,97 @@ def check_cluster_version(config: StackConfig) -> None:
         raise pulumi.RunError(f"stack {pulumi.get_stack()} does not match its cluster's version; nothing was created")
 
 
+def refuse(problems: list, what: str) -> None:
+    if problems:
+        for problem in problems:
+            pulumi.log.error(problem.line())
+        raise pulumi.RunError(f"stack {pulumi.get_stack()} {what}; nothing was created")
+
+
+def check_cluster_to_create(config: StackConfig, stack_id: str) -> None:
+    """Before any resource: the zones exist in this region, and a cluster of the name is ours and at
+    most one minor behind (the preview then lists the upgrade's order)."""
+    found = None
+    if config.cluster.name in aws.eks.get_clusters().names:
+        existing = aws.eks.get_cluster(name=config.cluster.name)
+        found = cluster_checks.FoundCluster(existing.version, (existing.tags or {}).get(cluster_checks.OWNER_TAG))
+    problems = cluster_checks.existing_cluster_problems(config, found, stack_id)
+    problems += cluster_checks.zone_problems(
+        config, aws.get_region().region, aws.get_availability_zones(state="available").names
+    )
+    refuse(problems, "cannot create its cluster")
+    if found is not None:
+        for step, line in enumerate(cluster_checks.upgrade_steps(found.version, config.cluster.kubernetes_version), 1):
+            pulumi.log.info(f"cluster upgrade step {step}: {line}")
+
+
+def create_cluster(config: StackConfig, tags: dict[str, str]) -> created_cluster.Cluster:
+    create = config.cluster.create
+    assert create is not None  # guaranteed by checks.check
+    stack_id = f"{pulumi.get_project()}/{pulumi.get_stack()}"
+    check_cluster_to_create(config, stack_id)
+    # The access entry names the IAM role behind the session, not the assumed-role session ARN.
+    deployer = aws.iam.get_session_context(arn=aws.get_caller_identity().arn).issuer_arn
+    nodes = create.system_nodes
+    return created_cluster.Cluster(
+        "cluster",
+        created_cluster.ClusterArgs(
+            cluster_name=config.cluster.name,
+            kubernetes_version=config.cluster.kubernetes_version,
+            network=cluster_checks.network_plan(config),
+            service_cidr=create.service_cidr,
+            deployer_arn=deployer,
+            # An admin role that is also the deployer already has its entry (a second one fails).
+            admin_role_arns=tuple(arn for arn in create.admin_role_arns if arn != deployer),
+            system_nodes=created_cluster.SystemNodes(
+                nodes.instance_type, nodes.min_nodes, nodes.max_nodes, nodes.desired_nodes
+            ),
+            public_access_cidrs=tuple(create.public_access_cidrs),
+            log_types=tuple(create.log_types),
+            log_retention_days=create.log_retention_days,
+            key_deletion_window_days=30 if config.environment is Environment.PROD else 7,
+            tags={**tags, cluster_checks.OWNER_TAG: stack_id},
+        ),
+    )
+
+
+def after(resources: list[pulumi.Resource]) -> pulumi.ResourceTransformation:
+    """Every resource of the serving stack waits for these (the created cluster's access, add-ons and
+    CPU nodes): a GPU node cannot turn Ready before vpc-cni, nor a Deployment schedule before nodes."""
+
+    def transformation(args: pulumi.ResourceTransformationArgs) -> pulumi.ResourceTransformationResult:
+        return pulumi.ResourceTransformationResult(
+            args.props, pulumi.ResourceOptions.merge(args.opts, pulumi.ResourceOptions(depends_on=resources))
+        )
+
+    return transformation
+
+
+def stack_tags(config: StackConfig) -> dict[str, str]:
+    return {"app.kubernetes.io/part-of": "llm-serving", "llm-serving/environment": config.environment.value}
+
+
 def run() -> None:
     config = load_config()
-    check_cluster_version(config)
-    cluster = lookup_cluster(config.cluster.name)
-    provider = kubernetes_provider("kubernetes", cluster)
-    stack = ServingStack(
-        "llm-serving",
-        serving_stack_args(config, cluster),
-        pulumi.ResourceOptions(providers={"kubernetes": provider}),
-    )
+    if config.cluster.mode is ClusterMode.CREATE:
+        created = create_cluster(config, stack_tags(config))
+        cluster = created.eks
+        subnets: Subnets = [(created.private_subnet_ids[s.availability_zone], s.availability_zone)
+                            for s in config.gpu_node_group.subnets]
+        provider = kubernetes_provider("kubernetes", cluster, pulumi.ResourceOptions(depends_on=created.ready))
+        opts = pulumi.ResourceOptions(providers={"kubernetes": provider}, transformations=[after(created.ready)])
+        planned = {p.zone: p.cidr for p in cluster_checks.network_plan(config).private}
+        subnet_keys = tuple(f"{zone}={planned[zone]}" for _, zone in subnets)
+        pulumi.export("clusterName", config.cluster.name)
+        pulumi.export("vpcId", cluster.vpc_id)
+    else:
+        check_cluster_version(config)
+        cluster = lookup_cluster(config.cluster.name)
+        subnets = configured_subnets(config)
+        subnet_keys = ()
+        provider = kubernetes_provider("kubernetes", cluster)
+        opts = pulumi.ResourceOptions(providers={"kubernetes": provider})
+    stack = ServingStack("llm-serving", serving_stack_args(config, cluster, subnets, subnet_keys), opts)
     pulumi.export("environment", config.environment.value)
     pulumi.export("gpuNodeSelector", stack.gpu_node_group.node_selector)
     pulumi.export("gpuTolerations", stack.gpu_node_group.tolerations)

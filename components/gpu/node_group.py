@@ -62,7 +62,7 @@ class GpuNodeGroupArgs:
     cluster_security_group_id: pulumi.Input[str]
     kubernetes_version: str
     instance: InstanceType
-    subnet_ids: list[str]
+    subnet_ids: list[pulumi.Input[str]]
     min_nodes: int
     max_nodes: int
     desired_nodes: int
@@ -79,6 +79,9 @@ class GpuNodeGroupArgs:
     # An autoscaler owns the group's size between min and max; without one `desiredNodes` is the size.
     autoscaled: bool = True
     auto_repair: bool = True
+    # What identifies the subnets in the generation hash when their ids are not known yet (subnets
+    # the stack creates): zone and CIDR of each. Empty: the ids themselves.
+    subnet_keys: tuple[str, ...] = ()
 
 
 def node_user_data(args: GpuNodeGroupArgs) -> str | None:
@@ -113,7 +116,7 @@ def generation(args: GpuNodeGroupArgs) -> str:
         "placementGroup": args.cluster_placement_group,
         # Subnets, instance, AMI and capacity type replace the group in EKS anyway; hashing them too
         # makes every replacement a generation change, so the pods always move before deletion.
-        "subnets": sorted(args.subnet_ids),
+        "subnets": sorted(args.subnet_keys or args.subnet_ids),
         # Launch-template tag specifications and the node labels: a change of either would otherwise
         # update the group in place (a new template version drains every node under the PDB).
         "tags": args.tags,

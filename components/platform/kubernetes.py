@@ -1,4 +1,4 @@
-"""The one Kubernetes provider of a stack: the existing EKS cluster, authenticated per call.
+"""The one Kubernetes provider of a stack: its EKS cluster (looked up or created), authenticated per call.
 
 Built once at stack level and handed to every Kubernetes component through `opts`, so no component
 can talk to a different cluster by accident. No token is stored: `aws eks get-token` runs per call.

@@ -181,3 +181,39 @@ CHARTS: dict[str, ChartPin] = {
         LWS,
     )
 }
+
+# --- A cluster the program creates (cluster.mode: create) ---------------------------------------
+# Kubernetes minors EKS offers for a new cluster, with the end of each one's extended support
+# (EKS: 14 months standard plus 12 extended; dates from endoflife.date/amazon-eks, which mirrors the
+# EKS user guide's release calendar, read 2026-12-01). 1.31's extended support ended 2026-11-26.
+EKS_KUBERNETES_VERSIONS: dict[str, str] = {
+    "1.32": "2027-03-23",
+    "1.33": "2027-07-29",
+    "1.34": "2027-12-02",
+    "1.35": "2028-03-27",
+}
+
+# EKS add-on versions per add-on name, per Kubernetes minor: the program creates exactly these, so a
+# minor upgrade moves each add-on in the same reviewed diff. Sources (the latest Amazon EKS type of
+# each add-on per minor, as published):
+# - kube-proxy: EKS user guide "Manage kube-proxy", version table (docs.amazonaws.cn/zh_cn/eks/latest/
+#   userguide/managing-kube-proxy.md: 1.34 v1.34.6-eksbuild.2, 1.33 v1.33.10-eksbuild.2); kube-proxy
+#   follows the control plane's minor, so it is the add-on whose version must change on an upgrade.
+# - coredns: EKS user guide "Manage CoreDNS", version table (same snapshot: v1.13.2-eksbuild.4 for
+#   1.33 to 1.35).
+# - vpc-cni: one version serves every supported minor (the user guide's table lists the same build
+#   for each); v1.22.3-eksbuild.1 is what `describe-addon-versions --kubernetes-version 1.33` offered
+#   on 2026-07-08 (ministryofjustice/cloud-platform-infrastructure PR 4678). Its network policy agent
+#   enforces NetworkPolicy when `enableNetworkPolicy` is "true" (EKS user guide, cni-network-policy).
+# - eks-pod-identity-agent: v1.3.10-eksbuild.1, the default version in all regions since 2025-11-24
+#   (aws/containers-roadmap issue 2684, EKS team comment).
+# Confirm before a bump: aws eks describe-addon-versions --kubernetes-version <minor> --addon-name <name>.
+ADDON_VERSIONS: dict[str, dict[str, str]] = {
+    "vpc-cni": {"1.33": "v1.22.3-eksbuild.1", "1.34": "v1.22.3-eksbuild.1"},
+    "kube-proxy": {"1.33": "v1.33.10-eksbuild.2", "1.34": "v1.34.6-eksbuild.2"},
+    "coredns": {"1.33": "v1.13.2-eksbuild.4", "1.34": "v1.13.2-eksbuild.4"},
+    "eks-pod-identity-agent": {"1.33": "v1.3.10-eksbuild.1", "1.34": "v1.3.10-eksbuild.1"},
+}
+
+# The AMI family of the created cluster's CPU node group (EKS AMI type for x86 AL2023 without GPUs).
+SYSTEM_NODE_AMI_TYPE = "AL2023_x86_64_STANDARD"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from stacks.checks import edge, platform, rules, serving, timing
+from stacks.checks import cluster, edge, platform, rules, serving, timing
 from stacks.checks.edge import ALB_MAX_IDLE_TIMEOUT_SECONDS, NLB_IDLE_SECONDS
 from stacks.checks.planning import edge_namespace, edge_timeout_floor, generation_seconds, route_host
 from stacks.checks.platform import cluster_version_problem
@@ -29,6 +29,7 @@ __all__ = [
 
 RULES: tuple[Callable[[StackConfig], Iterator[Problem]], ...] = (
     rules.scaling_rules,
+    cluster.cluster_rules,
     platform.weights_storage_rules,
     platform.node_autoscaling_rules,
     platform.addon_version_rules,

@@ -104,12 +104,18 @@ def clone_parser() -> CommandLineParser:
         help="override, e.g. gpuNodeGroup.scaling.maxNodes=2 or models[llama-70b].replicas=1 (value parsed as "
         "YAML); repeatable. A clone of prod must set environment",
     )
+    parser.add_argument(
+        "--create-cluster", metavar="ZONE,ZONE[,ZONE]",
+        help="the clone creates its own VPC and EKS cluster over these zones (cluster.mode create), e.g. for "
+             "a new account or region; combine with --set aws:region=...",
+    )
     return parser
 
 
 def _clone(argv: list[str]) -> int:
     args = clone_parser().parse_args(argv)
-    cloned = clone.clone(args.base, args.new, args.set, stack_files.PROJECT_DIR)
+    zones = [z.strip() for z in args.create_cluster.split(",") if z.strip()] if args.create_cluster else None
+    cloned = clone.clone(args.base, args.new, args.set, stack_files.PROJECT_DIR, zones)
     for warning in cloned.warnings:
         sys.stderr.write(f"warning: {warning}\n")
     sys.stdout.write(f"wrote {cloned.path}\n")
@@ -139,7 +145,7 @@ commands:
   plan             size one vLLM replica: TP, KV cache, concurrency, startup budget, dynamics;
                    --stack <stack> plans a stack's model (options override its values), --list-models,
                    --list-gpus
-  clone <from> <to> --set key.path=value
+  clone <from> <to> --set key.path=value [--create-cluster ZONE,ZONE,ZONE]
                    a new stack file that extends another, valid for the Pulumi CLI
   diff [<stack>...] what a change does to each stack's render (default: every stack file), as
                    `pulumi preview --diff` would mark it

@@ -26,7 +26,17 @@ from stacks.config.base import (
     PathPrefix,
     SubnetId,
 )
-from stacks.config.cluster import ClusterConfig, ExistingAutoscaler, NodeAutoscalingConfig, NodeAutoscalingMode, Subnet
+from stacks.config.cluster import (
+    ClusterConfig,
+    ClusterMode,
+    CreateClusterConfig,
+    ExistingAutoscaler,
+    NatGateways,
+    NodeAutoscalingConfig,
+    NodeAutoscalingMode,
+    Subnet,
+    SystemNodesConfig,
+)
 from stacks.config.edge import (
     ControllerMode,
     EdgeAuth,
@@ -91,6 +101,8 @@ __all__ = [
     "CapacityType",
     "ChartVersion",
     "ClusterConfig",
+    "ClusterMode",
+    "CreateClusterConfig",
     "ConfigModel",
     "ContainerStorage",
     "ControllerMode",
@@ -127,6 +139,7 @@ __all__ = [
     "ModelAutoscalingConfig",
     "ModelConfig",
     "ModelId",
+    "NatGateways",
     "NodeAutoscalingConfig",
     "NodeAutoscalingMode",
     "ObservabilityConfig",
@@ -144,6 +157,7 @@ __all__ = [
     "StackConfig",
     "StorageBackend",
     "Subnet",
+    "SystemNodesConfig",
     "SubnetId",
     "TlsConfig",
     "VllmImageConfig",

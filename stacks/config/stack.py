@@ -22,7 +22,7 @@ class StackConfig(ConfigModel):
     environment: Environment = Field(
         description="`dev`, `staging` or `prod`: prod and staging must pin everything; prod protects data."
     )
-    cluster: ClusterConfig = Field(description="The existing EKS cluster.")
+    cluster: ClusterConfig = Field(description="The EKS cluster, existing or created.")
     gpu_node_group: GpuNodeGroupConfig = Field(description="The GPU node group.")
     node_autoscaling: NodeAutoscalingConfig = Field(
         default_factory=NodeAutoscalingConfig, description="Who adds and removes GPU nodes."

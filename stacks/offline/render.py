@@ -6,7 +6,6 @@ program registers is recorded, and the output is byte-identical for the same inp
 
 from __future__ import annotations
 
-import hashlib
 import json
 import runpy
 from collections import Counter
@@ -22,14 +21,15 @@ from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 from stacks import environment, program
+from stacks.checks import cluster as cluster_checks
 from stacks.checks import platform as platform_checks
+from stacks.config import ClusterMode
 from stacks.config import files as stack_files
 from stacks.config.problems import ConfigError
+from stacks.offline.mocks import RenderMocks
 
 SECRET = "[secret]"
 PROGRAM = stack_files.PROJECT_DIR / "__main__.py"
-ACCOUNT_ID = "123456789012"
-REGION = "us-east-1"
 
 # Pulumi marks secrets on the wire with this signature (pulumi/runtime/rpc.py _special_secret_sig).
 _SIG_KEY = "4dabf18193072939515e22adb298388d"
@@ -54,83 +54,6 @@ class Recorded:
     custom_timeouts: tuple[str, str, str] = ("", "", "")  # create, update, delete
     replace_on_changes: tuple[str, ...] = ()
     delete_before_replace: bool = False
-
-
-def _placeholder_cluster(name: str, version: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "id": name,
-        "arn": f"arn:aws:eks:{REGION}:{ACCOUNT_ID}:cluster/{name}",
-        "endpoint": f"https://{name}.gr7.{REGION}.eks.amazonaws.com",
-        "version": version,
-        "certificateAuthorities": [{"data": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCnBsYWNlaG9sZGVyCg=="}],
-        "vpcConfig": {
-            "clusterSecurityGroupId": "sg-0123456789abcdef0",
-            "vpcId": "vpc-0123456789abcdef0",
-            "subnetIds": [],
-            "securityGroupIds": [],
-            "publicAccessCidrs": [],
-            "endpointPrivateAccess": True,
-            "endpointPublicAccess": False,
-        },
-    }
-
-
-class RenderMocks(pulumi.runtime.Mocks):
-    """Deterministic answers for data sources and for the outputs providers would compute.
-
-    `cluster_version` is the placeholder cluster's Kubernetes minor (render --cluster-version).
-    """
-
-    def __init__(self, cluster_version: str) -> None:
-        self.cluster_version = cluster_version
-
-    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list[Any]] | dict[str, Any]:
-        token = args.token
-        if token == "aws:eks/getCluster:getCluster":
-            return _placeholder_cluster(args.args["name"], self.cluster_version)
-        if token == "aws:index/getRegion:getRegion":
-            return {"name": REGION, "region": REGION, "id": REGION, "endpoint": f"ec2.{REGION}.amazonaws.com"}
-        if token == "aws:ec2/getVpc:getVpc":
-            vpc = args.args["id"]
-            return {"id": vpc, "cidrBlock": "10.0.0.0/16", "arn": f"arn:aws:ec2:{REGION}:{ACCOUNT_ID}:vpc/{vpc}"}
-        if token == "aws:ec2/getSubnet:getSubnet":
-            # A distinct placeholder /20 per subnet id, inside the placeholder VPC's 10.0.0.0/16.
-            subnet = args.args["id"]
-            block = int(hashlib.sha256(subnet.encode()).hexdigest(), 16) % 16
-            return {"id": subnet, "cidrBlock": f"10.0.{block * 16}.0/20",
-                    "arn": f"arn:aws:ec2:{REGION}:{ACCOUNT_ID}:subnet/{subnet}"}
-        if token == "aws:index/getPartition:getPartition":
-            return {"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws"}
-        if token == "aws:index/getCallerIdentity:getCallerIdentity":
-            return {"accountId": ACCOUNT_ID, "arn": f"arn:aws:iam::{ACCOUNT_ID}:user/render", "userId": "render"}
-        raise NotImplementedError(f"the offline render has no placeholder for data source {token}")
-
-    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
-        state = dict(args.inputs)
-        name = args.name
-        if args.typ == "aws:iam/role:Role":
-            state.setdefault("arn", f"arn:aws:iam::{ACCOUNT_ID}:role/{name}")
-            state.setdefault("name", name)
-        elif args.typ == "aws:ec2/launchTemplate:LaunchTemplate":
-            state.setdefault("latestVersion", 1)
-        elif args.typ == "aws:ec2/placementGroup:PlacementGroup":
-            state.setdefault("name", name)
-        elif args.typ == "aws:eks/nodeGroup:NodeGroup":
-            state.setdefault("resources", [{"autoscalingGroups": [{"name": f"eks-{name}-asg"}]}])
-            state.setdefault("nodeGroupName", f"{args.inputs.get('nodeGroupNamePrefix', name)}placeholder")
-        elif args.typ == "aws:efs/fileSystem:FileSystem":
-            state.setdefault("arn", f"arn:aws:elasticfilesystem:{REGION}:{ACCOUNT_ID}:file-system/{name}-id")
-        elif args.typ == "aws:fsx/lustreFileSystem:LustreFileSystem":
-            state.setdefault("dnsName", f"{name}.fsx.{REGION}.amazonaws.com")
-            state.setdefault("mountName", "placeholder")
-        elif args.typ == "kubernetes:helm.sh/v3:Release":
-            state.setdefault("name", name)
-        elif args.typ == "tls:index/privateKey:PrivateKey":
-            state.setdefault("privateKeyPem", "(generated by the tls provider at up)")
-        elif args.typ == "tls:index/selfSignedCert:SelfSignedCert":
-            state.setdefault("certPem", "(generated by the tls provider at up)")
-        return f"{name}-id", state
 
 
 class RecordingMonitor(pulumi_mocks.MockMonitor):
@@ -274,17 +197,30 @@ def render_stack(stack_file: Path, cluster_version: str | None = None) -> Render
 
     The placeholder cluster runs `cluster_version`, by default the stack's `cluster.kubernetesVersion`;
     another version is rejected the way a real preview rejects it (platform_checks.cluster_version_problem).
+    For a stack that creates its cluster the account has none of that name, unless `cluster_version`
+    is given: then the stack's own cluster exists at that version, as on an upgrade.
     """
     stack_file = stack_file.resolve()
     own = stack_files.read_stack_file(stack_file)
     _, validated = environment.load_stack_file(stack_file)  # raises ConfigError before anything is registered
+    clusters: dict[str, tuple[str, str | None]] | None = None
+    if validated.cluster.mode is ClusterMode.CREATE:
+        owner = f"{stack_files.PROJECT}/{own.stack}"
+        clusters = {validated.cluster.name: (cluster_version, owner)} if cluster_version else {}
+    if clusters:
+        # What the program refuses for the stack's own cluster (a skipped or backwards minor), as the
+        # one-line problems a real preview logs, before anything runs.
+        problems = cluster_checks.existing_cluster_problems(
+            validated, cluster_checks.FoundCluster(cluster_version, owner), owner)
+        if problems:
+            raise ConfigError(problems)
     cluster_version = cluster_version or validated.cluster.kubernetes_version
-    problem = platform_checks.cluster_version_problem(validated, cluster_version)
+    problem = platform_checks.cluster_version_problem(validated, cluster_version) if clusters is None else None
     if problem is not None:
         raise ConfigError([problem])
     config, secret_keys = engine_values(own)
 
-    mocks = RenderMocks(cluster_version)
+    mocks = RenderMocks(cluster_version, clusters)
     monitor = RecordingMonitor(mocks)
     pulumi_settings.reset_options()
     pulumi.runtime.set_mocks(mocks, project=stack_files.PROJECT, stack=own.stack, preview=False, monitor=monitor)

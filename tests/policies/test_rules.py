@@ -91,6 +91,7 @@ def test_rule_table_names_levels_and_descriptions():
         ("edge-non-buffering", "mandatory"),
         ("autoscaling-not-on-utilisation", "mandatory"),
         ("namespaces-enforce-pod-security", "mandatory"),
+        ("eks-cluster-hardened", "mandatory"),
     ]
     for rule in rules.RULES:
         assert rule.description.endswith(".") and rule.resource_types

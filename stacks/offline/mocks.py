@@ -1,0 +1,116 @@
+"""The offline render's answers: deterministic placeholders for every data source the program reads
+and for the outputs providers would compute (ids, ARNs, the created cluster's endpoint), for a stack
+that looks its cluster up and for one that creates it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import pulumi
+
+ACCOUNT_ID = "123456789012"
+REGION = "us-east-1"
+
+
+def _placeholder_cluster(name: str, version: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "id": name,
+        "arn": f"arn:aws:eks:{REGION}:{ACCOUNT_ID}:cluster/{name}",
+        "endpoint": f"https://{name}.gr7.{REGION}.eks.amazonaws.com",
+        "version": version,
+        "certificateAuthorities": [{"data": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCnBsYWNlaG9sZGVyCg=="}],
+        "vpcConfig": {
+            "clusterSecurityGroupId": "sg-0123456789abcdef0",
+            "vpcId": "vpc-0123456789abcdef0",
+            "subnetIds": [],
+            "securityGroupIds": [],
+            "publicAccessCidrs": [],
+            "endpointPrivateAccess": True,
+            "endpointPublicAccess": False,
+        },
+    }
+
+
+class RenderMocks(pulumi.runtime.Mocks):
+    """Deterministic answers for data sources and for the outputs providers would compute.
+
+    `cluster_version` is the placeholder cluster's Kubernetes minor (render --cluster-version).
+    `clusters` (cluster.mode create) are the clusters the account already has, name -> (version,
+    owner tag); None answers every look-up with the placeholder cluster (mode existing).
+    """
+
+    def __init__(self, cluster_version: str, clusters: dict[str, tuple[str, str | None]] | None = None) -> None:
+        self.cluster_version = cluster_version
+        self.clusters = clusters
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list[Any]] | dict[str, Any]:
+        token = args.token
+        if token == "aws:eks/getCluster:getCluster":
+            name = args.args["name"]
+            if self.clusters is None:
+                return _placeholder_cluster(name, self.cluster_version)
+            version, owner = self.clusters[name]
+            return {**_placeholder_cluster(name, version), "tags": {"llm-serving/stack": owner} if owner else {}}
+        if token == "aws:eks/getClusters:getClusters":
+            return {"id": REGION, "names": sorted(self.clusters or {})}
+        if token == "aws:index/getAvailabilityZones:getAvailabilityZones":
+            zones = [f"{REGION}{letter}" for letter in "abcdef"]
+            return {"id": REGION, "names": zones, "zoneIds": [f"use1-az{i}" for i in range(1, 7)],
+                    "groupNames": [REGION]}
+        if token == "aws:iam/getSessionContext:getSessionContext":
+            arn = args.args["arn"]
+            return {"id": arn, "arn": arn, "issuerArn": arn, "issuerId": "render", "issuerName": "render",
+                    "sessionName": ""}
+        if token == "aws:index/getRegion:getRegion":
+            return {"name": REGION, "region": REGION, "id": REGION, "endpoint": f"ec2.{REGION}.amazonaws.com"}
+        if token == "aws:ec2/getVpc:getVpc":
+            vpc = args.args["id"]
+            return {"id": vpc, "cidrBlock": "10.0.0.0/16", "arn": f"arn:aws:ec2:{REGION}:{ACCOUNT_ID}:vpc/{vpc}"}
+        if token == "aws:ec2/getSubnet:getSubnet":
+            # A distinct placeholder /20 per subnet id, inside the placeholder VPC's 10.0.0.0/16.
+            subnet = args.args["id"]
+            block = int(hashlib.sha256(subnet.encode()).hexdigest(), 16) % 16
+            return {"id": subnet, "cidrBlock": f"10.0.{block * 16}.0/20",
+                    "arn": f"arn:aws:ec2:{REGION}:{ACCOUNT_ID}:subnet/{subnet}"}
+        if token == "aws:index/getPartition:getPartition":
+            return {"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws"}
+        if token == "aws:index/getCallerIdentity:getCallerIdentity":
+            return {"accountId": ACCOUNT_ID, "arn": f"arn:aws:iam::{ACCOUNT_ID}:user/render", "userId": "render"}
+        raise NotImplementedError(f"the offline render has no placeholder for data source {token}")
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        state = dict(args.inputs)
+        name = args.name
+        if args.typ == "aws:iam/role:Role":
+            state.setdefault("arn", f"arn:aws:iam::{ACCOUNT_ID}:role/{name}")
+            state.setdefault("name", name)
+        elif args.typ == "aws:ec2/launchTemplate:LaunchTemplate":
+            state.setdefault("latestVersion", 1)
+        elif args.typ == "aws:ec2/placementGroup:PlacementGroup":
+            state.setdefault("name", name)
+        elif args.typ == "aws:eks/nodeGroup:NodeGroup":
+            state.setdefault("resources", [{"autoscalingGroups": [{"name": f"eks-{name}-asg"}]}])
+            state.setdefault("nodeGroupName", f"{args.inputs.get('nodeGroupNamePrefix', name)}placeholder")
+        elif args.typ == "aws:efs/fileSystem:FileSystem":
+            state.setdefault("arn", f"arn:aws:elasticfilesystem:{REGION}:{ACCOUNT_ID}:file-system/{name}-id")
+        elif args.typ == "aws:fsx/lustreFileSystem:LustreFileSystem":
+            state.setdefault("dnsName", f"{name}.fsx.{REGION}.amazonaws.com")
+            state.setdefault("mountName", "placeholder")
+        elif args.typ == "aws:eks/cluster:Cluster":
+            cluster = _placeholder_cluster(args.inputs["name"], args.inputs["version"])
+            state.update(arn=cluster["arn"], endpoint=cluster["endpoint"],
+                         certificateAuthority=cluster["certificateAuthorities"][0])
+            state["vpcConfig"] = {**state.get("vpcConfig", {}), "clusterSecurityGroupId": "sg-0123456789abcdef0"}
+        elif args.typ == "aws:kms/key:Key":
+            state.setdefault("keyId", f"{name}-key-id")
+            state.setdefault("arn", f"arn:aws:kms:{REGION}:{ACCOUNT_ID}:key/{name}-key-id")
+        elif args.typ == "tls:index/privateKey:PrivateKey":
+            state.setdefault("privateKeyPem", "(generated by the tls provider at up)")
+        elif args.typ == "tls:index/selfSignedCert:SelfSignedCert":
+            state.setdefault("certPem", "(generated by the tls provider at up)")
+        elif args.typ == "kubernetes:helm.sh/v3:Release":
+            state.setdefault("name", name)
+        return f"{name}-id", state

@@ -1,0 +1,61 @@
+"""`python -m stacks clone <from> <to> --create-cluster a,b,c`: one command turns a clone into a
+stack that creates its own VPC and cluster (a new account or region has none to attach to)."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from stacks import clone
+from stacks.cli import main
+from stacks.config.problems import ConfigError
+from stacks.environment import load_stack_file
+from stacks.offline import render
+
+
+def test_clone_of_prod_creates_its_cluster_in_another_region(stack_dir):
+    # prod refuses an API endpoint open to the internet: the clone names the deployers' network.
+    path, _ = clone.clone("prod", "prod-eu", ["aws:region=eu-west-1", "cluster.name=llm-prod-eu",
+                                             "cluster.create.publicAccessCidrs=[203.0.113.0/24]"], stack_dir,
+                          create_zones=["eu-west-1a", "eu-west-1b", "eu-west-1c"])
+    config = yaml.safe_load(path.read_text())["config"]
+    assert config["aws:region"] == "eu-west-1"
+    assert config["llm-serving:cluster"] == {
+        "mode": "create", "name": "llm-prod-eu",
+        "create": {"zones": ["eu-west-1a", "eu-west-1b", "eu-west-1c"], "publicAccessCidrs": ["203.0.113.0/24"]},
+    }
+    # prod's GPU nodes use three zones: the clone keeps three, the new ones, without ids.
+    assert config["llm-serving:gpuNodeGroup"] == {
+        "subnets": [{"availabilityZone": "eu-west-1a"}, {"availabilityZone": "eu-west-1b"},
+                    {"availabilityZone": "eu-west-1c"}]
+    }
+    validated = load_stack_file(path)[1]
+    assert validated.cluster.mode.value == "create"
+    assert [s.id for s in validated.gpu_node_group.subnets] == [None, None, None]
+
+
+def test_a_create_clone_renders_with_its_own_cluster(stack_dir):
+    path, _ = clone.clone("dev", "dev-new-account", [], stack_dir,
+                          create_zones=["us-east-1a", "us-east-1b", "us-east-1c"])
+    result = render.render_stack(path)
+    assert result.resource("aws:eks/cluster:Cluster", "cluster-control-plane")["inputs"]["name"] == "llm-dev"
+    assert result.resource("aws:eks/nodeGroup:NodeGroup", "gpu-p5-4xlarge-node-group")["inputs"]["subnetIds"] == [
+        "cluster-private-us-east-1a-id", "cluster-private-us-east-1b-id"]
+
+
+def test_create_cluster_needs_two_or_three_distinct_zones(stack_dir):
+    with pytest.raises(ConfigError) as error:
+        clone.clone("dev", "dev-one-zone", [], stack_dir, create_zones=["us-east-1a"])
+    assert [p.line() for p in error.value.problems] == [
+        'llm-serving:--create-cluster: two or three distinct availability zones (got "us-east-1a"; expected e.g. '
+        "eu-west-1a,eu-west-1b,eu-west-1c)"
+    ]
+    assert not (stack_dir / "Pulumi.dev-one-zone.yaml").exists()
+
+
+def test_cli_flag_writes_the_create_clone(stack_dir, monkeypatch, capsys):
+    monkeypatch.setattr("stacks.config.files.PROJECT_DIR", stack_dir)
+    monkeypatch.setattr("stacks.cli.stack_files.PROJECT_DIR", stack_dir)
+    assert main(["clone", "dev", "dev-b", "--create-cluster", "us-east-1a,us-east-1b"]) == 0
+    config = yaml.safe_load((stack_dir / "Pulumi.dev-b.yaml").read_text())["config"]
+    assert config["llm-serving:cluster"] == {"mode": "create", "create": {"zones": ["us-east-1a", "us-east-1b"]}}
