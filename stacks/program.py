@@ -305,7 +305,7 @@ def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStack
     group = config.gpu_node_group
     instance = planning.resolve_instance_type(config)
     assert instance is not None  # guaranteed by checks.check
-    tags = {"app.kubernetes.io/part-of": "llm-serving", "llm-serving/environment": config.environment.value}
+    tags = planning.resource_tags(config)
     prometheus = config.observability.prometheus
     installs_prometheus = prometheus.mode is PrometheusMode.INSTALL
     alerts = config.observability.gpu_alerts

@@ -155,6 +155,12 @@ def autoscaler_tags(node_group: str, args: GpuNodeGroupArgs, cluster_name: str) 
 MONITORING_AGENT_ADDON = "eks-node-monitoring-agent"
 
 
+def monitoring_agent_configuration() -> dict:
+    """The add-on's `configurationValues` (one builder: the add-on and `stacks preflight`, which
+    validates it against the add-on's published schema, read it here)."""
+    return {"monitoringAgent": {"tolerations": [{"operator": "Exists"}]}}
+
+
 def node_monitoring_agent(
     name: str, cluster_name: str, tags: dict[str, str], opts: pulumi.ResourceOptions
 ) -> aws.eks.Addon:
@@ -168,7 +174,7 @@ def node_monitoring_agent(
         name,
         cluster_name=cluster_name,
         addon_name=MONITORING_AGENT_ADDON,
-        configuration_values=json.dumps({"monitoringAgent": {"tolerations": [{"operator": "Exists"}]}}),
+        configuration_values=json.dumps(monitoring_agent_configuration()),
         tags=tags,
         opts=opts,
     )

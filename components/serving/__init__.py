@@ -43,9 +43,12 @@ from .rollout import (
     rollout_needs_node,
     rollout_seconds,
 )
-from .weights import ModelWeights, ModelWeightsArgs
+from .weights import ALLOW_PATTERNS, IGNORE_PATTERNS, TOKENIZER_PATTERNS, ModelWeights, ModelWeightsArgs
 
 __all__ = [
+    "ALLOW_PATTERNS",
+    "IGNORE_PATTERNS",
+    "TOKENIZER_PATTERNS",
     "LeaderWorkerSetController",
     "LeaderWorkerSetControllerArgs",
     "lws_values",

@@ -7,6 +7,7 @@ never reads half-written weights and re-running the same revision downloads noth
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,8 @@ ALLOW_PATTERNS = (
     "*.jinja", "chat_template.json", "preprocessor_config.json",
 )
 IGNORE_PATTERNS = ("original/*", "*.pth", "*.bin", "*.pt", "*.gguf", "*.onnx")
+# A separate tokenizer revision brings only the tokenizer's files.
+TOKENIZER_PATTERNS = ("tokenizer*", "special_tokens_map.json", "*.jinja", "vocab*", "merges.txt")
 
 # The hashed lock the Job installs from (tools/stage_lock.py writes it): exactly the reviewed wheels.
 STAGE_REQUIREMENTS = (Path(__file__).with_name("stage-requirements.txt")).read_text()
@@ -53,7 +56,7 @@ snapshot_download(os.environ["MODEL_ID"], revision=os.environ["REVISION"],
 if os.environ.get("TOKENIZER_TARGET"):
     snapshot_download(os.environ["MODEL_ID"], revision=os.environ["TOKENIZER_REVISION"],
                       local_dir=os.environ["TOKENIZER_TARGET"], token=token,
-                      allow_patterns=["tokenizer*", "special_tokens_map.json", "*.jinja", "vocab*", "merges.txt"])
+                      allow_patterns={json.dumps(list(TOKENIZER_PATTERNS))})
 PY
 date -u +%Y-%m-%dT%H:%M:%SZ > "$TARGET/{engine.COMPLETE_MARKER}"
 echo "staged $MODEL_ID@$REVISION in $TARGET"

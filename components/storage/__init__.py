@@ -4,8 +4,10 @@ vouches for), with the throughput the capacity planner plans cold starts on."""
 from .efs import WeightsFileSystem, WeightsFileSystemArgs
 from .fsx import WeightsLustre, WeightsLustreArgs
 from .objects import (
+    CSI_ADDON,
     EFS_CLAIM_PLACEHOLDER_GIB,
     EFS_READ_MIB_PER_SECOND,
+    FSX_CSI_ADDON,
     LUSTRE_THROUGHPUTS,
     lustre_capacity_problem,
     lustre_read_mib_per_second,
@@ -14,6 +16,8 @@ from .objects import (
 )
 
 __all__ = [
+    "CSI_ADDON",
+    "FSX_CSI_ADDON",
     "EFS_CLAIM_PLACEHOLDER_GIB",
     "EFS_READ_MIB_PER_SECOND",
     "LUSTRE_THROUGHPUTS",

@@ -212,6 +212,11 @@ def rollout_strategies(config: StackConfig) -> dict[str, serving.Strategy]:
     return serving.choose_strategies(footprints, supply(config), config.environment.value)
 
 
+def resource_tags(config: StackConfig) -> dict[str, str]:
+    """Tags on every AWS resource the stack creates; `stacks preflight` tells its own add-ons by them."""
+    return {"app.kubernetes.io/part-of": "llm-serving", "llm-serving/environment": config.environment.value}
+
+
 def replica_bounds(model: ModelConfig) -> tuple[int, int]:
     """(min, max) replicas; both default to `replicas` (no scaling unless asked for)."""
     scaling = model.autoscaling
