@@ -25,7 +25,7 @@ DEFAULT_OUT = REPO_ROOT / "tests" / "fixtures" / "reference"
 
 # Top-level entries of the output directory this script owns; anything else there is left alone,
 # everything in here is rewritten so a removed pin cannot leave a stale fixture behind.
-OWNED_ENTRIES = ("crds", "charts", "vllm", "dcgm-exporter", "pins.json")
+OWNED_ENTRIES = ("crds", "charts", "vllm", "dcgm-exporter", "addons", "pins.json")
 
 # Schema keywords whose value is a single sub-schema or a list of sub-schemas.
 _SUBSCHEMA_KEYS = ("items", "additionalProperties", "not")
@@ -262,6 +262,11 @@ def derive(reference: Path) -> dict[str, str]:
             if known[field] != prom_type:
                 raise ValueError(f"{field} is exported as both {known[field]} and {prom_type}")
         out[f"{base}/all-known-fields.json"] = _dump({"fields": sorted([f, t] for f, t in known.items())})
+
+    # EKS add-on configuration schemas, as DescribeAddonConfiguration returns them (preflight's tests
+    # answer that call with these).
+    for schema_path in sorted((reference / "aws" / "addons").glob("*.configuration.schema.json")):
+        out[f"addons/{schema_path.name}"] = _dump(json.loads(schema_path.read_text(encoding="utf-8")), compact=True)
 
     for vllm_dir in sorted((reference / "vllm").glob("*/")):
         out[f"vllm/{vllm_dir.name}/flags.json"] = _dump(derive_flags(vllm_dir / "serve-flags.json"))

@@ -122,14 +122,22 @@ def _pod_identity_users(config: StackConfig) -> tuple[str, ...]:
 
 
 def _charts(config: StackConfig) -> tuple[ChartInstall, ...]:
-    found = []
+    # A second device plugin advertises the same GPUs twice, a second DCGM exporter doubles every GPU
+    # series; the NVIDIA GPU Operator brings both.
+    found = [
+        ChartInstall(versions.NVIDIA_DEVICE_PLUGIN.chart, config.addons.nvidia_device_plugin.namespace,
+                     "no switch skips it: remove the other device plugin (the GPU Operator's too)",
+                     rivals=("gpu-operator",)),
+        ChartInstall(versions.DCGM_EXPORTER.chart, config.addons.dcgm_exporter.namespace,
+                     "no switch skips it: remove the other exporter"),
+    ]
     if config.node_autoscaling.mode is NodeAutoscalingMode.CLUSTER_AUTOSCALER:
         found.append(ChartInstall(versions.CLUSTER_AUTOSCALER.chart, gpu.CLUSTER_AUTOSCALER_NAMESPACE,
                                   "nodeAutoscaling.mode: existing", rivals=("karpenter",)))
     if config.autoscaling.mode is AutoscalingMode.KEDA:
         found.append(ChartInstall(versions.KEDA.chart, config.autoscaling.namespace,
-                                  "no switch adopts a KEDA: one KEDA per cluster, so remove the other or set "
-                                  "autoscaling.namespace to its namespace"))
+                                  "no switch adopts another KEDA (one per cluster): remove it, or "
+                                  "set autoscaling.mode: prometheus-adapter"))
     else:
         found.append(ChartInstall(versions.PROMETHEUS_ADAPTER.chart, config.autoscaling.namespace,
                                   "autoscaling.mode: keda"))
