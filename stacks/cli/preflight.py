@@ -12,7 +12,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from stacks import environment
-from stacks.config.problems import MISSING, ConfigError, Problem
 
 DEFAULT_HUB = "https://huggingface.co"
 
@@ -38,8 +37,9 @@ def main(argv: list[str]) -> int:
     resolved, config = environment.load_stack_file(path)
     region = args.region or resolved.other.get("aws:region") or os.environ.get("AWS_REGION")
     if not region:
-        raise ConfigError([Problem("aws:region", "no region to check in", MISSING,
-                                   "aws:region in the stack file, --region or AWS_REGION")])
+        sys.stderr.write(f"preflight {resolved.stack}: no AWS region: set aws:region in the stack file, pass "
+                         "--region or export AWS_REGION; nothing was checked\n")
+        return 2
     try:
         clients = session.aws_clients(region)
     except session.NoCredentials as error:
