@@ -62,3 +62,12 @@ def test_the_docs_table_lists_every_check_and_is_current():
     assert preflight_docs.splice(page) == page, "run `make preflight-docs`"
     for check in CHECKS:
         assert f"| `{check.id}` |" in page
+
+
+def test_the_quota_figure_in_the_docs_is_preflights():
+    from tests.stacks.preflight.support import stack_intent
+
+    prod = stack_intent("prod")
+    figure = f"{prod.peak_nodes} x {prod.vcpus_per_node} = {prod.peak_nodes * prod.vcpus_per_node:,}"
+    for page in ("operations.md", "preflight.md"):
+        assert figure in (preflight_docs.ROOT / "docs" / page).read_text(), page
