@@ -109,7 +109,7 @@ def _diff(argv: list[str]) -> int:
 def _preflight(argv: list[str]) -> int:
     from stacks.cli import preflight
 
-    return preflight.main(argv)
+    return preflight.main(argv, _stack_path)
 
 
 COMMANDS = {"render": _render, "plan": _plan, "clone": _clone, "diff": _diff, "preflight": _preflight}

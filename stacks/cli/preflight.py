@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -16,8 +17,8 @@ from stacks import environment
 DEFAULT_HUB = "https://huggingface.co"
 
 
-def main(argv: list[str]) -> int:
-    from stacks.cli import _stack_path
+def main(argv: list[str], stack_path: Callable[[str], Path]) -> int:
+    """`stack_path` resolves the stack argument as every command does (stacks/cli/__init__.py)."""
     from stacks.preflight import catalog, result, session
     from stacks.preflight.context import Context
     from stacks.preflight.intent import intent
@@ -33,7 +34,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--hub-url", default=os.environ.get("HF_ENDPOINT", DEFAULT_HUB),
                         help=f"Hugging Face Hub base URL (default: $HF_ENDPOINT or {DEFAULT_HUB})")
     args = parser.parse_args(argv)
-    path = _stack_path(args.stack)
+    path = stack_path(args.stack)
     resolved, config = environment.load_stack_file(path)
     region = args.region or resolved.other.get("aws:region") or os.environ.get("AWS_REGION")
     if not region:
