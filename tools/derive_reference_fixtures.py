@@ -263,10 +263,11 @@ def derive(reference: Path) -> dict[str, str]:
                 raise ValueError(f"{field} is exported as both {known[field]} and {prom_type}")
         out[f"{base}/all-known-fields.json"] = _dump({"fields": sorted([f, t] for f, t in known.items())})
 
-    # EKS add-on configuration schemas, as DescribeAddonConfiguration returns them (preflight's tests
-    # answer that call with these).
+    # EKS add-on configuration schemas without their prose, as DescribeAddonConfiguration returns them
+    # (preflight's tests answer that call with these).
     for schema_path in sorted((reference / "aws" / "addons").glob("*.configuration.schema.json")):
-        out[f"addons/{schema_path.name}"] = _dump(json.loads(schema_path.read_text(encoding="utf-8")), compact=True)
+        schema = strip_schema(json.loads(schema_path.read_text(encoding="utf-8")))
+        out[f"addons/{schema_path.name}"] = _dump(schema, compact=True)
 
     for vllm_dir in sorted((reference / "vllm").glob("*/")):
         out[f"vllm/{vllm_dir.name}/flags.json"] = _dump(derive_flags(vllm_dir / "serve-flags.json"))
