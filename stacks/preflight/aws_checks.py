@@ -11,7 +11,7 @@ import jsonschema
 from botocore.exceptions import ClientError
 
 from stacks.config import CapacityType
-from stacks.preflight.context import Context
+from stacks.preflight.context import ClusterUnknown, Context
 from stacks.preflight.intent import POD_IDENTITY_AGENT, VPC_CNI, AddonInstall, instance_family_letter
 from stacks.preflight.result import Finding, failed, passed, unknown
 
@@ -24,8 +24,6 @@ def _code(error: ClientError) -> str:
 
 def _cluster(ctx: Context) -> dict[str, Any]:
     if ctx.cluster is None:
-        from stacks.preflight.context import ClusterUnknown
-
         raise ClusterUnknown()
     return ctx.cluster
 

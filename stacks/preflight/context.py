@@ -101,11 +101,13 @@ def could_not_check(check: str, error: BaseException, permissions: tuple[str, ..
                        "install the AWS CLI (the program's kubeconfig runs `aws eks get-token`)")
     if isinstance(error, urllib.error.URLError | urllib3.exceptions.HTTPError | socket.timeout | OSError):
         return unknown(check, f"network error: {error}", "check network access and retry")
-    raise error
+    # An answer of an unexpected shape is a preflight defect, still never a traceback nor a pass.
+    return unknown(check, f"unexpected {type(error).__name__}: {error}",
+                   "a preflight defect: report it with this line, and verify this check by hand")
 
 
 def guarded(check: str, permissions: tuple[str, ...], run: Callable[[], list[Finding]]) -> list[Finding]:
     try:
         return run()
-    except Exception as error:  # noqa: BLE001 - could_not_check re-raises anything it does not know
+    except Exception as error:  # noqa: BLE001 - every error is a could-not-check line
         return [could_not_check(check, error, permissions)]

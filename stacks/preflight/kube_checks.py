@@ -27,19 +27,19 @@ HELM_RELEASE_NAMESPACE = "meta.helm.sh/release-namespace"
 
 def endpoint(ctx: Context) -> list[Finding]:
     kube = ctx.kube()
-    version = kube.version()
     try:
+        version = kube.version().git_version
         kube.list_namespaces()
     except ApiException as error:
         if error.status == 401:
-            return [failed("cluster.endpoint", f"the API server ({version.git_version}) answers but does not know "
-                           "this identity: no EKS access entry or aws-auth mapping", ACCESS)]
+            return [failed("cluster.endpoint", "the API server answers but does not know this identity: no EKS "
+                           "access entry or aws-auth mapping (or `aws eks get-token` failed)", ACCESS)]
         if error.status == 403:
-            return [unknown("cluster.endpoint", f"the API server ({version.git_version}) knows this identity but "
-                            "it may not list namespaces: whether it can create the stack's objects is unknown",
+            return [unknown("cluster.endpoint", "the API server knows this identity but it may not list "
+                            "namespaces: whether it can create the stack's objects is unknown",
                             "run preflight as the identity that runs pulumi up; " + ACCESS)]
         raise
-    return [passed("cluster.endpoint", f"API server {version.git_version} reachable; this identity is authorised")]
+    return [passed("cluster.endpoint", f"API server {version} reachable; this identity is authorised")]
 
 
 def _crds(ctx: Context, check: str, names: tuple[str, ...], why: str, fix: str) -> list[Finding]:

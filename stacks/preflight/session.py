@@ -35,17 +35,17 @@ class AwsClients:
 
 
 def aws_clients(region: str) -> AwsClients:
-    session = boto3.Session(region_name=region)
-    if session.get_credentials() is None:
-        raise NoCredentials("no AWS credentials found (set AWS_PROFILE and run `aws sso login`, or export "
-                            "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY); nothing was checked")
     try:
+        session = boto3.Session(region_name=region)
+        if session.get_credentials() is None:
+            raise NoCredentials("no AWS credentials found (set AWS_PROFILE and run `aws sso login`, or export "
+                                "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY); nothing was checked")
         identity = session.client("sts", config=AWS_CONFIG).get_caller_identity()["Arn"]
     except ClientError as error:
         code = error.response.get("Error", {}).get("Code", "")
         raise NoCredentials(f"AWS refused the credentials ({code}): refresh them (`aws sso login`); nothing was "
                             "checked") from None
-    except BotoCoreError as error:
+    except BotoCoreError as error:  # an unknown profile, an expired SSO cache, no network to STS
         raise NoCredentials(f"cannot use the AWS credentials: {error}; nothing was checked") from None
     return AwsClients(identity, session.client("eks", config=AWS_CONFIG), session.client("ec2", config=AWS_CONFIG),
                       session.client("service-quotas", config=AWS_CONFIG))

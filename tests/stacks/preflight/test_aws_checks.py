@@ -326,3 +326,10 @@ def test_a_timeout_is_could_not_check_never_a_pass(aws):
     (finding,) = run("cluster.exists", ctx)
     assert finding.outcome is Outcome.COULD_NOT_CHECK
     assert finding.reason.startswith("AWS call failed: Read timeout on endpoint URL")
+
+
+def test_an_answer_of_an_unexpected_shape_is_could_not_check(aws):
+    aws.respond("eks", "describe_cluster", {}, {"name": "llm-prod"})  # valid for the model, but no cluster
+    (finding,) = run("cluster.exists", context(aws))
+    assert finding.outcome is Outcome.COULD_NOT_CHECK
+    assert finding.reason == "unexpected KeyError: 'cluster'"

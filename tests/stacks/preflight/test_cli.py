@@ -31,6 +31,17 @@ def test_without_aws_credentials_one_line_and_exit_2():
     assert (done.returncode, done.stdout, done.stderr) == (2, "", NO_CREDENTIALS)
 
 
+def test_an_unknown_profile_is_one_line_too():
+    env = {"PATH": os.environ["PATH"], "HOME": "/nonexistent", "AWS_CONFIG_FILE": "/nonexistent/config",
+           "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/credentials", "AWS_EC2_METADATA_DISABLED": "true",
+           "AWS_PROFILE": "nobody"}
+    done = subprocess.run([sys.executable, "-m", "stacks", "preflight", "prod"], cwd=PROJECT_DIR, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == ("preflight prod: cannot use the AWS credentials: The config profile (nobody) could not "
+                           "be found; nothing was checked\n")
+
+
 def test_a_stack_without_a_region_is_refused_before_any_call(stack_dir, monkeypatch, capsys):
     for name in ("AWS_REGION", "AWS_DEFAULT_REGION"):
         monkeypatch.delenv(name, raising=False)
