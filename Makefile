@@ -10,7 +10,7 @@ SCAN_STAMP := $(SCAN_VENV)/.installed
 # create it for a local pack (`--policy-pack policies`).
 POLICY_STAMP := policies/.venv/.installed
 
-.PHONY: help bench render test lint scan golden reference-fixtures docs config-docs planner-docs secrets-set preview up node-group-guard clean policy-check diff
+.PHONY: help bench render test lint scan golden reference-fixtures docs config-docs planner-docs preflight-docs secrets-set preflight preview up node-group-guard clean policy-check diff
 
 help:
 	@echo "make render STACK=dev     offline render of a stack into build/<stack>/ (no cloud, no CLI)"
@@ -25,8 +25,10 @@ help:
 	@echo "make reference-fixtures   re-derive tests/fixtures/reference from ../shared/reference"
 	@echo "make diff [STACK=prod]    offline diff of a stack (default: every stack) against the merge base with main"
 	@echo "make policy-check         run the policy pack's rules on every stack's offline render"
-	@echo "make preview STACK=prod   pulumi preview (needs the Pulumi CLI and AWS credentials)"
-	@echo "make up STACK=prod        pulumi up (needs the Pulumi CLI and AWS credentials), after node-group-guard"
+	@echo "make preflight-docs       regenerate the check table in docs/preflight.md and security/preflight-policy.json"
+	@echo "make preflight STACK=prod read-only checks of the real account, cluster and Hub (needs AWS credentials)"
+	@echo "make preview STACK=prod   preflight, then pulumi preview (Pulumi CLI, AWS credentials; SKIP_PREFLIGHT=1 skips)"
+	@echo "make up STACK=prod        preflight, then pulumi up (Pulumi CLI, AWS credentials; SKIP_PREFLIGHT=1 skips), after node-group-guard"
 	@echo "make node-group-guard STACK=prod  refuse while a pending node-group deletion still hosts replicas (kubectl)"
 
 # First run only (about two minutes): pip prints each package as it collects and installs it (no
@@ -86,6 +88,9 @@ config-docs: $(STAMP)
 planner-docs: $(STAMP)
 	$(BIN)/python -m tools.planner_tables --write docs/capacity-planner.md
 
+preflight-docs: $(STAMP)
+	$(BIN)/python -m tools.preflight_docs --write
+
 reference-fixtures: $(STAMP)
 	$(BIN)/python tools/derive_reference_fixtures.py
 
@@ -102,10 +107,20 @@ $(POLICY_STAMP): policies/requirements.txt
 	policies/.venv/bin/python -m pip install --quiet --disable-pip-version-check -r policies/requirements.txt
 	@touch $(POLICY_STAMP)
 
+# Read-only checks of the account and cluster (docs/preflight.md); exit 1 when a check fails.
+preflight: $(STAMP)
+	$(BIN)/python -m stacks preflight $(STACK)
+
+# Preflight first: what the account would refuse 10 to 90 minutes into an up fails here in seconds.
+# SKIP_PREFLIGHT=1 skips it (e.g. a could-not-check you have verified by hand, or no network to AWS).
+PREFLIGHT_FIRST = $(if $(filter 1,$(SKIP_PREFLIGHT)),@echo "preflight skipped (SKIP_PREFLIGHT=1)",$(BIN)/python -m stacks preflight $(STACK))
+
 preview: $(STAMP) $(POLICY_STAMP) secrets-set
+	$(PREFLIGHT_FIRST)
 	pulumi preview --stack $(STACK) --diff --policy-pack policies
 
 up: $(STAMP) $(POLICY_STAMP) secrets-set node-group-guard
+	$(PREFLIGHT_FIRST)
 	pulumi up --stack $(STACK) --policy-pack policies
 
 # A failed node update leaves the old group pending deletion, and the next up deletes it first

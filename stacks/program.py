@@ -346,7 +346,7 @@ def serving_stack_args(
     subnets = configured_subnets(config) if subnets is None else subnets
     instance = planning.resolve_instance_type(config)
     assert instance is not None  # guaranteed by checks.check
-    tags = stack_tags(config)
+    tags = planning.resource_tags(config)
     prometheus = config.observability.prometheus
     installs_prometheus = prometheus.mode is PrometheusMode.INSTALL
     alerts = config.observability.gpu_alerts
@@ -554,14 +554,10 @@ def after(resources: list[pulumi.Resource]) -> pulumi.ResourceTransformation:
     return transformation
 
 
-def stack_tags(config: StackConfig) -> dict[str, str]:
-    return {"app.kubernetes.io/part-of": "llm-serving", "llm-serving/environment": config.environment.value}
-
-
 def run() -> None:
     config = load_config()
     if config.cluster.mode is ClusterMode.CREATE:
-        created = create_cluster(config, stack_tags(config))
+        created = create_cluster(config, planning.resource_tags(config))
         cluster = created.eks
         subnets: Subnets = [(created.private_subnet_ids[s.availability_zone], s.availability_zone)
                             for s in config.gpu_node_group.subnets]

@@ -25,7 +25,7 @@ DEFAULT_OUT = REPO_ROOT / "tests" / "fixtures" / "reference"
 
 # Top-level entries of the output directory this script owns; anything else there is left alone,
 # everything in here is rewritten so a removed pin cannot leave a stale fixture behind.
-OWNED_ENTRIES = ("crds", "charts", "vllm", "dcgm-exporter", "aws", "pins.json")
+OWNED_ENTRIES = ("crds", "charts", "vllm", "dcgm-exporter", "aws", "addons", "pins.json")
 
 # CRD manifests the program applies itself (no chart publishes them), one file per upstream release
 # manifest, derived here so preview and up apply exactly these reviewed bytes instead of whatever a
@@ -313,6 +313,11 @@ def derive(reference: Path) -> dict[str, str]:
     for schema_path in sorted((reference / "aws" / "addons").glob("*.configuration.schema.json")):
         addon = schema_path.name.removesuffix(".configuration.schema.json")
         out[f"aws/addons/{addon}.json"] = _dump(derive_addon_schema(schema_path))
+    # EKS add-on configuration schemas without their prose, as DescribeAddonConfiguration returns them
+    # (preflight's tests answer that call with these).
+    for schema_path in sorted((reference / "aws" / "addons").glob("*.configuration.schema.json")):
+        schema = strip_schema(json.loads(schema_path.read_text(encoding="utf-8")))
+        out[f"addons/{schema_path.name}"] = _dump(schema, compact=True)
 
     for vllm_dir in sorted((reference / "vllm").glob("*/")):
         out[f"vllm/{vllm_dir.name}/flags.json"] = _dump(derive_flags(vllm_dir / "serve-flags.json"))

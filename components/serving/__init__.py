@@ -65,7 +65,7 @@ from .timing import (
     timing_problems,
     timing_table,
 )
-from .weights import ModelWeights, ModelWeightsArgs
+from .weights import ALLOW_PATTERNS, IGNORE_PATTERNS, TOKENIZER_PATTERNS, ModelWeights, ModelWeightsArgs
 
 __all__ = [
     "VLLM_BLOCK_SIZES",
@@ -86,6 +86,9 @@ __all__ = [
     "rollout_await_seconds",
     "timing_problems",
     "timing_table",
+    "ALLOW_PATTERNS",
+    "IGNORE_PATTERNS",
+    "TOKENIZER_PATTERNS",
     "LeaderWorkerSetController",
     "LeaderWorkerSetControllerArgs",
     "lws_values",

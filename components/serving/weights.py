@@ -26,6 +26,8 @@ ALLOW_PATTERNS = (
     "*.jinja", "chat_template.json", "preprocessor_config.json",
 )
 IGNORE_PATTERNS = ("original/*", "*.pth", "*.bin", "*.pt", "*.gguf", "*.onnx")
+# A separate tokenizer revision brings only the tokenizer's files.
+TOKENIZER_PATTERNS = ("tokenizer*", "special_tokens_map.json", "*.jinja", "vocab*", "merges.txt")
 
 # The hashed lock the Job installs from (tools/stage_lock.py writes it): exactly the reviewed wheels.
 STAGE_REQUIREMENTS = (Path(__file__).with_name("stage-requirements.txt")).read_text()

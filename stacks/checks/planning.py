@@ -224,6 +224,11 @@ def full_rollout_seconds(config: StackConfig, model: ModelConfig) -> int:
                                    steps) + steps.node_ready_seconds
 
 
+def resource_tags(config: StackConfig) -> dict[str, str]:
+    """Tags on every AWS resource the stack creates; `stacks preflight` tells its own add-ons by them."""
+    return {"app.kubernetes.io/part-of": "llm-serving", "llm-serving/environment": config.environment.value}
+
+
 def replica_bounds(model: ModelConfig) -> tuple[int, int]:
     """(min, max) replicas; both default to `replicas` (no scaling unless asked for)."""
     scaling = model.autoscaling

@@ -1,4 +1,4 @@
-"""Command line of the environment layer: `python -m stacks render | plan | clone | diff`.
+"""Command line of the environment layer: `python -m stacks render | plan | clone | diff | preflight`.
 
 Every command exits 2 on invalid input with one line per problem, never a traceback.
 """
@@ -133,7 +133,13 @@ def _diff(argv: list[str]) -> int:
     return diff.main(argv)
 
 
-COMMANDS = {"render": _render, "plan": _plan, "clone": _clone, "diff": _diff}
+def _preflight(argv: list[str]) -> int:
+    from stacks.cli import preflight
+
+    return preflight.main(argv, _stack_path)
+
+
+COMMANDS = {"render": _render, "plan": _plan, "clone": _clone, "diff": _diff, "preflight": _preflight}
 
 
 HELP = """usage: .venv/bin/python -m stacks <command> [options]   (or `source .venv/bin/activate` first)
@@ -149,10 +155,12 @@ commands:
                    a new stack file that extends another, valid for the Pulumi CLI
   diff [<stack>...] what a change does to each stack's render (default: every stack file), as
                    `pulumi preview --diff` would mark it
+  preflight <stack>
+                   read-only checks of the real account, cluster and Hub before an up (needs AWS credentials)
 
 A stack is a name (prod) or a path to a stack file. `<command> --help` describes each command's
-options. Exit codes: 0 success, 1 diff found changes or plan cannot be deployed as asked, 2 invalid
-input (one line per problem).
+options. Exit codes: 0 success, 1 diff found changes, a plan cannot be deployed as asked or a
+preflight check failed, 2 invalid input (one line per problem) or no credentials.
 """
 
 

@@ -80,6 +80,11 @@ def test_every_contract_is_kept_on_the_tree(tree: Path) -> None:
          ["stacks.config is not allowed to import stacks.checks"]),
         ("stacks/checks/planning.py", "from stacks.offline import awaits",
          ["stacks.checks is not allowed to import stacks.offline"]),
+        # The program (or any layer but preflight) growing its own path to the account.
+        ("stacks/program.py", "import boto3",
+         ["stacks.program is not allowed to import boto3"]),
+        ("stacks/checks/planning.py", "from stacks.preflight import intent",
+         ["stacks.checks is not allowed to import stacks.preflight"]),
         # One domain section of the schema importing the root that composes it.
         ("stacks/config/edge.py", "from stacks.config.stack import StackConfig",
          ["stacks.config.edge is not allowed to import stacks.config.stack"]),

@@ -1,0 +1,76 @@
+"""Every preflight check, in the order it runs, with the calls it makes: the docs' table and the
+read-only IAM policy are generated from and tested against this list."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from stacks.preflight import aws_checks, hub, kube_checks
+from stacks.preflight.context import Context, guarded
+from stacks.preflight.result import Finding
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str
+    what: str  # what it proves, for the docs
+    aws: tuple[str, ...]  # IAM actions (each is also the API operation it names)
+    other: str  # Kubernetes reads or HTTP requests
+    run: Callable[[Context], list[Finding]]
+
+
+CHECKS: tuple[Check, ...] = (
+    Check("cluster.exists", "the cluster is there, in the stack's region", ("eks:DescribeCluster",), "",
+          aws_checks.cluster_exists),
+    Check("cluster.active", "its status is ACTIVE", (), "(DescribeCluster's answer)", aws_checks.cluster_active),
+    Check("cluster.version", "its Kubernetes minor equals `cluster.kubernetesVersion`", (),
+          "(DescribeCluster's answer)", aws_checks.cluster_version),
+    Check("cluster.subnets", "every node subnet exists, sits in the cluster's VPC and in the configured zone",
+          ("ec2:DescribeSubnets",), "", aws_checks.cluster_subnets),
+    Check("cluster.endpoint", "the API server answers the program's kubeconfig and knows the caller "
+          "(access entry or aws-auth)", (), "GET /version; list namespaces", kube_checks.endpoint),
+    Check("addons.pod-identity-agent", "`eks-pod-identity-agent` runs when the EFS CSI add-on or Cluster "
+          "Autoscaler uses Pod Identity", ("eks:DescribeAddon",), "", aws_checks.pod_identity_agent),
+    Check("addons.vpc-cni-network-policy", "the `vpc-cni` add-on enforces NetworkPolicies "
+          "(`enableNetworkPolicy`)", ("eks:DescribeAddon",), "", aws_checks.vpc_cni_network_policy),
+    Check("addons.conflicts", "no add-on the program creates exists already (unless this stack's, by tags)",
+          ("eks:DescribeAddon",), "", aws_checks.addon_conflicts),
+    Check("addons.configuration", "every `configurationValues` the program sends passes the add-on's schema "
+          "for the version it will run", ("eks:DescribeAddon", "eks:DescribeAddonVersions",
+                                          "eks:DescribeAddonConfiguration"), "", aws_checks.addon_configuration),
+    Check("quota.vcpus", "the family's On-Demand or Spot vCPU quota covers the peak nodes (bound plus a "
+          "node-update group)", ("servicequotas:GetServiceQuota",), "", aws_checks.vcpu_quota),
+    Check("capacity.offerings", "the instance type is offered in every configured zone",
+          ("ec2:DescribeInstanceTypeOfferings",), "", aws_checks.instance_offerings),
+    Check("capacity.reservation", "the reservation or Capacity Block exists, matches type and zone, holds "
+          "the nodes and outlives the longest planned operation", ("ec2:DescribeCapacityReservations",), "",
+          aws_checks.capacity_reservation),
+    Check("k8s.prometheus-operator", "with `prometheus.mode: existing`, the Prometheus Operator's CRDs exist",
+          (), "get customresourcedefinitions", kube_checks.prometheus_crds),
+    Check("k8s.alb-controller", "in ALB mode with an existing controller, its CRDs exist", (),
+          "get customresourcedefinitions", kube_checks.alb_controller),
+    Check("k8s.cert-manager-issuer", "the named cert-manager ClusterIssuer exists and is Ready", (),
+          "get clusterissuers.cert-manager.io", kube_checks.cert_manager_issuer),
+    Check("k8s.tls-secret", "`edge.tls.secretName` exists in the edge namespace as a kubernetes.io/tls Secret",
+          (), "get secrets (edge namespace)", kube_checks.tls_secret),
+    Check("k8s.collisions", "no Service named like a model exists unless this program manages it", (),
+          "get services (serving namespace)", kube_checks.service_collisions),
+    Check("k8s.install-conflicts", "no other Helm release of a chart the program installs (or of a rival: "
+          "Karpenter), and no Helm install of an add-on it creates", (),
+          "list deployments and daemonsets (all namespaces)", kube_checks.chart_conflicts),
+    Check("model.hub", "the Hugging Face token reads the pinned revision, and the staging Job's patterns "
+          "keep its weights", (), "GET huggingface.co/api/models/<id>/revision/<rev>", hub.model_sources),
+)
+
+
+def run(ctx: Context) -> list[Finding]:
+    findings: list[Finding] = []
+    for check in CHECKS:
+        findings += guarded(check.id, check.aws, lambda c=check: c.run(ctx))
+    return findings
+
+
+def aws_actions() -> list[str]:
+    """Every IAM action the checks need, sorted: the read-only policy's Action list."""
+    return sorted({action for check in CHECKS for action in check.aws})

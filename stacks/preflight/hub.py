@@ -1,0 +1,74 @@
+"""The model on the Hugging Face Hub: one authenticated metadata request per pinned revision, and
+the repository's file list at that revision through the staging Job's allow and ignore patterns."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+
+from stacks.preflight.context import Context
+from stacks.preflight.intent import ModelSource
+from stacks.preflight.result import Finding, failed, passed, unknown
+
+COMMIT = re.compile(r"^[0-9a-f]{40}$")
+TOKEN_FIX = ("export HF_TOKEN=$(pulumi config get hfToken -s {stack}) before preflight (it cannot decrypt the "
+             "stack's secret), and accept the model's licence on the Hub with that account")
+
+
+def revision_url(base: str, model_id: str, revision: str) -> str:
+    """The Hub's model-info endpoint at one revision (huggingface_hub's HfApi.model_info)."""
+    return f"{base.rstrip('/')}/api/models/{model_id}/revision/{urllib.parse.quote(revision, safe='')}"
+
+
+def staged_files(files: list[str], allow: tuple[str, ...], ignore: tuple[str, ...]) -> list[str]:
+    """What snapshot_download keeps: names matching an allow pattern and no ignore pattern (fnmatch,
+    as huggingface_hub's filter_repo_objects matches them)."""
+    return [f for f in files
+            if any(fnmatch.fnmatch(f, p) for p in allow) and not any(fnmatch.fnmatch(f, p) for p in ignore)]
+
+
+def _check(ctx: Context, source: ModelSource) -> Finding:
+    check = "model.hub"
+    subject = f"{source.model_id}@{source.revision[:12]}"
+    request = urllib.request.Request(revision_url(ctx.hub_url, source.model_id, source.revision))
+    if ctx.hub_token:
+        request.add_header("Authorization", f"Bearer {ctx.hub_token}")
+    try:
+        with urllib.request.urlopen(request, timeout=ctx.timeout_seconds) as response:  # noqa: S310 - http(s) base
+            info = json.load(response)
+    except urllib.error.HTTPError as error:
+        if error.code in (401, 403):
+            if not ctx.hub_token and ctx.intent.hf_token_in_stack:
+                return unknown(check, f"{subject}: the Hub refuses an anonymous read ({error.code}), and the stack's "
+                               "hfToken is encrypted", TOKEN_FIX.format(stack=ctx.intent.stack))
+            who = "the token" if ctx.hub_token else "an anonymous read (no hfToken in the stack)"
+            return failed(check, f"{subject}: {who} cannot read it ({error.code}: gated, private or missing); the "
+                          "staging Job would fail", "set hfToken to a token whose account accepted the licence, "
+                          f"or fix {source.key}")
+        if error.code == 404:
+            return failed(check, f"{subject}: no such repository or revision on the Hub",
+                          f"fix models[{source.model}].modelId or {source.key}")
+        return unknown(check, f"{subject}: the Hub answered {error.code}", "retry later")
+    sha = info.get("sha", "")
+    if COMMIT.match(source.revision) and sha != source.revision:
+        return failed(check, f"{subject}: the Hub resolves it to {sha}", f"pin {source.key} to a full commit SHA")
+    files = [s.get("rfilename", "") for s in info.get("siblings", [])]
+    kept = staged_files(files, source.allow, source.ignore)
+    weights = [f for f in kept if f.endswith(".safetensors")]
+    if source.needs_weights and not weights:
+        return failed(check, f"{subject}: of {len(files)} file(s) the staging Job's patterns keep no .safetensors "
+                      f"({len(kept)} kept): vLLM would find no weights",
+                      "pick a revision with safetensors weights (the Job skips .bin/.pth checkpoints)")
+    if not kept:
+        return failed(check, f"{subject}: the staging Job's patterns keep none of its {len(files)} file(s)",
+                      f"fix {source.key}")
+    return passed(check, f"{subject}: readable; the Job stages {len(kept)} of {len(files)} file(s)"
+                  + (f", {len(weights)} safetensors shard(s)" if weights else ""))
+
+
+def model_sources(ctx: Context) -> list[Finding]:
+    return [_check(ctx, source) for source in ctx.intent.sources]

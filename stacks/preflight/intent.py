@@ -1,0 +1,228 @@
+"""What the program will ask of the account and the cluster, read from the validated config and the
+program's own builders (planners, add-on configuration, staging patterns), never retyped here.
+
+Every check compares the real account with one of these facts; tests/stacks/preflight checks that
+they agree with the offline render of each stack.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from components import gpu, serving, storage
+from components.platform import versions
+from stacks.checks import planning
+from stacks.config import (
+    AutoscalingMode,
+    CapacityType,
+    ControllerMode,
+    EdgeMode,
+    NodeAutoscalingMode,
+    PrometheusMode,
+    StackConfig,
+    StorageBackend,
+)
+
+POD_IDENTITY_AGENT = "eks-pod-identity-agent"
+VPC_CNI = "vpc-cni"
+
+
+@dataclass(frozen=True)
+class AddonInstall:
+    """An EKS add-on the program creates."""
+
+    name: str
+    configuration: dict[str, Any] | None  # the `configurationValues` it sends, as a document
+    switch: str  # the config key that makes the program leave the add-on alone
+    helm_twin: str  # the same software as a Helm chart: a conflicting install too
+
+
+@dataclass(frozen=True)
+class ChartInstall:
+    """A Helm release the program creates (named after its chart)."""
+
+    chart: str
+    namespace: str
+    switch: str  # what adopts or skips it, or why nothing does
+    rivals: tuple[str, ...] = ()  # other charts doing the same job (Karpenter for Cluster Autoscaler)
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """One Hub download of the staging Job: a repository at a revision, through its patterns."""
+
+    model: str
+    model_id: str
+    revision: str
+    allow: tuple[str, ...]
+    ignore: tuple[str, ...]
+    key: str  # config key of the revision
+    needs_weights: bool  # the model's download (safetensors expected), not the tokenizer's
+
+
+@dataclass(frozen=True)
+class Intent:
+    stack: str
+    region: str
+    cluster_name: str
+    kubernetes_version: str
+    subnets: tuple[tuple[str, str], ...]  # (subnet id, zone) as configured
+    tags: dict[str, str]
+    addons: tuple[AddonInstall, ...]
+    pod_identity_users: tuple[str, ...]  # what needs the Pod Identity agent, named for the reason
+    charts: tuple[ChartInstall, ...]
+    instance_type: str
+    vcpus_per_node: int
+    capacity_type: CapacityType
+    capacity_reservation_id: str | None
+    bound_nodes: int  # maxNodes with a node autoscaler, else desiredNodes
+    desired_nodes: int
+    peak_nodes: int
+    peak_reason: str
+    update_seconds: int  # the longest planned operation (a node-group update), for reservation ends
+    prometheus_existing: bool
+    prometheus_namespace: str
+    alb_controller_existing: bool
+    cert_manager_issuer: str | None
+    tls_secret: str | None
+    edge_namespace: str
+    serving_namespace: str
+    model_services: tuple[str, ...]
+    sources: tuple[ModelSource, ...]
+    hf_token_in_stack: bool
+
+
+def _addons(config: StackConfig) -> tuple[AddonInstall, ...]:
+    found = []
+    repair = config.gpu_node_group.auto_repair
+    if repair.enabled and repair.install_monitoring_agent:
+        found.append(AddonInstall(gpu.MONITORING_AGENT_ADDON, gpu.monitoring_agent_configuration(),
+                                  "gpuNodeGroup.autoRepair.installMonitoringAgent: false",
+                                  gpu.MONITORING_AGENT_ADDON))
+    backend = config.weights_storage.backend
+    if backend is StorageBackend.EFS and config.weights_storage.efs.install_csi_driver:
+        found.append(AddonInstall(storage.CSI_ADDON, None, "weightsStorage.efs.installCsiDriver: false",
+                                  storage.CSI_ADDON))
+    if backend is StorageBackend.FSX_LUSTRE and config.weights_storage.fsx_lustre.install_csi_driver:
+        found.append(AddonInstall(storage.FSX_CSI_ADDON, None, "weightsStorage.fsxLustre.installCsiDriver: false",
+                                  storage.FSX_CSI_ADDON))
+    return tuple(found)
+
+
+def _pod_identity_users(config: StackConfig) -> tuple[str, ...]:
+    """Pod Identity associations the program creates: the EFS CSI add-on's and Cluster Autoscaler's."""
+    users = []
+    if config.weights_storage.backend is StorageBackend.EFS and config.weights_storage.efs.install_csi_driver:
+        users.append(f"the {storage.CSI_ADDON} add-on")
+    if config.node_autoscaling.mode is NodeAutoscalingMode.CLUSTER_AUTOSCALER:
+        users.append("cluster-autoscaler")
+    return tuple(users)
+
+
+def _charts(config: StackConfig) -> tuple[ChartInstall, ...]:
+    # A second device plugin advertises the same GPUs twice, a second DCGM exporter doubles every GPU
+    # series; the NVIDIA GPU Operator brings both.
+    found = [
+        ChartInstall(versions.NVIDIA_DEVICE_PLUGIN.chart, config.addons.nvidia_device_plugin.namespace,
+                     "no switch skips it: remove the other device plugin (the GPU Operator's too)",
+                     rivals=("gpu-operator",)),
+        ChartInstall(versions.DCGM_EXPORTER.chart, config.addons.dcgm_exporter.namespace,
+                     "no switch skips it: remove the other exporter"),
+    ]
+    if config.node_autoscaling.mode is NodeAutoscalingMode.CLUSTER_AUTOSCALER:
+        found.append(ChartInstall(versions.CLUSTER_AUTOSCALER.chart, gpu.CLUSTER_AUTOSCALER_NAMESPACE,
+                                  "nodeAutoscaling.mode: existing", rivals=("karpenter",)))
+    if config.autoscaling.mode is AutoscalingMode.KEDA:
+        found.append(ChartInstall(versions.KEDA.chart, config.autoscaling.namespace,
+                                  "no switch adopts another KEDA (one per cluster): remove it, or "
+                                  "set autoscaling.mode: prometheus-adapter"))
+    else:
+        found.append(ChartInstall(versions.PROMETHEUS_ADAPTER.chart, config.autoscaling.namespace,
+                                  "autoscaling.mode: keda"))
+    edge = config.edge
+    if edge.controller is ControllerMode.INSTALL and edge.mode is EdgeMode.GATEWAY:
+        found.append(ChartInstall(versions.ENVOY_GATEWAY.chart, planning.edge_namespace(config),
+                                  "edge.controller: existing"))
+    if edge.controller is ControllerMode.INSTALL and edge.mode is EdgeMode.ALB:
+        found.append(ChartInstall(versions.AWS_LOAD_BALANCER_CONTROLLER.chart, planning.edge_namespace(config),
+                                  "edge.controller: existing"))
+    prometheus = config.observability.prometheus
+    if prometheus.mode is PrometheusMode.INSTALL:
+        found.append(ChartInstall(versions.KUBE_PROMETHEUS_STACK.chart, prometheus.namespace,
+                                  "observability.prometheus.mode: existing"))
+    return tuple(found)
+
+
+def _sources(config: StackConfig) -> tuple[ModelSource, ...]:
+    found = []
+    for model in config.models:
+        key = f"models[{model.name}]"
+        found.append(ModelSource(model.name, model.model_id, model.revision, serving.ALLOW_PATTERNS,
+                                 serving.IGNORE_PATTERNS, f"{key}.revision", True))
+        if model.tokenizer_revision and model.tokenizer_revision != model.revision:
+            found.append(ModelSource(model.name, model.model_id, model.tokenizer_revision,
+                                     serving.TOKENIZER_PATTERNS, (), f"{key}.tokenizerRevision", False))
+    return tuple(found)
+
+
+def _peak_nodes(config: StackConfig) -> tuple[int, str, int]:
+    """GPU nodes at the worst moment: the group at its bound while a node-group update runs a second
+    group beside it (serving.node_update), and that update's planned duration."""
+    supply = planning.supply(config)
+    footprints = [planning.footprint(config, m, planning.model_plan(config, m)) for m in config.models]
+    update = serving.node_update(footprints, planning.rollout_strategies(config), supply,
+                                 config.gpu_node_group.scaling.desired_nodes, planning.timing(config))
+    bound = "maxNodes" if supply.autoscaled else "desiredNodes"
+    reason = (f"{supply.nodes} node(s) ({bound}) plus {update.extra_nodes_at_peak} in the new group a "
+              "node-group update creates beside the old one")
+    return supply.nodes + update.extra_nodes_at_peak, reason, update.seconds
+
+
+def intent(stack: str, region: str, config: StackConfig) -> Intent:
+    group = config.gpu_node_group
+    instance = planning.resolve_instance_type(config)
+    assert instance is not None  # validated by checks.check
+    peak, peak_reason, update_seconds = _peak_nodes(config)
+    edge = config.edge
+    prometheus = config.observability.prometheus
+    return Intent(
+        stack=stack,
+        region=region,
+        cluster_name=config.cluster.name,
+        kubernetes_version=config.cluster.kubernetes_version,
+        subnets=tuple((s.id, s.availability_zone) for s in group.subnets),
+        tags=planning.resource_tags(config),
+        addons=_addons(config),
+        pod_identity_users=_pod_identity_users(config),
+        charts=_charts(config),
+        instance_type=instance.name,
+        vcpus_per_node=instance.vcpus,
+        capacity_type=group.capacity_type,
+        capacity_reservation_id=group.capacity_reservation_id,
+        bound_nodes=planning.supply(config).nodes,
+        desired_nodes=group.scaling.desired_nodes,
+        peak_nodes=peak,
+        peak_reason=peak_reason,
+        update_seconds=update_seconds,
+        prometheus_existing=prometheus.mode is PrometheusMode.EXISTING,
+        prometheus_namespace=prometheus.namespace,
+        alb_controller_existing=edge.mode is EdgeMode.ALB and edge.controller is ControllerMode.EXISTING,
+        cert_manager_issuer=edge.tls.cert_manager_issuer,
+        tls_secret=edge.tls.secret_name,
+        edge_namespace=planning.edge_namespace(config),
+        serving_namespace=config.serving.namespace,
+        model_services=tuple(m.name for m in config.models),
+        sources=_sources(config),
+        hf_token_in_stack=config.hf_token is not None,
+    )
+
+
+INSTANCE_FAMILY = re.compile(r"^(?P<letters>[a-z]+)\d")
+
+
+def instance_family_letter(instance_type: str) -> str:
+    """`p5.48xlarge` -> `p`: EC2's vCPU quotas are per family letter group (P, G and VT, ...)."""
+    match = INSTANCE_FAMILY.match(instance_type)
+    return match["letters"] if match else instance_type

@@ -1,0 +1,133 @@
+"""The Hub check against a real HTTP server on 127.0.0.1 that answers like the Hub's model-info API."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from stacks.preflight import catalog, hub
+from stacks.preflight.context import guarded
+from stacks.preflight.result import Outcome
+from tests.stacks.preflight.support import Aws, context, stack_intent
+
+REVISION = "1605565b47bb9346c5515c34102e054115b4f98b"  # prod's pinned Llama 3.1 70B revision
+LLAMA_FILES = ["config.json", "generation_config.json", "model-00001-of-00030.safetensors",
+               "model-00002-of-00030.safetensors", "model.safetensors.index.json", "original/consolidated.00.pth",
+               "original/params.json", "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json",
+               "LICENSE", "README.md"]
+
+
+class Hub(BaseHTTPRequestHandler):
+    routes: dict[str, tuple[int, dict]] = {}
+    seen: list[tuple[str, str | None]] = []
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        type(self).seen.append((self.path, self.headers.get("Authorization")))
+        status, body = type(self).routes.get(self.path, (404, {"error": "Repository not found"}))
+        if status == 401 and self.headers.get("Authorization") == "Bearer hf_good":
+            status, body = 200, type(self).routes.get("gated-ok", (404, {}))[1]
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *_):
+        pass
+
+
+@pytest.fixture
+def server():
+    Hub.routes, Hub.seen = {}, []
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Hub)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+PATH = f"/api/models/meta-llama/Llama-3.1-70B-Instruct/revision/{REVISION}"
+
+
+def info(files=LLAMA_FILES, sha=REVISION):
+    return {"id": "meta-llama/Llama-3.1-70B-Instruct", "sha": sha, "siblings": [{"rfilename": f} for f in files]}
+
+
+def check(server, token=None, the_intent=None):
+    ctx = context(Aws(), the_intent, hub_url=server, hub_token=token)
+    (entry,) = [c for c in catalog.CHECKS if c.id == "model.hub"]
+    return guarded(entry.id, entry.aws, lambda: entry.run(ctx))
+
+
+def test_readable_revision_whose_patterns_keep_the_weights_passes(server):
+    Hub.routes = {PATH: (200, info())}
+    (finding,) = check(server, token="hf_good")
+    assert finding.outcome is Outcome.PASS
+    # config, generation config, 2 shards, index, special tokens, tokenizer, tokenizer config: not original/ nor docs
+    assert finding.reason == ("meta-llama/Llama-3.1-70B-Instruct@1605565b47bb: readable; the Job stages 8 of 12 "
+                              "file(s), 2 safetensors shard(s)")
+    assert Hub.seen == [(PATH, "Bearer hf_good")]
+
+
+def test_staged_files_follow_the_jobs_allow_and_ignore_patterns():
+    from components import serving
+
+    kept = hub.staged_files(LLAMA_FILES, serving.ALLOW_PATTERNS, serving.IGNORE_PATTERNS)
+    assert "original/params.json" not in kept and "original/consolidated.00.pth" not in kept
+    assert "README.md" not in kept and "model-00001-of-00030.safetensors" in kept
+
+
+def test_a_checkpoint_without_safetensors_fails(server):
+    Hub.routes = {PATH: (200, info(files=["config.json", "pytorch_model.bin", "tokenizer.json"]))}
+    (finding,) = check(server, token="hf_good")
+    assert finding.outcome is Outcome.FAIL
+    assert "keep no .safetensors" in finding.reason
+
+
+def test_a_revision_the_hub_resolves_elsewhere_fails(server):
+    Hub.routes = {PATH: (200, info(sha="f" * 40))}
+    (finding,) = check(server, token="hf_good")
+    assert finding.outcome is Outcome.FAIL and finding.fix == "pin models[llama-70b].revision to a full commit SHA"
+
+
+def test_gated_model_without_a_token_could_not_check_when_the_stack_has_its_secret(server):
+    Hub.routes = {PATH: (401, {"error": "gated"}), "gated-ok": (200, info())}
+    assert stack_intent().hf_token_in_stack
+    (finding,) = check(server)
+    assert finding.outcome is Outcome.COULD_NOT_CHECK
+    assert finding.fix.startswith("export HF_TOKEN=$(pulumi config get hfToken -s prod)")
+    (finding,) = check(server, token="hf_good")
+    assert finding.outcome is Outcome.PASS
+
+
+def test_a_token_that_cannot_read_the_model_fails(server):
+    Hub.routes = {PATH: (403, {"error": "Access to model is restricted"})}
+    (finding,) = check(server, token="hf_other")
+    assert finding.outcome is Outcome.FAIL
+    assert "the token cannot read it (403" in finding.reason
+    (finding,) = check(server, the_intent=stack_intent(hf_token_in_stack=False))
+    assert finding.outcome is Outcome.FAIL and "an anonymous read (no hfToken in the stack)" in finding.reason
+
+
+def test_missing_revision_fails_and_a_hub_outage_could_not_check(server):
+    (finding,) = check(server, token="hf_good")
+    assert finding.outcome is Outcome.FAIL and finding.reason.endswith("no such repository or revision on the Hub")
+    Hub.routes = {PATH: (503, {"error": "unavailable"})}
+    (finding,) = check(server, token="hf_good")
+    assert finding.outcome is Outcome.COULD_NOT_CHECK and finding.reason.endswith("the Hub answered 503")
+
+
+def test_an_unreachable_hub_could_not_check():
+    # A port just released on 127.0.0.1 has no listener: the connection is refused at once.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    (finding,) = check(f"http://127.0.0.1:{port}", token="hf_good")
+    assert finding.outcome is Outcome.COULD_NOT_CHECK
+    assert finding.reason.startswith("network error:")

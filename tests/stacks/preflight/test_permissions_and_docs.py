@@ -1,0 +1,73 @@
+"""The read-only policy names real, read-only operations and exactly the ones the checks make; the
+docs' table and the policy file are what the catalog generates."""
+
+from __future__ import annotations
+
+import json
+
+import botocore.session
+import pytest
+
+from stacks.preflight import CHECKS, aws_actions
+from tools import preflight_docs
+
+
+def service_models() -> dict[str, object]:
+    """IAM's action prefix is the service's signing name (service-quotas signs as servicequotas)."""
+    session = botocore.session.get_session()
+    models = {}
+    for name in ("eks", "ec2", "service-quotas", "sts"):
+        model = session.get_service_model(name)
+        models[model.signing_name] = model
+    return models
+
+
+def test_the_policy_file_is_valid_json_and_generated_from_the_checks():
+    text = preflight_docs.POLICY.read_text()
+    document = json.loads(text)
+    assert text == preflight_docs.policy(), "run `make preflight-docs`"
+    (statement,) = document["Statement"]
+    assert (statement["Effect"], statement["Resource"]) == ("Allow", "*")
+    assert statement["Action"] == aws_actions()
+
+
+@pytest.mark.parametrize("action", aws_actions())
+def test_every_action_is_a_read_only_operation_of_its_service_model(action):
+    prefix, operation = action.split(":")
+    model = service_models()[prefix]
+    assert operation in model.operation_names
+    assert operation.startswith(("Describe", "Get", "List"))
+
+
+def test_the_calls_the_checks_make_are_the_policy_actions():
+    """Every boto3 call in aws_checks is a declared action, and every declared action is called."""
+    import inspect
+    import re
+
+    from stacks.preflight import aws_checks
+
+    source = inspect.getsource(aws_checks)
+    called = set(re.findall(r"ctx\.(?:eks|ec2|quotas)\.([a-z_]+)\(", source))
+    models = service_models()
+    declared = set()
+    for action in aws_actions():
+        prefix, operation = action.split(":")
+        declared.add(models[prefix].operation_model(operation).name)
+    snake = {re.sub(r"(?<!^)(?=[A-Z])", "_", op).lower() for op in declared}
+    assert called == snake
+
+
+def test_the_docs_table_lists_every_check_and_is_current():
+    page = preflight_docs.PAGE.read_text()
+    assert preflight_docs.splice(page) == page, "run `make preflight-docs`"
+    for check in CHECKS:
+        assert f"| `{check.id}` |" in page
+
+
+def test_the_quota_figure_in_the_docs_is_preflights():
+    from tests.stacks.preflight.support import stack_intent
+
+    prod = stack_intent("prod")
+    figure = f"{prod.peak_nodes} x {prod.vcpus_per_node} = {prod.peak_nodes * prod.vcpus_per_node:,}"
+    for page in ("operations.md", "preflight.md"):
+        assert figure in (preflight_docs.ROOT / "docs" / page).read_text(), page
