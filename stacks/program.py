@@ -33,12 +33,13 @@ from components.platform import EksCluster, cluster_version, kubernetes_provider
 from components.routing import OBJECTIVE_HEADER, PickerSettings
 from components.scaling import ModelAutoscalingArgs, ScalingTarget
 from components.serving_stack import (
+    ModelVerification,
     ServedModel,
     ServingStack,
     ServingStackArgs,
 )
 from stacks import checks, environment
-from stacks.checks import planning
+from stacks.checks import planning, verification
 from stacks.checks import platform as platform_checks
 from stacks.config import (
     SECRET_KEYS,
@@ -55,6 +56,7 @@ from stacks.config import (
     RoutingMode,
     StackConfig,
     StorageBackend,
+    VerificationMode,
 )
 from stacks.config import files as stack_files
 from stacks.config.problems import ConfigError
@@ -426,7 +428,21 @@ def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStack
         picker=picker_settings(config),
         lws_chart_version=versions.LWS.version if any(m.settings.pipeline_parallel_size > 1 for m in models) else None,
         efa_device_plugin_chart_version=versions.EFA_DEVICE_PLUGIN.version if group.efa_interfaces else None,
+        verifications=model_verifications(config),
+        verify_image=versions.VERIFY_IMAGE,
     )
+
+
+def model_verifications(config: StackConfig) -> tuple[ModelVerification, ...]:
+    """Each model's deploy gate (none with `verification.mode: off`)."""
+    mode = verification.verification_mode(config)
+    if mode is VerificationMode.OFF:
+        return ()
+    found = []
+    for model in config.models:
+        checked = verification.settings(config, model)
+        found.append(ModelVerification(model.name, checked, mode.value, verification.deadline_seconds(checked)))
+    return tuple(found)
 
 
 def check_cluster_version(config: StackConfig) -> None:

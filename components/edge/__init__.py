@@ -2,6 +2,6 @@
 each model's OpenAI API, and the NetworkPolicies around the vLLM pods."""
 
 from .edge import Edge, EdgeArgs
-from .objects import EdgeSettings, Route, network_policies
+from .objects import EdgeSettings, Route, network_policies, v1_path
 
-__all__ = ["Edge", "EdgeArgs", "EdgeSettings", "Route", "network_policies"]
+__all__ = ["Edge", "EdgeArgs", "EdgeSettings", "Route", "network_policies", "v1_path"]

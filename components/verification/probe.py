@@ -10,6 +10,9 @@ CUDA 13 runtime (several GB), inference-perf 0.7.0 needs Python >= 3.12 and pins
 5.13.0 with datasets, boto3 and google-cloud-storage (checked with `pip install --dry-run --report`,
 2026-12-01). Either would turn a one-minute smoke Job into a multi-GB pull to hash-lock and patch;
 streaming chat requests from threads measure the same TTFT and inter-token gaps (docs/verification.md).
+
+Length: the Job mounts this one file from a ConfigMap and runs it with no package around it, so the
+HTTP and SSE client, the checks, the load generator and the report cannot be split into modules.
 """
 
 from __future__ import annotations
