@@ -428,11 +428,13 @@ def run_load(target: Target, model: str, key: str, load: LoadPlan, timeout: floa
         rng = random.Random(index)
         time.sleep(load.ramp_seconds * index / max(1, load.concurrency))
         while time.perf_counter() < stop:
-            with lock:
-                if load.max_requests is not None and sent[0] >= load.max_requests:
-                    return
-                sent[0] += 1
             started = time.perf_counter()
+            with lock:
+                # `max_requests` counts measured requests: warm-up ones are on top.
+                if started >= ramp_end:
+                    if load.max_requests is not None and sent[0] >= load.max_requests:
+                        return
+                    sent[0] += 1
             body = chat_body(model, _prompt(load.prompt_tokens, rng), load.output_tokens, stream=True, exact=True)
             result = stream_chat(url, key, body, timeout)
             with lock:
@@ -448,7 +450,11 @@ def run_load(target: Target, model: str, key: str, load: LoadPlan, timeout: floa
 
 def summarise(samples: list[_Sample], window_start: float, load: LoadPlan) -> dict[str, Any]:
     errors = [s.stream.error or "no data: [DONE]" for s in samples if s.stream.error or not s.stream.done]
-    measured = [s for s in samples if not s.warmup and not s.stream.error and s.stream.done and s.stream.token_times]
+    completed = [s for s in samples if not s.stream.error and s.stream.done and s.stream.token_times]
+    measured = [s for s in completed if not s.warmup]
+    # Requests slower than the whole test leave none after the ramp: judge the warm-up ones rather than none.
+    warmup_included = not measured and bool(completed)
+    measured = measured or completed
     ttft = [(s.stream.token_times[0] - s.stream.sent_at) * 1000 for s in measured]
     itl = [(b - a) * 1000 for s in measured for a, b in zip(s.stream.token_times, s.stream.token_times[1:],
                                                              strict=False)]
@@ -473,6 +479,7 @@ def summarise(samples: list[_Sample], window_start: float, load: LoadPlan) -> di
     return {
         "target_concurrency": load.concurrency,
         "requests": len(measured), "warmup_requests": sum(1 for s in samples if s.warmup), "errors": len(errors),
+        "warmup_included": warmup_included,
         "error_samples": sorted(set(errors))[:3],
         "window_seconds": round(window, 1),
         "prompt_tokens_mean": rounded(_mean([p for p in prompts if isinstance(p, int)])),
@@ -516,8 +523,10 @@ def comparison(result: dict[str, Any], load: LoadPlan) -> list[dict[str, Any]]:
 
 def load_checks(target: Target, result: dict[str, Any], load: LoadPlan) -> list[Check]:
     checks = []
-    summary = (f"{result['requests']} requests at concurrency {load.concurrency} over {result['window_seconds']} s "
-               f"(+{result['warmup_requests']} warm-up), {result['errors']} errors")
+    warmup = (" (all in the warm-up: none started after it completed)" if result["warmup_included"]
+              else f" (+{result['warmup_requests']} warm-up)")
+    summary = (f"{result['requests']} requests at concurrency {load.concurrency} over {result['window_seconds']} s"
+               f"{warmup}, {result['errors']} errors")
     if result["requests"] == 0:
         return [Check(target.name, "load", FAIL, f"no request completed after the warm-up: {summary}; "
                       f"errors: {result['error_samples']}", result)]

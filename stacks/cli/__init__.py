@@ -1,4 +1,4 @@
-"""Command line of the environment layer: `python -m stacks render | plan | clone | diff`.
+"""Command line of the environment layer: `python -m stacks render | plan | clone | diff | verify`.
 
 Every command exits 2 on invalid input with one line per problem, never a traceback.
 """
@@ -17,7 +17,7 @@ from stacks.config import files as stack_files
 from stacks.config.problems import ConfigError, Problem
 
 
-def _stack_path(target: str) -> Path:
+def stack_path(target: str) -> Path:
     """A stack name (`prod`) or a path to a stack file; an unknown name lists the stacks that exist."""
     path = Path(target)
     if path.suffix == ".yaml" or path.exists():
@@ -57,7 +57,7 @@ def _render(argv: list[str]) -> int:
                         "stack's cluster.kubernetesVersion); another one is rejected as a real preview would")
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    path = _stack_path(args.stack)
+    path = stack_path(args.stack)
     _, config = environment.load_stack_file(path)  # config problems first: nothing is created for an invalid stack
     stack = path.name.removeprefix("Pulumi.").removesuffix(".yaml")
     out = _output_dir(args.out or stack_files.PROJECT_DIR / "build" / stack)
@@ -106,7 +106,13 @@ def _diff(argv: list[str]) -> int:
     return diff.main(argv)
 
 
-COMMANDS = {"render": _render, "plan": _plan, "clone": _clone, "diff": _diff}
+def _verify(argv: list[str]) -> int:
+    from stacks.cli import verify
+
+    return verify.main(argv)
+
+
+COMMANDS = {"render": _render, "plan": _plan, "clone": _clone, "diff": _diff, "verify": _verify}
 
 
 HELP = """usage: .venv/bin/python -m stacks <command> [options]   (or `source .venv/bin/activate` first)
@@ -117,8 +123,11 @@ commands:
   clone <from> <to> --set key.path=value
                    a new stack file that extends another, valid for the Pulumi CLI
   diff <stack>     what a change does to a stack's render, as `pulumi preview --diff` would mark it
+  verify <stack> --url URL
+                   check a deployed model (streaming, auth, fields) and its SLO at the planned load;
+                   the API key from --api-key-file or $LLM_SERVING_API_KEY, never an argument
 
-`<command> --help` describes each command's options. Exit codes: 0 success, 1 diff found changes,
+`<command> --help` describes each command's options. Exit codes: 0 success, 1 diff found changes or a verify check failed,
 2 invalid input (one line per problem).
 """
 
