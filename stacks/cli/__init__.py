@@ -127,8 +127,8 @@ commands:
                    check a deployed model (streaming, auth, fields) and its SLO at the planned load;
                    the API key from --api-key-file or $LLM_SERVING_API_KEY, never an argument
 
-`<command> --help` describes each command's options. Exit codes: 0 success, 1 diff found changes or a verify check failed,
-2 invalid input (one line per problem).
+`<command> --help` describes each command's options. Exit codes: 0 success, 1 diff found changes
+or a verify check failed, 2 invalid input (one line per problem).
 """
 
 
