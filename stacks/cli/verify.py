@@ -35,6 +35,7 @@ def _positive(value: str) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m stacks verify",
+        allow_abbrev=False,
         description="Check a deployed model (models list, key enforced, streaming, completion, fields) and run a "
         "short load test at the planned concurrency, beside the plan's figures and the objectives.",
     )
