@@ -23,6 +23,7 @@ import json
 import math
 import os
 import random
+import re
 import ssl
 import sys
 import threading
@@ -381,6 +382,31 @@ def check_fields(target: Target, model: str, streamed: Stream, answer: dict | No
     return Check(target.name, "fields", PASS, f"model {model} and usage consistent")
 
 
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def engine_cache(target: Target, timeout: float) -> dict[str, int] | None:
+    """The KV cache the engine allocated, from vLLM's `vllm:cache_config_info` labels on /metrics
+    (vLLM 0.33.0: kv_cache_size_tokens, kv_cache_memory_bytes, num_gpu_blocks, block_size). Only a
+    Service serves /metrics: the edge publishes /v1 alone, so elsewhere this is None."""
+    url = target.base_url.removesuffix("/v1") + "/metrics"
+    try:
+        status, _, body = _request(url, None, timeout)
+    except (OSError, http.client.HTTPException, UsageError):
+        return None
+    if status != 200:
+        return None
+    for line in body.decode(errors="replace").splitlines():
+        if line.startswith("vllm:cache_config_info{"):
+            labels = dict(_LABEL.findall(line))
+            found = {k: int(labels[k]) for k in ("kv_cache_size_tokens", "kv_cache_memory_bytes", "num_gpu_blocks",
+                                                  "block_size") if labels.get(k, "").isdigit()}
+            if "kv_cache_size_tokens" not in found and {"num_gpu_blocks", "block_size"} <= set(found):
+                found["kv_cache_size_tokens"] = found["num_gpu_blocks"] * found["block_size"]
+            return found or None
+    return None
+
+
 def smoke(target: Target, model: str, key: str, timeout: float) -> list[Check]:
     checks = [check_models(target, model, key, timeout), check_auth(target, key, timeout)]
     stream_check, streamed = check_stream(target, model, key, timeout)
@@ -562,6 +588,10 @@ def run(settings: Settings, key: str) -> dict[str, Any]:
     for target in settings.targets:
         checks += smoke(target, settings.model, key, settings.request_timeout_seconds)
     report: dict[str, Any] = {"model": settings.model, "targets": {t.name: t.base_url for t in settings.targets}}
+    engine = next((found for t in settings.targets if (found := engine_cache(t, settings.request_timeout_seconds))),
+                  None)
+    if engine:
+        report["engine"] = engine  # one replica's KV cache: what `plan --calibration` compares with its plan
     if settings.load is not None:
         names = {t.name: t for t in settings.targets}
         target = names.get(settings.load_target or settings.targets[-1].name)
@@ -593,6 +623,8 @@ def render_text(report: dict[str, Any]) -> str:
         for row in load["comparison"]:
             lines.append(f"{row['figure']:<16} {_cell(row['measured']):>10} {_cell(row['planned']):>10} "
                          f"{_cell(row['objective']):>10} {_cell(row['ratio']):>17}")
+    if report.get("engine", {}).get("kv_cache_size_tokens"):
+        lines += ["", f"engine KV cache: {report['engine']['kv_cache_size_tokens']:,} tokens (vllm:cache_config_info)"]
     failures = len(report["failures"])
     lines += ["", f"verdict: {report['verdict'].upper()}" + (f" ({failures} failing check(s))" if failures else "")]
     return "\n".join(lines) + "\n"

@@ -25,6 +25,7 @@ class Behaviour:
     check_key: bool = True
     malformed_after: int | None = None  # a non-JSON data line after this many token events
     reported_model: str | None = None  # the model name responses carry (default: the served name)
+    kv_cache_blocks: int | None = None  # serve vllm:cache_config_info on /metrics with this many blocks
 
 
 def _prompt_tokens(body: dict) -> int:
@@ -53,6 +54,17 @@ class _Handler(BaseHTTPRequestHandler):
         return False
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        if self.path == "/metrics" and self.behaviour.kv_cache_blocks is not None:
+            # vLLM 0.33.0's info gauge (labels abridged), open like vLLM's own /metrics.
+            data = ('# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size="16",engine="0",'
+                    f'kv_cache_size_tokens="{self.behaviour.kv_cache_blocks * 16}",'
+                    f'num_gpu_blocks="{self.behaviour.kv_cache_blocks}"}} 1.0\n').encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
         if self.path != "/v1/models":
             self._json(404, {"error": "not found"})
         elif self._authorised():

@@ -198,3 +198,10 @@ def test_the_key_comes_from_a_file_or_an_environment_variable(tmp_path, monkeypa
     monkeypatch.delenv("VERIFY_KEY")
     with pytest.raises(probe.UsageError, match="--api-key-env VERIFY_KEY: the variable is unset or empty"):
         probe.read_key(None, "VERIFY_KEY")
+
+
+def test_the_engine_kv_cache_is_read_from_vllms_cache_config_info():
+    report = _run(Behaviour(kv_cache_blocks=1000))
+    assert report["engine"] == {"kv_cache_size_tokens": 16000, "num_gpu_blocks": 1000, "block_size": 16}
+    assert "engine KV cache: 16,000 tokens (vllm:cache_config_info)" in probe.render_text(report)
+    assert "engine" not in _run(Behaviour())
