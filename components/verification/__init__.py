@@ -4,9 +4,28 @@ manifests, and per model the VerificationJob that Pulumi awaits after the model 
 from . import probe
 from .job import AWAIT_SLACK_SECONDS, VerificationJob, VerificationJobArgs, await_seconds
 from .objects import PROBE_SOURCE, SELECTOR, network_policy
-from .probe import Check, LoadPlan, Settings, Target
+from .probe import (
+    EXIT_FAIL,
+    EXIT_PASS,
+    EXIT_USAGE,
+    Check,
+    LoadPlan,
+    Settings,
+    Target,
+    UsageError,
+    read_key,
+    render_text,
+    run,
+)
 
 __all__ = [
+    "EXIT_FAIL",
+    "EXIT_PASS",
+    "EXIT_USAGE",
+    "UsageError",
+    "read_key",
+    "render_text",
+    "run",
     "AWAIT_SLACK_SECONDS",
     "Check",
     "LoadPlan",

@@ -14,9 +14,10 @@ import json
 import sys
 from typing import TextIO
 
-from components.verification import Settings, Target, probe
+from components import verification
+from components.verification import Settings, Target
 from stacks import environment
-from stacks.checks import verification
+from stacks.checks import verification as stack_verification
 from stacks.config.problems import ConfigError
 
 DEFAULT_KEY_ENV = "LLM_SERVING_API_KEY"
@@ -64,20 +65,20 @@ def settings_for(args: argparse.Namespace, config: object) -> tuple[Settings, st
     """The probe's settings for one address of the stack's model, and why nothing is planned (if so)."""
     models = {m.name: m for m in config.models}  # type: ignore[attr-defined]
     if args.model is None and len(models) > 1:
-        raise probe.UsageError(f"--model: stack {args.stack} serves {', '.join(sorted(models))}; name one")
+        raise verification.UsageError(f"--model: stack {args.stack} serves {', '.join(sorted(models))}; name one")
     name = args.model or next(iter(models))
     if name not in models:
-        raise probe.UsageError(f"--model {name!r}: not a model of stack {args.stack}; "
+        raise verification.UsageError(f"--model {name!r}: not a model of stack {args.stack}; "
                                f"its models: {', '.join(sorted(models))}")
     model = models[name]
-    planned = verification.planned_load(
+    planned = stack_verification.planned_load(
         config, model, concurrency=args.concurrency, prompt_tokens=args.prompt_tokens,  # type: ignore[arg-type]
         output_tokens=args.output_tokens, duration_seconds=args.duration, max_requests=args.requests)
     settings = Settings(
         model=model.name,
         targets=(Target("url", args.url.rstrip("/"), check_auth=not args.no_auth_check),),
         load=None if args.no_load else planned.plan,
-        request_timeout_seconds=verification.request_timeout_seconds(config, planned.plan.output_tokens),  # type: ignore[arg-type]
+        request_timeout_seconds=stack_verification.request_timeout_seconds(config, planned.plan.output_tokens),  # type: ignore[arg-type]
     )
     return settings, planned.note
 
@@ -88,28 +89,28 @@ def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = 
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
             args = _parser().parse_args(argv)
     except SystemExit as exit_:
-        return exit_.code if isinstance(exit_.code, int) else probe.EXIT_USAGE
+        return exit_.code if isinstance(exit_.code, int) else verification.EXIT_USAGE
     try:
         from stacks.cli import stack_path  # the package's own helper, loaded before this module runs
 
         _, config = environment.load_stack_file(stack_path(args.stack))
         settings, note = settings_for(args, config)
         if not args.url.startswith(("http://", "https://")):
-            raise probe.UsageError(f"--url {args.url!r}: expected http://... or https://... ending in /v1")
-        key = probe.read_key(args.api_key_file, None if args.api_key_file else args.api_key_env)
-        report = probe.run(settings, key)
+            raise verification.UsageError(f"--url {args.url!r}: expected http://... or https://... ending in /v1")
+        key = verification.read_key(args.api_key_file, None if args.api_key_file else args.api_key_env)
+        report = verification.run(settings, key)
     except ConfigError as error:
         for problem in error.problems:
             print(problem.line(), file=err)
-        return probe.EXIT_USAGE
-    except probe.UsageError as error:
+        return verification.EXIT_USAGE
+    except verification.UsageError as error:
         print(f"verify: {error}", file=err)
-        return probe.EXIT_USAGE
+        return verification.EXIT_USAGE
     report["stack"] = args.stack
     if note:
         report["note"] = note
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=True), file=out)
     else:
-        out.write(probe.render_text(report) + (f"note: {note}\n" if note else ""))
-    return probe.EXIT_FAIL if report["failures"] else probe.EXIT_PASS
+        out.write(verification.render_text(report) + (f"note: {note}\n" if note else ""))
+    return verification.EXIT_FAIL if report["failures"] else verification.EXIT_PASS
