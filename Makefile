@@ -20,7 +20,7 @@ help:
 	@echo "make scan                 Checkov over every stack's render and the workflows, with the reviewed skip list"
 	@echo "make golden               refresh tests/golden/ after an intended change"
 	@echo "make config-docs          regenerate the configuration reference in docs/configuration.md"
-	@echo "make planner-docs         regenerate the calibration and benchmark tables in docs/capacity-planner.md"
+	@echo "make planner-docs         regenerate the planner tables (docs/capacity-planner.md, docs/verification.md)"
 	@echo "make reference-fixtures   re-derive tests/fixtures/reference from ../shared/reference"
 	@echo "make diff STACK=prod      offline diff of a stack against the merge base with main"
 	@echo "make policy-check         run the policy pack's rules on every stack's offline render"
@@ -63,6 +63,7 @@ config-docs: $(STAMP)
 
 planner-docs: $(STAMP)
 	$(BIN)/python -m tools.planner_tables --write docs/capacity-planner.md
+	$(BIN)/python -m tools.verification_table --write docs/verification.md
 
 reference-fixtures: $(STAMP)
 	$(BIN)/python tools/derive_reference_fixtures.py

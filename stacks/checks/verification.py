@@ -12,7 +12,7 @@ from components import serving
 from components.edge import v1_path
 from components.verification import LoadPlan, Settings, Target
 from stacks.checks import planning
-from stacks.config import EdgeAuth, Environment, ModelConfig, StackConfig, VerificationMode
+from stacks.config import EdgeAuth, ModelConfig, StackConfig, VerificationMode
 
 # Without a roofline (multi-node groups, a GPU without figures) the ramp is this long.
 DEFAULT_RAMP_SECONDS = 5.0
@@ -27,10 +27,11 @@ SMOKE_SECONDS = 120
 
 
 def verification_mode(config: StackConfig) -> VerificationMode:
-    """Unset: prod gates its deploys; dev and staging report (a shared dev GPU may be busy)."""
+    """Unset: prod gates its deploys and staging, which rehearses them, does too; dev reports (a dev
+    GPU is shared and often busy, so its latency says little about the deploy)."""
     if config.verification.mode is not None:
         return config.verification.mode
-    return VerificationMode.GATE if config.environment is Environment.PROD else VerificationMode.REPORT
+    return VerificationMode.GATE if config.production_like else VerificationMode.REPORT
 
 
 def edge_url(config: StackConfig, model: ModelConfig) -> str:

@@ -27,7 +27,7 @@ class VerificationConfig(ConfigModel):
     mode: VerificationMode | None = Field(
         default=None,
         description="`gate` (a failing check fails `pulumi up`), `report` (results only) or `off`; unset: "
-        "`gate` in prod, `report` elsewhere.",
+        "`gate` in prod and staging, `report` in dev.",
     )
     duration_seconds: int = Field(
         default=60, ge=10, le=3600,

@@ -18,6 +18,7 @@ from components.observability.serving_alerts import ModelSlo, alert_names, servi
 from components.routing import RoutedModel, picker_alert_groups
 from stacks.cli import plan as plan_cli
 from stacks.config import StackConfig
+from tools import verification_table
 from stacks.config.files import PROJECT_DIR
 from tools import config_reference, planner_tables
 
@@ -174,3 +175,9 @@ def test_readme_cost_figures_are_the_stacks_own(stack):
     )
     (line,) = [line for line in (PROJECT_DIR / "README.md").read_text().splitlines() if line.startswith(row)]
     assert line.endswith(figures)
+
+
+def test_verification_table_is_the_stacks_own_settings():
+    page = (DOCS / "verification.md").read_text()
+    assert verification_table.splice(page) == page, "run `make planner-docs`"
+    assert "| prod | llama-70b | gate | 512 | 1,024 / 256 |" in page
