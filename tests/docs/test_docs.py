@@ -18,9 +18,8 @@ from components.observability.serving_alerts import ModelSlo, alert_names, servi
 from components.routing import RoutedModel, picker_alert_groups
 from stacks.cli import plan as plan_cli
 from stacks.config import StackConfig
-from tools import verification_table
 from stacks.config.files import PROJECT_DIR
-from tools import config_reference, planner_tables
+from tools import config_reference, planner_tables, verification_table
 
 DOCS = PROJECT_DIR / "docs"
 PAGES = [PROJECT_DIR / "README.md", *sorted(DOCS.glob("*.md"))]
