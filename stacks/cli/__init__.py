@@ -17,7 +17,7 @@ from stacks.config import files as stack_files
 from stacks.config.problems import ConfigError, Problem
 
 
-def stack_path(target: str) -> Path:
+def _stack_path(target: str) -> Path:
     """A stack name (`prod`) or a path to a stack file; an unknown name lists the stacks that exist."""
     path = Path(target)
     if path.suffix == ".yaml" or path.exists():
@@ -57,7 +57,7 @@ def _render(argv: list[str]) -> int:
                         "stack's cluster.kubernetesVersion); another one is rejected as a real preview would")
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    path = stack_path(args.stack)
+    path = _stack_path(args.stack)
     _, config = environment.load_stack_file(path)  # config problems first: nothing is created for an invalid stack
     stack = path.name.removeprefix("Pulumi.").removesuffix(".yaml")
     out = _output_dir(args.out or stack_files.PROJECT_DIR / "build" / stack)
@@ -109,7 +109,7 @@ def _diff(argv: list[str]) -> int:
 def _verify(argv: list[str]) -> int:
     from stacks.cli import verify
 
-    return verify.main(argv)
+    return verify.main(argv, stack_path=_stack_path)
 
 
 COMMANDS = {"render": _render, "plan": _plan, "clone": _clone, "diff": _diff, "verify": _verify}

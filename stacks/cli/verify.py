@@ -12,6 +12,8 @@ import argparse
 import contextlib
 import json
 import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import TextIO
 
 from components import verification
@@ -83,7 +85,9 @@ def settings_for(args: argparse.Namespace, config: object) -> tuple[Settings, st
     return settings, planned.note
 
 
-def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = None, *,
+         stack_path: Callable[[str], Path] | None = None) -> int:
+    """Run `verify`; `stack_path` turns a stack name into its file (the command line's own lookup)."""
     out, err = stdout or sys.stdout, stderr or sys.stderr
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
@@ -91,9 +95,7 @@ def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = 
     except SystemExit as exit_:
         return exit_.code if isinstance(exit_.code, int) else verification.EXIT_USAGE
     try:
-        from stacks.cli import stack_path  # the package's own helper, loaded before this module runs
-
-        _, config = environment.load_stack_file(stack_path(args.stack))
+        _, config = environment.load_stack_file(stack_path(args.stack) if stack_path else Path(args.stack))
         settings, note = settings_for(args, config)
         if not args.url.startswith(("http://", "https://")):
             raise verification.UsageError(f"--url {args.url!r}: expected http://... or https://... ending in /v1")
