@@ -62,6 +62,8 @@ def job_spec(*, model_name: str, configmap_name: str, image: str, mode: str, api
                 "containers": [{
                     "name": "verify",
                     "image": image,
+                    # Pinned by digest, so Always costs one manifest check and runs the same bytes.
+                    "imagePullPolicy": "Always",
                     "command": ["python3", f"{CONFIG_DIR}/probe.py", "--settings", f"{CONFIG_DIR}/settings.json",
                                 "--api-key-file", f"{KEY_DIR}/api-key", "--mode", mode,
                                 "--termination-log", TERMINATION_LOG],
