@@ -21,7 +21,7 @@ help:
 	@echo "make golden               refresh tests/golden/ after an intended change"
 	@echo "make docs                 regenerate every generated figure and table in README.md and docs/"
 	@echo "make config-docs          regenerate the configuration reference in docs/configuration.md"
-	@echo "make planner-docs         regenerate the calibration and benchmark tables in docs/capacity-planner.md"
+	@echo "make planner-docs         regenerate the planner tables (docs/capacity-planner.md, docs/verification.md)"
 	@echo "make reference-fixtures   re-derive tests/fixtures/reference from ../shared/reference"
 	@echo "make diff [STACK=prod]    offline diff of a stack (default: every stack) against the merge base with main"
 	@echo "make policy-check         run the policy pack's rules on every stack's offline render"
@@ -87,6 +87,7 @@ config-docs: $(STAMP)
 
 planner-docs: $(STAMP)
 	$(BIN)/python -m tools.planner_tables --write docs/capacity-planner.md
+	$(BIN)/python -m tools.verification_table --write docs/verification.md
 
 preflight-docs: $(STAMP)
 	$(BIN)/python -m tools.preflight_docs --write

@@ -49,6 +49,9 @@ from components.serving import (
     VllmDeploymentArgs,
 )
 from components.storage import WeightsFileSystem, WeightsFileSystemArgs, WeightsLustre, WeightsLustreArgs
+from components.verification import SELECTOR as VERIFY_POD_SELECTOR
+from components.verification import Settings, VerificationJob, VerificationJobArgs
+from components.verification import network_policy as verification_network_policy
 
 # Labels every vLLM pod and every staging Job pod carries (NetworkPolicies and the PodMonitor).
 VLLM_POD_SELECTOR = {"app.kubernetes.io/component": "vllm"}
@@ -98,6 +101,16 @@ class ServedModel:
 
 
 @dataclass(frozen=True)
+class ModelVerification:
+    """One model's deploy gate: what its Job checks, and whether a failure fails the up."""
+
+    model_name: str
+    settings: Settings
+    mode: str  # "gate" | "report"
+    deadline_seconds: int
+
+
+@dataclass(frozen=True)
 class ServingStackArgs:
     node_group_name: str
     node_group: GpuNodeGroupArgs
@@ -132,6 +145,9 @@ class ServingStackArgs:
     efa_device_plugin_chart_version: str | None = None
     # The nodes the staging Jobs must run on (the only role the weights' file-system policy lets write).
     staging_node_selector: dict[str, str] | None = None
+    # Per model, the verification Job run after it is Ready and routed (empty: verification off).
+    verifications: tuple[ModelVerification, ...] = ()
+    verify_image: str = ""
 
 
 class ServingStack(pulumi.ComponentResource):
@@ -222,6 +238,8 @@ class ServingStack(pulumi.ComponentResource):
                 pulumi.ResourceOptions(parent=self, depends_on=[*edge.inference_prerequisites, *crds]),
             )
             edge.publish_pool_routes([routing])
+        # Last: each model's Job waits for its workload and for the edge with every route it publishes.
+        self._verify(args, [edge])
         self.prometheus_url = (
             prometheus.url if prometheus else pulumi.Output.from_input(args.prometheus_url or "")
         )
@@ -277,11 +295,19 @@ class ServingStack(pulumi.ComponentResource):
                 staging_job_selector=STAGING_POD_SELECTOR,
                 load_balancer_cidrs=args.edge.load_balancer_cidrs,
                 picker_selector=picker_selector() if args.routed_models else None,
+                verification_selector=VERIFY_POD_SELECTOR if args.verifications else None,
             )
         ]
+        if args.verifications:
+            fences.append(manifest_resource("serving-netpol-verification", verification_network_policy(
+                namespace=args.serving_namespace, edge_namespace=args.edge.settings.namespace,
+                model_selector=VLLM_POD_SELECTOR, port=PORT), after_namespace))
+        self._fences = fences
+        self._api_key_secret = api_key
         endpoints: dict[str, pulumi.Output[str]] = {}
         self._deployments: list[pulumi.Resource] = []
         self._pod_selectors: dict[str, dict[str, str]] = {}
+        self._workloads: dict[str, pulumi.Resource] = {}
         storage_class: pulumi.Output[str] | None = None
         if args.weights_storage is not None:
             # Claims name the class through its output, so they wait for the file system to be mountable.
@@ -358,8 +384,31 @@ class ServingStack(pulumi.ComponentResource):
                 child,
             )
             self._deployments.append(deployment.deployment)
+            self._workloads[model.name] = deployment.deployment
             self._pod_selectors[model.name] = deployment.pod_selector
             endpoints[model.name] = pulumi.Output.concat(
                 "http://", deployment.service_name, ".", args.serving_namespace, ".svc:", str(PORT)
             )
         return endpoints
+
+    def _verify(self, args: ServingStackArgs, routes: list[pulumi.Resource]) -> None:
+        models = {m.name: m for m in args.models}
+        for check in args.verifications:
+            model = models[check.model_name]
+            VerificationJob(
+                f"{check.model_name}-verify",
+                VerificationJobArgs(
+                    namespace=args.serving_namespace,
+                    model_name=check.model_name,
+                    settings=check.settings,
+                    mode=check.mode,
+                    image=args.verify_image,
+                    api_key_secret=API_KEY_SECRET,
+                    deadline_seconds=check.deadline_seconds,
+                    # Image, revision, engine flags and replicas: a deploy that changes them is verified again.
+                    deployed=repr((model.image, model.revision, model.tokenizer_revision, model.settings,
+                                   model.replicas, model.chat_template)),
+                    after=(self._workloads[check.model_name], *routes, self._api_key_secret, *self._fences),
+                ),
+                pulumi.ResourceOptions(parent=self),
+            )

@@ -42,13 +42,14 @@ from components.platform import (
 from components.routing import OBJECTIVE_HEADER, PickerSettings
 from components.scaling import ModelAutoscalingArgs, ScalingTarget
 from components.serving_stack import (
+    ModelVerification,
     ServedModel,
     ServingStack,
     ServingStackArgs,
 )
 from stacks import checks, environment
 from stacks.checks import cluster as cluster_checks
-from stacks.checks import planning, timing
+from stacks.checks import planning, timing, verification
 from stacks.checks import platform as platform_checks
 from stacks.config import (
     SECRET_KEYS,
@@ -66,6 +67,7 @@ from stacks.config import (
     RoutingMode,
     StackConfig,
     StorageBackend,
+    VerificationMode,
 )
 from stacks.config import files as stack_files
 from stacks.config.problems import ConfigError
@@ -477,7 +479,21 @@ def serving_stack_args(
         staging_node_selector=dict(config.weights_storage.efs.staging_node_selector)
         if config.weights_storage.backend is StorageBackend.EFS
         else None,
+        verifications=model_verifications(config),
+        verify_image=versions.VERIFY_IMAGE,
     )
+
+
+def model_verifications(config: StackConfig) -> tuple[ModelVerification, ...]:
+    """Each model's deploy gate (none with `verification.mode: off`)."""
+    mode = verification.verification_mode(config)
+    if mode is VerificationMode.OFF:
+        return ()
+    found = []
+    for model in config.models:
+        checked = verification.settings(config, model)
+        found.append(ModelVerification(model.name, checked, mode.value, verification.deadline_seconds(checked)))
+    return tuple(found)
 
 
 def check_cluster_version(config: StackConfig) -> None:

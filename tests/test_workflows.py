@@ -99,15 +99,16 @@ def test_deploy_job_outlasts_the_longest_await_of_every_stack(rendered, name):
     assert seconds + 600 <= timeout * 60 <= 360 * 60, (name, seconds, chain)
 
 
-def test_longest_await_of_prod_is_the_weights_job_then_every_rollout(rendered):
+def test_longest_await_of_prod_is_the_weights_job_then_every_rollout_then_the_gate(rendered):
     seconds, chain = awaits.longest_await(rendered["prod"].resources)
     waiting = [(key, awaits.await_seconds(rendered["prod"].resource(*key.split("::", 1)))) for key in chain]
     assert [(key, s) for key, s in waiting if s] == [
         ("kubernetes:batch/v1:Job::llama-70b-weights-stage", 5683),
         # The rollout await: three planned 840 s steps, the last up to the 1,920 s progress deadline, + 2 min.
         ("kubernetes:apps/v1:Deployment::llama-70b-deployment", 4560),
+        ("kubernetes:batch/v1:Job::llama-70b-verify-job", 710),
     ]
-    assert seconds == 5683 + 4560
+    assert seconds == 5683 + 4560 + 710
 
 
 def test_pull_requests_from_forks_never_run_a_preview_with_the_stacks_role():

@@ -11,6 +11,7 @@ from .objects import (
     edge_pod_selector,
     gateway_injects_upstream_key,
     network_policies,
+    v1_path,
 )
 
 __all__ = [
@@ -26,4 +27,5 @@ __all__ = [
     "envoy_pod_monitor",
     "gateway_injects_upstream_key",
     "network_policies",
+    "v1_path",
 ]

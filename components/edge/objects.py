@@ -691,6 +691,7 @@ def network_policies(
     staging_job_selector: dict[str, str],
     load_balancer_cidrs: tuple[str, ...] = (),
     picker_selector: dict[str, str] | None = None,
+    verification_selector: dict[str, str] | None = None,
 ) -> list[Manifest]:
     """Serving pods: in on `port` from the edge's proxy pods, the Prometheus pods and the pickers only,
     out to DNS only. Staging Jobs: nothing in, DNS and HTTPS out.
@@ -708,6 +709,9 @@ def network_policies(
     if picker_selector:
         # Endpoint pickers in the serving namespace scrape each replica's /metrics on the API port.
         sources.append({"podSelector": {"matchLabels": dict(picker_selector)}})
+    if verification_selector:
+        # The post-deploy verification Job checks each model's Service from inside the namespace.
+        sources.append({"podSelector": {"matchLabels": dict(verification_selector)}})
     serving = {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",

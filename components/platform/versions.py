@@ -55,6 +55,10 @@ VLLM_VERSION = "0.33.0"
 STAGE_PYTHON_VERSION = "3.12"
 STAGE_IMAGE = "python:3.12.8-slim-bookworm"
 HUGGINGFACE_HUB_VERSION = "2.4.0"
+# The verification Job's image: the same Python image by digest (the multi-arch index digest of
+# python:3.12.8-slim-bookworm, as astral-sh/uv-docker-example's multistage.Dockerfile pins it), so a
+# re-pushed tag cannot change what gates a deploy. The probe needs only the standard library.
+VERIFY_IMAGE = f"{STAGE_IMAGE}@sha256:2199a62885a12290dc9c5be3ca0681d367576ab7bf037da120e564723292a2f0"
 
 # Envoy Gateway's chart is published to an OCI registry only (release workflow of envoyproxy/gateway
 # v1.9.0); the version carries the leading "v".

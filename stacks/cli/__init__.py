@@ -1,4 +1,4 @@
-"""Command line of the environment layer: `python -m stacks render | plan | clone | diff | preflight`.
+"""Command line of the environment layer: `python -m stacks render | plan | clone | diff | preflight | verify`.
 
 Every command exits 2 on invalid input with one line per problem, never a traceback.
 """
@@ -136,10 +136,17 @@ def _diff(argv: list[str]) -> int:
 def _preflight(argv: list[str]) -> int:
     from stacks.cli import preflight
 
-    return preflight.main(argv, _stack_path)
+    return preflight.main(argv, stack_files.find_stack_file)
 
 
-COMMANDS = {"render": _render, "plan": _plan, "clone": _clone, "diff": _diff, "preflight": _preflight}
+def _verify(argv: list[str]) -> int:
+    from stacks.cli import verify
+
+    return verify.main(argv, stack_path=stack_files.find_stack_file)
+
+
+COMMANDS = {"render": _render, "plan": _plan, "clone": _clone, "diff": _diff, "preflight": _preflight,
+            "verify": _verify}
 
 
 HELP = """usage: .venv/bin/python -m stacks <command> [options]   (or `source .venv/bin/activate` first)
@@ -157,10 +164,13 @@ commands:
                    `pulumi preview --diff` would mark it
   preflight <stack>
                    read-only checks of the real account, cluster and Hub before an up (needs AWS credentials)
+  verify <stack> --url URL
+                   check a deployed model (streaming, auth, fields) and its SLO at the planned load;
+                   the API key from --api-key-file or $LLM_SERVING_API_KEY, never an argument
 
 A stack is a name (prod) or a path to a stack file. `<command> --help` describes each command's
-options. Exit codes: 0 success, 1 diff found changes, a plan cannot be deployed as asked or a
-preflight check failed, 2 invalid input (one line per problem) or no credentials.
+options. Exit codes: 0 success, 1 diff found changes, a plan cannot be deployed as asked, or a
+preflight or verify check failed, 2 invalid input (one line per problem) or no credentials.
 """
 
 

@@ -15,11 +15,13 @@ import difflib
 import json
 import math
 import sys
+from pathlib import Path
 from typing import TextIO
 
 from components import serving, storage
 from components.gpu import instance_price, known_instance_type_names, lookup_instance_type
 from components.serving import DEFAULT_MAX_NUM_SEQS, CapacityError, CapacityPlan, known_model_ids, lookup_model
+from stacks.cli import calibration
 from stacks.config import overrides
 from stacks.config.problems import CommandLineParser, ConfigError, Problem
 
@@ -239,6 +241,11 @@ def _parser() -> argparse.ArgumentParser:
                       help="Time-to-first-token objective in ms (default 2000, the config's slo.ttftP95Seconds).")
     load.add_argument("--itl-slo-ms", type=_positive_float, default=100.0,
                       help="Inter-token latency objective in ms (default 100, the config's slo.itlP95Seconds).")
+    load.add_argument("--concurrency", type=calibration.positive_int, default=None,
+                      help="Also print the roofline at N concurrent requests per replica, to compare with a benchmark.")
+    parser.add_argument("--calibration", type=Path, default=None, metavar="RESULTS.json",
+                        help="A measured run (`python -m stacks verify --json`, or the verification Job's log): "
+                        "its figures beside this plan, with the correction measured / planned.")
     parser.add_argument("--json", action="store_true", help="Print the plan as JSON.")
     return parser
 
@@ -275,9 +282,23 @@ def performance(result: CapacityPlan, model: serving.ModelArchitecture, product_
     return found
 
 
+def measured(perf: dict[str, object], result: CapacityPlan, model: serving.ModelArchitecture, product_label: str,
+             args: argparse.Namespace, replicas: int) -> dict[str, object]:
+    """`perf` with the roofline at --concurrency and a --calibration run beside the plan."""
+    extended = dict(perf)
+    if args.concurrency is not None:
+        at = calibration.roofline_at(result, model, product_label, args.concurrency, args.prompt_tokens,
+                                     args.output_tokens)
+        extended["at_concurrency"] = at if at is not None else {"note": "no roofline for this plan"}
+    if args.calibration is not None:
+        extended["calibration"] = calibration.corrections(
+            result, model, product_label, calibration.read_results(args.calibration), replicas)
+    return extended
+
+
 def _performance_rows(found: dict[str, object]) -> list[tuple[str, str]]:
     if "itl_ms" not in found:
-        return [("latency", str(found.get("note")))]
+        return [("latency", str(found.get("note"))), *calibration.table_rows(found)]
     rows = [
         ("at the SLOs", f"{found['slo_concurrency']} requests: {found['tpot_ms']} ms per output token "
                         f"<= {found['itl_slo_ms']:g} ms (decode step {found['itl_ms']} ms), "
@@ -287,7 +308,7 @@ def _performance_rows(found: dict[str, object]) -> list[tuple[str, str]]:
     ]
     if "usd_per_million_output_tokens" in found:
         rows.append(("cost per 1M output tokens", f"${found['usd_per_million_output_tokens']:.2f} at that load"))
-    return rows
+    return rows + calibration.table_rows(found)
 
 
 def _minutes(seconds: int) -> str:
@@ -498,6 +519,11 @@ def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = 
     found = dynamics(result, args)
     cost = _replica_cost(result)
     perf = performance(result, model, instance_type.gpu.product_label, args, cost)
+    try:
+        perf = measured(perf, result, model, instance_type.gpu.product_label, args, args.replicas)
+    except calibration.CalibrationError as error:
+        print(f"plan rejected: {error}", file=err)
+        return EXIT_USAGE
     return _print(result, found, cost, perf, args.json, out)
 
 
@@ -685,6 +711,13 @@ def _stack_plan(args: argparse.Namespace, explicit: dict[str, object], out: Text
                  "stack_usd_per_hour_at_max": total.at(total.nodes_at_max), "stack_price_note": total.price_note})
     perf = stack_model_performance(config, model, result, cost, prompt_tokens=args.prompt_tokens,
                                    output_tokens=args.output_tokens)
+    architecture, instance = planning.model_architecture(model), planning.resolve_instance_type(config)
+    assert architecture is not None and instance is not None  # the stack validated
+    try:
+        perf = measured(perf, result, architecture, instance.gpu.product_label, args, low)
+    except calibration.CalibrationError as error:
+        print(f"plan rejected: {error}", file=err)
+        return EXIT_USAGE
     overridden = {c.key: {"option": c.option, "value": c.value} for c in changes}
     rows = serving.timing_table(stack_timing.relations(config))
     return _print(result, found, cost, perf, args.json, out, overridden, rows)

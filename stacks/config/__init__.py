@@ -87,8 +87,11 @@ from stacks.config.storage import (
     WeightsBackendConfig,
     WeightsStorageConfig,
 )
+from stacks.config.verification import VerificationConfig, VerificationMode
 
 __all__ = [
+    "VerificationConfig",
+    "VerificationMode",
     "AccessMode",
     "AcmCertificateArn",
     "AddonsConfig",

@@ -14,6 +14,7 @@ from stacks.config.gpu import AddonsConfig, GpuNodeGroupConfig
 from stacks.config.models import AutoscalingConfig, ModelConfig, ServingConfig
 from stacks.config.observability import ObservabilityConfig
 from stacks.config.storage import WeightsBackendConfig
+from stacks.config.verification import VerificationConfig
 
 
 class StackConfig(ConfigModel):
@@ -38,6 +39,9 @@ class StackConfig(ConfigModel):
         default_factory=AutoscalingConfig, description="The autoscaler shared by all models."
     )
     models: list[ModelConfig] = Field(min_length=1, description="The served models, merged by `name` in clones.")
+    verification: VerificationConfig = Field(
+        default_factory=VerificationConfig, description="The post-deploy verification Job and its gate."
+    )
     api_key: SecretStr = Field(
         min_length=16,
         description="Secret. API key clients must present (vLLM `--api-key`, from a Kubernetes Secret).",

@@ -20,7 +20,7 @@ from components.routing import RoutedModel, picker_alert_groups
 from stacks.cli import plan as plan_cli
 from stacks.config import StackConfig
 from stacks.config.files import PROJECT_DIR
-from tools import config_reference, planner_tables
+from tools import config_reference, planner_tables, verification_table
 
 DOCS = PROJECT_DIR / "docs"
 PAGES = [PROJECT_DIR / "README.md", *sorted(DOCS.glob("*.md"))]
@@ -191,3 +191,9 @@ def test_rotation_table_states_each_stacks_full_rollout():
             row = (f"| {stack} | {model.name} | {planning.replica_bounds(model)[1]} | "
                    f"{planning.full_rollout_seconds(config, model)} s |")
             assert row in page.splitlines(), row
+
+
+def test_verification_table_is_the_stacks_own_settings():
+    page = (DOCS / "verification.md").read_text()
+    assert verification_table.splice(page) == page, "run `make planner-docs`"
+    assert "| prod | llama-70b | gate | 512 | 1,024 / 256 |" in page

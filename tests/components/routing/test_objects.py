@@ -195,9 +195,10 @@ def test_pickers_are_fenced_and_admitted_to_the_vllm_pods(rendered):
         {"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
          "ports": [{"protocol": "TCP", "port": 9090}]},
     ]
-    # dev routes through its Service: no picker to admit.
+    # dev routes through its Service: no picker to admit (its verification Job is admitted, as in prod).
     dev_sources = _by(rendered["dev"], "NetworkPolicy", "vllm-serving")["spec"]["ingress"][0]["from"]
-    assert all("podSelector" not in source for source in dev_sources)
+    assert [s["podSelector"] for s in dev_sources if "podSelector" in s] == [
+        {"matchLabels": {"app.kubernetes.io/component": "verify"}}]
 
 
 def test_picker_alerts_page_when_no_picker_is_up(rendered):

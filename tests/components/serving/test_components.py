@@ -196,7 +196,7 @@ def test_weights_claim_is_retained_and_protected_in_prod_only(rendered):
 
 
 def test_staging_job_downloads_the_pinned_revision_into_its_own_directory(rendered):
-    (job,) = [m for m in rendered["prod"].manifests if m["kind"] == "Job"]
+    (job,) = [m for m in rendered["prod"].manifests if m["kind"] == "Job" and "-stage-" in m["metadata"]["name"]]
     assert job["metadata"]["name"].startswith(f"{MODEL}-stage-")
     (c,) = job["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in c["env"]}
@@ -294,7 +294,7 @@ def test_chat_template_and_separate_tokenizer_revision_are_mounted_and_passed(st
         "subPath": "chat-template.jinja",
         "readOnly": True,
     } in c["volumeMounts"]
-    (job,) = [m for m in result.manifests if m["kind"] == "Job"]
+    (job,) = [m for m in result.manifests if m["kind"] == "Job" and "-stage-" in m["metadata"]["name"]]
     env = {e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["TOKENIZER_TARGET"] == tokenizer
     assert reference.vllm_flag_errors(c["args"]) == []
@@ -319,7 +319,7 @@ def test_network_policies_exist_before_the_weights_are_staged(rendered):
     for resource in (f"kubernetes:batch/v1:Job::{MODEL}-weights-stage",
                      f"kubernetes:core/v1:PersistentVolumeClaim::{MODEL}-weights-claim"):
         assert fence in rendered["prod"].wiring[resource]["dependsOn"]
-    (job,) = [m for m in rendered["prod"].manifests if m["kind"] == "Job"]
+    (job,) = [m for m in rendered["prod"].manifests if m["kind"] == "Job" and "-stage-" in m["metadata"]["name"]]
     assert job["metadata"]["annotations"] == {"pulumi.com/replaceUnready": "true"}
 
 

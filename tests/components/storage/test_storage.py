@@ -102,7 +102,7 @@ def test_the_download_fetches_only_what_vllm_loads():
 
 
 def test_job_in_the_render_runs_that_script(rendered):
-    (job,) = [m for m in rendered["prod"].manifests if m["kind"] == "Job"]
+    (job,) = [m for m in rendered["prod"].manifests if m["kind"] == "Job" and "-stage-" in m["metadata"]["name"]]
     (container,) = job["spec"]["template"]["spec"]["containers"]
     assert container["command"] == ["/bin/sh", "-c", weights.STAGE_SCRIPT]
     # Any amd64 CPU node (the lock holds x86_64 wheels); the GPU taint keeps it off GPU nodes.
@@ -181,7 +181,7 @@ def test_a_read_write_once_claim_pins_its_job_and_replica_to_one_zone(stack_dir)
     claim = result.manifest("PersistentVolumeClaim", "llama-8b-weights")
     assert claim["spec"] == {"accessModes": ["ReadWriteOnce"], "storageClassName": "gp3",
                              "resources": {"requests": {"storage": "40Gi"}}}
-    (job,) = [m for m in result.manifests if m["kind"] == "Job"]
+    (job,) = [m for m in result.manifests if m["kind"] == "Job" and "-stage-" in m["metadata"]["name"]]
     assert job["spec"]["template"]["spec"]["nodeSelector"] == {"kubernetes.io/arch": "amd64",
                                                                "topology.kubernetes.io/zone": "us-east-1a"}
     deployment = result.manifest("Deployment", "llama-8b")
@@ -233,7 +233,7 @@ def test_fsx_for_lustre_gives_one_retained_file_system_and_a_shared_claim(stack_
     for manifest in result.manifests:
         assert reference.kubernetes_object_errors(manifest, "1.34") == [], manifest["kind"]
     # Every model's Job and Deployment mount the shared claim.
-    (job,) = [m for m in result.manifests if m["kind"] == "Job"]
+    (job,) = [m for m in result.manifests if m["kind"] == "Job" and "-stage-" in m["metadata"]["name"]]
     deployment = result.manifest("Deployment", "llama-70b")
     for pod in (job["spec"]["template"]["spec"], deployment["spec"]["template"]["spec"]):
         (volume_ref,) = [v for v in pod["volumes"] if v["name"] == "weights"]

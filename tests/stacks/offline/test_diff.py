@@ -446,13 +446,18 @@ def test_changed_flag_shows_the_container_arg(repo):
         markdown = run_diff(repo, "prod", "--base", "main", "--format", "markdown")
     assert text.returncode == 1, text.stderr
     lines = text.stdout.splitlines()
-    assert lines[0].startswith("prod: 0 to replace, 0 to delete, 0 to create, 1 to update against main (")
-    assert lines[1] == "~ kubernetes:apps/v1:Deployment llama-70b-deployment"
-    assert re.fullmatch(r'    inputs\.spec\.template\.spec\.containers\[vllm\]\.args\[\d+\]: "256" -> "128"', lines[2])
-    assert len(lines) == 3
+    # The engine changes, so its verification Job runs again: it and its ConfigMap are new (the plan
+    # behind them, at the lower concurrency, is in the ConfigMap's diff).
+    assert lines[0].startswith("prod: 2 to replace, 0 to delete, 0 to create, 1 to update against main (")
+    assert [line for line in lines if line.startswith("+- ")] == [
+        "+- kubernetes:batch/v1:Job llama-70b-verify-job (forced by metadata.name, "
+        "spec.template.spec.volumes.configMap.name)",
+        "+- kubernetes:core/v1:ConfigMap llama-70b-verify-probe (forced by data, metadata.name)"]
+    assert lines[-2] == "~ kubernetes:apps/v1:Deployment llama-70b-deployment"
+    assert re.fullmatch(r'    inputs\.spec\.template\.spec\.containers\[vllm\]\.args\[\d+\]: "256" -> "128"', lines[-1])
 
     assert markdown.returncode == 1, markdown.stderr
-    assert "### Stack `prod`: 0 to replace, 0 to delete, 0 to create, 1 to update" in markdown.stdout
+    assert "### Stack `prod`: 2 to replace, 0 to delete, 0 to create, 1 to update" in markdown.stdout
     assert "#### Updated (1)" in markdown.stdout and "#### Created" not in markdown.stdout
     assert re.search(r'\| `inputs\.spec\.template\.spec\.containers\[vllm\]\.args\[\d+\]` \| `"256"` \| `"128"` \|',
                      markdown.stdout)

@@ -1,0 +1,681 @@
+"""What a deploy proves: smoke checks and a short SLO load test against an OpenAI-compatible endpoint.
+
+Standard library only, so the deploy-gate Job runs this very file from a ConfigMap on a pinned
+slim Python image with nothing to install; `python -m stacks verify` imports it. Each check is one
+line (PASS/FAIL/SKIP); the load test reports TTFT and ITL p50/p95 and output tokens/s beside the
+plan's figures and the objectives. Exit 0 when every check passes, 1 when one fails, 2 on bad input.
+
+Why not a benchmark package: guidellm 0.8.1 resolves to 97 wheels including torch 2.14.1 and the
+CUDA 13 runtime (several GB), inference-perf 0.7.0 needs Python >= 3.12 and pins transformers
+5.13.0 with datasets, boto3 and google-cloud-storage (checked with `pip install --dry-run --report`,
+2026-12-01). Either would turn a one-minute smoke Job into a multi-GB pull to hash-lock and patch;
+streaming chat requests from threads measure the same TTFT and inter-token gaps (docs/verification.md).
+
+Length: the Job mounts this one file from a ConfigMap and runs it with no package around it, so the
+HTTP and SSE client, the checks, the load generator and the report cannot be split into modules.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import math
+import os
+import random
+import re
+import ssl
+import sys
+import threading
+import time
+import urllib.parse
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+PASS, FAIL, SKIP = "pass", "fail", "skip"
+EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+# A streamed answer is judged buffered when one burst of events, each arriving within this gap of the
+# one before, holds more than half of its tokens: a real engine spaces tokens by a decode step (5 ms
+# and up on an H100 even for an 8B model), a buffering proxy hands over the whole body in one read.
+BURST_GAP_SECONDS = 0.002
+BURST_SHARE_LIMIT = 0.5
+# The streamed smoke request asks for this many tokens: enough arrivals to tell a stream from a burst.
+STREAM_CHECK_TOKENS = 32
+# Words that are one token each in Llama 3's and most BPE vocabularies, so a prompt of N words is
+# about N tokens; the exact count comes back in `usage.prompt_tokens` and is reported.
+PROMPT_WORDS = (
+    "the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "was", "with", "be", "by", "on",
+    "not", "he", "this", "are", "or", "his", "from", "at", "which", "but", "have", "an", "had", "they",
+    "you", "were", "their", "one", "all", "we", "can", "her", "has", "there", "been", "if", "more",
+    "when", "will", "would", "who", "so", "no", "time", "people", "water", "city", "river", "house",
+)
+WRONG_KEY = "llm-serving-verify-deliberately-wrong-key"
+
+
+class UsageError(ValueError):
+    """Bad settings: reported as one line, exit 2."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """One address of the model's OpenAI API: `base_url` ends in /v1."""
+
+    name: str  # "edge", "service" or "url"
+    base_url: str
+    check_auth: bool = True  # False where another layer checks keys (the Service behind a gateway that does)
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    """The load test: closed loop at `concurrency`, figures from the planner to compare with."""
+
+    concurrency: int
+    prompt_tokens: int
+    output_tokens: int
+    duration_seconds: float
+    ramp_seconds: float  # starts are spread over this and requests started in it are warm-up
+    max_requests: int | None = None
+    planned: dict[str, float] = field(default_factory=dict)  # ttft_ms, itl_ms, tpot_ms, output_tokens_per_second
+    objectives: dict[str, float] = field(default_factory=dict)  # ttft_p95_ms, itl_p95_ms
+
+
+@dataclass(frozen=True)
+class Settings:
+    model: str  # the served model name
+    targets: tuple[Target, ...]
+    load: LoadPlan | None = None
+    load_target: str | None = None  # which target carries the load test (default: the last)
+    request_timeout_seconds: float = 120.0
+
+    @staticmethod
+    def from_json(document: dict[str, Any]) -> Settings:
+        """The Job's settings file (what `to_json` wrote); a missing or wrong key is a UsageError."""
+        try:
+            load = document.get("load")
+            return Settings(
+                model=str(document["model"]),
+                targets=tuple(Target(**t) for t in document["targets"]),
+                load=LoadPlan(**load) if load else None,
+                load_target=document.get("load_target"),
+                request_timeout_seconds=float(document.get("request_timeout_seconds", 120.0)),
+            )
+        except (KeyError, TypeError, ValueError) as error:
+            raise UsageError(f"settings: {error!r}; expected model, targets[] and optionally load") from None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Check:
+    target: str
+    name: str
+    verdict: str
+    message: str
+    measured: dict[str, Any] = field(default_factory=dict)
+
+    def line(self) -> str:
+        return f"{self.verdict.upper():4} {self.target} {self.name}: {self.message}"
+
+
+# ----------------------------------------------------------------------------------------------
+# HTTP
+
+
+def _connection(url: str, timeout: float) -> tuple[http.client.HTTPConnection, str]:
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(f"url {url!r}: expected http://host[:port]/path or https://...")
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    if parts.scheme == "https":
+        return http.client.HTTPSConnection(parts.hostname, parts.port, timeout=timeout,
+                                           context=ssl.create_default_context()), path
+    return http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout), path
+
+
+def _headers(key: str | None) -> dict[str, str]:
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    if key is not None:
+        headers["Authorization"] = f"Bearer {key}"
+    return headers
+
+
+def _request(url: str, key: str | None, timeout: float, body: dict | None = None) -> tuple[int, str, bytes]:
+    """(status, content type, body) of one whole request; network errors raise OSError."""
+    conn, path = _connection(url, timeout)
+    try:
+        data = json.dumps(body).encode() if body is not None else None
+        conn.request("POST" if body is not None else "GET", path, body=data, headers=_headers(key))
+        response = conn.getresponse()
+        return response.status, response.getheader("Content-Type", ""), response.read()
+    finally:
+        conn.close()
+
+
+@dataclass
+class Stream:
+    """One streamed chat completion as it arrived."""
+
+    status: int = 0
+    content_type: str = ""
+    sent_at: float = 0.0
+    token_times: list[float] = field(default_factory=list)  # arrival of each event that carries text
+    events: int = 0
+    done: bool = False
+    models: set[str] = field(default_factory=set)
+    usage: dict[str, Any] | None = None
+    text: str = ""
+    error: str | None = None  # malformed stream, HTTP error body or network error
+    body: bytes = b""
+
+
+def stream_chat(url: str, key: str | None, body: dict, timeout: float) -> Stream:
+    """POST a `stream: true` chat completion and timestamp every server-sent event as it arrives."""
+    result = Stream()
+    try:
+        conn, path = _connection(url, timeout)
+    except UsageError as error:
+        result.error = str(error)
+        return result
+    try:
+        result.sent_at = time.perf_counter()
+        conn.request("POST", path, body=json.dumps(body).encode(), headers=_headers(key))
+        response = conn.getresponse()
+        result.status, result.content_type = response.status, response.getheader("Content-Type", "")
+        if response.status != 200:
+            result.body = response.read()[:300]
+            result.error = f"HTTP {response.status}: {result.body.decode(errors='replace')}"
+            return result
+        _read_events(response, result)
+    except (OSError, http.client.HTTPException) as error:
+        result.error = f"{type(error).__name__}: {error}"
+    finally:
+        conn.close()
+    return result
+
+
+def _read_events(response: http.client.HTTPResponse, result: Stream) -> None:
+    """Server-sent events: `data: <json>` lines, blank separators, `:` comments, then `data: [DONE]`."""
+    while True:
+        raw = response.readline()
+        if not raw:
+            return
+        arrived = time.perf_counter()
+        line = raw.decode(errors="replace").rstrip("\r\n")
+        if not line or line.startswith(":") or line.split(":", 1)[0] in ("event", "id", "retry"):
+            continue
+        if not line.startswith("data:"):
+            result.error = f"line {line[:80]!r} is not a server-sent event (expected 'data: ...')"
+            return
+        payload = line[5:].strip()
+        if result.done:
+            result.error = "events after data: [DONE]"
+            return
+        if payload == "[DONE]":
+            result.done = True
+            continue
+        result.events += 1
+        try:
+            event = json.loads(payload)
+        except json.JSONDecodeError:
+            result.error = f"event {result.events} is not JSON: {payload[:80]!r}"
+            return
+        if not isinstance(event, dict):
+            result.error = f"event {result.events} is not a JSON object: {payload[:80]!r}"
+            return
+        if "error" in event:
+            result.error = f"event {result.events} is an error: {json.dumps(event['error'])[:200]}"
+            return
+        if event.get("model"):
+            result.models.add(str(event["model"]))
+        if event.get("usage"):
+            result.usage = event["usage"]
+        for choice in event.get("choices") or []:
+            delta = choice.get("delta") or {}
+            text = delta.get("content") or delta.get("reasoning_content") or ""
+            if text:
+                result.text += text
+                result.token_times.append(arrived)
+                break
+
+
+def largest_burst_share(times: list[float], gap: float = BURST_GAP_SECONDS) -> float:
+    """The share of arrivals in the largest run whose members each came within `gap` of the previous."""
+    if not times:
+        return 0.0
+    largest = run = 1
+    for before, after in zip(times, times[1:], strict=False):
+        run = run + 1 if after - before <= gap else 1
+        largest = max(largest, run)
+    return largest / len(times)
+
+
+def chat_body(model: str, prompt: str, max_tokens: int, stream: bool, exact: bool = False) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": prompt}],
+                            "max_tokens": max_tokens, "temperature": 0, "stream": stream}
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    if exact:
+        # vLLM's sampling extensions: exactly max_tokens tokens, so every request is the planned length.
+        body.update({"min_tokens": max_tokens, "ignore_eos": True})
+    return body
+
+
+# ----------------------------------------------------------------------------------------------
+# Smoke checks
+
+
+def check_models(target: Target, model: str, key: str, timeout: float) -> Check:
+    url = f"{target.base_url}/models"
+    try:
+        status, _, body = _request(url, key, timeout)
+    except (OSError, http.client.HTTPException) as error:
+        return Check(target.name, "models", FAIL, f"GET {url}: {type(error).__name__}: {error}")
+    if status != 200:
+        return Check(target.name, "models", FAIL, f"GET /v1/models with the key answered {status}, expected 200: "
+                     f"{body[:200].decode(errors='replace')}")
+    try:
+        served = [str(m.get("id")) for m in json.loads(body)["data"]]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return Check(target.name, "models", FAIL, f"GET /v1/models is not an OpenAI model list: {body[:120]!r}")
+    if model not in served:
+        return Check(target.name, "models", FAIL, f"GET /v1/models lists {served}, not the served name {model!r}",
+                     {"served": served})
+    return Check(target.name, "models", PASS, f"lists {model}", {"served": served})
+
+
+def check_auth(target: Target, key: str, timeout: float) -> Check:
+    if not target.check_auth:
+        return Check(target.name, "auth", SKIP, "keys are checked in front of this address, not by it")
+    url = f"{target.base_url}/models"
+    answers: dict[str, int] = {}
+    for label, candidate in (("no key", None), ("a wrong key", WRONG_KEY)):
+        try:
+            answers[label] = _request(url, candidate, timeout)[0]
+        except (OSError, http.client.HTTPException) as error:
+            return Check(target.name, "auth", FAIL, f"GET /v1/models with {label}: {type(error).__name__}: {error}")
+    open_to = [f"{label} answered {status}" for label, status in answers.items() if status not in (401, 403)]
+    if open_to:
+        return Check(target.name, "auth", FAIL, f"GET /v1/models with {' and '.join(open_to)}, expected 401 or 403: "
+                     "the API key is not enforced", {"answers": answers})
+    return Check(target.name, "auth", PASS, "no key and a wrong key are refused "
+                 f"({answers['no key']}, {answers['a wrong key']})", {"answers": answers})
+
+
+def check_stream(target: Target, model: str, key: str, timeout: float) -> tuple[Check, Stream]:
+    body = chat_body(model, "Count from one to fifty in words, separated by spaces.", STREAM_CHECK_TOKENS,
+                     stream=True, exact=True)
+    got = stream_chat(f"{target.base_url}/chat/completions", key, body, timeout)
+    name = "stream"
+    if got.error and not got.token_times:
+        return Check(target.name, name, FAIL, f"streamed chat completion: {got.error}"), got
+    if got.error:
+        return Check(target.name, name, FAIL, f"malformed stream after {len(got.token_times)} tokens: {got.error}"), got
+    if "text/event-stream" not in got.content_type:
+        return Check(target.name, name, FAIL, f"Content-Type {got.content_type!r}, expected text/event-stream"), got
+    if not got.done:
+        return Check(target.name, name, FAIL, f"stream ended after {got.events} events without data: [DONE] "
+                     "(cut by a timeout or a proxy?)"), got
+    if len(got.token_times) < 2:
+        return Check(target.name, name, FAIL, f"only {len(got.token_times)} token event(s) in the stream; "
+                     f"asked for {STREAM_CHECK_TOKENS}"), got
+    first = got.token_times[0] - got.sent_at
+    last = got.token_times[-1] - got.sent_at
+    share = largest_burst_share(got.token_times)
+    measured = {"tokens": len(got.token_times), "first_token_seconds": round(first, 4),
+                "last_token_seconds": round(last, 4), "largest_burst_share": round(share, 3)}
+    if share > BURST_SHARE_LIMIT:
+        return Check(target.name, name, FAIL, f"{share:.0%} of {len(got.token_times)} tokens arrived in one burst "
+                     f"at {last:.2f} s (first {first:.2f} s): the response is buffered by a proxy, so clients "
+                     "see no token until the end (docs/request-path.md)", measured), got
+    return Check(target.name, name, PASS, f"{len(got.token_times)} tokens streamed from {first * 1000:.0f} ms to "
+                 f"{last * 1000:.0f} ms, ending in [DONE]", measured), got
+
+
+def check_completion(target: Target, model: str, key: str, timeout: float) -> tuple[Check, dict | None]:
+    body = chat_body(model, "Say hello.", 16, stream=False)
+    try:
+        status, content_type, raw = _request(f"{target.base_url}/chat/completions", key, timeout, body)
+    except (OSError, http.client.HTTPException) as error:
+        return Check(target.name, "completion", FAIL, f"chat completion: {type(error).__name__}: {error}"), None
+    if status != 200:
+        return Check(target.name, "completion", FAIL, f"chat completion answered {status}: "
+                     f"{raw[:200].decode(errors='replace')}"), None
+    try:
+        answer = json.loads(raw)
+        text = answer["choices"][0]["message"]["content"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return Check(target.name, "completion", FAIL, f"not a chat completion ({content_type}): {raw[:120]!r}"), None
+    if not isinstance(text, str) or not text:
+        return Check(target.name, "completion", FAIL, "chat completion with empty content"), answer
+    return Check(target.name, "completion", PASS, f"answered {len(text)} characters"), answer
+
+
+def check_fields(target: Target, model: str, streamed: Stream, answer: dict | None) -> Check:
+    """Both responses name the served model; usage adds up and covers what was streamed."""
+    if answer is None and not streamed.events:
+        return Check(target.name, "fields", SKIP, "no response arrived to check (see the checks above)")
+    problems = []
+    if answer is not None:
+        if answer.get("model") != model:
+            problems.append(f"non-streamed model {answer.get('model')!r}")
+        usage = answer.get("usage") or {}
+        prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        if not (isinstance(prompt, int) and isinstance(completion, int) and prompt > 0 and 0 < completion <= 16):
+            problems.append(f"non-streamed usage {usage} (expected prompt_tokens > 0, 0 < completion_tokens <= 16)")
+        elif usage.get("total_tokens") != prompt + completion:
+            problems.append(f"non-streamed usage total_tokens {usage.get('total_tokens')} != {prompt} + {completion}")
+    if streamed.models - {model} or (streamed.events and not streamed.models):
+        problems.append(f"streamed model {sorted(streamed.models)}")
+    if streamed.done:
+        usage = streamed.usage or {}
+        completion = usage.get("completion_tokens")
+        if not isinstance(completion, int):
+            problems.append("stream carried no usage (stream_options.include_usage)")
+        elif not len(streamed.token_times) <= completion <= STREAM_CHECK_TOKENS:
+            problems.append(f"streamed usage completion_tokens {completion} for {len(streamed.token_times)} "
+                            f"token events (max_tokens {STREAM_CHECK_TOKENS})")
+    if problems:
+        return Check(target.name, "fields", FAIL, f"expected model {model!r} and consistent usage: "
+                     + "; ".join(problems))
+    return Check(target.name, "fields", PASS, f"model {model} and usage consistent")
+
+
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def engine_cache(target: Target, timeout: float) -> dict[str, int] | None:
+    """The KV cache the engine allocated, from vLLM's `vllm:cache_config_info` labels on /metrics
+    (vLLM 0.33.0: kv_cache_size_tokens, kv_cache_memory_bytes, num_gpu_blocks, block_size). Only a
+    Service serves /metrics: the edge publishes /v1 alone, so elsewhere this is None."""
+    url = target.base_url.removesuffix("/v1") + "/metrics"
+    try:
+        status, _, body = _request(url, None, timeout)
+    except (OSError, http.client.HTTPException, UsageError):
+        return None
+    if status != 200:
+        return None
+    for line in body.decode(errors="replace").splitlines():
+        if line.startswith("vllm:cache_config_info{"):
+            labels = dict(_LABEL.findall(line))
+            found = {k: int(labels[k]) for k in ("kv_cache_size_tokens", "kv_cache_memory_bytes", "num_gpu_blocks",
+                                                  "block_size") if labels.get(k, "").isdigit()}
+            if "kv_cache_size_tokens" not in found and {"num_gpu_blocks", "block_size"} <= set(found):
+                found["kv_cache_size_tokens"] = found["num_gpu_blocks"] * found["block_size"]
+            return found or None
+    return None
+
+
+def smoke(target: Target, model: str, key: str, timeout: float) -> list[Check]:
+    checks = [check_models(target, model, key, timeout), check_auth(target, key, timeout)]
+    stream_check, streamed = check_stream(target, model, key, timeout)
+    completion_check, answer = check_completion(target, model, key, timeout)
+    return [*checks, stream_check, completion_check, check_fields(target, model, streamed, answer)]
+
+
+# ----------------------------------------------------------------------------------------------
+# Load test
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q
+    low, high = math.floor(position), math.ceil(position)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def _prompt(words: int, rng: random.Random) -> str:
+    # A random lead makes every prompt unique, so prefix caching cannot shorten its prefill.
+    return f"Request {rng.getrandbits(64):016x}. Continue this text: " + " ".join(
+        rng.choice(PROMPT_WORDS) for _ in range(max(1, words - 8)))
+
+
+@dataclass
+class _Sample:
+    started: float
+    warmup: bool
+    stream: Stream
+
+
+def run_load(target: Target, model: str, key: str, load: LoadPlan, timeout: float) -> dict[str, Any]:
+    """Closed loop: `concurrency` workers, starts spread over the ramp, each sending its next request
+    when the last ends, until `duration_seconds` after the ramp (or `max_requests`)."""
+    url = f"{target.base_url}/chat/completions"
+    samples: list[_Sample] = []
+    lock = threading.Lock()
+    begin = time.perf_counter()
+    ramp_end = begin + load.ramp_seconds
+    stop = ramp_end + load.duration_seconds
+    sent = [0]
+
+    def worker(index: int) -> None:
+        rng = random.Random(index)
+        time.sleep(load.ramp_seconds * index / max(1, load.concurrency))
+        while time.perf_counter() < stop:
+            started = time.perf_counter()
+            with lock:
+                # `max_requests` counts measured requests: warm-up ones are on top.
+                if started >= ramp_end:
+                    if load.max_requests is not None and sent[0] >= load.max_requests:
+                        return
+                    sent[0] += 1
+            body = chat_body(model, _prompt(load.prompt_tokens, rng), load.output_tokens, stream=True, exact=True)
+            result = stream_chat(url, key, body, timeout)
+            with lock:
+                samples.append(_Sample(started, started < ramp_end, result))
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(load.concurrency)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return summarise(samples, ramp_end, load)
+
+
+def summarise(samples: list[_Sample], window_start: float, load: LoadPlan) -> dict[str, Any]:
+    errors = [s.stream.error or "no data: [DONE]" for s in samples if s.stream.error or not s.stream.done]
+    completed = [s for s in samples if not s.stream.error and s.stream.done and s.stream.token_times]
+    measured = [s for s in completed if not s.warmup]
+    # Requests slower than the whole test leave none after the ramp: judge the warm-up ones rather than none.
+    warmup_included = not measured and bool(completed)
+    measured = measured or completed
+    ttft = [(s.stream.token_times[0] - s.stream.sent_at) * 1000 for s in measured]
+    itl = [(b - a) * 1000 for s in measured for a, b in zip(s.stream.token_times, s.stream.token_times[1:],
+                                                             strict=False)]
+    tpot = [(s.stream.token_times[-1] - s.stream.token_times[0]) * 1000 / (len(s.stream.token_times) - 1)
+            for s in measured if len(s.stream.token_times) > 1]
+    # Throughput over the steady window: tokens (from usage, spread over their arrivals) that arrived in it.
+    tokens_in_window = 0.0
+    window_end = max((s.stream.token_times[-1] for s in samples if s.stream.token_times), default=window_start)
+    for s in samples:
+        times = s.stream.token_times
+        if not times:
+            continue
+        weight = ((s.stream.usage or {}).get("completion_tokens") or len(times)) / len(times)
+        tokens_in_window += weight * sum(1 for t in times if t >= window_start)
+    window = max(1e-9, window_end - window_start)
+    prompts = [(s.stream.usage or {}).get("prompt_tokens") for s in measured]
+    outputs = [(s.stream.usage or {}).get("completion_tokens") for s in measured]
+
+    def rounded(value: float | None, digits: int = 1) -> float | None:
+        return None if value is None else round(value, digits)
+
+    return {
+        "target_concurrency": load.concurrency,
+        "requests": len(measured), "warmup_requests": sum(1 for s in samples if s.warmup), "errors": len(errors),
+        "warmup_included": warmup_included,
+        "error_samples": sorted(set(errors))[:3],
+        "window_seconds": round(window, 1),
+        "prompt_tokens_mean": rounded(_mean([p for p in prompts if isinstance(p, int)])),
+        "output_tokens_mean": rounded(_mean([o for o in outputs if isinstance(o, int)])),
+        "ttft_ms": {"p50": rounded(percentile(ttft, 0.5)), "p95": rounded(percentile(ttft, 0.95))},
+        "itl_ms": {"p50": rounded(percentile(itl, 0.5), 2), "p95": rounded(percentile(itl, 0.95), 2)},
+        "tpot_ms": {"p50": rounded(percentile(tpot, 0.5), 2)},
+        "output_tokens_per_second": rounded(tokens_in_window / window if measured else 0.0),
+        "buffered_requests": sum(1 for s in measured if largest_burst_share(s.stream.token_times) > BURST_SHARE_LIMIT),
+    }
+
+
+def _mean(values: list[int]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+# (label, measured path, planned key, objective key)
+COMPARED = (
+    ("TTFT p50 ms", ("ttft_ms", "p50"), "ttft_ms", None),
+    ("TTFT p95 ms", ("ttft_ms", "p95"), "ttft_ms", "ttft_p95_ms"),
+    ("ITL p50 ms", ("itl_ms", "p50"), "itl_ms", None),
+    ("ITL p95 ms", ("itl_ms", "p95"), "itl_ms", "itl_p95_ms"),
+    ("TPOT p50 ms", ("tpot_ms", "p50"), "tpot_ms", None),
+    ("output tokens/s", ("output_tokens_per_second",), "output_tokens_per_second", None),
+)
+
+
+def comparison(result: dict[str, Any], load: LoadPlan) -> list[dict[str, Any]]:
+    """Each measured figure beside the plan's and the objective, with measured / planned."""
+    rows = []
+    for label, path, planned_key, objective_key in COMPARED:
+        value: Any = result
+        for part in path:
+            value = value.get(part) if isinstance(value, dict) else None
+        planned = load.planned.get(planned_key)
+        ratio = round(value / planned, 2) if isinstance(value, int | float) and planned else None
+        rows.append({"figure": label, "measured": value, "planned": planned,
+                     "objective": load.objectives.get(objective_key) if objective_key else None, "ratio": ratio})
+    return rows
+
+
+def load_checks(target: Target, result: dict[str, Any], load: LoadPlan) -> list[Check]:
+    checks = []
+    warmup = (" (all in the warm-up: none started after it completed)" if result["warmup_included"]
+              else f" (+{result['warmup_requests']} warm-up)")
+    summary = (f"{result['requests']} requests at concurrency {load.concurrency} over {result['window_seconds']} s"
+               f"{warmup}, {result['errors']} errors")
+    if result["requests"] == 0:
+        return [Check(target.name, "load", FAIL, f"no request completed after the warm-up: {summary}; "
+                      f"errors: {result['error_samples']}", result)]
+    checks.append(Check(target.name, "load", FAIL if result["errors"] else PASS,
+                        summary + (f": {result['error_samples']}" if result["errors"] else ""), result))
+    if result["buffered_requests"]:
+        checks.append(Check(target.name, "load-streaming", FAIL, f"{result['buffered_requests']} of "
+                            f"{result['requests']} responses arrived in one burst: buffered by a proxy, so the "
+                            "ITL figures are not the engine's"))
+    for label, objective_key, measured in (("ttft-p95", "ttft_p95_ms", result["ttft_ms"]["p95"]),
+                                           ("itl-p95", "itl_p95_ms", result["itl_ms"]["p95"])):
+        objective = load.objectives.get(objective_key)
+        if objective is None:
+            continue
+        verdict = PASS if measured is not None and measured <= objective else FAIL
+        word = "within" if verdict == PASS else "over"
+        checks.append(Check(target.name, label, verdict, f"{measured} ms {word} the {objective:g} ms objective "
+                            f"at concurrency {load.concurrency}"))
+    return checks
+
+
+# ----------------------------------------------------------------------------------------------
+# Run and report
+
+
+def run(settings: Settings, key: str) -> dict[str, Any]:
+    """Every check on every target, then the load test; the whole report as a JSON-ready dict."""
+    if not settings.targets:
+        raise UsageError("settings: no target to verify")
+    checks: list[Check] = []
+    for target in settings.targets:
+        checks += smoke(target, settings.model, key, settings.request_timeout_seconds)
+    report: dict[str, Any] = {"model": settings.model, "targets": {t.name: t.base_url for t in settings.targets}}
+    engine = next((found for t in settings.targets if (found := engine_cache(t, settings.request_timeout_seconds))),
+                  None)
+    if engine:
+        report["engine"] = engine  # one replica's KV cache: what `plan --calibration` compares with its plan
+    if settings.load is not None:
+        names = {t.name: t for t in settings.targets}
+        target = names.get(settings.load_target or settings.targets[-1].name)
+        if target is None:
+            raise UsageError(f"settings: load_target {settings.load_target!r} is none of {sorted(names)}")
+        result = run_load(target, settings.model, key, settings.load, settings.request_timeout_seconds)
+        checks += load_checks(target, result, settings.load)
+        report["load"] = {**result, "target": target.name, "comparison": comparison(result, settings.load)}
+    report["checks"] = [asdict(c) for c in checks]
+    report["failures"] = [c.line() for c in checks if c.verdict == FAIL]
+    report["verdict"] = FAIL if report["failures"] else PASS
+    return report
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.2f}".rstrip("0").rstrip(".") if isinstance(value, float) else f"{value:,}"
+
+
+def render_text(report: dict[str, Any]) -> str:
+    lines = [Check(**c).line() for c in report["checks"]]
+    load = report.get("load")
+    if load:
+        lines += ["", f"load through {load['target']}: {load['requests']} requests, "
+                      f"{_cell(load['prompt_tokens_mean'])} prompt / {_cell(load['output_tokens_mean'])} output "
+                      "tokens each (usage means)",
+                  f"{'figure':<16} {'measured':>10} {'planned':>10} {'objective':>10} {'measured/planned':>17}"]
+        for row in load["comparison"]:
+            lines.append(f"{row['figure']:<16} {_cell(row['measured']):>10} {_cell(row['planned']):>10} "
+                         f"{_cell(row['objective']):>10} {_cell(row['ratio']):>17}")
+    if report.get("engine", {}).get("kv_cache_size_tokens"):
+        lines += ["", f"engine KV cache: {report['engine']['kv_cache_size_tokens']:,} tokens (vllm:cache_config_info)"]
+    failures = len(report["failures"])
+    lines += ["", f"verdict: {report['verdict'].upper()}" + (f" ({failures} failing check(s))" if failures else "")]
+    return "\n".join(lines) + "\n"
+
+
+def read_key(key_file: str | None, key_env: str | None) -> str:
+    """The API key from a file or an environment variable: never from an argument (ps would show it)."""
+    if key_file:
+        try:
+            with open(key_file, encoding="utf-8") as handle:
+                key = handle.read().strip()
+        except OSError as error:
+            raise UsageError(f"--api-key-file {key_file}: {error.strerror}") from None
+        if not key:
+            raise UsageError(f"--api-key-file {key_file}: the file is empty")
+        return key
+    if key_env:
+        key = os.environ.get(key_env, "").strip()
+        if not key:
+            raise UsageError(f"--api-key-env {key_env}: the variable is unset or empty")
+        return key
+    raise UsageError("no API key: pass --api-key-file PATH or --api-key-env NAME")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The Job's entry point: `python probe.py --settings FILE --api-key-file FILE --mode gate|report`."""
+    parser = argparse.ArgumentParser(prog="probe.py", description="Verify a deployed model (deploy gate).")
+    parser.add_argument("--settings", required=True, help="JSON settings (targets, model, load plan)")
+    parser.add_argument("--api-key-file", help="file holding the API key")
+    parser.add_argument("--api-key-env", help="environment variable holding the API key")
+    parser.add_argument("--mode", choices=("gate", "report"), default="gate",
+                        help="gate: exit 1 on a failing check (the deploy fails); report: exit 0 and report")
+    parser.add_argument("--termination-log", help="file for the failing lines (Kubernetes' termination message)")
+    args = parser.parse_args(argv)
+    try:
+        with open(args.settings, encoding="utf-8") as handle:
+            settings = Settings.from_json(json.load(handle))
+        report = run(settings, read_key(args.api_key_file, args.api_key_env))
+    except (UsageError, OSError, json.JSONDecodeError) as error:
+        print(f"verify: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    report["mode"] = args.mode
+    sys.stdout.write(render_text(report))
+    # The last line is the whole report as one JSON object, for `kubectl logs job/... | tail -1`.
+    print(json.dumps({"verification": report}, sort_keys=True), flush=True)
+    if args.termination_log and report["failures"]:
+        # Kubernetes keeps at most 4096 bytes of it; pulumi-kubernetes prints it when the Job fails.
+        with open(args.termination_log, "w", encoding="utf-8") as handle:
+            handle.write("\n".join(report["failures"])[:4000])
+    return EXIT_FAIL if report["failures"] and args.mode == "gate" else EXIT_PASS
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""What a stack's verification checks and expects, per model: its mode, the addresses it probes
+(the edge and the in-cluster Service), and the load test's concurrency, lengths and planned figures
+(pure). The deploy-gate Job (stacks/program.py) and `python -m stacks verify` both read these.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from components import serving
+from components.edge import v1_path
+from components.verification import LoadPlan, Settings, Target
+from stacks.checks import planning
+from stacks.config import EdgeAuth, ModelConfig, StackConfig, VerificationMode
+
+# Without a roofline (multi-node groups, a GPU without figures) the ramp is this long.
+DEFAULT_RAMP_SECONDS = 5.0
+# The ramp spreads the first requests over one planned request's duration, so the test does not
+# start with every prefill at once (a burst the plan does not model), but never over two minutes.
+MAX_RAMP_SECONDS = 120.0
+# Beyond its decode at the slowest allowed speed, a request may queue and prefill this long.
+REQUEST_SLACK_SECONDS = 60
+# The smoke checks send 8 requests per target; each is bounded by the request timeout, but a healthy
+# endpoint answers them in seconds: the Job's deadline allows this much for them.
+SMOKE_SECONDS = 120
+
+
+def verification_mode(config: StackConfig) -> VerificationMode:
+    """Unset: prod gates its deploys and staging, which rehearses them, does too; dev reports (a dev
+    GPU is shared and often busy, so its latency says little about the deploy)."""
+    if config.verification.mode is not None:
+        return config.verification.mode
+    return VerificationMode.GATE if config.production_like else VerificationMode.REPORT
+
+
+def edge_url(config: StackConfig, model: ModelConfig) -> str:
+    if config.verification.edge_url:
+        return config.verification.edge_url.rstrip("/")
+    return f"https://{planning.route_host(config, model)}{v1_path(model.route.path_prefix)}"
+
+
+def service_url(config: StackConfig, model: ModelConfig) -> str:
+    return f"http://{model.name}.{config.serving.namespace}.svc:{serving.PORT}/v1"
+
+
+def targets(config: StackConfig, model: ModelConfig) -> tuple[Target, ...]:
+    """The edge (unless it wants JWTs, which the Job does not hold) and the Service; the Service
+    checks keys only when vLLM does (behind a gateway that checks them, it is open inside the fence)."""
+    auth = config.edge.auth
+    service = Target("service", service_url(config, model), check_auth=auth is EdgeAuth.VLLM_API_KEY)
+    if auth is EdgeAuth.JWT:
+        return (service,)
+    return Target("edge", edge_url(config, model)), service
+
+
+@dataclass(frozen=True)
+class PlannedLoad:
+    plan: LoadPlan
+    note: str | None  # why no planned figures, when there are none
+
+
+def planned_load(config: StackConfig, model: ModelConfig, *, concurrency: int | None = None,
+                 prompt_tokens: int | None = None, output_tokens: int | None = None,
+                 duration_seconds: float | None = None, max_requests: int | None = None) -> PlannedLoad:
+    """The load test at the planned SLO-bound concurrency (per replica, times the minimum replicas),
+    with the roofline's TTFT, ITL, TPOT and throughput at that load; arguments override the config."""
+    settings = config.verification
+    prompt = prompt_tokens or settings.prompt_tokens
+    output = output_tokens or settings.output_tokens
+    replicas = planning.replica_bounds(model)[0]
+    objectives = {"ttft_p95_ms": model.slo.ttft_p95_seconds * 1000, "itl_p95_ms": model.slo.itl_p95_seconds * 1000}
+    plan = planning.model_plan(config, model)
+    architecture = planning.model_architecture(model)
+    instance = planning.resolve_instance_type(config)
+    gpu = serving.GPU_PERFORMANCE.get(instance.gpu.product_label) if instance else None
+    planned: dict[str, float] = {}
+    note: str | None = None
+    per_replica = 1
+    if architecture is None or gpu is None or plan.pipeline_parallel_size > 1:
+        note = "no roofline for this model (multi-node, or a GPU without figures): nothing planned to compare"
+    else:
+        # As `plan` computes it: the most requests the ITL and TTFT objectives allow, up to what fits.
+        fits = min(plan.max_num_seqs, plan.kv_cache_tokens // max(1, prompt + output))
+        per_replica = serving.slo_concurrency(
+            architecture, gpu, plan.tensor_parallel_size, model.slo.itl_p95_seconds, prompt, output, fits,
+            plan.kv_cache_dtype, model.slo.ttft_p95_seconds, plan.max_num_batched_tokens)
+        if per_replica == 0:
+            note = "the plan says even one request misses the objectives"
+            per_replica = 1
+    chosen = concurrency or settings.concurrency or per_replica * replicas
+    if note is None and architecture is not None and gpu is not None:
+        # At another concurrency than planned, the roofline at that load per replica is the comparison.
+        at = serving.latency(architecture, gpu, plan.tensor_parallel_size, max(1, math.ceil(chosen / replicas)),
+                             prompt, output, plan.kv_cache_dtype, plan.max_num_batched_tokens)
+        planned = {"ttft_ms": round(at.ttft_seconds * 1000, 1), "itl_ms": round(at.itl_seconds * 1000, 2),
+                   "tpot_ms": round(at.tpot_seconds * 1000, 2),
+                   "output_tokens_per_second": round(at.output_tokens_per_second * replicas, 1)}
+    ramp = (min(MAX_RAMP_SECONDS, max(1.0, output * planned["tpot_ms"] / 1000)) if planned
+            else DEFAULT_RAMP_SECONDS)
+    load = LoadPlan(
+        concurrency=chosen, prompt_tokens=prompt, output_tokens=output,
+        duration_seconds=float(duration_seconds or settings.duration_seconds), ramp_seconds=round(ramp, 1),
+        max_requests=max_requests or settings.max_requests, planned=planned, objectives=objectives,
+    )
+    return PlannedLoad(load, note)
+
+
+def request_timeout_seconds(config: StackConfig, output_tokens: int) -> int:
+    return math.ceil(output_tokens / config.edge.min_decode_tokens_per_second) + REQUEST_SLACK_SECONDS
+
+
+def settings(config: StackConfig, model: ModelConfig) -> Settings:
+    """What the model's Job checks: both addresses, then the load test through the Service (the
+    figures the plan models are the engine's; the edge's share is in the smoke checks)."""
+    load = planned_load(config, model).plan
+    return Settings(model=model.name, targets=targets(config, model), load=load, load_target="service",
+                    request_timeout_seconds=request_timeout_seconds(config, load.output_tokens))
+
+
+def deadline_seconds(checked: Settings) -> int:
+    """The Job's activeDeadlineSeconds: the smoke checks, the ramp, the test, and its last requests."""
+    load = checked.load
+    test = (load.ramp_seconds + load.duration_seconds) if load else 0
+    return math.ceil(SMOKE_SECONDS * len(checked.targets) + test + checked.request_timeout_seconds)

@@ -1,0 +1,118 @@
+"""`python -m stacks verify <stack> --url URL`: the deploy gate's checks from a workstation.
+
+The same probe the Job runs (components/verification/probe.py) against one address of a stack's
+model, with the load test at the stack's planned concurrency and lengths unless overridden. The API
+key comes from a file or an environment variable, never an argument (the process list shows those).
+Exit 0 when every check passes, 1 when one fails (one line each), 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+from components import verification
+from components.verification import Settings, Target
+from stacks import environment
+from stacks.checks import verification as stack_verification
+from stacks.config.problems import ConfigError
+
+DEFAULT_KEY_ENV = "LLM_SERVING_API_KEY"
+
+
+def _positive(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1, got {number}")
+    return number
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m stacks verify",
+        allow_abbrev=False,
+        description="Check a deployed model (models list, key enforced, streaming, completion, fields) and run a "
+        "short load test at the planned concurrency, beside the plan's figures and the objectives.",
+    )
+    parser.add_argument("stack", help="stack name (dev, prod, staging) or path to a Pulumi.<stack>.yaml")
+    parser.add_argument("--url", required=True, help="the model's OpenAI API, ending in /v1, e.g. "
+                        "https://llm.example.com/v1 or http://localhost:8000/v1 (a port-forward)")
+    parser.add_argument("--model", help="the model's name in the stack (required when it serves several)")
+    parser.add_argument("--api-key-file", help="file holding the API key")
+    parser.add_argument("--api-key-env", default=DEFAULT_KEY_ENV,
+                        help=f"environment variable holding the API key (default {DEFAULT_KEY_ENV})")
+    parser.add_argument("--no-auth-check", action="store_true",
+                        help="skip the no-key and wrong-key requests (an address that another layer guards)")
+    parser.add_argument("--concurrency", type=_positive, help="concurrent requests (default: the planned "
+                        "SLO-bound concurrency per replica x minimum replicas)")
+    parser.add_argument("--duration", type=_positive, help="seconds of load after the ramp (default "
+                        "verification.durationSeconds)")
+    parser.add_argument("--requests", type=_positive, help="stop after this many requests")
+    parser.add_argument("--prompt-tokens", type=_positive, help="prompt length (default verification.promptTokens)")
+    parser.add_argument("--output-tokens", type=_positive, help="output length (default verification.outputTokens)")
+    parser.add_argument("--no-load", action="store_true", help="smoke checks only")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON (what plan --calibration reads)")
+    return parser
+
+
+def settings_for(args: argparse.Namespace, config: object) -> tuple[Settings, str | None]:
+    """The probe's settings for one address of the stack's model, and why nothing is planned (if so)."""
+    models = {m.name: m for m in config.models}  # type: ignore[attr-defined]
+    if args.model is None and len(models) > 1:
+        raise verification.UsageError(f"--model: stack {args.stack} serves {', '.join(sorted(models))}; name one")
+    name = args.model or next(iter(models))
+    if name not in models:
+        raise verification.UsageError(f"--model {name!r}: not a model of stack {args.stack}; "
+                               f"its models: {', '.join(sorted(models))}")
+    model = models[name]
+    planned = stack_verification.planned_load(
+        config, model, concurrency=args.concurrency, prompt_tokens=args.prompt_tokens,  # type: ignore[arg-type]
+        output_tokens=args.output_tokens, duration_seconds=args.duration, max_requests=args.requests)
+    settings = Settings(
+        model=model.name,
+        targets=(Target("url", args.url.rstrip("/"), check_auth=not args.no_auth_check),),
+        load=None if args.no_load else planned.plan,
+        request_timeout_seconds=stack_verification.request_timeout_seconds(config, planned.plan.output_tokens),  # type: ignore[arg-type]
+    )
+    return settings, planned.note
+
+
+def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = None, *,
+         stack_path: Callable[[str], Path] | None = None) -> int:
+    """Run `verify`; `stack_path` turns a stack name into its file (the command line's own lookup)."""
+    out, err = stdout or sys.stdout, stderr or sys.stderr
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            args = _parser().parse_args(argv)
+    except SystemExit as exit_:
+        return exit_.code if isinstance(exit_.code, int) else verification.EXIT_USAGE
+    try:
+        _, config = environment.load_stack_file(stack_path(args.stack) if stack_path else Path(args.stack))
+        settings, note = settings_for(args, config)
+        if not args.url.startswith(("http://", "https://")):
+            raise verification.UsageError(f"--url {args.url!r}: expected http://... or https://... ending in /v1")
+        key = verification.read_key(args.api_key_file, None if args.api_key_file else args.api_key_env)
+        report = verification.run(settings, key)
+    except ConfigError as error:
+        for problem in error.problems:
+            print(problem.line(), file=err)
+        return verification.EXIT_USAGE
+    except verification.UsageError as error:
+        print(f"verify: {error}", file=err)
+        return verification.EXIT_USAGE
+    report["stack"] = args.stack
+    if note:
+        report["note"] = note
+    if args.json:
+        print(json.dumps(report, indent=2, sort_keys=True), file=out)
+    else:
+        out.write(verification.render_text(report) + (f"note: {note}\n" if note else ""))
+    return verification.EXIT_FAIL if report["failures"] else verification.EXIT_PASS

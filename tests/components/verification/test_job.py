@@ -1,0 +1,100 @@
+"""The rendered deploy gate in the dev and prod stacks: the Job after its workload and route, its
+await and deadline, restricted pod, pinned image, the fence around it and the mode per environment."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from components.platform import versions
+from components.verification import AWAIT_SLACK_SECONDS, PROBE_SOURCE, network_policy
+
+JOB = "kubernetes:batch/v1:Job"
+CONFIGMAP = "kubernetes:core/v1:ConfigMap"
+
+
+def _job(rendered, stack: str, model: str) -> dict:
+    return rendered[stack].resource(JOB, f"{model}-verify-job")
+
+
+@pytest.mark.parametrize(("stack", "model", "mode"), [("prod", "llama-70b", "gate"), ("dev", "llama-8b", "report")])
+def test_prod_gates_and_dev_reports(rendered, stack, model, mode):
+    container = _job(rendered, stack, model)["inputs"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == [
+        "python3", "/etc/verify/probe.py", "--settings", "/etc/verify/settings.json",
+        "--api-key-file", "/var/run/secrets/llm-serving/api-key", "--mode", mode,
+        "--termination-log", "/dev/termination-log"]
+    assert container["image"] == versions.VERIFY_IMAGE
+    assert container["image"].startswith("python:3.12.8-slim-bookworm@sha256:")
+
+
+def test_the_prod_job_waits_for_the_deployment_and_its_pool_route(rendered):
+    depends = _job(rendered, "prod", "llama-70b")["options"]["dependsOn"]
+    assert "kubernetes:apps/v1:Deployment::llama-70b-deployment" in depends
+    assert "kubernetes:gateway.networking.k8s.io/v1:HTTPRoute::edge-httproute-llama-70b" in depends
+    assert "kubernetes:networking.k8s.io/v1:NetworkPolicy::serving-netpol-verification" in depends
+    assert "kubernetes:core/v1:Secret::vllm-api-key" in depends
+
+
+# 120 s of smoke checks per target (edge and Service), the ramp (256 output tokens at the planned time
+# per token: 23.1 s in prod, 14.6 s in dev), 60 s of load, and one request's timeout (256 tokens at
+# 10 tokens/s + 60 s = 86 s).
+@pytest.mark.parametrize(("stack", "model", "deadline"), [("prod", "llama-70b", 410), ("dev", "llama-8b", 401)])
+def test_pulumi_awaits_the_job_past_its_deadline(rendered, stack, model, deadline):
+    job = _job(rendered, stack, model)
+    spec = job["inputs"]["spec"]
+    assert (spec["activeDeadlineSeconds"], spec["backoffLimit"]) == (deadline, 0)
+    timeout = f"{deadline + AWAIT_SLACK_SECONDS}s"
+    assert job["options"]["customTimeouts"] == {"create": timeout, "update": timeout}
+    # A failed gate is replaced by the next up instead of blocking it.
+    assert job["inputs"]["metadata"]["annotations"] == {"pulumi.com/replaceUnready": "true"}
+
+
+def test_the_job_pod_is_restricted_and_holds_the_key_only_as_a_file(rendered):
+    pod = _job(rendered, "prod", "llama-70b")["inputs"]["spec"]["template"]["spec"]
+    assert pod["securityContext"] == {"runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534,
+                                      "fsGroup": 65534, "seccompProfile": {"type": "RuntimeDefault"}}
+    container = pod["containers"][0]
+    assert container["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                                            "privileged": False, "readOnlyRootFilesystem": True, "runAsNonRoot": True}
+    assert pod["automountServiceAccountToken"] is False and pod["restartPolicy"] == "Never"
+    assert "api-key" not in json.dumps(container["env"])
+    assert pod["volumes"][1] == {"name": "api-key", "secret": {
+        "secretName": "vllm-api-key", "items": [{"key": "api-key", "path": "api-key"}], "defaultMode": 0o440}}
+
+
+def test_the_configmap_carries_the_probe_and_the_prod_plan(rendered):
+    job = _job(rendered, "prod", "llama-70b")
+    name = job["inputs"]["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"]
+    assert name == job["inputs"]["metadata"]["name"]
+    data = rendered["prod"].resource(CONFIGMAP, "llama-70b-verify-probe")["inputs"]["data"]
+    assert data["probe.py"] == PROBE_SOURCE
+    settings = json.loads(data["settings.json"])
+    assert settings["targets"] == [
+        {"name": "edge", "base_url": "https://llm.example.com/v1", "check_auth": True},
+        {"name": "service", "base_url": "http://llama-70b.llm-serving.svc:8000/v1", "check_auth": True}]
+    # 256 requests per replica at the ITL objective, times the 2 minimum replicas; the planner's figures.
+    assert settings["load"]["concurrency"] == 512
+    assert settings["load"]["planned"] == {"ttft_ms": 130.3, "itl_ms": 37.63, "tpot_ms": 90.28,
+                                           "output_tokens_per_second": 5671.3}
+    assert settings["load"]["objectives"] == {"ttft_p95_ms": 2000.0, "itl_p95_ms": 100.0}
+    assert settings["load_target"] == "service"
+
+
+def test_the_fence_admits_only_dns_the_edge_and_the_vllm_port():
+    policy = network_policy(namespace="llm-serving", edge_namespace="envoy-gateway-system",
+                            model_selector={"app.kubernetes.io/component": "vllm"}, port=8000)
+    spec = policy["spec"]
+    assert spec["ingress"] == [] and spec["policyTypes"] == ["Ingress", "Egress"]
+    assert [rule["ports"] for rule in spec["egress"]] == [
+        [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+        [{"protocol": "TCP", "port": 443}],
+        [{"protocol": "TCP", "port": 8000}]]
+    assert spec["egress"][2]["to"] == [{"podSelector": {"matchLabels": {"app.kubernetes.io/component": "vllm"}}}]
+
+
+def test_the_serving_fence_admits_the_verification_pods(rendered):
+    policy = rendered["prod"].manifest("NetworkPolicy", "vllm-serving")
+    sources = policy["spec"]["ingress"][0]["from"]
+    assert {"podSelector": {"matchLabels": {"app.kubernetes.io/component": "verify"}}} in sources

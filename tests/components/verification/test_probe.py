@@ -1,0 +1,207 @@
+"""The probe end to end against real OpenAI-compatible servers on 127.0.0.1 (tests/support/openai_server.py):
+one that streams correctly, one that buffers the whole response, one without auth, one with a
+malformed event, one that is slow; each check's verdict and message."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from components.verification import LoadPlan, Settings, Target, probe
+from components.verification.probe import FAIL, PASS, SKIP
+from tests.support.openai_server import KEY, Behaviour, OpenAIServer
+
+MODEL = "llama-8b"
+OBJECTIVES = {"ttft_p95_ms": 200.0, "itl_p95_ms": 20.0}
+PLANNED = {"ttft_ms": 20.0, "itl_ms": 5.0, "tpot_ms": 5.0, "output_tokens_per_second": 800.0}
+
+
+def _load(**changes: object) -> LoadPlan:
+    base = {"concurrency": 3, "prompt_tokens": 64, "output_tokens": 12, "duration_seconds": 0.6,
+            "ramp_seconds": 0.1, "planned": PLANNED, "objectives": OBJECTIVES}
+    return LoadPlan(**{**base, **changes})  # type: ignore[arg-type]
+
+
+def _run(behaviour: Behaviour, load: LoadPlan | None = None, check_auth: bool = True) -> dict:
+    with OpenAIServer(behaviour) as url:
+        return probe.run(Settings(MODEL, (Target("url", url, check_auth),), load, request_timeout_seconds=20), KEY)
+
+
+def _checks(report: dict) -> dict[str, tuple[str, str]]:
+    return {c["name"]: (c["verdict"], c["message"]) for c in report["checks"]}
+
+
+def test_a_correct_streaming_server_passes_every_smoke_check():
+    report = _run(Behaviour())
+    checks = _checks(report)
+    assert {name: verdict for name, (verdict, _) in checks.items()} == {
+        "models": PASS, "auth": PASS, "stream": PASS, "completion": PASS, "fields": PASS}
+    assert checks["models"][1] == "lists llama-8b"
+    assert checks["auth"][1] == "no key and a wrong key are refused (401, 401)"
+    assert checks["stream"][1].startswith("32 tokens streamed from ")
+    assert checks["stream"][1].endswith(" ms, ending in [DONE]")
+    assert checks["completion"][1] == "answered 95 characters"  # 16 x "hello", space-separated
+    assert report["verdict"] == PASS and report["failures"] == []
+
+
+def test_a_buffering_proxy_fails_the_stream_check_with_a_message_naming_buffering():
+    report = _run(Behaviour(buffer=True))
+    verdict, message = _checks(report)["stream"]
+    assert verdict == FAIL
+    assert message.startswith("100% of 32 tokens arrived in one burst at ")
+    assert "the response is buffered by a proxy, so clients see no token until the end" in message
+    assert report["failures"] == [f"FAIL url stream: {message}"]
+
+
+def test_an_endpoint_without_auth_fails_with_both_answers():
+    report = _run(Behaviour(check_key=False))
+    assert _checks(report)["auth"] == (FAIL, "GET /v1/models with no key answered 200 and a wrong key answered 200, "
+                                              "expected 401 or 403: the API key is not enforced")
+    assert len(report["failures"]) == 1
+
+
+def test_an_address_guarded_elsewhere_skips_the_auth_check():
+    assert _checks(_run(Behaviour(check_key=False), check_auth=False))["auth"] == (
+        SKIP, "keys are checked in front of this address, not by it")
+
+
+def test_a_malformed_event_fails_the_stream_check_naming_the_event():
+    report = _run(Behaviour(malformed_after=3))
+    assert _checks(report)["stream"] == (FAIL, "malformed stream after 3 tokens: event 4 is not JSON: '{not json'")
+
+
+def test_a_wrong_model_name_in_responses_fails_the_fields_check():
+    report = _run(Behaviour(reported_model="llama-8b-old"))
+    verdict, message = _checks(report)["fields"]
+    assert verdict == FAIL
+    assert message == ("expected model 'llama-8b' and consistent usage: non-streamed model 'llama-8b-old'; "
+                       "streamed model ['llama-8b-old']")
+
+
+def test_a_server_that_does_not_serve_the_name_fails_the_models_check():
+    report = _run(Behaviour(served_name="other"))
+    assert _checks(report)["models"] == (FAIL, "GET /v1/models lists ['other'], not the served name 'llama-8b'")
+
+
+def test_an_unreachable_address_fails_each_check_with_the_error():
+    settings = Settings(MODEL, (Target("url", "http://127.0.0.1:9/v1"),), None, request_timeout_seconds=2)
+    report = probe.run(settings, KEY)
+    assert [c["verdict"] for c in report["checks"]] == [FAIL, FAIL, FAIL, FAIL, SKIP]
+    assert report["checks"][0]["message"].startswith("GET http://127.0.0.1:9/v1/models: ConnectionRefusedError")
+
+
+def test_the_load_test_reports_latency_beside_the_plan_and_passes_within_objectives():
+    report = _run(Behaviour(), _load())
+    load = report["load"]
+    assert load["errors"] == 0 and load["requests"] > 0 and load["buffered_requests"] == 0
+    assert load["output_tokens_mean"] == 12.0
+    assert 5.0 <= load["itl_ms"]["p50"] < 20.0  # the server sleeps 5 ms between tokens
+    assert [row["figure"] for row in load["comparison"]] == [
+        "TTFT p50 ms", "TTFT p95 ms", "ITL p50 ms", "ITL p95 ms", "TPOT p50 ms", "output tokens/s"]
+    itl_p95 = load["comparison"][3]
+    assert itl_p95["planned"] == 5.0 and itl_p95["objective"] == 20.0
+    assert itl_p95["ratio"] == round(load["itl_ms"]["p95"] / 5.0, 2)
+    checks = _checks(report)
+    assert checks["ttft-p95"][0] == PASS and checks["itl-p95"][0] == PASS and checks["load"][0] == PASS
+    assert report["verdict"] == PASS
+
+
+def test_a_slow_server_fails_the_ttft_and_itl_objectives():
+    report = _run(Behaviour(ttft_seconds=0.3, itl_seconds=0.03), _load(concurrency=2, duration_seconds=0.5))
+    checks = _checks(report)
+    assert checks["ttft-p95"][0] == FAIL and checks["itl-p95"][0] == FAIL
+    assert checks["ttft-p95"][1].endswith(" ms over the 200 ms objective at concurrency 2")
+    assert float(checks["ttft-p95"][1].split()[0]) >= 300.0
+    assert float(checks["itl-p95"][1].split()[0]) >= 30.0
+    assert checks["stream"][0] == PASS  # slow is not buffered: the smoke checks still pass
+
+
+def test_buffered_responses_under_load_fail_as_buffered():
+    report = _run(Behaviour(buffer=True), _load())
+    verdict, message = _checks(report)["load-streaming"]
+    assert verdict == FAIL
+    assert message.endswith("responses arrived in one burst: buffered by a proxy, so the ITL figures are not the "
+                            "engine's")
+
+
+def test_a_load_test_where_every_request_fails_reports_the_errors():
+    report = _run(Behaviour(malformed_after=0), _load())
+    verdict, message = _checks(report)["load"]
+    assert verdict == FAIL
+    assert message.startswith("no request completed after the warm-up: 0 requests at concurrency 3")
+    assert message.endswith("errors: [\"event 1 is not JSON: '{not json'\"]")
+
+
+def test_max_requests_counts_only_requests_after_the_warm_up():
+    report = _run(Behaviour(), _load(max_requests=4, duration_seconds=5.0))
+    assert report["load"]["requests"] == 4
+
+
+@pytest.mark.parametrize(("burst", "share"), [([0.0, 0.1, 0.2, 0.3], 0.25), ([0.0, 0.0001, 0.0002, 0.5], 0.75),
+                                             ([1.0, 1.0, 1.0, 1.0], 1.0), ([], 0.0)])
+def test_largest_burst_share_counts_arrivals_within_two_milliseconds(burst, share):
+    assert probe.largest_burst_share(burst) == share
+
+
+def test_percentile_interpolates_between_ranks():
+    assert probe.percentile([10.0, 20.0, 30.0, 40.0], 0.5) == 25.0
+    assert probe.percentile([10.0, 20.0, 30.0, 40.0], 0.95) == pytest.approx(38.5)
+    assert probe.percentile([], 0.5) is None
+
+
+def test_the_job_entry_point_gates_writes_the_failing_lines_and_ends_with_the_json_report(tmp_path):
+    """As the Job runs it: the file alone (no package), settings and key from files."""
+    key_file, log = tmp_path / "api-key", tmp_path / "termination-log"
+    key_file.write_text(KEY + "\n")
+    with OpenAIServer(Behaviour(buffer=True)) as url:
+        (tmp_path / "settings.json").write_text(json.dumps(Settings(MODEL, (Target("edge", url),)).to_json()))
+        command = [sys.executable, "-I", probe.__file__, "--settings", str(tmp_path / "settings.json"),
+                   "--api-key-file", str(key_file), "--termination-log", str(log)]
+        gate = subprocess.run([*command, "--mode", "gate"], capture_output=True, text=True, timeout=60, check=False)
+        report = subprocess.run([*command, "--mode", "report"], capture_output=True, text=True, timeout=60,
+                                check=False)
+    assert gate.returncode == 1 and report.returncode == 0
+    last = json.loads(gate.stdout.splitlines()[-1])["verification"]
+    assert last["verdict"] == FAIL and last["mode"] == "gate"
+    assert log.read_text().startswith("FAIL edge stream: 100% of 32 tokens arrived in one burst")
+    assert json.loads(report.stdout.splitlines()[-1])["verification"]["mode"] == "report"
+
+
+@pytest.mark.parametrize(("document", "message"), [
+    ({"targets": []}, "settings: KeyError('model'); expected model, targets[] and optionally load"),
+    ({"model": "m", "targets": [{"name": "edge"}]},
+     "settings: TypeError(\"Target.__init__() missing 1 required positional argument: 'base_url'\"); "
+     "expected model, targets[] and optionally load"),
+])
+def test_bad_settings_are_one_line(document, message):
+    with pytest.raises(probe.UsageError) as error:
+        Settings.from_json(document)
+    assert str(error.value) == message
+
+
+def test_a_bad_url_is_a_usage_error():
+    with pytest.raises(probe.UsageError, match=r"url 'ftp://x/v1/models': expected http://host\[:port\]/path or https://"):
+        probe.check_models(Target("url", "ftp://x/v1"), MODEL, KEY, 1)
+
+
+def test_the_key_comes_from_a_file_or_an_environment_variable(tmp_path, monkeypatch):
+    (tmp_path / "key").write_text("  secret-key \n")
+    assert probe.read_key(str(tmp_path / "key"), None) == "secret-key"
+    monkeypatch.setenv("VERIFY_KEY", "from-env")
+    assert probe.read_key(None, "VERIFY_KEY") == "from-env"
+    (tmp_path / "empty").write_text("")
+    with pytest.raises(probe.UsageError, match="the file is empty"):
+        probe.read_key(str(tmp_path / "empty"), None)
+    monkeypatch.delenv("VERIFY_KEY")
+    with pytest.raises(probe.UsageError, match="--api-key-env VERIFY_KEY: the variable is unset or empty"):
+        probe.read_key(None, "VERIFY_KEY")
+
+
+def test_the_engine_kv_cache_is_read_from_vllms_cache_config_info():
+    report = _run(Behaviour(kv_cache_blocks=1000))
+    assert report["engine"] == {"kv_cache_size_tokens": 16000, "num_gpu_blocks": 1000, "block_size": 16}
+    assert "engine KV cache: 16,000 tokens (vllm:cache_config_info)" in probe.render_text(report)
+    assert "engine" not in _run(Behaviour())

@@ -1,0 +1,125 @@
+"""`python -m stacks verify` against local servers on 127.0.0.1: the stack's plan as the comparison,
+exit 0/1/2, one line per failure, the key never an argument, --json for machines and the planner."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from stacks.checks import verification
+from stacks.cli import main
+from stacks.config import VerificationMode
+from stacks.config.files import PROJECT_DIR
+from stacks.environment import load_stack_file
+from tests.support.openai_server import KEY, Behaviour, OpenAIServer
+
+SHORT = ["--concurrency", "2", "--duration", "1", "--output-tokens", "12"]
+
+
+@pytest.fixture
+def key(monkeypatch):
+    monkeypatch.setenv("LLM_SERVING_API_KEY", KEY)
+
+
+def test_a_correct_server_passes_and_the_plan_is_the_comparison(key, capsys):
+    with OpenAIServer(Behaviour()) as url:
+        code = main(["verify", "dev", "--url", url, *SHORT])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "PASS url stream: 32 tokens streamed from " in out
+    assert "figure             measured    planned  objective  measured/planned\n" in out
+    # dev's llama-8b at 2 concurrent requests of 1,024 + 12 tokens, from the roofline (one replica).
+    assert "\nITL p95 ms " in out and "        100 " in out
+    assert out.endswith("verdict: PASS\n")
+
+
+def test_a_buffering_server_fails_with_one_line_naming_buffering(key, capsys):
+    with OpenAIServer(Behaviour(buffer=True)) as url:
+        code = main(["verify", "dev", "--url", url, "--no-load"])
+    out = capsys.readouterr().out
+    assert code == 1
+    failing = [line for line in out.splitlines() if line.startswith("FAIL")]
+    assert len(failing) == 1
+    assert failing[0].startswith("FAIL url stream: 100% of 32 tokens arrived in one burst at ")
+    assert "buffered by a proxy" in failing[0]
+    assert out.endswith("verdict: FAIL (1 failing check(s))\n")
+
+
+def test_json_is_the_whole_report(key, capsys):
+    with OpenAIServer(Behaviour(check_key=False)) as url:
+        code = main(["verify", "dev", "--url", url, *SHORT, "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1
+    assert report["stack"] == "dev" and report["model"] == "llama-8b" and report["verdict"] == "fail"
+    assert report["failures"] == ["FAIL url auth: GET /v1/models with no key answered 200 and a wrong key answered "
+                                  "200, expected 401 or 403: the API key is not enforced"]
+    assert report["load"]["target_concurrency"] == 2 and report["load"]["output_tokens_mean"] == 12.0
+
+
+def test_the_key_can_come_from_a_file(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("LLM_SERVING_API_KEY", raising=False)
+    (tmp_path / "key").write_text(KEY)
+    with OpenAIServer(Behaviour()) as url:
+        code = main(["verify", "dev", "--url", url, "--no-load", "--api-key-file", str(tmp_path / "key")])
+    assert code == 0, capsys.readouterr()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["verify", "dev", "--url", "http://127.0.0.1:9/v1", "--api-key-env", "NO_SUCH_VARIABLE_27"],
+     "verify: --api-key-env NO_SUCH_VARIABLE_27: the variable is unset or empty\n"),
+    (["verify", "dev", "--url", "ftp://example.com/v1"],
+     "verify: --url 'ftp://example.com/v1': expected http://... or https://... ending in /v1\n"),
+    (["verify", "dev", "--url", "http://127.0.0.1:9/v1", "--model", "llama-7b"],
+     "verify: --model 'llama-7b': not a model of stack dev; its models: llama-8b\n"),
+    (["verify", "dev", "--url", "http://127.0.0.1:9/v1", "--concurrency", "0"],
+     "python -m stacks verify: error: argument --concurrency: expected at least 1, got 0\n"),
+])
+def test_bad_input_is_one_line_and_exit_2(key, capsys, args, message):
+    assert main(args) == 2
+    assert capsys.readouterr().err.endswith(message)
+
+
+def test_an_unknown_stack_is_exit_2_with_the_stacks_that_exist(key, capsys):
+    assert main(["verify", "prd", "--url", "http://127.0.0.1:9/v1"]) == 2
+    assert 'no stack file Pulumi.prd.yaml; did you mean "prod"?' in capsys.readouterr().err
+
+
+def test_the_key_is_never_an_argument():
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_DIR)}
+    result = subprocess.run([sys.executable, "-m", "stacks", "verify", "dev", "--url", "http://127.0.0.1:9/v1",
+                             "--api-key", KEY], cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=60,
+                            check=False)
+    assert result.returncode == 2
+    assert "unrecognized arguments: --api-key" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_the_planned_load_follows_the_stack_and_its_overrides():
+    _, config = load_stack_file(PROJECT_DIR / "Pulumi.prod.yaml")
+    model = config.models[0]
+    planned = verification.planned_load(config, model).plan
+    # 256 requests per replica at the 100 ms ITL objective (README), 2 minimum replicas.
+    assert (planned.concurrency, planned.prompt_tokens, planned.output_tokens) == (512, 1024, 256)
+    assert planned.planned["tpot_ms"] == 90.28
+    assert planned.planned["output_tokens_per_second"] == 5671.3  # 2 x 2,836 tokens/s
+    at_64 = verification.planned_load(config, model, concurrency=64).plan
+    assert at_64.concurrency == 64 and at_64.planned["tpot_ms"] < planned.planned["tpot_ms"]
+    assert verification.verification_mode(config).value == "gate"
+
+
+@pytest.mark.parametrize(("stack", "override", "modes"), [
+    ("dev", {}, ["report"]),
+    ("prod", {}, ["gate"]),
+    ("prod", {"mode": VerificationMode.REPORT}, ["report"]),
+    ("prod", {"mode": VerificationMode.OFF}, []),
+])
+def test_the_mode_defaults_by_environment_and_off_removes_the_job(stack, override, modes):
+    from stacks import program  # the Pulumi program's mapping (imports pulumi)
+
+    _, config = load_stack_file(PROJECT_DIR / f"Pulumi.{stack}.yaml")
+    config = config.model_copy(update={"verification": config.verification.model_copy(update=override)})
+    assert [v.mode for v in program.model_verifications(config)] == modes
