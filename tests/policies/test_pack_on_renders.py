@@ -285,5 +285,6 @@ def test_the_pack_starts_the_way_the_clis_python_host_starts_it():
 def test_make_preview_and_up_build_the_packs_virtualenv_first():
     makefile = (POLICIES_DIR.parent / "Makefile").read_text()
     assert "preview: $(STAMP) $(POLICY_STAMP) secrets-set\n" in makefile
-    assert "up: $(STAMP) $(POLICY_STAMP) secrets-set\n" in makefile
+    # up also runs the node-group guard first (tools/node_group_guard.py).
+    assert "up: $(STAMP) $(POLICY_STAMP) secrets-set node-group-guard\n" in makefile
     assert "$(POLICY_STAMP): policies/requirements.txt\n\t$(PYTHON) -m venv policies/.venv\n" in makefile

@@ -7,7 +7,8 @@ import json
 from tools import node_group_guard as guard
 
 OLD, NEW = "0da3900dc4", "360e580ed6"
-URN = "urn:pulumi:prod::llm-serving::llmserving:gpu:GpuNodeGroup$aws:eks/nodeGroup:NodeGroup::gpu-p5-48xlarge-node-group"
+URN = ("urn:pulumi:prod::llm-serving::llmserving:gpu:GpuNodeGroup$aws:eks/nodeGroup:NodeGroup::"
+       "gpu-p5-48xlarge-node-group")
 
 
 def _state(*groups: tuple[str, bool]) -> dict:
