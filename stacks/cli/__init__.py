@@ -114,7 +114,7 @@ def clone_parser() -> CommandLineParser:
 
 def _clone(argv: list[str]) -> int:
     args = clone_parser().parse_args(argv)
-    zones = [z.strip() for z in args.create_cluster.split(",") if z.strip()] if args.create_cluster else None
+    zones = None if args.create_cluster is None else [z.strip() for z in args.create_cluster.split(",") if z.strip()]
     cloned = clone.clone(args.base, args.new, args.set, stack_files.PROJECT_DIR, zones)
     for warning in cloned.warnings:
         sys.stderr.write(f"warning: {warning}\n")

@@ -5,7 +5,6 @@ Exit 0 when nothing failed, 1 when a check failed, 2 when it cannot start (bad s
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections.abc import Callable
@@ -13,6 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from stacks import environment
+from stacks.config.problems import CommandLineParser
 
 DEFAULT_HUB = "https://huggingface.co"
 
@@ -23,7 +23,7 @@ def main(argv: list[str], stack_path: Callable[[str], Path]) -> int:
     from stacks.preflight.context import Context
     from stacks.preflight.intent import intent
 
-    parser = argparse.ArgumentParser(prog="python -m stacks preflight", description=(
+    parser = CommandLineParser(prog="python -m stacks preflight", description=(
         "Read-only checks of the AWS account, the cluster and the Hugging Face Hub that find, before "
         "`pulumi up`, what the offline render cannot know. Needs AWS credentials; HF_TOKEN for gated models."))
     parser.add_argument("stack", help="stack name (dev, prod, staging) or path to a Pulumi.<stack>.yaml")

@@ -20,7 +20,7 @@ from components import verification
 from components.verification import Settings, Target
 from stacks import environment
 from stacks.checks import verification as stack_verification
-from stacks.config.problems import ConfigError
+from stacks.config.problems import CommandLineParser, ConfigError
 
 DEFAULT_KEY_ENV = "LLM_SERVING_API_KEY"
 
@@ -36,7 +36,7 @@ def _positive(value: str) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandLineParser(
         prog="python -m stacks verify",
         allow_abbrev=False,
         description="Check a deployed model (models list, key enforced, streaming, completion, fields) and run a "
@@ -68,7 +68,7 @@ def settings_for(args: argparse.Namespace, config: object) -> tuple[Settings, st
     models = {m.name: m for m in config.models}  # type: ignore[attr-defined]
     if args.model is None and len(models) > 1:
         raise verification.UsageError(f"--model: stack {args.stack} serves {', '.join(sorted(models))}; name one")
-    name = args.model or next(iter(models))
+    name = args.model if args.model is not None else next(iter(models))
     if name not in models:
         raise verification.UsageError(f"--model {name!r}: not a model of stack {args.stack}; "
                                f"its models: {', '.join(sorted(models))}")
@@ -99,7 +99,7 @@ def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = 
         settings, note = settings_for(args, config)
         if not args.url.startswith(("http://", "https://")):
             raise verification.UsageError(f"--url {args.url!r}: expected http://... or https://... ending in /v1")
-        key = verification.read_key(args.api_key_file, None if args.api_key_file else args.api_key_env)
+        key = verification.read_key(args.api_key_file, None if args.api_key_file is not None else args.api_key_env)
         report = verification.run(settings, key)
     except ConfigError as error:
         for problem in error.problems:

@@ -13,6 +13,7 @@ import pytest
 
 from stacks import cli
 from stacks.cli import plan as plan_cli
+from stacks.cli import verify
 from stacks.config import files as stack_files
 from stacks.offline import diff, policy_check
 
@@ -27,6 +28,8 @@ VALID: dict[str, tuple[Callable[[], argparse.ArgumentParser], list[str]]] = {
                                 "--max-model-len", "8k"]),
     "clone": (cli.clone_parser, ["clone", "dev", "dev-fuzz"]),
     "diff": (diff._parser, ["diff", "dev"]),
+    # A closed port on this machine: a value that slipped through would fail to connect (exit 1).
+    "verify": (verify._parser, ["verify", "dev", "--url", "http://127.0.0.1:9/v1", "--no-load"]),
 }
 
 
@@ -51,12 +54,13 @@ def _run(argv: list[str]) -> tuple[int, str, str]:
 
 @pytest.fixture(autouse=True)
 def scratch_project(stack_dir, monkeypatch):
-    """Clone writes into the project directory: point it at a scratch copy."""
+    """Clone writes into the project directory: point it at a scratch copy. verify finds its key."""
     monkeypatch.setattr(stack_files, "PROJECT_DIR", stack_dir)
+    monkeypatch.setenv("LLM_SERVING_API_KEY", "fuzz-key-fuzz-key")
 
 
 def test_every_value_option_is_fuzzed():
-    assert len(_value_options()) == 32
+    assert len(_value_options()) == 44
     assert ("plan", "--speculative-config") in _value_options() and ("clone", "--set") in _value_options()
 
 
