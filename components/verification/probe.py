@@ -556,7 +556,7 @@ def load_checks(target: Target, result: dict[str, Any], load: LoadPlan) -> list[
     summary = (f"{result['requests']} requests at concurrency {load.concurrency} over {result['window_seconds']} s"
                f"{warmup}, {result['errors']} errors")
     if result["requests"] == 0:
-        return [Check(target.name, "load", FAIL, f"no request completed after the warm-up: {summary}; "
+        return [Check(target.name, "load", FAIL, f"no request completed: {summary}; "
                       f"errors: {result['error_samples']}", result)]
     checks.append(Check(target.name, "load", FAIL if result["errors"] else PASS,
                         summary + (f": {result['error_samples']}" if result["errors"] else ""), result))

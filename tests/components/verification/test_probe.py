@@ -131,7 +131,7 @@ def test_a_load_test_where_every_request_fails_reports_the_errors():
     report = _run(Behaviour(malformed_after=0), _load())
     verdict, message = _checks(report)["load"]
     assert verdict == FAIL
-    assert message.startswith("no request completed after the warm-up: 0 requests at concurrency 3")
+    assert message.startswith("no request completed: 0 requests at concurrency 3")
     assert message.endswith("errors: [\"event 1 is not JSON: '{not json'\"]")
 
 
