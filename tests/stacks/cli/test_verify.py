@@ -76,7 +76,7 @@ def test_the_key_can_come_from_a_file(tmp_path, capsys, monkeypatch):
     (["verify", "dev", "--url", "http://127.0.0.1:9/v1", "--model", "llama-7b"],
      "verify: --model 'llama-7b': not a model of stack dev; its models: llama-8b\n"),
     (["verify", "dev", "--url", "http://127.0.0.1:9/v1", "--concurrency", "0"],
-     "python -m stacks verify: error: argument --concurrency: expected at least 1, got 0\n"),
+     "python -m stacks verify: argument --concurrency: expected at least 1, got 0\n"),
 ])
 def test_bad_input_is_one_line_and_exit_2(key, capsys, args, message):
     assert main(args) == 2
