@@ -40,7 +40,7 @@ $(SCAN_STAMP): requirements-scan.txt
 	@touch $(SCAN_STAMP)
 
 scan: $(STAMP) $(SCAN_STAMP)
-	$(BIN)/python -m tools.scan --checkov $(SCAN_VENV)/bin/checkov
+	$(BIN)/python -m tools.scan --checkov $(SCAN_VENV)/bin/checkov --zizmor $(SCAN_VENV)/bin/zizmor
 
 render: $(STAMP)
 	$(BIN)/python -m stacks render $(STACK) --out build/$(STACK)
