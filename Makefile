@@ -10,14 +10,15 @@ SCAN_STAMP := $(SCAN_VENV)/.installed
 # create it for a local pack (`--policy-pack policies`).
 POLICY_STAMP := policies/.venv/.installed
 
-.PHONY: help bench render test lint scan golden reference-fixtures config-docs planner-docs secrets-set preview up clean policy-check diff
+.PHONY: help bench render test lint scan locks golden reference-fixtures config-docs planner-docs secrets-set preview up clean policy-check diff
 
 help:
 	@echo "make render STACK=dev     offline render of a stack into build/<stack>/ (no cloud, no CLI)"
 	@echo "make test                 the whole test suite"
 	@echo "make bench                render time per stack and per model count (figures, not a test)"
 	@echo "make lint                 ruff, and the layering contracts (import-linter, pyproject.toml)"
-	@echo "make scan                 Checkov over every stack's render and the workflows, with the reviewed skip list"
+	@echo "make scan                 Checkov (renders, workflows) and zizmor (workflows), with the reviewed lists"
+	@echo "make locks                re-lock the hashed *.lock files after a change to a requirements file"
 	@echo "make golden               refresh tests/golden/ after an intended change"
 	@echo "make config-docs          regenerate the configuration reference in docs/configuration.md"
 	@echo "make planner-docs         regenerate the calibration and benchmark tables in docs/capacity-planner.md"
@@ -34,9 +35,10 @@ $(STAMP): requirements.txt requirements-dev.txt
 	@touch $(STAMP)
 
 # Checkov and its ~90 dependencies live in their own virtualenv, so `make test` stays fast.
-$(SCAN_STAMP): requirements-scan.txt
+# From the hashed lock, as CI installs it: the scanners are what decides whether a finding is new.
+$(SCAN_STAMP): requirements-scan.lock
 	$(PYTHON) -m venv $(SCAN_VENV)
-	$(SCAN_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-scan.txt
+	$(SCAN_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --require-hashes -r requirements-scan.lock
 	@touch $(SCAN_STAMP)
 
 scan: $(STAMP) $(SCAN_STAMP)
@@ -94,3 +96,12 @@ policy-check: $(STAMP)
 
 diff: $(STAMP)
 	$(BIN)/python -m stacks diff $(STACK)
+
+# The hashed locks the workflows install with `pip install --require-hashes` (tests/test_workflows.py
+# checks that each holds its requirements file's pins). Needs the package index.
+LOCK_OPTIONS := --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links
+locks: $(STAMP)
+	$(BIN)/pip-compile $(LOCK_OPTIONS) --output-file requirements.lock requirements.txt
+	$(BIN)/pip-compile $(LOCK_OPTIONS) --output-file requirements-dev.lock requirements-dev.txt
+	$(BIN)/pip-compile $(LOCK_OPTIONS) --output-file requirements-scan.lock requirements-scan.txt
+	$(BIN)/pip-compile $(LOCK_OPTIONS) --output-file policies/requirements.lock policies/requirements.txt

@@ -210,7 +210,8 @@ def pulumi_version_pin() -> str:
 
 
 def test_every_pulumi_step_runs_the_cli_released_with_the_pinned_sdk():
-    pulumi_steps = [(name, step) for name, _, step in all_steps() if str(step.get("uses", "")).startswith("pulumi/actions@")]
+    pulumi_steps = [(name, step) for name, _, step in all_steps()
+                    if str(step.get("uses", "")).startswith("pulumi/actions@")]
     assert {name for name, _ in pulumi_steps} == {"preview.yml", "drift.yml", "pulumi-up.yml"}
     for name, step in pulumi_steps:
         assert step["with"]["pulumi-version"] == "${{ env.PULUMI_VERSION }}", name
@@ -281,7 +282,8 @@ def test_no_expression_is_expanded_inside_a_shell_or_script_step():
 
 
 def test_every_checkout_drops_the_token_after_cloning():
-    checkouts = [(name, step) for name, _, step in all_steps() if str(step.get("uses", "")).startswith("actions/checkout@")]
+    checkouts = [(name, step) for name, _, step in all_steps()
+                 if str(step.get("uses", "")).startswith("actions/checkout@")]
     assert len(checkouts) == 6
     assert all((step.get("with") or {}).get("persist-credentials") is False for _, step in checkouts), checkouts
 
@@ -386,7 +388,7 @@ def test_the_comment_workflow_edits_only_its_own_bots_comments_and_flags_tooling
     _, _, find, post = comment_workflow()
     assert "c.user.type === 'Bot' && c.user.login === 'github-actions[bot]'" in post
     assert "ours.find(c => c.body && c.body.startsWith(marker))" in post
-    for tool in ("stacks/diff.py", "stacks/replacements.py", "stacks/render.py", "stacks/offline/", ".github/workflows/"):
+    for tool in ("stacks/offline/", "stacks/cli/", "stacks/__main__.py", ".github/workflows/", "requirements"):
         assert f"'{tool}'" in find, tool
     assert "changes the diff tooling itself" in post
 
