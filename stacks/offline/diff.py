@@ -280,6 +280,13 @@ def _deletes_first(old: dict[str, Any], new: dict[str, Any]) -> bool:
     return kubernetes_object and name is not None and (name, namespace) == _name_and_namespace(old)
 
 
+def _replace_order(old: dict[str, Any], new: dict[str, Any]) -> str:
+    if _deletes_first(old, new):
+        return ("deleted before its replacement is created (same name and namespace, or deleteBeforeReplace): it is "
+                "absent until the new one is ready")
+    return "the replacement is created first; the old one is deleted at the end of the update"
+
+
 def _update(old: dict[str, Any], new: dict[str, Any], by_urn: bool) -> ResourceChange | None:
     before = {"inputs": old.get("inputs", {}), "options": _options(old)}
     after = {"inputs": new.get("inputs", {}), "options": _options(new)}
@@ -296,10 +303,7 @@ def _update(old: dict[str, Any], new: dict[str, Any], by_urn: bool) -> ResourceC
                                           old.get("inputs", {}), new.get("inputs", {}))
     notes: list[str] = []
     if forced:
-        order = ("deleted before its replacement is created (same name and namespace, or deleteBeforeReplace): "
-                 "it is absent until the new one is ready" if _deletes_first(old, new)
-                 else "the replacement is created first; the old one is deleted at the end of the update")
-        notes += [order, *_removal_notes(old, "replacement", new)]
+        notes += [_replace_order(old, new), *_removal_notes(old, "replacement", new)]
         if new["type"] == replacements.HELM_RELEASE:
             notes.append("a new release beside the old one until the end of the update: cluster-scoped objects of "
                          "the chart (CRDs, ClusterRoles, webhooks) exist twice under the same names and the "
@@ -420,7 +424,7 @@ def _dependents_of_replacements(changes: list[ResourceChange], base: dict[tuple[
             action = previous.action
             if forced and action != "replace":
                 action = "replace"
-                notes += ["the replacement is created first; the old one is deleted at the end of the update",
+                notes += [_replace_order(old_by_key[dkey], dependent),
                           *_removal_notes(old_by_key[dkey], "replacement", dependent)]
                 queue.append(dkey)
             result[dkey] = dataclasses.replace(previous, fields=tuple(sorted(fields, key=lambda f: f.path)),
