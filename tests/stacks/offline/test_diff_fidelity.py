@@ -14,7 +14,11 @@ from __future__ import annotations
 import dataclasses
 import re
 
+import pytest
+
+from stacks.offline import replacements
 from stacks.offline.diff import ResourceChange, diff_resources, format_markdown
+from tests.conftest import STACK_NAMES
 from tests.stacks.offline.test_diff import edit_text, edited, git, repo, run_diff, urned  # noqa: F401 - `repo` is a fixture
 
 CREATED_FIRST = "the replacement is created first; the old one is deleted at the end of the update"
@@ -238,3 +242,9 @@ def test_consequences_show_in_markdown_as_cost_lines():
     diff = diff_resources([], [], "prod", "main")
     text = format_markdown(dataclasses.replace(diff, changes=(change,)))
     assert "- **cost:** rollout: 1 replica" in text
+
+
+@pytest.mark.parametrize("stack", STACK_NAMES)
+def test_every_aws_type_a_stack_creates_has_its_replacement_rules(rendered, stack):
+    created = {r["type"] for r in rendered[stack].resources if r["type"].startswith("aws:")}
+    assert created and created <= set(replacements.AWS_FORCE_NEW), created - set(replacements.AWS_FORCE_NEW)
