@@ -1,4 +1,8 @@
-"""The GitHub Actions workflows: schema-valid, and wired the way the README promises."""
+"""The GitHub Actions workflows: schema-valid, and wired the way the README promises.
+
+Length: one file per concern of the workflows (wiring, supply chain, credentials, environments, the
+diff comment, Dependabot), all read through the same loaders.
+"""
 
 from __future__ import annotations
 

@@ -8,7 +8,9 @@ a protected resource blocking the update). Resources are matched by URN, so rena
 a component shows as delete + create. Exit 0: no change; 1: changes; 2: error.
 
 Length: one command's pipeline, read top to bottom (export the base, render both sides, compare,
-classify, format as text or markdown); the per-type replacement rules live in replacements.py.
+classify as the engine does: ignoreChanges, replacements, delete-first order, protect, the dependents
+of replaced resources; format as text or markdown); the per-type replacement rules live in
+replacements.py and the cost lines in consequences.py.
 """
 
 from __future__ import annotations
