@@ -10,14 +10,15 @@ SCAN_STAMP := $(SCAN_VENV)/.installed
 # create it for a local pack (`--policy-pack policies`).
 POLICY_STAMP := policies/.venv/.installed
 
-.PHONY: help bench render test lint scan golden reference-fixtures docs config-docs planner-docs preflight-docs secrets-set preflight preview up node-group-guard clean policy-check diff
+.PHONY: help bench render test lint scan locks golden reference-fixtures docs config-docs planner-docs preflight-docs secrets-set preflight preview up node-group-guard clean policy-check diff
 
 help:
 	@echo "make render STACK=dev     offline render of a stack into build/<stack>/ (no cloud, no CLI)"
 	@echo "make test                 the whole test suite"
 	@echo "make bench                render time per stack and per model count (figures, not a test)"
 	@echo "make lint                 ruff, and the layering contracts (import-linter, pyproject.toml)"
-	@echo "make scan                 Checkov over every stack's render and the workflows, with the reviewed skip list"
+	@echo "make scan                 Checkov (renders, workflows) and zizmor (workflows), with the reviewed lists"
+	@echo "make locks                re-lock the hashed *.lock files after a change to a requirements file"
 	@echo "make golden               refresh tests/golden/ after an intended change"
 	@echo "make docs                 regenerate every generated figure and table in README.md and docs/"
 	@echo "make config-docs          regenerate the configuration reference in docs/configuration.md"
@@ -43,17 +44,18 @@ $(STAMP): requirements.txt requirements-dev.txt
 	@echo "==> $(VENV) ready"
 
 # Checkov and its ~90 dependencies live in their own virtualenv, so `make test` stays fast.
-$(SCAN_STAMP): requirements-scan.txt
-	@echo "==> [1/2] creating $(SCAN_VENV) for Checkov (first run only)"
+# From the hashed lock, as CI installs it: the scanners are what decides whether a finding is new.
+$(SCAN_STAMP): requirements-scan.lock
+	@echo "==> [1/2] creating $(SCAN_VENV) for Checkov and zizmor (first run only)"
 	@$(PYTHON) -m venv $(SCAN_VENV)
-	@echo "==> [2/2] installing Checkov and its ~90 pinned dependencies into $(SCAN_VENV) (about two minutes)"
-	@$(SCAN_VENV)/bin/python -m pip install --disable-pip-version-check --progress-bar off -r requirements-scan.txt
+	@echo "==> [2/2] installing Checkov, zizmor and their pinned, hashed dependencies into $(SCAN_VENV) (about two minutes)"
+	@$(SCAN_VENV)/bin/python -m pip install --disable-pip-version-check --progress-bar off --require-hashes -r requirements-scan.lock
 	@touch $(SCAN_STAMP)
 	@echo "==> $(SCAN_VENV) ready"
 
 scan: $(STAMP) $(SCAN_STAMP)
-	@echo "==> scan: Checkov over every stack's render and the workflows, against security/checkov-skips.yaml"
-	$(BIN)/python -m tools.scan --checkov $(SCAN_VENV)/bin/checkov
+	@echo "==> scan: Checkov over every stack's render and the workflows, zizmor over the workflows, against the reviewed lists in security/"
+	$(BIN)/python -m tools.scan --checkov $(SCAN_VENV)/bin/checkov --zizmor $(SCAN_VENV)/bin/zizmor
 
 render: $(STAMP)
 	@echo "==> render: offline render of stack $(STACK) into build/$(STACK)/ (no cloud, no CLI)"
@@ -144,3 +146,12 @@ policy-check: $(STAMP)
 diff: $(STAMP)
 	@echo "==> diff: offline diff against the merge base with main"
 	@$(BIN)/python -m stacks diff $(if $(filter command line,$(origin STACK)),$(STACK)) || [ $$? -eq 1 ]
+
+# The hashed locks the workflows install with `pip install --require-hashes` (tests/test_workflows.py
+# checks that each holds its requirements file's pins). Needs the package index.
+LOCK_OPTIONS := --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links
+locks: $(STAMP)
+	$(BIN)/pip-compile $(LOCK_OPTIONS) --output-file requirements.lock requirements.txt
+	$(BIN)/pip-compile $(LOCK_OPTIONS) --output-file requirements-dev.lock requirements-dev.txt
+	$(BIN)/pip-compile $(LOCK_OPTIONS) --output-file requirements-scan.lock requirements-scan.txt
+	$(BIN)/pip-compile $(LOCK_OPTIONS) --output-file policies/requirements.lock policies/requirements.txt

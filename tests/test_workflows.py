@@ -1,7 +1,13 @@
-"""The GitHub Actions workflows: schema-valid, and wired the way the README promises."""
+"""The GitHub Actions workflows: schema-valid, and wired the way the README promises.
+
+Length: one file per concern of the workflows (wiring, supply chain, credentials, environments, the
+diff comment, Dependabot), all read through the same loaders.
+"""
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +20,7 @@ from stacks.offline import awaits
 from tests.conftest import STACK_NAMES
 
 WORKFLOWS = PROJECT_DIR / ".github" / "workflows"
+WORKFLOW_FILES = sorted(p.name for p in WORKFLOWS.glob("*.yml"))
 
 
 def load(name: str) -> dict:
@@ -114,22 +121,11 @@ def test_longest_await_of_prod_is_the_weights_job_then_every_rollout_then_the_ga
 def test_pull_requests_from_forks_never_run_a_preview_with_the_stacks_role():
     job = load("preview.yml")["jobs"]["preview"]
     assert job["if"] == "${{ github.event.pull_request.head.repo.full_name == github.repository }}"
-    # The offline diff needs no secret and no write token: it keeps an artifact for the comment workflow.
+    # The offline diff needs no secret and no write token, and hands nothing to the comment workflow:
+    # what the pull request's code prints stays in its own job summary.
     diff = load("offline-diff.yml")
     assert diff["permissions"] == {"contents": "read"}
-    uploads = [s for s in diff["jobs"]["diff"]["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact")]
-    assert uploads and uploads[0]["with"]["name"] == "offline-diff-${{ matrix.stack }}"
-
-
-def test_the_comment_workflow_posts_from_the_base_repository_without_running_pr_code():
-    comment = load("offline-diff-comment.yml")
-    assert comment["on"] == {"workflow_run": {"workflows": ["offline-diff"], "types": ["completed"]}}
-    assert comment["permissions"] == {"actions": "read", "pull-requests": "write"}
-    steps = comment["jobs"]["comment"]["steps"]
-    assert not [s for s in steps if str(s.get("uses", "")).startswith("actions/checkout")]
-    assert not [s for s in steps if "run" in s]  # no shell step touches the artifact
-    script = steps[-1]["with"]["script"]
-    assert "/^[0-9]+$/.test(number)" in script
+    assert not [s for s in diff["jobs"]["diff"]["steps"] if "upload-artifact" in str(s.get("uses", ""))]
 
 
 @pytest.mark.parametrize(("workflow", "job"), [("preview.yml", "preview"), ("drift.yml", "drift"),
@@ -141,3 +137,277 @@ def test_placeholder_secrets_are_refused_before_pulumi_runs(workflow, job):
     pulumi = next(i for i, s in enumerate(steps) if str(s.get("uses", "")).startswith("pulumi/actions@"))
     assert refuse < pulumi
     assert steps[refuse]["run"].startswith("make secrets-set STACK=")
+
+
+# --- supply chain: pinned actions, pinned CLI, hashed installs -----------------------------------
+
+USES = re.compile(r"^\s*(?:-\s+)?uses:\s*(?P<ref>\S+)(?P<comment>.*)$")
+PINNED = re.compile(r"^(?P<action>[A-Za-z0-9-]+/[A-Za-z0-9._-]+(?:/[A-Za-z0-9._/-]+)?)@(?P<sha>[^\s#]+)$")
+VERSION_COMMENT = re.compile(r"^ # (?P<version>v\d+\.\d+\.\d+)$")
+FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
+
+
+def uses_lines() -> list[tuple[str, int, str, str]]:
+    """(file, line number, reference, trailing text) of every `uses:` in the workflows."""
+    found = []
+    for name in WORKFLOW_FILES:
+        for number, line in enumerate((WORKFLOWS / name).read_text().splitlines(), 1):
+            match = USES.match(line)
+            if match:
+                found.append((name, number, match["ref"], match["comment"]))
+    return found
+
+
+def test_every_action_is_pinned_to_a_full_commit_sha_with_its_version_in_a_comment():
+    remote = [(f, n, ref, comment) for f, n, ref, comment in uses_lines() if not ref.startswith("./")]
+    # The line scan sees every step the YAML holds (so no `uses:` escapes it by its layout).
+    assert len(remote) == len([s for _, _, s in all_steps() if "uses" in s]) == 22
+    problems = []
+    for name, number, ref, comment in remote:
+        pinned = PINNED.match(ref)
+        if not pinned or not FULL_SHA.match(pinned["sha"]):
+            problems.append(f"{name}:{number}: {ref} is not pinned to a 40-hex commit SHA")
+        elif not VERSION_COMMENT.match(comment):
+            problems.append(f"{name}:{number}: {ref} lacks its ` # vX.Y.Z` version comment")
+    assert problems == []
+
+
+def test_each_action_has_one_sha_and_one_version_across_workflows():
+    seen: dict[str, set[tuple[str, str]]] = {}
+    for _, _, ref, comment in uses_lines():
+        if not ref.startswith("./"):
+            action, sha = ref.split("@", 1)
+            seen.setdefault(action, set()).add((sha, comment.strip()))
+    # The SHAs are the tags' commits read from each action's repository (docs/operations.md lists them).
+    assert {action: sorted(pins) for action, pins in seen.items()} == {
+        "actions/checkout": [("3d3c42e5aac5ba805825da76410c181273ba90b1", "# v7.0.1")],
+        "actions/setup-python": [("5fda3b95a4ea91299a34e894583c3862153e4b97", "# v7.0.0")],
+        "actions/github-script": [("ed597411d8f924073f98dfc5c65a23a2325f34cd", "# v8.0.0")],
+        "actions/upload-artifact": [("bbbca2ddaa5d8feaa63e36b76fdaad77386f024f", "# v7.0.0")],
+        "actions/download-artifact": [("3e5f45b2cfb9172054b4087a40e8e0b5a5461e7c", "# v8.0.1")],
+        "aws-actions/configure-aws-credentials": [("e6de054238d6b7531b4efff3b6587d9aade6a06c", "# v6.2.3")],
+        "pulumi/actions": [("8e5e406f4007fca908480587cb9893c07090f58d", "# v7.0.0")],
+    }
+
+
+@pytest.mark.parametrize(("ref", "comment"), [
+    ("actions/checkout@v4", " # v4.2.2"),  # a tag
+    ("actions/checkout@3d3c42e5aac5ba805825da76410c181273ba90b", " # v7.0.1"),  # 39 characters
+    ("actions/checkout@3D3C42E5AAC5BA805825DA76410C181273BA90B1", " # v7.0.1"),  # not how git prints it
+    ("actions/checkout@3d3c42e5aac5ba805825da76410c181273ba90b1", ""),  # no version comment
+    ("actions/checkout@3d3c42e5aac5ba805825da76410c181273ba90b1", " # v7"),  # a moving major tag
+])
+def test_the_pin_check_refuses_tags_short_or_uppercase_shas_and_missing_versions(ref, comment):
+    pinned = PINNED.match(ref)
+    assert not (pinned and FULL_SHA.match(pinned["sha"]) and VERSION_COMMENT.match(comment))
+
+
+def all_steps() -> list[tuple[str, str, dict]]:
+    steps = []
+    for name in WORKFLOW_FILES:
+        for job_id, job in load(name)["jobs"].items():
+            steps += [(name, job_id, step) for step in job.get("steps", [])]
+    return steps
+
+
+def pulumi_version_pin() -> str:
+    (pin,) = re.findall(r"^pulumi==(\S+)$", (PROJECT_DIR / "requirements.txt").read_text(), re.MULTILINE)
+    return pin
+
+
+def test_every_pulumi_step_runs_the_cli_released_with_the_pinned_sdk():
+    pulumi_steps = [(name, step) for name, _, step in all_steps()
+                    if str(step.get("uses", "")).startswith("pulumi/actions@")]
+    assert {name for name, _ in pulumi_steps} == {"preview.yml", "drift.yml", "pulumi-up.yml"}
+    for name, step in pulumi_steps:
+        assert step["with"]["pulumi-version"] == "${{ env.PULUMI_VERSION }}", name
+        # The CLI and the Python SDK are released together under one version number.
+        assert load(name)["env"]["PULUMI_VERSION"] == pulumi_version_pin() == "3.272.0", name
+
+
+def test_every_install_is_from_a_hashed_lock_file():
+    installs = [(name, line.strip()) for name, _, step in all_steps() for line in str(step.get("run", "")).splitlines()
+                if "pip install" in line]
+    assert len(installs) >= 9
+    for name, line in installs:
+        assert re.search(r"pip install --require-hashes -r (requirements(-dev|-scan)?|policies/requirements)\.lock$",
+                         line.split("&&")[-1].strip()), (name, line)
+
+
+def requirement_pins(path: Path) -> dict[str, str]:
+    """name -> version of every `name==version` line, following `-r` includes."""
+    pins: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line.startswith("-r "):
+            pins |= requirement_pins(path.parent / line[3:].strip())
+        elif "==" in line:
+            name, version = line.split("==", 1)
+            pins[name.strip().lower().replace("_", "-")] = version.strip()
+    return pins
+
+
+def lock_entries(path: Path) -> dict[str, tuple[str, list[str]]]:
+    """name -> (version, hashes) of a pip-compile --generate-hashes lock file."""
+    entries: dict[str, tuple[str, list[str]]] = {}
+    text = re.sub(r"\\\n\s*", " ", path.read_text())
+    for line in text.splitlines():
+        if line.startswith(("#", " ")) or not line.strip():
+            continue
+        requirement, *options = line.split(" --hash=")
+        name, version = requirement.split("==", 1)
+        entries[name.strip().lower()] = (version.strip(), [o.strip() for o in options])
+    return entries
+
+
+@pytest.mark.parametrize(("requirements", "lock"), [
+    ("requirements.txt", "requirements.lock"),
+    ("requirements-dev.txt", "requirements-dev.lock"),
+    ("requirements-scan.txt", "requirements-scan.lock"),
+    ("policies/requirements.txt", "policies/requirements.lock"),
+])
+def test_each_lock_holds_every_pin_of_its_requirements_with_sha256_hashes(requirements, lock):
+    pins = requirement_pins(PROJECT_DIR / requirements)
+    entries = lock_entries(PROJECT_DIR / lock)
+    assert pins and {name: entries.get(name, ("missing", []))[0] for name in pins} == pins, "run `make locks`"
+    for name, (version, hashes) in entries.items():
+        assert hashes and all(re.fullmatch(r"sha256:[0-9a-f]{64}", h) for h in hashes), (name, version)
+    # Transitive packages are pinned too: the lock is the whole environment, not the top level.
+    assert len(entries) > len(pins)
+
+
+# --- expressions, credentials, secrets -----------------------------------------------------------
+
+
+def test_no_expression_is_expanded_inside_a_shell_or_script_step():
+    # A `${{ }}` inside `run:` or a github-script `script:` is pasted into code before it runs:
+    # a branch name or a PR title becomes shell or JavaScript. Values come in through `env:`.
+    offenders = [(name, job) for name, job, step in all_steps()
+                 if "${{" in str(step.get("run", "")) or "${{" in str((step.get("with") or {}).get("script", ""))]
+    assert offenders == []
+
+
+def test_every_checkout_drops_the_token_after_cloning():
+    checkouts = [(name, step) for name, _, step in all_steps()
+                 if str(step.get("uses", "")).startswith("actions/checkout@")]
+    assert len(checkouts) == 6
+    assert all((step.get("with") or {}).get("persist-credentials") is False for _, step in checkouts), checkouts
+
+
+def test_no_workflow_hands_every_secret_to_a_called_workflow():
+    for name in WORKFLOW_FILES:
+        for job_id, job in load(name)["jobs"].items():
+            assert "secrets" not in job, (name, job_id)
+
+
+def test_workflows_grant_nothing_by_default_and_each_job_only_what_it_uses():
+    expected = {
+        "preview.yml": {"preview": {"contents": "read", "id-token": "write", "pull-requests": "write"}},
+        "drift.yml": {"drift": {"contents": "read", "id-token": "write"}},
+        "pulumi-up.yml": {"up": {"contents": "read", "id-token": "write"}},
+        "offline-diff-comment.yml": {"diff": {"contents": "read", "pull-requests": "read"},
+                                     "comment": {"pull-requests": "write"}},
+    }
+    for name, jobs in expected.items():
+        workflow = load(name)
+        assert workflow["permissions"] in ({}, {"contents": "read"}), name
+        assert {job_id: job["permissions"] for job_id, job in workflow["jobs"].items()} == jobs, name
+
+
+# --- environments: previews cannot reach prod unreviewed, drift and deploy only from main --------
+
+
+def test_previews_drift_and_deploys_use_separate_environments_per_stack():
+    assert load("preview.yml")["jobs"]["preview"]["environment"] == "preview-${{ matrix.stack }}"
+    drift = load("drift.yml")["jobs"]["drift"]
+    # Its own environment (restricted to main, no reviewers): required reviewers on preview-prod
+    # would otherwise stall the nightly run, and a dispatch from a branch would get the role.
+    assert drift["environment"] == "drift-${{ matrix.stack }}"
+    assert drift["if"] == "${{ github.ref == 'refs/heads/main' }}"
+    assert load("pulumi-up.yml")["jobs"]["up"]["environment"] == "${{ inputs.stack }}"
+
+
+def test_the_set_up_checklist_names_every_environment_the_workflows_use():
+    operations = (PROJECT_DIR / "docs" / "operations.md").read_text()
+    checklist = operations.split("### Environment and role set-up checklist", 1)[1].split("\n## ", 1)[0]
+    for environment in [f"{kind}{stack}" for kind in ("preview-", "drift-", "") for stack in STACK_NAMES]:
+        assert f"`{environment}`" in checklist, environment
+    for needle in ("required reviewers", "main", "AmazonEKSViewPolicy", "Stack Read",
+                   "security/preview-role-deny-policy.json", "security/github-oidc-trust-policy.json"):
+        assert needle in checklist, needle
+
+
+def test_the_preview_role_may_read_but_never_a_secret_value_nor_write():
+    policy = json.loads((PROJECT_DIR / "security" / "preview-role-deny-policy.json").read_text())
+    assert policy["Version"] == "2012-10-17"
+    statements = {s["Sid"]: s for s in policy["Statement"]}
+    assert all(s["Effect"] == "Deny" and s["Resource"] == "*" for s in statements.values())
+    assert {"secretsmanager:GetSecretValue", "ssm:GetParameter", "ssm:GetParametersByPath", "kms:Decrypt"} <= set(
+        statements["NoSecretValues"]["Action"])
+    # Everything outside the read actions is denied, so an Allow elsewhere (a managed policy) cannot add writes.
+    readable = statements["NoWritesEvenIfAnotherPolicyAllowsThem"]["NotAction"]
+    assert all(re.fullmatch(r"[a-z0-9-]+:(Describe|Get|List)[A-Za-z]*\*?", action) for action in readable), readable
+    trust = json.loads((PROJECT_DIR / "security" / "github-oidc-trust-policy.json").read_text())
+    (statement,) = trust["Statement"]
+    condition = statement["Condition"]["StringEquals"]
+    assert condition["token.actions.githubusercontent.com:sub"] == "repo:<org>/<repo>:environment:<environment>"
+    assert condition["token.actions.githubusercontent.com:aud"] == "sts.amazonaws.com"
+
+
+# --- the diff comment nobody can forge -----------------------------------------------------------
+
+
+def comment_workflow() -> tuple[dict, dict, str, str]:
+    workflow = load("offline-diff-comment.yml")
+    diff, comment = workflow["jobs"]["diff"], workflow["jobs"]["comment"]
+    find = next(s for s in diff["steps"] if s.get("id") == "pr")["with"]["script"]
+    post = comment["steps"][-1]["with"]["script"]
+    return diff, comment, find, post
+
+
+def test_the_comment_workflow_finds_the_pull_request_from_the_head_commit_and_checks_it_is_still_the_head():
+    workflow = load("offline-diff-comment.yml")
+    assert workflow["on"] == {"workflow_run": {"workflows": ["offline-diff"], "types": ["completed"]}}
+    _, comment, find, _ = comment_workflow()
+    assert "p.head.sha === run.head_sha" in find
+    assert "p.head.repo.full_name === run.head_repository.full_name" in find
+    assert "current.data.head.sha !== run.head_sha" in find
+    # The number comes from the trusted job, never from an artifact of the pull request's run.
+    assert comment["steps"][-1]["env"] == {"PR_NUMBER": "${{ needs.diff.outputs.number }}"}
+
+
+def test_the_comment_is_computed_by_the_base_branchs_tool_on_the_pull_requests_stack_files_only():
+    diff, comment, find, _ = comment_workflow()
+    (checkout,) = [s for s in diff["steps"] if str(s.get("uses", "")).startswith("actions/checkout@")]
+    # No `ref`: the default branch at the run's commit, the same code as this workflow file.
+    assert checkout["with"] == {"persist-credentials": False}
+    assert "github.rest.git.getTree({ owner, repo, tree_sha: run.head_sha })" in find
+    assert r"/^Pulumi\.[A-Za-z0-9_-]+\.yaml$/" in find
+    run = next(s for s in diff["steps"] if s.get("name", "").startswith("Diff the pull request's stack files"))["run"]
+    assert '.venv/bin/python -m stacks diff "$stack" --base HEAD --format markdown' in run
+    # Nothing of the pull request's own run is downloaded: only this run's trusted artifact.
+    downloads = [s for s in comment["steps"] if str(s.get("uses", "")).startswith("actions/download-artifact@")]
+    assert [d["with"] for d in downloads] == [{"name": "trusted-offline-diff", "path": "diffs"}]
+
+
+def test_the_comment_workflow_edits_only_its_own_bots_comments_and_flags_tooling_changes():
+    _, _, find, post = comment_workflow()
+    assert "c.user.type === 'Bot' && c.user.login === 'github-actions[bot]'" in post
+    assert "ours.find(c => c.body && c.body.startsWith(marker))" in post
+    for tool in ("stacks/offline/", "stacks/cli/", "stacks/__main__.py", ".github/workflows/", "requirements"):
+        assert f"'{tool}'" in find, tool
+    assert "changes the diff tooling itself" in post
+
+
+# --- Dependabot ----------------------------------------------------------------------------------
+
+
+def test_dependabot_keeps_actions_and_python_pins_current_and_passes_its_schema():
+    path = PROJECT_DIR / ".github" / "dependabot.yml"
+    config = yaml.safe_load(path.read_text())
+    assert {u["package-ecosystem"]: u.get("directories", [u.get("directory")]) for u in config["updates"]} == {
+        "github-actions": ["/"], "pip": ["/", "/policies"]}
+    checker = Path(sys.executable).with_name("check-jsonschema")
+    result = subprocess.run([str(checker), "--builtin-schema", "vendor.dependabot", str(path)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr

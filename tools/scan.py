@@ -1,12 +1,14 @@
-"""`make scan`: Checkov over every stack's offline render and the workflows, gated by a reviewed skip list.
+"""`make scan`: Checkov over every stack's offline render and the workflows, and zizmor over the
+workflows, each gated by a reviewed list of accepted findings.
 
-Checkov runs from its own virtualenv (requirements-scan.txt), passed in as `--checkov`, so the test
-suite never installs it. Every failed check must be covered by an entry of security/checkov-skips.yaml
-(check id, stacks, resource patterns, reason); an entry that covers nothing in one of its stacks is
-stale and fails the scan too, so a fixed finding cannot leave an unneeded exception behind.
+Checkov and zizmor run from their own virtualenv (requirements-scan.txt), passed in as `--checkov`
+and `--zizmor`, so the test suite never installs them. Every failed check must be covered by an entry
+of security/checkov-skips.yaml (check id, stacks, resource patterns, reason), every zizmor finding by
+one of security/zizmor-ignores.yaml (audit, file, location pattern, reason); an entry that covers
+nothing is stale and fails the scan too, so a fixed finding cannot leave an unneeded exception behind.
 
-Exit codes: 0 clean, 1 uncovered findings or stale entries, 2 a malformed skip list or a Checkov
-run that produced no results.
+Exit codes: 0 clean, 1 uncovered findings or stale entries, 2 a malformed list or a scanner run that
+produced no results.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from stacks.offline import render
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 SKIPS_FILE = PROJECT_DIR / "security" / "checkov-skips.yaml"
+ZIZMOR_IGNORES_FILE = PROJECT_DIR / "security" / "zizmor-ignores.yaml"
 WORKFLOWS_DIR = PROJECT_DIR / ".github" / "workflows"
 WORKFLOWS = "workflows"  # the pseudo-stack name skip entries use for .github/workflows findings
 CHECK_ID = re.compile(r"^CKV2?_[A-Z0-9]+_\d+$")
@@ -148,9 +151,142 @@ def run_checkov(checkov: str, directory: Path, framework: str) -> Any:
                            f"(exit {completed.returncode}):\n{completed.stderr[-2000:]}") from error
 
 
+# --- zizmor ---------------------------------------------------------------------------------------
+
+ZIZMOR_AUDIT = re.compile(r"^[a-z][a-z0-9-]+$")
+
+
+@dataclass(frozen=True)
+class ZizmorFinding:
+    audit: str  # zizmor's audit id, e.g. dangerous-triggers
+    file: str  # relative to the project, e.g. .github/workflows/deploy.yml
+    where: str  # the primary location's route, e.g. jobs.dev.uses
+    line: int
+    severity: str
+    annotation: str
+
+
+@dataclass(frozen=True)
+class ZizmorIgnore:
+    audit: str
+    file: str
+    where: tuple[str, ...]  # shell-style patterns over ZizmorFinding.where
+    reason: str
+
+    def covers(self, finding: ZizmorFinding) -> bool:
+        return (finding.audit == self.audit and finding.file == self.file
+                and any(fnmatch.fnmatchcase(finding.where, pattern) for pattern in self.where))
+
+
+def parse_zizmor_ignores(document: Any) -> list[ZizmorIgnore]:
+    """The zizmor ignore list, or SkipListError naming each bad entry, field and value."""
+    if not isinstance(document, list):
+        raise SkipListError(f"the ignore list must be a YAML list of entries, got {type(document).__name__}")
+    problems: list[str] = []
+    entries: list[ZizmorIgnore] = []
+    for index, entry in enumerate(document):
+        where = f"entry {index}"
+        if not isinstance(entry, dict):
+            problems.append(f"{where}: must be a mapping with audit, file, where, reason")
+            continue
+        before = len(problems)
+        unknown = sorted(set(entry) - {"audit", "file", "where", "reason"})
+        if unknown:
+            problems.append(f"{where}: unknown keys {', '.join(unknown)}; allowed: audit, file, where, reason")
+        audit = entry.get("audit")
+        if not isinstance(audit, str) or not ZIZMOR_AUDIT.match(audit):
+            problems.append(f"{where}.audit: {audit!r} is not a zizmor audit id such as dangerous-triggers")
+        file = entry.get("file")
+        if not isinstance(file, str) or not file.startswith(".github/"):
+            problems.append(f"{where}.file: {file!r}; expected a path under .github/, e.g. .github/workflows/ci.yml")
+        patterns = entry.get("where")
+        if not isinstance(patterns, list) or not patterns or not all(isinstance(p, str) and p for p in patterns):
+            problems.append(f"{where}.where: {patterns!r}; expected a non-empty list of location patterns "
+                            "such as jobs.*.uses")
+        reason = entry.get("reason")
+        if not isinstance(reason, str) or len(reason.strip()) < MIN_REASON_CHARS:
+            problems.append(f"{where}.reason: must say why the finding is accepted (at least {MIN_REASON_CHARS} "
+                            "characters)")
+        if len(problems) == before:
+            entries.append(ZizmorIgnore(audit, file, tuple(patterns), " ".join(reason.split())))
+    if problems:
+        raise SkipListError("\n".join(problems))
+    return entries
+
+
+def _route(location: dict[str, Any]) -> str:
+    parts = []
+    for step in location["symbolic"]["route"]["route"]:
+        ((kind, value),) = step.items()
+        parts.append(f"[{value}]" if kind == "Index" else str(value))
+    return ".".join(parts).replace(".[", "[")
+
+
+def zizmor_findings(report: Any, project_dir: Path = PROJECT_DIR) -> list[ZizmorFinding]:
+    """Findings from zizmor's JSON (v1) output, at their primary location."""
+    found = []
+    for finding in report:
+        primary = next(loc for loc in finding["locations"] if loc["symbolic"]["kind"] == "Primary")
+        path = Path(primary["symbolic"]["key"]["Local"]["verbatim_path"])
+        if path.is_absolute():
+            path = path.relative_to(project_dir)
+        found.append(ZizmorFinding(
+            finding["ident"], path.as_posix(), _route(primary),
+            primary["concrete"]["location"]["start_point"]["row"] + 1,
+            finding["determinations"]["severity"], primary["symbolic"].get("annotation", "")))
+    return found
+
+
+def judge_zizmor(findings: list[ZizmorFinding], ignores: list[ZizmorIgnore]) -> tuple[list[str], list[str]]:
+    """(uncovered findings, stale entries)."""
+    uncovered = [f"{f.file}:{f.line}: {f.audit} ({f.severity}) at {f.where}: {f.annotation}"
+                 for f in findings if not any(entry.covers(f) for entry in ignores)]
+    stale = [f"entry {index} ({entry.audit} in {entry.file} at {', '.join(entry.where)}) covers nothing; remove it"
+             for index, entry in enumerate(ignores) if not any(entry.covers(f) for f in findings)]
+    return uncovered, stale
+
+
+def run_zizmor(zizmor: str, project_dir: Path = PROJECT_DIR) -> Any:
+    """zizmor's JSON report over .github/. --offline: no network audits and no GitHub token;
+    --no-config and --no-ignores: no zizmor.yml or inline `# zizmor: ignore` comment can hide a finding
+    from the reviewed list; regular persona, the audits zizmor recommends for every repository."""
+    completed = subprocess.run(
+        [zizmor, "--offline", "--no-config", "--no-ignores", "--persona", "regular", "--format", "json",
+         "--no-progress", ".github/"],
+        cwd=project_dir, capture_output=True, text=True, check=False,
+    )
+    # zizmor exits non-zero when it finds something; only unreadable output is a broken run.
+    try:
+        return json.loads(completed.stdout)
+    except json.JSONDecodeError as error:
+        raise RuntimeError(f"zizmor printed no JSON report (exit {completed.returncode}):\n"
+                           f"{completed.stderr[-2000:]}") from error
+
+
+def scan_workflows(zizmor: str) -> tuple[int, list[str]]:
+    """(exit code, lines) of the zizmor half of `make scan`."""
+    try:
+        ignores = parse_zizmor_ignores(yaml.safe_load(ZIZMOR_IGNORES_FILE.read_text()))
+    except SkipListError as error:
+        return 2, [f"{ZIZMOR_IGNORES_FILE.relative_to(PROJECT_DIR)}:", str(error)]
+    try:
+        findings = zizmor_findings(run_zizmor(zizmor))
+    except RuntimeError as error:
+        return 2, [str(error)]
+    uncovered, stale = judge_zizmor(findings, ignores)
+    covered = len(findings) - len(uncovered)
+    lines = [f"workflows (zizmor): {len(findings)} findings, {covered} of them accepted in the ignore list"]
+    for title, problems in (("zizmor findings no ignore entry covers (fix them, or add a reviewed entry):",
+                             uncovered), ("Stale zizmor ignore entries:", stale)):
+        if problems:
+            lines += [title, *(f"  - {p}" for p in problems)]
+    return (1 if uncovered or stale else 0), lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.scan", description=__doc__.splitlines()[0])
     parser.add_argument("--checkov", required=True, help="the checkov executable (make scan: .venv-scan/bin)")
+    parser.add_argument("--zizmor", required=True, help="the zizmor executable (make scan: .venv-scan/bin)")
     parser.add_argument("stacks", nargs="*", help="stack names (default: every Pulumi.<stack>.yaml)")
     args = parser.parse_args(argv)
     stacks = tuple(args.stacks) or stack_files.stack_names()
@@ -185,7 +321,11 @@ def main(argv: list[str] | None = None) -> int:
                             ("Stale skip entries:", stale)):
         if problems:
             sys.stdout.write(title + "\n" + "".join(f"  - {p}\n" for p in problems))
-    return 1 if uncovered or stale else 0
+    zizmor_code, zizmor_lines = scan_workflows(args.zizmor)
+    sys.stdout.write("\n".join(zizmor_lines) + "\n")
+    if zizmor_code == 2:
+        return 2
+    return 1 if uncovered or stale or zizmor_code else 0
 
 
 if __name__ == "__main__":

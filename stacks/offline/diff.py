@@ -8,7 +8,9 @@ a protected resource blocking the update). Resources are matched by URN, so rena
 a component shows as delete + create. Exit 0: no change; 1: changes; 2: error.
 
 Length: one command's pipeline, read top to bottom (export the base, render both sides, compare,
-classify, format as text or markdown); the per-type replacement rules live in replacements.py.
+classify as the engine does: ignoreChanges, replacements, delete-first order, protect, the dependents
+of replaced resources; format as text or markdown); the per-type replacement rules live in
+replacements.py and the cost lines in consequences.py.
 """
 
 from __future__ import annotations
@@ -27,12 +29,14 @@ import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, TextIO
 
 from components.serving import lookup_model
+from stacks import environment
 from stacks.config import files as stack_files
 from stacks.config.problems import CommandLineParser
-from stacks.offline import replacements
+from stacks.offline import consequences, render, replacements
 
 EXIT_UNCHANGED = 0
 EXIT_CHANGED = 1
@@ -54,6 +58,16 @@ class _Absent:
 
 
 ABSENT: Any = _Absent()
+
+
+class _Unknown:
+    """An input the engine cannot know at preview: an output of a resource being replaced."""
+
+    def __repr__(self) -> str:
+        return "(unknown)"
+
+
+UNKNOWN: Any = _Unknown()
 
 
 class DiffError(Exception):
@@ -86,6 +100,7 @@ class ResourceChange:
     action: str = "update"  # create | update | replace | delete
     forced_by: tuple[str, ...] = ()  # input paths that force a replacement
     notes: tuple[str, ...] = ()  # what the engine would also do, or refuse
+    consequences: tuple[str, ...] = ()  # what it costs while `pulumi up` runs (stacks/offline/consequences.py)
 
 
 @dataclass(frozen=True)
@@ -103,6 +118,12 @@ class StackDiff:
     @property
     def against(self) -> str:
         return f"{self.base} ({self.commit})" if self.commit else self.base
+
+    @property
+    def preview_errors(self) -> tuple[str, ...]:
+        """The changes the real `pulumi preview` already refuses, as "<type> <name>"."""
+        return tuple(f"{c.type} {c.name}" for c in self.changes
+                     if any(n.startswith(PROTECTED_ERROR) for n in c.notes))
 
     def of(self, action: str) -> tuple[ResourceChange, ...]:
         return tuple(c for c in self.changes if c.action == action)
@@ -223,12 +244,21 @@ def _options(resource: dict[str, Any]) -> dict[str, Any]:
     return resource.get("options") or {}
 
 
-def _removal_notes(resource: dict[str, Any], action: str) -> list[str]:
+PROTECTED_ERROR = "preview error"  # the note prefix of a change the engine refuses at preview
+
+
+def _removal_notes(resource: dict[str, Any], action: str, after: dict[str, Any] | None = None) -> list[str]:
+    """What the engine does with a resource it must delete or replace: `after` is the new side of a replace."""
     options = _options(resource)
     notes = []
-    if options.get("protect"):
-        notes.append(f"protected: `pulumi up` stops with an error instead of this {action} until "
-                     "`pulumi state unprotect` is run on it")
+    # pulumi/pulumi pkg/resource/deploy: the step generator refuses a replace when the resource is
+    # protected in the state and still in the program (`new.Protect && old.Protect`: unprotecting and
+    # replacing in one update is allowed), and DeleteStep.Apply refuses a delete of a protected
+    # resource even in preview. Either way the real `pulumi preview` reports an error.
+    if options.get("protect") and (after is None or _options(after).get("protect")):
+        notes.append(f"{PROTECTED_ERROR}: protected, so `pulumi preview` and `pulumi up` fail instead of this "
+                     f"{action} until protect is removed (protect=False in the program, or `pulumi state "
+                     "unprotect`)")
     if options.get("retainOnDelete") and action == "delete":
         notes.append("retainOnDelete: the engine forgets it but leaves it in the cloud or cluster, unmanaged")
     return notes
@@ -243,6 +273,30 @@ def _crd_warning(resource: dict[str, Any], moved: bool) -> str:
     return (f"WARNING: applies CRDs and {why}, without retainOnDelete: the delete removes the CRDs and every "
             "object of their kinds in the cluster, other teams' included; add an `aliases` option or "
             "retainOnDelete first")
+def _name_and_namespace(resource: dict[str, Any]) -> tuple[Any, Any]:
+    metadata = (resource.get("inputs") or {}).get("metadata") or {}
+    return metadata.get("name"), metadata.get("namespace")
+
+
+def _deletes_first(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Whether a replacement deletes the old object before creating the new one.
+
+    The `deleteBeforeReplace` option says so for any type. pulumi-kubernetes also answers
+    DeleteBeforeReplace itself (provider/pkg/provider/provider.go, Diff) when the object is named by the
+    program (not autonamed) and keeps its name and namespace: the new object cannot exist beside the
+    old one. Helm releases never do (helm_release.go, Diff)."""
+    if _options(new).get("deleteBeforeReplace"):
+        return True
+    kubernetes_object = new["type"].startswith("kubernetes:") and not new["type"].startswith("kubernetes:helm.sh/")
+    name, namespace = _name_and_namespace(new)
+    return kubernetes_object and name is not None and (name, namespace) == _name_and_namespace(old)
+
+
+def _replace_order(old: dict[str, Any], new: dict[str, Any]) -> str:
+    if _deletes_first(old, new):
+        return ("deleted before its replacement is created (same name and namespace, or deleteBeforeReplace): it is "
+                "absent until the new one is ready")
+    return "the replacement is created first; the old one is deleted at the end of the update"
 
 
 def _update(old: dict[str, Any], new: dict[str, Any], by_urn: bool) -> ResourceChange | None:
@@ -250,16 +304,22 @@ def _update(old: dict[str, Any], new: dict[str, Any], by_urn: bool) -> ResourceC
     after = {"inputs": new.get("inputs", {}), "options": _options(new)}
     if not by_urn:
         before["parent"], after["parent"] = old.get("parent"), new.get("parent")
-    fields = diff_values(before, after)
+    # ignoreChanges first, as the engine does: those inputs take their old values before the diff.
+    ignored = _options(new).get("ignoreChanges") or []
+    fields = [f for f in diff_values(before, after) if not (
+        f.path.startswith("inputs") and replacements.is_ignored(replacements.plain_path(f.path), ignored))]
     if not fields:
         return None
     inputs = [replacements.plain_path(f.path) for f in fields if f.path.startswith("inputs")]
-    forced = replacements.replacing_paths(new["type"], inputs, _options(new).get("replaceOnChanges") or [])
+    forced = replacements.replacing_paths(new["type"], inputs, _options(new).get("replaceOnChanges") or [],
+                                          old.get("inputs", {}), new.get("inputs", {}))
     notes: list[str] = []
     if forced:
-        order = ("deleted before its replacement exists" if _options(new).get("deleteBeforeReplace")
-                 else "the replacement is created first; the old one is deleted at the end of the update")
-        notes += [order, *_removal_notes(old, "replacement")]
+        notes += [_replace_order(old, new), *_removal_notes(old, "replacement", new)]
+        if new["type"] == replacements.HELM_RELEASE:
+            notes.append("a new release beside the old one until the end of the update: cluster-scoped objects of "
+                         "the chart (CRDs, ClusterRoles, webhooks) exist twice under the same names and the "
+                         "install fails unless the chart names them per release")
     elif new["type"] == replacements.NODE_GROUP and replacements.rolls_nodes(inputs):
         notes.append("EKS replaces every node in place, draining each under the PodDisruptionBudgets "
                      "(PodEvictionFailure after 15 minutes a node)")
@@ -281,6 +341,122 @@ def _min_size_notes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
             f"desired size from state, and EKS refuses the update if that is below {after}. First raise the live "
             f"group: `aws eks update-nodegroup-config --scaling-config minSize={after},desiredSize={after}` (plus "
             "the current maxSize), then `pulumi up --refresh` (docs/operations.md, \"Raising minNodes\")"]
+# Maps of a replaced resource that flow into other resources' inputs as outputs (a node group's labels
+# become the vLLM pods' nodeSelector); tags are only echoed back, never read downstream here.
+_ECHOED_MAPS_SKIPPED = ("tags", "tagsAll")
+
+
+def _outputs_of(resource: dict[str, Any]) -> tuple[set[str], set[tuple[str, str]]]:
+    """(computed strings, (key, value) entries of its input maps) that dependents may have received.
+
+    The computed strings are what the render's mock answered for it (its id and provider-computed
+    outputs such as a node group's Auto Scaling group name): stacks.offline.render.RenderMocks."""
+    asked = SimpleNamespace(typ=resource["type"], name=resource["name"], inputs=resource.get("inputs") or {})
+    resource_id, state = render.RenderMocks("").new_resource(asked)  # the version only answers getCluster
+    computed = {resource_id}
+    inputs = resource.get("inputs") or {}
+
+    def strings(value: Any) -> None:
+        if isinstance(value, str):
+            computed.add(value)
+        elif isinstance(value, dict):
+            for item in value.values():
+                strings(item)
+        elif isinstance(value, list):
+            for item in value:
+                strings(item)
+
+    for key, value in state.items():
+        if key not in inputs:
+            strings(value)
+    # Only string maps (labels), never an object's metadata or spec, whose entries every object shares.
+    entries = {(k, v) for key, value in inputs.items()
+               if isinstance(value, dict) and value and key not in _ECHOED_MAPS_SKIPPED
+               and all(isinstance(v, str) for v in value.values())
+               for k, v in value.items()}
+    return computed, entries
+
+
+def _unknown_paths(value: Any, computed: set[str], entries: set[tuple[str, str]], path: str = "inputs") -> list[str]:
+    """Input paths of a dependent whose value came from the replaced resource's outputs."""
+    if isinstance(value, dict):
+        if any(isinstance(v, str) and (k, v) in entries for k, v in value.items()):
+            return [path]  # a map built from the replaced resource's map output is unknown as a whole
+        return [p for key, item in sorted(value.items()) for p in _unknown_paths(item, computed, entries,
+                                                                                 _key_path(path, key))]
+    if isinstance(value, list):
+        names = _names(value)
+        return [p for index, item in enumerate(value)
+                for p in _unknown_paths(item, computed, entries,
+                                        _name_path(path, names[index]) if names else f"{path}[{index}]")]
+    return [path] if isinstance(value, str) and value in computed else []
+
+
+def _at(value: Any, path: str) -> Any:
+    """The value at a diff path (as diff_values writes them) inside `{"inputs": ...}`, or ABSENT."""
+    current: Any = value
+    for part in re.findall(r'\.?([A-Za-z_][A-Za-z0-9_-]*)|\[("(?:[^"\\]|\\.)*"|[^\]]*)\]', path):
+        key = part[0] or part[1]
+        if key.startswith('"'):
+            key = json.loads(key)
+        if isinstance(current, dict):
+            current = current.get(key, ABSENT)
+        elif isinstance(current, list):
+            if key.isdigit():
+                current = current[int(key)] if int(key) < len(current) else ABSENT
+            else:
+                current = next((i for i in current if isinstance(i, dict) and i.get("name") == key), ABSENT)
+        else:
+            return ABSENT
+    return current
+
+
+def _dependents_of_replacements(changes: list[ResourceChange], base: dict[tuple[str, ...], Any],
+                                head: list[dict[str, Any]]) -> list[ResourceChange]:
+    """Resources whose inputs are outputs of a replaced resource: at preview those outputs are unknown,
+    so the engine shows the inputs as unknown and replaces the dependent when one of them forces it
+    (each Auto Scaling group tag when the node group is replaced: its group's name is new)."""
+    by_key = {f"{r['type']}::{r['name']}": r for r in head}
+    old_by_key = {f"{r['type']}::{r['name']}": r for r in base.values()}
+    # Deletes and creates stay as they are (a URN change gives one of each under the same type and name).
+    others = [c for c in changes if c.action in ("delete", "create")]
+    result = {f"{c.type}::{c.name}": c for c in changes if c.action not in ("delete", "create")}
+    created = {f"{c.type}::{c.name}" for c in others if c.action == "create"}
+    queue = [key for key, c in result.items() if c.action == "replace"]
+    done: set[str] = set()
+    while queue:
+        key = queue.pop(0)
+        if key in done or key not in by_key:
+            continue
+        done.add(key)
+        computed, entries = _outputs_of(by_key[key])
+        for dependent in head:
+            dkey = f"{dependent['type']}::{dependent['name']}"
+            if key not in _options(dependent).get("dependsOn", []) or dkey not in old_by_key or dkey in created:
+                continue
+            unknown = _unknown_paths(dependent.get("inputs") or {}, computed, entries)
+            if not unknown:
+                continue
+            previous = result.get(dkey) or ResourceChange(dependent["type"], dependent["name"])
+            kept = [f for f in previous.fields if not any(f.path == u or f.path.startswith((u + ".", u + "["))
+                                                          for u in unknown)]
+            old_inputs = {"inputs": old_by_key[dkey].get("inputs") or {}}
+            fields = [*kept, *(FieldChange(u, _at(old_inputs, u), UNKNOWN) for u in unknown)]
+            plain = [replacements.plain_path(u) for u in unknown]
+            forced = replacements.replacing_paths(dependent["type"], plain,
+                                                  _options(dependent).get("replaceOnChanges") or [])
+            name = key.split("::", 1)[1]
+            notes = [*previous.notes, f"{', '.join(plain)} unknown at preview: output of {name}, which is replaced"]
+            action = previous.action
+            if forced and action != "replace":
+                action = "replace"
+                notes += [_replace_order(old_by_key[dkey], dependent),
+                          *_removal_notes(old_by_key[dkey], "replacement", dependent)]
+                queue.append(dkey)
+            result[dkey] = dataclasses.replace(previous, fields=tuple(sorted(fields, key=lambda f: f.path)),
+                                               action=action, forced_by=tuple(sorted({*previous.forced_by, *forced})),
+                                               notes=tuple(notes))
+    return [*others, *result.values()]
 
 
 def _launch_template_notes(changes: list[ResourceChange], head: list[dict[str, Any]]) -> list[ResourceChange]:
@@ -354,6 +530,7 @@ def diff_resources(
         change = _update(old[key], new[key], by_urn)
         if change is not None:
             changes.append(change)
+    changes = _dependents_of_replacements(changes, old, head)
     changes = _launch_template_notes(changes, head)
     changes = _old_revision_notes(changes, old)
     changes.sort(key=lambda c: (ACTIONS.index(c.action), c.type, c.name))
@@ -366,6 +543,8 @@ def diff_resources(
 def show_value(value: Any) -> str:
     if value is ABSENT:
         return "(absent)"
+    if value is UNKNOWN:
+        return "(known after the replacement)"
     return json.dumps(value, sort_keys=True, ensure_ascii=False)
 
 
@@ -410,9 +589,13 @@ def format_text(diff: StackDiff) -> str:
         lines = [f"{diff.stack}: {diff.counts()} against {diff.against}"]
     if diff.note:
         lines.append(f"  ({diff.note})")
+    if diff.preview_errors:
+        lines.append(f"  pulumi preview fails: {len(diff.preview_errors)} protected resource(s) would be deleted or "
+                     f"replaced: {', '.join(diff.preview_errors)}")
     for change in diff.changes:
         lines.append(_headline(change))
         lines += [f"    ! {note}" for note in change.notes]
+        lines += [f"    = {line}" for line in change.consequences]
         for field in change.fields:
             if field.lines:
                 lines.append(f"    {field.path}: {sum(1 for x in field.lines if x[:1] in '+-')} lines changed")
@@ -457,7 +640,8 @@ def _changed_block(resource: ResourceChange) -> list[str]:
     forced = f" — forced by {', '.join(_code(p) for p in resource.forced_by)}" if resource.forced_by else ""
     block = [f"**{_code(SYMBOLS[resource.action])} {_code(resource.type)} {_code(resource.name)}**{forced}", ""]
     block += [f"- {_escape(note)}" for note in resource.notes]
-    if resource.notes:
+    block += [f"- **cost:** {_escape(line)}" for line in resource.consequences]
+    if resource.notes or resource.consequences:
         block.append("")
     block += ["| path | base | working tree |", "|---|---|---|"]
     multi_line = []
@@ -496,6 +680,9 @@ def format_markdown(diff: StackDiff, budget: int = MARKDOWN_BUDGET) -> str:
                  "--diff`: `+-` replace, `-` delete, `+` create, `~` update.")
     if diff.note:
         lines += ["", f"_{diff.note}_"]
+    if diff.preview_errors:
+        lines += ["", "> [!CAUTION]", "> The real `pulumi preview` fails: protected resources would be deleted or "
+                  f"replaced: {', '.join(_code(e) for e in diff.preview_errors)}."]
     used = sum(len(line) + 1 for line in lines)
     for action in ACTIONS:
         items = diff.of(action)
@@ -641,7 +828,25 @@ def diff_stack(target: str, base: str | None = None, project_dir: Path = stack_f
         note = f"{stack_file} does not exist at the base: every resource is added"
     elif not in_head:
         note = f"{stack_file} was deleted: every resource is removed"
-    return diff_resources(old, head, stack, chosen, commit[:7], note)
+    diff = diff_resources(old, head, stack, chosen, commit[:7], note)
+    return with_consequences(diff, project_dir / stack_file, head) if in_head else diff
+
+
+def with_consequences(diff: StackDiff, stack_file: Path, head: list[dict[str, Any]]) -> StackDiff:
+    """Each changed workload's cost from the planner's timing, for the head's config (the one `pulumi up`
+    would run); a stack file the diff process cannot load as config adds no lines."""
+    try:
+        _, config = environment.load_stack_file(stack_file)
+    except Exception:  # noqa: BLE001 - the render of the same file already succeeded; the lines are extra
+        return diff
+    by_key = {(r["type"], r["name"]): r for r in head}
+    changes = []
+    for change in diff.changes:
+        paths = [f.path for f in change.fields]
+        lines = consequences.for_change(config, change.type, change.name, change.action, paths,
+                                        by_key.get((change.type, change.name)))
+        changes.append(dataclasses.replace(change, consequences=tuple(lines)))
+    return dataclasses.replace(diff, changes=tuple(changes))
 
 
 # --- command line --------------------------------------------------------------------------------

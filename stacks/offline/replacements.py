@@ -2,18 +2,27 @@
 
 The offline diff cannot ask the providers, so it carries their rules for every type this program
 creates. Paths are input paths in Pulumi's camelCase, without list indexes; a change at a path, or
-below it, forces replacement. Types missing here (Helm releases, custom resources) replace only
-on a metadata.name or namespace change, or never.
+below it, forces replacement. Helm releases replace on a name or namespace change; custom resources
+on a metadata.name or namespace change only; a test checks that every AWS type the stacks create is
+listed.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
-# pulumi-kubernetes provider/pkg/provider/diff.go (forceNewProperties): metadata.name and
-# metadata.namespace for every kind, plus these per group/version/kind.
+# pulumi-kubernetes provider/pkg/provider/diff.go (forceNewProperties; read at commit 94977969d641,
+# 2026-07-01): metadata.name and metadata.namespace for every kind, plus these per group/version/kind.
+# Secrets and ConfigMaps are replaced on a data change unless the provider's enableSecretMutable /
+# enableConfigMapMutable is set (this program sets neither).
 _KUBERNETES_METADATA = ("metadata.name", "metadata.namespace")
 _LABEL_SELECTOR = ("spec.selector",)
+# The volume sources of a PersistentVolume: a PV pointing at other storage is another volume.
+_PV_SOURCES = tuple(f"spec.{source}" for source in (
+    "awsElasticBlockStore", "azureDisk", "azureFile", "cephfs", "cinder", "csi", "fc", "flexVolume", "flocker",
+    "gcePersistentDisk", "glusterfs", "hostPath", "iscsi", "local", "nfs", "photonPersistentDisk",
+    "portworxVolume", "quobyte", "rbd", "scaleIO", "storageos", "vsphereVolume"))
 KUBERNETES_FORCE_NEW: dict[str, tuple[str, ...]] = {
     "apps/v1:Deployment": _LABEL_SELECTOR,
     "apps/v1:DaemonSet": _LABEL_SELECTOR,
@@ -23,17 +32,28 @@ KUBERNETES_FORCE_NEW: dict[str, tuple[str, ...]] = {
     "core/v1:ConfigMap": ("binaryData", "data"),
     "core/v1:Secret": ("type", "stringData", "data"),
     "core/v1:Service": ("spec.clusterIP",),
-    # The whole spec, storage requests included: a bigger claim is a new claim through Pulumi.
-    "core/v1:PersistentVolumeClaim": ("spec",),
+    # Not the size: a bigger storage request is an in-place update (the CSI driver expands the volume
+    # when its StorageClass allows expansion).
+    "core/v1:PersistentVolumeClaim": ("spec.accessModes", "spec.selector", "spec.storageClassName",
+                                      "spec.volumeName"),
+    "core/v1:PersistentVolume": _PV_SOURCES,
     "storage.k8s.io/v1:StorageClass": ("parameters", "provisioner"),
     "rbac.authorization.k8s.io/v1:RoleBinding": ("roleRef",),
     "rbac.authorization.k8s.io/v1:ClusterRoleBinding": ("roleRef",),
 }
+# pulumi-kubernetes provider/pkg/provider/helm_release.go (Diff: forceNewFields ".name", ".namespace"):
+# a release under another name or namespace is a new release, created before the old one is uninstalled.
+HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
+HELM_RELEASE_FORCE_NEW = ("name", "namespace")
 
 # terraform-provider-aws (which pulumi-aws 7.x wraps): the ForceNew / RequiresReplace arguments of
 # each resource's schema. eks/node_group.go, ec2/ec2_launch_template.go, iam/role.go,
 # iam/role_policy.go, iam/role_policy_attachment.go, autoscaling/group_tag.go,
-# ec2/ec2_placement_group.go, eks/pod_identity_association.go, eks/addon.go.
+# ec2/ec2_placement_group.go, eks/pod_identity_association.go, eks/addon.go; and, read for this table:
+# ec2/vpc_security_group.go (0160692), efs/file_system.go (0389f46), efs/mount_target.go (0593466),
+# ec2/vpc_security_group_ingress_rule.go (00a3220: security_group_id RequiresReplace, and ModifyPlan
+# replaces the rule when its source kind changes, see INGRESS_RULE_SOURCES), fsx/lustre_file_system.go
+# (06ee53d: also a storageCapacity decrease, see LUSTRE_CAPACITY).
 AWS_FORCE_NEW: dict[str, tuple[str, ...]] = {
     "aws:eks/nodeGroup:NodeGroup": (
         "amiType", "capacityType", "clusterName", "diskSize", "instanceTypes", "nodeGroupName",
@@ -49,7 +69,22 @@ AWS_FORCE_NEW: dict[str, tuple[str, ...]] = {
     "aws:ec2/placementGroup:PlacementGroup": ("name", "strategy", "partitionCount", "spreadLevel"),
     "aws:eks/podIdentityAssociation:PodIdentityAssociation": ("clusterName", "namespace", "serviceAccount"),
     "aws:eks/addon:Addon": ("addonName", "clusterName", "namespaceConfig"),
+    # Even the description: EC2 cannot change a group's description, so a reworded one is a new group.
+    "aws:ec2/securityGroup:SecurityGroup": ("description", "name", "namePrefix", "vpcId"),
+    "aws:efs/fileSystem:FileSystem": ("availabilityZoneName", "creationToken", "encrypted", "kmsKeyId",
+                                      "performanceMode"),
+    # securityGroups is updated in place (ModifyMountTargetSecurityGroups).
+    "aws:efs/mountTarget:MountTarget": ("fileSystemId", "ipAddress", "subnetId"),
+    "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule": ("securityGroupId",),
+    "aws:fsx/lustreFileSystem:LustreFileSystem": (
+        "backupId", "copyTagsToBackups", "deploymentType", "driveCacheType", "exportPath", "fileSystemTypeVersion",
+        "importPath", "importedFileChunkSize", "kmsKeyId", "perUnitStorageThroughput", "securityGroupIds",
+        "storageType", "subnetIds",
+    ),
 }
+INGRESS_RULE = "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
+INGRESS_RULE_SOURCES = ("cidrIpv4", "cidrIpv6", "prefixListId", "referencedSecurityGroupId")
+LUSTRE = "aws:fsx/lustreFileSystem:LustreFileSystem"
 
 # Node group inputs whose in-place update makes EKS replace every node, draining each under the
 # PodDisruptionBudgets (UpdateNodegroupVersion; awsdocs managed-node-update-behavior).
@@ -74,13 +109,29 @@ def force_new_paths(resource_type: str) -> tuple[str, ...]:
     """The input paths whose change replaces a resource of this Pulumi type."""
     if resource_type in AWS_FORCE_NEW:
         return AWS_FORCE_NEW[resource_type]
+    if resource_type == HELM_RELEASE:
+        return HELM_RELEASE_FORCE_NEW
     if resource_type.startswith("kubernetes:") and not resource_type.startswith("kubernetes:helm.sh/"):
         token = resource_type.removeprefix("kubernetes:")
         return (*_KUBERNETES_METADATA, *KUBERNETES_FORCE_NEW.get(token, ()))
     return ()
 
 
-def replacing_paths(resource_type: str, changed: list[str], replace_on_changes: list[str]) -> list[str]:
+def _conditional_replacements(resource_type: str, old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Replacements a provider decides from both values, not from a changed path alone."""
+    if resource_type == INGRESS_RULE:
+        kinds = [sorted(k for k in INGRESS_RULE_SOURCES if side.get(k) is not None) for side in (old, new)]
+        return sorted(set(kinds[0]) | set(kinds[1])) if kinds[0] != kinds[1] else []
+    if resource_type == LUSTRE:
+        before, after = old.get("storageCapacity"), new.get("storageCapacity")
+        shrinks = isinstance(before, int) and isinstance(after, int) and after < before
+        if shrinks or (before != after and new.get("deploymentType", "SCRATCH_1") == "SCRATCH_1"):
+            return ["storageCapacity"]
+    return []
+
+
+def replacing_paths(resource_type: str, changed: list[str], replace_on_changes: list[str],
+                    old: dict[str, Any] | None = None, new: dict[str, Any] | None = None) -> list[str]:
     """The changed input paths (plain, as `plain_path` gives them) that force a replacement: the
     provider's own rules plus the resource's `replaceOnChanges` option ("*" means any input)."""
     rules = (*force_new_paths(resource_type), *replace_on_changes)
@@ -88,7 +139,15 @@ def replacing_paths(resource_type: str, changed: list[str], replace_on_changes: 
     for path in changed:
         if path and ("*" in replace_on_changes or any(_under(path, rule) for rule in rules)):
             found.append(path)
+    found += _conditional_replacements(resource_type, old or {}, new or {})
     return sorted(set(found))
+
+
+def is_ignored(path: str, ignore_changes: list[str]) -> bool:
+    """Whether a plain input path is under one of the resource's ignoreChanges paths: the engine resets
+    those inputs to their old values before it asks the provider to diff (pulumi/pulumi
+    pkg/resource/deploy/step_generator.go, processIgnoreChanges), so they neither update nor replace."""
+    return any(_under(path, rule) for rule in ignore_changes if rule)
 
 
 def rolls_nodes(changed: list[str]) -> list[str]:

@@ -156,5 +156,74 @@ def test_every_skip_pattern_matches_only_vllm_deployments_and_staging_jobs_in_th
     # staging and prod route through an InferencePool, so they also run the model's endpoint picker.
     pickers = [] if stack == "dev" else [f"Deployment.llm-serving.{model}-epp"]
     assert [w if w.startswith("Deployment.") else w.rsplit("-", 1)[0] + "-<hash>" for w in workloads] == [
+<<<<<<< HEAD
         f"Deployment.llm-serving.{model}", *pickers, f"Job.llm-serving.{model}-stage-<hash>",
         f"Job.llm-serving.{model}-verify-<hash>"]
+=======
+        f"Deployment.llm-serving.{model}", *pickers, f"Job.llm-serving.{model}-stage-<hash>"]
+
+
+# --- zizmor --------------------------------------------------------------------------------------
+
+ZIZMOR_REASON = "The workspace-relative form calls the file at the caller's commit, which deploy needs."
+
+
+def zizmor_report(*found: tuple[str, str, list[dict[str, object]]]) -> list[dict[str, Any]]:
+    """zizmor's JSON (v1) shape: (audit, file, route steps) per finding, one primary location each."""
+    return [{
+        "ident": audit,
+        "determinations": {"confidence": "High", "severity": "Low", "persona": "Regular"},
+        "locations": [{
+            "symbolic": {"key": {"Local": {"verbatim_path": path}}, "annotation": "this job",
+                         "route": {"route": route}, "kind": "Primary"},
+            "concrete": {"location": {"start_point": {"row": 15, "column": 4}}},
+        }],
+    } for audit, path, route in found]
+
+
+DEPLOY_USES = ("self-repository", ".github/workflows/deploy.yml", [{"Key": "jobs"}, {"Key": "dev"}, {"Key": "uses"}])
+STEP_CHECKOUT = ("artipacked", ".github/workflows/ci.yml",
+                 [{"Key": "jobs"}, {"Key": "test"}, {"Key": "steps"}, {"Index": 0}])
+
+
+def test_zizmor_findings_are_keyed_by_audit_file_and_route():
+    assert scan.zizmor_findings(zizmor_report(DEPLOY_USES, STEP_CHECKOUT)) == [
+        scan.ZizmorFinding("self-repository", ".github/workflows/deploy.yml", "jobs.dev.uses", 16, "Low", "this job"),
+        scan.ZizmorFinding("artipacked", ".github/workflows/ci.yml", "jobs.test.steps[0]", 16, "Low", "this job"),
+    ]
+
+
+def test_a_zizmor_finding_is_accepted_only_by_an_entry_for_its_audit_file_and_location():
+    findings = scan.zizmor_findings(zizmor_report(DEPLOY_USES, STEP_CHECKOUT))
+    entry = scan.ZizmorIgnore("self-repository", ".github/workflows/deploy.yml", ("jobs.*.uses",), ZIZMOR_REASON)
+    uncovered, stale = scan.judge_zizmor(findings, [entry])
+    assert uncovered == [".github/workflows/ci.yml:16: artipacked (Low) at jobs.test.steps[0]: this job"]
+    assert stale == []
+    elsewhere = scan.ZizmorIgnore("self-repository", ".github/workflows/ci.yml", ("jobs.*.uses",), ZIZMOR_REASON)
+    assert scan.judge_zizmor(findings[:1], [elsewhere]) == (
+        [".github/workflows/deploy.yml:16: self-repository (Low) at jobs.dev.uses: this job"],
+        ["entry 0 (self-repository in .github/workflows/ci.yml at jobs.*.uses) covers nothing; remove it"])
+
+
+def test_a_malformed_zizmor_ignore_list_names_every_problem():
+    document = [{"audit": "Self Repository", "file": "deploy.yml", "where": [], "reason": "ok", "owner": "me"}]
+    with pytest.raises(SkipListError) as error:
+        scan.parse_zizmor_ignores(document)
+    assert str(error.value).splitlines() == [
+        "entry 0: unknown keys owner; allowed: audit, file, where, reason",
+        "entry 0.audit: 'Self Repository' is not a zizmor audit id such as dangerous-triggers",
+        "entry 0.file: 'deploy.yml'; expected a path under .github/, e.g. .github/workflows/ci.yml",
+        "entry 0.where: []; expected a non-empty list of location patterns such as jobs.*.uses",
+        f"entry 0.reason: must say why the finding is accepted (at least {scan.MIN_REASON_CHARS} characters)",
+    ]
+    with pytest.raises(SkipListError, match="must be a YAML list"):
+        scan.parse_zizmor_ignores({"audit": "x"})
+
+
+def test_the_committed_zizmor_ignore_list_is_the_reviewed_set():
+    entries = scan.parse_zizmor_ignores(yaml.safe_load(scan.ZIZMOR_IGNORES_FILE.read_text()))
+    assert [(e.audit, e.file, e.where) for e in entries] == [
+        ("dangerous-triggers", ".github/workflows/offline-diff-comment.yml", ("on.workflow_run",)),
+        ("self-repository", ".github/workflows/deploy.yml", ("jobs.*.uses",)),
+    ]
+>>>>>>> issue-25

@@ -1,0 +1,100 @@
+"""What a diff costs while `pulumi up` runs: the consequence lines the offline diff adds per workload.
+
+From the planner's own timing model (components.serving rollout planner, stacks.checks.planning):
+for every changed vLLM Deployment whose pod template changes, how many replicas roll with which
+strategy, minutes per replica and in total, the GPUs or node the surge needs, and whether the
+longest stream fits the drain; for a node group that is replaced or rolls its nodes, how long the
+update takes and how many nodes run beside the old ones (the quota it needs meanwhile).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from components import serving
+from stacks.checks import planning
+from stacks.config import StackConfig
+
+DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
+POD_TEMPLATE = "inputs.spec.template"
+
+
+def _minutes(seconds: int) -> str:
+    return f"{math.ceil(seconds / 60)} min"
+
+
+def _strategy_text(strategy: serving.Strategy) -> str:
+    if strategy.type == "Recreate":
+        return "Recreate (every replica stops, then all start)"
+    return f"RollingUpdate maxSurge {strategy.max_surge}, maxUnavailable {strategy.max_unavailable}"
+
+
+def _single_node_footprints(config: StackConfig) -> tuple[list[serving.Footprint], dict[str, Any]]:
+    footprints = [planning.footprint(config, m, planning.model_plan(config, m)) for m in config.models]
+    return footprints, {m.name: m for m in config.models}
+
+
+def rollout_lines(config: StackConfig, model_name: str) -> list[str]:
+    """The consequences of a pod-template change of one model's Deployment."""
+    footprints, models = _single_node_footprints(config)
+    model = models.get(model_name)
+    if model is None:
+        return []
+    footprint = next(f for f in footprints if f.name == model_name)
+    strategy = planning.rollout_strategies(config)[model_name]
+    timing = planning.timing(config)
+    supply = planning.supply(config)
+    running = config.gpu_node_group.scaling.desired_nodes
+    needs_node = serving.rollout_needs_node(footprints, footprint, supply.gpus_per_node, running)
+    per_replica = serving.replica_add_seconds(footprint, timing, needs_node=False)
+    ready = per_replica - timing.image_pull_seconds - footprint.cold_start_seconds  # minReadySeconds
+    total = serving.rollout_seconds(footprint, strategy, footprint.min_replicas, timing, needs_node=needs_node)
+    replicas = footprint.min_replicas
+    lines = [f"rollout: {replicas} replica(s) roll ({_strategy_text(strategy)}), about {_minutes(per_replica)} each "
+             f"(image pull {timing.image_pull_seconds} s + cold start {footprint.cold_start_seconds} s + "
+             f"{ready} s available), about {_minutes(total)} in total"
+             + (" (at minReplicas: each replica KEDA runs above it adds a step)"
+                if footprint.max_replicas > replicas else "")]
+    if strategy.type == "RollingUpdate" and strategy.max_surge:
+        gpus = strategy.max_surge * footprint.tensor_parallel_size * footprint.nodes_per_replica
+        where = (f"no running node has them, so a new {supply.instance_type} node first "
+                 f"(+{_minutes(timing.node_ready_seconds)})" if needs_node
+                 else f"they fit on the {running} running node(s)")
+        lines.append(f"surge: {gpus} free GPUs for {strategy.max_surge} extra replica(s); {where}")
+    # A replaced pod gets SIGTERM; vLLM lets requests run for --shutdown-timeout, then stops them.
+    stream = planning.generation_seconds(config, model)
+    drain = model.shutdown_timeout_seconds
+    if stream <= drain:
+        lines.append(f"streams: the longest possible ({stream} s at max-model-len) ends inside the {drain} s drain")
+    else:
+        lines.append(f"streams: AT RISK: a stream still running {drain} s (--shutdown-timeout) after its pod is "
+                     f"replaced is cut; the longest possible is {stream} s (max-model-len at the slowest decode)")
+    return lines
+
+
+def node_group_lines(config: StackConfig) -> list[str]:
+    """The consequences of a node-group replacement (or a node roll, which this program does as one)."""
+    footprints, _ = _single_node_footprints(config)
+    strategies = planning.rollout_strategies(config)
+    supply = planning.supply(config)
+    running = config.gpu_node_group.scaling.desired_nodes
+    update = serving.node_update(footprints, strategies, supply, running, planning.timing(config))
+    peak = update.extra_nodes_at_peak + running
+    return [
+        f"node group update: about {_minutes(update.seconds)} ({'; '.join(update.steps)})",
+        f"quota: {update.extra_nodes_at_peak} new {supply.instance_type} node(s) beside the {running} old one(s), "
+        f"{peak} nodes and {peak * supply.gpus_per_node} GPUs at once until the old group is deleted",
+    ]
+
+
+def for_change(config: StackConfig, change_type: str, name: str, action: str, paths: list[str],
+               resource: dict[str, Any] | None) -> list[str]:
+    """Consequence lines of one resource change ([] when it costs nothing worth a line)."""
+    if change_type == DEPLOYMENT and action in ("update", "replace") and name.endswith("-deployment") and any(
+            p.startswith(POD_TEMPLATE) for p in paths):
+        return rollout_lines(config, name.removesuffix("-deployment"))
+    if change_type == NODE_GROUP and action == "replace":
+        return node_group_lines(config)
+    return []

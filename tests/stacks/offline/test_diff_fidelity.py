@@ -1,0 +1,250 @@
+# ruff: noqa: F811 - each test takes the `repo` fixture imported from test_diff.py
+"""The offline diff agrees with the engine and the providers: each case on real git history.
+
+Each test commits nothing to this repository: it edits the scratch repository of test_diff.py (this
+project's files committed as `main`) in its working tree and diffs against `main`. Every case here
+was shown wrong by the diff before issue #25 (an ignored input shown as a change, a claim replaced
+for a bigger size, a replaced claim said to be created first, no preview error for a protected
+replace, Auto Scaling group tags kept when their group is replaced, a Helm release moved to another
+namespace shown as an update, the security group and EFS types missing from the replacement rules).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+
+from stacks.offline import replacements
+from stacks.offline.diff import ResourceChange, diff_resources, format_markdown
+from tests.conftest import STACK_NAMES
+from tests.stacks.offline.test_diff import edit_text, edited, git, repo, run_diff, urned  # noqa: F401 - `repo` is a fixture
+
+CREATED_FIRST = "the replacement is created first; the old one is deleted at the end of the update"
+DELETED_FIRST = ("deleted before its replacement is created (same name and namespace, or deleteBeforeReplace): it is "
+                 "absent until the new one is ready")
+PROD_ROLLOUT = [
+    "    = rollout: 2 replica(s) roll (RollingUpdate maxSurge 1, maxUnavailable 0), about 14 min each (image pull "
+    "300 s + cold start 510 s + 30 s available), about 28 min in total (at minReplicas: each replica KEDA runs above "
+    "it adds a step)",
+    "    = surge: 4 free GPUs for 1 extra replica(s); they fit on the 2 running node(s)",
+    "    = streams: AT RISK: a stream still running 300 s (--shutdown-timeout) after its pod is replaced is cut; the "
+    "longest possible is 1639 s (max-model-len at the slowest decode)",
+]
+
+
+def block(out: str, headline: str) -> list[str]:
+    """The lines of one resource's entry in the text diff, its headline first."""
+    lines = out.splitlines()
+    start = lines.index(headline)
+    end = next((i for i in range(start + 1, len(lines)) if not lines[i].startswith("    ")), len(lines))
+    return lines[start:end]
+
+
+def test_an_input_under_ignore_changes_is_no_change(repo):
+    # desiredNodes is the node group's scalingConfig.desiredSize, which the program ignores after
+    # creation (the node autoscaler owns it): the engine resets it to the old value before diffing.
+    with edited(repo, "Pulumi.prod.yaml", ("desiredNodes: 2", "desiredNodes: 3")):
+        result = run_diff(repo, "prod", "--base", "main")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("prod: no changes against main (")
+
+
+EXISTING_CLASS = ("  llm-serving:weightsStorage:\n    backend: existingStorageClass\n    existingStorageClass:\n"
+                  "      name: efs-fast\n      readMibPerSecond: 500\n")
+SIZED = ("      maxNumBatchedTokens: 8192\n", "      maxNumBatchedTokens: 8192\n      storage:\n        sizeGib: 300\n")
+
+
+def test_a_bigger_claim_is_an_update_not_a_replacement(repo):
+    # A base whose claim has a size of its own (an existing StorageClass), committed on a branch.
+    git(repo, "checkout", "-q", "-b", "sized-claim", "main")
+    try:
+        edit_text(repo / "Pulumi.prod.yaml", "  llm-serving:environment: prod\n",
+                  "  llm-serving:environment: prod\n" + EXISTING_CLASS)
+        edit_text(repo / "Pulumi.prod.yaml", *SIZED)
+        git(repo, "commit", "-q", "-am", "prod weights on an existing StorageClass, 300 GiB claims")
+        with edited(repo, "Pulumi.prod.yaml", ("        sizeGib: 300\n", "        sizeGib: 400\n")):
+            result = run_diff(repo, "prod", "--base", "sized-claim")
+    finally:
+        git(repo, "checkout", "-q", "feature")
+    assert result.returncode == 1, result.stderr
+    lines = block(result.stdout, "~ kubernetes:core/v1:PersistentVolumeClaim llama-70b-weights-claim")
+    assert lines[1:] == ['    inputs.spec.resources.requests.storage: "300Gi" -> "400Gi"']
+    assert "+- " not in result.stdout
+
+
+def test_a_protected_claim_on_another_storage_class_is_a_preview_error_and_deleted_first(repo):
+    with edited(repo, "Pulumi.prod.yaml", ("  llm-serving:environment: prod\n",
+                                           "  llm-serving:environment: prod\n" + EXISTING_CLASS), SIZED):
+        text = run_diff(repo, "prod", "--base", "main")
+        markdown = run_diff(repo, "prod", "--base", "main", "--format", "markdown")
+    assert text.returncode == 1, text.stderr
+    assert text.stdout.splitlines()[1].startswith("  pulumi preview fails: 2 protected resource(s) would be deleted or "
+                                                  "replaced: ")
+    lines = block(text.stdout, "+- kubernetes:core/v1:PersistentVolumeClaim llama-70b-weights-claim (forced by "
+                               "spec.storageClassName)")
+    assert lines[1:3] == [
+        f"    ! {DELETED_FIRST}",
+        "    ! preview error: protected, so `pulumi preview` and `pulumi up` fail instead of this replacement until "
+        "protect is removed (protect=False in the program, or `pulumi state unprotect`)",
+    ]
+    assert "> [!CAUTION]\n> The real `pulumi preview` fails: protected resources would be deleted or replaced: " in (
+        markdown.stdout)
+
+
+def test_an_ami_bump_replaces_the_node_group_and_its_asg_tags_and_costs_a_node_generation(repo):
+    with edited(repo, "Pulumi.prod.yaml", ("amiReleaseVersion: 1.34.2-20261101", "amiReleaseVersion: 1.34.2-20261115")):
+        result = run_diff(repo, "prod", "--base", "main")
+    assert result.returncode == 1, result.stderr
+    out = result.stdout
+    assert out.splitlines()[0].startswith("prod: 9 to replace, 0 to delete, 0 to create, 1 to update against main")
+    # The new group's Auto Scaling group name is unknown at preview, and it forces each tag's replacement.
+    tags = re.findall(r"^\+- aws:autoscaling/tag:Tag (\S+) \(forced by autoscalingGroupName\)$", out, re.MULTILINE)
+    assert len(tags) == 8
+    assert block(out, f"+- aws:autoscaling/tag:Tag {tags[0]} (forced by autoscalingGroupName)")[1:4] == [
+        "    ! autoscalingGroupName unknown at preview: output of gpu-p5-48xlarge-node-group, which is replaced",
+        f"    ! {CREATED_FIRST}",
+        '    inputs.autoscalingGroupName: "eks-gpu-p5-48xlarge-node-group-asg" -> (known after the replacement)',
+    ]
+    group = block(out, "+- aws:eks/nodeGroup:NodeGroup gpu-p5-48xlarge-node-group (forced by labels)")
+    assert group[1:4] == [
+        f"    ! {CREATED_FIRST}",
+        "    = node group update: about 38 min (create the new node group: 2 node(s) ready in about 5 min; roll every "
+        "model onto it with its own strategy: about 28 min (slowest model); delete the old group's 2 emptied node(s): "
+        "about 5 min)",
+        "    = quota: 2 new p5.48xlarge node(s) beside the 2 old one(s), 4 nodes and 32 GPUs at once until the old "
+        "group is deleted",
+    ]
+    assert '    inputs.releaseVersion: "1.34.2-20261101" -> "1.34.2-20261115"' in group
+    deployment = block(out, "~ kubernetes:apps/v1:Deployment llama-70b-deployment")
+    assert deployment[1] == ("    ! spec.template.spec.nodeSelector unknown at preview: output of "
+                             "gpu-p5-48xlarge-node-group, which is replaced")
+    assert deployment[2:5] == PROD_ROLLOUT
+    assert re.fullmatch(r"    inputs\.spec\.template\.spec\.nodeSelector: \{.* -> \(known after the replacement\)",
+                        deployment[5])
+
+
+def test_a_model_revision_bump_stages_a_new_job_and_rolls_every_replica(repo):
+    old = "revision: 1605565b47bb9346c5515c34102e054115b4f98b"
+    with edited(repo, "Pulumi.prod.yaml", (old, "revision: 2b6f0a4e1d3c5b7a9e8f0d1c2b3a4f5e6d7c8b9a")):
+        result = run_diff(repo, "prod", "--base", "main")
+    assert result.returncode == 1, result.stderr
+    out = result.stdout
+    # The staging Job is renamed with the revision, so the new one runs before the old one is deleted.
+    job = [line for line in out.splitlines() if line.startswith("+- kubernetes:batch/v1:Job ")]
+    assert job == ["+- kubernetes:batch/v1:Job llama-70b-weights-stage (forced by metadata.name, "
+                   "spec.template.spec.containers.env.value)"]
+    assert block(out, job[0])[1] == f"    ! {CREATED_FIRST}"
+    assert block(out, "~ kubernetes:apps/v1:Deployment llama-70b-deployment")[1:4] == PROD_ROLLOUT
+
+
+def test_a_helm_release_in_another_namespace_is_a_replacement(repo):
+    with edited(repo, "Pulumi.dev.yaml", ("      namespace: monitoring\n", "      namespace: observability\n")):
+        result = run_diff(repo, "dev", "--base", "main")
+    assert result.returncode == 1, result.stderr
+    lines = block(result.stdout, "+- kubernetes:helm.sh/v3:Release prometheus-release (forced by namespace)")
+    assert lines[1:3] == [
+        f"    ! {CREATED_FIRST}",
+        "    ! a new release beside the old one until the end of the update: cluster-scoped objects of the chart "
+        "(CRDs, ClusterRoles, webhooks) exist twice under the same names and the install fails unless the chart names "
+        "them per release",
+    ]
+
+
+def test_a_reworded_security_group_is_replaced_with_its_ingress_rule(repo):
+    reworded = ('f"NFS from the GPU nodes of {args.cluster_name} to the weights file system"',
+                'f"NFS to the weights of {args.cluster_name}"')
+    with edited(repo, "components/storage/efs.py", reworded):
+        result = run_diff(repo, "staging", "--base", "main")
+    assert result.returncode == 1, result.stderr
+    out = result.stdout
+    assert "+- aws:ec2/securityGroup:SecurityGroup weights-storage-nfs (forced by description)" in out
+    rule = block(out, "+- aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule weights-storage-nfs-from-nodes "
+                      "(forced by securityGroupId)")
+    assert rule[1] == "    ! securityGroupId unknown at preview: output of weights-storage-nfs, which is replaced"
+    # A mount target's security groups change in place (ModifyMountTargetSecurityGroups).
+    mount = block(out, "~ aws:efs/mountTarget:MountTarget weights-storage-mount-us-east-1a")
+    assert mount[-1] == '    inputs.securityGroups[0]: "weights-storage-nfs-id" -> (known after the replacement)'
+
+
+def test_a_new_efs_performance_mode_replaces_the_file_system_its_mount_targets_and_storage_class(repo):
+    with edited(repo, "components/storage/efs.py", ('performance_mode="generalPurpose"', 'performance_mode="maxIO"')):
+        result = run_diff(repo, "staging", "--base", "main")
+    assert result.returncode == 1, result.stderr
+    out = result.stdout
+    assert "+- aws:efs/fileSystem:FileSystem weights-storage-file-system (forced by performanceMode)" in out
+    assert block(out, "+- aws:efs/mountTarget:MountTarget weights-storage-mount-us-east-1a (forced by "
+                      "fileSystemId)")[1:3] == [
+        "    ! fileSystemId unknown at preview: output of weights-storage-file-system, which is replaced",
+        f"    ! {CREATED_FIRST}"]
+    # The StorageClass keeps its name, so pulumi-kubernetes deletes it before creating the new one.
+    assert block(out, "+- kubernetes:storage.k8s.io/v1:StorageClass weights-storage-storage-class (forced by "
+                      "parameters.fileSystemId)")[2] == f"    ! {DELETED_FIRST}"
+
+
+# --- provider rules without a stack that exercises them --------------------------------------------
+
+
+def one(base: dict, head: dict) -> ResourceChange:
+    (change,) = diff_resources([base], [head], "prod", "main").changes
+    return change
+
+
+def test_a_persistent_volume_on_another_source_is_replaced_and_its_capacity_is_not():
+    def pv(handle: str, size: str) -> dict:
+        return urned("kubernetes:core/v1:PersistentVolume", "pv", metadata={"name": "weights"},
+                     spec={"capacity": {"storage": size}, "csi": {"driver": "efs.csi.aws.com", "volumeHandle": handle}})
+    assert (one(pv("fs-1", "100Gi"), pv("fs-1", "200Gi")).action) == "update"
+    change = one(pv("fs-1", "100Gi"), pv("fs-2", "100Gi"))
+    assert (change.action, change.forced_by, change.notes) == ("replace", ("spec.csi.volumeHandle",), (DELETED_FIRST,))
+
+
+def test_a_services_cluster_ip_forces_a_replacement_and_its_ports_do_not():
+    def service(ip: str, port: int) -> dict:
+        return urned("kubernetes:core/v1:Service", "svc", metadata={"name": "m", "namespace": "llm-serving"},
+                     spec={"clusterIP": ip, "ports": [{"name": "http", "port": port}]})
+    assert one(service("None", 8000), service("None", 8080)).action == "update"
+    assert one(service("None", 8000), service("10.0.0.9", 8000)).forced_by == ("spec.clusterIP",)
+
+
+def test_an_autonamed_kubernetes_object_is_created_first_and_delete_before_replace_deletes_first():
+    job = {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "a"}]}}}}
+    moved = {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "b"}]}}}}
+    assert one(urned("kubernetes:batch/v1:Job", "j", **job), urned("kubernetes:batch/v1:Job", "j", **moved)).notes == (
+        CREATED_FIRST,)
+    option = {"deleteBeforeReplace": True}
+    change = one(urned("aws:eks/nodeGroup:NodeGroup", "ng", options=option, subnetIds=["a"]),
+                 urned("aws:eks/nodeGroup:NodeGroup", "ng", options=option, subnetIds=["b"]))
+    assert change.notes == (DELETED_FIRST,)
+
+
+def test_lustre_replacements_include_a_capacity_decrease_but_not_an_increase():
+    def lustre(capacity: int, subnet: str = "subnet-a") -> dict:
+        return urned("aws:fsx/lustreFileSystem:LustreFileSystem", "fsx", deploymentType="PERSISTENT_2",
+                     storageCapacity=capacity, subnetIds=[subnet])
+    assert one(lustre(2400), lustre(4800)).action == "update"
+    assert one(lustre(4800), lustre(2400)).forced_by == ("storageCapacity",)
+    assert one(lustre(2400), lustre(2400, "subnet-b")).forced_by == ("subnetIds",)
+
+
+def test_an_ingress_rule_that_changes_its_source_kind_is_replaced():
+    def rule(**source: str) -> dict:
+        return urned("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule", "r", securityGroupId="sg-1",
+                     fromPort=2049, toPort=2049, **source)
+    assert one(rule(cidrIpv4="10.0.0.0/16"), rule(cidrIpv4="10.1.0.0/16")).action == "update"
+    assert one(rule(cidrIpv4="10.0.0.0/16"), rule(referencedSecurityGroupId="sg-2")).forced_by == (
+        "cidrIpv4", "referencedSecurityGroupId")
+
+
+def test_consequences_show_in_markdown_as_cost_lines():
+    change = ResourceChange("kubernetes:apps/v1:Deployment", "m-deployment", consequences=("rollout: 1 replica",))
+    diff = diff_resources([], [], "prod", "main")
+    text = format_markdown(dataclasses.replace(diff, changes=(change,)))
+    assert "- **cost:** rollout: 1 replica" in text
+
+
+@pytest.mark.parametrize("stack", STACK_NAMES)
+def test_every_aws_type_a_stack_creates_has_its_replacement_rules(rendered, stack):
+    created = {r["type"] for r in rendered[stack].resources if r["type"].startswith("aws:")}
+    assert created and created <= set(replacements.AWS_FORCE_NEW), created - set(replacements.AWS_FORCE_NEW)
