@@ -156,11 +156,9 @@ def test_every_skip_pattern_matches_only_vllm_deployments_and_staging_jobs_in_th
     # staging and prod route through an InferencePool, so they also run the model's endpoint picker.
     pickers = [] if stack == "dev" else [f"Deployment.llm-serving.{model}-epp"]
     assert [w if w.startswith("Deployment.") else w.rsplit("-", 1)[0] + "-<hash>" for w in workloads] == [
-<<<<<<< HEAD
         f"Deployment.llm-serving.{model}", *pickers, f"Job.llm-serving.{model}-stage-<hash>",
         f"Job.llm-serving.{model}-verify-<hash>"]
-=======
-        f"Deployment.llm-serving.{model}", *pickers, f"Job.llm-serving.{model}-stage-<hash>"]
+
 
 
 # --- zizmor --------------------------------------------------------------------------------------
@@ -226,4 +224,3 @@ def test_the_committed_zizmor_ignore_list_is_the_reviewed_set():
         ("dangerous-triggers", ".github/workflows/offline-diff-comment.yml", ("on.workflow_run",)),
         ("self-repository", ".github/workflows/deploy.yml", ("jobs.*.uses",)),
     ]
->>>>>>> issue-25

@@ -458,7 +458,6 @@ def test_changed_flag_shows_the_container_arg(repo):
         markdown = run_diff(repo, "prod", "--base", "main", "--format", "markdown")
     assert text.returncode == 1, text.stderr
     lines = text.stdout.splitlines()
-<<<<<<< HEAD
     # The engine changes, so its verification Job runs again: it and its ConfigMap are new (the plan
     # behind them, at the lower concurrency, is in the ConfigMap's diff).
     assert lines[0].startswith("prod: 2 to replace, 0 to delete, 0 to create, 1 to update against main (")
@@ -466,13 +465,9 @@ def test_changed_flag_shows_the_container_arg(repo):
         "+- kubernetes:batch/v1:Job llama-70b-verify-job (forced by metadata.name, "
         "spec.template.spec.volumes.configMap.name)",
         "+- kubernetes:core/v1:ConfigMap llama-70b-verify-probe (forced by data, metadata.name)"]
-    assert lines[-2] == "~ kubernetes:apps/v1:Deployment llama-70b-deployment"
-    assert re.fullmatch(r'    inputs\.spec\.template\.spec\.containers\[vllm\]\.args\[\d+\]: "256" -> "128"', lines[-1])
-=======
-    assert lines[0].startswith("prod: 0 to replace, 0 to delete, 0 to create, 1 to update against main (")
-    assert lines[1] == "~ kubernetes:apps/v1:Deployment llama-70b-deployment"
+    deployment = lines.index("~ kubernetes:apps/v1:Deployment llama-70b-deployment")
     # What the rollout costs, from the planner's timing for prod's llama-70b (TP4, 2 replicas, maxSurge 1).
-    assert lines[2:5] == [
+    assert lines[deployment + 1:deployment + 4] == [
         "    = rollout: 2 replica(s) roll (RollingUpdate maxSurge 1, maxUnavailable 0), about 14 min each (image pull "
         "300 s + cold start 510 s + 30 s available), about 28 min in total (at minReplicas: each replica KEDA runs "
         "above it adds a step)",
@@ -480,9 +475,8 @@ def test_changed_flag_shows_the_container_arg(repo):
         "    = streams: AT RISK: a stream still running 300 s (--shutdown-timeout) after its pod is replaced is cut; "
         "the longest possible is 1639 s (max-model-len at the slowest decode)",
     ]
-    assert re.fullmatch(r'    inputs\.spec\.template\.spec\.containers\[vllm\]\.args\[\d+\]: "256" -> "128"', lines[5])
-    assert len(lines) == 6
->>>>>>> issue-25
+    assert re.fullmatch(r'    inputs\.spec\.template\.spec\.containers\[vllm\]\.args\[\d+\]: "256" -> "128"',
+                        lines[deployment + 4])
 
     assert markdown.returncode == 1, markdown.stderr
     assert "### Stack `prod`: 2 to replace, 0 to delete, 0 to create, 1 to update" in markdown.stdout
