@@ -2,6 +2,10 @@
 
 The only component `__main__.py` creates. It receives the stack's Kubernetes provider through
 `opts` and passes it on by parenting; it builds no provider of its own.
+
+Length: the composition root: the order and the dependencies between the domain packages (CRDs
+before controllers, workloads before routes, routes before the verification gate) are read here
+in one place; the builders themselves live in the packages.
 """
 
 from __future__ import annotations

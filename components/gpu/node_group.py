@@ -2,6 +2,10 @@
 
 Creates the node IAM role, a launch template (IMDSv2, container storage, EFA, capacity blocks) and
 the node group with the GPU taint and labels; outputs what GPU workloads must carry to land there.
+
+Length: the role, launch template, node group, its generation (the name hash a replacement keys on)
+and the autoscaler's node-template tags change together whenever the group's identity changes;
+split apart, a new input would have to be threaded through four modules to keep them in step.
 """
 
 from __future__ import annotations

@@ -15,9 +15,9 @@ from stacks.offline import render
 
 def test_clone_of_prod_creates_its_cluster_in_another_region(stack_dir):
     # prod refuses an API endpoint open to the internet: the clone names the deployers' network.
-    path, _ = clone.clone("prod", "prod-eu", ["aws:region=eu-west-1", "cluster.name=llm-prod-eu",
+    path = clone.clone("prod", "prod-eu", ["environment=prod", "aws:region=eu-west-1", "cluster.name=llm-prod-eu",
                                              "cluster.create.publicAccessCidrs=[203.0.113.0/24]"], stack_dir,
-                          create_zones=["eu-west-1a", "eu-west-1b", "eu-west-1c"])
+                          create_zones=["eu-west-1a", "eu-west-1b", "eu-west-1c"]).path
     config = yaml.safe_load(path.read_text())["config"]
     assert config["aws:region"] == "eu-west-1"
     assert config["llm-serving:cluster"] == {
@@ -35,8 +35,8 @@ def test_clone_of_prod_creates_its_cluster_in_another_region(stack_dir):
 
 
 def test_a_create_clone_renders_with_its_own_cluster(stack_dir):
-    path, _ = clone.clone("dev", "dev-new-account", [], stack_dir,
-                          create_zones=["us-east-1a", "us-east-1b", "us-east-1c"])
+    path = clone.clone("dev", "dev-new-account", [], stack_dir,
+                       create_zones=["us-east-1a", "us-east-1b", "us-east-1c"]).path
     result = render.render_stack(path)
     assert result.resource("aws:eks/cluster:Cluster", "cluster-control-plane")["inputs"]["name"] == "llm-dev"
     assert result.resource("aws:eks/nodeGroup:NodeGroup", "gpu-p5-4xlarge-node-group")["inputs"]["subnetIds"] == [

@@ -46,7 +46,7 @@ def test_pulumi_awaits_the_job_past_its_deadline(rendered, stack, model, deadlin
     spec = job["inputs"]["spec"]
     assert (spec["activeDeadlineSeconds"], spec["backoffLimit"]) == (deadline, 0)
     timeout = f"{deadline + AWAIT_SLACK_SECONDS}s"
-    assert job["options"]["customTimeouts"] == {"create": timeout, "update": timeout}
+    assert job["options"]["customTimeouts"] == {"create": timeout, "update": timeout, "delete": ""}
     # A failed gate is replaced by the next up instead of blocking it.
     assert job["inputs"]["metadata"]["annotations"] == {"pulumi.com/replaceUnready": "true"}
 

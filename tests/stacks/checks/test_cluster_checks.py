@@ -28,7 +28,7 @@ BASE: dict[str, Any] = {
         "runbookBaseUrl": "https://runbooks.example.com/llm-serving",
     },
     "apiKey": "a-test-api-key-of-some-length",
-    "edge": {"host": "llm.example.com", "tls": {"secretName": "llm-tls"}},
+    "edge": {"host": "llm.example.com", "tls": {"certManagerIssuer": "letsencrypt"}},
     "models": [{"name": "llama-8b", "modelId": "meta-llama/Llama-3.1-8B-Instruct",
                 "revision": "0e9e39f249a16976918f6564b8830bc894c89659", "maxModelLen": 8192,
                 "tensorParallelSize": 1}],

@@ -67,7 +67,7 @@ def test_cluster_autoscaler_needs_an_image_for_the_clusters_minor():
     # The add-ons this stack installs need builds pinned for the minor too (test_eks_addons.py); without
     # them only the autoscaler's image is in question.
     no_addons = {"gpuNodeGroup": group(autoRepair={"installMonitoringAgent": False}),
-                 "weightsStorage": {"efs": {"installCsiDriver": False}}}
+                 "weightsStorage": {"efs": {**BASE["weightsStorage"]["efs"], "installCsiDriver": False}}}
     assert lines(cluster={"name": "llm-prod", "kubernetesVersion": "1.35"}, **no_addons) == [
         'llm-serving:cluster.kubernetesVersion: no Cluster Autoscaler image is pinned for Kubernetes 1.35 (pinned: '
         "1.33, 1.34); add the matching release to components/platform/versions.py (got \"1.35\"; expected 1.33, "
