@@ -51,7 +51,9 @@ def test_an_input_under_ignore_changes_is_no_change(repo):
     assert result.stdout.startswith("prod: no changes against main (")
 
 
-EXISTING_CLASS = ("  llm-serving:weightsStorage:\n    backend: existingStorageClass\n    existingStorageClass:\n"
+# prod's own weightsStorage block becomes an existing class (its efs keys then go unread).
+WEIGHTS_BLOCK = "  llm-serving:weightsStorage:\n"
+EXISTING_CLASS = ("    backend: existingStorageClass\n    existingStorageClass:\n"
                   "      name: efs-fast\n      readMibPerSecond: 500\n")
 SIZED = ("      maxNumBatchedTokens: 8192\n", "      maxNumBatchedTokens: 8192\n      storage:\n        sizeGib: 300\n")
 
@@ -60,8 +62,7 @@ def test_a_bigger_claim_is_an_update_not_a_replacement(repo):
     # A base whose claim has a size of its own (an existing StorageClass), committed on a branch.
     git(repo, "checkout", "-q", "-b", "sized-claim", "main")
     try:
-        edit_text(repo / "Pulumi.prod.yaml", "  llm-serving:environment: prod\n",
-                  "  llm-serving:environment: prod\n" + EXISTING_CLASS)
+        edit_text(repo / "Pulumi.prod.yaml", WEIGHTS_BLOCK, WEIGHTS_BLOCK + EXISTING_CLASS)
         edit_text(repo / "Pulumi.prod.yaml", *SIZED)
         git(repo, "commit", "-q", "-am", "prod weights on an existing StorageClass, 300 GiB claims")
         with edited(repo, "Pulumi.prod.yaml", ("        sizeGib: 300\n", "        sizeGib: 400\n")):
@@ -75,8 +76,7 @@ def test_a_bigger_claim_is_an_update_not_a_replacement(repo):
 
 
 def test_a_protected_claim_on_another_storage_class_is_a_preview_error_and_deleted_first(repo):
-    with edited(repo, "Pulumi.prod.yaml", ("  llm-serving:environment: prod\n",
-                                           "  llm-serving:environment: prod\n" + EXISTING_CLASS), SIZED):
+    with edited(repo, "Pulumi.prod.yaml", (WEIGHTS_BLOCK, WEIGHTS_BLOCK + EXISTING_CLASS), SIZED):
         text = run_diff(repo, "prod", "--base", "main")
         markdown = run_diff(repo, "prod", "--base", "main", "--format", "markdown")
     assert text.returncode == 1, text.stderr

@@ -19,7 +19,7 @@ def steps(workflow: str, job: str) -> list[dict]:
 
 
 @pytest.mark.parametrize(("workflow", "job", "stack"), [
-    ("preview.yml", "preview", "${{ matrix.stack }}"), ("pulumi-up.yml", "up", "${{ inputs.stack }}")])
+    ("preview.yml", "preview", "\"$STACK\""), ("pulumi-up.yml", "up", "\"$STACK\"")])
 def test_workflows_run_preflight_after_the_credentials_and_before_pulumi(workflow, job, stack):
     found = steps(workflow, job)
     names = [str(s.get("uses", "")).split("@")[0] or s.get("name", "") for s in found]
