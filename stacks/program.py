@@ -355,6 +355,7 @@ def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStack
             tags=tags,
             autoscaled=config.node_autoscaling.mode is not NodeAutoscalingMode.NONE,
             auto_repair=group.auto_repair.enabled,
+            ssm_access=group.ssm_access,
         ),
         install_node_monitoring_agent=group.auto_repair.enabled and group.auto_repair.install_monitoring_agent,
         weights_storage=storage.WeightsFileSystemArgs(
