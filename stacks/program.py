@@ -316,8 +316,7 @@ def picker_settings(config: StackConfig) -> PickerSettings:
         cpu_request=routing.picker_cpu_request,
         memory_request=f"{routing.picker_memory_request_mib}Mi",
         memory_limit=f"{routing.picker_memory_limit_mib}Mi",
-        image=versions.ENDPOINT_PICKER_IMAGE
-        + (f"@{routing.picker_image_digest}" if routing.picker_image_digest else ""),
+        image=f"{versions.ENDPOINT_PICKER_IMAGE}@{routing.picker_image_digest}",
     )
 
 
@@ -451,6 +450,7 @@ def serving_stack_args(config: StackConfig, cluster: EksCluster) -> ServingStack
         picker=picker_settings(config),
         lws_chart_version=versions.LWS.version if any(m.settings.pipeline_parallel_size > 1 for m in models) else None,
         efa_device_plugin_chart_version=versions.EFA_DEVICE_PLUGIN.version if group.efa_interfaces else None,
+        stage_image=f"{versions.STAGE_IMAGE}@{config.weights_storage.stage_image_digest}",
         staging_node_selector=dict(config.weights_storage.efs.staging_node_selector)
         if config.weights_storage.backend is StorageBackend.EFS
         else None,
