@@ -60,7 +60,8 @@ def test_prods_picker_runs_two_active_replicas_that_drain_for_the_longest_stream
     assert spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
     pod = spec["template"]["spec"]
     (container,) = pod["containers"]
-    assert container["image"] == "ghcr.io/llm-d/llm-d-router-endpoint-picker:v0.10.0"
+    assert container["image"] == ("ghcr.io/llm-d/llm-d-router-endpoint-picker:v0.10.0"
+                                  "@sha256:2e516fa1310da7be59b82beb1445362139597d6d553ef04d546716abe3aaaa70")
     # prod's route has no request timeout, so the longest stream is 16,384 tokens at 10 tokens/s.
     assert container["args"] == [
         "--pool-name", MODEL, "--pool-namespace", "llm-serving", "--pool-group", "inference.networking.k8s.io",
@@ -190,9 +191,9 @@ def test_pickers_are_fenced_and_admitted_to_the_vllm_pods(rendered):
         {"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
          "ports": [{"protocol": "TCP", "port": 9090}]},
     ]
-    # dev routes through its Service: no picker to admit.
+    # dev routes through its Service: no picker to admit (only the proxies and Prometheus, by label).
     dev_sources = _by(rendered["dev"], "NetworkPolicy", "vllm-serving")["spec"]["ingress"][0]["from"]
-    assert all("podSelector" not in source for source in dev_sources)
+    assert all("namespaceSelector" in source for source in dev_sources) and len(dev_sources) == 2
 
 
 def test_picker_alerts_page_when_no_picker_is_up(rendered):
@@ -221,6 +222,7 @@ def _lines(edge: dict[str, Any] | None = None, route: dict[str, Any] | None = No
 
 def test_an_alb_cannot_route_to_a_pool():
     assert _lines(edge={"mode": "alb", "albControllerRoleArn": "arn:aws:iam::123456789012:role/alb",
+                        "loadBalancerSubnetIds": ["subnet-0aaa1111", "subnet-0bbb2222"],
                         "tls": {"acmCertificateArn": "arn:aws:acm:us-east-1:123456789012:certificate/"
                                 "0a1b2c3d-0000-4000-8000-000000000000"}},
                   route={"routing": "inferencePool"}) == [
