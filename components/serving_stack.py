@@ -212,6 +212,8 @@ class ServingStack(pulumi.ComponentResource):
                     monitor_labels=dict(args.monitor_labels),
                     objective_crds_url=versions.LLM_D_ROUTER_CRDS_URL,
                     protect_crds=args.edge.protect_crds,
+                    edge_pod_selector=edge_pod_selector(args.edge.mode, args.edge.settings),
+                    prometheus_pod_selector=args.prometheus_pod_selector,
                 ),
                 pulumi.ResourceOptions(parent=self, depends_on=[*edge.inference_prerequisites, *crds]),
             )

@@ -185,10 +185,18 @@ def test_pickers_are_fenced_and_admitted_to_the_vllm_pods(rendered):
     serving = _by(prod, "NetworkPolicy", "vllm-serving")["spec"]["ingress"][0]["from"]
     assert {"podSelector": {"matchLabels": {"app.kubernetes.io/component": "endpoint-picker"}}} in serving
     fence = _by(prod, "NetworkPolicy", "endpoint-pickers")["spec"]
+    # Only this Gateway's Envoy proxies call ext_proc; only the operator's Prometheus pods scrape.
     assert fence["ingress"] == [
-        {"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "envoy-gateway-system"}}}],
+        {"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "envoy-gateway-system"}},
+                   "podSelector": {"matchLabels": {
+                       "app.kubernetes.io/name": "envoy", "app.kubernetes.io/component": "proxy",
+                       "app.kubernetes.io/managed-by": "envoy-gateway",
+                       "gateway.envoyproxy.io/owning-gateway-name": "llm-serving",
+                       "gateway.envoyproxy.io/owning-gateway-namespace": "envoy-gateway-system"}}}],
          "ports": [{"protocol": "TCP", "port": 9002}]},
-        {"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
+        {"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+                   "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus",
+                                                   "app.kubernetes.io/managed-by": "prometheus-operator"}}}],
          "ports": [{"protocol": "TCP", "port": 9090}]},
     ]
     # dev routes through its Service: no picker to admit (only the proxies and Prometheus, by label).
