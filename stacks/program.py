@@ -36,6 +36,7 @@ from components.platform import (
     lookup_cluster,
     subnet_cidr,
     versions,
+    vpc_cni_configuration,
 )
 from components.routing import OBJECTIVE_HEADER, PickerSettings
 from components.scaling import ModelAutoscalingArgs, ScalingTarget
@@ -56,6 +57,7 @@ from stacks.config import (
     EdgeMode,
     Environment,
     ModelConfig,
+    NetworkPolicyEnforcement,
     NodeAutoscalingMode,
     PlacementStrategy,
     PrometheusMode,
@@ -465,9 +467,21 @@ def check_cluster_version(config: StackConfig) -> None:
         raise pulumi.RunError(f"stack {pulumi.get_stack()} does not match its cluster's version; nothing was created")
 
 
+def check_network_policy_enforcement(config: StackConfig) -> None:
+    """Stop before any resource when nothing would enforce the NetworkPolicies that fence the models."""
+    if config.cluster.network_policy_enforcement is NetworkPolicyEnforcement.OTHER:
+        return
+    problem = platform_checks.network_policy_enforcement_problem(config, vpc_cni_configuration(config.cluster.name))
+    if problem is not None:
+        pulumi.log.error(problem.line())
+        raise pulumi.RunError(
+            f"stack {pulumi.get_stack()} relies on NetworkPolicies nothing enforces; nothing was created")
+
+
 def run() -> None:
     config = load_config()
     check_cluster_version(config)
+    check_network_policy_enforcement(config)
     cluster = lookup_cluster(config.cluster.name)
     provider = kubernetes_provider("kubernetes", cluster)
     stack = ServingStack(

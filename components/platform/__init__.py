@@ -13,6 +13,7 @@ from .kubernetes import (
     lookup_cluster,
     pod_identity_trust,
     subnet_cidr,
+    vpc_cni_configuration,
 )
 from .manifests import manifest_resource
 from .pod_security import RESTRICTED, PodSecurity
@@ -25,6 +26,7 @@ __all__ = [
     "credential_revision",
     "derived_upstream_key",
     "subnet_cidr",
+    "vpc_cni_configuration",
     "NAMESPACE_LABEL",
     "NODE_LABEL",
     "POD_LABEL",

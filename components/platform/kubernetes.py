@@ -65,6 +65,15 @@ def cluster_version(name: str) -> str:
     return aws.eks.get_cluster(name=name).version
 
 
+def vpc_cni_configuration(name: str) -> str | None:
+    """The `vpc-cni` EKS add-on's configuration values (JSON), read while the program runs; None when
+    the cluster runs the CNI without the managed add-on (nothing to read)."""
+    try:
+        return aws.eks.get_addon(addon_name="vpc-cni", cluster_name=name).configuration_values
+    except Exception:  # noqa: BLE001 - a missing add-on is an answer here, not a failure
+        return None
+
+
 def kubeconfig(cluster_name: str, endpoint: str, certificate_authority: str, region: str) -> str:
     """A kubeconfig whose user runs `aws eks get-token`, so credentials never land in state."""
     return json.dumps(

@@ -26,7 +26,14 @@ from stacks.config.base import (
     PathPrefix,
     SubnetId,
 )
-from stacks.config.cluster import ClusterConfig, ExistingAutoscaler, NodeAutoscalingConfig, NodeAutoscalingMode, Subnet
+from stacks.config.cluster import (
+    ClusterConfig,
+    ExistingAutoscaler,
+    NetworkPolicyEnforcement,
+    NodeAutoscalingConfig,
+    NodeAutoscalingMode,
+    Subnet,
+)
 from stacks.config.edge import (
     ControllerMode,
     EdgeAuth,
@@ -127,6 +134,7 @@ __all__ = [
     "ModelAutoscalingConfig",
     "ModelConfig",
     "ModelId",
+    "NetworkPolicyEnforcement",
     "NodeAutoscalingConfig",
     "NodeAutoscalingMode",
     "ObservabilityConfig",
