@@ -147,6 +147,8 @@ class ServingStackArgs:
     lws_chart_version: str | None = None
     # GPU nodes with EFA interfaces: the EFA device plugin chart version (None: no EFA).
     efa_device_plugin_chart_version: str | None = None
+    # The staging Job's image, by digest (versions.STAGE_IMAGE@weightsStorage.stageImageDigest).
+    stage_image: str = f"{versions.STAGE_IMAGE}@{versions.STAGE_IMAGE_DIGEST}"
     # The nodes the staging Jobs must run on (the only role the weights' file-system policy lets write).
     staging_node_selector: dict[str, str] | None = None
     # Per model, the verification Job run after it is Ready and routed (empty: verification off).
@@ -238,6 +240,8 @@ class ServingStack(pulumi.ComponentResource):
                     monitor_labels=dict(args.monitor_labels),
                     objective_crds_file=versions.LLM_D_ROUTER_CRDS_FILE,
                     protect_crds=args.edge.protect_crds,
+                    edge_pod_selector=edge_pod_selector(args.edge.mode, args.edge.settings),
+                    prometheus_pod_selector=args.prometheus_pod_selector,
                 ),
                 pulumi.ResourceOptions(parent=self, depends_on=[*edge.inference_prerequisites, *crds]),
             )
@@ -337,7 +341,7 @@ class ServingStack(pulumi.ComponentResource):
                     model_id=model.model_id,
                     revision=model.revision,
                     tokenizer_revision=model.tokenizer_revision,
-                    stage_image=versions.STAGE_IMAGE,
+                    stage_image=args.stage_image,
                     storage_class=storage_class if storage_class is not None else model.storage_class,
                     shared_claim=shared_claim,
                     zone=model.zone,

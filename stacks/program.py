@@ -38,6 +38,7 @@ from components.platform import (
     lookup_cluster,
     subnet_cidr,
     versions,
+    vpc_cni_configuration,
 )
 from components.routing import OBJECTIVE_HEADER, PickerSettings
 from components.scaling import ModelAutoscalingArgs, ScalingTarget
@@ -61,6 +62,7 @@ from stacks.config import (
     EdgeMode,
     Environment,
     ModelConfig,
+    NetworkPolicyEnforcement,
     NodeAutoscalingMode,
     PlacementStrategy,
     PrometheusMode,
@@ -335,8 +337,7 @@ def picker_settings(config: StackConfig) -> PickerSettings:
         cpu_request=routing.picker_cpu_request,
         memory_request=f"{routing.picker_memory_request_mib}Mi",
         memory_limit=f"{routing.picker_memory_limit_mib}Mi",
-        image=versions.ENDPOINT_PICKER_IMAGE
-        + (f"@{routing.picker_image_digest}" if routing.picker_image_digest else ""),
+        image=f"{versions.ENDPOINT_PICKER_IMAGE}@{routing.picker_image_digest}",
     )
 
 
@@ -378,6 +379,7 @@ def serving_stack_args(
             autoscaled=config.node_autoscaling.mode is not NodeAutoscalingMode.NONE,
             auto_repair=group.auto_repair.enabled,
             subnet_keys=subnet_keys,
+            ssm_access=group.ssm_access,
         ),
         install_node_monitoring_agent=group.auto_repair.enabled and group.auto_repair.install_monitoring_agent,
         weights_storage=storage.WeightsFileSystemArgs(
@@ -476,6 +478,7 @@ def serving_stack_args(
         picker=picker_settings(config),
         lws_chart_version=versions.LWS.version if any(m.settings.pipeline_parallel_size > 1 for m in models) else None,
         efa_device_plugin_chart_version=versions.EFA_DEVICE_PLUGIN.version if group.efa_interfaces else None,
+        stage_image=f"{versions.STAGE_IMAGE}@{config.weights_storage.stage_image_digest}",
         staging_node_selector=dict(config.weights_storage.efs.staging_node_selector)
         if config.weights_storage.backend is StorageBackend.EFS
         else None,
@@ -570,6 +573,17 @@ def after(resources: list[pulumi.Resource]) -> pulumi.ResourceTransformation:
     return transformation
 
 
+def check_network_policy_enforcement(config: StackConfig) -> None:
+    """Stop before any resource when nothing would enforce the NetworkPolicies that fence the models."""
+    if config.cluster.network_policy_enforcement is NetworkPolicyEnforcement.OTHER:
+        return
+    problem = platform_checks.network_policy_enforcement_problem(config, vpc_cni_configuration(config.cluster.name))
+    if problem is not None:
+        pulumi.log.error(problem.line())
+        raise pulumi.RunError(
+            f"stack {pulumi.get_stack()} relies on NetworkPolicies nothing enforces; nothing was created")
+
+
 def run() -> None:
     config = load_config()
     if config.cluster.mode is ClusterMode.CREATE:
@@ -585,6 +599,8 @@ def run() -> None:
         pulumi.export("vpcId", cluster.vpc_id)
     else:
         check_cluster_version(config)
+        # A created cluster's vpc-cni is created with enforcement on (components/cluster).
+        check_network_policy_enforcement(config)
         cluster = lookup_cluster(config.cluster.name)
         subnets = configured_subnets(config)
         subnet_keys = ()

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from components.platform import helm_release, pod_identity_trust_policy
+from components.platform import helm_release, pod_identity_trust
 
 from . import node_autoscaling
 
@@ -40,7 +40,7 @@ class ClusterAutoscaler(pulumi.ComponentResource):
 
         role = aws.iam.Role(
             f"{name}-role",
-            assume_role_policy=pulumi.Output.json_dumps(pod_identity_trust_policy()),
+            assume_role_policy=pod_identity_trust(args.cluster_name, self),
             description=f"Cluster Autoscaler for the llm-serving GPU node groups of {args.cluster_name}",
             tags=args.tags,
             opts=child,

@@ -25,13 +25,15 @@ from .catalog import InstanceType
 
 # Managed policies a worker node needs. The CNI policy sits on the node role because the VPC CNI
 # add-on uses it unless the cluster moved it to IRSA/Pod Identity (EKS user guide, create-node-role).
-# SSM lets an operator reach a sick GPU node (nvidia-smi, dmesg for Xids) without SSH keys.
 NODE_POLICIES: dict[str, str] = {
     "worker": "AmazonEKSWorkerNodePolicy",
     "cni": "AmazonEKS_CNI_Policy",
     "ecr": "AmazonEC2ContainerRegistryPullOnly",
-    "ssm": "AmazonSSMManagedInstanceCore",
 }
+# Only when asked (gpuNodeGroup.ssmAccess): SSM lets an operator reach a sick GPU node (nvidia-smi,
+# dmesg for Xids) without SSH keys, but it is also a root shell next to the weights, the API key in
+# every pod's environment and the HF token, for anyone the account lets start SSM sessions.
+SSM_POLICY = ("ssm", "AmazonSSMManagedInstanceCore")
 
 # Root device names: AL2023 boots and keeps containerd on xvda; Bottlerocket keeps its OS on xvda
 # and container data on the second volume, xvdb (Bottlerocket FAQ: data volume).
@@ -86,6 +88,7 @@ class GpuNodeGroupArgs:
     # What identifies the subnets in the generation hash when their ids are not known yet (subnets
     # the stack creates): zone and CIDR of each. Empty: the ids themselves.
     subnet_keys: tuple[str, ...] = ()
+    ssm_access: bool = False  # attach AmazonSSMManagedInstanceCore (a shell on GPU nodes) only when asked
 
 
 def node_user_data(args: GpuNodeGroupArgs) -> str | None:
@@ -260,7 +263,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
                 policy_arn=pulumi.Output.concat("arn:", partition, ":iam::aws:policy/", policy),
                 opts=child,
             )
-            for suffix, policy in NODE_POLICIES.items()
+            for suffix, policy in [*NODE_POLICIES.items(), *([SSM_POLICY] if args.ssm_access else [])]
         ]
 
         placement = None

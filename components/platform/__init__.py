@@ -6,7 +6,16 @@ from .addons import addon_settings, addon_version
 from .aws_iam import pod_identity_trust_policy
 from .credentials import credential_revision, derived_upstream_key
 from .helm import HELM_TIMEOUT_SECONDS, crd_chart, crd_options, helm_release, namespace
-from .kubernetes import EksCluster, cluster_version, kubeconfig, kubernetes_provider, lookup_cluster, subnet_cidr
+from .kubernetes import (
+    EksCluster,
+    cluster_version,
+    kubeconfig,
+    kubernetes_provider,
+    lookup_cluster,
+    pod_identity_trust,
+    subnet_cidr,
+    vpc_cni_configuration,
+)
 from .manifests import manifest_resource
 from .pod_security import RESTRICTED, PodSecurity
 from .prometheus import NAMESPACE_LABEL, NODE_LABEL, POD_LABEL, alert_rule, check_dns_label, check_label_value
@@ -20,6 +29,7 @@ __all__ = [
     "credential_revision",
     "derived_upstream_key",
     "subnet_cidr",
+    "vpc_cni_configuration",
     "NAMESPACE_LABEL",
     "NODE_LABEL",
     "POD_LABEL",
@@ -33,6 +43,7 @@ __all__ = [
     "kubeconfig",
     "kubernetes_provider",
     "lookup_cluster",
+    "pod_identity_trust",
     "pod_identity_trust_policy",
     "cluster_version",
     "manifest_resource",

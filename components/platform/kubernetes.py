@@ -43,6 +43,17 @@ def lookup_cluster(name: str, opts: pulumi.InvokeOptions | None = None) -> EksCl
     )
 
 
+def pod_identity_trust(cluster_name: str, parent: pulumi.Resource) -> pulumi.Output[str]:
+    """The Pod Identity trust policy (JSON) for roles of this account's cluster `cluster_name`."""
+    from .aws_iam import pod_identity_trust_policy
+
+    invoke = pulumi.InvokeOptions(parent=parent)
+    return pulumi.Output.all(
+        aws.get_caller_identity_output(opts=invoke).account_id,
+        aws.eks.get_cluster_output(name=cluster_name, opts=invoke).arn,
+    ).apply(lambda values: json.dumps(pod_identity_trust_policy(values[0], values[1])))
+
+
 def subnet_cidr(subnet_id: str, opts: pulumi.InvokeOptions | None = None) -> pulumi.Output[str]:
     """A subnet's IPv4 range, read at preview (ec2:DescribeSubnets)."""
     return aws.ec2.get_subnet_output(id=subnet_id, opts=opts).cidr_block
@@ -52,6 +63,15 @@ def cluster_version(name: str) -> str:
     """The cluster's Kubernetes minor (EKS reports e.g. "1.34"), read while the program runs, so a
     mismatch can stop it before any resource is registered."""
     return aws.eks.get_cluster(name=name).version
+
+
+def vpc_cni_configuration(name: str) -> str | None:
+    """The `vpc-cni` EKS add-on's configuration values (JSON), read while the program runs; None when
+    the cluster runs the CNI without the managed add-on (nothing to read)."""
+    try:
+        return aws.eks.get_addon(addon_name="vpc-cni", cluster_name=name).configuration_values
+    except Exception:  # noqa: BLE001 - a missing add-on is an answer here, not a failure
+        return None
 
 
 def kubeconfig(cluster_name: str, endpoint: str, certificate_authority: str, region: str) -> str:

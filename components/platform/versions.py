@@ -54,6 +54,9 @@ VLLM_VERSION = "0.33.0"
 # hashed lock components/serving/stage-requirements.txt (`python -m tools.stage_lock`).
 STAGE_PYTHON_VERSION = "3.12"
 STAGE_IMAGE = "python:3.12.8-slim-bookworm"
+# Its multi-arch index digest, as pinned by astral-sh/uv-docker-example (multistage.Dockerfile) and
+# many other public Dockerfiles: a tag can be pushed again, so the Job pulls exactly this build.
+STAGE_IMAGE_DIGEST = "sha256:2199a62885a12290dc9c5be3ca0681d367576ab7bf037da120e564723292a2f0"
 HUGGINGFACE_HUB_VERSION = "2.4.0"
 # The verification Job's image: the same Python image by digest (the multi-arch index digest of
 # python:3.12.8-slim-bookworm, as astral-sh/uv-docker-example's multistage.Dockerfile pins it), so a
@@ -100,6 +103,9 @@ INFERENCE_POOL_CRDS_FILE = f"{CRD_MANIFEST_DIR}/gateway-api-inference-extension-
 # from our own manifests, not its chart: the chart sets no securityContext, no PDB and a Recreate
 # strategy (checked with `helm template` at v0.10.0), all of which the picker needs in a fail-closed path.
 ENDPOINT_PICKER_IMAGE = "ghcr.io/llm-d/llm-d-router-endpoint-picker:v0.10.0"
+# Its multi-arch index digest as a public lab's pin list recorded it on 2026-09-19 (amd64 manifest
+# sha256:9862ae38...); not checked against ghcr.io from here: `crane digest` it when bumping.
+ENDPOINT_PICKER_IMAGE_DIGEST = "sha256:2e516fa1310da7be59b82beb1445362139597d6d553ef04d546716abe3aaaa70"
 # The llm-d.ai CRDs the picker reads (InferenceObjective, InferenceModelRewrite, v1alpha2) at the same
 # release (llm-d/llm-d-router v0.10.0 config/crd/bases).
 LLM_D_ROUTER_CRDS_FILE = f"{CRD_MANIFEST_DIR}/llm-d-router-v0.10.0.yaml"

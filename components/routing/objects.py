@@ -323,11 +323,16 @@ def pool_problems(pool: Manifest, deployment: Manifest) -> list[str]:
 
 
 def network_policy(namespace: str, edge_namespace: str, prometheus_namespace: str,
-                   vllm_selector: dict[str, str], vllm_port: int) -> Manifest:
-    """Picker pods: ext_proc in from the gateway's proxies, metrics in from Prometheus; out to DNS, the
-    vLLM pods' metrics and the Kubernetes API (pods and pools are watched)."""
-    def ns(name: str) -> dict[str, Any]:
-        return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
+                   vllm_selector: dict[str, str], vllm_port: int, *, edge_pod_selector: dict[str, str] | None = None,
+                   prometheus_pod_selector: dict[str, str] | None = None) -> Manifest:
+    """Picker pods: ext_proc in from the gateway's proxies, metrics in from Prometheus (by pod labels
+    when given: not every pod of those namespaces); out to DNS, the vLLM pods' metrics and the
+    Kubernetes API (pods and pools are watched)."""
+    def ns(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+        peer: dict[str, Any] = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
+        if labels:
+            peer["podSelector"] = {"matchLabels": dict(labels)}
+        return peer
 
     return {
         "apiVersion": "networking.k8s.io/v1",
@@ -337,8 +342,9 @@ def network_policy(namespace: str, edge_namespace: str, prometheus_namespace: st
             "podSelector": {"matchLabels": picker_selector()},
             "policyTypes": ["Ingress", "Egress"],
             "ingress": [
-                {"from": [ns(edge_namespace)], "ports": [{"protocol": "TCP", "port": GRPC_PORT}]},
-                {"from": [ns(prometheus_namespace)], "ports": [{"protocol": "TCP", "port": METRICS_PORT}]},
+                {"from": [ns(edge_namespace, edge_pod_selector)], "ports": [{"protocol": "TCP", "port": GRPC_PORT}]},
+                {"from": [ns(prometheus_namespace, prometheus_pod_selector)],
+                 "ports": [{"protocol": "TCP", "port": METRICS_PORT}]},
             ],
             "egress": [
                 {"to": [{**ns("kube-system"), "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],

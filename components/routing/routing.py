@@ -33,6 +33,9 @@ class InferenceRoutingArgs:
     monitor_labels: dict[str, str]
     objective_crds_file: str  # the llm-d.ai CRDs (InferenceObjective) the pickers read, a file in the repository
     protect_crds: bool = False  # prod: the CRDs are protected as well as retained (`crd_options`)
+    # The gateway's proxy pods and the Prometheus pods, by label (None: the whole namespace).
+    edge_pod_selector: dict[str, str] | None = None
+    prometheus_pod_selector: dict[str, str] | None = None
 
 
 class InferenceRouting(pulumi.ComponentResource):
@@ -44,7 +47,8 @@ class InferenceRouting(pulumi.ComponentResource):
         manifest_resource(
             f"{name}-netpol",
             network_policy(args.namespace, args.edge_namespace, args.prometheus_namespace, args.vllm_selector,
-                           args.vllm_port),
+                           args.vllm_port, edge_pod_selector=args.edge_pod_selector,
+                           prometheus_pod_selector=args.prometheus_pod_selector),
             child,
         )
         # Before the pickers: a picker looks for these CRDs once, at startup.

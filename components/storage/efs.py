@@ -14,7 +14,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from components.platform import addon_settings, pod_identity_trust_policy
+from components.platform import addon_settings, pod_identity_trust
 
 from . import objects
 
@@ -92,7 +92,7 @@ class WeightsFileSystem(pulumi.ComponentResource):
             partition = aws.get_partition_output(opts=pulumi.InvokeOptions(parent=self)).partition
             role = aws.iam.Role(
                 f"{name}-csi-role",
-                assume_role_policy=pulumi.Output.json_dumps(pod_identity_trust_policy()),
+                assume_role_policy=pod_identity_trust(args.cluster_name, self),
                 description=f"EFS CSI driver controller of {args.cluster_name}",
                 tags=args.tags,
                 opts=child,

@@ -4,11 +4,20 @@ storage (pure). stacks/checks/ runs them with its own rules; each returns proble
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 from components import gpu, storage
 from components.platform import addon_version, versions
-from stacks.config import AmiType, Environment, ExistingAutoscaler, NodeAutoscalingMode, StackConfig, StorageBackend
+from stacks.config import (
+    AmiType,
+    Environment,
+    ExistingAutoscaler,
+    NetworkPolicyEnforcement,
+    NodeAutoscalingMode,
+    StackConfig,
+    StorageBackend,
+)
 from stacks.config.problems import Problem
 
 NG = "gpuNodeGroup"
@@ -24,6 +33,24 @@ def cluster_version_problem(config: StackConfig, actual: str) -> Problem | None:
     return Problem("cluster.kubernetesVersion", f"cluster {config.cluster.name} runs Kubernetes {actual}", expected,
                    f"{actual!r} (with gpuNodeGroup.amiReleaseVersion a {actual} release, or unset); the GPU node "
                    "group then moves to a new generation beside the old one")
+
+
+def network_policy_enforcement_problem(config: StackConfig, vpc_cni_configuration: str | None) -> Problem | None:
+    """The models' fences are NetworkPolicies, which the VPC CNI ignores unless its add-on configuration
+    sets enableNetworkPolicy "true" (EKS user guide, cni-network-policy-configure): without it every
+    pod in the cluster reaches vLLM and the staging Jobs."""
+    if config.cluster.network_policy_enforcement is NetworkPolicyEnforcement.OTHER:
+        return None
+    try:
+        values = json.loads(vpc_cni_configuration or "{}")
+    except json.JSONDecodeError:
+        values = {}
+    enabled = isinstance(values, dict) and str(values.get("enableNetworkPolicy", "")).lower() == "true"
+    if enabled:
+        return None
+    return Problem("cluster.networkPolicyEnforcement", f"the vpc-cni add-on of cluster {config.cluster.name} does "
+                   "not enforce NetworkPolicies, so nothing fences the models", vpc_cni_configuration or None,
+                   'enableNetworkPolicy: "true" in the add-on\'s configuration, or networkPolicyEnforcement: other')
 
 
 def node_autoscaling_rules(config: StackConfig) -> Iterator[Problem]:

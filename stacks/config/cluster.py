@@ -122,11 +122,26 @@ class CreateClusterConfig(ConfigModel):
     )
 
 
+class NetworkPolicyEnforcement(StrEnum):
+    """Who enforces the NetworkPolicies that fence the models: the VPC CNI (checked at preview), or
+    another CNI or policy engine the operator vouches for (Calico, Cilium; not checked)."""
+
+    VPC_CNI = "vpcCni"
+    OTHER = "other"
+
+
 class ClusterConfig(ConfigModel):
     """The EKS cluster this stack attaches GPU capacity and workloads to, looked up or created."""
 
     name: Annotated[str, StringConstraints(pattern=r"^[0-9A-Za-z][A-Za-z0-9\-_]{0,99}$")] = Field(
         description="Name of the EKS cluster: looked up with mode `existing`, created with mode `create`."
+    )
+    network_policy_enforcement: NetworkPolicyEnforcement = Field(
+        default=NetworkPolicyEnforcement.VPC_CNI,
+        description=(
+            "`vpcCni`: a preview refuses the stack unless the `vpc-cni` add-on has `enableNetworkPolicy: \"true\"` "
+            "(without it every NetworkPolicy here is ignored); `other`: another engine enforces them."
+        ),
     )
     kubernetes_version: KubernetesVersion = Field(
         default=versions.DEFAULT_KUBERNETES_VERSION,

@@ -93,9 +93,9 @@ class InferenceRoutingConfig(ConfigModel):
     picker_memory_limit_mib: int = Field(
         default=8192, ge=256, le=131072, description="Memory limit of each picker in MiB (its prefix index lives here)."
     )
-    picker_image_digest: ImageDigest | None = Field(
-        default=None,
-        description="Digest of the pinned endpoint-picker image (`sha256:...`); the policy pack asks for it in prod.",
+    picker_image_digest: ImageDigest = Field(
+        default=versions.ENDPOINT_PICKER_IMAGE_DIGEST,
+        description="Digest of the pinned endpoint-picker image (`sha256:...`); the picker is pulled by digest.",
     )
     ai_gateway_chart_version: ChartVersion = Field(
         default=versions.AI_GATEWAY.version, description="ai-gateway-helm chart version."

@@ -159,6 +159,13 @@ class GpuNodeGroupConfig(ConfigModel):
         default_factory=dict, description="Extra Kubernetes labels for the GPU nodes."
     )
     auto_repair: AutoRepairConfig = Field(default_factory=AutoRepairConfig, description="Node auto repair.")
+    ssm_access: bool = Field(
+        default=False,
+        description=(
+            "Attach AmazonSSMManagedInstanceCore to the GPU node role: SSM shells on GPU nodes (root next to "
+            "the weights and the pods' credentials). Off unless asked."
+        ),
+    )
     node_ready_seconds: int = Field(
         default=DEFAULT_NODE_READY_SECONDS,
         ge=60,

@@ -10,7 +10,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from stacks.config.base import ConfigModel, DnsLabel, IamRoleArn, LabelKey, LabelValue
+from components.platform import versions
+from stacks.config.base import ConfigModel, DnsLabel, IamRoleArn, ImageDigest, LabelKey, LabelValue
 
 
 class AccessMode(StrEnum):
@@ -110,6 +111,10 @@ class WeightsBackendConfig(ConfigModel):
     fsx_lustre: FsxLustreConfig = Field(default_factory=FsxLustreConfig, description="With backend `fsxLustre`.")
     existing_storage_class: ExistingStorageClassConfig | None = Field(
         default=None, description="With backend `existingStorageClass`: the class and its read speed."
+    )
+    stage_image_digest: ImageDigest = Field(
+        default=versions.STAGE_IMAGE_DIGEST,
+        description=f"Digest of the staging Job's image `{versions.STAGE_IMAGE}` (pulled by digest).",
     )
     max_cold_start_seconds: int = Field(
         default=3600,

@@ -69,6 +69,11 @@ class RenderMocks(pulumi.runtime.Mocks):
         if token == "aws:ec2/getVpc:getVpc":
             vpc = args.args["id"]
             return {"id": vpc, "cidrBlock": "10.0.0.0/16", "arn": f"arn:aws:ec2:{REGION}:{ACCOUNT_ID}:vpc/{vpc}"}
+        if token == "aws:eks/getAddon:getAddon":
+            # The VPC CNI add-on with NetworkPolicy enforcement on, as the stacks require.
+            return {"addonName": args.args["addonName"], "clusterName": args.args["clusterName"],
+                    "id": f"{args.args['clusterName']}:{args.args['addonName']}",
+                    "configurationValues": '{"enableNetworkPolicy": "true"}'}
         if token == "aws:ec2/getSubnet:getSubnet":
             # A distinct placeholder /20 per subnet id, inside the placeholder VPC's 10.0.0.0/16.
             subnet = args.args["id"]

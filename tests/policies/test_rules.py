@@ -479,7 +479,7 @@ ROUTE = edge_objects.Route(
 )
 SETTINGS = edge_objects.EdgeSettings(
     namespace="ingress-nginx", gateway_name="llm-serving", tls_secret_name="llm-tls", cert_manager_issuer=None,
-    load_balancer_scheme="internal", auth="vllm-api-key", api_key_secret=None, jwt_issuer=None, jwt_jwks_uri=None,
+    load_balancer_scheme="internal", auth="vllm-api-key", api_key_secret="keys", jwt_issuer=None, jwt_jwks_uri=None,
     acm_certificate_arn="arn:aws:acm:us-east-1:123456789012:certificate/0000", alb_idle_timeout_seconds=1639,
 )
 INGRESS_SUBJECT = "Ingress llm-serving/llm-serving-llm-example-com"
@@ -504,7 +504,7 @@ def test_a_buffered_inference_pool_is_refused_and_the_programs_pool_passes():
 def test_the_programs_ingresses_and_gateway_objects_pass():
     objects = [
         *edge_objects.nginx_ingress(SETTINGS, [ROUTE]),
-        *edge_objects.alb_ingress(SETTINGS, [ROUTE]),
+        *edge_objects.alb_ingress(SETTINGS, [ROUTE], ("subnet-0aaa1111", "subnet-0bbb2222")),
         *edge_objects.gateway_objects(SETTINGS, [ROUTE]),
     ]
     types = {"Ingress": rules.INGRESS, "HTTPRoute": rules.HTTP_ROUTES[0],
@@ -528,7 +528,7 @@ def test_nginx_buffering_fails_whether_on_or_left_at_the_default():
 
 
 def test_alb_idle_timeout_below_the_longest_generation_fails():
-    (ingress,) = edge_objects.alb_ingress(SETTINGS, [ROUTE])
+    (ingress,) = edge_objects.alb_ingress(SETTINGS, [ROUTE], ("subnet-0aaa1111", "subnet-0bbb2222"))
     annotations = ingress["metadata"]["annotations"]
     annotations["alb.ingress.kubernetes.io/load-balancer-attributes"] = "idle_timeout.timeout_seconds=300"
     message = ("{}: the ALB idle_timeout.timeout_seconds is {}; the ALB closes a response that is silent that long, "

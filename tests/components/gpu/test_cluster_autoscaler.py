@@ -52,7 +52,10 @@ def test_iam_is_least_privilege_and_bound_to_the_service_account(rendered):
     role = inputs(prod, "aws:iam/role:Role", "cluster-autoscaler-role")
     assert json.loads(role["assumeRolePolicy"]) == {"Version": "2012-10-17", "Statement": [{
         "Effect": "Allow", "Principal": {"Service": "pods.eks.amazonaws.com"},
-        "Action": ["sts:AssumeRole", "sts:TagSession"]}]}
+        "Action": ["sts:AssumeRole", "sts:TagSession"],
+        # Only this account's cluster may have EKS assume it (confused-deputy conditions).
+        "Condition": {"StringEquals": {"aws:SourceAccount": "123456789012"},
+                      "ArnEquals": {"aws:SourceArn": "arn:aws:eks:us-east-1:123456789012:cluster/llm-prod"}}}]}
     policy = json.loads(inputs(prod, "aws:iam/rolePolicy:RolePolicy", "cluster-autoscaler-policy")["policy"])
     statements = {s["Sid"]: s for s in policy["Statement"]}
     assert statements["ReadNodeGroups"]["Resource"] == "arn:aws:eks:us-east-1:123456789012:nodegroup/llm-prod/*"

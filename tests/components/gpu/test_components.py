@@ -112,8 +112,21 @@ def test_node_role_trusts_ec2_and_carries_worker_policies(rendered):
         "arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryPullOnly",
         "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy",
         "arn:aws:iam::aws:policy/AmazonEKS_CNI_Policy",
-        "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore",
-    ]
+    ]  # no AmazonSSMManagedInstanceCore: shells on GPU nodes only with gpuNodeGroup.ssmAccess
+
+
+def test_ssm_on_gpu_nodes_is_opt_in(stack_dir):
+    from tests.conftest import render_file
+
+    path = stack_dir / "Pulumi.prod-ssm.yaml"
+    prod = yaml.safe_load((stack_dir / "Pulumi.prod.yaml").read_text())["config"]
+    group = {**prod["llm-serving:gpuNodeGroup"], "ssmAccess": True}
+    path.write_text(yaml.safe_dump({"config": {
+        "aws:region": "us-east-1", "llm-serving:extends": "prod", "llm-serving:gpuNodeGroup": group,
+        **{f"llm-serving:{k}": {"secure": "v1:x"} for k in ("apiKey", "hfToken")}}}))
+    attachments = {r["name"]: r["inputs"]["policyArn"] for r in render_file(path).by_type()[
+        "aws:iam/rolePolicyAttachment:RolePolicyAttachment"] if r["inputs"]["role"] == f"{GROUP}-node-role"}
+    assert attachments[f"{GROUP}-node-ssm"] == "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
 
 
 def test_autoscaler_can_scale_the_group_from_zero(rendered):

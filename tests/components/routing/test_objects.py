@@ -61,7 +61,8 @@ def test_prods_picker_runs_two_active_replicas_that_drain_for_the_longest_stream
     assert spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
     pod = spec["template"]["spec"]
     (container,) = pod["containers"]
-    assert container["image"] == "ghcr.io/llm-d/llm-d-router-endpoint-picker:v0.10.0"
+    assert container["image"] == ("ghcr.io/llm-d/llm-d-router-endpoint-picker:v0.10.0"
+                                  "@sha256:2e516fa1310da7be59b82beb1445362139597d6d553ef04d546716abe3aaaa70")
     # prod's stream bound: 16,384 tokens at the 0.1 s ITL objective after the 2 s TTFT objective, plus 10 %.
     assert container["args"] == [
         "--pool-name", MODEL, "--pool-namespace", "llm-serving", "--pool-group", "inference.networking.k8s.io",
@@ -189,10 +190,18 @@ def test_pickers_are_fenced_and_admitted_to_the_vllm_pods(rendered):
     serving = _by(prod, "NetworkPolicy", "vllm-serving")["spec"]["ingress"][0]["from"]
     assert {"podSelector": {"matchLabels": {"app.kubernetes.io/component": "endpoint-picker"}}} in serving
     fence = _by(prod, "NetworkPolicy", "endpoint-pickers")["spec"]
+    # Only this Gateway's Envoy proxies call ext_proc; only the operator's Prometheus pods scrape.
     assert fence["ingress"] == [
-        {"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "envoy-gateway-system"}}}],
+        {"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "envoy-gateway-system"}},
+                   "podSelector": {"matchLabels": {
+                       "app.kubernetes.io/name": "envoy", "app.kubernetes.io/component": "proxy",
+                       "app.kubernetes.io/managed-by": "envoy-gateway",
+                       "gateway.envoyproxy.io/owning-gateway-name": "llm-serving",
+                       "gateway.envoyproxy.io/owning-gateway-namespace": "envoy-gateway-system"}}}],
          "ports": [{"protocol": "TCP", "port": 9002}]},
-        {"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
+        {"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+                   "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus",
+                                                   "app.kubernetes.io/managed-by": "prometheus-operator"}}}],
          "ports": [{"protocol": "TCP", "port": 9090}]},
     ]
     # dev routes through its Service: no picker to admit (its verification Job is admitted, as in prod).
@@ -239,6 +248,7 @@ def _lines(edge: dict[str, Any] | None = None, route: dict[str, Any] | None = No
 
 def test_an_alb_cannot_route_to_a_pool():
     assert _lines(edge={"mode": "alb", "albControllerRoleArn": "arn:aws:iam::123456789012:role/alb",
+                        "loadBalancerSubnetIds": ["subnet-0aaa1111", "subnet-0bbb2222"],
                         "tls": {"acmCertificateArn": "arn:aws:acm:us-east-1:123456789012:certificate/"
                                 "0a1b2c3d-0000-4000-8000-000000000000"}},
                   route={"routing": "inferencePool"}) == [

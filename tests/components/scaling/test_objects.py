@@ -321,7 +321,8 @@ def test_adapter_rejects_a_bad_namespace_label(label: str) -> None:
 
 
 def test_keda_chart_values_exist_in_the_chart() -> None:
-    assert keda_chart_values() == {"crds": {"install": True}}
+    assert keda_chart_values() == {
+        "crds": {"install": True, "additionalAnnotations": {"helm.sh/resource-policy": "keep"}}}
     assert helm_value_errors("keda", "2.20.2", keda_chart_values()) == []
 
 

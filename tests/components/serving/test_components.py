@@ -212,8 +212,9 @@ def test_staging_job_downloads_the_pinned_revision_into_its_own_directory(render
     pod = job["spec"]["template"]["spec"]
     # The hashed lock huggingface_hub is installed from, in a ConfigMap named after its content.
     requirements = f"{MODEL}-stage-requirements-{weights.requirements_configmap_name(MODEL).rsplit('-', 1)[1]}"
-    assert c["image"] == "python:3.12.8-slim-bookworm"
-    assert pod["nodeSelector"] == {"kubernetes.io/arch": "amd64"}
+    assert c["image"] == ("python:3.12.8-slim-bookworm"
+                          "@sha256:2199a62885a12290dc9c5be3ca0681d367576ab7bf037da120e564723292a2f0")
+    assert pod["nodeSelector"] == {"kubernetes.io/arch": "amd64", "eks.amazonaws.com/nodegroup": "llm-prod-cpu"}
     assert c["volumeMounts"] == [
         {"mountPath": "/etc/stage", "name": "requirements", "readOnly": True},
         {"mountPath": "/models", "name": "weights"},

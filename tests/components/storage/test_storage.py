@@ -69,7 +69,10 @@ def test_the_csi_driver_add_on_gets_its_aws_managed_policy_through_pod_identity(
     role = inputs(prod, "aws:iam/role:Role", "weights-storage-csi-role")
     assert json.loads(role["assumeRolePolicy"])["Statement"] == [{
         "Effect": "Allow", "Principal": {"Service": "pods.eks.amazonaws.com"},
-        "Action": ["sts:AssumeRole", "sts:TagSession"]}]
+        "Action": ["sts:AssumeRole", "sts:TagSession"],
+        # Only this account's cluster may have EKS assume it (confused-deputy conditions).
+        "Condition": {"StringEquals": {"aws:SourceAccount": "123456789012"},
+                      "ArnEquals": {"aws:SourceArn": "arn:aws:eks:us-east-1:123456789012:cluster/llm-prod"}}}]
     attachment = inputs(prod, "aws:iam/rolePolicyAttachment:RolePolicyAttachment", "weights-storage-csi-policy")
     assert attachment["policyArn"] == "arn:aws:iam::aws:policy/service-role/AmazonEFSCSIDriverPolicy"
 
@@ -105,8 +108,10 @@ def test_job_in_the_render_runs_that_script(rendered):
     (job,) = [m for m in rendered["prod"].manifests if m["kind"] == "Job" and "-stage-" in m["metadata"]["name"]]
     (container,) = job["spec"]["template"]["spec"]["containers"]
     assert container["command"] == ["/bin/sh", "-c", weights.STAGE_SCRIPT]
-    # Any amd64 CPU node (the lock holds x86_64 wheels); the GPU taint keeps it off GPU nodes.
-    assert job["spec"]["template"]["spec"]["nodeSelector"] == {"kubernetes.io/arch": "amd64"}
+    # An amd64 node (the lock holds x86_64 wheels) of the staging node group, whose role alone may write
+    # the weights; the GPU taint keeps it off GPU nodes.
+    assert job["spec"]["template"]["spec"]["nodeSelector"] == {"kubernetes.io/arch": "amd64",
+                                                               "eks.amazonaws.com/nodegroup": "llm-prod-cpu"}
     configmap = rendered["prod"].manifest("ConfigMap", weights.requirements_configmap_name("llama-70b"))
     assert configmap["immutable"] is True
     lines = configmap["data"]["requirements.txt"].splitlines()
@@ -151,7 +156,8 @@ def test_backend_settings_that_cannot_work_are_rejected():
         "llm-serving:weightsStorage.existingStorageClass: backend existingStorageClass needs the class and the read "
         "speed it gives (got null; expected {name: <class>, readMibPerSecond: <MiB/s>})"
     ]
-    assert lines(weightsStorage={"existingStorageClass": {"name": "gp3", "readMibPerSecond": 125}}) == [
+    assert lines(weightsStorage={"existingStorageClass": {"name": "gp3", "readMibPerSecond": 125},
+                                 "efs": BASE["weightsStorage"]["efs"]}) == [
         'llm-serving:weightsStorage.existingStorageClass: only read with backend existingStorageClass (got "gp3"; '
         "expected unset, or backend existingStorageClass)"
     ]
@@ -294,7 +300,7 @@ def test_the_lustre_security_group_allows_lnet_out_as_well_as_in(stack_dir):
     egress_names = {f"aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule::{r['name']}"
                     for r in result.by_type()["aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule"]}
     assert egress_names <= set(fs["options"]["dependsOn"])
-FS_ARN = "arn:aws:elasticfilesystem:us-east-1:123456789012:file-system/weights-storage-file-system-id-id"
+FS_ARN = "arn:aws:elasticfilesystem:us-east-1:123456789012:file-system/weights-storage-file-system-id"
 GPU_ROLE = "arn:aws:iam::123456789012:role/gpu-p5-48xlarge-node-role"
 STAGING_ROLE = "arn:aws:iam::123456789012:role/llm-prod-cpu-nodes"
 
@@ -337,3 +343,12 @@ def test_a_policy_without_a_writer_is_refused():
 
 def test_dev_without_a_staging_role_has_no_policy_and_says_so(rendered):
     assert not [r for r in rendered["dev"].resources if r["type"] == "aws:efs/fileSystemPolicy:FileSystemPolicy"]
+
+
+def test_a_trust_policy_without_its_source_conditions_cannot_be_built():
+    from components.platform import pod_identity_trust_policy
+
+    with pytest.raises(ValueError, match="needs the account id and the cluster ARN"):
+        pod_identity_trust_policy("", "arn:aws:eks:us-east-1:123456789012:cluster/llm-prod")
+    with pytest.raises(ValueError, match="needs the account id and the cluster ARN"):
+        pod_identity_trust_policy("123456789012", "llm-prod")

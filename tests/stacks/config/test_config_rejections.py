@@ -56,7 +56,7 @@ def test_rejects_misspelt_key_with_suggestion(stack_dir):
         'llm-serving:gpuNodeGroup.instanceTyp: unknown key; did you mean "instanceType"? '
         '(got "p5.48xlarge"; expected one of amiReleaseVersion, amiType, autoRepair, capacityReservationId, '
         "capacityType, containerStorage, customInstance, efaInterfaces, imagePullSeconds, instanceType, labels, "
-        "nodeReadySeconds, placement, rootVolumeGib, scaling, subnets)"
+        "nodeReadySeconds, placement, rootVolumeGib, scaling, ssmAccess, subnets)"
     ]
 
 
