@@ -47,11 +47,15 @@ def pod_identity_trust(cluster_name: str, parent: pulumi.Resource) -> pulumi.Out
     """The Pod Identity trust policy (JSON) for roles of this account's cluster `cluster_name`."""
     from .aws_iam import pod_identity_trust_policy
 
+    # The cluster's ARN is built, not looked up: with `cluster.mode: create` the cluster does not exist
+    # yet at preview, and an eks:DescribeCluster invoke of a missing cluster fails the preview.
     invoke = pulumi.InvokeOptions(parent=parent)
     return pulumi.Output.all(
+        aws.get_partition_output(opts=invoke).partition,
+        aws.get_region_output(opts=invoke).region,
         aws.get_caller_identity_output(opts=invoke).account_id,
-        aws.eks.get_cluster_output(name=cluster_name, opts=invoke).arn,
-    ).apply(lambda values: json.dumps(pod_identity_trust_policy(values[0], values[1])))
+    ).apply(lambda v: json.dumps(pod_identity_trust_policy(
+        v[2], f"arn:{v[0]}:eks:{v[1]}:{v[2]}:cluster/{cluster_name}")))
 
 
 def subnet_cidr(subnet_id: str, opts: pulumi.InvokeOptions | None = None) -> pulumi.Output[str]:
