@@ -14,6 +14,7 @@ from typing import Any
 
 from components import serving
 from stacks.checks import planning
+from stacks.checks import timing as stack_timing
 from stacks.config import StackConfig
 
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
@@ -63,14 +64,15 @@ def rollout_lines(config: StackConfig, model_name: str) -> list[str]:
                  f"(+{_minutes(timing.node_ready_seconds)})" if needs_node
                  else f"they fit on the {running} running node(s)")
         lines.append(f"surge: {gpus} free GPUs for {strategy.max_surge} extra replica(s); {where}")
-    # A replaced pod gets SIGTERM; vLLM lets requests run for --shutdown-timeout, then stops them.
-    stream = planning.generation_seconds(config, model)
-    drain = model.shutdown_timeout_seconds
+    # A replaced pod gets SIGTERM; vLLM lets requests run for --shutdown-timeout, then stops them. The
+    # stream bound (stacks/checks/timing.py) is the longest request the edge admits.
+    drains = stack_timing.model_drains(config, model)
+    stream, drain = drains.stream_seconds, drains.vllm_shutdown_seconds
     if stream <= drain:
-        lines.append(f"streams: the longest possible ({stream} s at max-model-len) ends inside the {drain} s drain")
+        lines.append(f"streams: every stream the edge admits ({stream} s at most) ends inside the {drain} s drain")
     else:
         lines.append(f"streams: AT RISK: a stream still running {drain} s (--shutdown-timeout) after its pod is "
-                     f"replaced is cut; the longest possible is {stream} s (max-model-len at the slowest decode)")
+                     f"replaced is cut; the edge admits streams of up to {stream} s")
     return lines
 
 

@@ -76,6 +76,11 @@ AWS_FORCE_NEW: dict[str, tuple[str, ...]] = {
     # securityGroups is updated in place (ModifyMountTargetSecurityGroups).
     "aws:efs/mountTarget:MountTarget": ("fileSystemId", "ipAddress", "subnetId"),
     "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule": ("securityGroupId",),
+    # The same resource shape for egress (vpc_security_group_egress_rule shares the ingress rule's schema).
+    "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule": ("securityGroupId",),
+    # efs_file_system_policy: file_system_id is ForceNew; the policy document updates in place
+    # (PutFileSystemPolicy replaces it whole).
+    "aws:efs/fileSystemPolicy:FileSystemPolicy": ("fileSystemId",),
     "aws:fsx/lustreFileSystem:LustreFileSystem": (
         "backupId", "copyTagsToBackups", "deploymentType", "driveCacheType", "exportPath", "fileSystemTypeVersion",
         "importPath", "importedFileChunkSize", "kmsKeyId", "perUnitStorageThroughput", "securityGroupIds",

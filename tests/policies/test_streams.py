@@ -19,6 +19,7 @@ from tests.conftest import STACK_FILES, render_file
 MODEL = "llama-70b"
 BOUND = 1805  # 16,384 tokens at the 0.1 s ITL objective after the 2 s TTFT objective, plus 10 %
 ALB = {"mode": "alb", "namespace": "kube-system", "albControllerRoleArn": "arn:aws:iam::123456789012:role/alb",
+       "loadBalancerSubnetIds": ["subnet-0aaa1111", "subnet-0bbb2222"],
        "tls": {"certManagerIssuer": None, "acmCertificateArn":
                "arn:aws:acm:us-east-1:123456789012:certificate/0a1b2c3d-0000-4000-8000-000000000000"}}
 

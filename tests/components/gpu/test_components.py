@@ -1,5 +1,9 @@
 """The GPU layer as rendered for prod: node group, launch template, role, add-ons, and where the
-add-ons' pods can land."""
+add-ons' pods can land.
+
+Length: one render's GPU objects, asserted exactly; split per object, each file would repeat the
+same fixtures and render lookups.
+"""
 
 from __future__ import annotations
 

@@ -204,10 +204,13 @@ def test_pickers_are_fenced_and_admitted_to_the_vllm_pods(rendered):
                                                    "app.kubernetes.io/managed-by": "prometheus-operator"}}}],
          "ports": [{"protocol": "TCP", "port": 9090}]},
     ]
-    # dev routes through its Service: no picker to admit (its verification Job is admitted, as in prod).
+    # dev routes through its Service: no picker to admit; the proxies and Prometheus by label, and its
+    # verification Job (same namespace), as in prod.
     dev_sources = _by(rendered["dev"], "NetworkPolicy", "vllm-serving")["spec"]["ingress"][0]["from"]
-    assert [s["podSelector"] for s in dev_sources if "podSelector" in s] == [
-        {"matchLabels": {"app.kubernetes.io/component": "verify"}}]
+    assert fence["ingress"][0]["from"][0] in dev_sources and fence["ingress"][1]["from"][0] in dev_sources
+    assert [s for s in dev_sources if "namespaceSelector" not in s] == [
+        {"podSelector": {"matchLabels": {"app.kubernetes.io/component": "verify"}}}]
+    assert len(dev_sources) == 3
 
 
 def test_picker_alerts_page_when_no_picker_is_up(rendered):

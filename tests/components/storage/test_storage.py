@@ -276,7 +276,7 @@ def test_the_staging_job_runs_only_in_zones_with_a_mount_target(rendered):
     zones = sorted(r["name"].removeprefix("weights-storage-mount-")
                    for r in prod.by_type()["aws:efs/mountTarget:MountTarget"])
     assert zones == ["us-east-1a", "us-east-1b", "us-east-1c"]
-    for job in (m for m in prod.manifests if m["kind"] == "Job"):
+    for job in (m for m in prod.manifests if m["kind"] == "Job" and "-stage-" in m["metadata"]["name"]):
         pod = job["spec"]["template"]["spec"]
         assert pod["affinity"] == {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": [{"matchExpressions": [
@@ -327,7 +327,7 @@ def test_the_file_system_policy_requires_tls_and_iam_denies_root_and_lets_only_s
     # Claims bind only once the policy is in force.
     depends = rendered[stack].wiring["kubernetes:storage.k8s.io/v1:StorageClass::weights-storage-storage-class"]
     assert "aws:efs/fileSystemPolicy:FileSystemPolicy::weights-storage-policy" in depends["dependsOn"]
-    (job,) = [m for m in rendered[stack].manifests if m["kind"] == "Job"]
+    (job,) = [m for m in rendered[stack].manifests if m["kind"] == "Job" and "-stage-" in m["metadata"]["name"]]
     assert job["spec"]["template"]["spec"]["nodeSelector"]["eks.amazonaws.com/nodegroup"] == "llm-prod-cpu"
 
 

@@ -472,8 +472,7 @@ def test_changed_flag_shows_the_container_arg(repo):
         "300 s + cold start 510 s + 30 s available), about 28 min in total (at minReplicas: each replica KEDA runs "
         "above it adds a step)",
         "    = surge: 4 free GPUs for 1 extra replica(s); they fit on the 2 running node(s)",
-        "    = streams: AT RISK: a stream still running 300 s (--shutdown-timeout) after its pod is replaced is cut; "
-        "the longest possible is 1639 s (max-model-len at the slowest decode)",
+        "    = streams: every stream the edge admits (1805 s at most) ends inside the 1805 s drain",
     ]
     assert re.fullmatch(r'    inputs\.spec\.template\.spec\.containers\[vllm\]\.args\[\d+\]: "256" -> "128"',
                         lines[deployment + 4])
