@@ -4,6 +4,7 @@ or is marked as needing the cloud (docs/testing.md, "Commands in the docs")."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -196,7 +197,8 @@ def _run_stacks(argv: list[str], project: Path, monkeypatch: pytest.MonkeyPatch)
 
 def _make_recipe(argv: list[str]) -> list[list[str]]:
     """The commands `make <argv>` would run (a dry run; the virtualenv stamp taken as current)."""
-    done = subprocess.run(["make", "-n", "-o", ".venv/.installed", *argv], cwd=PROJECT_DIR,
+    done = subprocess.run(["make", "-n", "--no-print-directory", "-o", ".venv/.installed", *argv], cwd=PROJECT_DIR,
+                          env={k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")},
                           capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     return [shlex.split(line) for line in done.stdout.splitlines() if line.strip()]

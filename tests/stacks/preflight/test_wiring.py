@@ -3,6 +3,7 @@ in the preview and deploy workflows between the AWS credentials and Pulumi, into
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 
@@ -28,8 +29,14 @@ def test_workflows_run_preflight_after_the_credentials_and_before_pulumi(workflo
     assert names.index("aws-actions/configure-aws-credentials") < at < names.index("pulumi/actions")
 
 
+# Under `make test` the suite inherits MAKEFLAGS and MAKELEVEL; a dry run must not (it would print
+# the outer make's flags and "Entering directory" lines into what the test parses).
+MAKE_ENV = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES")}
+
+
 def dry_run(*args: str) -> list[str]:
-    done = subprocess.run(["make", "-n", *args], cwd=PROJECT_DIR, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(["make", "-n", "--no-print-directory", *args], cwd=PROJECT_DIR, capture_output=True,
+                          text=True, timeout=60, env=MAKE_ENV)
     assert done.returncode == 0, done.stderr
     return done.stdout.splitlines()
 
