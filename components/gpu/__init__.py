@@ -7,8 +7,9 @@ from .counters import exported_metric_names
 from .dcgm_exporter import DcgmExporter, DcgmExporterArgs
 from .device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
 from .efa import EfaDevicePlugin, EfaDevicePluginArgs, efa_device_plugin_values
+from .monitoring_agent import node_monitoring_agent
 from .node_autoscaling import SAFE_TO_EVICT_ANNOTATION, image_tag_for
-from .node_group import GpuNodeGroup, GpuNodeGroupArgs, node_monitoring_agent
+from .node_group import GpuNodeGroup, GpuNodeGroupArgs
 from .prices import Price, instance_price
 
 __all__ = [
