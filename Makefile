@@ -19,7 +19,7 @@ help:
 	@echo "make lint                 ruff, and the layering contracts (import-linter, pyproject.toml)"
 	@echo "make scan                 Checkov over every stack's render and the workflows, with the reviewed skip list"
 	@echo "make golden               refresh tests/golden/ after an intended change"
-	@echo "make config-docs          regenerate the configuration reference in docs/configuration.md"
+	@echo "make config-docs          regenerate docs/configuration.md and the first-up checklist in docs/operations.md"
 	@echo "make planner-docs         regenerate the calibration and benchmark tables in docs/capacity-planner.md"
 	@echo "make reference-fixtures   re-derive tests/fixtures/reference from ../shared/reference"
 	@echo "make diff STACK=prod      offline diff of a stack against the merge base with main"
@@ -60,6 +60,7 @@ golden: $(STAMP)
 
 config-docs: $(STAMP)
 	$(BIN)/python -m tools.config_reference --write docs/configuration.md
+	$(BIN)/python -m stacks.checks.prerequisites --write docs/operations.md
 
 planner-docs: $(STAMP)
 	$(BIN)/python -m tools.planner_tables --write docs/capacity-planner.md
