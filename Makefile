@@ -21,7 +21,7 @@ help:
 	@echo "make locks                re-lock the hashed *.lock files after a change to a requirements file"
 	@echo "make golden               refresh tests/golden/ after an intended change"
 	@echo "make docs                 regenerate every generated figure and table in README.md and docs/"
-	@echo "make config-docs          regenerate the configuration reference in docs/configuration.md"
+	@echo "make config-docs          regenerate docs/configuration.md and the first-up checklist in docs/operations.md"
 	@echo "make planner-docs         regenerate the planner tables (docs/capacity-planner.md, docs/verification.md)"
 	@echo "make reference-fixtures   re-derive tests/fixtures/reference from ../shared/reference"
 	@echo "make diff [STACK=prod]    offline diff of a stack (default: every stack) against the merge base with main"
@@ -86,6 +86,7 @@ docs: $(STAMP)
 
 config-docs: $(STAMP)
 	$(BIN)/python -m tools.config_reference --write docs/configuration.md
+	$(BIN)/python -m stacks.checks.prerequisites --write docs/operations.md
 
 planner-docs: $(STAMP)
 	$(BIN)/python -m tools.planner_tables --write docs/capacity-planner.md

@@ -7,15 +7,10 @@ from .counters import exported_metric_names
 from .dcgm_exporter import DcgmExporter, DcgmExporterArgs
 from .device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
 from .efa import EfaDevicePlugin, EfaDevicePluginArgs, efa_device_plugin_values
+from .monitoring_agent import MONITORING_AGENT_ADDON, monitoring_agent_configuration, node_monitoring_agent
 from .node_autoscaling import NAMESPACE as CLUSTER_AUTOSCALER_NAMESPACE
 from .node_autoscaling import SAFE_TO_EVICT_ANNOTATION, image_tag_for
-from .node_group import (
-    MONITORING_AGENT_ADDON,
-    GpuNodeGroup,
-    GpuNodeGroupArgs,
-    monitoring_agent_configuration,
-    node_monitoring_agent,
-)
+from .node_group import GpuNodeGroup, GpuNodeGroupArgs
 from .prices import Price, instance_price
 from .scheduling import NODE_GENERATION_LABEL
 

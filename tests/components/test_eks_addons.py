@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from components.gpu import node_group, scheduling
+from components.gpu import monitoring_agent, scheduling
 from components.platform import addon_settings, addon_version, versions
 from stacks.checks.platform import addon_version_rules
 from stacks.config import StackConfig
@@ -85,7 +85,7 @@ def test_schema_refuses_unknown_keys_below_the_agents_and_wrong_types():
         "add-on eks-node-monitoring-agent: nodeAgent.probePort: '8002' is not of type 'integer'",
     ]
     assert reference.addon_configuration_errors(
-        "eks-node-monitoring-agent", json.dumps(node_group.monitoring_agent_configuration())) == []
+        "eks-node-monitoring-agent", json.dumps(monitoring_agent.monitoring_agent_configuration())) == []
 
 
 def test_configuration_of_an_addon_without_a_vendored_schema_is_refused():
