@@ -9,7 +9,6 @@ the Service's /metrics) or a `kv_cache_tokens` figure added by hand from vLLM's 
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from pathlib import Path
@@ -21,16 +20,6 @@ from components.serving import CapacityPlan
 
 class CalibrationError(ValueError):
     """A results file the planner cannot read: one line, exit 2."""
-
-
-def positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected at least 1, got {number}")
-    return number
 
 
 def read_results(path: Path) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from components import serving, storage
 from components.gpu import instance_price, known_instance_type_names, lookup_instance_type
 from components.serving import DEFAULT_MAX_NUM_SEQS, CapacityError, CapacityPlan, known_model_ids, lookup_model
 from stacks.cli import calibration
+from stacks.cli.arguments import non_negative, positive
 from stacks.config import overrides
 from stacks.config.problems import CommandLineParser, ConfigError, Problem
 
@@ -51,27 +52,7 @@ def _token_count(value: str) -> int:
 def _tensor_parallel(value: str) -> int | str:
     if value == "auto":
         return value
-    return _positive_int(value)
-
-
-def _positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value!r}")
-    return number
-
-
-def _non_negative_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of seconds, got {value!r}") from None
-    if number < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {value!r}")
-    return number
+    return positive(value)
 
 
 def _positive_float(value: str) -> float:
@@ -157,7 +138,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--max-nodes-per-replica",
-        type=_positive_int,
+        type=positive,
         default=None,
         help="Most nodes one replica may span (default: --pp if given, else 1).",
     )
@@ -182,7 +163,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     # The stack's default, not vLLM's (1024 on >= 70 GiB GPUs): a bare plan and a stack model with the
     # same settings must plan the same concurrency (issue 21 found 289 against 256).
-    parser.add_argument("--max-num-seqs", type=_positive_int, default=DEFAULT_MAX_NUM_SEQS,
+    parser.add_argument("--max-num-seqs", type=positive, default=DEFAULT_MAX_NUM_SEQS,
                         help=f"`--max-num-seqs` (default {DEFAULT_MAX_NUM_SEQS}, what a stack sets: "
                         "models[].maxNumSeqs; vLLM's own default is 1024 on >= 70 GiB GPUs other than A100).")
     parser.add_argument("--block-size", type=_block_size, default=serving.DEFAULT_BLOCK_SIZE,
@@ -204,7 +185,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--target-concurrency",
-        type=_positive_int,
+        type=positive,
         default=1,
         help="Full-length requests the KV cache must hold at once (default 1).",
     )
@@ -218,30 +199,30 @@ def _parser() -> argparse.ArgumentParser:
     dynamics = parser.add_argument_group(
         "dynamics", "How long capacity takes to change (defaults and sources: docs/capacity-planner.md#dynamics)."
     )
-    dynamics.add_argument("--replicas", type=_positive_int, default=1, help="Replicas running (default 1).")
-    dynamics.add_argument("--max-replicas", type=_positive_int, default=None,
+    dynamics.add_argument("--replicas", type=positive, default=1, help="Replicas running (default 1).")
+    dynamics.add_argument("--max-replicas", type=positive, default=None,
                           help="Most replicas (default --replicas).")
-    dynamics.add_argument("--nodes", type=_positive_int, default=None,
+    dynamics.add_argument("--nodes", type=positive, default=None,
                           help="GPU nodes running (default: the fewest that hold --replicas).")
-    dynamics.add_argument("--max-nodes", type=_positive_int, default=None,
+    dynamics.add_argument("--max-nodes", type=positive, default=None,
                           help="Most GPU nodes the autoscaler may run (default --nodes + 1).")
-    dynamics.add_argument("--node-ready-seconds", type=_non_negative_int, default=serving.DEFAULT_NODE_READY_SECONDS,
+    dynamics.add_argument("--node-ready-seconds", type=non_negative, default=serving.DEFAULT_NODE_READY_SECONDS,
                           help=f"A new GPU node until its GPUs are allocatable "
                           f"(default {serving.DEFAULT_NODE_READY_SECONDS}).")
-    dynamics.add_argument("--image-pull-seconds", type=_non_negative_int, default=serving.DEFAULT_IMAGE_PULL_SECONDS,
+    dynamics.add_argument("--image-pull-seconds", type=non_negative, default=serving.DEFAULT_IMAGE_PULL_SECONDS,
                           help=f"Pulling the vLLM image onto a node (default {serving.DEFAULT_IMAGE_PULL_SECONDS}).")
     load = parser.add_argument_group(
         "latency and cost", "A roofline estimate (docs/capacity-planner.md#latency-and-throughput)."
     )
-    load.add_argument("--prompt-tokens", type=_positive_int, default=1024,
+    load.add_argument("--prompt-tokens", type=positive, default=1024,
                       help="Prompt length for TTFT and KV (default 1024).")
-    load.add_argument("--output-tokens", type=_positive_int, default=256,
+    load.add_argument("--output-tokens", type=positive, default=256,
                       help="Output length per request (default 256).")
     load.add_argument("--ttft-slo-ms", type=_positive_float, default=2000.0,
                       help="Time-to-first-token objective in ms (default 2000, the config's slo.ttftP95Seconds).")
     load.add_argument("--itl-slo-ms", type=_positive_float, default=100.0,
                       help="Inter-token latency objective in ms (default 100, the config's slo.itlP95Seconds).")
-    load.add_argument("--concurrency", type=calibration.positive_int, default=None,
+    load.add_argument("--concurrency", type=positive, default=None,
                       help="Also print the roofline at N concurrent requests per replica, to compare with a benchmark.")
     parser.add_argument("--calibration", type=Path, default=None, metavar="RESULTS.json",
                         help="A measured run (`python -m stacks verify --json`, or the verification Job's log): "

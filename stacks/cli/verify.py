@@ -20,19 +20,10 @@ from components import verification
 from components.verification import Settings, Target
 from stacks import environment
 from stacks.checks import verification as stack_verification
+from stacks.cli.arguments import positive
 from stacks.config.problems import CommandLineParser, ConfigError
 
 DEFAULT_KEY_ENV = "LLM_SERVING_API_KEY"
-
-
-def _positive(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected at least 1, got {number}")
-    return number
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,13 +42,13 @@ def _parser() -> argparse.ArgumentParser:
                         help=f"environment variable holding the API key (default {DEFAULT_KEY_ENV})")
     parser.add_argument("--no-auth-check", action="store_true",
                         help="skip the no-key and wrong-key requests (an address that another layer guards)")
-    parser.add_argument("--concurrency", type=_positive, help="concurrent requests (default: the planned "
+    parser.add_argument("--concurrency", type=positive, help="concurrent requests (default: the planned "
                         "SLO-bound concurrency per replica x minimum replicas)")
-    parser.add_argument("--duration", type=_positive, help="seconds of load after the ramp (default "
+    parser.add_argument("--duration", type=positive, help="seconds of load after the ramp (default "
                         "verification.durationSeconds)")
-    parser.add_argument("--requests", type=_positive, help="stop after this many requests")
-    parser.add_argument("--prompt-tokens", type=_positive, help="prompt length (default verification.promptTokens)")
-    parser.add_argument("--output-tokens", type=_positive, help="output length (default verification.outputTokens)")
+    parser.add_argument("--requests", type=positive, help="stop after this many requests")
+    parser.add_argument("--prompt-tokens", type=positive, help="prompt length (default verification.promptTokens)")
+    parser.add_argument("--output-tokens", type=positive, help="output length (default verification.outputTokens)")
     parser.add_argument("--no-load", action="store_true", help="smoke checks only")
     parser.add_argument("--json", action="store_true", help="print the report as JSON (what plan --calibration reads)")
     return parser
