@@ -3,6 +3,8 @@ each model's OpenAI API, and the NetworkPolicies around the vLLM pods."""
 
 from .alerts import ENVOY_METRIC_TYPES, edge_alert_groups, envoy_pod_monitor
 from .edge import Edge, EdgeArgs
+from .load_balancer import POLICY_SOURCE as LOAD_BALANCER_POLICY_SOURCE
+from .load_balancer_controller import LoadBalancerController, LoadBalancerControllerArgs
 from .objects import (
     NLB_TCP_IDLE_SECONDS,
     PROMETHEUS_POD_LABELS,
@@ -21,6 +23,9 @@ __all__ = [
     "Edge",
     "EdgeArgs",
     "EdgeSettings",
+    "LOAD_BALANCER_POLICY_SOURCE",
+    "LoadBalancerController",
+    "LoadBalancerControllerArgs",
     "Route",
     "edge_alert_groups",
     "edge_pod_selector",
