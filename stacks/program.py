@@ -20,7 +20,14 @@ from pulumi.runtime import config as runtime_config
 
 from components import cluster as created_cluster
 from components import observability, serving, storage
-from components.edge import PROMETHEUS_POD_LABELS, EdgeArgs, EdgeSettings, Route, gateway_injects_upstream_key
+from components.edge import (
+    PROMETHEUS_POD_LABELS,
+    EdgeArgs,
+    EdgeSettings,
+    LoadBalancerControllerArgs,
+    Route,
+    gateway_injects_upstream_key,
+)
 from components.gpu import (
     ClusterAutoscalerArgs,
     DcgmExporterArgs,
@@ -303,6 +310,7 @@ def edge_args(config: StackConfig, cluster: EksCluster) -> EdgeArgs:
     )
     alb = edge.mode is EdgeMode.ALB
     return EdgeArgs(
+        load_balancer_controller=load_balancer_controller_args(config, cluster),
         mode=edge.mode.value,
         install_controller=edge.controller is ControllerMode.INSTALL,
         settings=settings,
@@ -327,6 +335,23 @@ def edge_args(config: StackConfig, cluster: EksCluster) -> EdgeArgs:
         inference_pool_crds_file=versions.INFERENCE_POOL_CRDS_FILE,
         self_signed_host=edge.host if edge.tls.self_signed else None,
         protect_crds=config.environment is Environment.PROD,
+    )
+
+
+def load_balancer_controller_args(config: StackConfig, cluster: EksCluster) -> LoadBalancerControllerArgs | None:
+    """The AWS Load Balancer Controller the stack installs (a created cluster's, or asked for), else None."""
+    if not planning.installs_load_balancer_controller(config):
+        return None
+    return LoadBalancerControllerArgs(
+        cluster_name=config.cluster.name,
+        region=cluster.region,
+        vpc_id=cluster.vpc_id,
+        chart_version=config.edge.alb_controller_chart_version,
+        # A created cluster's CPU nodes; elsewhere the nodes are the operator's (GPU nodes are tainted).
+        node_selector={created_cluster.SYSTEM_NODE_LABEL: "system"}
+        if config.cluster.mode is ClusterMode.CREATE
+        else {},
+        tags=planning.resource_tags(config),
     )
 
 

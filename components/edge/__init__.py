@@ -3,6 +3,9 @@ each model's OpenAI API, and the NetworkPolicies around the vLLM pods."""
 
 from .alerts import ENVOY_METRIC_TYPES, edge_alert_groups, envoy_pod_monitor
 from .edge import Edge, EdgeArgs
+from .load_balancer import NAMESPACE as LOAD_BALANCER_NAMESPACE
+from .load_balancer import POLICY_SOURCE as LOAD_BALANCER_POLICY_SOURCE
+from .load_balancer_controller import LoadBalancerController, LoadBalancerControllerArgs
 from .objects import (
     NLB_TCP_IDLE_SECONDS,
     PROMETHEUS_POD_LABELS,
@@ -21,6 +24,10 @@ __all__ = [
     "Edge",
     "EdgeArgs",
     "EdgeSettings",
+    "LOAD_BALANCER_NAMESPACE",
+    "LOAD_BALANCER_POLICY_SOURCE",
+    "LoadBalancerController",
+    "LoadBalancerControllerArgs",
     "Route",
     "edge_alert_groups",
     "edge_pod_selector",

@@ -15,6 +15,7 @@ import pulumi_tls as tls
 from components.platform import RESTRICTED, crd_chart, crd_options, helm_release, manifest_resource, namespace
 
 from . import alerts, objects
+from .load_balancer_controller import LoadBalancerController, LoadBalancerControllerArgs
 from .objects import EdgeSettings, Route
 
 # `restricted`, checked against gateway-helm v1.9.0 rendered by `helm template` with our values
@@ -58,6 +59,10 @@ class EdgeArgs:
     self_signed_host: str | None = None
     # prod: the CRDs this edge applies are protected as well as retained (`crd_options`).
     protect_crds: bool = False
+    # The AWS Load Balancer Controller with its Pod Identity role, installed before anything of the edge
+    # (a created cluster, or `cluster.loadBalancerController: install`); None: the cluster runs one, or
+    # alb mode installs its own release from `alb_controller_values`.
+    load_balancer_controller: LoadBalancerControllerArgs | None = None
 
 
 class Edge(pulumi.ComponentResource):
@@ -69,11 +74,24 @@ class Edge(pulumi.ComponentResource):
         controller: list[pulumi.Resource] = []
         # What the endpoint pickers need before they start (the pool CRD, the gateway and its extension).
         self.inference_prerequisites: list[pulumi.Resource] = []
+        # The load balancer controller first: every object below waits for it (through `controller`).
+        balancer: list[pulumi.Resource] = []
+        if args.load_balancer_controller is not None:
+            balancer.append(LoadBalancerController(
+                f"{name}-load-balancer-controller", args.load_balancer_controller, pulumi.ResourceOptions(parent=self)
+            ).release)
+            controller.extend(balancer)
         if args.mode == "gateway":
             if args.install_controller:
-                # Only an installed controller's namespace is ours; an existing one is left alone.
+                # Only an installed controller's namespace is ours; an existing one is left alone. It
+                # depends on the load balancer controller for destroy's sake: Pulumi deletes the
+                # namespace first and waits until it is gone, and it is gone only once the Envoy
+                # Service in it is, which the load balancer controller's finalizer holds until it has
+                # deleted the NLB; only then is the controller uninstalled. The Gateway alone would
+                # not do: it has no finalizer, and Envoy Gateway deletes the Service after it returns.
                 ns = namespace(
-                    f"{name}-namespace", args.settings.namespace, parent=self, pod_security=EDGE_POD_SECURITY
+                    f"{name}-namespace", args.settings.namespace, parent=self, pod_security=EDGE_POD_SECURITY,
+                    depends_on=balancer,
                 )
                 controller.append(ns)
                 # The CRDs first, from their own chart at the controller's version, so a bump
@@ -127,7 +145,9 @@ class Edge(pulumi.ComponentResource):
                         opts=pulumi.ResourceOptions(parent=self, depends_on=controller),
                     )
         elif args.mode == "alb":
-            if args.install_controller:
+            # An Ingress holds the controller's finalizer until its ALB is deleted: its delete waits for
+            # that, and the controller (a dependency) is uninstalled after it.
+            if args.install_controller and args.load_balancer_controller is None:
                 controller.append(
                     helm_release(
                         f"{name}-alb-controller",

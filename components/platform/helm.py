@@ -26,6 +26,7 @@ def namespace(
     parent: pulumi.Resource,
     pod_security: PodSecurity,
     labels: dict[str, str] | None = None,
+    depends_on: list[pulumi.Resource] | None = None,
 ) -> k8s.core.v1.Namespace:
     """A namespace of ours, with Pod Security Admission labels (`pod_security_labels`) and, below
     `restricted`, the reason as an annotation the policy pack requires."""
@@ -33,7 +34,9 @@ def namespace(
     metadata: dict = {"name": name, "labels": {**own, **(labels or {})}}
     if pod_security.level != "restricted":
         metadata["annotations"] = {POD_SECURITY_REASON_ANNOTATION: pod_security.reason}
-    return k8s.core.v1.Namespace(resource_name, metadata=metadata, opts=pulumi.ResourceOptions(parent=parent))
+    return k8s.core.v1.Namespace(
+        resource_name, metadata=metadata, opts=pulumi.ResourceOptions(parent=parent, depends_on=depends_on or [])
+    )
 
 
 def helm_release(

@@ -11,7 +11,15 @@ from collections.abc import Iterator
 from components import serving
 from stacks.checks import planning
 from stacks.checks.planning import MIN_EDGE_TIMEOUT_SECONDS, generation_seconds, route_host
-from stacks.config import ControllerMode, EdgeAuth, EdgeMode, Environment, StackConfig
+from stacks.config import (
+    ClusterMode,
+    ControllerMode,
+    EdgeAuth,
+    EdgeMode,
+    Environment,
+    LoadBalancerControllerMode,
+    StackConfig,
+)
 from stacks.config.problems import Problem
 
 # AWS NLB TCP idle timeout (Network Load Balancer guide, "update-idle-timeout": 350 s default).
@@ -54,6 +62,7 @@ def _certificate_rules(config: StackConfig) -> Iterator[Problem]:
 def edge_rules(config: StackConfig) -> Iterator[Problem]:
     edge = config.edge
     tls = edge.tls
+    yield from _load_balancer_controller_rules(config)
     if edge.mode is EdgeMode.ALB:
         if tls.acm_certificate_arn is None:
             yield Problem("edge.tls.acmCertificateArn", "HTTPS on an ALB needs an ACM certificate", None,
@@ -63,7 +72,8 @@ def edge_rules(config: StackConfig) -> Iterator[Problem]:
             # admit the VPC, whose range every pod shares under the VPC CNI.
             yield Problem("edge.loadBalancerSubnetIds", "an ALB needs its subnets named (two or more zones)",
                           edge.load_balancer_subnet_ids, "two or more subnet ids")
-        if edge.controller is ControllerMode.INSTALL and edge.alb_controller_role_arn is None:
+        if (edge.controller is ControllerMode.INSTALL and edge.alb_controller_role_arn is None
+                and not planning.installs_load_balancer_controller(config)):
             yield Problem("edge.albControllerRoleArn", "installing the ALB controller needs its IAM role", None,
                           "the ARN of a role with the controller's IAM policy")
     else:
@@ -99,3 +109,25 @@ def edge_rules(config: StackConfig) -> Iterator[Problem]:
                           f"tokens at {edge.min_decode_tokens_per_second:g} tokens/s takes {needed} s, beyond the "
                           f"ALB's {ALB_MAX_IDLE_TIMEOUT_SECONDS} s idle timeout", model.max_model_len,
                           "a gateway edge, or a shorter maxModelLen")
+
+
+def _load_balancer_controller_rules(config: StackConfig) -> Iterator[Problem]:
+    """The AWS Load Balancer Controller: the one a created cluster needs, and one install at most."""
+    edge, key = config.edge, "cluster.loadBalancerController"
+    created = config.cluster.mode is ClusterMode.CREATE
+    if created and config.cluster.load_balancer_controller is LoadBalancerControllerMode.EXISTING:
+        yield Problem(key, "a cluster the stack creates runs no load balancer controller: the edge would get no "
+                      "load balancer", "existing", "install, or unset")
+    if created and edge.mode is EdgeMode.ALB:
+        # An ALB's subnets are named by id (edge.loadBalancerSubnetIds, the serving pods' fence), and a
+        # created VPC's subnets have ids only once the up made them.
+        yield Problem("edge.mode", "alb is not supported with cluster.mode create (its subnets are named by id)",
+                      "alb", "gateway")
+    if edge.mode is not EdgeMode.ALB or not planning.installs_load_balancer_controller(config):
+        return
+    if edge.alb_controller_role_arn is not None:
+        yield Problem("edge.albControllerRoleArn", "the program creates the controller's role when it installs the "
+                      f"controller ({key} install)", edge.alb_controller_role_arn, "unset")
+    if edge.controller is ControllerMode.EXISTING:
+        yield Problem("edge.controller", f"alb mode's controller is the one {key} installs", "existing",
+                      f"install, or {key} existing")

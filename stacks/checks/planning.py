@@ -16,8 +16,10 @@ from components import gpu, serving, storage
 from components.serving import ModelArchitecture, lookup_model
 from stacks.config import (
     AccessMode,
+    ClusterMode,
     ControllerMode,
     EdgeMode,
+    LoadBalancerControllerMode,
     ModelConfig,
     NodeAutoscalingMode,
     RoutingMode,
@@ -36,6 +38,21 @@ DEFAULT_EDGE_NAMESPACE = {
 
 def edge_namespace(config: StackConfig) -> str:
     return config.edge.namespace or DEFAULT_EDGE_NAMESPACE[config.edge.mode]
+
+
+def load_balancer_controller(config: StackConfig) -> LoadBalancerControllerMode:
+    """`cluster.loadBalancerController`, or its default: a cluster the stack creates has no controller
+    until the stack installs one; an existing cluster is expected to run its own."""
+    chosen = config.cluster.load_balancer_controller
+    if chosen is not None:
+        return chosen
+    if config.cluster.mode is ClusterMode.CREATE:
+        return LoadBalancerControllerMode.INSTALL
+    return LoadBalancerControllerMode.EXISTING
+
+
+def installs_load_balancer_controller(config: StackConfig) -> bool:
+    return load_balancer_controller(config) is LoadBalancerControllerMode.INSTALL
 
 
 def route_host(config: StackConfig, model: ModelConfig) -> str:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from components import serving
 from components.platform import versions
-from stacks.checks.planning import edge_namespace
+from stacks.checks.planning import edge_namespace, installs_load_balancer_controller
 from stacks.config import (
     ControllerMode,
     EdgeMode,
@@ -124,6 +124,13 @@ PREREQUISITES: tuple[Prerequisite, ...] = (
         "The ACM certificate `edge.tls.acmCertificateArn` is ISSUED for the hosts, and with `controller: "
         "install` the role `edge.albControllerRoleArn` exists with the controller's IAM policy.",
         "acm:DescribeCertificate, iam:GetRole", lambda c: c.edge.mode is EdgeMode.ALB),
+    Prerequisite(
+        "load-balancer-controller", "`edge.mode: gateway` unless `cluster.loadBalancerController: install`",
+        "The AWS Load Balancer Controller runs in the cluster: it turns the Envoy Service (type LoadBalancer, "
+        "`aws-load-balancer-type: external`) into an NLB, which nothing else does. Without it the Service "
+        "stays pending and the endpoint answers only through `kubectl port-forward`.",
+        "Kubernetes get crd targetgroupbindings.elbv2.k8s.aws",
+        lambda c: c.edge.mode is EdgeMode.GATEWAY and not installs_load_balancer_controller(c)),
     Prerequisite(
         "prometheus", "`observability.prometheus.mode: existing`",
         "The Prometheus Operator CRDs (ServiceMonitor, PrometheusRule) are installed and the given "

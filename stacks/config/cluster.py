@@ -130,6 +130,14 @@ class NetworkPolicyEnforcement(StrEnum):
     OTHER = "other"
 
 
+class LoadBalancerControllerMode(StrEnum):
+    """Who runs the AWS Load Balancer Controller, which turns the edge's Service into an NLB (and alb
+    mode's Ingresses into an ALB): the program, from its chart, or the cluster already."""
+
+    INSTALL = "install"
+    EXISTING = "existing"
+
+
 class ClusterConfig(ConfigModel):
     """The EKS cluster this stack attaches GPU capacity and workloads to, looked up or created."""
 
@@ -157,6 +165,14 @@ class ClusterConfig(ConfigModel):
         description="`existing`: look the cluster up; `create`: build the VPC, cluster, add-ons and CPU nodes.",
     )
     create: CreateClusterConfig | None = Field(default=None, description="With mode `create`: what to build.")
+    load_balancer_controller: LoadBalancerControllerMode | None = Field(
+        default=None,
+        description=(
+            "`install`: the program installs the AWS Load Balancer Controller in kube-system with its IAM "
+            "policy through Pod Identity; `existing`: the cluster runs one (a prerequisite). Unset: `install` "
+            "with mode `create`, `existing` with mode `existing` (a second controller would fight the first)."
+        ),
+    )
 
 
 class Subnet(ConfigModel):

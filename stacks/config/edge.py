@@ -124,7 +124,10 @@ class EdgeConfig(ConfigModel):
     )
     alb_controller_chart_version: ChartVersion = Field(
         default=versions.AWS_LOAD_BALANCER_CONTROLLER.version,
-        description="aws-load-balancer-controller chart version (alb mode with `install`).",
+        description=(
+            "aws-load-balancer-controller chart version (alb mode with `install`, or "
+            "`cluster.loadBalancerController: install`)."
+        ),
     )
     alb_controller_role_arn: IamRoleArn | None = Field(
         default=None, description="IAM role for the ALB controller's service account (alb mode with `install`)."

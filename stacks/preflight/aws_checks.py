@@ -151,8 +151,11 @@ def addon_conflicts(ctx: Context) -> list[Finding]:
 
 
 def _target_version(ctx: Context, install: AddonInstall) -> tuple[str, str]:
-    """The version the program's add-on will run: the installed one on an existing stack (no version is
-    pinned, so an update keeps it), else EKS's default for the cluster's Kubernetes version."""
+    """The version the program's add-on will run: its pin (a created cluster's add-ons), the installed
+    one on an existing stack (no version is pinned, so an update keeps it), else EKS's default for the
+    cluster's Kubernetes version."""
+    if install.version is not None:
+        return install.version, f"pinned for Kubernetes {ctx.intent.kubernetes_version}"
     addon = _addon(ctx, install.name)
     if addon is not None and _ours(addon, ctx.intent.tags):
         return addon["addonVersion"], "installed"

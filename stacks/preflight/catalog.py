@@ -48,7 +48,8 @@ CHECKS: tuple[Check, ...] = (
           aws_checks.capacity_reservation),
     Check("k8s.prometheus-operator", "with `prometheus.mode: existing`, the Prometheus Operator's CRDs exist",
           (), "get customresourcedefinitions", kube_checks.prometheus_crds),
-    Check("k8s.alb-controller", "in ALB mode with an existing controller, its CRDs exist", (),
+    Check("k8s.alb-controller", "where the cluster runs the load balancer controller (gateway mode, or ALB mode "
+          "with an existing controller), its CRDs exist", (),
           "get customresourcedefinitions", kube_checks.alb_controller),
     Check("k8s.cert-manager-issuer", "the named cert-manager ClusterIssuer exists and is Ready", (),
           "get clusterissuers.cert-manager.io", kube_checks.cert_manager_issuer),

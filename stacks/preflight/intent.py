@@ -11,12 +11,15 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from components import cluster as created_cluster
+from components import edge as edge_package
 from components import gpu, serving, storage
 from components.platform import versions
 from stacks.checks import planning
 from stacks.config import (
     AutoscalingMode,
     CapacityType,
+    ClusterMode,
     ControllerMode,
     EdgeMode,
     NodeAutoscalingMode,
@@ -37,6 +40,8 @@ class AddonInstall:
     configuration: dict[str, Any] | None  # the `configurationValues` it sends, as a document
     switch: str  # the config key that makes the program leave the add-on alone
     helm_twin: str  # the same software as a Helm chart: a conflicting install too
+    # The version the program pins (a created cluster's add-ons); None: EKS's default, or the installed one.
+    version: str | None = None
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,10 @@ class Intent:
 
 def _addons(config: StackConfig) -> tuple[AddonInstall, ...]:
     found = []
+    if config.cluster.mode is ClusterMode.CREATE:
+        # A created cluster's add-ons at their pins, vpc-cni with the configuration it is created with.
+        found.extend(AddonInstall(spec.name, spec.configuration, "cluster.mode: existing", spec.name, spec.version)
+                     for spec in created_cluster.addon_plan(config.cluster.kubernetes_version))
     repair = config.gpu_node_group.auto_repair
     if repair.enabled and repair.install_monitoring_agent:
         found.append(AddonInstall(gpu.MONITORING_AGENT_ADDON, gpu.monitoring_agent_configuration(),
@@ -118,6 +127,8 @@ def _pod_identity_users(config: StackConfig) -> tuple[str, ...]:
         users.append(f"the {storage.CSI_ADDON} add-on")
     if config.node_autoscaling.mode is NodeAutoscalingMode.CLUSTER_AUTOSCALER:
         users.append("cluster-autoscaler")
+    if planning.installs_load_balancer_controller(config):
+        users.append("aws-load-balancer-controller")
     return tuple(users)
 
 
@@ -145,7 +156,10 @@ def _charts(config: StackConfig) -> tuple[ChartInstall, ...]:
     if edge.controller is ControllerMode.INSTALL and edge.mode is EdgeMode.GATEWAY:
         found.append(ChartInstall(versions.ENVOY_GATEWAY.chart, planning.edge_namespace(config),
                                   "edge.controller: existing"))
-    if edge.controller is ControllerMode.INSTALL and edge.mode is EdgeMode.ALB:
+    if planning.installs_load_balancer_controller(config):
+        found.append(ChartInstall(versions.AWS_LOAD_BALANCER_CONTROLLER.chart, edge_package.LOAD_BALANCER_NAMESPACE,
+                                  "cluster.loadBalancerController: existing"))
+    elif edge.controller is ControllerMode.INSTALL and edge.mode is EdgeMode.ALB:
         found.append(ChartInstall(versions.AWS_LOAD_BALANCER_CONTROLLER.chart, planning.edge_namespace(config),
                                   "edge.controller: existing"))
     prometheus = config.observability.prometheus
@@ -208,7 +222,11 @@ def intent(stack: str, region: str, config: StackConfig) -> Intent:
         update_seconds=update_seconds,
         prometheus_existing=prometheus.mode is PrometheusMode.EXISTING,
         prometheus_namespace=prometheus.namespace,
-        alb_controller_existing=edge.mode is EdgeMode.ALB and edge.controller is ControllerMode.EXISTING,
+        # The edge's load balancer comes from a controller the cluster must run: alb mode's own, or
+        # (gateway mode) the one that turns the Envoy Service into an NLB.
+        alb_controller_existing=not planning.installs_load_balancer_controller(config) and (
+            edge.mode is EdgeMode.GATEWAY
+            or (edge.mode is EdgeMode.ALB and edge.controller is ControllerMode.EXISTING)),
         cert_manager_issuer=edge.tls.cert_manager_issuer,
         tls_secret=edge.tls.secret_name,
         edge_namespace=planning.edge_namespace(config),

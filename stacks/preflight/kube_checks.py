@@ -73,8 +73,10 @@ def alb_controller(ctx: Context) -> list[Finding]:
     if not ctx.intent.alb_controller_existing:
         return []
     return _crds(ctx, "k8s.alb-controller", ALB_CONTROLLER_CRDS,
-                 "edge.mode alb with controller existing needs the AWS Load Balancer Controller",
-                 "install the controller, or set edge.controller: install")
+                 "the edge's load balancer (gateway mode's NLB, or alb mode with controller existing) needs the "
+                 "AWS Load Balancer Controller",
+                 "install the controller, or set cluster.loadBalancerController: install (or, in alb mode, "
+                 "edge.controller: install)")
 
 
 def _ready(issuer: dict) -> bool:

@@ -15,6 +15,7 @@ from policies import rules
 from stacks.config.files import PROJECT_DIR
 from stacks.config.problems import ConfigError
 from stacks.offline import render
+from tests.conftest import render_file
 
 SANDBOX = PROJECT_DIR / "examples" / "Pulumi.sandbox.yaml"
 GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "sandbox"
@@ -29,7 +30,8 @@ ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
 
 @pytest.fixture(scope="module")
 def sandbox() -> render.RenderResult:
-    return render.render_stack(SANDBOX)
+    # The session's cached render: other modules read the same example.
+    return render_file(SANDBOX)
 
 
 def _inputs(result: render.RenderResult, type_: str, name: str) -> dict[str, Any]:

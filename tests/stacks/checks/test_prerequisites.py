@@ -24,7 +24,7 @@ def test_the_efs_backend_needs_the_pod_identity_agent_even_without_our_autoscale
 
 def test_a_default_stack_needs_exactly_these():
     assert keys() == ["cluster", "subnets", "cpu-node", "pod-identity-agent", "addons-absent", "addon-versions",
-                      "gpu-quota", "cert-manager", "prometheus", "secrets"]
+                      "gpu-quota", "cert-manager", "load-balancer-controller", "prometheus", "secrets"]
 
 
 def test_conditional_items_follow_their_settings():
@@ -35,6 +35,8 @@ def test_conditional_items_follow_their_settings():
     no_addons = keys(gpuNodeGroup={**BASE["gpuNodeGroup"], "autoRepair": {"installMonitoringAgent": False}},
                      weightsStorage={"efs": {"installCsiDriver": False}})
     assert "addons-absent" not in no_addons and "addon-versions" not in no_addons
+    # Gateway mode's NLB needs the cluster's load balancer controller, unless the stack installs one.
+    assert "load-balancer-controller" not in keys(cluster={**BASE["cluster"], "loadBalancerController": "install"})
 
 
 def test_described_items_name_the_stacks_values():

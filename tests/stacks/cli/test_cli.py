@@ -76,7 +76,7 @@ def test_misspelt_key_exits_2_with_one_line_and_no_traceback(tmp_path):
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
         'llm-serving:cluster.nmae: unknown key; did you mean "name"? (got "x"; expected one of '
-        "create, kubernetesVersion, mode, name, networkPolicyEnforcement)"
+        "create, kubernetesVersion, loadBalancerController, mode, name, networkPolicyEnforcement)"
     ]
     assert not (tmp_path / "out").exists()
 

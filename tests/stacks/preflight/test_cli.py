@@ -13,7 +13,7 @@ import pytest
 from stacks import cli
 from stacks.config.files import PROJECT_DIR
 from stacks.preflight import session
-from stacks.preflight.kube_checks import PROMETHEUS_CRDS
+from stacks.preflight.kube_checks import ALB_CONTROLLER_CRDS, PROMETHEUS_CRDS
 from tests.stacks.preflight.support import CLUSTER, OURS, Aws, FakeKube, addon, crd
 from tests.stacks.preflight.test_aws_checks import PROD_SUBNETS, offerings, quota, subnets
 from tests.stacks.preflight.test_hub import PATH, Hub, info, server  # noqa: F401 - the server fixture
@@ -73,7 +73,8 @@ def stub_prod(aws: Aws) -> None:
 def prod_account(monkeypatch):
     aws = Aws()
     stub_prod(aws)
-    kube = FakeKube(crds=[crd(n) for n in PROMETHEUS_CRDS], issuers={"letsencrypt-prod": {
+    # prod runs gateway mode on an existing cluster: its load balancer controller is a prerequisite.
+    kube = FakeKube(crds=[crd(n) for n in (*PROMETHEUS_CRDS, *ALB_CONTROLLER_CRDS)], issuers={"letsencrypt-prod": {
         "status": {"conditions": [{"type": "Ready", "status": "True"}]}}})
     monkeypatch.setattr(session, "aws_clients", lambda region: session.AwsClients(
         "arn:aws:sts::111122223333:assumed-role/preflight/ci", aws.eks, aws.ec2, aws.quotas))

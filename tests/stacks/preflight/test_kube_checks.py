@@ -82,7 +82,7 @@ def test_alb_controller_crds_when_the_controller_is_existing(aws):
     assert one("k8s.alb-controller", aws, FakeKube(crds=[crd(n) for n in ALB_CONTROLLER_CRDS]), alb).outcome \
         is Outcome.PASS
     finding = one("k8s.alb-controller", aws, FakeKube(), alb)
-    assert finding.outcome is Outcome.FAIL and finding.fix.endswith("edge.controller: install")
+    assert finding.outcome is Outcome.FAIL and finding.fix.endswith("edge.controller: install)")
     assert one("k8s.alb-controller", aws, FakeKube(refuse={"crd"}), alb).outcome is Outcome.COULD_NOT_CHECK
 
 
