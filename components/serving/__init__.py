@@ -19,13 +19,17 @@ from .engine import (
     PORT,
     RUN_AS_GID,
     RUN_AS_UID,
+    RUNAI_STREAMER,
     VLLM_BLOCK_SIZES,
     VLLM_QUANTIZATION_METHODS,
     EngineSettings,
     managed_flag_conflicts,
     pod_resources,
+    s3_model_prefix,
+    s3_tokenizer_prefix,
     staged_model_path,
     staged_tokenizer_path,
+    streamer_extra_config,
     weights_volume_gib,
 )
 from .lws import LeaderWorkerSetController, LeaderWorkerSetControllerArgs, lws_values
@@ -68,6 +72,10 @@ from .timing import (
 from .weights import ALLOW_PATTERNS, IGNORE_PATTERNS, TOKENIZER_PATTERNS, ModelWeights, ModelWeightsArgs
 
 __all__ = [
+    "RUNAI_STREAMER",
+    "s3_model_prefix",
+    "s3_tokenizer_prefix",
+    "streamer_extra_config",
     "VLLM_BLOCK_SIZES",
     "VLLM_QUANTIZATION_METHODS",
     "AWAIT_MARGIN_SECONDS",
