@@ -551,6 +551,19 @@ def refuse(problems: list, what: str) -> None:
         raise pulumi.RunError(f"stack {pulumi.get_stack()} {what}; nothing was created")
 
 
+def check_existing_bucket(config: StackConfig) -> None:
+    """Before any resource: an existing weights bucket (weightsStorage.s3.bucketName) exists and lives in
+    the stack's region (s3:ListBucket / GetBucketLocation through the data source)."""
+    name = config.weights_storage.s3.bucket_name
+    if config.weights_storage.backend is not StorageBackend.S3 or name is None:
+        return
+    try:
+        found: str | None = aws.s3.get_bucket(bucket=name).region
+    except Exception:  # the provider reports a missing (or unreadable) bucket as a failed invoke
+        found = None
+    refuse(platform_checks.existing_bucket_problems(name, found, aws.get_region().region), "cannot use its bucket")
+
+
 def check_cluster_to_create(config: StackConfig, stack_id: str) -> None:
     """Before any resource: the zones exist in this region, and a cluster of the name is ours and at
     most one minor behind (the preview then lists the upgrade's order)."""
@@ -643,6 +656,7 @@ def run() -> None:
         subnet_keys = ()
         provider = kubernetes_provider("kubernetes", cluster)
         opts = pulumi.ResourceOptions(providers={"kubernetes": provider})
+    check_existing_bucket(config)
     stack = ServingStack("llm-serving", serving_stack_args(config, cluster, subnets, subnet_keys), opts)
     pulumi.export("environment", config.environment.value)
     pulumi.export("gpuNodeSelector", stack.gpu_node_group.node_selector)

@@ -38,6 +38,7 @@ from .performance import GPU_PERFORMANCE, Latency, latency, slo_concurrency, usd
 from .rollout import (
     DEFAULT_IMAGE_PULL_SECONDS,
     DEFAULT_NODE_READY_SECONDS,
+    ColdStart,
     Footprint,
     NodeUpdate,
     RolloutError,
@@ -45,6 +46,7 @@ from .rollout import (
     Supply,
     Timing,
     choose_strategies,
+    cold_start,
     node_update,
     nodes_needed,
     replica_add_seconds,
@@ -72,6 +74,8 @@ from .timing import (
 from .weights import ALLOW_PATTERNS, IGNORE_PATTERNS, TOKENIZER_PATTERNS, ModelWeights, ModelWeightsArgs
 
 __all__ = [
+    "ColdStart",
+    "cold_start",
     "RUNAI_STREAMER",
     "s3_model_prefix",
     "s3_tokenizer_prefix",

@@ -179,6 +179,15 @@ def replica_add_seconds(config: StackConfig, model: ModelConfig, plan: serving.C
     return serving.replica_add_seconds(footprint(config, model, plan), timing(config), needs_node=True)
 
 
+def cold_starts(config: StackConfig, model: ModelConfig,
+                plan: serving.CapacityPlan) -> tuple[serving.ColdStart, serving.ColdStart]:
+    """Adding one replica term by term, (with a free node, with a new node); the second's total is
+    replica_add_seconds, which the scale-down window and the timing relations read."""
+    steps = timing(config)
+    terms = (plan.weights_load_seconds, plan.engine_init_seconds, plan.compile_seconds)
+    return (serving.cold_start(*terms, steps, needs_node=False), serving.cold_start(*terms, steps, needs_node=True))
+
+
 def scale_down_window(config: StackConfig, model: ModelConfig, plan: serving.CapacityPlan) -> int:
     """The configured window, else the time to add a replica within [300, 3600] s: removing a replica
     sooner than a new one takes to arrive turns every short burst into a wasted node and cold start."""

@@ -144,6 +144,19 @@ def s3_rules(config: StackConfig) -> Iterator[Problem]:
                           "stage)", model.pipeline_parallel_size, "1, or weightsStorage.backend efs or fsxLustre")
 
 
+def existing_bucket_problems(name: str, found_region: str | None, stack_region: str) -> list[Problem]:
+    """The preview's look-up of weightsStorage.s3.bucketName: missing (or not readable by the deployer), or
+    in another region than the cluster (every cold start would stream across regions)."""
+    key = "weightsStorage.s3.bucketName"
+    if found_region is None:
+        return [Problem(key, "no such bucket, or the deploying role cannot read it", name,
+                        "an existing bucket in this account and region, or unset to create one")]
+    if found_region != stack_region:
+        return [Problem(key, f"the bucket is in {found_region}, the cluster in {stack_region}: every cold start "
+                        "would stream across regions", name, f"a bucket in {stack_region}")]
+    return []
+
+
 def addon_version_rules(config: StackConfig) -> Iterator[Problem]:
     """Every EKS add-on the stack creates has a build pinned for the cluster's minor (versions.py)."""
     minor = config.cluster.kubernetes_version

@@ -16,7 +16,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from components import serving, storage
 from components.gpu import instance_price, known_instance_type_names, lookup_instance_type
@@ -328,9 +328,21 @@ def dynamics(result: CapacityPlan, args: argparse.Namespace) -> dict[str, object
     return found
 
 
+def _cold_start_rows(breakdown: dict[str, Any]) -> list[tuple[str, str]]:
+    """`plan --stack`: the weights' storage and each term of adding a replica, on a free and a new node."""
+    def line(terms: dict[str, int]) -> str:
+        parts = " + ".join(f"{label} {value:,} s" for label, value in terms.items() if label != "total")
+        return f"{_minutes(terms['total'])}: {parts}"
+    return [("weights storage", str(breakdown["storage"])),
+            ("add a replica, free node", line(breakdown["free_node"])),
+            ("add a replica, new node", line(breakdown["new_node"]))]
+
+
 def _dynamics_rows(found: dict[str, object]) -> list[tuple[str, str]]:
     node = " (needs a new node)" if found["replica_add_needs_node"] else " (fits on a running node)"
     rows = [("add one replica", _minutes(int(found["replica_add_seconds"])) + node)]
+    if isinstance(found.get("cold_start"), dict):
+        rows += _cold_start_rows(found["cold_start"])  # type: ignore[arg-type]
     rollout = found["rollout"]
     if isinstance(rollout, str):
         return [*rows, ("rollout", rollout)]
@@ -685,6 +697,11 @@ def _stack_plan(args: argparse.Namespace, explicit: dict[str, object], out: Text
         image_pull_seconds=timing.image_pull_seconds,
     )
     found = dynamics(result, stack_args)
+    free, new = planning.cold_starts(config, model, result)
+    if found:  # multi-node groups have no dynamics yet (dynamics())
+        found["cold_start"] = {"free_node": dict(free.terms()) | {"total": free.total_seconds},
+                               "new_node": dict(new.terms()) | {"total": new.total_seconds},
+                               "storage": planning.storage_backend_label(config)}
     cost = _replica_cost(result)
     total = planning.stack_cost(config)
     cost.update({"stack_nodes_at_min_replicas": total.nodes_at_min, "stack_nodes_at_max_replicas": total.nodes_at_max,

@@ -54,6 +54,9 @@ class RenderMocks(pulumi.runtime.Mocks):
                 return _placeholder_cluster(name, self.cluster_version)
             version, owner = self.clusters[name]
             return {**_placeholder_cluster(name, version), "tags": {"llm-serving/stack": owner} if owner else {}}
+        if token == "aws:s3/getBucket:getBucket":
+            bucket = args.args["bucket"]
+            return {"id": bucket, "bucket": bucket, "region": REGION, "arn": f"arn:aws:s3:::{bucket}"}
         if token == "aws:eks/getClusters:getClusters":
             return {"id": REGION, "names": sorted(self.clusters or {})}
         if token == "aws:index/getAvailabilityZones:getAvailabilityZones":
