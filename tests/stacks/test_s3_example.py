@@ -209,7 +209,8 @@ def test_the_example_passes_the_preview(config):
 def test_refuses_s3_without_a_read_figure(config):
     assert _lines(_with(config, s3={"read_mib_per_second": None})) == [
         "llm-serving:weightsStorage.s3.readMibPerSecond: backend s3 plans cold starts, probes and the "
-        "scale-down window on the MiB/s one pod streams, and no published figure for it is built in (got null; expected the measured "
+        "scale-down window on the MiB/s one pod streams, and no published figure for it is built in "
+        "(got null; expected the measured "
         "MiB/s per pod (e.g. 2000))"]
 
 
@@ -217,7 +218,8 @@ def test_refuses_an_image_without_the_streamers_s3_backend(config):
     other = config.models[0].image.model_copy(update={"repository": "registry.example.com/vllm"})
     assert _lines(_with(config, model={"image": other})) == [
         "llm-serving:models[llama-70b].image.s3Streamer: backend s3 streams weights with the Run:ai Model "
-        "Streamer's S3 backend, which registry.example.com/vllm:v0.33.0 is not known to carry (got null; expected true, with an image that "
+        "Streamer's S3 backend, which registry.example.com/vllm:v0.33.0 is not known to carry (got "
+        "null; expected true, with an image that "
         "has runai-model-streamer[s3] (vllm/vllm-openai does), or another weightsStorage.backend)"]
     said = other.model_copy(update={"s3_streamer": True})
     assert _lines(_with(config, model={"image": said})) == []
@@ -233,7 +235,8 @@ def test_refuses_a_bucket_in_another_region_than_the_cluster(config):
     elsewhere = _with(config, s3={"bucket_name": "team-weights", "bucket_region": "eu-west-1"})
     assert [p.line() for p in environment.bucket_region_problems(elsewhere, "us-east-1")] == [
         "llm-serving:weightsStorage.s3.bucketRegion: the bucket is in another region than the cluster "
-        "(aws:region us-east-1): every cold start would stream across regions (got \"eu-west-1\"; expected a bucket in us-east-1)"]
+        "(aws:region us-east-1): every cold start would stream across regions (got \"eu-west-1\"; "
+        "expected a bucket in us-east-1)"]
     assert environment.bucket_region_problems(elsewhere, "eu-west-1") == []
     assert environment.bucket_region_problems(elsewhere, None) == []  # unknown: preflight's to check
 
@@ -247,7 +250,8 @@ def test_refuses_a_bucket_region_without_a_bucket(config):
 def test_refuses_multi_node_groups_on_s3_with_the_reason(config):
     assert _lines(_with(config, model={"pipeline_parallel_size": 2})) == [
         "llm-serving:models[llama-70b].pipelineParallelSize: backend s3 streams every shard to every rank of "
-        "a multi-node group (the sharded format needs a per-rank checkpoint this stack does not stage) (got 2; expected 1, or "
+        "a multi-node group (the sharded format needs a per-rank checkpoint this stack does not stage) "
+        "(got 2; expected 1, or "
         "weightsStorage.backend efs or fsxLustre)"]
 
 
