@@ -19,6 +19,7 @@ from tools.doc_facts import PROD, Facts
 
 WORKFLOWS = PROJECT_DIR / ".github" / "workflows"
 MULTI_NODE_EXAMPLE = PROJECT_DIR / "examples" / "Pulumi.prod-405b.yaml"
+S3_EXAMPLE = PROJECT_DIR / "examples" / "Pulumi.prod-s3.yaml"
 # The plan whose pipeline-parallel split capacity-planner.md describes.
 PIPELINE_PLAN = ("--model", "meta-llama/Llama-3.1-405B-Instruct", "--gpu", "p5.48xlarge", "--max-model-len", "16384",
                  "--max-nodes-per-replica", "4")
@@ -189,6 +190,38 @@ def cold_start_by_backend(facts: Facts) -> str:
                      f"{row['cold_start_seconds']:,} s | {row['startup_budget_seconds']:,} s |")
     lines += ["| `existingStorageClass` | `readMibPerSecond` | the operator | — | — |", ""]
     return "\n".join(lines)
+
+
+def _backend_variants(facts: Facts) -> list[tuple[str, Any]]:
+    """Prod as it is (EFS), prod on the default FSx for Lustre file system, and examples/Pulumi.prod-s3.yaml."""
+    from stacks.config import StorageBackend
+
+    prod = facts.prod
+    fsx = prod.model_copy(update={"weights_storage": prod.weights_storage.model_copy(
+        update={"backend": StorageBackend.FSX_LUSTRE})})
+    return [("`efs` (prod)", prod), ("`fsxLustre` (defaults)", fsx),
+            ("`s3` ([prod-s3](../examples/Pulumi.prod-s3.yaml))", facts.config(S3_EXAMPLE))]
+
+
+def add_replica_by_backend(facts: Facts) -> str:
+    """Adding one replica of prod's 70B on each backend, term by term (stacks/checks/planning.cold_starts), and
+    what follows from it: the startup probe, the scale-down window and the rollout's await."""
+    from stacks.checks import planning, timing
+
+    lines = ["", "| backend | read speed | node | image pull | weights | engine init | compile | ready | free node "
+             "| new node | startup budget | scale-down window | rollout await |", "|---|" + "---:|" * 12]
+    for label, config in _backend_variants(facts):
+        model = config.models[0]
+        plan = planning.model_plan(config, model)
+        free, new = planning.cold_starts(config, model, plan)
+        terms = dict(new.terms())
+        lines.append(
+            f"| {label} | {planning.storage_read_mib_per_second(config):,.0f} MiB/s | {terms['node']} s | "
+            f"{terms['image pull']} s | {terms['weights']} s | {terms['engine init']} s | {terms['compile']} s | "
+            f"{terms['ready']} s | {free.total_seconds:,} s | {new.total_seconds:,} s | "
+            f"{plan.startup_budget_seconds:,} s | {planning.scale_down_window(config, model, plan):,} s | "
+            f"{timing.rollout_await_seconds(config, model):,} s |")
+    return "\n".join([*lines, ""])
 
 
 def pipeline_split(facts: Facts) -> str:
@@ -374,6 +407,7 @@ GENERATORS: dict[str, Callable[[Facts], str]] = {
     "vcpu-quotas": vcpu_quotas,
     "fsx-default-read": fsx_default_read,
     "cold-start-by-backend": cold_start_by_backend,
+    "add-replica-by-backend": add_replica_by_backend,
     "pipeline-split": pipeline_split,
     "calibration-within": calibration_within,
     "multi-node-example-cost": multi_node_example_cost,
