@@ -328,13 +328,19 @@ def dynamics(result: CapacityPlan, args: argparse.Namespace) -> dict[str, object
     return found
 
 
+def _terms(cold: serving.ColdStart) -> dict[str, int]:
+    """`--json`: each term as `<term>_seconds`, and their total."""
+    return {f"{label.replace(' ', '_')}_seconds": value for label, value in cold.terms()} | {
+        "total_seconds": cold.total_seconds}
+
+
 def _cold_start_rows(breakdown: dict[str, Any]) -> list[tuple[str, str]]:
-    """`plan --stack`: the weights' storage and each term of adding a replica, on a free and a new node."""
+    """`plan --stack`: each term of adding a replica, on a free and a new node."""
     def line(terms: dict[str, int]) -> str:
-        parts = " + ".join(f"{label} {value:,} s" for label, value in terms.items() if label != "total")
-        return f"{_minutes(terms['total'])}: {parts}"
-    return [("weights storage", str(breakdown["storage"])),
-            ("add a replica, free node", line(breakdown["free_node"])),
+        parts = " + ".join(f"{key.removesuffix('_seconds').replace('_', ' ')} {value:,} s"
+                           for key, value in terms.items() if key != "total_seconds")
+        return f"{_minutes(terms['total_seconds'])}: {parts}"
+    return [("add a replica, free node", line(breakdown["free_node"])),
             ("add a replica, new node", line(breakdown["new_node"]))]
 
 
@@ -407,7 +413,9 @@ def render_table(result: CapacityPlan, found: dict[str, object] | None = None,
         ("KV bytes per token per GPU", f"{result.kv_bytes_per_token_per_gpu:,}"),
         ("KV cache tokens", f"{result.kv_cache_tokens:,}"),
         ("max concurrency", f"{result.max_concurrency:.2f}x at {result.max_model_len:,} tokens per request"),
-        ("weights read speed", _storage_label(result.storage_read_mib_per_second)),
+        ("weights read speed", str(found["cold_start"]["storage"])  # type: ignore[index]
+         if found and isinstance(found.get("cold_start"), dict)
+         else _storage_label(result.storage_read_mib_per_second)),
         ("cold start", f"{result.cold_start_seconds:,} s"),
         ("startup probe budget", f"{result.startup_budget_seconds:,} s"),
         *(_dynamics_rows(found) if found else []),
@@ -699,8 +707,7 @@ def _stack_plan(args: argparse.Namespace, explicit: dict[str, object], out: Text
     found = dynamics(result, stack_args)
     free, new = planning.cold_starts(config, model, result)
     if found:  # multi-node groups have no dynamics yet (dynamics())
-        found["cold_start"] = {"free_node": dict(free.terms()) | {"total": free.total_seconds},
-                               "new_node": dict(new.terms()) | {"total": new.total_seconds},
+        found["cold_start"] = {"free_node": _terms(free), "new_node": _terms(new),
                                "storage": planning.storage_backend_label(config)}
     cost = _replica_cost(result)
     total = planning.stack_cost(config)
