@@ -52,7 +52,14 @@ from components.serving import (
     VllmDeployment,
     VllmDeploymentArgs,
 )
-from components.storage import WeightsFileSystem, WeightsFileSystemArgs, WeightsLustre, WeightsLustreArgs
+from components.storage import (
+    WeightsBucket,
+    WeightsBucketArgs,
+    WeightsFileSystem,
+    WeightsFileSystemArgs,
+    WeightsLustre,
+    WeightsLustreArgs,
+)
 from components.verification import SELECTOR as VERIFY_POD_SELECTOR
 from components.verification import Settings, VerificationJob, VerificationJobArgs
 from components.verification import network_policy as verification_network_policy
@@ -102,6 +109,13 @@ class ServedModel:
     # Zones where the weights file system has a mount target (EFS): the staging Job, which may land on
     # any CPU node, must land in one of them or its mount waits out the Job's deadline. () : anywhere.
     stage_zones: tuple[str, ...] = ()
+    # S3 backend: the revision's (and the tokenizer's) prefix in the bucket, and the service accounts
+    # Pod Identity maps to the staging Job's write role and the pods' read-only role (storage.BucketAccess).
+    s3_prefix: str | None = None
+    s3_tokenizer_prefix: str | None = None
+    stage_service_account: str | None = None
+    serving_service_account: str | None = None
+    region: pulumi.Input[str] | None = None  # S3: the bucket's region, for the Job's and the streamer's clients
 
 
 @dataclass(frozen=True)
@@ -122,6 +136,7 @@ class ServingStackArgs:
     install_node_monitoring_agent: bool  # the auto-repair agent add-on (False: the cluster has it, or no repair)
     weights_storage: WeightsFileSystemArgs | None  # EFS; None: FSx or an existing StorageClass
     weights_lustre: WeightsLustreArgs | None  # FSx for Lustre: one claim every model shares
+    weights_bucket: WeightsBucketArgs | None  # S3: the bucket, its roles and Pod Identity associations
     device_plugin: NvidiaDevicePluginArgs
     dcgm_exporter: DcgmExporterArgs
     prometheus: PrometheusStackArgs | None  # None: use the cluster's existing Prometheus Operator
@@ -304,6 +319,7 @@ class ServingStack(pulumi.ComponentResource):
                 load_balancer_cidrs=args.edge.load_balancer_cidrs,
                 picker_selector=picker_selector() if args.routed_models else None,
                 verification_selector=VERIFY_POD_SELECTOR if args.verifications else None,
+                weights_from_s3=args.weights_bucket is not None,
             )
         ]
         if args.verifications:
@@ -327,6 +343,9 @@ class ServingStack(pulumi.ComponentResource):
             shared_claim = WeightsLustre(
                 "weights-storage", args.weights_lustre, pulumi.ResourceOptions(parent=self, depends_on=[ns])
             ).claim_name
+        bucket: WeightsBucket | None = None
+        if args.weights_bucket is not None:
+            bucket = WeightsBucket("weights-storage", args.weights_bucket, child)
         # Through the node group's name, so a Deployment waits for its node group: after a node
         # update the pods roll only once the new generation's group exists.
         node_selector = pulumi.Output.all(
@@ -355,10 +374,27 @@ class ServingStack(pulumi.ComponentResource):
                     ),
                     node_selector=args.staging_node_selector,
                     protect=args.protect_weights,
-                    after=tuple(fences),
+                    after=tuple(fences) + ((bucket.associations[f"{model.name}-stage"],) if bucket else ()),
+                    bucket=bucket.bucket_name if bucket else None,
+                    s3_prefix=model.s3_prefix,
+                    s3_tokenizer_prefix=model.s3_tokenizer_prefix,
+                    service_account=model.stage_service_account,
+                    region=model.region,
                 ),
                 child,
             )
+            settings = model.settings
+            serving_after: tuple[pulumi.Resource, ...] = ()
+            if bucket is not None and model.serving_service_account:
+                # The pods read as their own account, which Pod Identity maps to the prefix's read-only role.
+                serving_after = (bucket.associations[f"{model.name}-read"], k8s.core.v1.ServiceAccount(
+                    f"{model.name}-serving-account",
+                    metadata={"name": model.serving_service_account, "namespace": ns.metadata.name,
+                              "labels": {"app.kubernetes.io/name": model.name}},
+                    automount_service_account_token=False, opts=after_namespace))
+                settings = dataclasses.replace(settings, model_path=weights.model_path, tokenizer_path=(
+                    pulumi.Output.concat("s3://", bucket.bucket_name, "/", model.s3_tokenizer_prefix)
+                    if model.s3_tokenizer_prefix else None))
             deployment = VllmDeployment(
                 model.name,
                 VllmDeploymentArgs(
@@ -366,12 +402,13 @@ class ServingStack(pulumi.ComponentResource):
                     model_name=model.name,
                     image=model.image,
                     replicas=model.replicas,
-                    settings=model.settings,
+                    settings=settings,
                     startup_budget_seconds=model.startup_budget_seconds,
                     resources=model.resources,
                     node_selector=node_selector,
                     tolerations=self.gpu_node_group.tolerations,
-                    claim_name=weights.claim_name,
+                    claim_name=None if bucket is not None else weights.claim_name,
+                    service_account=model.serving_service_account if bucket is not None else None,
                     api_key_secret=API_KEY_SECRET,
                     extra_env=model.extra_env,
                     strategy=model.strategy,
@@ -386,7 +423,7 @@ class ServingStack(pulumi.ComponentResource):
                     chat_template=model.chat_template,
                     # Serving starts only once its revision is fully staged (and a group once its
                     # operator and the EFA device plugin run).
-                    after=(weights.job, api_key,
+                    after=(weights.job, api_key, *serving_after,
                            *(self._group_prerequisites if model.settings.pipeline_parallel_size > 1 else ())),
                 ),
                 child,

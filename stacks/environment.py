@@ -14,9 +14,21 @@ from typing import Any
 from pydantic import ValidationError
 
 from stacks import checks
-from stacks.config import SECRET_KEYS, StackConfig, overrides
+from stacks.config import SECRET_KEYS, StackConfig, StorageBackend, overrides
 from stacks.config.files import PROJECT_DIR, ResolvedConfig, StackFile, read_stack_file, resolve, stack_file_path
 from stacks.config.problems import MISSING, PROJECT, ConfigError, Problem, from_validation_error, mask_problem
+
+
+def bucket_region_problems(config: StackConfig, stack_region: object) -> list[Problem]:
+    """An existing weights bucket in another region than the stack's (`aws:region`, when the stack file sets
+    it): every cold start would cross regions, at inter-region transfer prices and latency."""
+    s3 = config.weights_storage.s3
+    if config.weights_storage.backend is not StorageBackend.S3 or s3.bucket_region is None \
+            or not isinstance(stack_region, str) or s3.bucket_region == stack_region:
+        return []
+    return [Problem("weightsStorage.s3.bucketRegion", f"the bucket is in another region than the cluster "
+                    f"(aws:region {stack_region}): every cold start would stream across regions",
+                    s3.bucket_region, f"a bucket in {stack_region}")]
 
 
 def validate(resolved: ResolvedConfig) -> StackConfig:
@@ -52,6 +64,7 @@ def validate(resolved: ResolvedConfig) -> StackConfig:
         raise ConfigError([mask_problem(p, secret_keys) for p in problems]) from None
     # A missing uninherited secret is already reported above; don't report it twice.
     problems.extend(p for p in checks.check(config) if p.path not in resolved.uninherited_secrets)
+    problems.extend(bucket_region_problems(config, resolved.other.get("aws:region")))
     problems = [mask_problem(p, secret_keys) for p in problems]
     if problems:
         raise ConfigError(problems)

@@ -138,7 +138,8 @@ def configured_subnets(config: StackConfig) -> Subnets:
     return [(s.id, s.availability_zone) for s in config.gpu_node_group.subnets if s.id is not None]
 
 
-def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType) -> ServedModel:
+def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType,
+                 region: pulumi.Input[str] | None = None) -> ServedModel:
     """A model's plain values, with TP, the startup budget and the rollout from the planners."""
     plan = planning.model_plan(config, model)
     strategy = planning.rollout_strategies(config)[model.name]
@@ -161,6 +162,11 @@ def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType
         # would close them first and the ALB answers 502 (ELB guide: backend keep-alive must exceed
         # the idle timeout).
         extra_env = ({"name": "VLLM_HTTP_TIMEOUT_KEEP_ALIVE", "value": str(alb_idle_timeout(config) + 5)},)
+    s3 = config.weights_storage.s3 if config.weights_storage.backend is StorageBackend.S3 else None
+    if s3 is not None and region is not None:
+        # The streamer's S3 client resolves the bucket's endpoint from the region; Pod Identity gives
+        # credentials only (AWS_CONTAINER_CREDENTIALS_FULL_URI), not a region.
+        extra_env += ({"name": "AWS_REGION", "value": region}, {"name": "AWS_DEFAULT_REGION", "value": region})
     return ServedModel(
         name=model.name,
         model_id=model.model_id,
@@ -186,6 +192,9 @@ def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType
             else None,
             chat_template_path=serving.CHAT_TEMPLATE_PATH if model.chat_template is not None else None,
             extra_args=tuple(model.extra_args),
+            load_format=serving.RUNAI_STREAMER if s3 is not None else None,
+            model_loader_extra_config=serving.streamer_extra_config(
+                s3.streamer_concurrency, s3.streamer_memory_limit_gib) if s3 is not None else None,
         ),
         startup_budget_seconds=plan.startup_budget_seconds,
         resources=serving.pod_resources(instance.vcpus, instance.memory_gib, instance.gpu_count, tp),
@@ -203,6 +212,12 @@ def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType
         if config.weights_storage.backend is StorageBackend.EFS
         else (),
         download_deadline_seconds=max(1800, math.ceil(2 * download_seconds)),
+        s3_prefix=serving.s3_model_prefix(model.model_id, model.revision) if s3 is not None else None,
+        s3_tokenizer_prefix=serving.s3_tokenizer_prefix(model.model_id, tokenizer_revision)
+        if s3 is not None and tokenizer_revision else None,
+        stage_service_account=planning.stage_service_account(model) if s3 is not None else None,
+        serving_service_account=planning.serving_service_account(model) if s3 is not None else None,
+        region=region if s3 is not None else None,
         scaling=ScalingTarget(
             deployment_name=model.name,
             namespace=namespace,
@@ -241,6 +256,26 @@ def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType
         # A multi-node rank takes every EFA interface of its node (a stage is the whole node).
         efa_interfaces=config.gpu_node_group.efa_interfaces if plan.pipeline_parallel_size > 1 else 0,
     )
+
+
+def weights_bucket_args(config: StackConfig, tags: dict[str, str]) -> storage.WeightsBucketArgs:
+    """The weights bucket and, per model, the staging Job's write role and the pods' read-only role, each
+    scoped to the model's revision (and tokenizer revision) prefix."""
+    namespace = config.serving.namespace
+    access: list[storage.BucketAccess] = []
+    for model in config.models:
+        prefixes = [serving.s3_model_prefix(model.model_id, model.revision)]
+        if model.tokenizer_revision and model.tokenizer_revision != model.revision:
+            prefixes.append(serving.s3_tokenizer_prefix(model.model_id, model.tokenizer_revision))
+        access += [
+            storage.BucketAccess(f"{model.name}-stage", namespace, planning.stage_service_account(model),
+                                 tuple(prefixes), writer=True),
+            storage.BucketAccess(f"{model.name}-read", namespace, planning.serving_service_account(model),
+                                 tuple(prefixes)),
+        ]
+    return storage.WeightsBucketArgs(
+        cluster_name=config.cluster.name, bucket_name=config.weights_storage.s3.bucket_name,
+        protect=config.environment is Environment.PROD, tags=tags, access=tuple(access))
 
 
 def alb_idle_timeout(config: StackConfig) -> int:
@@ -379,7 +414,7 @@ def serving_stack_args(
     installs_prometheus = prometheus.mode is PrometheusMode.INSTALL
     alerts = config.observability.gpu_alerts
     node_group_name = f"gpu-{instance.name.replace('.', '-')}"
-    models = tuple(served_model(config, m, instance) for m in config.models)
+    models = tuple(served_model(config, m, instance, cluster.region) for m in config.models)
     return ServingStackArgs(
         node_group_name=node_group_name,
         node_group=GpuNodeGroupArgs(
@@ -422,6 +457,8 @@ def serving_stack_args(
             writer_role_arn=config.weights_storage.efs.staging_node_role_arn,
         )
         if config.weights_storage.backend is StorageBackend.EFS
+        else None,
+        weights_bucket=weights_bucket_args(config, tags) if config.weights_storage.backend is StorageBackend.S3
         else None,
         weights_lustre=storage.WeightsLustreArgs(
             cluster_name=config.cluster.name,
@@ -539,6 +576,19 @@ def refuse(problems: list, what: str) -> None:
         raise pulumi.RunError(f"stack {pulumi.get_stack()} {what}; nothing was created")
 
 
+def check_existing_bucket(config: StackConfig) -> None:
+    """Before any resource: an existing weights bucket (weightsStorage.s3.bucketName) exists and lives in
+    the stack's region (s3:ListBucket / GetBucketLocation through the data source)."""
+    name = config.weights_storage.s3.bucket_name
+    if config.weights_storage.backend is not StorageBackend.S3 or name is None:
+        return
+    try:
+        found: str | None = aws.s3.get_bucket(bucket=name).region
+    except Exception:  # the provider reports a missing (or unreadable) bucket as a failed invoke
+        found = None
+    refuse(platform_checks.existing_bucket_problems(name, found, aws.get_region().region), "cannot use its bucket")
+
+
 def check_cluster_to_create(config: StackConfig, stack_id: str) -> None:
     """Before any resource: the zones exist in this region, and a cluster of the name is ours and at
     most one minor behind (the preview then lists the upgrade's order)."""
@@ -631,6 +681,7 @@ def run() -> None:
         subnet_keys = ()
         provider = kubernetes_provider("kubernetes", cluster)
         opts = pulumi.ResourceOptions(providers={"kubernetes": provider})
+    check_existing_bucket(config)
     stack = ServingStack("llm-serving", serving_stack_args(config, cluster, subnets, subnet_keys), opts)
     pulumi.export("environment", config.environment.value)
     pulumi.export("gpuNodeSelector", stack.gpu_node_group.node_selector)

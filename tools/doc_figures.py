@@ -16,6 +16,7 @@ import yaml
 from stacks.config.files import PROJECT_DIR, stack_file_path
 from tools import planner_tables
 from tools.doc_facts import PROD, Facts
+from tools.storage_figures import add_replica_by_backend, cold_start_by_backend, fsx_default_read
 
 WORKFLOWS = PROJECT_DIR / ".github" / "workflows"
 MULTI_NODE_EXAMPLE = PROJECT_DIR / "examples" / "Pulumi.prod-405b.yaml"
@@ -146,49 +147,6 @@ def prod_claim_size(facts: Facts) -> str:
     from stacks.checks import planning
 
     return f"{serving.weights_volume_gib(planning.model_architecture(facts.prod_model).weight_bytes)} GiB"
-
-
-def _backend_plan(facts: Facts, mib_per_second: float) -> dict[str, Any]:
-    """Prod's model with its own settings, planned on another read speed."""
-    model, plan = facts.prod_model, facts.stack_plan()
-    return facts.plan("--model", model.model_id, "--gpu", plan["gpu"], "--max-model-len", str(model.max_model_len),
-                      "--tp", str(plan["tensor_parallel_size"]), "--gpu-memory-utilization",
-                      f"{model.gpu_memory_utilization:g}", "--storage-read-mib-per-second", f"{mib_per_second:g}")
-
-
-def fsx_default_read(facts: Facts) -> str:
-    from components import storage
-    from stacks.config import FsxLustreConfig
-
-    capacity = FsxLustreConfig.model_fields["storage_capacity_gib"].default
-    unit = FsxLustreConfig.model_fields["per_unit_storage_throughput"].default
-    speed = storage.lustre_read_mib_per_second(capacity, unit)
-    return (f"{capacity} GiB × {unit} MB/s/TiB = {speed:,.0f} MiB/s (prod's 70B: "
-            f"{_backend_plan(facts, speed)['cold_start_seconds']:,} s)")
-
-
-# (label, capacity GiB, MB/s per TiB, source) of the FSx rows in capacity-planner.md's backend table.
-FSX_ROWS = (
-    (2400, 500, "FSx Lustre guide (ssd-storage.html): disk throughput = TiB × per-unit throughput"),
-    (1200, 125, "same"),
-)
-
-
-def cold_start_by_backend(facts: Facts) -> str:
-    from components import storage
-
-    lines = ["", "| backend | read speed planned | source | cold start | startup budget |", "|---|---|---|---|---|"]
-    efs = _backend_plan(facts, storage.EFS_READ_MIB_PER_SECOND)
-    lines.append(f"| `efs` (default) | {storage.EFS_READ_MIB_PER_SECOND:,.0f} MiB/s | EFS guide (performance.html): "
-                 "500 MiBps per client outside the ≤ 1 ms fast path, 1,500 MiBps with it | "
-                 f"{efs['cold_start_seconds']:,} s | {efs['startup_budget_seconds']:,} s |")
-    for capacity, unit, source in FSX_ROWS:
-        speed = storage.lustre_read_mib_per_second(capacity, unit)
-        row = _backend_plan(facts, speed)
-        lines.append(f"| `fsxLustre`, {capacity} GiB × {unit} MB/s/TiB | {speed:,.0f} MiB/s | {source} | "
-                     f"{row['cold_start_seconds']:,} s | {row['startup_budget_seconds']:,} s |")
-    lines += ["| `existingStorageClass` | `readMibPerSecond` | the operator | — | — |", ""]
-    return "\n".join(lines)
 
 
 def pipeline_split(facts: Facts) -> str:
@@ -374,6 +332,7 @@ GENERATORS: dict[str, Callable[[Facts], str]] = {
     "vcpu-quotas": vcpu_quotas,
     "fsx-default-read": fsx_default_read,
     "cold-start-by-backend": cold_start_by_backend,
+    "add-replica-by-backend": add_replica_by_backend,
     "pipeline-split": pipeline_split,
     "calibration-within": calibration_within,
     "multi-node-example-cost": multi_node_example_cost,

@@ -34,7 +34,8 @@ def main() -> int:
             into = Path(scratch) / platform
             subprocess.run(
                 [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-                 f"huggingface_hub=={versions.HUGGINGFACE_HUB_VERSION}", "--only-binary=:all:",
+                 f"huggingface_hub=={versions.HUGGINGFACE_HUB_VERSION}", f"boto3=={versions.BOTO3_VERSION}",
+                 "--only-binary=:all:",
                  "--python-version", versions.STAGE_PYTHON_VERSION, "--implementation", "cp", "--abi",
                  f"cp{python}", "--platform", platform, "-d", str(into)],
                 check=True,

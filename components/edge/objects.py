@@ -679,6 +679,23 @@ def _pods(namespace: str, labels: dict[str, str]) -> dict[str, Any]:
     return {**_namespace(namespace), "podSelector": {"matchLabels": dict(labels)}}
 
 
+# The EKS Pod Identity agent, where the SDKs fetch a pod's credentials (EKS user guide, pod-id-how-it-works:
+# AWS_CONTAINER_CREDENTIALS_FULL_URI is http://169.254.170.23/v1/credentials, [fd00:ec2::23] on IPv6).
+POD_IDENTITY_AGENT_CIDRS = ("169.254.170.23/32", "fd00:ec2::23/128")
+POD_IDENTITY_AGENT_PORT = 80
+
+
+def _pod_identity_egress() -> dict[str, Any]:
+    return {"to": [{"ipBlock": {"cidr": cidr}} for cidr in POD_IDENTITY_AGENT_CIDRS],
+            "ports": [{"protocol": "TCP", "port": POD_IDENTITY_AGENT_PORT}]}
+
+
+def _https_egress() -> dict[str, Any]:
+    # Both families: on an IPv6 EKS cluster the Hub, its CDN and S3 are reached over IPv6.
+    return {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}, {"ipBlock": {"cidr": "::/0"}}],
+            "ports": [{"protocol": "TCP", "port": 443}]}
+
+
 def network_policies(
     *,
     serving_namespace: str,
@@ -692,6 +709,7 @@ def network_policies(
     load_balancer_cidrs: tuple[str, ...] = (),
     picker_selector: dict[str, str] | None = None,
     verification_selector: dict[str, str] | None = None,
+    weights_from_s3: bool = False,
 ) -> list[Manifest]:
     """Serving pods: in on `port` from the edge's proxy pods, the Prometheus pods and the pickers only,
     out to DNS only. Staging Jobs: nothing in, DNS and HTTPS out.
@@ -700,6 +718,8 @@ def network_policies(
     `load_balancer_cidrs` must name exactly those subnets, never the VPC, whose range every pod's IP
     shares under the VPC CNI. vLLM 0.33.0 serves /metrics on its API port (no metrics-port flag in
     its serve flags), so the scrapers' rule cannot be narrowed to a metrics-only port.
+    `weights_from_s3`: serving pods also reach the Pod Identity agent and S3 over HTTPS (S3's addresses
+    are public ranges a NetworkPolicy cannot name more narrowly), and the staging Jobs the agent.
     """
     if edge_pod_selector is None and not load_balancer_cidrs:
         raise ValueError("without edge proxy pods, load_balancer_cidrs must name the load balancer's subnets")
@@ -723,7 +743,7 @@ def network_policies(
             "ingress": [{"from": sources, "ports": [{"protocol": "TCP", "port": port}]}],
             # Tensor-parallel workers talk over shared memory inside the pod and weights are pre-staged
             # (HF_HUB_OFFLINE=1), so a serving pod needs no pod-to-pod or internet egress: DNS only.
-            "egress": [_dns_egress()],
+            "egress": [_dns_egress(), *((_pod_identity_egress(), _https_egress()) if weights_from_s3 else ())],
         },
     }
     staging = {
@@ -734,9 +754,7 @@ def network_policies(
             "podSelector": {"matchLabels": dict(staging_job_selector)},
             "policyTypes": ["Ingress", "Egress"],
             "ingress": [],  # nothing may reach the pod holding the Hugging Face token
-            # Both families: on an IPv6 EKS cluster the Hub and its CDN are reached over IPv6.
-            "egress": [_dns_egress(), {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}, {"ipBlock": {"cidr": "::/0"}}],
-                                     "ports": [{"protocol": "TCP", "port": 443}]}],
+            "egress": [_dns_egress(), _https_egress(), *((_pod_identity_egress(),) if weights_from_s3 else ())],
         },
     }
     return [serving, staging]

@@ -48,6 +48,15 @@ KUBE_PROMETHEUS_STACK = ChartPin(
 VLLM_IMAGE_REPOSITORY = "vllm/vllm-openai"
 VLLM_IMAGE_TAG = "v0.33.0"
 VLLM_VERSION = "0.33.0"
+# Whether that image can stream weights from S3 (`--load-format runai_streamer` with an s3:// model):
+# vLLM's docker/Dockerfile installs `runai-model-streamer[s3,gcs]` into the `vllm-openai-base` stage
+# the published image is built from (vllm-project/vllm@dead20baf70d:docker/Dockerfile, the
+# `uv pip install --system accelerate hf_transfer modelscope ... 'runai-model-streamer[s3,gcs]>=0.14.0'`
+# line of that stage; later releases keep the `runai` extra as `runai-model-streamer[s3,gcs,azure]`).
+# The Dockerfile at the v0.33.0 tag itself could not be read here (the repository snapshot is larger
+# than the fetch limit): a first deploy on S3 confirms it, and `models[].image.s3Streamer: false`
+# turns the backend off for an image without it.
+VLLM_IMAGE_HAS_S3_STREAMER = True
 
 # The weights Job's image: the official Python image (Docker Hub library/python, multi-arch), a few
 # hundred MB instead of the multi-GB vLLM image on a CPU node. It installs huggingface_hub from the
@@ -58,6 +67,8 @@ STAGE_IMAGE = "python:3.12.8-slim-bookworm"
 # many other public Dockerfiles: a tag can be pushed again, so the Job pulls exactly this build.
 STAGE_IMAGE_DIGEST = "sha256:2199a62885a12290dc9c5be3ca0681d367576ab7bf037da120e564723292a2f0"
 HUGGINGFACE_HUB_VERSION = "2.4.0"
+# The S3 backend's staging Job uploads with boto3 (multipart uploads, retries): in the same hashed lock.
+BOTO3_VERSION = "1.44.8"
 # The verification Job's image: the same Python image by digest (the multi-arch index digest of
 # python:3.12.8-slim-bookworm, as astral-sh/uv-docker-example's multistage.Dockerfile pins it), so a
 # re-pushed tag cannot change what gates a deploy. The probe needs only the standard library.

@@ -19,13 +19,17 @@ from .engine import (
     PORT,
     RUN_AS_GID,
     RUN_AS_UID,
+    RUNAI_STREAMER,
     VLLM_BLOCK_SIZES,
     VLLM_QUANTIZATION_METHODS,
     EngineSettings,
     managed_flag_conflicts,
     pod_resources,
+    s3_model_prefix,
+    s3_tokenizer_prefix,
     staged_model_path,
     staged_tokenizer_path,
+    streamer_extra_config,
     weights_volume_gib,
 )
 from .lws import LeaderWorkerSetController, LeaderWorkerSetControllerArgs, lws_values
@@ -34,6 +38,7 @@ from .performance import GPU_PERFORMANCE, Latency, latency, slo_concurrency, usd
 from .rollout import (
     DEFAULT_IMAGE_PULL_SECONDS,
     DEFAULT_NODE_READY_SECONDS,
+    ColdStart,
     Footprint,
     NodeUpdate,
     RolloutError,
@@ -41,6 +46,7 @@ from .rollout import (
     Supply,
     Timing,
     choose_strategies,
+    cold_start,
     node_update,
     nodes_needed,
     replica_add_seconds,
@@ -68,6 +74,12 @@ from .timing import (
 from .weights import ALLOW_PATTERNS, IGNORE_PATTERNS, TOKENIZER_PATTERNS, ModelWeights, ModelWeightsArgs
 
 __all__ = [
+    "ColdStart",
+    "cold_start",
+    "RUNAI_STREAMER",
+    "s3_model_prefix",
+    "s3_tokenizer_prefix",
+    "streamer_extra_config",
     "VLLM_BLOCK_SIZES",
     "VLLM_QUANTIZATION_METHODS",
     "AWAIT_MARGIN_SECONDS",

@@ -498,6 +498,12 @@ class CapacityPlan:
     notes: tuple[str, ...] = field(default=())
     storage_read_mib_per_second: float = DEFAULT_STORAGE_READ_MIB_PER_SECOND  # what cold_start_seconds assumed
     pipeline_parallel_size: int = 1  # stages, one whole node each when > 1
+    # The cold start's terms (cold_start_seconds is their sum): reading the weights at the storage's
+    # speed, engine start-up (imports, NCCL, profiling, KV allocation) and compilation (torch.compile and
+    # CUDA-graph capture, which a compile cache shortens).
+    weights_load_seconds: int = 0
+    engine_init_seconds: int = 0
+    compile_seconds: int = 0
 
     @property
     def gpus_per_replica(self) -> int:
@@ -703,13 +709,11 @@ def plan(
             "--tensor-parallel-size, or use --kv-cache-dtype fp8"
         )
 
-    cold = cold_start_seconds(
-        # Each stage's pod reads the tensors of its own layers, all stages at once.
-        math.ceil(checkpoint_bytes / pp),
-        storage_read_mib_per_second * MIB,
-        engine_startup_seconds,
-        graph_capture_seconds,
-    )
+    # Each stage's pod reads the tensors of its own layers, all stages at once.
+    stage_bytes = math.ceil(checkpoint_bytes / pp)
+    cold = cold_start_seconds(stage_bytes, storage_read_mib_per_second * MIB, engine_startup_seconds,
+                              graph_capture_seconds)
+    engine_init, compile_time = math.ceil(engine_startup_seconds), math.ceil(graph_capture_seconds)
     return CapacityPlan(
         model_id=model.model_id,
         gpu=gpu.name,
@@ -740,6 +744,9 @@ def plan(
         + (("speculative decoding: the draft model's weights and KV layers are not in this plan; pass "
             "--available-kv-gib from a boot with it",) if speculative_decoding else ()),
         storage_read_mib_per_second=storage_read_mib_per_second,
+        weights_load_seconds=max(0, cold - engine_init - compile_time),
+        engine_init_seconds=engine_init,
+        compile_seconds=compile_time,
     )
 
 

@@ -26,7 +26,7 @@ class VllmDeploymentArgs:
     resources: dict
     node_selector: pulumi.Input[dict[str, str]]
     tolerations: pulumi.Input[list[dict[str, str]]]
-    claim_name: pulumi.Input[str]
+    claim_name: pulumi.Input[str] | None  # None: the weights are streamed from S3, no volume
     api_key_secret: str  # Secret with key `api-key`: vLLM checks its own key in every auth mode
     cache_gib: int  # per-pod disk emptyDir: HOME, compile and kernel caches
     tmp_gib: int  # per-pod disk emptyDir at /tmp
@@ -48,6 +48,9 @@ class VllmDeploymentArgs:
     zone: str | None = None  # ReadWriteOnce weights: the replica must run where the volume is
     extra_env: tuple[dict, ...] = ()
     efa_interfaces: int = 0  # multi-node groups: the node's EFA interfaces, all requested by each rank
+    # S3 backend: the pods' service account, which Pod Identity maps to the read-only role of the model's
+    # prefix (the association must exist first: in `after`).
+    service_account: str | None = None
 
 
 def selector_labels(model_name: str) -> dict[str, str]:
@@ -72,9 +75,6 @@ class VllmDeployment(pulumi.ComponentResource):
 
         shm_size = f"{engine.shm_size_gib(settings.tensor_parallel_size)}Gi"
         volumes: list[dict] = [
-            # Read-only at the volume too: serving pods never write weights, and the kubelet then
-            # skips the fsGroup ownership walk over hundreds of GiB.
-            {"name": "weights", "persistentVolumeClaim": {"claimName": args.claim_name, "readOnly": True}},
             {
                 "name": "shm",
                 "emptyDir": {"medium": "Memory", "sizeLimit": shm_size},
@@ -83,12 +83,17 @@ class VllmDeployment(pulumi.ComponentResource):
             {"name": "tmp", "emptyDir": {"sizeLimit": f"{args.tmp_gib}Gi"}},
         ]
         mounts: list[dict] = [
-            {"name": "weights", "mountPath": engine.MODELS_MOUNT, "readOnly": True},
             # Compile and kernel caches survive a container restart (not a new pod), per pod.
             {"name": "cache", "mountPath": engine.CACHE_MOUNT},
             {"name": "shm", "mountPath": "/dev/shm"},
             {"name": "tmp", "mountPath": engine.TMP_MOUNT},
         ]
+        if args.claim_name is not None:
+            # Read-only at the volume too: serving pods never write weights, and the kubelet then
+            # skips the fsGroup ownership walk over hundreds of GiB.
+            volumes.insert(0, {"name": "weights",
+                               "persistentVolumeClaim": {"claimName": args.claim_name, "readOnly": True}})
+            mounts.insert(0, {"name": "weights", "mountPath": engine.MODELS_MOUNT, "readOnly": True})
         if args.chat_template is not None:
             template = k8s.core.v1.ConfigMap(
                 f"{name}-chat-template",
@@ -186,6 +191,7 @@ class VllmDeployment(pulumi.ComponentResource):
                     # engine's own settings (vLLM docs, environment variables).
                     "enableServiceLinks": False,
                     "automountServiceAccountToken": False,
+                    **({"serviceAccountName": args.service_account} if args.service_account else {}),
                     "securityContext": engine.pod_security_context(),
                     "containers": containers,
                     "volumes": volumes,

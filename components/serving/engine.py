@@ -6,6 +6,7 @@ Everything a vLLM pod's spec is computed from, as plain functions a table test c
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 
@@ -27,7 +28,7 @@ MANAGED_FLAGS = frozenset(
         "--max-num-batched-tokens", "--enable-prefix-caching", "--no-enable-prefix-caching",
         "--disable-prefix-caching", "--chat-template", "--tokenizer", "--port", "--host", "--api-key",
         "--shutdown-timeout", "--sse-keep-alive-interval", "--revision", "--tokenizer-revision", "--download-dir",
-        "--load-format",
+        "--load-format", "--model-loader-extra-config",
         "--pipeline-parallel-size", "-pp", "--nnodes", "-n", "--node-rank", "-r", "--master-addr",
         "--master-port", "--headless", "--distributed-executor-backend",
     }
@@ -99,6 +100,10 @@ class EngineSettings:
     tokenizer_path: str | None = None
     chat_template_path: str | None = None
     extra_args: tuple[str, ...] = field(default_factory=tuple)
+    # S3 backend: `runai_streamer` with the streamer's settings as JSON (streamer_extra_config); None: the
+    # default loader reads the staged files from the weights volume.
+    load_format: str | None = None
+    model_loader_extra_config: str | None = None
 
 
 def staged_model_path(model_id: str, revision: str) -> str:
@@ -106,8 +111,32 @@ def staged_model_path(model_id: str, revision: str) -> str:
     return f"{MODELS_MOUNT}/{model_id}/{revision}"
 
 
+def streamer_extra_config(concurrency: int, memory_limit_gib: int) -> str:
+    """`--model-loader-extra-config` for `--load-format runai_streamer` (vLLM's runai_model_streamer page:
+    `concurrency`, the reader threads and for S3 the client connections; `memory_limit`, the CPU buffer
+    the tensors pass through, in bytes)."""
+    if concurrency < 1 or memory_limit_gib < 1:
+        raise ValueError("streamer concurrency and memory limit must be positive")
+    return json.dumps({"concurrency": concurrency, "memory_limit": memory_limit_gib * 1024**3},
+                      separators=(",", ":"), sort_keys=True)
+
+
 def staged_tokenizer_path(model_id: str, tokenizer_revision: str) -> str:
     return f"{MODELS_MOUNT}/{model_id}/tokenizer-{tokenizer_revision}"
+
+
+# vLLM's loader for safetensors streamed by the Run:ai Model Streamer (serve-flags 0.33.0 --load-format:
+# "runai_streamer will load the Safetensors weights using Run:ai Model Streamer").
+RUNAI_STREAMER = "runai_streamer"
+
+
+def s3_model_prefix(model_id: str, revision: str) -> str:
+    """Where one revision lives in the weights bucket (the same layout as on a volume, without /models)."""
+    return f"{model_id}/{revision}/"
+
+
+def s3_tokenizer_prefix(model_id: str, tokenizer_revision: str) -> str:
+    return f"{model_id}/tokenizer-{tokenizer_revision}/"
 
 
 def managed_flag_conflicts(extra_args: tuple[str, ...] | list[str]) -> list[str]:
@@ -139,6 +168,10 @@ def engine_args(s: EngineSettings) -> list[str]:
     ]
     if s.pipeline_parallel_size > 1:
         args += ["--pipeline-parallel-size", str(s.pipeline_parallel_size)]
+    if s.load_format:
+        args += ["--load-format", s.load_format]
+    if s.model_loader_extra_config:
+        args += ["--model-loader-extra-config", s.model_loader_extra_config]
     if s.quantization:
         args += ["--quantization", s.quantization]
     if s.tokenizer_path:

@@ -196,6 +196,41 @@ def replica_add_seconds(model: Footprint, timing: Timing, *, needs_node: bool) -
     return node + timing.image_pull_seconds + model.cold_start_seconds + MIN_READY_SECONDS
 
 
+@dataclass(frozen=True)
+class ColdStart:
+    """From a scale-up decision to a new replica serving, term by term (replica_add_seconds is the sum)."""
+
+    node_seconds: int  # a new GPU node joining and advertising GPUs; 0 on a free node
+    image_pull_seconds: int  # pulling the vLLM image onto the node
+    weights_seconds: int  # reading the weights at the storage's planned speed
+    engine_init_seconds: int  # process start, NCCL, profiling, KV allocation
+    compile_seconds: int  # torch.compile and CUDA-graph capture
+    ready_seconds: int = MIN_READY_SECONDS  # minReadySeconds before the pod counts as available
+
+    @property
+    def total_seconds(self) -> int:
+        return (self.node_seconds + self.image_pull_seconds + self.weights_seconds + self.engine_init_seconds
+                + self.compile_seconds + self.ready_seconds)
+
+    def terms(self) -> tuple[tuple[str, int], ...]:
+        return (("node", self.node_seconds), ("image pull", self.image_pull_seconds),
+                ("weights", self.weights_seconds), ("engine init", self.engine_init_seconds),
+                ("compile", self.compile_seconds), ("ready", self.ready_seconds))
+
+    def text(self) -> str:
+        return " + ".join(f"{label} {seconds:,} s" for label, seconds in self.terms()) + \
+            f" = {self.total_seconds:,} s"
+
+
+def cold_start(weights_seconds: int, engine_init_seconds: int, compile_seconds: int, timing: Timing, *,
+               needs_node: bool) -> ColdStart:
+    """The terms of adding one replica; the image term is today's pull on every node (a pre-pulled image
+    would make it 0 on a warm node) and the compile term the full compilation (a compile cache shortens it)."""
+    return ColdStart(node_seconds=timing.node_ready_seconds if needs_node else 0,
+                     image_pull_seconds=timing.image_pull_seconds, weights_seconds=weights_seconds,
+                     engine_init_seconds=engine_init_seconds, compile_seconds=compile_seconds)
+
+
 def rollout_needs_node(models: list[Footprint], model: Footprint, gpus_per_node: int, nodes_running: int) -> bool:
     """Whether the model's surge replica, with every model at its minimum, needs a node that is not running."""
     groups = [gpus for m in models for gpus in m.pods(m.min_replicas)]

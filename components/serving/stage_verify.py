@@ -71,24 +71,35 @@ def _digests(path: Path, size: int) -> tuple[str, str]:
     return sha256.hexdigest(), blob.hexdigest()
 
 
+def file_problem(path: Path, want: Expected) -> str | None:
+    """What is wrong with one downloaded file, or None when it is exactly the Hub's record."""
+    if not path.is_file():
+        return "missing"
+    size = path.stat().st_size
+    if size != want.size:
+        return f"{size} bytes, the Hub records {want.size}"
+    sha256, blob = _digests(path, size)
+    if want.sha256 is not None and sha256 != want.sha256:
+        return f"sha256 {sha256}, the Hub records {want.sha256}"
+    if want.git_blob_sha1 is not None and blob != want.git_blob_sha1:
+        return f"git blob {blob}, the Hub records {want.git_blob_sha1}"
+    return None
+
+
+def recorded_digest(want: Expected) -> str:
+    """The Hub's digest of a file as one string (`sha256:...` or `git-blob:...`): the S3 backend stores it
+    on each uploaded object, so a resumed Job skips exactly the objects already verified and uploaded."""
+    return f"sha256:{want.sha256}" if want.sha256 is not None else f"git-blob:{want.git_blob_sha1}"
+
+
 def problems(directory: Path, expected: Mapping[str, Expected], allow: Iterable[str],
              ignore: Iterable[str]) -> dict[str, str]:
     """Path -> what is wrong with it; empty when the directory holds exactly the recorded revision."""
     found: dict[str, str] = {}
     for want in expected.values():
-        path = directory / want.path
-        if not path.is_file():
-            found[want.path] = "missing"
-            continue
-        size = path.stat().st_size
-        if size != want.size:
-            found[want.path] = f"{size} bytes, the Hub records {want.size}"
-            continue
-        sha256, blob = _digests(path, size)
-        if want.sha256 is not None and sha256 != want.sha256:
-            found[want.path] = f"sha256 {sha256}, the Hub records {want.sha256}"
-        elif want.git_blob_sha1 is not None and blob != want.git_blob_sha1:
-            found[want.path] = f"git blob {blob}, the Hub records {want.git_blob_sha1}"
+        problem = file_problem(directory / want.path, want)
+        if problem is not None:
+            found[want.path] = problem
     allow, ignore = list(allow), list(ignore)
     for path in sorted(directory.rglob("*")):
         relative = path.relative_to(directory).as_posix()

@@ -1,4 +1,4 @@
-"""ModelWeights: a retained PersistentVolumeClaim and a Job that pre-stages one pinned revision.
+"""ModelWeights: a retained PersistentVolumeClaim (or an S3 prefix) and a Job that pre-stages one pinned revision.
 
 Weights land in a directory named after the revision and are marked complete last, so a rollout
 never reads half-written weights and re-running the same revision downloads nothing.
@@ -8,88 +8,23 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from . import engine
-
-# What vLLM loads from a Hugging Face checkpoint directory: safetensors shards and their index, the
-# model and generation configs, tokenizer files and a chat template (vllm 0.33.0 model loader and
-# transformers' AutoTokenizer/AutoConfig). Everything else is skipped: Meta's repos also carry the
-# original/ consolidated checkpoint (as large again), and some repos duplicate weights as .bin/.pth.
-ALLOW_PATTERNS = (
-    "*.safetensors", "*.safetensors.index.json", "config.json", "generation_config.json",
-    "tokenizer*", "special_tokens_map.json", "added_tokens.json", "vocab*", "merges.txt",
-    "*.jinja", "chat_template.json", "preprocessor_config.json",
+from .stage_scripts import (  # noqa: F401  (re-exported: tests and the package read them here)
+    ALLOW_PATTERNS,
+    IGNORE_PATTERNS,
+    REQUIREMENTS_DIR,
+    S3_SCRATCH_GIB,
+    STAGE_REQUIREMENTS,
+    STAGE_S3_SCRIPT,
+    STAGE_SCRIPT,
+    STAGE_VERIFY,
+    TOKENIZER_PATTERNS,
 )
-IGNORE_PATTERNS = ("original/*", "*.pth", "*.bin", "*.pt", "*.gguf", "*.onnx")
-# A separate tokenizer revision brings only the tokenizer's files.
-TOKENIZER_PATTERNS = ("tokenizer*", "special_tokens_map.json", "*.jinja", "vocab*", "merges.txt")
-
-# The hashed lock the Job installs from (tools/stage_lock.py writes it): exactly the reviewed wheels.
-STAGE_REQUIREMENTS = (Path(__file__).with_name("stage-requirements.txt")).read_text()
-REQUIREMENTS_DIR = "/etc/stage"
-
-# The module the Job verifies downloads with (standard library only), shipped beside the lock.
-STAGE_VERIFY = (Path(__file__).with_name("stage_verify.py")).read_text()
-TOKENIZER_PATTERNS = ("tokenizer*", "special_tokens_map.json", "*.jinja", "vocab*", "merges.txt")
-
-# Runs in the small pinned Python image: installs huggingface_hub from the hashed lock into HOME (the
-# root filesystem is read-only), then downloads. `snapshot_download` resumes partial files. Before the
-# marker, every downloaded file is checked against the Hub's record of the pinned revision (LFS sha256,
-# git blob id for small files, nothing extra): a tampered or truncated shard or chat template fails the
-# Job (and is deleted, so the retry fetches it again) instead of being served. The marker is written
-# only after every file (model and tokenizer) is in place and verified.
-STAGE_SCRIPT = f"""set -eu
-if [ -f "$TARGET/{engine.COMPLETE_MARKER}" ]; then
-  echo "revision $REVISION of $MODEL_ID already staged in $TARGET"
-  exit 0
-fi
-python3 -m pip install --quiet --no-cache-dir --disable-pip-version-check --require-hashes --only-binary=:all: \\
-  --target "$HOME/lib" -r {REQUIREMENTS_DIR}/requirements.txt
-export PYTHONPATH="$HOME/lib:{REQUIREMENTS_DIR}"
-python3 - <<'PY'
-import os
-import sys
-from pathlib import Path
-
-from huggingface_hub import HfApi, snapshot_download
-
-import stage_verify
-
-# token=None: huggingface_hub reads the token file named by HF_TOKEN_PATH, when one is mounted.
-token = None
-
-
-def listing(revision):
-    info = HfApi().model_info(os.environ["MODEL_ID"], revision=revision, files_metadata=True, token=token)
-    return [{{"rfilename": s.rfilename, "size": s.size, "blob_id": s.blob_id,
-              "lfs": {{"sha256": s.lfs.sha256, "size": s.lfs.size}} if s.lfs else None}} for s in info.siblings]
-
-
-def stage(revision, target, allow, ignore):
-    snapshot_download(os.environ["MODEL_ID"], revision=revision, local_dir=target, token=token,
-                      allow_patterns=allow, ignore_patterns=ignore)
-    expected = stage_verify.expected_files(listing(revision), allow, ignore)
-    bad = stage_verify.problems(Path(target), expected, allow, ignore)
-    for path, why in sorted(bad.items()):
-        print(f"refused {{path}}: {{why}}", file=sys.stderr)
-    if bad:
-        stage_verify.discard(Path(target), bad)
-        sys.exit(f"{{len(bad)}} of {{len(expected)}} files do not match the Hub's record; no marker written")
-    print(f"verified {{len(expected)}} files of {{revision}} against the Hub's record")
-
-
-stage(os.environ["REVISION"], os.environ["TARGET"], {list(ALLOW_PATTERNS)!r}, {list(IGNORE_PATTERNS)!r})
-if os.environ.get("TOKENIZER_TARGET"):
-    stage(os.environ["TOKENIZER_REVISION"], os.environ["TOKENIZER_TARGET"], {list(TOKENIZER_PATTERNS)!r}, [])
-PY
-date -u +%Y-%m-%dT%H:%M:%SZ > "$TARGET/{engine.COMPLETE_MARKER}"
-echo "staged $MODEL_ID@$REVISION in $TARGET"
-"""
 
 STAGE_HOME = "/home/stage"
 ZONE_LABEL = "topology.kubernetes.io/zone"
@@ -132,6 +67,13 @@ class ModelWeightsArgs:
     pod_annotations: dict[str, pulumi.Input[str]] | None = None
     # Pins the Job to the nodes whose role the file-system policy lets write (weightsStorage.efs).
     node_selector: dict[str, str] | None = None
+    # S3 backend: no claim; the Job uploads under `s3_prefix` (and the tokenizer's under its own prefix)
+    # of `bucket` as `service_account`, which Pod Identity maps to the write role for those prefixes.
+    bucket: pulumi.Input[str] | None = None
+    s3_prefix: str | None = None
+    s3_tokenizer_prefix: str | None = None
+    service_account: str | None = None
+    region: pulumi.Input[str] | None = None  # the bucket's (the cluster's) region, for boto3
 
 
 def stage_affinity(zone: str | None, stage_zones: tuple[str, ...]) -> dict[str, Any]:
@@ -160,6 +102,12 @@ class ModelWeights(pulumi.ComponentResource):
     def __init__(self, name: str, args: ModelWeightsArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llmserving:serving:ModelWeights", name, None, opts)
         claim_name: pulumi.Input[str]
+        if args.bucket is not None:
+            self._stage_s3(name, args)
+            self.claim_name = pulumi.Output.from_input("")
+            self.model_path = pulumi.Output.from_input(args.bucket).apply(lambda b: f"s3://{b}/{args.s3_prefix}")
+            self.register_outputs({"model_path": self.model_path})
+            return
         if args.shared_claim is not None:
             claim_name = args.shared_claim
             claim_after: list[pulumi.Resource] = []
@@ -306,6 +254,107 @@ class ModelWeights(pulumi.ComponentResource):
                 parent=self,
                 depends_on=[*claim_after, requirements, *args.after],
                 # Pulumi waits for the Job to succeed; the download may take as long as its deadline.
+                custom_timeouts=pulumi.CustomTimeouts(
+                    create=f"{args.download_deadline_seconds + 300}s",
+                    update=f"{args.download_deadline_seconds + 300}s",
+                ),
+            ),
+        )
+
+    def _stage_s3(self, name: str, args: ModelWeightsArgs) -> None:
+        """The Job that uploads the revision to the bucket (self.job), under its own service account."""
+        if not (args.s3_prefix and args.service_account):
+            raise ValueError("the S3 backend needs the revision's prefix and the staging service account")
+        labels = {"app.kubernetes.io/name": args.model_name, "app.kubernetes.io/component": "stage-weights"}
+        account = k8s.core.v1.ServiceAccount(
+            f"{name}-stage-account",
+            metadata={"name": args.service_account, "namespace": args.namespace, "labels": labels},
+            # EKS Pod Identity injects its own projected token (audience pods.eks.amazonaws.com) into pods
+            # of an associated account; the Kubernetes API token is never needed.
+            automount_service_account_token=False,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.after)),
+        )
+        scratch = "/var/stage"
+        disk = f"{S3_SCRATCH_GIB + 4}Gi"  # the scratch volume, HOME with the installed lock, and /tmp
+        env = [
+            {"name": "MODEL_ID", "value": args.model_id},
+            {"name": "REVISION", "value": args.revision},
+            {"name": "BUCKET", "value": args.bucket},
+            {"name": "PREFIX", "value": args.s3_prefix},
+            {"name": "SCRATCH", "value": scratch},
+            *([{"name": "AWS_REGION", "value": args.region}] if args.region is not None else []),
+            {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
+        ]
+        if args.tokenizer_revision and args.tokenizer_revision != args.revision and args.s3_tokenizer_prefix:
+            env += [{"name": "TOKENIZER_REVISION", "value": args.tokenizer_revision},
+                    {"name": "TOKENIZER_PREFIX", "value": args.s3_tokenizer_prefix}]
+        env += [
+            {"name": "HOME", "value": STAGE_HOME},
+            {"name": "HF_HOME", "value": f"{STAGE_HOME}/huggingface"},
+            {"name": "TMPDIR", "value": engine.TMP_MOUNT},
+        ]
+        requirements = k8s.core.v1.ConfigMap(
+            f"{name}-stage-requirements",
+            metadata={"name": requirements_configmap_name(args.model_name), "namespace": args.namespace,
+                      "labels": {"app.kubernetes.io/name": args.model_name}},
+            data={"requirements.txt": STAGE_REQUIREMENTS, "stage_verify.py": STAGE_VERIFY},
+            immutable=True,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.after)),
+        )
+        mounts = [
+            {"name": "requirements", "mountPath": REQUIREMENTS_DIR, "readOnly": True},
+            {"name": "scratch", "mountPath": scratch},
+            {"name": "home", "mountPath": STAGE_HOME},
+            {"name": "tmp", "mountPath": engine.TMP_MOUNT},
+        ]
+        volumes: list[dict] = [
+            {"name": "requirements", "configMap": {"name": requirements_configmap_name(args.model_name)}},
+            {"name": "scratch", "emptyDir": {"sizeLimit": f"{S3_SCRATCH_GIB}Gi"}},
+            {"name": "home", "emptyDir": {"sizeLimit": "1Gi"}},
+            {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
+        ]
+        if args.hf_token_secret:
+            env.append({"name": "HF_TOKEN_PATH", "value": f"{HF_TOKEN_DIR}/token"})
+            mounts.append({"name": "hf-token", "mountPath": HF_TOKEN_DIR, "readOnly": True})
+            volumes.append({"name": "hf-token", "secret": {"secretName": args.hf_token_secret, "defaultMode": 0o440,
+                                                            "items": [{"key": "token", "path": "token"}]}})
+        self.job = k8s.batch.v1.Job(
+            f"{name}-stage",
+            metadata={"name": job_name(args.model_name, args.revision, args.tokenizer_revision),
+                      "namespace": args.namespace, "labels": labels,
+                      "annotations": {"pulumi.com/replaceUnready": "true"}},
+            spec={
+                "backoffLimit": 4,
+                "activeDeadlineSeconds": args.download_deadline_seconds,
+                "template": {
+                    "metadata": {"labels": labels,
+                                 **({"annotations": dict(args.pod_annotations)} if args.pod_annotations else {})},
+                    "spec": {
+                        "restartPolicy": "OnFailure",
+                        "serviceAccountName": args.service_account,
+                        "nodeSelector": {**(args.node_selector or {}), **ARCH_SELECTOR},
+                        "automountServiceAccountToken": False,
+                        "enableServiceLinks": False,
+                        "securityContext": engine.pod_security_context(),
+                        "containers": [{
+                            "name": "stage",
+                            "image": args.stage_image,
+                            "command": ["/bin/sh", "-c", STAGE_S3_SCRIPT],
+                            "env": env,
+                            "resources": {
+                                "requests": {"cpu": "2", "memory": "8Gi", "ephemeral-storage": disk},
+                                "limits": {"memory": "8Gi", "ephemeral-storage": disk},
+                            },
+                            "securityContext": engine.container_security_context(),
+                            "volumeMounts": mounts,
+                        }],
+                        "volumes": volumes,
+                    },
+                },
+            },
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=[account, requirements, *args.after],
                 custom_timeouts=pulumi.CustomTimeouts(
                     create=f"{args.download_deadline_seconds + 300}s",
                     update=f"{args.download_deadline_seconds + 300}s",

@@ -1,6 +1,7 @@
-"""Where model weights live: an EFS file system the program owns (or a StorageClass the operator
-vouches for), with the throughput the capacity planner plans cold starts on."""
+"""Where model weights live: an EFS file system the program owns, FSx for Lustre, an S3 bucket the pods
+stream from (or a StorageClass the operator vouches for), with the throughput cold starts are planned on."""
 
+from .buckets import model_prefix, model_uri
 from .efs import WeightsFileSystem, WeightsFileSystemArgs
 from .fsx import WeightsLustre, WeightsLustreArgs
 from .objects import (
@@ -14,8 +15,14 @@ from .objects import (
     mount_target_subnets,
     storage_class,
 )
+from .s3 import BucketAccess, WeightsBucket, WeightsBucketArgs
 
 __all__ = [
+    "BucketAccess",
+    "WeightsBucket",
+    "WeightsBucketArgs",
+    "model_prefix",
+    "model_uri",
     "CSI_ADDON",
     "FSX_CSI_ADDON",
     "EFS_CLAIM_PLACEHOLDER_GIB",

@@ -123,6 +123,10 @@ def storage_read_mib_per_second(config: StackConfig) -> float:
     if weights.backend is StorageBackend.FSX_LUSTRE:
         fsx = weights.fsx_lustre
         return storage.lustre_read_mib_per_second(fsx.storage_capacity_gib, fsx.per_unit_storage_throughput)
+    if weights.backend is StorageBackend.S3:
+        # Refused at preview without the operator's figure (platform.weights_storage_rules); the EFS figure
+        # only keeps the planner's other answers (and their messages) available meanwhile.
+        return weights.s3.read_mib_per_second or storage.EFS_READ_MIB_PER_SECOND
     if weights.backend is StorageBackend.EFS or weights.existing_storage_class is None:
         return storage.EFS_READ_MIB_PER_SECOND
     return weights.existing_storage_class.read_mib_per_second
@@ -134,6 +138,10 @@ def storage_backend_label(config: StackConfig) -> str:
         fsx = weights.fsx_lustre
         return (f"FSx for Lustre {fsx.storage_capacity_gib} GiB at {fsx.per_unit_storage_throughput} MB/s/TiB, "
                 f"{storage_read_mib_per_second(config):g} MiB/s")
+    if weights.backend is StorageBackend.S3:
+        where = weights.s3.bucket_name or "a bucket of its own"
+        return (f"S3 ({where}) through the Run:ai Model Streamer at concurrency {weights.s3.streamer_concurrency}, "
+                f"{storage_read_mib_per_second(config):g} MiB/s per pod (operator's figure)")
     if weights.backend is StorageBackend.EFS or weights.existing_storage_class is None:
         return f"EFS Elastic, {storage.EFS_READ_MIB_PER_SECOND:g} MiB/s per pod"
     existing = weights.existing_storage_class
@@ -186,6 +194,15 @@ MIN_SCALE_DOWN_WINDOW_SECONDS = 300
 def replica_add_seconds(config: StackConfig, model: ModelConfig, plan: serving.CapacityPlan) -> int:
     """From a scale-up decision to a new replica serving, when it needs a new node: the longest case."""
     return serving.replica_add_seconds(footprint(config, model, plan), timing(config), needs_node=True)
+
+
+def cold_starts(config: StackConfig, model: ModelConfig,
+                plan: serving.CapacityPlan) -> tuple[serving.ColdStart, serving.ColdStart]:
+    """Adding one replica term by term, (with a free node, with a new node); the second's total is
+    replica_add_seconds, which the scale-down window and the timing relations read."""
+    steps = timing(config)
+    terms = (plan.weights_load_seconds, plan.engine_init_seconds, plan.compile_seconds)
+    return (serving.cold_start(*terms, steps, needs_node=False), serving.cold_start(*terms, steps, needs_node=True))
 
 
 def scale_down_window(config: StackConfig, model: ModelConfig, plan: serving.CapacityPlan) -> int:
@@ -268,6 +285,16 @@ def shared_claim_name(config: StackConfig) -> str | None:
     return "weights-fsx" if config.weights_storage.backend is StorageBackend.FSX_LUSTRE else None
 
 
+def stage_service_account(model: ModelConfig) -> str:
+    """S3: the staging Job's service account, bound by Pod Identity to the write role of its prefix."""
+    return f"{model.name}-stage-weights"
+
+
+def serving_service_account(model: ModelConfig) -> str:
+    """S3: the serving pods' service account, bound by Pod Identity to the read-only role of its prefix."""
+    return f"{model.name}-vllm"
+
+
 def weights_storage_class(config: StackConfig) -> str:
     """Our EFS class (cluster-scoped, so named after the serving namespace) or the operator's."""
     existing = config.weights_storage.existing_storage_class
@@ -277,6 +304,9 @@ def weights_storage_class(config: StackConfig) -> str:
 
 
 def claim_size_gib(config: StackConfig, model: ModelConfig, weight_bytes: int) -> int:
+    """The claim's size (0 on S3, which has no claim)."""
+    if config.weights_storage.backend is StorageBackend.S3:
+        return 0
     if config.weights_storage.backend is StorageBackend.FSX_LUSTRE:
         return config.weights_storage.fsx_lustre.storage_capacity_gib
     if config.weights_storage.backend is StorageBackend.EFS:

@@ -99,9 +99,62 @@ def weights_storage_rules(config: StackConfig) -> Iterator[Problem]:
         yield Problem("weightsStorage.efs.stagingNodeRoleArn", f"{config.environment.value} needs the staging "
                       "nodes' role so the file-system policy lets only it write the weights", None,
                       "the IAM role ARN of the nodes the staging Jobs run on")
+    if weights.backend is StorageBackend.S3:
+        yield from s3_rules(config)
     if weights.backend is not StorageBackend.EXISTING_STORAGE_CLASS and weights.existing_storage_class is not None:
         yield Problem("weightsStorage.existingStorageClass", "only read with backend existingStorageClass",
                       weights.existing_storage_class.name, "unset, or backend existingStorageClass")
+
+
+# What the Run:ai Model Streamer reads: safetensors only (vLLM's runai_model_streamer page: "vLLM supports
+# loading weights in Safetensors format using the Run:ai Model Streamer").
+STREAMER_FORMATS = ("safetensors",)
+
+
+def s3_rules(config: StackConfig) -> Iterator[Problem]:
+    """The S3 backend: a read figure to plan on, an image with the streamer's S3 backend, checkpoints it can
+    read, and a load format that works for each model's shape."""
+    s3 = config.weights_storage.s3
+    if s3.read_mib_per_second is None:
+        yield Problem("weightsStorage.s3.readMibPerSecond", "backend s3 plans cold starts, probes and the "
+                      "scale-down window on the MiB/s one pod streams, and no published figure for it is "
+                      "built in", None, "the measured MiB/s per pod (e.g. 2000)")
+    if s3.bucket_region is not None and s3.bucket_name is None:
+        yield Problem("weightsStorage.s3.bucketRegion", "only describes an existing bucket; the program creates "
+                      "its bucket in the stack's region", s3.bucket_region, "unset, or with bucketName")
+    for model in config.models:
+        path = f"models[{model.name}]"
+        image = model.image
+        has_streamer = image.s3_streamer if image.s3_streamer is not None else (
+            image.repository == versions.VLLM_IMAGE_REPOSITORY and versions.VLLM_IMAGE_HAS_S3_STREAMER)
+        if not has_streamer:
+            yield Problem(f"{path}.image.s3Streamer", f"backend s3 streams weights with the Run:ai Model Streamer's "
+                          f"S3 backend, which {image.repository}:{image.tag} is not known to carry",
+                          image.s3_streamer, "true, with an image that has runai-model-streamer[s3] "
+                          "(vllm/vllm-openai does), or another weightsStorage.backend")
+        if model.weights_format not in STREAMER_FORMATS:
+            yield Problem(f"{path}.weightsFormat", "the Run:ai Model Streamer loads safetensors checkpoints only",
+                          model.weights_format, "safetensors, or another weightsStorage.backend")
+        if model.pipeline_parallel_size > 1:
+            # runai_streamer reads every shard on every rank and keeps its stage's tensors;
+            # runai_streamer_sharded needs a checkpoint saved per rank (save_sharded_state), which the staging
+            # Job does not produce. Each rank of a 2-node group would stream the whole checkpoint.
+            yield Problem(f"{path}.pipelineParallelSize", "backend s3 streams every shard to every rank of a "
+                          "multi-node group (the sharded format needs a per-rank checkpoint this stack does not "
+                          "stage)", model.pipeline_parallel_size, "1, or weightsStorage.backend efs or fsxLustre")
+
+
+def existing_bucket_problems(name: str, found_region: str | None, stack_region: str) -> list[Problem]:
+    """The preview's look-up of weightsStorage.s3.bucketName: missing (or not readable by the deployer), or
+    in another region than the cluster (every cold start would stream across regions)."""
+    key = "weightsStorage.s3.bucketName"
+    if found_region is None:
+        return [Problem(key, "no such bucket, or the deploying role cannot read it", name,
+                        "an existing bucket in this account and region, or unset to create one")]
+    if found_region != stack_region:
+        return [Problem(key, f"the bucket is in {found_region}, the cluster in {stack_region}: every cold start "
+                        "would stream across regions", name, f"a bucket in {stack_region}")]
+    return []
 
 
 def addon_version_rules(config: StackConfig) -> Iterator[Problem]:

@@ -16,7 +16,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from components import serving, storage
 from components.gpu import instance_price, known_instance_type_names, lookup_instance_type
@@ -328,9 +328,27 @@ def dynamics(result: CapacityPlan, args: argparse.Namespace) -> dict[str, object
     return found
 
 
+def _terms(cold: serving.ColdStart) -> dict[str, int]:
+    """`--json`: each term as `<term>_seconds`, and their total."""
+    return {f"{label.replace(' ', '_')}_seconds": value for label, value in cold.terms()} | {
+        "total_seconds": cold.total_seconds}
+
+
+def _cold_start_rows(breakdown: dict[str, Any]) -> list[tuple[str, str]]:
+    """`plan --stack`: each term of adding a replica, on a free and a new node."""
+    def line(terms: dict[str, int]) -> str:
+        parts = " + ".join(f"{key.removesuffix('_seconds').replace('_', ' ')} {value:,} s"
+                           for key, value in terms.items() if key != "total_seconds")
+        return f"{_minutes(terms['total_seconds'])}: {parts}"
+    return [("add a replica, free node", line(breakdown["free_node"])),
+            ("add a replica, new node", line(breakdown["new_node"]))]
+
+
 def _dynamics_rows(found: dict[str, object]) -> list[tuple[str, str]]:
     node = " (needs a new node)" if found["replica_add_needs_node"] else " (fits on a running node)"
     rows = [("add one replica", _minutes(int(found["replica_add_seconds"])) + node)]
+    if isinstance(found.get("cold_start"), dict):
+        rows += _cold_start_rows(found["cold_start"])  # type: ignore[arg-type]
     rollout = found["rollout"]
     if isinstance(rollout, str):
         return [*rows, ("rollout", rollout)]
@@ -395,7 +413,9 @@ def render_table(result: CapacityPlan, found: dict[str, object] | None = None,
         ("KV bytes per token per GPU", f"{result.kv_bytes_per_token_per_gpu:,}"),
         ("KV cache tokens", f"{result.kv_cache_tokens:,}"),
         ("max concurrency", f"{result.max_concurrency:.2f}x at {result.max_model_len:,} tokens per request"),
-        ("weights read speed", _storage_label(result.storage_read_mib_per_second)),
+        ("weights read speed", str(found["cold_start"]["storage"])  # type: ignore[index]
+         if found and isinstance(found.get("cold_start"), dict)
+         else _storage_label(result.storage_read_mib_per_second)),
         ("cold start", f"{result.cold_start_seconds:,} s"),
         ("startup probe budget", f"{result.startup_budget_seconds:,} s"),
         *(_dynamics_rows(found) if found else []),
@@ -685,6 +705,10 @@ def _stack_plan(args: argparse.Namespace, explicit: dict[str, object], out: Text
         image_pull_seconds=timing.image_pull_seconds,
     )
     found = dynamics(result, stack_args)
+    free, new = planning.cold_starts(config, model, result)
+    if found:  # multi-node groups have no dynamics yet (dynamics())
+        found["cold_start"] = {"free_node": _terms(free), "new_node": _terms(new),
+                               "storage": planning.storage_backend_label(config)}
     cost = _replica_cost(result)
     total = planning.stack_cost(config)
     cost.update({"stack_nodes_at_min_replicas": total.nodes_at_min, "stack_nodes_at_max_replicas": total.nodes_at_max,

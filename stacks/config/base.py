@@ -90,3 +90,12 @@ AcmCertificateArn = Annotated[
 
 
 IamRoleArn = Annotated[str, StringConstraints(pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/.+$")]
+
+
+# S3 general purpose bucket names (S3 user guide, bucketnamingrules.html): 3-63 characters, lower-case
+# letters, digits, dots and hyphens, starting and ending with a letter or digit. Dots are refused here:
+# a dotted name breaks virtual-hosted-style TLS (the wildcard certificate covers one label).
+S3BucketName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")]
+
+
+AwsRegion = Annotated[str, StringConstraints(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")]

@@ -50,6 +50,14 @@ class VllmImageConfig(ConfigModel):
             "not; e.g. AWS's vLLM Deep Learning Container does). Multi-node models over EFA need it."
         ),
     )
+    s3_streamer: bool | None = Field(
+        default=None,
+        description=(
+            "The image carries the Run:ai Model Streamer with its S3 backend (`runai-model-streamer[s3]`), which "
+            "`weightsStorage.backend: s3` loads with. Unset: true for `vllm/vllm-openai` (its Dockerfile installs "
+            "it), false for any other repository until you say so."
+        ),
+    )
 
 
 class CustomModelArchitecture(ConfigModel):
@@ -201,6 +209,14 @@ class ModelConfig(ConfigModel):
         default=1, ge=1, le=100000, description="Requests at max-model-len the KV cache must hold (for `auto`)."
     )
     kv_cache_dtype: KvCacheDtype = Field(default=KvCacheDtype.AUTO, description="`--kv-cache-dtype`.")
+    weights_format: Literal["safetensors", "pytorch", "gguf"] = Field(
+        default="safetensors",
+        description=(
+            "How the checkpoint's weights are stored on the Hub: `safetensors` (what the staging Job fetches and "
+            "the Run:ai Model Streamer reads), `pytorch` (.bin/.pt) or `gguf`; weightsStorage.backend s3 needs "
+            "safetensors."
+        ),
+    )
     quantization: Annotated[str, StringConstraints(pattern=r"^[a-z0-9_-]+$")] | None = Field(
         default=None, description="`--quantization`; unset lets vLLM read the checkpoint's own config."
     )

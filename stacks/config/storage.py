@@ -1,5 +1,5 @@
-"""Configuration of where model weights are pre-staged: EFS, FSx for Lustre or an existing
-StorageClass, and the claim the replicas share. Feeds components/storage.
+"""Configuration of where model weights are pre-staged: EFS, FSx for Lustre, an existing
+StorageClass or an S3 bucket, and the claim the replicas share. Feeds components/storage.
 Shapes and ranges only; relations are checked in stacks/checks/.
 """
 
@@ -11,7 +11,16 @@ from typing import Literal
 from pydantic import Field
 
 from components.platform import versions
-from stacks.config.base import ConfigModel, DnsLabel, IamRoleArn, ImageDigest, LabelKey, LabelValue
+from stacks.config.base import (
+    AwsRegion,
+    ConfigModel,
+    DnsLabel,
+    IamRoleArn,
+    ImageDigest,
+    LabelKey,
+    LabelValue,
+    S3BucketName,
+)
 
 
 class AccessMode(StrEnum):
@@ -48,6 +57,7 @@ class StorageBackend(StrEnum):
     EFS = "efs"
     FSX_LUSTRE = "fsxLustre"
     EXISTING_STORAGE_CLASS = "existingStorageClass"
+    S3 = "s3"
 
 
 class EfsStorageConfig(ConfigModel):
@@ -96,6 +106,44 @@ class ExistingStorageClassConfig(ConfigModel):
     )
 
 
+class S3StorageConfig(ConfigModel):
+    """The S3 bucket the weights are staged to and streamed from (vLLM's Run:ai Model Streamer)."""
+
+    bucket_name: S3BucketName | None = Field(
+        default=None,
+        description=(
+            "An existing bucket to stage into (under `<modelId>/<revision>/`); unset: the program creates an "
+            "encrypted, versioned bucket, retained by `pulumi destroy` and protected in prod."
+        ),
+    )
+    bucket_region: AwsRegion | None = Field(
+        default=None,
+        description="Region of the existing bucket; the preview refuses one other than the stack's `aws:region`.",
+    )
+    read_mib_per_second: float | None = Field(
+        default=None, gt=0, le=100000,
+        description=(
+            "Sustained MiB/s one pod streams from the bucket, as measured (e.g. from the `Loading weights took` "
+            "line of a first deploy); cold starts, startup probes and the scale-down window are planned on it. "
+            "Required: no published figure for a p5 node streaming from S3 was found to default to."
+        ),
+    )
+    streamer_concurrency: int = Field(
+        default=16, ge=1, le=256,
+        description=(
+            "Run:ai Model Streamer `concurrency`: threads, and for S3 client connections, reading one pod's "
+            "tensors (vLLM's runai_model_streamer page: 16 in its example)."
+        ),
+    )
+    streamer_memory_limit_gib: int = Field(
+        default=8, ge=1, le=512,
+        description=(
+            "Run:ai Model Streamer `memory_limit`: the CPU buffer the tensors pass through, in GiB of the pod's "
+            "memory request; without a limit the streamer may buffer a whole shard per reader."
+        ),
+    )
+
+
 class WeightsBackendConfig(ConfigModel):
     """The storage every model's weights are pre-staged on."""
 
@@ -104,11 +152,12 @@ class WeightsBackendConfig(ConfigModel):
         description=(
             "`efs`: an encrypted EFS file system with Elastic throughput, created and retained by this program; "
             "`fsxLustre`: an FSx for Lustre file system, the fastest cold starts; `existingStorageClass`: a class "
-            "the cluster has."
+            "the cluster has; `s3`: an S3 bucket the pods stream from with vLLM's Run:ai Model Streamer, no volume."
         ),
     )
     efs: EfsStorageConfig = Field(default_factory=EfsStorageConfig, description="With backend `efs`.")
     fsx_lustre: FsxLustreConfig = Field(default_factory=FsxLustreConfig, description="With backend `fsxLustre`.")
+    s3: S3StorageConfig = Field(default_factory=S3StorageConfig, description="With backend `s3`.")
     existing_storage_class: ExistingStorageClassConfig | None = Field(
         default=None, description="With backend `existingStorageClass`: the class and its read speed."
     )

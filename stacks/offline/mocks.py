@@ -54,6 +54,9 @@ class RenderMocks(pulumi.runtime.Mocks):
                 return _placeholder_cluster(name, self.cluster_version)
             version, owner = self.clusters[name]
             return {**_placeholder_cluster(name, version), "tags": {"llm-serving/stack": owner} if owner else {}}
+        if token == "aws:s3/getBucket:getBucket":
+            bucket = args.args["bucket"]
+            return {"id": bucket, "bucket": bucket, "region": REGION, "arn": f"arn:aws:s3:::{bucket}"}
         if token == "aws:eks/getClusters:getClusters":
             return {"id": REGION, "names": sorted(self.clusters or {})}
         if token == "aws:index/getAvailabilityZones:getAvailabilityZones":
@@ -101,6 +104,8 @@ class RenderMocks(pulumi.runtime.Mocks):
             state.setdefault("nodeGroupName", f"{args.inputs.get('nodeGroupNamePrefix', name)}placeholder")
         elif args.typ == "aws:efs/fileSystem:FileSystem":
             state.setdefault("arn", f"arn:aws:elasticfilesystem:{REGION}:{ACCOUNT_ID}:file-system/{name}-id")
+        elif args.typ == "aws:s3/bucket:Bucket":
+            state.setdefault("arn", f"arn:aws:s3:::{args.inputs.get('bucket', name)}")
         elif args.typ == "aws:fsx/lustreFileSystem:LustreFileSystem":
             state.setdefault("dnsName", f"{name}.fsx.{REGION}.amazonaws.com")
             state.setdefault("mountName", "placeholder")

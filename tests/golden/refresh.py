@@ -13,7 +13,7 @@ from stacks.offline import render
 
 GOLDEN_DIR = Path(__file__).resolve().parent
 # Examples with a golden of their own (a stack that creates its cluster has no copy beside Pulumi.yaml).
-EXAMPLES = (PROJECT_DIR / "examples" / "Pulumi.sandbox.yaml",)
+EXAMPLES = (PROJECT_DIR / "examples" / "Pulumi.sandbox.yaml", PROJECT_DIR / "examples" / "Pulumi.prod-s3.yaml")
 
 
 def main() -> int:

@@ -1,0 +1,277 @@
+"""examples/Pulumi.prod-s3.yaml: prod with its weights in an S3 bucket, streamed by vLLM's Run:ai Model
+Streamer. The bucket and its guards, the roles and Pod Identity associations, the staging Job, the
+vLLM args and env, the fences and the planner's figures, exactly; and the preview's refusals."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components.serving import weights
+from stacks import checks, environment
+from stacks.checks import planning, platform
+from stacks.config import StackConfig, StorageBackend
+from stacks.config.files import PROJECT_DIR
+from stacks.offline import render
+from tests.conftest import render_file
+from tests.support import reference
+
+EXAMPLE = PROJECT_DIR / "examples" / "Pulumi.prod-s3.yaml"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "prod-s3"
+BUCKET = "llm-prod-weights-123456789012-us-east-1"
+BUCKET_ARN = f"arn:aws:s3:::{BUCKET}"
+PREFIX = "meta-llama/Llama-3.1-70B-Instruct/1605565b47bb9346c5515c34102e054115b4f98b/"
+TAGS = {"app.kubernetes.io/part-of": "llm-serving", "llm-serving/environment": "prod"}
+GUARDS = ["aws:s3/bucketOwnershipControls:BucketOwnershipControls::weights-storage-ownership",
+          "aws:s3/bucketPolicy:BucketPolicy::weights-storage-policy",
+          "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock::weights-storage-public-access-block",
+          "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration::"
+          "weights-storage-encryption",
+          "aws:s3/bucketVersioning:BucketVersioning::weights-storage-versioning"]
+
+
+@pytest.fixture(scope="module")
+def example() -> render.RenderResult:
+    return render_file(EXAMPLE)
+
+
+@pytest.fixture(scope="module")
+def config() -> StackConfig:
+    return environment.load_stack_file(EXAMPLE)[1]
+
+
+def _resource(result: render.RenderResult, type_: str, name: str) -> dict[str, Any]:
+    return result.resource(type_, name)
+
+
+def test_example_render_matches_its_golden(example, tmp_path):
+    manifests, resources = render.write(example, tmp_path)
+    assert manifests.read_text() == (GOLDEN / "manifests.yaml").read_text(), "run `make golden` after review"
+    assert resources.read_text() == (GOLDEN / "resources.json").read_text(), "run `make golden` after review"
+
+
+def test_the_bucket_is_encrypted_versioned_private_owner_enforced_retained_and_protected(example):
+    bucket = _resource(example, "aws:s3/bucket:Bucket", "weights-storage-bucket")
+    assert bucket["inputs"] == {"bucket": BUCKET, "tags": {**TAGS, "Name": "llm-prod-weights-storage"}}
+    assert (bucket["options"]["protect"], bucket["options"]["retainOnDelete"]) == (True, True)
+    inputs = {r["type"].split(":")[-1]: r["inputs"] for r in example.resources if r["type"].startswith("aws:s3/")}
+    assert inputs["BucketPublicAccessBlock"] == {"bucket": BUCKET, "blockPublicAcls": True, "blockPublicPolicy": True,
+                                                 "ignorePublicAcls": True, "restrictPublicBuckets": True}
+    assert inputs["BucketOwnershipControls"] == {"bucket": BUCKET, "rule": {"objectOwnership": "BucketOwnerEnforced"}}
+    assert inputs["BucketServerSideEncryptionConfiguration"] == {"bucket": BUCKET, "rules": [
+        {"applyServerSideEncryptionByDefault": {"sseAlgorithm": "AES256"}, "bucketKeyEnabled": True}]}
+    assert inputs["BucketVersioning"] == {"bucket": BUCKET, "versioningConfiguration": {"status": "Enabled"}}
+    assert sorted(inputs) == ["Bucket", "BucketOwnershipControls", "BucketPolicy", "BucketPublicAccessBlock",
+                              "BucketServerSideEncryptionConfiguration", "BucketVersioning"]
+
+
+def test_the_bucket_policy_refuses_every_request_without_tls(example):
+    policy = _resource(example, "aws:s3/bucketPolicy:BucketPolicy", "weights-storage-policy")
+    assert json.loads(policy["inputs"]["policy"]) == {"Version": "2012-10-17", "Statement": [{
+        "Sid": "DenyWithoutTls", "Effect": "Deny", "Principal": "*", "Action": "s3:*",
+        "Resource": [BUCKET_ARN, f"{BUCKET_ARN}/*"], "Condition": {"Bool": {"aws:SecureTransport": "false"}}}]}
+    # Applied only after the public access block and the other guards.
+    assert policy["options"]["dependsOn"] == ["aws:s3/bucket:Bucket::weights-storage-bucket",
+                                              *[g for g in GUARDS if "bucketPolicy" not in g]]
+
+
+def test_the_staging_role_may_write_and_the_serving_role_only_read_the_revision_prefix(example):
+    def policy(role: str) -> dict[str, Any]:
+        return json.loads(_resource(example, "aws:iam/rolePolicy:RolePolicy",
+                                    f"weights-storage-llama-70b-{role}-policy")["inputs"]["policy"])
+    listing = {"Sid": "ListWeights", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": BUCKET_ARN,
+               "Condition": {"StringLike": {"s3:prefix": [f"{PREFIX}*"]}}}
+    assert policy("read") == {"Version": "2012-10-17", "Statement": [
+        {"Sid": "ReadWeights", "Effect": "Allow", "Action": "s3:GetObject", "Resource": [f"{BUCKET_ARN}/{PREFIX}*"]},
+        listing]}
+    assert policy("stage") == {"Version": "2012-10-17", "Statement": [
+        {"Sid": "StageWeights", "Effect": "Allow",
+         "Action": ["s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"],
+         "Resource": [f"{BUCKET_ARN}/{PREFIX}*"]}, listing]}
+    trust = json.loads(_resource(example, "aws:iam/role:Role", "weights-storage-llama-70b-read-role")["inputs"]
+                       ["assumeRolePolicy"])
+    assert trust["Statement"][0]["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+    assert trust["Statement"][0]["Condition"] == {
+        "StringEquals": {"aws:SourceAccount": "123456789012"},
+        "ArnEquals": {"aws:SourceArn": "arn:aws:eks:us-east-1:123456789012:cluster/llm-prod"}}
+
+
+def test_each_role_is_bound_to_one_service_account_by_pod_identity_after_the_guards(example):
+    for role, account in (("read", "llama-70b-vllm"), ("stage", "llama-70b-stage-weights")):
+        association = _resource(example, "aws:eks/podIdentityAssociation:PodIdentityAssociation",
+                                f"weights-storage-llama-70b-{role}-pod-identity")
+        assert association["inputs"] == {
+            "clusterName": "llm-prod", "namespace": "llm-serving", "serviceAccount": account, "tags": TAGS,
+            "roleArn": f"arn:aws:iam::123456789012:role/weights-storage-llama-70b-{role}-role"}
+        assert association["options"]["dependsOn"] == [
+            f"aws:iam/role:Role::weights-storage-llama-70b-{role}-role",
+            f"aws:iam/rolePolicy:RolePolicy::weights-storage-llama-70b-{role}-policy", *GUARDS]
+        assert example.manifest("ServiceAccount", account)["automountServiceAccountToken"] is False
+
+
+def test_the_staging_job_uploads_the_revision_with_its_own_account_and_no_volume(example):
+    job = next(m for m in example.manifests if m["kind"] == "Job"
+               and m["metadata"]["labels"]["app.kubernetes.io/component"] == "stage-weights")
+    spec = job["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    assert container["command"] == ["/bin/sh", "-c", weights.STAGE_S3_SCRIPT]
+    assert spec["serviceAccountName"] == "llama-70b-stage-weights"
+    assert spec["nodeSelector"] == {"kubernetes.io/arch": "amd64"}
+    assert [v["name"] for v in spec["volumes"]] == ["requirements", "scratch", "home", "tmp", "hf-token"]
+    assert spec["volumes"][1] == {"name": "scratch", "emptyDir": {"sizeLimit": "64Gi"}}
+    assert not any("persistentVolumeClaim" in v for v in spec["volumes"])
+    assert container["resources"] == {"requests": {"cpu": "2", "memory": "8Gi", "ephemeral-storage": "68Gi"},
+                                      "limits": {"memory": "8Gi", "ephemeral-storage": "68Gi"}}
+    assert {e["name"]: e["value"] for e in container["env"]} == {
+        "MODEL_ID": "meta-llama/Llama-3.1-70B-Instruct", "REVISION": "1605565b47bb9346c5515c34102e054115b4f98b",
+        "BUCKET": BUCKET, "PREFIX": PREFIX, "SCRATCH": "/var/stage", "AWS_REGION": "us-east-1",
+        "HF_HUB_DISABLE_TELEMETRY": "1", "HOME": "/home/stage", "HF_HOME": "/home/stage/huggingface",
+        "TMPDIR": "/tmp", "HF_TOKEN_PATH": "/var/run/secrets/huggingface/token"}
+    options = _resource(example, "kubernetes:batch/v1:Job", "llama-70b-weights-stage")["options"]
+    assert "aws:eks/podIdentityAssociation:PodIdentityAssociation::weights-storage-llama-70b-stage-pod-identity" \
+        in options["dependsOn"]
+    assert not [m for m in example.manifests if m["kind"] == "PersistentVolumeClaim"]
+
+
+def test_vllm_streams_from_the_prefix_with_the_streamer_settings_and_mounts_no_weights(example, config):
+    deployment = example.manifest("Deployment", "llama-70b")
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    args = container["args"]
+    assert args[0] == f"s3://{BUCKET}/{PREFIX}"
+    assert args[args.index("--load-format") + 1] == "runai_streamer"
+    assert json.loads(args[args.index("--model-loader-extra-config") + 1]) == {
+        "concurrency": 32, "memory_limit": 16 * 1024**3}
+    assert reference.vllm_flag_errors(args) == []
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert (env["AWS_REGION"], env["AWS_DEFAULT_REGION"], env["HF_HUB_OFFLINE"]) == ("us-east-1", "us-east-1", "1")
+    assert pod["serviceAccountName"] == "llama-70b-vllm"
+    assert [v["name"] for v in pod["volumes"]] == ["shm", "cache", "tmp"]
+    assert "/models" not in [m["mountPath"] for m in container["volumeMounts"]]
+    # The probe and the engine's own timeout follow the plan on S3's read figure.
+    plan = planning.model_plan(config, config.models[0])
+    probe = container["startupProbe"]
+    assert probe["periodSeconds"] * probe["failureThreshold"] == plan.startup_budget_seconds == 620
+    assert env["VLLM_ENGINE_READY_TIMEOUT_S"] == "620"
+    options = _resource(example, "kubernetes:apps/v1:Deployment", "llama-70b-deployment")["options"]
+    assert "aws:eks/podIdentityAssociation:PodIdentityAssociation::weights-storage-llama-70b-read-pod-identity" \
+        in options["dependsOn"]
+
+
+def test_serving_pods_and_the_job_reach_the_pod_identity_agent(example):
+    agent = {"to": [{"ipBlock": {"cidr": "169.254.170.23/32"}}, {"ipBlock": {"cidr": "fd00:ec2::23/128"}}],
+             "ports": [{"protocol": "TCP", "port": 80}]}
+    https = {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}, {"ipBlock": {"cidr": "::/0"}}],
+             "ports": [{"protocol": "TCP", "port": 443}]}
+    serving_egress = example.manifest("NetworkPolicy", "vllm-serving")["spec"]["egress"]
+    staging_egress = example.manifest("NetworkPolicy", "weights-staging")["spec"]["egress"]
+    assert serving_egress[1:] == [agent, https]
+    assert staging_egress[1:] == [https, agent]
+
+
+def test_the_planner_adds_a_replica_term_by_term_on_s3s_read_figure(config):
+    model = config.models[0]
+    plan = planning.model_plan(config, model)
+    weights_bytes = planning.model_architecture(model).weight_bytes
+    assert plan.weights_load_seconds == math.ceil(weights_bytes / (2000 * 2**20)) == 68
+    free, new = planning.cold_starts(config, model, plan)
+    assert free.terms() == (("node", 0), ("image pull", 300), ("weights", 68), ("engine init", 180),
+                            ("compile", 60), ("ready", 30))
+    assert (free.total_seconds, new.total_seconds) == (638, 938)
+    # The scale-down window waits as long as adding a replica on a new node takes.
+    assert new.total_seconds == planning.replica_add_seconds(config, model, plan) == \
+        planning.scale_down_window(config, model, plan)
+
+
+def _with(config: StackConfig, **changes: Any) -> StackConfig:
+    """The example with weightsStorage.s3 fields or the model's fields replaced (no re-validation: the
+    preview's rules are what is under test)."""
+    s3 = config.weights_storage.s3.model_copy(update=changes.pop("s3", {}))
+    model = config.models[0].model_copy(update=changes.pop("model", {}))
+    storage = config.weights_storage.model_copy(update={"s3": s3})
+    return config.model_copy(update={"weights_storage": storage, "models": [model]})
+
+
+def _lines(config: StackConfig) -> list[str]:
+    return [p.line() for p in checks.check(config) if "s3" in p.path.lower() or "weightsFormat" in p.path
+            or "pipelineParallelSize" in p.path]
+
+
+def test_the_example_passes_the_preview(config):
+    assert checks.check(config) == []
+    assert config.weights_storage.backend is StorageBackend.S3
+
+
+def test_refuses_s3_without_a_read_figure(config):
+    assert _lines(_with(config, s3={"read_mib_per_second": None})) == [
+        "llm-serving:weightsStorage.s3.readMibPerSecond: backend s3 plans cold starts, probes and the "
+        "scale-down window on the MiB/s one pod streams, and no published figure for it is built in "
+        "(got null; expected the measured "
+        "MiB/s per pod (e.g. 2000))"]
+
+
+def test_refuses_an_image_without_the_streamers_s3_backend(config):
+    other = config.models[0].image.model_copy(update={"repository": "registry.example.com/vllm"})
+    assert _lines(_with(config, model={"image": other})) == [
+        "llm-serving:models[llama-70b].image.s3Streamer: backend s3 streams weights with the Run:ai Model "
+        "Streamer's S3 backend, which registry.example.com/vllm:v0.33.0 is not known to carry (got "
+        "null; expected true, with an image that "
+        "has runai-model-streamer[s3] (vllm/vllm-openai does), or another weightsStorage.backend)"]
+    said = other.model_copy(update={"s3_streamer": True})
+    assert _lines(_with(config, model={"image": said})) == []
+
+
+def test_refuses_a_checkpoint_the_streamer_cannot_read(config):
+    assert _lines(_with(config, model={"weights_format": "gguf"})) == [
+        "llm-serving:models[llama-70b].weightsFormat: the Run:ai Model Streamer loads safetensors checkpoints only "
+        "(got \"gguf\"; expected safetensors, or another weightsStorage.backend)"]
+
+
+def test_refuses_a_bucket_in_another_region_than_the_cluster(config):
+    elsewhere = _with(config, s3={"bucket_name": "team-weights", "bucket_region": "eu-west-1"})
+    assert [p.line() for p in environment.bucket_region_problems(elsewhere, "us-east-1")] == [
+        "llm-serving:weightsStorage.s3.bucketRegion: the bucket is in another region than the cluster "
+        "(aws:region us-east-1): every cold start would stream across regions (got \"eu-west-1\"; "
+        "expected a bucket in us-east-1)"]
+    assert environment.bucket_region_problems(elsewhere, "eu-west-1") == []
+    assert environment.bucket_region_problems(elsewhere, None) == []  # unknown: preflight's to check
+
+
+def test_refuses_a_bucket_region_without_a_bucket(config):
+    assert _lines(_with(config, s3={"bucket_region": "us-east-1"})) == [
+        "llm-serving:weightsStorage.s3.bucketRegion: only describes an existing bucket; the program creates "
+        "its bucket in the stack's region (got \"us-east-1\"; expected unset, or with bucketName)"]
+
+
+def test_refuses_multi_node_groups_on_s3_with_the_reason(config):
+    assert _lines(_with(config, model={"pipeline_parallel_size": 2})) == [
+        "llm-serving:models[llama-70b].pipelineParallelSize: backend s3 streams every shard to every rank of "
+        "a multi-node group (the sharded format needs a per-rank checkpoint this stack does not stage) "
+        "(got 2; expected 1, or "
+        "weightsStorage.backend efs or fsxLustre)"]
+
+
+def test_refuses_a_bucket_name_s3_would_not_accept(stack_dir):
+    text = EXAMPLE.read_text().replace("      readMibPerSecond: 2000\n",
+                                       "      readMibPerSecond: 2000\n      bucketName: Weights_Bucket\n")
+    path = stack_dir / "Pulumi.prod-s3.yaml"
+    path.write_text(text)
+    with pytest.raises(environment.ConfigError) as error:
+        environment.load_stack_file(path)
+    assert [p.line() for p in error.value.problems] == [
+        'llm-serving:weightsStorage.s3.bucketName: not a valid value (got "Weights_Bucket"; expected a string '
+        "matching ^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$)"]
+
+
+def test_refuses_a_missing_existing_bucket_and_one_in_another_region():
+    assert [p.line() for p in platform.existing_bucket_problems("team-weights", None, "us-east-1")] == [
+        "llm-serving:weightsStorage.s3.bucketName: no such bucket, or the deploying role cannot read it "
+        "(got \"team-weights\"; expected an existing bucket in this account and region, or unset to create one)"]
+    assert [p.line() for p in platform.existing_bucket_problems("team-weights", "eu-west-1", "us-east-1")] == [
+        "llm-serving:weightsStorage.s3.bucketName: the bucket is in eu-west-1, the cluster in us-east-1: every cold "
+        "start would stream across regions (got \"team-weights\"; expected a bucket in us-east-1)"]
+    assert platform.existing_bucket_problems("team-weights", "us-east-1", "us-east-1") == []

@@ -1,0 +1,87 @@
+"""The weights-storage figures of the docs (tools/doc_figures.py registers them): the read speed and cold
+start per backend, and adding a replica of prod's model term by term on EFS, FSx for Lustre and S3.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stacks.config.files import PROJECT_DIR
+from tools.doc_facts import Facts
+
+S3_EXAMPLE = PROJECT_DIR / "examples" / "Pulumi.prod-s3.yaml"
+
+
+def _backend_plan(facts: Facts, mib_per_second: float) -> dict[str, Any]:
+    """Prod's model with its own settings, planned on another read speed."""
+    model, plan = facts.prod_model, facts.stack_plan()
+    return facts.plan("--model", model.model_id, "--gpu", plan["gpu"], "--max-model-len", str(model.max_model_len),
+                      "--tp", str(plan["tensor_parallel_size"]), "--gpu-memory-utilization",
+                      f"{model.gpu_memory_utilization:g}", "--storage-read-mib-per-second", f"{mib_per_second:g}")
+
+
+def fsx_default_read(facts: Facts) -> str:
+    from components import storage
+    from stacks.config import FsxLustreConfig
+
+    capacity = FsxLustreConfig.model_fields["storage_capacity_gib"].default
+    unit = FsxLustreConfig.model_fields["per_unit_storage_throughput"].default
+    speed = storage.lustre_read_mib_per_second(capacity, unit)
+    return (f"{capacity} GiB × {unit} MB/s/TiB = {speed:,.0f} MiB/s (prod's 70B: "
+            f"{_backend_plan(facts, speed)['cold_start_seconds']:,} s)")
+
+
+# (label, capacity GiB, MB/s per TiB, source) of the FSx rows in capacity-planner.md's backend table.
+FSX_ROWS = (
+    (2400, 500, "FSx Lustre guide (ssd-storage.html): disk throughput = TiB × per-unit throughput"),
+    (1200, 125, "same"),
+)
+
+
+def cold_start_by_backend(facts: Facts) -> str:
+    from components import storage
+
+    lines = ["", "| backend | read speed planned | source | cold start | startup budget |", "|---|---|---|---|---|"]
+    efs = _backend_plan(facts, storage.EFS_READ_MIB_PER_SECOND)
+    lines.append(f"| `efs` (default) | {storage.EFS_READ_MIB_PER_SECOND:,.0f} MiB/s | EFS guide (performance.html): "
+                 "500 MiBps per client outside the ≤ 1 ms fast path, 1,500 MiBps with it | "
+                 f"{efs['cold_start_seconds']:,} s | {efs['startup_budget_seconds']:,} s |")
+    for capacity, unit, source in FSX_ROWS:
+        speed = storage.lustre_read_mib_per_second(capacity, unit)
+        row = _backend_plan(facts, speed)
+        lines.append(f"| `fsxLustre`, {capacity} GiB × {unit} MB/s/TiB | {speed:,.0f} MiB/s | {source} | "
+                     f"{row['cold_start_seconds']:,} s | {row['startup_budget_seconds']:,} s |")
+    lines += ["| `existingStorageClass` | `readMibPerSecond` | the operator | — | — |", ""]
+    return "\n".join(lines)
+
+
+def _backend_variants(facts: Facts) -> list[tuple[str, Any]]:
+    """Prod as it is (EFS), prod on the default FSx for Lustre file system, and examples/Pulumi.prod-s3.yaml."""
+    from stacks.config import StorageBackend
+
+    prod = facts.prod
+    fsx = prod.model_copy(update={"weights_storage": prod.weights_storage.model_copy(
+        update={"backend": StorageBackend.FSX_LUSTRE})})
+    return [("`efs` (prod)", prod), ("`fsxLustre` (defaults)", fsx),
+            ("`s3` ([prod-s3](../examples/Pulumi.prod-s3.yaml))", facts.config(S3_EXAMPLE))]
+
+
+def add_replica_by_backend(facts: Facts) -> str:
+    """Adding one replica of prod's 70B on each backend, term by term (stacks/checks/planning.cold_starts), and
+    what follows from it: the startup probe, the scale-down window and the rollout's await."""
+    from stacks.checks import planning, timing
+
+    lines = ["", "| backend | read speed | node | image pull | weights | engine init | compile | ready | free node "
+             "| new node | startup budget | scale-down window | rollout await |", "|---|" + "---:|" * 12]
+    for label, config in _backend_variants(facts):
+        model = config.models[0]
+        plan = planning.model_plan(config, model)
+        free, new = planning.cold_starts(config, model, plan)
+        terms = dict(new.terms())
+        lines.append(
+            f"| {label} | {planning.storage_read_mib_per_second(config):,.0f} MiB/s | {terms['node']} s | "
+            f"{terms['image pull']} s | {terms['weights']} s | {terms['engine init']} s | {terms['compile']} s | "
+            f"{terms['ready']} s | {free.total_seconds:,} s | {new.total_seconds:,} s | "
+            f"{plan.startup_budget_seconds:,} s | {planning.scale_down_window(config, model, plan):,} s | "
+            f"{timing.rollout_await_seconds(config, model):,} s |")
+    return "\n".join([*lines, ""])
