@@ -46,6 +46,7 @@ from stacks.config.edge import (
     InferenceRoutingConfig,
     JwtConfig,
     LoadBalancerScheme,
+    OverloadConfig,
     TlsConfig,
 )
 from stacks.config.gpu import (
@@ -132,6 +133,7 @@ __all__ = [
     "ImageDigest",
     "ImageTag",
     "InferenceRoutingConfig",
+    "OverloadConfig",
     "InstanceTypeName",
     "JwtConfig",
     "KubernetesVersion",
