@@ -38,6 +38,10 @@ def model_admission(config: StackConfig, model: ModelConfig) -> Admission:
     )
 
 
+def _number(value: float) -> float | int:
+    return int(value) if value == int(value) else value
+
+
 def admission_rules(config: StackConfig) -> Iterator[Problem]:
     overload = config.edge.inference_routing.overload
     idle = config.edge.stream_idle_timeout_seconds
@@ -50,7 +54,8 @@ def admission_rules(config: StackConfig) -> Iterator[Problem]:
             # Nothing reaches the client while a request waits in the picker: Envoy's stream idle
             # timeout would answer first, with a bare 504 and no Retry-After.
             yield Problem(f"{OVERLOAD}.queueWaitSeconds", f"{model.name}'s requests would wait in the picker "
-                          f"until Envoy's {idle} s stream idle timeout cuts them", admission.queue_wait_seconds,
+                          f"until Envoy's {idle} s stream idle timeout cuts them",
+                          _number(admission.queue_wait_seconds),
                           f"< edge.streamIdleTimeoutSeconds ({idle})")
         if admission.queue_depth_per_replica <= scaling.waiting_per_replica_target:
             yield Problem(f"{OVERLOAD}.queueDepthPerReplica", f"the picker would hold {model.name}'s requests "

@@ -1,0 +1,217 @@
+"""Overload admission: prod's picker holds and sheds at thresholds derived from its SLO and autoscaling, the
+config is one the pinned picker reads (tests/support/picker_config.py), the edge's 429 carries Retry-After
+in a BackendTrafficPolicy the CRD accepts, and bad settings are refused with one line each."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pydantic
+import pytest
+
+from components.edge.objects import overload_response
+from components.routing import Admission
+from components.routing.objects import picker_config
+from stacks import checks
+from stacks.checks.admission import model_admission
+from stacks.config import StackConfig
+from stacks.config.problems import from_validation_error
+from tests.stacks.checks.test_gpu_node_group_checks import BASE
+from tests.support import reference
+from tests.support.picker_config import picker_config_errors
+
+MODEL = "llama-70b"
+SCORING = (
+    "schedulingProfiles:\n"
+    "- name: default\n"
+    "  plugins:\n"
+    "  - pluginRef: queue-scorer\n"
+    "    weight: 2\n"
+    "  - pluginRef: kv-cache-utilization-scorer\n"
+    "    weight: 2\n"
+    "  - pluginRef: prefix-cache-scorer\n"
+    "    weight: 3\n"
+)
+PLUGINS = (
+    "plugins:\n"
+    "- type: queue-scorer\n"
+    "- type: kv-cache-utilization-scorer\n"
+    "- type: prefix-cache-scorer\n"
+    "- type: metrics-data-source\n"
+    "  parameters:\n"
+    "    scheme: http\n"
+    "    path: /metrics\n"
+    "- type: core-metrics-extractor\n"
+)
+
+
+def _config(overload: dict[str, Any] | None = None, autoscaling: dict[str, Any] | None = None,
+            slo: dict[str, Any] | None = None, edge: dict[str, Any] | None = None) -> StackConfig:
+    model = {**BASE["models"][0], "route": {"routing": "inferencePool"},
+             "autoscaling": {"minReplicas": 1, "maxReplicas": 3, **(autoscaling or {})}, "slo": slo or {}}
+    return StackConfig.model_validate({**BASE, "models": [model], "edge": {
+        **BASE["edge"], "inferenceRouting": {"overload": overload or {}}, **(edge or {})}})
+
+
+def _lines(**changes: Any) -> list[str]:
+    return [p.line() for p in checks.check(_config(**changes))]
+
+
+# --- what prod renders -------------------------------------------------------------------------------------
+
+
+def test_prods_picker_holds_requests_past_kedas_targets_and_sheds_after_the_ttft_objective(rendered):
+    config = rendered["prod"].manifest("ConfigMap", f"{MODEL}-epp")["data"]["config.yaml"]
+    # slo.ttftP95Seconds 2 -> the queue wait; KEDA's 5 waiting / 0.8 -> 7 per replica; KV 0.8 / 0.8 -> 1.
+    assert config == (
+        "apiVersion: llm-d.ai/v1alpha1\n"
+        "kind: EndpointPickerConfig\n"
+        "featureGates:\n"
+        "- flowControl\n"
+        + PLUGINS +
+        "- name: saturation-detector\n"
+        "  type: utilization-detector\n"
+        "  parameters:\n"
+        "    queueDepthThreshold: 7\n"
+        "    kvCacheUtilThreshold: 1\n"
+        "    metricsStalenessThreshold: 2s\n"
+        + SCORING +
+        "flowControl:\n"
+        "  defaultRequestTTL: 2s\n"
+        "  saturationDetector:\n"
+        "    pluginRef: saturation-detector\n"
+        "  defaultNegativePriorityBand:\n"
+        "    priority: -1\n"
+        '    maxRequests: "7"\n'
+    )
+    assert picker_config_errors(config) == []
+
+
+def test_prods_429_carries_retry_after_and_an_openai_error_body(rendered):
+    policy = rendered["prod"].manifest("BackendTrafficPolicy", MODEL)
+    assert policy["spec"]["responseOverride"] == [{
+        "match": {"statusCodes": [{"type": "Value", "value": 429}]},
+        "source": "Local",
+        "response": {
+            "contentType": "application/json",
+            "body": {"type": "Inline", "inline": '{"error": {"message": "The model is at capacity; retry after 2 s.", '
+                                                 '"type": "server_overloaded", "param": null, "code": 429}}'},
+            "header": {"set": [{"name": "Retry-After", "value": "2"}]},
+        },
+    }]
+    assert reference.custom_resource_errors(policy) == []
+    # The CRD check can fail: a source Envoy Gateway v1.9.0 does not know is refused.
+    bad = {**policy, "spec": {**policy["spec"], "responseOverride": [
+        {**overload_response(2), "source": "Upstream"}]}}
+    assert len(reference.custom_resource_errors(bad)) == 1
+    assert "Upstream" in reference.custom_resource_errors(bad)[0]
+
+
+def test_a_route_through_its_service_gets_no_override(rendered):
+    # dev routes through the Service (one replica): vLLM's own answers, no picker, nothing to rewrite.
+    for obj in rendered["dev"].manifests:
+        if obj["kind"] == "BackendTrafficPolicy":
+            assert "responseOverride" not in obj["spec"]
+
+
+# --- derivation and switches --------------------------------------------------------------------------------
+
+
+def test_thresholds_follow_the_models_slo_and_autoscaling_targets():
+    config = _config(autoscaling={"waitingPerReplicaTarget": 4, "ttftTargetFraction": 0.5, "kvUsageTarget": 0.45},
+                     slo={"ttftP95Seconds": 1.5})
+    admission = model_admission(config, config.models[0])
+    assert admission == Admission(flow_control=True, queue_wait_seconds=1.5, queue_depth_per_replica=8,
+                                  kv_cache_usage=0.9, sheddable_queue_requests=8, retry_after_seconds=2)
+    text = picker_config(admission)
+    assert "  defaultRequestTTL: 1500ms\n" in text and "    kvCacheUtilThreshold: 0.9\n" in text
+    assert picker_config_errors(text) == []
+
+
+def test_set_keys_override_every_derived_number():
+    config = _config({"queueWaitSeconds": 5, "queueDepthPerReplica": 12, "kvCacheUsage": 0.95,
+                      "sheddableQueueRequests": 3, "retryAfterSeconds": 10})
+    assert model_admission(config, config.models[0]) == Admission(
+        flow_control=True, queue_wait_seconds=5, queue_depth_per_replica=12, kv_cache_usage=0.95,
+        sheddable_queue_requests=3, retry_after_seconds=10)
+
+
+def test_flow_control_off_leaves_only_the_detector_that_refuses_negative_priorities():
+    config = _config({"flowControl": False})
+    text = picker_config(model_admission(config, config.models[0]))
+    assert text == (
+        "apiVersion: llm-d.ai/v1alpha1\n"
+        "kind: EndpointPickerConfig\n"
+        + PLUGINS +
+        "- name: saturation-detector\n"
+        "  type: utilization-detector\n"
+        "  parameters:\n"
+        "    queueDepthThreshold: 7\n"
+        "    kvCacheUtilThreshold: 1\n"
+        "    metricsStalenessThreshold: 2s\n"
+        + SCORING +
+        "flowControl:\n"
+        "  saturationDetector:\n"
+        "    pluginRef: saturation-detector\n"
+    )
+    assert picker_config_errors(text) == []
+
+
+# --- the schema check fails where the picker would misread ------------------------------------------------
+
+
+def test_the_picker_schema_names_a_misspelt_key_a_bad_threshold_and_a_dangling_reference():
+    good = picker_config(model_admission(_config(), _config().models[0]))
+    assert picker_config_errors(good.replace("defaultRequestTTL", "defaultRequestTtl")) == [
+        "flowControl: Additional properties are not allowed ('defaultRequestTtl' was unexpected)"]
+    assert picker_config_errors(good.replace("kvCacheUtilThreshold: 1", "kvCacheUtilThreshold: 1.5")) == [
+        "plugins.5.parameters: 1.5 is greater than the maximum of 1"]
+    assert picker_config_errors(good.replace("pluginRef: saturation-detector", "pluginRef: detector")) == [
+        "pluginRef 'detector' names no plugin (declared: ['core-metrics-extractor', 'kv-cache-utilization-scorer', "
+        "'metrics-data-source', 'prefix-cache-scorer', 'queue-scorer', 'saturation-detector'])"]
+
+
+def test_admission_refuses_values_outside_the_pickers_ranges():
+    with pytest.raises(ValueError, match=r"kv_cache_usage 1.2 is outside \(0, 1\]"):
+        Admission(True, 2, 7, 1.2, 7, 2)
+    with pytest.raises(ValueError, match="queue wait 0s must be positive"):
+        Admission(True, 0, 7, 1.0, 7, 2)
+    with pytest.raises(ValueError, match="Retry-After 0s is outside"):
+        overload_response(0)
+
+
+# --- what a preview refuses ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("key", "value", "line"), [
+    ("kvCacheUsage", 1.5, "kvCacheUsage: Input should be less than or equal to 1 (got 1.5; expected <= 1.0)"),
+    ("retryAfterSeconds", 0, "retryAfterSeconds: Input should be greater than or equal to 1 (got 0; expected >= 1)"),
+    ("queueWaitSeconds", 0, "queueWaitSeconds: Input should be greater than 0 (got 0; expected > 0.0)"),
+    ("flowControl", "sometimes", 'flowControl: wrong type (got "sometimes"; expected true or false)'),
+])
+def test_out_of_range_overload_keys_are_refused_with_one_line(key, value, line):
+    data = {**BASE, "edge": {**BASE["edge"], "inferenceRouting": {"overload": {key: value}}}}
+    with pytest.raises(pydantic.ValidationError) as caught:
+        StackConfig.model_validate(data)
+    assert [p.line() for p in from_validation_error(caught.value, StackConfig, data)] == [
+        f"llm-serving:edge.inferenceRouting.overload.{line}"]
+
+
+def test_a_queue_wait_envoy_would_cut_first_is_refused():
+    assert _lines(overload={"queueWaitSeconds": 300}) == [
+        "llm-serving:edge.inferenceRouting.overload.queueWaitSeconds: qwen-7b's requests would wait in the picker "
+        "until Envoy's 300 s stream idle timeout cuts them (got 300; expected < edge.streamIdleTimeoutSeconds (300))"]
+
+
+def test_thresholds_at_or_below_kedas_targets_are_refused():
+    assert _lines(overload={"queueDepthPerReplica": 5, "kvCacheUsage": 0.7}) == [
+        "llm-serving:edge.inferenceRouting.overload.queueDepthPerReplica: the picker would hold qwen-7b's requests "
+        "before vLLM's queue reaches the autoscaler's 5 per replica, so KEDA would never add a replica (got 5; "
+        "expected > models[qwen-7b].autoscaling.waitingPerReplicaTarget, or unset)",
+        "llm-serving:edge.inferenceRouting.overload.kvCacheUsage: the picker would hold qwen-7b's requests before "
+        "KV usage reaches the autoscaler's 0.8, so KEDA would never add a replica (got 0.7; expected >= "
+        "models[qwen-7b].autoscaling.kvUsageTarget, or unset)"]
+
+
+def test_the_derived_defaults_pass_every_rule():
+    assert _lines() == []
