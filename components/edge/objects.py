@@ -552,7 +552,9 @@ def overload_response(retry_after_seconds: int) -> dict[str, Any]:
     """The picker's 429 (an ext_proc immediate response, so a local reply) with Retry-After and an OpenAI-style
     error body. Envoy Gateway v1.9.0 builds this as the custom_response filter, first in the chain
     (internal/xds/translator/httpfilters.go, order 0) and enabled on this route only; a local reply from
-    the picker's filter, last before the router, is encoded through every filter, this one included.
+    the picker's filter, last before the router, is encoded through every filter, this one included
+    (envoyproxy/envoy source/common/http/filter_manager.cc: sendLocalReplyViaFilterChain encodes from the
+    first filter; AI Gateway v1.1.0 inserts the picker's filter before the router, post_translate_modify.go).
     `Local`: vLLM's own answers pass untouched. Its body replaces the picker's plain-text one, which
     an OpenAI client cannot parse. `set`: one Retry-After, whatever the reply carried (internal/gatewayapi/
     backendtrafficpolicy.go @v1.9.0 maps it to an overwriting header)."""

@@ -38,25 +38,13 @@ def model_admission(config: StackConfig, model: ModelConfig) -> Admission:
     )
 
 
-def _number(value: float) -> float | int:
-    return int(value) if value == int(value) else value
-
-
 def admission_rules(config: StackConfig) -> Iterator[Problem]:
-    overload = config.edge.inference_routing.overload
-    idle = config.edge.stream_idle_timeout_seconds
     for model in config.models:
         if routing_mode(config, model) is not RoutingMode.INFERENCE_POOL:
             continue
         admission = model_admission(config, model)
         scaling = model.autoscaling
-        if overload.flow_control and admission.queue_wait_seconds >= idle:
-            # Nothing reaches the client while a request waits in the picker: Envoy's stream idle
-            # timeout would answer first, with a bare 504 and no Retry-After.
-            yield Problem(f"{OVERLOAD}.queueWaitSeconds", f"{model.name}'s requests would wait in the picker "
-                          f"until Envoy's {idle} s stream idle timeout cuts them",
-                          _number(admission.queue_wait_seconds),
-                          f"< edge.streamIdleTimeoutSeconds ({idle})")
+        # The queue wait against Envoy's stream idle timeout is a timing rule (stacks/checks/timing.py).
         if admission.queue_depth_per_replica <= scaling.waiting_per_replica_target:
             yield Problem(f"{OVERLOAD}.queueDepthPerReplica", f"the picker would hold {model.name}'s requests "
                           f"before vLLM's queue reaches the autoscaler's {scaling.waiting_per_replica_target:g} "

@@ -199,8 +199,14 @@ def test_out_of_range_overload_keys_are_refused_with_one_line(key, value, line):
 
 def test_a_queue_wait_envoy_would_cut_first_is_refused():
     assert _lines(overload={"queueWaitSeconds": 300}) == [
-        "llm-serving:edge.inferenceRouting.overload.queueWaitSeconds: qwen-7b's requests would wait in the picker "
-        "until Envoy's 300 s stream idle timeout cuts them (got 300; expected < edge.streamIdleTimeoutSeconds (300))"]
+        "llm-serving:edge.inferenceRouting.overload.queueWaitSeconds: qwen-7b: picker queue wait must be < Envoy "
+        "stream idle timeout (300 s): a request waiting for a replica is cut with a 504 instead of refused with 429 "
+        "(got 300; expected < 300)"]
+    # A fraction of a second counts whole: 299.5 s of waiting still reaches the 300 s timeout's second.
+    assert len(_lines(overload={"queueWaitSeconds": 299.5})) == 1
+    assert _lines(overload={"queueWaitSeconds": 299}) == []
+    # With flow control off nothing waits in the picker, so nothing to compare.
+    assert _lines(overload={"queueWaitSeconds": 300, "flowControl": False}) == []
 
 
 def test_thresholds_at_or_below_kedas_targets_are_refused():
