@@ -52,7 +52,7 @@ from stacks import checks, environment
 from stacks.checks import cluster as cluster_checks
 from stacks.checks import planning, timing, verification
 from stacks.checks import platform as platform_checks
-from stacks.checks.admission import model_admission
+from stacks.checks.admission import model_admission, routed_admission
 from stacks.config import (
     SECRET_KEYS,
     AccessMode,
@@ -475,7 +475,7 @@ def serving_stack_args(
         runbook_base_url=config.observability.runbook_base_url,
         routed_models=tuple(
             (m.name, drains.picker_drain_seconds, drains.delete_timeout_seconds, m.route.priority,
-             model_admission(config, m))
+             routed_admission(config, m))
             for m in config.models
             for drains in [timing.model_drains(config, m)]
             if drains.picker_drain_seconds is not None  # routed through an InferencePool

@@ -45,6 +45,8 @@ class Admission:
     kv_cache_usage: float  # detector kvCacheUtilThreshold, 0..1
     sheddable_queue_requests: int  # per picker: negative-priority requests it holds before refusing at once
     retry_after_seconds: int  # the Retry-After the edge adds to every 429 the picker sends
+    # How long adding a replica takes: shedding for longer than this means the autoscaler cannot end it.
+    scale_out_seconds: int = 0
 
     def __post_init__(self) -> None:
         if not 0 < self.kv_cache_usage <= 1:

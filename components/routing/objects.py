@@ -68,6 +68,11 @@ PICKER_METRIC_TYPES: dict[str, tuple[str, frozenset[str]]] = {
     "llm_d_epp_scheduler_e2e_duration_seconds": ("histogram", frozenset()),
     "llm_d_epp_scheduler_attempts_total": (
         "counter", frozenset({"status", "target_model_name", "endpoint_name", "namespace", "port"})),
+    # Flow control (same file, "llm-d Flow Control Metrics"); `outcome` is a QueueOutcome's String()
+    # (pkg/epp/flowcontrol/types/outcomes.go): Dispatched, RejectedCapacity, EvictedTTL, ...
+    "llm_d_epp_flow_control_requests_total": ("counter", frozenset({"outcome", "priority", "inference_pool"})),
+    "llm_d_epp_flow_control_pool_saturation": ("gauge", frozenset({"inference_pool"})),
+    "llm_d_epp_flow_control_stale_endpoints": ("gauge", frozenset({"detector"})),
 }
 PICKER_METRICS: frozenset[str] = frozenset(PICKER_METRIC_TYPES)
 

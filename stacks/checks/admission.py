@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import replace
 
 from components.routing import Admission
-from stacks.checks.planning import routing_mode
+from stacks.checks.planning import model_plan, replica_add_seconds, routing_mode
 from stacks.config import ModelConfig, RoutingMode, StackConfig
 from stacks.config.problems import Problem
 
@@ -36,6 +37,12 @@ def model_admission(config: StackConfig, model: ModelConfig) -> Admission:
         sheddable_queue_requests=overload.sheddable_queue_requests or depth,
         retry_after_seconds=overload.retry_after_seconds or max(1, math.ceil(wait)),
     )
+
+
+def routed_admission(config: StackConfig, model: ModelConfig) -> Admission:
+    """`model_admission` with the time to add a replica (the shedding alert's window); needs a valid plan."""
+    return replace(model_admission(config, model),
+                   scale_out_seconds=replica_add_seconds(config, model, model_plan(config, model)))
 
 
 def admission_rules(config: StackConfig) -> Iterator[Problem]:

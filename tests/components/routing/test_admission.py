@@ -10,15 +10,16 @@ import pydantic
 import pytest
 
 from components.edge.objects import overload_response
-from components.routing import Admission
+from components.routing import PICKER_METRIC_TYPES, Admission
 from components.routing.objects import picker_config
 from stacks import checks
 from stacks.checks.admission import model_admission
 from stacks.config import StackConfig
 from stacks.config.problems import from_validation_error
 from tests.stacks.checks.test_gpu_node_group_checks import BASE
-from tests.support import reference
+from tests.support import promql, reference
 from tests.support.picker_config import picker_config_errors
+from tests.support.promql_eval import Store, firing
 
 MODEL = "llama-70b"
 SCORING = (
@@ -221,3 +222,53 @@ def test_thresholds_at_or_below_kedas_targets_are_refused():
 
 def test_the_derived_defaults_pass_every_rule():
     assert _lines() == []
+
+
+# --- alerts on the overload path ----------------------------------------------------------------------------
+
+JOB = 'job="llm-serving/llama-70b-epp"'
+
+
+def _picker_rules(rendered) -> dict[str, dict[str, Any]]:
+    (group,) = rendered["prod"].manifest("PrometheusRule", "endpoint-picker-alerts")["spec"]["groups"]
+    return {r["alert"]: r for r in group["rules"]}
+
+
+def test_prod_warns_when_shedding_outlasts_adding_a_replica_or_stale_metrics_halt_dispatch(rendered):
+    rules = _picker_rules(rendered)
+    shedding = rules["ModelShedding"]
+    assert shedding["expr"] == (f'sum(rate(llm_d_epp_flow_control_requests_total{{{JOB}, '
+                                'outcome=~"RejectedCapacity|EvictedTTL"}[5m])) > 0')
+    # prod adds a replica in 1,140 s (a node, the image pull, the cold start): 19 minutes, plus the 5 the
+    # rate still shows shedding after it stopped.
+    assert (shedding["for"], shedding["labels"]["severity"]) == ("24m", "warning")
+    stale = rules["EndpointPickerMetricsStale"]
+    assert stale["expr"] == f"max(llm_d_epp_flow_control_stale_endpoints{{{JOB}}}) > 0"
+    assert (stale["for"], stale["labels"]["severity"]) == ("5m", "warning")
+    # Shedding is not a picker failure: EndpointPickerErrors leaves the 429s out.
+    assert rules["EndpointPickerErrors"]["expr"].startswith(
+        f'sum(rate(llm_d_epp_request_error_total{{{JOB}, error_code!~"ResourceExhausted|429"}}[5m])) / ')
+    for rule in (shedding, stale, rules["EndpointPickerErrors"]):
+        assert promql.parse_errors(rule["expr"]) == []
+        for name in promql.metric_names(rule["expr"]):
+            assert name in PICKER_METRIC_TYPES
+            assert promql.label_matchers(rule["expr"])[name] - {"job"} <= PICKER_METRIC_TYPES[name][1]
+
+
+def test_a_burst_shed_while_a_replica_comes_up_warns_nobody_and_a_lasting_one_does(rendered):
+    rule = _picker_rules(rendered)["ModelShedding"]
+
+    def walk(shed_seconds: int) -> list[float]:
+        store = Store()
+        total, samples = 0.0, []
+        for t in range(-3600, 3600 + 1, 15):
+            total += (3.0 if 0 <= t < shed_seconds else 0.0) * 15  # 3 requests/s refused
+            samples.append((float(t), total))
+        store.add("llm_d_epp_flow_control_requests_total",
+                  {"job": "llm-serving/llama-70b-epp", "outcome": "EvictedTTL", "priority": "0",
+                   "inference_pool": MODEL}, samples)
+        return firing(rule, store, 0, 3600)
+
+    assert walk(1140) == []  # the new replica serves and the shedding stops
+    fired = walk(3600)
+    assert fired and fired[0] == 24 * 60  # positive from the first refused request, then held 24 minutes

@@ -222,7 +222,7 @@ def test_picker_alerts_page_when_no_picker_is_up(rendered):
     by_name = {r["alert"]: r for r in group["rules"]}
     assert list(by_name) == ["EndpointPickerBelowDisruptionBudget", "EndpointPickerRestarting", "EndpointPickerDown",
                              "EndpointPickerDegraded", "EndpointPickerErrors", "EndpointPickerSaturated",
-                             "InferencePoolNoReadyEndpoints"]
+                             "InferencePoolNoReadyEndpoints", "ModelShedding", "EndpointPickerMetricsStale"]
     # Below the PDB's floor pages within 2 minutes (a flapping picker never holds sum(up) == 0 for one);
     # any restart warns, since each one sends requests to a dead picker for seconds.
     below = by_name["EndpointPickerBelowDisruptionBudget"]
