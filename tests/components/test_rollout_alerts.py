@@ -65,14 +65,6 @@ def _store(errors_at, picker_healthy_at, restarts_at) -> Store:
         store.add("kube_pod_container_status_restarts_total", {"namespace": "llm-serving", "pod": pod},
                   _gauge(restarts_at if pod.endswith("abcde") else (lambda t: 0)))
         store.add("up", {"job": PICKER_JOB, "pod": pod}, _gauge(lambda t: 1))
-        # Flow control: every request dispatched (the rollout surges, so capacity never dips); a new vLLM
-        # replica is stale for the 30 s before the picker's first scrape of it reaches the detector.
-        store.add("llm_d_epp_flow_control_requests_total",
-                  {"job": PICKER_JOB, "pod": pod, "outcome": "Dispatched", "priority": "0",
-                   "inference_pool": "llama-70b"}, _counter(lambda t: RPS / 2))
-        store.add("llm_d_epp_flow_control_stale_endpoints", {"job": PICKER_JOB, "pod": pod,
-                                                             "detector": "saturation-detector"},
-                  _gauge(lambda t: 1 if any(swap <= t < swap + 30 for swap in (840, 1680)) else 0))
     return store
 
 
@@ -92,15 +84,14 @@ def test_the_walked_rules_use_only_series_the_store_models(rendered):
                              "EndpointPickerBelowDisruptionBudget", "EndpointPickerDegraded", "EndpointPickerDown",
                              "EndpointPickerErrors", "EndpointPickerMetricsStale", "EndpointPickerRestarting",
                              "EndpointPickerSaturated", "InferencePoolNoReadyEndpoints", "ModelShedding"]
-    walked = set(ENVOY_METRIC_TYPES) | PICKER_KUBE_STATE_METRICS | {"up"} | {
-        "llm_d_epp_flow_control_requests_total", "llm_d_epp_flow_control_stale_endpoints"}
+    # ModelShedding and EndpointPickerMetricsStale are walked in tests/components/routing/test_admission.py.
+    walked = set(ENVOY_METRIC_TYPES) | PICKER_KUBE_STATE_METRICS | {"up"}
     for name in WALKED:
         assert promql.metric_names(rules[name]["expr"]) <= walked, name
 
 
 WALKED = ("EdgeErrorBudgetBurnFast", "EdgeErrorBudgetBurnSlow", "EndpointPickerBelowDisruptionBudget",
-          "EndpointPickerRestarting", "EndpointPickerDown", "EndpointPickerDegraded", "ModelShedding",
-          "EndpointPickerMetricsStale")
+          "EndpointPickerRestarting", "EndpointPickerDown", "EndpointPickerDegraded")
 
 
 @pytest.mark.parametrize("alert", WALKED)

@@ -272,3 +272,18 @@ def test_a_burst_shed_while_a_replica_comes_up_warns_nobody_and_a_lasting_one_do
     assert walk(1140) == []  # the new replica serves and the shedding stops
     fired = walk(3600)
     assert fired and fired[0] == 24 * 60  # positive from the first refused request, then held 24 minutes
+
+
+def test_a_replica_swaps_stale_first_scrape_warns_nobody_and_a_blocked_scrape_path_does(rendered):
+    rule = _picker_rules(rendered)["EndpointPickerMetricsStale"]
+
+    def walk(stale_at) -> list[float]:
+        store = Store()
+        store.add("llm_d_epp_flow_control_stale_endpoints",
+                  {"job": "llm-serving/llama-70b-epp", "detector": "saturation-detector"},
+                  [(float(t), float(stale_at(t))) for t in range(0, 1800 + 1, 15)])
+        return firing(rule, store, 0, 1800)
+
+    # A rollout: each new replica is stale for the 30 s before the picker's first scrape of it.
+    assert walk(lambda t: 1 if any(swap <= t < swap + 30 for swap in (300, 1140)) else 0) == []
+    assert walk(lambda t: 2 if t >= 600 else 0)[0] == 600 + 5 * 60  # a blocked scrape path, after 5 minutes
