@@ -40,7 +40,14 @@ from components.observability import (
     ServingObservabilityArgs,
 )
 from components.platform import RESTRICTED, credential_revision, manifest_resource, namespace, versions
-from components.routing import InferenceRouting, InferenceRoutingArgs, PickerSettings, RoutedModel, picker_selector
+from components.routing import (
+    Admission,
+    InferenceRouting,
+    InferenceRoutingArgs,
+    PickerSettings,
+    RoutedModel,
+    picker_selector,
+)
 from components.scaling import ModelAutoscaling, ModelAutoscalingArgs, ScalingTarget
 from components.serving import (
     PORT,
@@ -155,8 +162,8 @@ class ServingStackArgs:
     prometheus_pod_selector: dict[str, str]
     runbook_base_url: str
     # Models routed through an InferencePool, with their pickers' settings; None: every route uses its Service.
-    # (model name, picker drain seconds, picker delete timeout seconds, priority)
-    routed_models: tuple[tuple[str, int, int, int | None], ...] = ()
+    # (model name, picker drain seconds, picker delete timeout seconds, priority, overload admission)
+    routed_models: tuple[tuple[str, int, int, int | None, Admission], ...] = ()
     picker: PickerSettings | None = None
     # Multi-node models: the LeaderWorkerSet chart version (None: no model spans nodes).
     lws_chart_version: str | None = None
@@ -247,8 +254,9 @@ class ServingStack(pulumi.ComponentResource):
                             drain_seconds=drain,
                             delete_timeout_seconds=delete,
                             priority=priority,
+                            admission=admission,
                         )
-                        for name, drain, delete, priority in args.routed_models
+                        for name, drain, delete, priority, admission in args.routed_models
                     ),
                     picker=args.picker,
                     runbook_base_url=args.runbook_base_url,

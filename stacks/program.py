@@ -59,6 +59,7 @@ from stacks import checks, environment
 from stacks.checks import cluster as cluster_checks
 from stacks.checks import planning, timing, verification
 from stacks.checks import platform as platform_checks
+from stacks.checks.admission import model_admission, routed_admission
 from stacks.config import (
     SECRET_KEYS,
     AccessMode,
@@ -338,10 +339,13 @@ def edge_args(config: StackConfig, cluster: EksCluster) -> EdgeArgs:
             request_body_limit_bytes=max(MIN_BODY_LIMIT_BYTES, m.max_model_len * BODY_BYTES_PER_TOKEN),
             # Envoy's drain and the load balancer's deregistration delay hold the longest stream.
             drain_seconds=timing.edge_drains(config).stream_seconds,
-            inference_pool=planning.routing_mode(config, m) is RoutingMode.INFERENCE_POOL,
+            inference_pool=pooled,
             objective_header=(OBJECTIVE_HEADER, m.name) if m.route.priority is not None else None,
+            # Only a picker answers 429 here; vLLM's own answers pass through untouched.
+            retry_after_seconds=model_admission(config, m).retry_after_seconds if pooled else None,
         )
         for m in config.models
+        for pooled in [planning.routing_mode(config, m) is RoutingMode.INFERENCE_POOL]
     )
     alb = edge.mode is EdgeMode.ALB
     return EdgeArgs(
@@ -532,7 +536,8 @@ def serving_stack_args(
         prometheus_pod_selector=dict(PROMETHEUS_POD_LABELS),
         runbook_base_url=config.observability.runbook_base_url,
         routed_models=tuple(
-            (m.name, drains.picker_drain_seconds, drains.delete_timeout_seconds, m.route.priority)
+            (m.name, drains.picker_drain_seconds, drains.delete_timeout_seconds, m.route.priority,
+             routed_admission(config, m))
             for m in config.models
             for drains in [timing.model_drains(config, m)]
             if drains.picker_drain_seconds is not None  # routed through an InferencePool

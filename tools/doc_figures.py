@@ -225,6 +225,16 @@ def prod_stream_idle(facts: Facts) -> str:
     return f"{_seconds(client['timeout']['http']['streamIdleTimeout'])} s"
 
 
+def prod_overload(facts: Facts) -> str:  # from prod's rendered picker config and route policy
+    picker = yaml.safe_load(facts.manifest(PROD, "ConfigMap", "llama-70b-epp")["data"]["config.yaml"])
+    detector = next(p["parameters"] for p in picker["plugins"] if p["type"] == "utilization-detector")
+    flow = picker["flowControl"]
+    override = facts.manifest(PROD, "BackendTrafficPolicy", "llama-70b")["spec"]["responseOverride"][0]
+    return (f"queue wait {flow['defaultRequestTTL']}, full at {detector['queueDepthThreshold']} waiting per replica "
+            f"or KV usage {detector['kvCacheUtilThreshold']}, {flow['defaultNegativePriorityBand']['maxRequests']} "
+            f"sheddable requests held per picker, `Retry-After: {override['response']['header']['set'][0]['value']}`")
+
+
 def prod_buffer_limit(facts: Facts) -> str:
     limit = facts.manifest(PROD, "ClientTrafficPolicy", "llm-serving")["spec"]["connection"]["bufferLimit"]
     return limit.replace("Mi", " MiB")
@@ -344,5 +354,6 @@ GENERATORS: dict[str, Callable[[Facts], str]] = {
     "nlb-idle": nlb_idle,
     "prod-stream-idle": prod_stream_idle,
     "prod-buffer-limit": prod_buffer_limit,
+    "prod-overload": prod_overload,
     "prod-proxy-drain": prod_proxy_drain,
 }

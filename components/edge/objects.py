@@ -59,6 +59,8 @@ class Route:
     inference_pool: bool = False  # route to the model's InferencePool (gateway mode) instead of its Service
     # With a pool: (header, value) naming the model's InferenceObjective on every request it routes.
     objective_header: tuple[str, str] | None = None
+    # With a pool: the Retry-After (seconds) every 429 the picker sends carries (None: the picker's bare 429).
+    retry_after_seconds: int | None = None
 
 
 @dataclass(frozen=True)
@@ -541,7 +543,34 @@ def _route_objects(settings: EdgeSettings, route: Route) -> list[Manifest]:
             # oversized body; vLLM rejects prompts beyond --max-model-len itself.
         },
     }
+    if route.retry_after_seconds is not None:
+        backend_policy["spec"]["responseOverride"] = [overload_response(route.retry_after_seconds)]
     return [http_route, backend_policy]
+
+
+def overload_response(retry_after_seconds: int) -> dict[str, Any]:
+    """The picker's 429 (an ext_proc immediate response, so a local reply) with Retry-After and an OpenAI-style
+    error body. Envoy Gateway v1.9.0 builds this as the custom_response filter, first in the chain
+    (internal/xds/translator/httpfilters.go, order 0) and enabled on this route only; a local reply from
+    the picker's filter, last before the router, is encoded through every filter, this one included
+    (envoyproxy/envoy source/common/http/filter_manager.cc: sendLocalReplyViaFilterChain encodes from the
+    first filter; AI Gateway v1.1.0 inserts the picker's filter before the router, post_translate_modify.go).
+    `Local`: vLLM's own answers pass untouched. Its body replaces the picker's plain-text one, which
+    an OpenAI client cannot parse. `set`: one Retry-After, whatever the reply carried (internal/gatewayapi/
+    backendtrafficpolicy.go @v1.9.0 maps it to an overwriting header)."""
+    if not 1 <= retry_after_seconds <= _MAX_DURATION_SECONDS:
+        raise ValueError(f"Retry-After {retry_after_seconds}s is outside 1..{_MAX_DURATION_SECONDS}s")
+    body = ('{"error": {"message": "The model is at capacity; retry after ' f"{retry_after_seconds}"
+            ' s.", "type": "server_overloaded", "param": null, "code": 429}}')
+    return {
+        "match": {"statusCodes": [{"type": "Value", "value": 429}]},
+        "source": "Local",
+        "response": {
+            "contentType": "application/json",
+            "body": {"type": "Inline", "inline": body},
+            "header": {"set": [{"name": "Retry-After", "value": str(retry_after_seconds)}]},
+        },
+    }
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Inference routing: an InferencePool and endpoint picker per model, behind Envoy AI Gateway."""
 
+from .admission import Admission
 from .alerts import picker_alert_groups
 from .objects import (
     OBJECTIVE_HEADER,
@@ -16,6 +17,7 @@ from .objects import (
 from .routing import InferenceRouting, InferenceRoutingArgs
 
 __all__ = [
+    "Admission",
     "OBJECTIVE_HEADER",
     "PICKER_METRIC_TYPES",
     "PICKER_METRICS",

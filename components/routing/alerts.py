@@ -8,6 +8,7 @@ v0.10.0) and Prometheus's own `up`; the PodMonitor's job label is `<namespace>/<
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from components.platform import alert_rule
@@ -29,6 +30,13 @@ RESTART_WINDOW = "15m"
 # A picker adds its scheduling time before every first token; beyond this it is the bottleneck.
 SCHEDULING_P99_SECONDS = 0.05
 ERROR_RATIO = 0.05
+# How the picker labels a refused request: the error's canonical code, or the status it answered
+# (pkg/epp/handlers/server.go @v0.10.0 records one of the two); 429 is ResourceExhausted.
+NOT_SHEDDING = 'error_code!~"ResourceExhausted|429"'
+# Flow-control outcomes that answer 429: a full band, or a wait past the queue-wait budget.
+SHED_OUTCOMES = "RejectedCapacity|EvictedTTL"
+STALE_FOR_MINUTES = 5
+SHED_RATE_MINUTES = 5
 
 
 def picker_alert_groups(models: tuple[RoutedModel, ...], replicas: int, runbook_base_url: str) -> list[dict[str, Any]]:
@@ -87,7 +95,8 @@ def picker_alert_groups(models: tuple[RoutedModel, ...], replicas: int, runbook_
             ),
             alert_rule(
                 alert="EndpointPickerErrors",
-                expr=(f"sum(rate(llm_d_epp_request_error_total{{{job}}}[5m])) / "
+                # The overload path's 429s are shedding, not failures (ModelShedding says so).
+                expr=(f"sum(rate(llm_d_epp_request_error_total{{{job}, {NOT_SHEDDING}}}[5m])) / "
                       f"sum(rate(llm_d_epp_request_total{{{job}}}[5m])) > {ERROR_RATIO}"),
                 for_minutes=5,
                 severity="warning",
@@ -119,5 +128,41 @@ def picker_alert_groups(models: tuple[RoutedModel, ...], replicas: int, runbook_
                 labels=labels,
             ),
         ]
+        if m.admission is not None and m.admission.flow_control:
+            rules += _overload_rules(m, job, labels, runbook_base_url)
         groups.append({"name": f"endpoint-picker-{m.name}", "rules": rules})
     return groups
+
+
+def _overload_rules(m: RoutedModel, job: str, labels: dict[str, str], runbook_base_url: str) -> list[dict[str, Any]]:
+    """Shedding that outlasts a scale-out (a normal burst sheds only until the new replica serves), and
+    the one fault that sheds with no load at all: replicas whose metrics the picker no longer gets."""
+    assert m.admission is not None
+    # A burst sheds until the replica KEDA adds serves, and the rate stays positive for its window after:
+    # held longer than both, the autoscaler cannot end it.
+    shed_minutes = math.ceil(m.admission.scale_out_seconds / 60) + SHED_RATE_MINUTES
+    return [
+        alert_rule(
+            alert="ModelShedding",
+            expr=(f'sum(rate(llm_d_epp_flow_control_requests_total{{{job}, outcome=~"{SHED_OUTCOMES}"}}'
+                  f"[{SHED_RATE_MINUTES}m])) > 0"),
+            for_minutes=shed_minutes,
+            severity="warning",
+            summary=f"{m.name} has refused requests with 429 for {shed_minutes} minutes: the pool is short of replicas",
+            description=(f"Longer than adding a replica takes ({m.admission.scale_out_seconds} s), so the autoscaler "
+                         "cannot end it: at maxReplicas, or no GPU node can be added."),
+            runbook_base_url=runbook_base_url,
+            labels=labels,
+        ),
+        alert_rule(
+            alert="EndpointPickerMetricsStale",
+            expr=f"max(llm_d_epp_flow_control_stale_endpoints{{{job}}}) > 0",
+            for_minutes=STALE_FOR_MINUTES,
+            severity="warning",
+            summary=f"{m.name}'s picker counts replicas as full because their metrics are stale",
+            description=("A replica whose vLLM /metrics the picker has not read for 2 s counts as saturated: with "
+                         "all of them stale the picker dispatches nothing and every request gets a 429."),
+            runbook_base_url=runbook_base_url,
+            labels=labels,
+        ),
+    ]

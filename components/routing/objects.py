@@ -19,6 +19,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
+from .admission import Admission, detector_plugin_lines, feature_gate_lines, flow_control_lines
+
 Manifest = dict[str, Any]
 
 POOL_API = "inference.networking.k8s.io/v1"
@@ -66,6 +68,11 @@ PICKER_METRIC_TYPES: dict[str, tuple[str, frozenset[str]]] = {
     "llm_d_epp_scheduler_e2e_duration_seconds": ("histogram", frozenset()),
     "llm_d_epp_scheduler_attempts_total": (
         "counter", frozenset({"status", "target_model_name", "endpoint_name", "namespace", "port"})),
+    # Flow control (same file, "llm-d Flow Control Metrics"); `outcome` is a QueueOutcome's String()
+    # (pkg/epp/flowcontrol/types/outcomes.go): Dispatched, RejectedCapacity, EvictedTTL, ...
+    "llm_d_epp_flow_control_requests_total": ("counter", frozenset({"outcome", "priority", "inference_pool"})),
+    "llm_d_epp_flow_control_pool_saturation": ("gauge", frozenset({"inference_pool"})),
+    "llm_d_epp_flow_control_stale_endpoints": ("gauge", frozenset({"detector"})),
 }
 PICKER_METRICS: frozenset[str] = frozenset(PICKER_METRIC_TYPES)
 
@@ -91,6 +98,7 @@ class RoutedModel:
     priority: int | None = None  # an InferenceObjective for every request of the model
     # Pulumi's delete timeout of the picker Deployment: a stopping picker drains for drain_seconds.
     delete_timeout_seconds: int | None = None
+    admission: Admission | None = None  # overload shedding (None: the picker's defaults, no flow control)
 
 
 def picker_name(model: str) -> str:
@@ -115,11 +123,13 @@ def _meta(name: str, namespace: str, labels: dict[str, str] | None = None,
     return meta
 
 
-def picker_config() -> str:
-    """The EndpointPickerConfig: scrape each replica's vLLM /metrics, score, pick the best."""
+def picker_config(admission: Admission | None = None) -> str:
+    """The EndpointPickerConfig: scrape each replica's vLLM /metrics, score, pick the best; with
+    `admission`, hold and shed what the pool cannot take (components/routing/admission.py)."""
     lines = [
         f"apiVersion: {PICKER_CONFIG_API}",
         "kind: EndpointPickerConfig",
+        *feature_gate_lines(admission),
         "plugins:",
         *[f"- type: {scorer}" for scorer, _ in SCORER_WEIGHTS],
         # vLLM serves /metrics over plain HTTP on its API port, without the API key.
@@ -128,10 +138,12 @@ def picker_config() -> str:
         "    scheme: http",
         "    path: /metrics",
         "- type: core-metrics-extractor",
+        *detector_plugin_lines(admission),
         "schedulingProfiles:",
         "- name: default",
         "  plugins:",
         *[line for scorer, weight in SCORER_WEIGHTS for line in (f"  - pluginRef: {scorer}", f"    weight: {weight}")],
+        *flow_control_lines(admission),
     ]
     return "\n".join(lines) + "\n"
 
@@ -189,7 +201,7 @@ def picker_objects(model: RoutedModel, settings: PickerSettings,
         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
     }
     config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(name, ns, labels),
-              "data": {CONFIG_FILE: picker_config()}}
+              "data": {CONFIG_FILE: picker_config(model.admission)}}
     container = {
         "name": "epp",
         "image": settings.image,

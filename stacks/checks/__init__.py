@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from stacks.checks import cluster, edge, platform, rules, serving, timing
+from stacks.checks import admission, cluster, edge, platform, rules, serving, timing
 from stacks.checks.edge import ALB_MAX_IDLE_TIMEOUT_SECONDS, NLB_IDLE_SECONDS
 from stacks.checks.planning import edge_namespace, edge_timeout_floor, generation_seconds, route_host
 from stacks.checks.platform import cluster_version_problem
@@ -39,6 +39,7 @@ RULES: tuple[Callable[[StackConfig], Iterator[Problem]], ...] = (
     rules.models_rules,
     edge.edge_rules,
     serving.routing_rules,
+    admission.admission_rules,
     serving.multinode_rules,
     timing.timing_rules,
 )

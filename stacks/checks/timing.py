@@ -11,6 +11,7 @@ import math
 from collections.abc import Iterator
 
 from components import serving
+from stacks.checks.admission import model_admission
 from stacks.checks.edge import NLB_IDLE_SECONDS
 from stacks.checks.planning import (
     MAX_SCALE_DOWN_WINDOW_SECONDS,
@@ -94,7 +95,22 @@ def relations(config: StackConfig) -> list[serving.Relation]:
                                    lb_idle_seconds(config))
     for model in config.models:
         rows += dynamics_relations(config, model)
+    rows += admission_relations(config)
     return rows
+
+
+def admission_relations(config: StackConfig) -> list[serving.Relation]:
+    """A request held in the picker sends nothing: Envoy's stream idle timeout must not answer before
+    the picker's 429 does (it would answer with a bare 504, no Retry-After)."""
+    if not config.edge.inference_routing.overload.flow_control:
+        return []
+    return [
+        serving.Relation(f"{m.name}: picker queue wait", math.ceil(model_admission(config, m).queue_wait_seconds),
+                         "<", config.edge.stream_idle_timeout_seconds, "Envoy stream idle timeout",
+                         "a request waiting for a replica is cut with a 504 instead of refused with 429",
+                         "edge.inferenceRouting.overload.queueWaitSeconds")
+        for m in config.models if routing_mode(config, m) is RoutingMode.INFERENCE_POOL
+    ]
 
 
 def dynamics_relations(config: StackConfig, model: ModelConfig) -> list[serving.Relation]:

@@ -47,6 +47,7 @@ from stacks.config.edge import (
     InferenceRoutingConfig,
     JwtConfig,
     LoadBalancerScheme,
+    OverloadConfig,
     TlsConfig,
 )
 from stacks.config.gpu import (
@@ -133,6 +134,7 @@ __all__ = [
     "ImageDigest",
     "ImageTag",
     "InferenceRoutingConfig",
+    "OverloadConfig",
     "InstanceTypeName",
     "JwtConfig",
     "KubernetesVersion",

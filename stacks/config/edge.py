@@ -77,8 +77,59 @@ class JwtConfig(ConfigModel):
     jwks_uri: HttpsUrl = Field(description="Where the gateway fetches the signing keys.")
 
 
+class OverloadConfig(ConfigModel):
+    """What the endpoint pickers do with requests the pool cannot start within the TTFT objective."""
+
+    flow_control: bool = Field(
+        default=True,
+        description=(
+            "Hold requests in the picker while the pool is saturated and answer 429 with Retry-After to one that "
+            "cannot start within `queueWaitSeconds` (llm-d-router flow control); false: the picker forwards "
+            "everything, vLLM queues without bound and only negative priorities get 429."
+        ),
+    )
+    queue_wait_seconds: float | None = Field(
+        default=None, gt=0, le=600,
+        description=(
+            "Longest a request waits in the picker for a replica before its 429; unset: the model's "
+            "`slo.ttftP95Seconds` (a request that waited that long has already missed it)."
+        ),
+    )
+    queue_depth_per_replica: int | None = Field(
+        default=None, ge=1, le=10000,
+        description=(
+            "Waiting requests per replica the picker counts as full; unset: the model's "
+            "`autoscaling.waitingPerReplicaTarget` / `autoscaling.ttftTargetFraction`, rounded up (queue wait "
+            "grows with depth: where KEDA aims for that fraction of the TTFT objective, this is all of it)."
+        ),
+    )
+    kv_cache_usage: float | None = Field(
+        default=None, gt=0, le=1,
+        description=(
+            "KV-cache usage (0..1) the picker counts as full; unset: the model's `autoscaling.kvUsageTarget` / "
+            "`autoscaling.ttftTargetFraction`, at most 1."
+        ),
+    )
+    sheddable_queue_requests: int | None = Field(
+        default=None, ge=1, le=100000,
+        description=(
+            "Requests of negative priority each picker holds while saturated before it refuses the next at once; "
+            "unset: the model's queue depth per replica (one replica's worth)."
+        ),
+    )
+    retry_after_seconds: int | None = Field(
+        default=None, ge=1, le=3600,
+        description="`Retry-After` on the edge's 429s, in seconds; unset: `queueWaitSeconds` rounded up.",
+    )
+
+
 class InferenceRoutingConfig(ConfigModel):
     """The endpoint pickers and Envoy AI Gateway behind `routing: inferencePool` routes."""
+
+    overload: OverloadConfig = Field(
+        default_factory=OverloadConfig,
+        description="Overload shedding in the pickers: hold, then 429 with Retry-After (docs/request-path.md).",
+    )
 
     picker_replicas: int = Field(
         default=2, ge=1, le=10,

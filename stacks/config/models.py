@@ -104,8 +104,9 @@ class RouteConfig(ConfigModel):
         ge=-1000,
         le=1000,
         description=(
-            "InferenceObjective priority of all the model's requests (routing `inferencePool`): negative marks them "
-            "sheddable, so the picker answers 429 while the pool is saturated instead of queueing them; unset: none."
+            "InferenceObjective priority of all the model's requests (routing `inferencePool`): higher leaves the "
+            "picker's overload queue first; negative marks them sheddable, refused first (429) while the pool is "
+            "saturated; unset: none (priority 0)."
         ),
     )
     routing: RoutingMode | None = Field(

@@ -82,8 +82,9 @@ def test_the_walked_rules_use_only_series_the_store_models(rendered):
     rules = _rules(rendered)
     assert sorted(rules) == ["EdgeErrorBudgetBurnFast", "EdgeErrorBudgetBurnSlow",
                              "EndpointPickerBelowDisruptionBudget", "EndpointPickerDegraded", "EndpointPickerDown",
-                             "EndpointPickerErrors", "EndpointPickerRestarting", "EndpointPickerSaturated",
-                             "InferencePoolNoReadyEndpoints"]
+                             "EndpointPickerErrors", "EndpointPickerMetricsStale", "EndpointPickerRestarting",
+                             "EndpointPickerSaturated", "InferencePoolNoReadyEndpoints", "ModelShedding"]
+    # ModelShedding and EndpointPickerMetricsStale are walked in tests/components/routing/test_admission.py.
     walked = set(ENVOY_METRIC_TYPES) | PICKER_KUBE_STATE_METRICS | {"up"}
     for name in WALKED:
         assert promql.metric_names(rules[name]["expr"]) <= walked, name

@@ -3,7 +3,7 @@
 Covers the subset our edge and picker rules use, parsed by promql_parser (tests/support/promql.py):
 selectors with =, !=, =~, !~; rate() and increase() over a range (no counter resets, no extrapolation:
 the difference between the last sample in the range and the first, which is what Prometheus computes
-for a steady counter sampled at the range's edges); sum() without grouping; + - * / between vectors
+for a steady counter sampled at the range's edges); sum() and max() without grouping; + - * / between vectors
 with the same labels or with a number; comparisons against a number or a vector (filtering); and, or;
 absent(). Anything else raises, so a rule outside the subset cannot pass silently.
 """
@@ -98,10 +98,11 @@ def _eval(node: promql_parser.Expr, store: Store, t: float) -> Vector | float:  
             return out
         raise NotImplementedError(f"function {name}")
     if isinstance(node, promql_parser.AggregateExpr):
-        if str(node.op) != "sum" or node.modifier is not None:
+        if str(node.op) not in ("sum", "max") or node.modifier is not None:
             raise NotImplementedError(f"aggregation {node.op} {node.modifier}")
         inner = _eval(node.expr, store, t)
-        return {(): sum(inner.values())} if inner else {}
+        aggregate = sum if str(node.op) == "sum" else max
+        return {(): aggregate(inner.values())} if inner else {}
     if isinstance(node, promql_parser.BinaryExpr):
         return _binary(str(node.op), _eval(node.lhs, store, t), _eval(node.rhs, store, t))
     raise NotImplementedError(type(node).__name__)

@@ -19,7 +19,7 @@ from components.gpu.counters import COUNTERS, exported_metric_names
 from components.observability import dashboards
 from components.observability.dashboards import dashboard_configmap, gpu_dashboard, panel_queries, serving_dashboard
 from components.observability.serving_alerts import KUBE_STATE_METRICS, ModelSlo, serving_rule_groups
-from components.routing import PICKER_METRIC_TYPES, RoutedModel, picker_alert_groups
+from components.routing import PICKER_METRIC_TYPES, Admission, RoutedModel, picker_alert_groups
 from components.routing.alerts import PICKER_KUBE_STATE_METRICS
 from components.scaling.objects import kv_query, prometheus_adapter_values, queue_query, scaled_object
 from tests.components.scaling.test_objects import PROD
@@ -260,7 +260,8 @@ def _emitted() -> list[tuple[str, str]]:
     group = dataclasses.replace(_SLO, group_size=2, group_ready_minutes=34)
     for rule in serving_rule_groups([group], runbook_base_url="https://r.example.com/x")[0]["rules"]:
         found.append((f"alert group {rule['alert']}", rule["expr"]))
-    routed = RoutedModel("llama-70b", "llm-serving", {}, 8000, 1639)
+    routed = RoutedModel("llama-70b", "llm-serving", {}, 8000, 1639,
+                         admission=Admission(True, 2, 7, 1.0, 7, 2, scale_out_seconds=840))
     for rule in picker_alert_groups((routed,), 2, runbook_base_url="https://r.example.com/x")[0]["rules"]:
         found.append((f"alert {rule['alert']}", rule["expr"]))
     for name, dashboard in DASHBOARDS.items():

@@ -98,7 +98,10 @@ def test_prods_picker_runs_two_active_replicas_that_drain_for_the_longest_stream
 
 def test_prods_picker_scores_queue_kv_cache_and_prefix_from_vllm_metrics(rendered):
     config = _by(rendered["prod"], "ConfigMap", f"{MODEL}-epp")["data"]["config.yaml"]
-    assert config == picker_config() == (
+    # Prod adds overload admission around the same scoring (tests/components/routing/test_admission.py).
+    scoring = picker_config().split("kind: EndpointPickerConfig\n")[1]
+    assert scoring.split("schedulingProfiles:")[1] in config
+    assert picker_config() == (
         "apiVersion: llm-d.ai/v1alpha1\n"
         "kind: EndpointPickerConfig\n"
         "plugins:\n"
@@ -219,7 +222,7 @@ def test_picker_alerts_page_when_no_picker_is_up(rendered):
     by_name = {r["alert"]: r for r in group["rules"]}
     assert list(by_name) == ["EndpointPickerBelowDisruptionBudget", "EndpointPickerRestarting", "EndpointPickerDown",
                              "EndpointPickerDegraded", "EndpointPickerErrors", "EndpointPickerSaturated",
-                             "InferencePoolNoReadyEndpoints"]
+                             "InferencePoolNoReadyEndpoints", "ModelShedding", "EndpointPickerMetricsStale"]
     # Below the PDB's floor pages within 2 minutes (a flapping picker never holds sum(up) == 0 for one);
     # any restart warns, since each one sends requests to a dead picker for seconds.
     below = by_name["EndpointPickerBelowDisruptionBudget"]

@@ -215,7 +215,10 @@ def test_stack_plan_prints_the_timing_rules_with_the_numbers_the_render_carries(
     rows = {" ".join(line.split()[:-1]): line.split()[-1] for line in table}
     assert rows["llama-70b: vLLM --shutdown-timeout 1,805 s >= stream bound 1,805 s"] == "ok"
     assert rows["edge: NLB deregistration delay 1,805 s >= longest stream bound 1,805 s"] == "ok"
-    assert set(rows.values()) == {"ok"} and len(rows) == 15
+    assert rows["llama-70b: picker queue wait 2 s < Envoy stream idle timeout 300 s"] == "ok"
+    assert set(rows.values()) == {"ok"} and len(rows) == 16
+    picker = rendered["prod"].manifest("ConfigMap", "llama-70b-epp")["data"]["config.yaml"]
+    assert "  defaultRequestTTL: 2s\n" in picker
     # The same numbers as the render: the vLLM pods' shutdown timeout, the Envoy drain, the rollout await.
     (vllm,) = rendered["prod"].manifest("Deployment", "llama-70b")["spec"]["template"]["spec"]["containers"]
     assert vllm["args"][vllm["args"].index("--shutdown-timeout") + 1] == "1805"
