@@ -215,7 +215,9 @@ def test_pickers_are_fenced_and_admitted_to_the_vllm_pods(rendered):
 
 def test_picker_alerts_page_when_no_picker_is_up(rendered):
     rule = _by(rendered["prod"], "PrometheusRule", "endpoint-picker-alerts")
-    (group,) = rule["spec"]["groups"]
+    group, ttft = rule["spec"]["groups"]
+    assert (group["name"], ttft["name"]) == ("endpoint-picker-llama-70b", "edge-ttft-llama-70b")
+    assert [r["alert"] for r in ttft["rules"]] == ["EdgeTtftBudgetBurnFast", "EdgeTtftBudgetBurnSlow"]
     by_name = {r["alert"]: r for r in group["rules"]}
     assert list(by_name) == ["EndpointPickerBelowDisruptionBudget", "EndpointPickerRestarting", "EndpointPickerDown",
                              "EndpointPickerDegraded", "EndpointPickerErrors", "EndpointPickerSaturated",
