@@ -119,7 +119,8 @@ def _emitted_alerts() -> set[str]:
     groups = gpu_health_rule_groups(runbook_base_url="https://x") + serving_rule_groups(
         [slo, group], runbook_base_url="https://x"
     )
-    routed = RoutedModel(name="m", namespace="n", pod_selector={}, port=8000, drain_seconds=60)
+    routed = RoutedModel(name="m", namespace="n", pod_selector={}, port=8000, drain_seconds=60,
+                          ttft_objective_seconds=2)
     groups += picker_alert_groups((routed,), replicas=2, runbook_base_url="https://x")
     groups += edge_alert_groups("llm-serving", "envoy-gateway-system", "https://x")
     return set(alert_names(groups))
@@ -129,7 +130,7 @@ def test_every_alert_has_exactly_one_runbook_section_at_its_link_anchor():
     text = FENCE.sub("", (DOCS / "runbooks.md").read_text(encoding="utf-8"))
     sections = re.findall(r"^### (.+)$", text, re.M)
     emitted = _emitted_alerts()
-    assert len(emitted) == 31
+    assert len(emitted) == 33
     assert sorted(sections) == sorted(emitted)
     # Each alert links to <base>#<alert lowercased>; the section's anchor must be exactly that.
     assert {name.lower() for name in emitted} <= _anchors(DOCS / "runbooks.md")
