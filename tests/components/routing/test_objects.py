@@ -274,6 +274,17 @@ def test_one_picker_is_refused_outside_dev():
         "is a single point of failure for qwen-7b (got 1; expected >= 2 outside dev)"]
 
 
+def test_a_ttft_objective_below_the_pickers_smallest_bucket_is_refused_for_a_pooled_model():
+    model = {**BASE["models"][0], "route": {"routing": "inferencePool"}, "slo": {"ttftP95Seconds": 0.001}}
+    config = StackConfig.model_validate({**BASE, "models": [model]})
+    assert [p.line() for p in checks.check(config)] == [
+        "llm-serving:models[qwen-7b].slo.ttftP95Seconds: below the endpoint picker's smallest time-to-first-token "
+        "bucket: the edge cannot tell a first token within it from a slower one (got 0.001; expected >= 0.005)"]
+    # Routed to its Service, the model has no edge TTFT alert and needs no such bucket.
+    served = {**model, "route": {"routing": "service"}}
+    assert checks.check(StackConfig.model_validate({**BASE, "models": [served]})) == []
+
+
 def test_a_picker_memory_limit_below_its_request_is_refused():
     assert _lines(edge={"inferenceRouting": {"pickerMemoryRequestMib": 4096, "pickerMemoryLimitMib": 2048}}) == [
         "llm-serving:edge.inferenceRouting.pickerMemoryLimitMib: below the memory request (got 2048; expected >= "
