@@ -235,6 +235,7 @@ class ServingStack(pulumi.ComponentResource):
         edge = Edge("edge", args.edge, child)
         edge.add_monitoring(dict(args.monitor_labels), args.runbook_base_url, crds)
         if args.routed_models and args.picker is not None:
+            ttft_objectives = {m.slo.deployment_name: m.slo.ttft_p95_seconds for m in args.models}
             # After the edge: it installs the InferencePool CRD and the gateway extension that calls the pickers.
             routing = InferenceRouting(
                 "inference-routing",
@@ -255,6 +256,8 @@ class ServingStack(pulumi.ComponentResource):
                             delete_timeout_seconds=delete,
                             priority=priority,
                             admission=admission,
+                            # The edge's TTFT alerts hold the model to its own objective.
+                            ttft_objective_seconds=ttft_objectives[name],
                         )
                         for name, drain, delete, priority, admission in args.routed_models
                     ),

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.platform import alert_rule
+from components.platform import BURN_FOR_MINUTES, BURN_RATES, ENVOY_GATEWAY_LISTENERS, alert_rule
 
 MONITORING_API = "monitoring.coreos.com/v1"
 ENVOY_METRICS_PORT = "metrics"
@@ -26,17 +26,8 @@ ENVOY_METRIC_TYPES: dict[str, str] = {
     "envoy_http_downstream_rq_tx_reset": "counter",
 }
 # The availability objective of every model behind the edge: 99.5 % of requests answered without a 5xx
-# or a reset over 30 days (a 0.5 % error budget, 3.6 hours a month).
+# or a reset over 30 days (a 0.5 % error budget, 3.6 hours a month). Burn rates: platform.BURN_RATES.
 AVAILABILITY_OBJECTIVE = 0.995
-# Multi-window burn rates (Google SRE workbook, "Alerting on SLOs", table 5-8): 2 % of a 30-day budget
-# in 1 hour pages (14.4x), 5 % in 6 hours pages (6x); each needs its short window (1/12 of the long)
-# to burn too, so an alert stops within minutes of the errors stopping.
-BURN_RATES: tuple[tuple[str, str, str, float, str], ...] = (
-    ("EdgeErrorBudgetBurnFast", "1h", "5m", 14.4, "critical"),
-    ("EdgeErrorBudgetBurnSlow", "6h", "30m", 6.0, "warning"),
-)
-# Both windows must hold this long: one scrape with a burst of resets never pages.
-BURN_FOR_MINUTES = 2
 
 
 def envoy_selector(gateway_name: str, edge_namespace: str) -> dict[str, str]:
@@ -60,7 +51,7 @@ def envoy_pod_monitor(gateway_name: str, edge_namespace: str, monitor_labels: di
 
 def error_ratio(job: str, window: str) -> str:
     """Requests answered 5xx or reset by Envoy, over every request, across the Gateway's proxies."""
-    selector = f'job="{job}"'
+    selector = f'job="{job}", {ENVOY_GATEWAY_LISTENERS}'
     errors = (f'sum(rate(envoy_http_downstream_rq_xx{{{selector}, envoy_response_code_class="5"}}[{window}])) + '
               f"sum(rate(envoy_http_downstream_rq_tx_reset{{{selector}}}[{window}]))")
     return f"({errors}) / sum(rate(envoy_http_downstream_rq_total{{{selector}}}[{window}]))"
@@ -71,13 +62,14 @@ def edge_alert_groups(gateway_name: str, edge_namespace: str, runbook_base_url: 
     job = f"{edge_namespace}/{gateway_name}-envoy"
     budget = 1 - objective
     rules = []
-    for alert, long, short, rate, severity in BURN_RATES:
+    for burn in BURN_RATES:
+        long, short, rate = burn.long_window, burn.short_window, burn.rate
         threshold = round(rate * budget, 6)
         rules.append(alert_rule(
-            alert=alert,
+            alert=f"EdgeErrorBudgetBurn{burn.name}",
             expr=f"{error_ratio(job, long)} > {threshold} and {error_ratio(job, short)} > {threshold}",
             for_minutes=BURN_FOR_MINUTES,
-            severity=severity,
+            severity=burn.severity,
             summary=(f"The edge answers more than {threshold:.2%} of requests with a 5xx or a reset over {long} and "
                      f"{short}: the {objective:.1%} availability budget burns {rate:g}x too fast"),
             description=("Users see failed or cut requests. 5xx from a picker that fails closed, no ready replica, "

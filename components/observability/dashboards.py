@@ -1,7 +1,12 @@
 """Grafana dashboards for vLLM serving and GPU health, and the ConfigMaps that provision them.
 
-Pure data, no Pulumi: dashboard JSON built from vLLM 0.33.0 metrics, kube-state-metrics and only the
-DCGM fields our counters file exports, labelled for the kube-prometheus-stack Grafana sidecar.
+Pure data, no Pulumi: dashboard JSON built from vLLM 0.33.0 metrics, the endpoint pickers' and Envoy's
+own series, kube-state-metrics and only the DCGM fields our counters file exports, labelled for the
+kube-prometheus-stack Grafana sidecar.
+
+Length: the serving dashboard shows the edge's, the pickers' and vLLM's view of one request side by side,
+and the GPU dashboard shares its panel, variable and layout helpers; split apart, each module would repeat
+those helpers, and a reviewer compares the panels' queries with each other here.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from components.platform import NODE_LABEL, check_dns_label
+from components.platform import ENVOY_GATEWAY_LISTENERS, NODE_LABEL, check_dns_label
 
 # Grafana 11 dashboard schema version (the JSON model Grafana writes back when it saves one).
 SCHEMA_VERSION = 39
@@ -30,6 +35,8 @@ _DS = {"type": "prometheus", "uid": "${datasource}"}
 _RATE = "$__rate_interval"
 _VLLM = 'namespace="$namespace", model_name=~"$model_name"'
 _PICKER = 'namespace="$namespace"'
+# Envoy's HTTP statistics of the Gateway's own listeners, on the proxies of the chosen edge job.
+_EDGE = f'job=~"$edge_job", {ENVOY_GATEWAY_LISTENERS}'
 _KSM = 'namespace="$namespace", deployment=~"$deployment"'
 _GPU = f'{NODE_LABEL}=~"$node"'
 
@@ -115,14 +122,17 @@ def _dashboard(
     }
 
 
-def _quantiles(series: str, quantiles: tuple[float, ...]) -> list[tuple[str, str]]:
+def _quantiles(series: str, quantiles: tuple[float, ...], selector: str = _VLLM) -> list[tuple[str, str]]:
     return [
         (
-            f"histogram_quantile({q}, sum by (model_name, le) (rate({series}{{{_VLLM}}}[{_RATE}])))",
+            f"histogram_quantile({q}, sum by (model_name, le) (rate({series}{{{selector}}}[{_RATE}])))",
             f"{{{{model_name}}}} p{round(q * 100)}",
         )
         for q in quantiles
     ]
+
+
+_TTFT_QUANTILES = (0.5, 0.95, 0.99)
 
 
 def serving_dashboard() -> dict[str, Any]:
@@ -145,6 +155,8 @@ def serving_dashboard() -> dict[str, Any]:
             'label_values(kube_deployment_spec_replicas{namespace="$namespace"}, deployment)',
             multi=True,
         ),
+        # The Gateway's PodMonitor job, <edge namespace>/<gateway>-envoy (gateway mode only).
+        _query_variable("edge_job", "Edge", "label_values(envoy_http_downstream_rq_total, job)", multi=False),
     ]
     panels = [
         _panel(
@@ -168,15 +180,26 @@ def serving_dashboard() -> dict[str, Any]:
             "Waiting is the autoscaler's primary signal.",
         ),
         _panel(
+            "Time to first token",
+            "s",
+            _quantiles("vllm:time_to_first_token_seconds_bucket", _TTFT_QUANTILES),
+            "vLLM's own: from the request reaching the engine to its first token.",
+        ),
+        # Beside vLLM's: the same percentiles as the edge sees them (llm-d-router v0.10.0
+        # llm_d_epp_request_ttft_seconds, streamed requests only), what the EdgeTtftBudgetBurn alerts read.
+        _panel(
+            "Time to first token at the edge",
+            "s",
+            _quantiles("llm_d_epp_request_ttft_seconds_bucket", _TTFT_QUANTILES, f'{_VLLM}, streaming="true"'),
+            "Measured by the endpoint picker in Envoy's path, streamed requests only, recorded when a stream "
+            "ends; above vLLM's by the picker, Envoy and vLLM's HTTP front end. Models routed to their Service "
+            "(routing: service) have no edge TTFT.",
+        ),
+        _panel(
             "KV-cache usage per pod",
             "percentunit",
             [(f"max by (model_name, pod) (vllm:kv_cache_usage_perc{{{_VLLM}}})", "{{model_name}} {{pod}}")],
             "Above 90 % vLLM preempts running requests; the autoscaler's secondary signal is the mean.",
-        ),
-        _panel(
-            "Time to first token",
-            "s",
-            _quantiles("vllm:time_to_first_token_seconds_bucket", (0.5, 0.95, 0.99)),
         ),
         _panel(
             "Inter-token latency",
@@ -221,6 +244,26 @@ def serving_dashboard() -> dict[str, Any]:
             )],
             "Share of prompt tokens served from the KV cache: what prefix-aware routing (InferencePool) raises.",
         ),
+        # The edge as users see it: Envoy's HTTP statistics of the Gateway's listeners (envoyproxy.io
+        # http_conn_man/stats), what the EdgeErrorBudgetBurn alerts read.
+        _panel(
+            "Edge: requests per second by response class",
+            "reqps",
+            [(f"sum by (envoy_response_code_class) (rate(envoy_http_downstream_rq_xx{{{_EDGE}}}[{_RATE}]))",
+              "{{envoy_response_code_class}}xx")],
+            "Every request the Gateway answered, all models together, by status class.",
+        ),
+        _panel(
+            "Edge: 5xx and resets",
+            "percentunit",
+            [
+                (f'sum(rate(envoy_http_downstream_rq_xx{{{_EDGE}, envoy_response_code_class="5"}}[{_RATE}])) / '
+                 f"sum(rate(envoy_http_downstream_rq_total{{{_EDGE}}}[{_RATE}]))", "5xx"),
+                (f"sum(rate(envoy_http_downstream_rq_tx_reset{{{_EDGE}}}[{_RATE}])) / "
+                 f"sum(rate(envoy_http_downstream_rq_total{{{_EDGE}}}[{_RATE}]))", "reset"),
+            ],
+            "Shares of all requests; together above 0.5 % they burn the edge's availability budget.",
+        ),
         # The endpoint pickers' own series (llm-d-router v0.10.0 pkg/epp/metrics/llm_d_router_metrics.go),
         # present for models routed through an InferencePool; `job` is <namespace>/<model>-epp.
         _panel(
@@ -249,6 +292,20 @@ def serving_dashboard() -> dict[str, Any]:
             [(f"sum by (endpoint_name) (rate(llm_d_epp_scheduler_attempts_total{{{_PICKER}}}[{_RATE}]))",
               "{{endpoint_name}}")],
             "How the picker spreads requests over the pool's replicas (prefix affinity against load).",
+        ),
+        _panel(
+            "Endpoint picker: health",
+            "short",
+            [
+                (f'sum by (job) (up{{{_PICKER}, job=~".+-epp"}})', "{{job}} up"),
+                (f'sum by (poddisruptionbudget) (kube_poddisruptionbudget_status_current_healthy{{{_PICKER}, '
+                 f'poddisruptionbudget=~".+-epp"}})', "{{poddisruptionbudget}} healthy"),
+                (f'sum by (poddisruptionbudget) (kube_poddisruptionbudget_status_desired_healthy{{{_PICKER}, '
+                 f'poddisruptionbudget=~".+-epp"}})', "{{poddisruptionbudget}} floor"),
+                (f"max by (job) (llm_d_epp_ready_endpoints{{{_PICKER}}})", "{{job}} ready replicas seen"),
+            ],
+            "Pickers up, healthy against their disruption budget's floor, and the vLLM replicas each one can "
+            "pick; the gateway fails closed, so no picker up is the model's outage.",
         ),
     ]
     return _dashboard("llm-serving-vllm", "LLM serving / vLLM", ["llm-serving", "vllm"], variables, panels)

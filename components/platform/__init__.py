@@ -18,10 +18,25 @@ from .kubernetes import (
 )
 from .manifests import manifest_resource
 from .pod_security import RESTRICTED, PodSecurity
-from .prometheus import NAMESPACE_LABEL, NODE_LABEL, POD_LABEL, alert_rule, check_dns_label, check_label_value
+from .prometheus import (
+    BURN_FOR_MINUTES,
+    BURN_RATES,
+    ENVOY_GATEWAY_LISTENERS,
+    NAMESPACE_LABEL,
+    NODE_LABEL,
+    POD_LABEL,
+    BurnRate,
+    alert_rule,
+    check_dns_label,
+    check_label_value,
+)
 
 __all__ = [
+    "BURN_FOR_MINUTES",
+    "BURN_RATES",
+    "ENVOY_GATEWAY_LISTENERS",
     "HELM_TIMEOUT_SECONDS",
+    "BurnRate",
     "addon_settings",
     "addon_version",
     "crd_chart",

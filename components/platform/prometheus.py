@@ -7,6 +7,7 @@ PromQL, and one alerting-rule shape: severity, summary, description and a runboo
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 # Target labels on every series we scrape. `namespace` and `pod` are set by the Prometheus Operator
@@ -62,3 +63,34 @@ def alert_rule(
             "runbook_url": f"{runbook_base_url}#{alert.lower()}",
         },
     }
+
+
+@dataclass(frozen=True)
+class BurnRate:
+    """One multi-window burn-rate alert: the share of a 30-day error budget it pages on, read over a long
+    window and confirmed over a short one (1/12 of the long), so it starts only on a sustained burn and
+    stops within minutes of the burn stopping."""
+
+    name: str  # the alert name's suffix: "Fast" or "Slow"
+    long_window: str
+    short_window: str
+    rate: float  # times the rate that spends exactly the budget in 30 days
+    severity: str
+
+
+# Google SRE workbook, "Alerting on SLOs", table 5-8: 2 % of a 30-day budget in 1 hour pages (14.4x),
+# 5 % in 6 hours warns (6x). Every SLO alert of the stack (the edge's availability, each model's time to
+# first token at the edge) uses these two.
+BURN_RATES: tuple[BurnRate, ...] = (
+    BurnRate("Fast", "1h", "5m", 14.4, "critical"),
+    BurnRate("Slow", "6h", "30m", 6.0, "warning"),
+)
+# Both windows must hold this long: one scrape with a burst of errors never pages.
+BURN_FOR_MINUTES = 2
+
+# Envoy Gateway's proxies count their own listeners' requests too: Prometheus' scrapes of the stats
+# listener (HTTP connection manager stat prefix `eg-stats-http`, internal/xds/bootstrap/bootstrap.yaml.tpl
+# @v1.9.0) and the kubelet's readiness probes (`eg-ready-http`). Gateway listeners are `http-<port>` or
+# `https-<port>` (internal/xds/translator/listener.go hcmStatPrefix @v1.9.0); only they carry users'
+# requests, so every edge ratio selects them and the probes cannot dilute a quiet hour's errors.
+ENVOY_GATEWAY_LISTENERS = 'envoy_http_conn_manager_prefix=~"https?-[0-9]+"'

@@ -1,9 +1,17 @@
-"""Endpoint-picker alerts (PrometheusRule spec.groups), pure: one group per routed model.
+"""Endpoint-picker alerts and each routed model's time to first token at the edge (PrometheusRule
+spec.groups), pure: two groups per routed model.
 
 The gateway fails closed when a model's picker is unreachable (components/routing/objects.py), so
 "no picker up" is as urgent as "no replica up". Metric names: objects.PICKER_METRICS (llm-d-router
 v0.10.0) and Prometheus's own `up`; the PodMonitor's job label is `<namespace>/<podmonitor name>`
 (prometheus-operator's default for PodMonitors).
+
+Time to first token at the edge comes from the picker, the only component on the edge's path that sees
+a stream's first byte: Envoy's own histograms end at the last byte (cluster `upstream_rq_time`, HTTP
+connection manager `downstream_rq_time`: envoyproxy.io docs, cluster_stats and http_conn_man/stats), and
+Envoy AI Gateway v1.1.0's `gen_ai.server.time_to_first_token` is recorded by its extproc sidecar, which
+it injects only into the proxies of a Gateway with an AIGatewayRoute or MCPRoute
+(internal/controller/gateway_mutator.go mutatePod @v1.1.0); this program routes with plain HTTPRoutes.
 """
 
 from __future__ import annotations
@@ -11,9 +19,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from components.platform import alert_rule
+from components.platform import BURN_FOR_MINUTES, BURN_RATES, alert_rule
 
-from .objects import RoutedModel, picker_name
+from .objects import PICKER_TTFT_BUCKETS, RoutedModel, picker_name
 
 # kube-state-metrics series (docs/metrics/policy/poddisruptionbudget-metrics.md and
 # workload/pod-metrics.md, STABLE), with the object's own namespace label (honorLabels, as the
@@ -37,6 +45,62 @@ NOT_SHEDDING = 'error_code!~"ResourceExhausted|429"'
 SHED_OUTCOMES = "RejectedCapacity|EvictedTTL"
 STALE_FOR_MINUTES = 5
 SHED_RATE_MINUTES = 5
+# slo.ttftP95Seconds reads as an SLO: 95 % of streamed requests get their first token within it, a 5 %
+# budget of slow ones over 30 days, burnt at platform.BURN_RATES.
+TTFT_OBJECTIVE_SHARE = 0.95
+
+
+def ttft_boundary(objective_seconds: float) -> float:
+    """The largest bucket boundary at or below the objective: a request counted as fast there is fast by
+    the objective too (a boundary above it would count slow requests as fast)."""
+    below = [b for b in PICKER_TTFT_BUCKETS if b <= objective_seconds]
+    if not below:
+        raise ValueError(f"ttft objective {objective_seconds:g} s is below the picker's smallest TTFT bucket "
+                         f"({PICKER_TTFT_BUCKETS[0]:g} s)")
+    return below[-1]
+
+
+def _le(boundary: float) -> str:
+    # client_golang writes le="2"; Prometheus 3 normalises classic-histogram `le` values to floats on
+    # ingestion (le="2.0"; prometheus.io/docs/prometheus/latest/migration): match both spellings.
+    text = f"{boundary:g}"
+    return f'le=~"{text}(\\\\.0)?"' if float(boundary).is_integer() else f'le="{text}"'
+
+
+def slow_ttft_ratio(job: str, boundary: float, window: str) -> str:
+    """Streamed requests whose first token took longer than `boundary`, over all streamed requests."""
+    selector = f'job="{job}", streaming="true"'
+    total = f"sum(rate(llm_d_epp_request_ttft_seconds_count{{{selector}}}[{window}]))"
+    fast = f"sum(rate(llm_d_epp_request_ttft_seconds_bucket{{{selector}, {_le(boundary)}}}[{window}]))"
+    return f"({total} - {fast}) / {total}"
+
+
+def ttft_alert_group(m: RoutedModel, runbook_base_url: str) -> dict[str, Any]:
+    """Multi-window burn-rate alerts on the model's time to first token at the edge."""
+    assert m.ttft_objective_seconds is not None
+    job = f"{m.namespace}/{picker_name(m.name)}"
+    boundary = ttft_boundary(m.ttft_objective_seconds)
+    budget = round(1 - TTFT_OBJECTIVE_SHARE, 6)
+    rules = []
+    for burn in BURN_RATES:
+        threshold = round(burn.rate * budget, 6)
+        ratio = f"{slow_ttft_ratio(job, boundary, burn.long_window)} > {threshold} and " \
+                f"{slow_ttft_ratio(job, boundary, burn.short_window)} > {threshold}"
+        rules.append(alert_rule(
+            alert=f"EdgeTtftBudgetBurn{burn.name}",
+            expr=ratio,
+            for_minutes=BURN_FOR_MINUTES,
+            severity=burn.severity,
+            summary=(f"More than {threshold:.0%} of {m.name}'s streamed requests waited over {boundary:g} s for "
+                     f"their first token at the edge over {burn.long_window} and {burn.short_window}: the "
+                     f"{TTFT_OBJECTIVE_SHARE:.0%} TTFT objective burns {burn.rate:g}x too fast"),
+            description=("Users wait for the first token: requests queue in vLLM (replicas at their maximum, or a "
+                         "scale-out still adding nodes), prefill is slow (long prompts, a throttled GPU), or the "
+                         "picker is slow to place requests."),
+            runbook_base_url=runbook_base_url,
+            labels={"model": m.name, "namespace": m.namespace},
+        ))
+    return {"name": f"edge-ttft-{m.name}", "rules": rules}
 
 
 def picker_alert_groups(models: tuple[RoutedModel, ...], replicas: int, runbook_base_url: str) -> list[dict[str, Any]]:
@@ -131,6 +195,8 @@ def picker_alert_groups(models: tuple[RoutedModel, ...], replicas: int, runbook_
         if m.admission is not None and m.admission.flow_control:
             rules += _overload_rules(m, job, labels, runbook_base_url)
         groups.append({"name": f"endpoint-picker-{m.name}", "rules": rules})
+        if m.ttft_objective_seconds is not None:
+            groups.append(ttft_alert_group(m, runbook_base_url))
     return groups
 
 

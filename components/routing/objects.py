@@ -61,6 +61,12 @@ PICKER_METRIC_TYPES: dict[str, tuple[str, frozenset[str]]] = {
     "llm_d_epp_request_error_total": ("counter", _MODEL_LABELS | {"error_code"}),
     "llm_d_epp_request_duration_seconds": ("histogram", _MODEL_LABELS),
     "llm_d_epp_request_running": ("gauge", _MODEL_LABELS),
+    # Time to first token as the edge sees it: from the picker receiving the request's headers from Envoy
+    # to the first non-empty response body chunk Envoy streams through it (pkg/epp/handlers/request.go
+    # HandleRequestHeaders and response.go HandleResponseBody @v0.10.0). Observed once the response ends,
+    # so a stream's TTFT lands when the stream finishes. `streaming` is "true" for SSE responses; for
+    # others TTFT is the whole request.
+    "llm_d_epp_request_ttft_seconds": ("histogram", _MODEL_LABELS | {"streaming"}),
     "llm_d_epp_average_kv_cache_utilization": ("gauge", frozenset({"name"})),
     "llm_d_epp_average_queue_size": ("gauge", frozenset({"name"})),
     "llm_d_epp_average_running_requests": ("gauge", frozenset({"name"})),
@@ -75,6 +81,10 @@ PICKER_METRIC_TYPES: dict[str, tuple[str, frozenset[str]]] = {
     "llm_d_epp_flow_control_stale_endpoints": ("gauge", frozenset({"detector"})),
 }
 PICKER_METRICS: frozenset[str] = frozenset(PICKER_METRIC_TYPES)
+# llm_d_epp_request_ttft_seconds' bucket boundaries, in seconds (llm_d_router_metrics.go @v0.10.0): a
+# ratio of requests slower than the objective is exact only at a boundary.
+PICKER_TTFT_BUCKETS: tuple[float, ...] = (0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2, 3, 4, 5,
+                                          6, 8, 10, 15, 20, 30, 45, 60, 120)
 
 
 @dataclass(frozen=True)
@@ -99,6 +109,9 @@ class RoutedModel:
     # Pulumi's delete timeout of the picker Deployment: a stopping picker drains for drain_seconds.
     delete_timeout_seconds: int | None = None
     admission: Admission | None = None  # overload shedding (None: the picker's defaults, no flow control)
+    # The model's time-to-first-token objective (slo.ttftP95Seconds): 95 % of streamed requests get their
+    # first token within it at the edge. None: no TTFT burn-rate alerts for the model.
+    ttft_objective_seconds: float | None = None
 
 
 def picker_name(model: str) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-from components import serving
+from components import routing, serving
 from stacks.checks import planning
 from stacks.checks.planning import MIN_EDGE_TIMEOUT_SECONDS, generation_seconds, route_host
 from stacks.config import (
@@ -18,6 +18,7 @@ from stacks.config import (
     EdgeMode,
     Environment,
     LoadBalancerControllerMode,
+    RoutingMode,
     StackConfig,
 )
 from stacks.config.problems import Problem
@@ -104,6 +105,12 @@ def edge_rules(config: StackConfig) -> Iterator[Problem]:
                           f"{model.max_model_len} tokens at the {model.slo.itl_p95_seconds:g} s ITL objective after "
                           f"the {model.slo.ttft_p95_seconds:g} s TTFT objective take {planned} s", bound,
                           f">= {floor}, or unset")
+        if (planning.routing_mode(config, model) is RoutingMode.INFERENCE_POOL
+                and model.slo.ttft_p95_seconds < routing.PICKER_TTFT_BUCKETS[0]):
+            # The edge's TTFT alerts count requests at a bucket boundary not above the objective.
+            yield Problem(f"models[{model.name}].slo.ttftP95Seconds", "below the endpoint picker's smallest "
+                          "time-to-first-token bucket: the edge cannot tell a first token within it from a slower "
+                          "one", model.slo.ttft_p95_seconds, f">= {routing.PICKER_TTFT_BUCKETS[0]:g}")
         if edge.mode is EdgeMode.ALB and needed > ALB_MAX_IDLE_TIMEOUT_SECONDS:
             yield Problem(f"models[{model.name}].maxModelLen", f"a non-streamed response of {model.max_model_len} "
                           f"tokens at {edge.min_decode_tokens_per_second:g} tokens/s takes {needed} s, beyond the "

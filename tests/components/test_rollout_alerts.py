@@ -1,10 +1,14 @@
 """The user-facing alerts against a simulated prod rollout: a normal rollout pages nobody, an outage does.
 
-The rules are prod's rendered ones (the edge's burn rates, the pickers' disruption-budget, restart and
-up alerts), walked at Prometheus' 15 s evaluation step through tests/support/promql_eval.py. The
-series: six hours of steady traffic, then prod's rollout as the timing module plans it (a picker
-rollout, then two vLLM replicas replaced one at a time, 840 s a step), with the handful of 503s a
-replica swap can cost when a request races its endpoint's removal.
+The rules are prod's rendered ones (the edge's availability and TTFT burn rates, the pickers'
+disruption-budget, restart and up alerts), walked at Prometheus' 15 s evaluation step through
+tests/support/promql_eval.py. The series: six hours of steady traffic, then prod's rollout as the timing
+module plans it (a picker rollout, then two vLLM replicas replaced one at a time, 840 s a step), with the
+handful of 503s a replica swap can cost when a request races its endpoint's removal, and the slower first
+tokens while a new picker rebuilds its prefix index and a new replica's prefix cache is empty.
+
+The TTFT shares are modelled, not measured: 1 % of streamed requests above the 2 s objective in steady
+state, 10 % for two minutes after the picker rollout, 25 % for three minutes after each replica swap.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import pytest
 
 from components.edge.alerts import ENVOY_METRIC_TYPES
 from components.routing.alerts import PICKER_KUBE_STATE_METRICS
+from components.routing.objects import PICKER_TTFT_BUCKETS
 from tests.support import promql
 from tests.support.promql_eval import Store, firing
 
@@ -24,6 +29,7 @@ END = 3 * 3600
 EDGE_JOB = "envoy-gateway-system/llm-serving-envoy"
 PICKER_JOB = "llm-serving/llama-70b-epp"
 RPS = 22  # two prod replicas at about 11 requests/s each
+STREAMED_PER_POD = RPS / 2 * 0.9  # nine in ten requests stream, spread over two pickers
 
 
 def _rules(rendered) -> dict[str, dict[str, Any]]:
@@ -48,8 +54,39 @@ def _gauge(value_at, start: int = -HISTORY, end: int = END) -> list[tuple[float,
     return [(float(t), float(value_at(t))) for t in range(start, end + 1, STEP)]
 
 
-def _store(errors_at, picker_healthy_at, restarts_at) -> Store:
+def _steady_ttft(t: int) -> float:
+    return 0.01
+
+
+def _rollout_ttft(t: int) -> float:
+    """Share of streamed requests whose first token took longer than the 2 s objective."""
+    if 0 <= t < 120:  # the new pickers start with an empty prefix index: some prompts miss their replica
+        return 0.10
+    if any(swap <= t < swap + 180 for swap in (840, 1680)):  # a new replica's prefix cache is empty
+        return 0.25
+    return 0.01
+
+
+def _add_ttft(store: Store, slow_share_at) -> None:
+    """The pickers' TTFT histograms, as Prometheus 3 stores them (le="2.0"): streamed requests split at the
+    objective by `slow_share_at`, and non-streamed ones, whose TTFT is the whole answer (all slower)."""
+    for pod in ("llama-70b-epp-6d9f7c-abcde", "llama-70b-epp-6d9f7c-fghij"):
+        labels = {"job": PICKER_JOB, "namespace": "llm-serving", "pod": pod, "model_name": "llama-70b",
+                  "target_model_name": "llama-70b", "fairness_id": "", "priority": ""}
+        stream = {**labels, "streaming": "true"}
+        store.add("llm_d_epp_request_ttft_seconds_count", stream, _counter(lambda t: STREAMED_PER_POD))
+        store.add("llm_d_epp_request_ttft_seconds_bucket", {**stream, "le": "2.0"},
+                  _counter(lambda t: STREAMED_PER_POD * (1 - slow_share_at(t))))
+        store.add("llm_d_epp_request_ttft_seconds_bucket", {**stream, "le": "+Inf"},
+                  _counter(lambda t: STREAMED_PER_POD))
+        whole = {**labels, "streaming": "false"}
+        store.add("llm_d_epp_request_ttft_seconds_count", whole, _counter(lambda t: RPS / 2 * 0.1))
+        store.add("llm_d_epp_request_ttft_seconds_bucket", {**whole, "le": "2.0"}, _counter(lambda t: 0))
+
+
+def _store(errors_at, picker_healthy_at, restarts_at, slow_ttft_at=_steady_ttft) -> Store:
     store = Store()
+    _add_ttft(store, slow_ttft_at)
     for pod in ("envoy-a", "envoy-b"):
         labels = {"job": EDGE_JOB, "pod": pod, "envoy_http_conn_manager_prefix": "https-443"}
         store.add("envoy_http_downstream_rq_total", labels, _counter(lambda t: RPS / 2))
@@ -80,24 +117,66 @@ def _surge_then_back(t: int) -> int:
 
 def test_the_walked_rules_use_only_series_the_store_models(rendered):
     rules = _rules(rendered)
-    assert sorted(rules) == ["EdgeErrorBudgetBurnFast", "EdgeErrorBudgetBurnSlow",
+    assert sorted(rules) == ["EdgeErrorBudgetBurnFast", "EdgeErrorBudgetBurnSlow", "EdgeTtftBudgetBurnFast",
+                             "EdgeTtftBudgetBurnSlow",
                              "EndpointPickerBelowDisruptionBudget", "EndpointPickerDegraded", "EndpointPickerDown",
                              "EndpointPickerErrors", "EndpointPickerMetricsStale", "EndpointPickerRestarting",
                              "EndpointPickerSaturated", "InferencePoolNoReadyEndpoints", "ModelShedding"]
     # ModelShedding and EndpointPickerMetricsStale are walked in tests/components/routing/test_admission.py.
-    walked = set(ENVOY_METRIC_TYPES) | PICKER_KUBE_STATE_METRICS | {"up"}
+    walked = set(ENVOY_METRIC_TYPES) | PICKER_KUBE_STATE_METRICS | {"up"} | {
+        "llm_d_epp_request_ttft_seconds_count", "llm_d_epp_request_ttft_seconds_bucket"}
     for name in WALKED:
         assert promql.metric_names(rules[name]["expr"]) <= walked, name
 
 
-WALKED = ("EdgeErrorBudgetBurnFast", "EdgeErrorBudgetBurnSlow", "EndpointPickerBelowDisruptionBudget",
-          "EndpointPickerRestarting", "EndpointPickerDown", "EndpointPickerDegraded")
+WALKED = ("EdgeErrorBudgetBurnFast", "EdgeErrorBudgetBurnSlow", "EdgeTtftBudgetBurnFast", "EdgeTtftBudgetBurnSlow",
+          "EndpointPickerBelowDisruptionBudget", "EndpointPickerRestarting", "EndpointPickerDown",
+          "EndpointPickerDegraded")
+
+
+@pytest.fixture(scope="module")
+def rollout_store() -> Store:
+    return _store(_rollout_errors, _surge_then_back, lambda t: 0, _rollout_ttft)
 
 
 @pytest.mark.parametrize("alert", WALKED)
-def test_a_normal_prod_rollout_fires_no_alert(rendered, alert):
-    store = _store(_rollout_errors, _surge_then_back, lambda t: 0)
-    assert firing(_rules(rendered)[alert], store, 0, END, STEP) == []
+def test_a_normal_prod_rollout_fires_no_alert(rendered, rollout_store, alert):
+    assert firing(_rules(rendered)[alert], rollout_store, 0, END, STEP) == []
+
+
+def test_the_ttft_rules_hold_prod_to_its_own_objective_at_a_bucket_boundary(rendered):
+    rules = _rules(rendered)
+    # prod's slo.ttftP95Seconds is 2 s, a boundary of the picker's TTFT histogram (llm-d-router v0.10.0).
+    assert 2 in PICKER_TTFT_BUCKETS
+    for name, threshold, windows in (("EdgeTtftBudgetBurnFast", "0.72", ("1h", "5m")),
+                                     ("EdgeTtftBudgetBurnSlow", "0.3", ("6h", "30m"))):
+        expr = rules[name]["expr"]
+        assert expr.count(f"> {threshold}") == 2 and rules[name]["for"] == "2m"
+        assert all(expr.count(f"[{w}]") == 3 for w in windows)
+        assert expr.count('le=~"2(\\\\.0)?"') == 2 and expr.count('streaming="true"') == 6
+        assert promql.counter_function_errors(expr, {n: "counter" for n in promql.metric_names(expr)}) == []
+    assert rules["EdgeTtftBudgetBurnFast"]["labels"] == {"severity": "critical", "model": "llama-70b",
+                                                         "namespace": "llm-serving"}
+
+
+def test_a_scale_out_that_catches_up_in_the_planned_840_s_pages_nobody(rendered):
+    # A surge: nine in ten streams wait over 2 s until KEDA's new replica is ready, 840 s later.
+    store = _store(lambda t: 0, lambda t: 2, lambda t: 0, lambda t: 0.9 if 600 <= t < 600 + 840 else 0.01)
+    rules = _rules(rendered)
+    assert firing(rules["EdgeTtftBudgetBurnFast"], store, 0, END, STEP) == []
+    assert firing(rules["EdgeTtftBudgetBurnSlow"], store, 0, END, STEP) == []
+
+
+def test_an_overloaded_pool_burns_the_ttft_budget_and_pages(rendered):
+    # From 600 s the pool is saturated at its maximum replicas: 95 % of streams wait over 2 s.
+    store = _store(lambda t: 0, lambda t: 2, lambda t: 0, lambda t: 0.95 if t >= 600 else 0.01)
+    rules = _rules(rendered)
+    fast = firing(rules["EdgeTtftBudgetBurnFast"], store, 0, END, STEP)
+    # The hour's slow share passes 72 % (14.4 x the 5 % budget) after 45 minutes, then for: 2m.
+    assert 600 + 45 * 60 + 120 <= fast[0] <= 600 + 46 * 60 + 120
+    slow = firing(rules["EdgeTtftBudgetBurnSlow"], store, 0, END, STEP)
+    # Six hours' share passes 30 % (6 x the budget) after 111 minutes, then for: 2m.
+    assert 600 + 110 * 60 + 120 <= slow[0] <= 600 + 112 * 60 + 120
 
 
 def test_a_crash_looping_picker_pages_within_minutes(rendered):

@@ -120,7 +120,8 @@ def _emitted_alerts() -> set[str]:
         [slo, group], runbook_base_url="https://x"
     )
     routed = RoutedModel(name="m", namespace="n", pod_selector={}, port=8000, drain_seconds=60,
-                         admission=Admission(True, 2, 7, 1.0, 7, 2, scale_out_seconds=840))
+                         admission=Admission(True, 2, 7, 1.0, 7, 2, scale_out_seconds=840),
+                         ttft_objective_seconds=2)
     groups += picker_alert_groups((routed,), replicas=2, runbook_base_url="https://x")
     groups += edge_alert_groups("llm-serving", "envoy-gateway-system", "https://x")
     return set(alert_names(groups))

@@ -3,8 +3,12 @@ proxies Envoy Gateway labels, and burn-rate rules over Envoy's own statistics.""
 
 from __future__ import annotations
 
+import pytest
+
 from components.edge import ENVOY_METRIC_TYPES
+from components.edge.alerts import error_ratio
 from tests.support import promql, reference
+from tests.support.promql_eval import Store, evaluate
 
 
 def test_prod_scrapes_the_gateways_envoy_proxies_on_their_metrics_port(rendered):
@@ -39,3 +43,16 @@ def test_burn_rate_rules_read_only_envoys_counters_over_two_windows_each(rendere
         assert promql.counter_function_errors(r["expr"], ENVOY_METRIC_TYPES) == []
         assert job in r["expr"]
 
+
+
+def test_the_error_ratio_counts_only_gateway_listeners_not_probes_or_scrapes():
+    # One user request a second, a tenth of them 503s, on the Gateway's https-443 listener; the kubelet's
+    # readiness probes and Prometheus' scrapes answer 200 on Envoy Gateway's own listeners.
+    store = Store()
+    job = "envoy-gateway-system/llm-serving-envoy"
+    for prefix, total, errors in (("https-443", 300, 30), ("eg-ready-http", 100, 0), ("eg-stats-http", 20, 0)):
+        labels = {"job": job, "envoy_http_conn_manager_prefix": prefix}
+        store.add("envoy_http_downstream_rq_total", labels, [(10, 0), (300, total)])
+        store.add("envoy_http_downstream_rq_xx", {**labels, "envoy_response_code_class": "5"}, [(10, 0), (300, errors)])
+        store.add("envoy_http_downstream_rq_tx_reset", labels, [(10, 0), (300, 0)])
+    assert evaluate(error_ratio(job, "5m"), store, 300) == {(): pytest.approx(0.1)}

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from components.edge import ENVOY_METRIC_TYPES
 from components.gpu.counters import COUNTERS, exported_metric_names
 from components.observability import dashboards
 from components.observability.dashboards import dashboard_configmap, gpu_dashboard, panel_queries, serving_dashboard
@@ -47,6 +48,9 @@ KSM_LABELS = {
     "kube_poddisruptionbudget_status_current_healthy": {"namespace", "poddisruptionbudget"},
     "kube_poddisruptionbudget_status_desired_healthy": {"namespace", "poddisruptionbudget"},
 }
+# Envoy's HTTP connection manager statistics as /stats/prometheus tags them (the listener's stat prefix,
+# the response code class) and the PodMonitor's job.
+ENVOY_LABELS = {"envoy_http_conn_manager_prefix", "envoy_response_code_class", "job"}
 # Labels on DCGM series: the exporter's per-GPU labels (render_metrics.go), `xid` on the windowed
 # Xid count, and `node` from our ServiceMonitor relabeling.
 DCGM_LABELS = {"gpu", "UUID", "Hostname", "modelName", "xid", "window_size_in_ms", "node"}
@@ -115,24 +119,29 @@ def test_panel_queries_lists_every_target_in_order() -> None:
 def test_serving_dashboard_has_the_variables_and_panels_operators_need() -> None:
     dashboard = serving_dashboard()
     variables = {v["name"]: v for v in dashboard["templating"]["list"]}
-    assert list(variables) == ["datasource", "namespace", "model_name", "deployment"]
+    assert list(variables) == ["datasource", "namespace", "model_name", "deployment", "edge_job"]
+    assert variables["edge_job"]["definition"] == "label_values(envoy_http_downstream_rq_total, job)"
     assert variables["datasource"]["query"] == "prometheus"
     assert variables["namespace"]["definition"] == "label_values(vllm:num_requests_running, namespace)"
     assert "model_name)" in variables["model_name"]["definition"]
     assert [p["title"] for p in dashboard["panels"]] == [
         "Request rate by finish reason",
         "Running and waiting requests",
-        "KV-cache usage per pod",
         "Time to first token",
+        "Time to first token at the edge",
+        "KV-cache usage per pod",
         "Inter-token latency",
         "Generation tokens per second",
         "Prompt tokens per second",
         "Replicas",
         "End-to-end request latency",
         "Prefix-cache hit rate",
+        "Edge: requests per second by response class",
+        "Edge: 5xx and resets",
         "Endpoint picker: requests per second",
         "Endpoint picker: scheduling latency",
         "Endpoint picker: replica chosen",
+        "Endpoint picker: health",
     ]
     used = {name for query in panel_queries(dashboard) for name in promql.metric_names(_as_promql(query))}
     assert used == {
@@ -153,6 +162,14 @@ def test_serving_dashboard_has_the_variables_and_panels_operators_need() -> None
         "kube_deployment_spec_replicas",
         "kube_deployment_status_replicas_available",
         "vllm:e2e_request_latency_seconds_bucket",
+        "llm_d_epp_request_ttft_seconds_bucket",
+        "llm_d_epp_ready_endpoints",
+        "envoy_http_downstream_rq_xx",
+        "envoy_http_downstream_rq_total",
+        "envoy_http_downstream_rq_tx_reset",
+        "up",
+        "kube_poddisruptionbudget_status_current_healthy",
+        "kube_poddisruptionbudget_status_desired_healthy",
     }
 
 
@@ -163,6 +180,15 @@ def test_latency_panels_show_the_agreed_percentiles() -> None:
         return [re.match(r"histogram_quantile\(([0-9.]+),", t["expr"]).group(1) for t in panels[title]["targets"]]
 
     assert quantiles("Time to first token") == ["0.5", "0.95", "0.99"]
+    # The edge's TTFT beside vLLM's, at the same percentiles and for the same models, streamed requests only.
+    assert quantiles("Time to first token at the edge") == ["0.5", "0.95", "0.99"]
+    titles = [p["title"] for p in serving_dashboard()["panels"]]
+    vllm, edge = titles.index("Time to first token"), titles.index("Time to first token at the edge")
+    assert (vllm % 2, edge) == (0, vllm + 1)  # left and right in one row
+    for target in panels["Time to first token at the edge"]["targets"]:
+        assert promql.label_matchers(_as_promql(target["expr"]))["llm_d_epp_request_ttft_seconds_bucket"] == {
+            "namespace", "model_name", "streaming"}
+        assert 'streaming="true"' in target["expr"]
     assert quantiles("Inter-token latency") == ["0.5", "0.95"]
     assert quantiles("End-to-end request latency") == ["0.5", "0.95", "0.99"]
 
@@ -292,7 +318,7 @@ def _picker_series() -> dict[str, tuple[str, frozenset[str]]]:
 
 PICKER_SERIES = _picker_series()
 KNOWN = (vllm_series_names() | set(EXPORTED_DCGM) | set(KUBE_STATE_METRICS) | set(PICKER_SERIES)
-         | PICKER_KUBE_STATE_METRICS)
+         | PICKER_KUBE_STATE_METRICS | set(ENVOY_METRIC_TYPES))
 
 
 def _metric_types() -> dict[str, str]:
@@ -300,6 +326,7 @@ def _metric_types() -> dict[str, str]:
     types.update({name: "gauge" for name in KSM_LABELS})
     types["kube_pod_container_status_restarts_total"] = "counter"
     types.update({name: kind for name, (kind, _) in PICKER_SERIES.items()})
+    types.update(ENVOY_METRIC_TYPES)
     for family in vllm_metrics().values():
         for series in family["exposed_series"]:
             types[series] = "counter" if family["type"] in ("counter", "histogram") else family["type"]
@@ -324,6 +351,8 @@ def test_every_emitted_matcher_uses_a_label_its_series_has(where: str, expr: str
             allowed = KSM_LABELS[series]
         elif series in EXPORTED_DCGM:
             allowed = DCGM_LABELS
+        elif series in ENVOY_METRIC_TYPES:
+            allowed = ENVOY_LABELS | TARGET_LABELS
         elif series in PICKER_SERIES:
             # The PodMonitor's target labels, and `job` (<namespace>/<PodMonitor>) the alerts select on.
             allowed = PICKER_SERIES[series][1] | TARGET_LABELS | {"job"}

@@ -218,7 +218,9 @@ def test_pickers_are_fenced_and_admitted_to_the_vllm_pods(rendered):
 
 def test_picker_alerts_page_when_no_picker_is_up(rendered):
     rule = _by(rendered["prod"], "PrometheusRule", "endpoint-picker-alerts")
-    (group,) = rule["spec"]["groups"]
+    group, ttft = rule["spec"]["groups"]
+    assert (group["name"], ttft["name"]) == ("endpoint-picker-llama-70b", "edge-ttft-llama-70b")
+    assert [r["alert"] for r in ttft["rules"]] == ["EdgeTtftBudgetBurnFast", "EdgeTtftBudgetBurnSlow"]
     by_name = {r["alert"]: r for r in group["rules"]}
     assert list(by_name) == ["EndpointPickerBelowDisruptionBudget", "EndpointPickerRestarting", "EndpointPickerDown",
                              "EndpointPickerDegraded", "EndpointPickerErrors", "EndpointPickerSaturated",
@@ -273,6 +275,17 @@ def test_one_picker_is_refused_outside_dev():
     assert _lines(edge={"inferenceRouting": {"pickerReplicas": 1}}, route={"routing": "inferencePool"}) == [
         "llm-serving:edge.inferenceRouting.pickerReplicas: the gateway fails closed without a picker, so one picker "
         "is a single point of failure for qwen-7b (got 1; expected >= 2 outside dev)"]
+
+
+def test_a_ttft_objective_below_the_pickers_smallest_bucket_is_refused_for_a_pooled_model():
+    model = {**BASE["models"][0], "route": {"routing": "inferencePool"}, "slo": {"ttftP95Seconds": 0.001}}
+    config = StackConfig.model_validate({**BASE, "models": [model]})
+    assert [p.line() for p in checks.check(config)] == [
+        "llm-serving:models[qwen-7b].slo.ttftP95Seconds: below the endpoint picker's smallest time-to-first-token "
+        "bucket: the edge cannot tell a first token within it from a slower one (got 0.001; expected >= 0.005)"]
+    # Routed to its Service, the model has no edge TTFT alert and needs no such bucket.
+    served = {**model, "route": {"routing": "service"}}
+    assert checks.check(StackConfig.model_validate({**BASE, "models": [served]})) == []
 
 
 def test_a_picker_memory_limit_below_its_request_is_refused():
