@@ -10,6 +10,8 @@ absent(). Anything else raises, so a rule outside the subset cannot pass silentl
 
 from __future__ import annotations
 
+import bisect
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -28,16 +30,32 @@ class Store:
     """Samples per series: labels include __name__; (time, value) in time order."""
 
     series: dict[Labels, list[tuple[float, float]]] = field(default_factory=dict)
+    # Each series' sample times, for bisecting (a rule walk looks up thousands of instants), and each
+    # selector's matching series; both are rebuilt after an add.
+    _times: dict[Labels, list[float]] = field(default_factory=dict)
+    _selected: dict[tuple[tuple[str, str, str], ...], list[tuple[Labels, list[tuple[float, float]]]]] = field(
+        default_factory=dict)
 
     def add(self, name: str, labels: dict[str, str], samples: Iterable[tuple[float, float]]) -> None:
         key = tuple(sorted({"__name__": name, **labels}.items()))
-        self.series.setdefault(key, []).extend(samples)
+        series = self.series.setdefault(key, [])
+        series.extend(samples)
+        series.sort(key=lambda sample: sample[0])  # stable: samples at one time keep their order
+        self._times[key] = [time for time, _ in series]
+        self._selected.clear()
+
+    def times(self, labels: Labels) -> list[float]:
+        return self._times[labels]
 
     def select(self, node: promql_parser.VectorSelector) -> list[tuple[Labels, list[tuple[float, float]]]]:
         matchers = [(m.name, _op_symbol(m.op), m.value) for m in node.matchers.matchers]
         if node.name:
             matchers.append(("__name__", "=", node.name))
-        return [(labels, samples) for labels, samples in self.series.items() if _matches(dict(labels), matchers)]
+        key = tuple(matchers)
+        if key not in self._selected:
+            self._selected[key] = [(labels, samples) for labels, samples in self.series.items()
+                                   if _matches(dict(labels), matchers)]
+        return self._selected[key]
 
 
 def _matches(labels: dict[str, str], matchers: list[tuple[str, str, str]]) -> bool:
@@ -53,20 +71,28 @@ def _without_name(labels: Labels) -> Labels:
     return tuple(item for item in labels if item[0] != "__name__")
 
 
-def _at(samples: list[tuple[float, float]], t: float) -> float | None:
-    found = [v for time, v in samples if t - LOOKBACK_SECONDS < time <= t]
-    return found[-1] if found else None
+def _at(samples: list[tuple[float, float]], times: list[float], t: float) -> float | None:
+    """The last sample in (t - lookback, t]."""
+    last = bisect.bisect_right(times, t) - 1
+    return samples[last][1] if last >= 0 and times[last] > t - LOOKBACK_SECONDS else None
 
 
-def _delta(samples: list[tuple[float, float]], start: float, end: float) -> tuple[float, float] | None:
-    window = [(time, v) for time, v in samples if start < time <= end]
-    if len(window) < 2:
+def _delta(samples: list[tuple[float, float]], times: list[float], start: float,
+           end: float) -> tuple[float, float] | None:
+    """Last minus first sample in (start, end], and the time between them."""
+    first, last = bisect.bisect_right(times, start), bisect.bisect_right(times, end) - 1
+    if last - first < 1:
         return None
-    return window[-1][1] - window[0][1], window[-1][0] - window[0][0]
+    return samples[last][1] - samples[first][1], samples[last][0] - samples[first][0]
+
+
+@functools.cache  # a rule walk evaluates one expression at every step
+def _parsed(expr: str) -> promql_parser.Expr:
+    return promql_parser.parse(expr)
 
 
 def evaluate(expr: str, store: Store, t: float) -> Vector:
-    return _eval(promql_parser.parse(expr), store, t)
+    return _eval(_parsed(expr), store, t)
 
 
 def _eval(node: promql_parser.Expr, store: Store, t: float) -> Vector | float:  # noqa: C901 - one node type per branch
@@ -77,7 +103,7 @@ def _eval(node: promql_parser.Expr, store: Store, t: float) -> Vector | float:  
     if isinstance(node, promql_parser.VectorSelector):
         out = {}
         for labels, samples in store.select(node):
-            value = _at(samples, t)
+            value = _at(samples, store.times(labels), t)
             if value is not None:
                 # Binary operations match on the labels without the metric name, as Prometheus does.
                 out[_without_name(labels)] = value
@@ -91,7 +117,7 @@ def _eval(node: promql_parser.Expr, store: Store, t: float) -> Vector | float:  
             seconds = matrix.range.total_seconds()
             out = {}
             for labels, samples in store.select(matrix.vector_selector):
-                found = _delta(samples, t - seconds, t)
+                found = _delta(samples, store.times(labels), t - seconds, t)
                 if found is not None:
                     delta, span = found
                     out[_without_name(labels)] = delta if name == "increase" else delta / span
