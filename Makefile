@@ -63,6 +63,9 @@ render: $(STAMP)
 
 # On every core (pytest-xdist): the suite is CPU-bound (renders under the mock runtime, schema
 # validation), and one process on the 2-core machine took 70 s.
+# PYTHONDONTWRITEBYTECODE emptied: with it set (some shells and containers do), pytest re-parses and
+# rewrites the asserts of every test module in every worker on every run (several s of CPU each).
+test: export PYTHONDONTWRITEBYTECODE =
 test: $(STAMP)
 	@echo "==> test: the whole suite on every core"
 	$(BIN)/python -m pytest -n auto --dist worksteal
