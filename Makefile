@@ -15,7 +15,7 @@ POLICY_STAMP := policies/.venv/.installed
 help:
 	@echo "make render STACK=dev     offline render of a stack into build/<stack>/ (no cloud, no CLI)"
 	@echo "make test                 the whole test suite"
-	@echo "make bench                render time per stack and per model count (figures, not a test)"
+	@echo "make bench [SUITE=1]      render time per stack and per model count (figures, not a test); SUITE=1 also times make test"
 	@echo "make lint                 ruff, and the layering contracts (import-linter, pyproject.toml)"
 	@echo "make scan                 Checkov (renders, workflows) and zizmor (workflows), with the reviewed lists"
 	@echo "make locks                re-lock the hashed *.lock files after a change to a requirements file"
@@ -72,7 +72,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	@echo "==> bench: render time per stack and per model count"
-	$(BIN)/python -m tools.bench
+	$(BIN)/python -m tools.bench $(if $(SUITE),--suite)
 
 lint: $(STAMP)
 	@echo "==> lint: ruff, then the layering contracts (import-linter)"
