@@ -15,7 +15,7 @@ POLICY_STAMP := policies/.venv/.installed
 help:
 	@echo "make render STACK=dev     offline render of a stack into build/<stack>/ (no cloud, no CLI)"
 	@echo "make test                 the whole test suite"
-	@echo "make bench                render time per stack and per model count (figures, not a test)"
+	@echo "make bench [SUITE=1]      render time per stack and per model count (figures, not a test); SUITE=1 also times make test"
 	@echo "make lint                 ruff, and the layering contracts (import-linter, pyproject.toml)"
 	@echo "make scan                 Checkov (renders, workflows) and zizmor (workflows), with the reviewed lists"
 	@echo "make locks                re-lock the hashed *.lock files after a change to a requirements file"
@@ -63,13 +63,16 @@ render: $(STAMP)
 
 # On every core (pytest-xdist): the suite is CPU-bound (renders under the mock runtime, schema
 # validation), and one process on the 2-core machine took 70 s.
+# PYTHONDONTWRITEBYTECODE emptied: with it set (some shells and containers do), pytest re-parses and
+# rewrites the asserts of every test module in every worker on every run (several s of CPU each).
+test: export PYTHONDONTWRITEBYTECODE =
 test: $(STAMP)
 	@echo "==> test: the whole suite on every core"
 	$(BIN)/python -m pytest -n auto --dist worksteal
 
 bench: $(STAMP)
 	@echo "==> bench: render time per stack and per model count"
-	$(BIN)/python -m tools.bench
+	$(BIN)/python -m tools.bench $(if $(SUITE),--suite)
 
 lint: $(STAMP)
 	@echo "==> lint: ruff, then the layering contracts (import-linter)"

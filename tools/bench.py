@@ -1,4 +1,5 @@
-"""`make bench`: how long the offline render takes, per stack and per number of models.
+"""`make bench`: how long the offline render takes, per stack and per number of models; with
+`--suite` (`make bench SUITE=1`), also the whole test suite's wall and CPU time as `make test` runs it.
 
 Wall-clock figures belong here, not in the test suite: the machines that run tests are shared and
 noisy. Each figure is the median of several in-process renders, after one warm-up render.
@@ -7,6 +8,8 @@ noisy. Each figure is the median of several in-process renders, after one warm-u
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -56,10 +59,28 @@ def dev_with_models(count: int, directory: Path) -> Path:
     return path
 
 
+def suite_seconds() -> tuple[float, float]:
+    """(wall, CPU) seconds of `make test`'s pytest command; CPU is user + sys of it and its workers."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": ""}  # as the Makefile's test target runs it
+    done = subprocess.run([sys.executable, "-m", "pytest", "-n", "auto", "--dist", "worksteal", "-q"],
+                          cwd=PROJECT_DIR, env=env, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        sys.exit(f"bench: the suite failed (exit {done.returncode}):\n{done.stdout[-2000:]}")
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5, help="renders per figure (default 5)")
+    parser.add_argument("--suite", action="store_true", help="also time the whole test suite (`make test`)")
     args = parser.parse_args(argv)
+    if args.suite:
+        wall, cpu = suite_seconds()
+        print(f"`make test` on {os.cpu_count()} cores: {wall:.0f} s wall, {cpu:.0f} s CPU (user + sys, every worker)")
     stacks = sorted(PROJECT_DIR.glob("Pulumi.*.yaml"))
     with tempfile.TemporaryDirectory() as scratch:
         print("`python -m stacks render <stack>` in a new process (imports included)")

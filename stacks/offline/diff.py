@@ -21,7 +21,6 @@ import dataclasses
 import difflib
 import io
 import json
-import os
 import re
 import subprocess
 import sys
@@ -36,7 +35,7 @@ from components.serving import lookup_model
 from stacks import environment
 from stacks.config import files as stack_files
 from stacks.config.problems import CommandLineParser
-from stacks.offline import consequences, render, replacements
+from stacks.offline import consequences, render, replacements, sides
 
 EXIT_UNCHANGED = 0
 EXIT_CHANGED = 1
@@ -46,8 +45,6 @@ VALUE_CHARS = 120  # longest value shown; longer ones are clipped around their f
 LINE_DIFF_LINES = 40  # most changed lines shown for one multi-line string
 MARKDOWN_BUDGET = 60_000  # a GitHub comment holds 65,536 characters; leave room for the rest
 LONG_SECTION_ROWS = 25  # a markdown section longer than this is folded into <details>
-RENDER_TIMEOUT_SECONDS = 300
-ERROR_TAIL_LINES = 20
 
 
 class _Absent:
@@ -757,31 +754,6 @@ def _export(project_dir: Path, commit: str, into: Path) -> None:
             tar.extractall(into)
 
 
-def _start_render(project_dir: Path, stack_file: str, out_dir: Path) -> subprocess.Popen[str]:
-    """Render in a subprocess whose imports resolve to `project_dir` only (the base's own code)."""
-    env = {**os.environ, "PYTHONPATH": str(project_dir), "PYTHONDONTWRITEBYTECODE": "1"}
-    return subprocess.Popen(
-        [sys.executable, "-m", "stacks", "render", stack_file, "--out", str(out_dir), "--quiet"],
-        cwd=project_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-
-
-def _finish_render(process: subprocess.Popen[str], out_dir: Path, side: str) -> tuple[list[dict[str, Any]], list[str]]:
-    """The rendered resources, or the lines explaining why the render failed."""
-    try:
-        _, stderr = process.communicate(timeout=RENDER_TIMEOUT_SECONDS)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.communicate()
-        return [], [f"diff: rendering {side} took longer than {RENDER_TIMEOUT_SECONDS} s"]
-    resources_file = out_dir / "resources.json"
-    if process.returncode != 0 or not resources_file.is_file():
-        # The render prints one masked line per config problem; a crash ends with its exception.
-        tail = stderr.strip().splitlines()[-ERROR_TAIL_LINES:] or [f"exit code {process.returncode}"]
-        return [], [f"diff: {side} does not render:", *(f"  {line}" for line in tail)]
-    return json.loads(resources_file.read_text()), []
-
-
 def _stack_file(target: str, project_dir: Path) -> str:
     """A stack name (`prod`) or a stack file path, as a path relative to the project directory."""
     path = Path(target)
@@ -815,12 +787,10 @@ def diff_stack(target: str, base: str | None = None, project_dir: Path = stack_f
         if not in_base and not in_head:
             raise DiffError([f"python -m stacks diff: argument stack: {stack_file} exists neither at {label} "
                              "nor in the working tree"])
-        # Both renders at once: each is a separate interpreter, so they overlap on two cores.
-        head_out, base_out = Path(scratch) / "head-render", Path(scratch) / "base-render"
-        head_run = _start_render(project_dir, stack_file, head_out) if in_head else None
-        base_run = _start_render(tree, stack_file, base_out) if in_base else None
-        head, head_errors = _finish_render(head_run, head_out, "the working tree") if head_run else ([], [])
-        old, base_errors = _finish_render(base_run, base_out, f"the base, {label},") if base_run else ([], [])
+        head_side = sides.Side(project_dir, "the working tree", in_git=True) if in_head else None
+        base_side = sides.Side(tree, f"the base, {label},", in_git=False) if in_base else None
+        (head, head_errors), (old, base_errors) = sides.render_sides([head_side, base_side], stack_file,
+                                                                     Path(scratch))
     if base_errors or head_errors:
         raise DiffError(base_errors + head_errors)
     note = ""
@@ -876,8 +846,10 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
-    """Run `diff` with the arguments after the subcommand; returns the exit code."""
+def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = None,
+         project_dir: Path = stack_files.PROJECT_DIR) -> int:
+    """Run `diff` with the arguments after the subcommand; returns the exit code. `project_dir` is
+    the project whose working tree and history are compared (the tests' scratch repositories)."""
     out = stdout or sys.stdout
     err = stderr or sys.stderr
     try:
@@ -886,9 +858,9 @@ def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = 
     except SystemExit as exit_:  # argparse printed usage and the problem (or --help)
         return exit_.code if isinstance(exit_.code, int) else EXIT_ERROR
     status = EXIT_UNCHANGED
-    for stack in args.stacks or list(stack_files.stack_names()):
+    for stack in args.stacks or list(stack_files.stack_names(project_dir)):
         try:
-            diff = diff_stack(stack, args.base)
+            diff = diff_stack(stack, args.base, project_dir)
         except DiffError as error:
             err.write("\n".join(error.lines) + "\n")
             return EXIT_ERROR

@@ -11,13 +11,13 @@ import yaml
 
 from stacks.config.files import PROJECT_DIR
 from stacks.offline import render
+from tests.support.cli import Ran, run_stacks
 
 
-def run(*args: str, cwd: Path = PROJECT_DIR) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(PROJECT_DIR)}
-    return subprocess.run(
-        [sys.executable, "-m", "stacks", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
-    )
+def run(*args: str, cwd: Path = PROJECT_DIR) -> Ran:
+    """`python -m stacks *args` in this process (tests/support/cli.py); test_unknown_command_exits_2
+    runs the real `python -m stacks` in its own interpreter."""
+    return run_stacks(*args, cwd=cwd)
 
 
 def test_render_dev_writes_both_files_and_a_summary(tmp_path):
@@ -104,7 +104,10 @@ def test_cyclic_extends_exits_2_with_one_line(tmp_path):
 
 
 def test_unknown_command_exits_2():
-    result = run("deploy")
+    # The module entry point in its own interpreter: its exit status and what reaches stderr.
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_DIR)}
+    result = subprocess.run([sys.executable, "-m", "stacks", "deploy"], cwd=PROJECT_DIR, env=env,
+                            capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert result.stderr.startswith("unknown command 'deploy'\nusage: .venv/bin/python -m stacks <command>")
 

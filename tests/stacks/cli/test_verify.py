@@ -4,9 +4,6 @@ exit 0/1/2, one line per failure, the key never an argument, --json for machines
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -15,6 +12,7 @@ from stacks.cli import main
 from stacks.config import VerificationMode
 from stacks.config.files import PROJECT_DIR
 from stacks.environment import load_stack_file
+from tests.support.cli import run_stacks
 from tests.support.openai_server import KEY, Behaviour, OpenAIServer
 
 SHORT = ["--concurrency", "2", "--duration", "1", "--output-tokens", "12"]
@@ -89,10 +87,7 @@ def test_an_unknown_stack_is_exit_2_with_the_stacks_that_exist(key, capsys):
 
 
 def test_the_key_is_never_an_argument():
-    env = {**os.environ, "PYTHONPATH": str(PROJECT_DIR)}
-    result = subprocess.run([sys.executable, "-m", "stacks", "verify", "dev", "--url", "http://127.0.0.1:9/v1",
-                             "--api-key", KEY], cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=60,
-                            check=False)
+    result = run_stacks("verify", "dev", "--url", "http://127.0.0.1:9/v1", "--api-key", KEY)
     assert result.returncode == 2
     assert "unrecognized arguments: --api-key" in result.stderr
     assert "Traceback" not in result.stderr

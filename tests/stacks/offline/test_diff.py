@@ -32,6 +32,8 @@ from stacks.offline.diff import (
     format_markdown,
     format_text,
 )
+from stacks.offline.diff import main as diff_main
+from tests.support.cli import Ran, run_main
 
 # --- the field diff ------------------------------------------------------------------------------
 
@@ -387,7 +389,14 @@ def git(repo: Path, *args: str) -> str:
     return subprocess.run([*GIT, *args], cwd=repo, check=True, capture_output=True, text=True).stdout
 
 
-def run_diff(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def run_diff(repo: Path, *args: str) -> Ran:
+    """`python -m stacks diff *args` run in `repo`, in this process (tests/support/cli.py): a side whose
+    code is this project's renders here, one whose code the test edited renders in a subprocess."""
+    return run_main(lambda: diff_main(list(args), project_dir=repo), ("diff", *args), cwd=repo)
+
+
+def run_diff_process(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The same as a separate `python -m stacks diff` importing `repo`'s code, as CI runs it."""
     env = {**os.environ, "PYTHONPATH": str(repo)}
     return subprocess.run(
         [sys.executable, "-m", "stacks", "diff", *args], cwd=repo, env=env, capture_output=True, text=True, timeout=120
@@ -446,7 +455,8 @@ QWEN = """\
 
 
 def test_no_change_against_the_merge_base(repo):
-    result = run_diff(repo, "prod")  # on `feature`, the default base is its merge base with main
+    # A separate interpreter, as CI runs it: `python -m stacks diff` with the scratch repository's code.
+    result = run_diff_process(repo, "prod")  # on `feature`, the default base is its merge base with main
     assert result.returncode == 0, result.stderr
     main = git(repo, "rev-parse", "--short=7", "main").strip()
     assert result.stdout == f"prod: no changes against the merge base with main ({main})\n"

@@ -5,18 +5,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 from stacks import cli
-from stacks.config.files import PROJECT_DIR
 from stacks.preflight import session
 from stacks.preflight.kube_checks import ALB_CONTROLLER_CRDS, PROMETHEUS_CRDS
 from tests.stacks.preflight.support import CLUSTER, OURS, Aws, FakeKube, addon, crd
 from tests.stacks.preflight.test_aws_checks import PROD_SUBNETS, offerings, quota, subnets
 from tests.stacks.preflight.test_hub import PATH, Hub, info, server  # noqa: F401 - the server fixture
+from tests.support.cli import run_stacks
 
 NO_CREDENTIALS = ("preflight prod: no AWS credentials found (set AWS_PROFILE and run `aws sso login`, or export "
                   "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY); nothing was checked\n")
@@ -26,8 +24,7 @@ def test_without_aws_credentials_one_line_and_exit_2():
     # Every variable cleared: no keys, no profile files, and no instance metadata lookup (no network).
     env = {"PATH": os.environ["PATH"], "HOME": "/nonexistent", "AWS_CONFIG_FILE": "/nonexistent/config",
            "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/credentials", "AWS_EC2_METADATA_DISABLED": "true"}
-    done = subprocess.run([sys.executable, "-m", "stacks", "preflight", "prod"], cwd=PROJECT_DIR, env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = run_stacks("preflight", "prod", env=env)  # exactly this environment, in this process
     assert (done.returncode, done.stdout, done.stderr) == (2, "", NO_CREDENTIALS)
 
 
@@ -35,8 +32,7 @@ def test_an_unknown_profile_is_one_line_too():
     env = {"PATH": os.environ["PATH"], "HOME": "/nonexistent", "AWS_CONFIG_FILE": "/nonexistent/config",
            "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/credentials", "AWS_EC2_METADATA_DISABLED": "true",
            "AWS_PROFILE": "nobody"}
-    done = subprocess.run([sys.executable, "-m", "stacks", "preflight", "prod"], cwd=PROJECT_DIR, env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = run_stacks("preflight", "prod", env=env)  # exactly this environment, in this process
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr == ("preflight prod: cannot use the AWS credentials: The config profile (nobody) could not "
                            "be found; nothing was checked\n")

@@ -3,6 +3,7 @@ docs' table and the policy file are what the catalog generates."""
 
 from __future__ import annotations
 
+import functools
 import json
 
 import botocore.session
@@ -12,6 +13,7 @@ from stacks.preflight import CHECKS, aws_actions
 from tools import preflight_docs
 
 
+@functools.cache  # parsed once per process: each parametrized case only reads the models
 def service_models() -> dict[str, object]:
     """IAM's action prefix is the service's signing name (service-quotas signs as servicequotas)."""
     session = botocore.session.get_session()
