@@ -1,7 +1,7 @@
 """Where model weights live: an EFS file system the program owns (or a StorageClass the operator
 vouches for), with the throughput the capacity planner plans cold starts on."""
 
-from .efs import WeightsFileSystem, WeightsFileSystemArgs
+from .efs import ServingMount, WeightsFileSystem, WeightsFileSystemArgs
 from .fsx import WeightsLustre, WeightsLustreArgs
 from .objects import (
     CSI_ADDON,
@@ -21,6 +21,7 @@ __all__ = [
     "EFS_CLAIM_PLACEHOLDER_GIB",
     "EFS_READ_MIB_PER_SECOND",
     "LUSTRE_THROUGHPUTS",
+    "ServingMount",
     "WeightsFileSystem",
     "WeightsFileSystemArgs",
     "WeightsLustre",

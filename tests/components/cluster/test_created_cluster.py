@@ -15,6 +15,7 @@ from policies import rules
 from stacks.config.files import PROJECT_DIR
 from stacks.config.problems import ConfigError
 from stacks.offline import render
+from tests.conftest import render_file
 
 SANDBOX = PROJECT_DIR / "examples" / "Pulumi.sandbox.yaml"
 GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "sandbox"
@@ -29,7 +30,7 @@ ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
 
 @pytest.fixture(scope="module")
 def sandbox() -> render.RenderResult:
-    return render.render_stack(SANDBOX)
+    return render_file(SANDBOX)
 
 
 def _inputs(result: render.RenderResult, type_: str, name: str) -> dict[str, Any]:
@@ -149,6 +150,26 @@ def test_cpu_node_group_is_small_on_demand_and_spans_every_zone(sandbox):
         "updateConfig": {"maxUnavailable": 1},
         "version": "1.34",
     }
+
+
+def test_the_cpu_nodes_carry_a_group_of_their_own_which_alone_with_the_gpu_nodes_reaches_the_weights(sandbox):
+    template = _inputs(sandbox, "aws:ec2/launchTemplate:LaunchTemplate", "cluster-system-launch-template")
+    # Naming a group drops EKS's automatic cluster security group, so it is named first.
+    assert template["vpcSecurityGroupIds"] == ["sg-0123456789abcdef0", "cluster-system-nodes-id"]
+    assert _inputs(sandbox, "aws:ec2/securityGroup:SecurityGroup", "cluster-system-nodes") == {
+        "vpcId": "cluster-vpc-id", "description": "CPU system nodes of llm-sandbox; source for the weights storage",
+        "tags": {**TAGS, "Name": "llm-sandbox-system-nodes"}}
+    sources = sorted(r["inputs"]["referencedSecurityGroupId"]
+                     for r in sandbox.by_type()["aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"]
+                     if r["inputs"]["securityGroupId"] == "weights-storage-nfs-id")
+    assert sources == ["cluster-system-nodes-id", "gpu-p5-4xlarge-nodes-id"]
+    # The created CPU nodes are the staging nodes: their role is the only writer, and the Job runs there.
+    (policy,) = sandbox.by_type()["aws:efs/fileSystemPolicy:FileSystemPolicy"]
+    (writes,) = [s for s in json.loads(policy["inputs"]["policy"])["Statement"] if s["Sid"] == "StagingMountsAndWrites"]
+    assert writes["Principal"] == {"AWS": "arn:aws:iam::123456789012:role/cluster-system-node-role"}
+    (job,) = [m for m in sandbox.manifests if m["kind"] == "Job" and "-stage-" in m["metadata"]["name"]]
+    assert job["spec"]["template"]["spec"]["nodeSelector"] == {"kubernetes.io/arch": "amd64",
+                                                               "llm-serving/node-role": "system"}
 
 
 def test_gpu_node_group_runs_in_the_created_private_subnets_of_its_zones(sandbox):
