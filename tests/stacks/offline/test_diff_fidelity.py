@@ -163,7 +163,7 @@ def test_a_reworded_security_group_is_replaced_with_its_ingress_rule(repo):
     assert result.returncode == 1, result.stderr
     out = result.stdout
     assert "+- aws:ec2/securityGroup:SecurityGroup weights-storage-nfs (forced by description)" in out
-    rule = block(out, "+- aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule weights-storage-nfs-from-nodes "
+    rule = block(out, "+- aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule weights-storage-nfs-from-gpu-nodes "
                       "(forced by securityGroupId)")
     assert rule[1] == "    ! securityGroupId unknown at preview: output of weights-storage-nfs, which is replaced"
     # A mount target's security groups change in place (ModifyMountTargetSecurityGroups).
