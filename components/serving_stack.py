@@ -58,8 +58,10 @@ from components.serving import (
     ModelWeightsArgs,
     VllmDeployment,
     VllmDeploymentArgs,
+    staging_claim_name,
 )
 from components.storage import (
+    ServingMount,
     WeightsBucket,
     WeightsBucketArgs,
     WeightsFileSystem,
@@ -344,10 +346,26 @@ class ServingStack(pulumi.ComponentResource):
         self._pod_selectors: dict[str, dict[str, str]] = {}
         self._workloads: dict[str, pulumi.Resource] = {}
         storage_class: pulumi.Output[str] | None = None
+        serving_claims: dict[str, pulumi.Output[str]] = {}
         if args.weights_storage is not None:
             # Claims name the class through its output, so they wait for the file system to be mountable.
-            efs = dataclasses.replace(args.weights_storage, reader_role_arns=(self.gpu_node_group.node_role_arn,))
-            storage_class = WeightsFileSystem("weights-storage", efs, child).storage_class_name
+            # The GPU nodes (the serving identity) read through access points of their own; NFS comes
+            # from their own security group, never the cluster's.
+            efs = dataclasses.replace(
+                args.weights_storage,
+                reader_role_arns=(self.gpu_node_group.node_role_arn,),
+                nfs_client_security_groups=(("gpu-nodes", self.gpu_node_group.security_group_id),
+                                            *args.weights_storage.nfs_client_security_groups),
+                serving_mounts=tuple(
+                    ServingMount(key=m.name, namespace=args.serving_namespace,
+                                 staging_claim_name=staging_claim_name(m.name), claim_name=f"{m.name}-weights-ro",
+                                 volume_name=f"{args.serving_namespace}-{m.name}-weights-ro")
+                    for m in args.models),
+                serving_namespace=ns.metadata.name,
+            )
+            file_system = WeightsFileSystem("weights-storage", efs, child)
+            storage_class = file_system.storage_class_name
+            serving_claims = file_system.serving_claim_names
         shared_claim: pulumi.Output[str] | None = None
         if args.weights_lustre is not None:
             # The shared claim lives in the serving namespace, behind the same fences as the Jobs.
@@ -418,7 +436,9 @@ class ServingStack(pulumi.ComponentResource):
                     resources=model.resources,
                     node_selector=node_selector,
                     tolerations=self.gpu_node_group.tolerations,
-                    claim_name=None if bucket is not None else weights.claim_name,
+                    # S3: no volume (the streamer reads the bucket). EFS: the model's read-only claim
+                    # through its own access point; otherwise the claim the Job staged into, mounted read-only.
+                    claim_name=None if bucket is not None else serving_claims.get(model.name, weights.claim_name),
                     service_account=model.serving_service_account if bucket is not None else None,
                     api_key_secret=API_KEY_SECRET,
                     extra_env=model.extra_env,

@@ -9,6 +9,7 @@ serving, edge, scaling, observability); splitting it would scatter that mapping 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -405,10 +406,43 @@ def picker_settings(config: StackConfig) -> PickerSettings:
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class StagingNodes:
+    """The CPU nodes the staging Jobs run on, as the weights storage admits and authorises them."""
+
+    role_arn: pulumi.Input[str] | None  # the only writer in the file-system policy; None: no policy (dev)
+    security_groups: tuple[tuple[str, pulumi.Input[str]], ...]  # (label, id) NFS is admitted from
+    node_selector: dict[str, str]
+
+
+def staging_nodes(config: StackConfig, cluster: EksCluster,
+                  created: created_cluster.Cluster | None = None) -> StagingNodes:
+    """The stack file's staging nodes; with a created cluster, its CPU nodes where the file is silent
+    (the only untainted nodes there: the Jobs land on them anyway)."""
+    efs = config.weights_storage.efs
+    groups: tuple[tuple[str, pulumi.Input[str]], ...] = tuple(
+        (f"staging-nodes-{sg}", sg) for sg in efs.staging_node_security_group_ids)
+    role: pulumi.Input[str] | None = efs.staging_node_role_arn
+    selector = dict(efs.staging_node_selector)
+    if created is not None:
+        role = role if role is not None else created.system_node_role_arn
+        groups = groups or (("staging-nodes", created.system_node_security_group_id),)
+        selector = selector or {created_cluster.SYSTEM_NODE_LABEL: "system"}
+    if not groups:
+        # Dev only (checks refuse it elsewhere): the staging nodes are known by no group of their own.
+        if config.weights_storage.backend is StorageBackend.EFS:
+            pulumi.log.warn("weightsStorage.efs.stagingNodeSecurityGroupIds is empty: the mount targets admit NFS from "
+                            "the cluster security group, i.e. from every node")
+        groups = (("cluster-security-group", cluster.cluster_security_group_id),)
+    return StagingNodes(role, groups, selector)
+
+
 def serving_stack_args(
-    config: StackConfig, cluster: EksCluster, subnets: Subnets | None = None, subnet_keys: tuple[str, ...] = ()
+    config: StackConfig, cluster: EksCluster, subnets: Subnets | None = None, subnet_keys: tuple[str, ...] = (),
+    staging: StagingNodes | None = None,
 ) -> ServingStackArgs:
     """Map validated config onto component args (components never see the config models)."""
+    staging = staging_nodes(config, cluster) if staging is None else staging
     group = config.gpu_node_group
     subnets = configured_subnets(config) if subnets is None else subnets
     instance = planning.resolve_instance_type(config)
@@ -424,6 +458,7 @@ def serving_stack_args(
         node_group=GpuNodeGroupArgs(
             cluster_name=config.cluster.name,
             cluster_security_group_id=cluster.cluster_security_group_id,
+            vpc_id=cluster.vpc_id,
             kubernetes_version=config.cluster.kubernetes_version,
             instance=instance,
             subnet_ids=[subnet_id for subnet_id, _ in subnets],
@@ -449,7 +484,8 @@ def serving_stack_args(
         weights_storage=storage.WeightsFileSystemArgs(
             cluster_name=config.cluster.name,
             vpc_id=cluster.vpc_id,
-            node_security_group_id=cluster.cluster_security_group_id,
+            # The GPU nodes' own group is added by ServingStack, which creates it.
+            nfs_client_security_groups=staging.security_groups,
             subnets=tuple(subnets),
             storage_class_name=planning.weights_storage_class(config),
             owner_uid=serving.RUN_AS_UID,
@@ -458,7 +494,7 @@ def serving_stack_args(
             install_csi_driver=config.weights_storage.efs.install_csi_driver,
             kubernetes_version=config.cluster.kubernetes_version,
             tags=tags,
-            writer_role_arn=config.weights_storage.efs.staging_node_role_arn,
+            writer_role_arn=staging.role_arn,
         )
         if config.weights_storage.backend is StorageBackend.EFS
         else None,
@@ -546,7 +582,7 @@ def serving_stack_args(
         lws_chart_version=versions.LWS.version if any(m.settings.pipeline_parallel_size > 1 for m in models) else None,
         efa_device_plugin_chart_version=versions.EFA_DEVICE_PLUGIN.version if group.efa_interfaces else None,
         stage_image=f"{versions.STAGE_IMAGE}@{config.weights_storage.stage_image_digest}",
-        staging_node_selector=dict(config.weights_storage.efs.staging_node_selector)
+        staging_node_selector=staging.node_selector
         if config.weights_storage.backend is StorageBackend.EFS
         else None,
         verifications=model_verifications(config),
@@ -666,6 +702,7 @@ def check_network_policy_enforcement(config: StackConfig) -> None:
 
 def run() -> None:
     config = load_config()
+    created: created_cluster.Cluster | None = None
     if config.cluster.mode is ClusterMode.CREATE:
         created = create_cluster(config, planning.resource_tags(config))
         cluster = created.eks
@@ -687,7 +724,8 @@ def run() -> None:
         provider = kubernetes_provider("kubernetes", cluster)
         opts = pulumi.ResourceOptions(providers={"kubernetes": provider})
     check_existing_bucket(config)
-    stack = ServingStack("llm-serving", serving_stack_args(config, cluster, subnets, subnet_keys), opts)
+    staging = staging_nodes(config, cluster, created)
+    stack = ServingStack("llm-serving", serving_stack_args(config, cluster, subnets, subnet_keys, staging), opts)
     pulumi.export("environment", config.environment.value)
     pulumi.export("gpuNodeSelector", stack.gpu_node_group.node_selector)
     pulumi.export("gpuTolerations", stack.gpu_node_group.tolerations)

@@ -74,6 +74,10 @@ class Cluster(pulumi.ComponentResource):
     """Private subnet id per zone: where the GPU nodes and the weights storage go."""
     ready: list[pulumi.Resource]
     """Resources a workload must wait for: access for the deployer, every add-on, the CPU nodes."""
+    system_node_role_arn: pulumi.Output[str]
+    system_node_security_group_id: pulumi.Output[str]
+    """The CPU nodes' own security group (beside the cluster's): where the staging Jobs run, so the
+    weights' mount targets admit it."""
 
     def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llmserving:cluster:Cluster", name, None, opts)
@@ -264,7 +268,7 @@ class Cluster(pulumi.ComponentResource):
 
         specs = addon_plan(args.kubernetes_version)
         before = [addon(s, []) for s in specs if s.before_nodes]
-        nodes = self._system_nodes(name, args, cluster, managed, tags, [*before, *private_routes])
+        nodes = self._system_nodes(name, args, cluster, vpc.id, managed, tags, [*before, *private_routes])
         after = [addon(s, [nodes]) for s in specs if not s.before_nodes]
         self.ready = [*access, *before, nodes, *after]
 
@@ -284,8 +288,8 @@ class Cluster(pulumi.ComponentResource):
             "privateSubnetIds": self.private_subnet_ids,
         })
 
-    def _system_nodes(self, name: str, args: ClusterArgs, cluster: aws.eks.Cluster, managed, tags: dict[str, str],
-                      after: list[pulumi.Resource]) -> aws.eks.NodeGroup:
+    def _system_nodes(self, name: str, args: ClusterArgs, cluster: aws.eks.Cluster, vpc_id: pulumi.Output[str],
+                      managed, tags: dict[str, str], after: list[pulumi.Resource]) -> aws.eks.NodeGroup:
         child = pulumi.ResourceOptions(parent=self)
         role = aws.iam.Role(
             f"{name}-system-node-role",
@@ -303,6 +307,18 @@ class Cluster(pulumi.ComponentResource):
                                          opts=child)
             for suffix, policy in NODE_POLICIES.items()
         ]
+        # A group of the CPU nodes' own, only to name them as a source (the weights admit NFS from it).
+        # Naming any group in the launch template drops EKS's automatic cluster security group, so the
+        # cluster's is named too (EKS user guide, launch-templates, "Using custom security groups").
+        group = aws.ec2.SecurityGroup(
+            f"{name}-system-nodes",
+            vpc_id=vpc_id,
+            description=f"CPU system nodes of {args.cluster_name}; source for the weights storage",
+            tags={**tags, "Name": f"{args.cluster_name}-system-nodes"},
+            opts=child,
+        )
+        self.system_node_security_group_id = group.id
+        self.system_node_role_arn = role.arn
         template = aws.ec2.LaunchTemplate(
             f"{name}-system-launch-template",
             description=f"CPU system nodes of {args.cluster_name}",
@@ -313,6 +329,7 @@ class Cluster(pulumi.ComponentResource):
                 "ebs": {"volume_size": args.system_nodes.root_volume_gib, "volume_type": "gp3",
                         "encrypted": "true", "delete_on_termination": "true"},
             }],
+            vpc_security_group_ids=[cluster.vpc_config.apply(lambda v: v.cluster_security_group_id), group.id],
             tag_specifications=[{"resource_type": "instance",
                                  "tags": {**tags, "Name": f"{args.cluster_name}-system"}}],
             tags=tags,

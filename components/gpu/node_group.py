@@ -1,7 +1,8 @@
 """GpuNodeGroup: an EKS managed node group of GPU instances attached to an existing cluster.
 
-Creates the node IAM role, a launch template (IMDSv2, container storage, EFA, capacity blocks) and
-the node group with the GPU taint and labels; outputs what GPU workloads must carry to land there.
+Creates the node IAM role, a security group of the nodes' own, a launch template (IMDSv2, container
+storage, EFA, capacity blocks, the cluster's and that security group) and the node group with the GPU
+taint and labels; outputs what GPU workloads must carry to land there.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-from . import node_autoscaling, scheduling
+from . import node_autoscaling, node_network, scheduling
 from .catalog import InstanceType
 
 # Managed policies a worker node needs. The CNI policy sits on the node role because the VPC CNI
@@ -59,6 +60,7 @@ class GpuNodeGroupArgs:
 
     cluster_name: str
     cluster_security_group_id: pulumi.Input[str]
+    vpc_id: pulumi.Input[str]  # where the nodes' own security group is created
     kubernetes_version: str
     instance: InstanceType
     subnet_ids: list[pulumi.Input[str]]
@@ -101,7 +103,8 @@ def generation(args: GpuNodeGroupArgs) -> str:
     """The node generation label: a hash of every input that decides what a node boots or carries
     (version, AMI, every launch-template input, subnets, labels), so any change of them replaces the
     group and the pods, which select the label, move before the old group goes (scheduling.py).
-    Not hashed: the cluster security group on EFA interfaces, fixed for the cluster's life."""
+    Security groups by role, not id: the cluster's is fixed for the cluster's life, the nodes' own is
+    created with the group (node_network)."""
     return scheduling.node_generation({
         "cluster": args.cluster_name,
         "kubernetes": args.kubernetes_version,
@@ -114,6 +117,7 @@ def generation(args: GpuNodeGroupArgs) -> str:
         "nvme": args.nvme_container_storage,
         "efaInterfaces": args.efa_interfaces,
         "placementGroup": args.cluster_placement_group,
+        "securityGroups": list(node_network.SECURITY_GROUP_ROLES),
         # Subnets, instance, AMI and capacity type replace the group in EKS anyway; hashing them too
         # makes every replacement a generation change, so the pods always move before deletion.
         "subnets": sorted(args.subnet_keys or args.subnet_ids),
@@ -190,6 +194,8 @@ class GpuNodeGroup(pulumi.ComponentResource):
     """GPUs the group can offer at its maximum size; autoscaling bounds must fit within it."""
     node_group_name: pulumi.Output[str]
     node_role_arn: pulumi.Output[str]
+    security_group_id: pulumi.Output[str]
+    """The nodes' own security group: what the weights' mount targets admit NFS from."""
 
     def __init__(self, name: str, args: GpuNodeGroupArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llmserving:gpu:GpuNodeGroup", name, None, opts)
@@ -234,6 +240,19 @@ class GpuNodeGroup(pulumi.ComponentResource):
             )
             placement = {"group_name": group.name}
 
+        # No rules of its own: the cluster security group, which the nodes keep, carries node and
+        # control-plane traffic and egress. This group only names the GPU nodes as a source, so the
+        # weights admit them and not every node of the cluster. Not tagged kubernetes.io/cluster/<name>:
+        # the AWS Load Balancer Controller wants exactly one such group per node ENI.
+        nodes_group = aws.ec2.SecurityGroup(
+            f"{name}-nodes",
+            vpc_id=args.vpc_id,
+            description=f"GPU nodes of {args.cluster_name} ({name}); source for the weights storage",
+            tags={**args.tags, "Name": f"{args.cluster_name}-{name}-nodes"},
+            opts=child,
+        )
+        security_groups = [args.cluster_security_group_id, nodes_group.id]
+
         template = aws.ec2.LaunchTemplate(
             f"{name}-launch-template",
             description=f"GPU nodes of {args.cluster_name} ({args.instance.name})",
@@ -255,7 +274,8 @@ class GpuNodeGroup(pulumi.ComponentResource):
                     },
                 }
             ],
-            network_interfaces=self._efa_interfaces(args),
+            network_interfaces=node_network.efa_interfaces(args.efa_interfaces, security_groups),
+            vpc_security_group_ids=node_network.instance_security_groups(args.efa_interfaces, security_groups),
             # A capacity block must name the instance type in the launch template (EKS user guide,
             # capacity-blocks-mng); the node group then may not list instance types itself.
             instance_type=args.instance.name if args.capacity_type == "CAPACITY_BLOCK" else None,
@@ -368,32 +388,10 @@ class GpuNodeGroup(pulumi.ComponentResource):
             lambda values: values[0]
         )
         self.node_role_arn = role.arn
-        self.register_outputs(
-            {
-                "node_selector": self.node_selector,
-                "tolerations": self.tolerations,
-                "gpus_per_node": self.gpus_per_node,
-                "max_gpus": self.max_gpus,
-                "node_group_name": self.node_group_name,
-                "node_role_arn": self.node_role_arn,
-            }
-        )
-
-    @staticmethod
-    def _efa_interfaces(args: GpuNodeGroupArgs) -> list[dict[str, object]] | None:
-        """EFA interfaces: card 0 carries ENA+EFA for normal traffic, the rest EFA-only for NCCL
-        (EC2 user guide, "Maximize network bandwidth on accelerated instances": the primary interface
-        must be ENA-capable). Declaring interfaces replaces EKS's default, so the cluster security
-        group must be attached explicitly."""
-        if args.efa_interfaces == 0:
-            return None
-        return [
-            {
-                "network_card_index": index,
-                "device_index": 0 if index == 0 else 1,
-                "interface_type": "efa" if index == 0 else "efa-only",
-                "security_groups": [args.cluster_security_group_id],
-                "delete_on_termination": "true",
-            }
-            for index in range(args.efa_interfaces)
-        ]
+        self.security_group_id = nodes_group.id
+        self.register_outputs({
+            "node_selector": self.node_selector, "tolerations": self.tolerations,
+            "gpus_per_node": self.gpus_per_node, "max_gpus": self.max_gpus,
+            "node_group_name": self.node_group_name, "node_role_arn": self.node_role_arn,
+            "security_group_id": self.security_group_id,
+        })

@@ -71,7 +71,14 @@ from .timing import (
     timing_problems,
     timing_table,
 )
-from .weights import ALLOW_PATTERNS, IGNORE_PATTERNS, TOKENIZER_PATTERNS, ModelWeights, ModelWeightsArgs
+from .weights import (
+    ALLOW_PATTERNS,
+    IGNORE_PATTERNS,
+    TOKENIZER_PATTERNS,
+    ModelWeights,
+    ModelWeightsArgs,
+    staging_claim_name,
+)
 
 __all__ = [
     "ColdStart",
@@ -149,5 +156,6 @@ __all__ = [
     "pod_resources",
     "staged_model_path",
     "staged_tokenizer_path",
+    "staging_claim_name",
     "weights_volume_gib",
 ]

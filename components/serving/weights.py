@@ -86,6 +86,11 @@ def stage_affinity(zone: str | None, stage_zones: tuple[str, ...]) -> dict[str, 
         {"matchExpressions": [{"key": ZONE_LABEL, "operator": "In", "values": sorted(stage_zones)}]}]}}}}
 
 
+def staging_claim_name(model_name: str) -> str:
+    """The claim the staging Job writes (and, on EFS, the directory the serving access point reads)."""
+    return f"{model_name}-weights"
+
+
 def job_name(model_name: str, revision: str, tokenizer_revision: str | None) -> str:
     """One Job per pinned revision: a Job's pod template is immutable, and a new revision must be
     a new download while the old weights keep serving."""
@@ -125,7 +130,7 @@ class ModelWeights(pulumi.ComponentResource):
         return k8s.core.v1.PersistentVolumeClaim(
             f"{name}-claim",
             metadata={
-                "name": f"{args.model_name}-weights",
+                "name": staging_claim_name(args.model_name),
                 "namespace": args.namespace,
                 "labels": {"app.kubernetes.io/name": args.model_name, "app.kubernetes.io/component": "weights"},
                 # With a WaitForFirstConsumer storage class the claim stays Pending until the Job's

@@ -2,7 +2,7 @@
 stream from (or a StorageClass the operator vouches for), with the throughput cold starts are planned on."""
 
 from .buckets import model_prefix, model_uri
-from .efs import WeightsFileSystem, WeightsFileSystemArgs
+from .efs import ServingMount, WeightsFileSystem, WeightsFileSystemArgs
 from .fsx import WeightsLustre, WeightsLustreArgs
 from .objects import (
     CSI_ADDON,
@@ -28,6 +28,7 @@ __all__ = [
     "EFS_CLAIM_PLACEHOLDER_GIB",
     "EFS_READ_MIB_PER_SECOND",
     "LUSTRE_THROUGHPUTS",
+    "ServingMount",
     "WeightsFileSystem",
     "WeightsFileSystemArgs",
     "WeightsLustre",

@@ -51,12 +51,83 @@ def storage_class_parameters(*, file_system_id: str, uid: int, gid: int, base_pa
     return {
         "provisioningMode": "efs-ap",
         "fileSystemId": file_system_id,
-        "directoryPerms": "750",
+        "directoryPerms": DIRECTORY_PERMS,
         "uid": str(uid),
         "gid": str(gid),
         "basePath": base_path,
-        "subPathPattern": "${.PVC.namespace}/${.PVC.name}",
+        "subPathPattern": SUB_PATH_PATTERN,
         "ensureUniqueDirectory": "false",
+    }
+
+
+# Where dynamic provisioning roots each claim's access point: `<basePath>/<namespace>/<claim>` (the
+# driver's controller joins "/", basePath and the interpolated subPathPattern; aws-efs-csi-driver
+# v3.4.1 pkg/driver/controller.go, CreateVolume).
+WEIGHTS_BASE_PATH = "/llm-serving"
+SUB_PATH_PATTERN = "${.PVC.namespace}/${.PVC.name}"
+DIRECTORY_PERMS = "750"
+
+
+def claim_directory(namespace: str, claim_name: str) -> str:
+    """The directory the StorageClass's access point for this claim is rooted at (and the staging Job
+    writes into): the serving access point of the same model is rooted there too."""
+    check_dns_label("namespace", namespace)
+    return f"{WEIGHTS_BASE_PATH}/{namespace}/{claim_name}"
+
+
+def serving_access_point(directory: str, *, uid: int, gid: int) -> dict[str, Any]:
+    """A serving access point's inputs: the same directory, POSIX identity and creation settings the
+    driver gives the staging claim's access point (so whichever mounts first creates the directory
+    the same way), and nothing that lets a client pick another identity or path."""
+    return {
+        "posix_user": {"uid": uid, "gid": gid},
+        "root_directory": {"path": directory, "creation_info": {
+            "owner_uid": uid, "owner_gid": gid, "permissions": DIRECTORY_PERMS}},
+    }
+
+
+def serving_volume(name: str, *, volume_handle: str, namespace: str, claim_name: str,
+                   capacity_gib: int) -> dict[str, Any]:
+    """A static, read-only PersistentVolume through one serving access point.
+
+    `volumeHandle: efs:<fs>::<fsap>` is the driver's own format for an access point (v3.4.1
+    pkg/driver/node.go parseVolumeId; examples/kubernetes/efs/access_points): NodePublishVolume adds
+    `accesspoint=` and `tls`, and `ro` for a read-only volume. `iam` signs the mount with the node's
+    role so the file-system policy can tell it from the staging role. The claimRef reserves the volume
+    for its one claim: no other claim in the cluster can bind it. Retain: deleting the claim never
+    touches the access point or the weights (the driver provisioned neither).
+    """
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "llm-serving",
+                                              "app.kubernetes.io/component": "weights"}},
+        "spec": {
+            "capacity": {"storage": f"{capacity_gib}Gi"},
+            "accessModes": ["ReadOnlyMany"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": "",
+            "mountOptions": ["iam"],
+            "claimRef": {"namespace": namespace, "name": claim_name},
+            "csi": {"driver": CSI_PROVISIONER, "volumeHandle": volume_handle, "readOnly": True},
+        },
+    }
+
+
+def serving_claim(name: str, *, namespace: str, volume_name: str, capacity_gib: int) -> dict[str, Any]:
+    """The serving pods' claim, bound to its own static volume by name (no StorageClass, so nothing
+    is provisioned), ReadOnlyMany."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": namespace,
+                     "labels": {"app.kubernetes.io/part-of": "llm-serving", "app.kubernetes.io/component": "weights"}},
+        "spec": {
+            "accessModes": ["ReadOnlyMany"],
+            "storageClassName": "",
+            "volumeName": volume_name,
+            "resources": {"requests": {"storage": f"{capacity_gib}Gi"}},
+        },
     }
 
 
@@ -81,27 +152,40 @@ def storage_class(name: str, parameters: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-# Actions and condition keys of the EFS file-system policy, as the Service Authorization Reference
-# lists them for Amazon EFS (docs.aws.amazon.com/service-authorization/latest/reference/
-# list_amazonelasticfilesystem.html: ClientMount, ClientWrite, ClientRootAccess;
-# elasticfilesystem:AccessedViaMountTarget) and the IAM global condition keys (aws:SecureTransport,
-# aws:PrincipalArn). The reference folder vendors no IAM action list to check them against.
+# Actions and condition keys of the EFS file-system policy. Actions: the Service Authorization Reference
+# for Amazon EFS (docs.aws.amazon.com/service-authorization/latest/reference/
+# list_amazonelasticfilesystem.html: ClientMount, ClientWrite, ClientRootAccess). Condition keys: only
+# the four the EFS user guide lists for NFS clients (iam-access-control-nfs-efs.html, "EFS condition
+# keys for clients": aws:SecureTransport, aws:SourceIp, elasticfilesystem:AccessPointArn,
+# elasticfilesystem:AccessedViaMountTarget; "no other condition keys are enforced"). So principals are
+# named in each statement's Principal, never matched through aws:PrincipalArn. The reference folder
+# vendors no IAM action list to check them against.
 EFS_CLIENT_ACTIONS = ("elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite",
                       "elasticfilesystem:ClientRootAccess")
+EFS_CLIENT_CONDITION_KEYS = ("aws:SecureTransport", "aws:SourceIp", "elasticfilesystem:AccessPointArn",
+                             "elasticfilesystem:AccessedViaMountTarget")
 
 
-def file_system_policy(file_system_arn: str, *, reader_role_arns: list[str], writer_role_arn: str) -> dict[str, Any]:
+def file_system_policy(file_system_arn: str, *, reader_role_arns: list[str], writer_role_arn: str,
+                       serving_access_point_arns: list[str]) -> dict[str, Any]:
     """Who may mount and write the weights (EFS user guide, iam-access-control-nfs-efs).
 
-    With a policy in place EFS authorises every NFS mount against it: an anonymous (non-`iam`) client
-    gets nothing. Only the readers (the GPU nodes' role) and the writer (the staging nodes' role) may
-    mount, only through a mount target, only over TLS; only the writer may write; nobody gets root, so
-    the access point's POSIX identity (uid 2000) is forced on every client.
+    With a policy in place EFS authorises every NFS connection against it: an anonymous (non-`iam`)
+    client gets nothing. The readers (the GPU nodes' role) may mount only through the serving access
+    points and never write; the writer (the staging nodes' role) may mount and write, through a mount
+    target. Everyone needs TLS; nobody gets root, so an access point's POSIX identity (uid 2000) is
+    forced on every client. A reader mounting without an access point has no AccessPointArn in its
+    request, and a negated condition on a missing key is true (IAM user guide,
+    reference_policies_elements_condition_operators.html): it is denied.
     """
-    if not reader_role_arns or not writer_role_arn:
-        raise ValueError("a file-system policy needs reader roles and a writer role")
+    if not reader_role_arns or not writer_role_arn or not serving_access_point_arns:
+        raise ValueError("a file-system policy needs reader roles, a writer role and the serving access points")
+    if writer_role_arn in reader_role_arns:
+        raise ValueError("the writer role must not also be a reader role: the readers' denies would stop it writing")
     through_mount_target = {"Bool": {"elasticfilesystem:AccessedViaMountTarget": "true"}}
     everyone = {"AWS": "*"}
+    readers = {"AWS": sorted(reader_role_arns)}
+    access_points = sorted(serving_access_point_arns)
     return {
         "Version": "2012-10-17",
         "Statement": [
@@ -109,14 +193,22 @@ def file_system_policy(file_system_arn: str, *, reader_role_arns: list[str], wri
              "Resource": file_system_arn, "Condition": {"Bool": {"aws:SecureTransport": "false"}}},
             {"Sid": "DenyRootAccess", "Effect": "Deny", "Principal": everyone,
              "Action": "elasticfilesystem:ClientRootAccess", "Resource": file_system_arn},
-            {"Sid": "DenyWritesExceptStaging", "Effect": "Deny", "Principal": everyone,
-             "Action": "elasticfilesystem:ClientWrite", "Resource": file_system_arn,
-             "Condition": {"ArnNotEquals": {"aws:PrincipalArn": writer_role_arn}}},
-            {"Sid": "MountThroughMountTargets", "Effect": "Allow",
-             "Principal": {"AWS": sorted({*reader_role_arns, writer_role_arn})},
-             "Action": "elasticfilesystem:ClientMount", "Resource": file_system_arn, "Condition": through_mount_target},
-            {"Sid": "StagingWrites", "Effect": "Allow", "Principal": {"AWS": writer_role_arn},
-             "Action": "elasticfilesystem:ClientWrite", "Resource": file_system_arn, "Condition": through_mount_target},
+            # Explicit denies for the serving identity: an identity policy that allowed more (an EFS
+            # client policy attached to the node role) cannot widen it.
+            {"Sid": "DenyServingWrites", "Effect": "Deny", "Principal": readers,
+             "Action": "elasticfilesystem:ClientWrite", "Resource": file_system_arn},
+            {"Sid": "DenyServingOutsideItsAccessPoints", "Effect": "Deny", "Principal": readers,
+             "Action": "elasticfilesystem:ClientMount", "Resource": file_system_arn,
+             "Condition": {"StringNotEquals": {"elasticfilesystem:AccessPointArn": access_points}}},
+            {"Sid": "ServingMountsReadOnlyThroughItsAccessPoints", "Effect": "Allow", "Principal": readers,
+             "Action": "elasticfilesystem:ClientMount", "Resource": file_system_arn,
+             "Condition": {**through_mount_target,
+                           "StringEquals": {"elasticfilesystem:AccessPointArn": access_points}}},
+            # No anonymous principal and no other writer: a mount without the `iam` option, or by any
+            # other role, matches no Allow here.
+            {"Sid": "StagingMountsAndWrites", "Effect": "Allow", "Principal": {"AWS": writer_role_arn},
+             "Action": ["elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite"],
+             "Resource": file_system_arn, "Condition": through_mount_target},
         ],
     }
 

@@ -11,6 +11,7 @@ from components import gpu, storage
 from components.platform import addon_version, versions
 from stacks.config import (
     AmiType,
+    ClusterMode,
     Environment,
     ExistingAutoscaler,
     NetworkPolicyEnforcement,
@@ -92,8 +93,9 @@ def weights_storage_rules(config: StackConfig) -> Iterator[Problem]:
         if problem:
             yield Problem("weightsStorage.fsxLustre.storageCapacityGib", problem,
                           weights.fsx_lustre.storage_capacity_gib, "1200, 2400, 4800, 7200, ...")
-    if weights.backend is StorageBackend.EFS and weights.efs.staging_node_role_arn is None and \
-            config.environment is not Environment.DEV:
+    # A created cluster's CPU nodes are the program's own: their role and security group stand in.
+    vouched = config.environment is not Environment.DEV and config.cluster.mode is ClusterMode.EXISTING
+    if weights.backend is StorageBackend.EFS and weights.efs.staging_node_role_arn is None and vouched:
         # Without it there is no file-system policy: any node that can reach a mount target could
         # rewrite the weights every replica serves.
         yield Problem("weightsStorage.efs.stagingNodeRoleArn", f"{config.environment.value} needs the staging "
@@ -101,6 +103,12 @@ def weights_storage_rules(config: StackConfig) -> Iterator[Problem]:
                       "the IAM role ARN of the nodes the staging Jobs run on")
     if weights.backend is StorageBackend.S3:
         yield from s3_rules(config)
+    if weights.backend is StorageBackend.EFS and not weights.efs.staging_node_security_group_ids and vouched:
+        # Without it NFS would be admitted from the cluster security group: every node and the control plane.
+        yield Problem("weightsStorage.efs.stagingNodeSecurityGroupIds", f"{config.environment.value} needs the "
+                      "staging nodes' own security group so the mount targets admit NFS only from them and the GPU "
+                      "nodes", [], "the id of a security group the staging nodes carry besides the cluster's, e.g. "
+                      "[sg-0123456789abcdef0]")
     if weights.backend is not StorageBackend.EXISTING_STORAGE_CLASS and weights.existing_storage_class is not None:
         yield Problem("weightsStorage.existingStorageClass", "only read with backend existingStorageClass",
                       weights.existing_storage_class.name, "unset, or backend existingStorageClass")

@@ -82,8 +82,10 @@ PREREQUISITES: tuple[Prerequisite, ...] = (
         "cpu-node", "every stack",
         "At least one amd64 CPU node, untainted, carrying the cluster security group, runs in a zone of "
         "`gpuNodeGroup.subnets`: the staging Job, the pickers and the controllers run there. With EFS the "
-        "mount targets admit NFS only from the cluster security group, in those zones only (an EKS managed "
-        "node group carries it unless its launch template names other groups).",
+        "mount targets admit NFS only from the GPU nodes' own group and "
+        "`weightsStorage.efs.stagingNodeSecurityGroupIds`, in those zones only: the staging nodes must carry "
+        "one of those groups besides the cluster's (an EKS managed node group carries only the cluster "
+        "security group unless its launch template names groups, and then must name the cluster's too).",
         "Kubernetes list nodes (labels, taints), ec2:DescribeInstances (security groups)", _always),
     Prerequisite(
         "pod-identity-agent", "EFS backend with `installCsiDriver`, or `nodeAutoscaling.mode: clusterAutoscaler`",

@@ -26,6 +26,9 @@ ChartVersion = Annotated[str, StringConstraints(pattern=r"^v?\d+\.\d+\.\d+([-+][
 SubnetId = Annotated[str, StringConstraints(pattern=r"^subnet-[0-9a-f]{8,17}$")]
 
 
+SecurityGroupId = Annotated[str, StringConstraints(pattern=r"^sg-[0-9a-f]{8,17}$")]
+
+
 AvailabilityZone = Annotated[str, StringConstraints(pattern=r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")]
 
 

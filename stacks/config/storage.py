@@ -20,6 +20,7 @@ from stacks.config.base import (
     LabelKey,
     LabelValue,
     S3BucketName,
+    SecurityGroupId,
 )
 
 
@@ -71,8 +72,21 @@ class EfsStorageConfig(ConfigModel):
         default=None,
         description=(
             "IAM role of the CPU nodes the staging Jobs run on: the only principal the file-system policy "
-            "lets write (mounts use the node's role, `iam` mount option). Required in prod and staging; "
-            "unset (dev only): no file-system policy."
+            "lets write (mounts use the node's role, `iam` mount option). Required in prod and staging with "
+            "cluster mode `existing`; with mode `create`, unset means the created CPU nodes' role; unset in dev "
+            "with mode `existing`: no file-system policy."
+        ),
+    )
+    # At most 5: a network interface carries at most 5 security groups by default (VPC quotas,
+    # "Security groups per network interface"), so no node can carry more for this list to name.
+    staging_node_security_group_ids: list[SecurityGroupId] = Field(
+        default_factory=list,
+        max_length=5,
+        description=(
+            "Security groups of those nodes of their own (not the cluster security group, which every node "
+            "carries): the mount targets admit NFS only from these and the GPU nodes' group. Required in prod "
+            "and staging with cluster mode `existing`; with mode `create`, empty means the created CPU nodes' "
+            "group; empty in dev with mode `existing`: NFS from the cluster security group."
         ),
     )
     staging_node_selector: dict[LabelKey, LabelValue] = Field(

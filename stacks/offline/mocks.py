@@ -106,6 +106,8 @@ class RenderMocks(pulumi.runtime.Mocks):
             state.setdefault("arn", f"arn:aws:elasticfilesystem:{REGION}:{ACCOUNT_ID}:file-system/{name}-id")
         elif args.typ == "aws:s3/bucket:Bucket":
             state.setdefault("arn", f"arn:aws:s3:::{args.inputs.get('bucket', name)}")
+        elif args.typ == "aws:efs/accessPoint:AccessPoint":
+            state.setdefault("arn", f"arn:aws:elasticfilesystem:{REGION}:{ACCOUNT_ID}:access-point/{name}-id")
         elif args.typ == "aws:fsx/lustreFileSystem:LustreFileSystem":
             state.setdefault("dnsName", f"{name}.fsx.{REGION}.amazonaws.com")
             state.setdefault("mountName", "placeholder")

@@ -78,6 +78,10 @@ AWS_FORCE_NEW: dict[str, tuple[str, ...]] = {
     "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule": ("securityGroupId",),
     # The same resource shape for egress (vpc_security_group_egress_rule shares the ingress rule's schema).
     "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule": ("securityGroupId",),
+    # efs_access_point: everything but tags is ForceNew (terraform-provider-aws internal/service/efs/
+    # access_point.go: "Tags only" in its update). A new one has a new ARN and id: the file-system policy
+    # and the serving volume's handle follow it.
+    "aws:efs/accessPoint:AccessPoint": ("fileSystemId", "posixUser", "rootDirectory"),
     # efs_file_system_policy: file_system_id is ForceNew; the policy document updates in place
     # (PutFileSystemPolicy replaces it whole).
     "aws:efs/fileSystemPolicy:FileSystemPolicy": ("fileSystemId",),

@@ -120,7 +120,7 @@ def test_staging_renders_prod_with_staging_capacity_and_cluster(rendered):
         assert staging_group[key] == prod_group[key]
     # Its own subnets make its own node generation; everything else about the nodes is prod's.
     generation = "llm-serving/node-generation"
-    assert (staging_group["labels"][generation], prod_group["labels"][generation]) == ("0da3900dc4", "360e580ed6")
+    assert (staging_group["labels"][generation], prod_group["labels"][generation]) == ("01d77e386c", "8fff7a3ae2")
     assert {**staging_group["labels"], generation: "x"} == {**prod_group["labels"], generation: "x"}
     prod_releases = {r["name"]: r["inputs"] for r in prod.by_type()["kubernetes:helm.sh/v3:Release"]}
     staging_releases = {r["name"]: r["inputs"] for r in staging.by_type()["kubernetes:helm.sh/v3:Release"]}

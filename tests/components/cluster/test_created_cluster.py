@@ -153,6 +153,26 @@ def test_cpu_node_group_is_small_on_demand_and_spans_every_zone(sandbox):
     }
 
 
+def test_the_cpu_nodes_carry_a_group_of_their_own_which_alone_with_the_gpu_nodes_reaches_the_weights(sandbox):
+    template = _inputs(sandbox, "aws:ec2/launchTemplate:LaunchTemplate", "cluster-system-launch-template")
+    # Naming a group drops EKS's automatic cluster security group, so it is named first.
+    assert template["vpcSecurityGroupIds"] == ["sg-0123456789abcdef0", "cluster-system-nodes-id"]
+    assert _inputs(sandbox, "aws:ec2/securityGroup:SecurityGroup", "cluster-system-nodes") == {
+        "vpcId": "cluster-vpc-id", "description": "CPU system nodes of llm-sandbox; source for the weights storage",
+        "tags": {**TAGS, "Name": "llm-sandbox-system-nodes"}}
+    sources = sorted(r["inputs"]["referencedSecurityGroupId"]
+                     for r in sandbox.by_type()["aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"]
+                     if r["inputs"]["securityGroupId"] == "weights-storage-nfs-id")
+    assert sources == ["cluster-system-nodes-id", "gpu-p5-4xlarge-nodes-id"]
+    # The created CPU nodes are the staging nodes: their role is the only writer, and the Job runs there.
+    (policy,) = sandbox.by_type()["aws:efs/fileSystemPolicy:FileSystemPolicy"]
+    (writes,) = [s for s in json.loads(policy["inputs"]["policy"])["Statement"] if s["Sid"] == "StagingMountsAndWrites"]
+    assert writes["Principal"] == {"AWS": "arn:aws:iam::123456789012:role/cluster-system-node-role"}
+    (job,) = [m for m in sandbox.manifests if m["kind"] == "Job" and "-stage-" in m["metadata"]["name"]]
+    assert job["spec"]["template"]["spec"]["nodeSelector"] == {"kubernetes.io/arch": "amd64",
+                                                               "llm-serving/node-role": "system"}
+
+
 def test_gpu_node_group_runs_in_the_created_private_subnets_of_its_zones(sandbox):
     gpu = _inputs(sandbox, "aws:eks/nodeGroup:NodeGroup", "gpu-p5-4xlarge-node-group")
     assert gpu["subnetIds"] == ["cluster-private-us-east-1a-id", "cluster-private-us-east-1b-id"]

@@ -19,7 +19,7 @@ from tests.support.scheduling import Node, fits, helm_merge
 
 GROUP = "gpu-p5-48xlarge"
 # The node generation of prod's group: a hash of its version, AMI release and launch-template inputs.
-PROD_GENERATION = "360e580ed6"
+PROD_GENERATION = "8fff7a3ae2"
 
 GPU_NODE = Node(
     "ip-10-0-1-10",
@@ -191,8 +191,12 @@ def test_capacity_block_group_launches_into_the_reservation(stack_dir):
         "deviceIndex": 0,
         "interfaceType": "efa",
         "networkCardIndex": 0,
-        "securityGroups": ["sg-0123456789abcdef0"],
+        # The cluster's group and the nodes' own on every interface; none at the instance (EC2 takes one or
+        # the other, EKS user guide launch-templates).
+        "securityGroups": ["sg-0123456789abcdef0", f"{GROUP}-nodes-id"],
     }
+    assert {tuple(i["securityGroups"]) for i in interfaces} == {("sg-0123456789abcdef0", f"{GROUP}-nodes-id")}
+    assert "vpcSecurityGroupIds" not in template
     assert {(i["interfaceType"], i["deviceIndex"]) for i in interfaces[1:]} == {("efa-only", 1)}
     assert group["capacityType"] == "CAPACITY_BLOCK"
     # The reservation holds exactly its nodes: no second group beside the first, so it updates in
@@ -392,7 +396,7 @@ def test_a_placement_group_model_warns_of_the_capacity_a_node_update_needs():
     from components.gpu import catalog, node_group
 
     args = node_group.GpuNodeGroupArgs(
-        cluster_name="llm-prod", cluster_security_group_id="sg-1", kubernetes_version="1.34",
+        cluster_name="llm-prod", cluster_security_group_id="sg-1", vpc_id="vpc-1", kubernetes_version="1.34",
         instance=catalog.INSTANCE_TYPES["p5.48xlarge"], subnet_ids=["subnet-1"], min_nodes=4, max_nodes=6,
         desired_nodes=4, efa_interfaces=32, cluster_placement_group=True)
     assert node_group.placement_update_warning(args) == (

@@ -80,7 +80,8 @@ def test_volumes_weights_read_only_cache_per_pod_and_shm_sized_for_tp(rendered):
         {"mountPath": "/tmp", "name": "tmp"},
     ]
     assert spec["volumes"] == [
-        {"name": "weights", "persistentVolumeClaim": {"claimName": f"{MODEL}-weights", "readOnly": True}},
+        # EFS: the read-only claim through the model's own access point, not the claim the Job writes.
+        {"name": "weights", "persistentVolumeClaim": {"claimName": f"{MODEL}-weights-ro", "readOnly": True}},
         {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
         {"name": "cache", "emptyDir": {"sizeLimit": "20Gi"}},
         {"name": "tmp", "emptyDir": {"sizeLimit": "8Gi"}},
@@ -128,7 +129,7 @@ def test_resources_selectors_and_tolerations(rendered):
     assert spec["nodeSelector"] == {
         "llm-serving/node-group": "gpu-p5-48xlarge",
         # The node generation: after a node update the pods roll onto the new group before the old goes.
-        "llm-serving/node-generation": "360e580ed6",
+        "llm-serving/node-generation": "8fff7a3ae2",
         "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
     }
     assert spec["tolerations"] == [{"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"}]

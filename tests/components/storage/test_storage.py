@@ -46,11 +46,18 @@ def test_one_mount_target_per_node_group_zone_behind_an_nfs_only_security_group(
             "subnetId": f"subnet-0bb0000000000000{i}"}
         for i, z in ((1, "a"), (2, "b"), (3, "c"))
     }
-    rule = "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
-    assert inputs(prod, rule, "weights-storage-nfs-from-nodes") == {
-        "description": "NFS from nodes carrying the cluster security group", "fromPort": 2049, "toPort": 2049,
-        "ipProtocol": "tcp", "referencedSecurityGroupId": "sg-0123456789abcdef0",
-        "securityGroupId": "weights-storage-nfs-id"}
+    ingress = "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
+    rules = {r["name"]: r["inputs"] for r in prod.by_type()[ingress]}
+    # NFS only from the GPU nodes' own group and the staging nodes' (stagingNodeSecurityGroupIds), never
+    # from the cluster security group every node and the control plane carry.
+    nfs = {"fromPort": 2049, "toPort": 2049, "ipProtocol": "tcp", "securityGroupId": "weights-storage-nfs-id"}
+    assert rules == {
+        "weights-storage-nfs-from-gpu-nodes": {**nfs, "description": "NFS from the gpu-nodes",
+                                               "referencedSecurityGroupId": "gpu-p5-48xlarge-nodes-id"},
+        "weights-storage-nfs-from-staging-nodes-sg-0cc00000000000001": {
+            **nfs, "description": "NFS from the staging-nodes-sg-0cc00000000000001",
+            "referencedSecurityGroupId": "sg-0cc00000000000001"},
+    }
     group = inputs(prod, "aws:ec2/securityGroup:SecurityGroup", "weights-storage-nfs")
     assert group["vpcId"] == "vpc-0123456789abcdef0"
     # Two subnets in one zone get one mount target (EFS allows one per zone).
@@ -305,6 +312,9 @@ GPU_ROLE = "arn:aws:iam::123456789012:role/gpu-p5-48xlarge-node-role"
 STAGING_ROLE = "arn:aws:iam::123456789012:role/llm-prod-cpu-nodes"
 
 
+SERVING_AP = "arn:aws:elasticfilesystem:us-east-1:123456789012:access-point/weights-storage-serving-llama-70b-id"
+
+
 @pytest.mark.parametrize("stack", ["prod", "staging"])
 def test_the_file_system_policy_requires_tls_and_iam_denies_root_and_lets_only_staging_write(rendered, stack):
     (policy,) = [r for r in rendered[stack].resources if r["type"] == "aws:efs/fileSystemPolicy:FileSystemPolicy"]
@@ -315,14 +325,20 @@ def test_the_file_system_policy_requires_tls_and_iam_denies_root_and_lets_only_s
          "Condition": {"Bool": {"aws:SecureTransport": "false"}}},
         {"Sid": "DenyRootAccess", "Effect": "Deny", "Principal": {"AWS": "*"},
          "Action": "elasticfilesystem:ClientRootAccess", "Resource": FS_ARN},
-        {"Sid": "DenyWritesExceptStaging", "Effect": "Deny", "Principal": {"AWS": "*"},
-         "Action": "elasticfilesystem:ClientWrite", "Resource": FS_ARN,
-         "Condition": {"ArnNotEquals": {"aws:PrincipalArn": STAGING_ROLE}}},
+        # The serving identity (the GPU nodes' role): never a write, and a mount only through the serving
+        # access point, whatever an identity policy on the node role might allow.
+        {"Sid": "DenyServingWrites", "Effect": "Deny", "Principal": {"AWS": [GPU_ROLE]},
+         "Action": "elasticfilesystem:ClientWrite", "Resource": FS_ARN},
+        {"Sid": "DenyServingOutsideItsAccessPoints", "Effect": "Deny", "Principal": {"AWS": [GPU_ROLE]},
+         "Action": "elasticfilesystem:ClientMount", "Resource": FS_ARN,
+         "Condition": {"StringNotEquals": {"elasticfilesystem:AccessPointArn": [SERVING_AP]}}},
+        {"Sid": "ServingMountsReadOnlyThroughItsAccessPoints", "Effect": "Allow", "Principal": {"AWS": [GPU_ROLE]},
+         "Action": "elasticfilesystem:ClientMount", "Resource": FS_ARN,
+         "Condition": {**through_mount_target, "StringEquals": {"elasticfilesystem:AccessPointArn": [SERVING_AP]}}},
         # No anonymous principal: a mount without the `iam` option matches no Allow and is refused.
-        {"Sid": "MountThroughMountTargets", "Effect": "Allow", "Principal": {"AWS": [GPU_ROLE, STAGING_ROLE]},
-         "Action": "elasticfilesystem:ClientMount", "Resource": FS_ARN, "Condition": through_mount_target},
-        {"Sid": "StagingWrites", "Effect": "Allow", "Principal": {"AWS": STAGING_ROLE},
-         "Action": "elasticfilesystem:ClientWrite", "Resource": FS_ARN, "Condition": through_mount_target},
+        {"Sid": "StagingMountsAndWrites", "Effect": "Allow", "Principal": {"AWS": STAGING_ROLE},
+         "Action": ["elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite"], "Resource": FS_ARN,
+         "Condition": through_mount_target},
     ]}
     # Claims bind only once the policy is in force.
     depends = rendered[stack].wiring["kubernetes:storage.k8s.io/v1:StorageClass::weights-storage-storage-class"]
@@ -331,14 +347,35 @@ def test_the_file_system_policy_requires_tls_and_iam_denies_root_and_lets_only_s
     assert job["spec"]["template"]["spec"]["nodeSelector"]["eks.amazonaws.com/nodegroup"] == "llm-prod-cpu"
 
 
-def test_every_action_in_the_policy_is_an_efs_client_action_or_the_tls_wildcard():
-    document = storage_objects.file_system_policy("arn:fs", reader_role_arns=["arn:r"], writer_role_arn="arn:w")
-    assert {s["Action"] for s in document["Statement"]} - {"*"} <= set(storage_objects.EFS_CLIENT_ACTIONS)
+def _policy(**overrides: Any) -> dict[str, Any]:
+    return storage_objects.file_system_policy(
+        "arn:fs", **{"reader_role_arns": ["arn:r"], "writer_role_arn": "arn:w", "serving_access_point_arns": ["arn:ap"],
+                     **overrides})
 
 
-def test_a_policy_without_a_writer_is_refused():
-    with pytest.raises(ValueError, match="needs reader roles and a writer role"):
-        storage_objects.file_system_policy("arn:fs", reader_role_arns=["arn:r"], writer_role_arn="")
+def test_the_policy_uses_only_efs_client_actions_and_the_condition_keys_efs_enforces_for_clients():
+    # EFS enforces four condition keys for NFS clients and no other (iam-access-control-nfs-efs): a key
+    # outside them (aws:PrincipalArn) would be absent from the request, and a negated condition on it
+    # would deny the writer too.
+    document = _policy()
+    actions = {a for s in document["Statement"]
+               for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
+    assert actions - {"*"} == set(storage_objects.EFS_CLIENT_ACTIONS)
+    keys = {key for s in document["Statement"] for test in s.get("Condition", {}).values() for key in test}
+    assert keys == {"aws:SecureTransport", "elasticfilesystem:AccessPointArn",
+                    "elasticfilesystem:AccessedViaMountTarget"}
+    assert keys <= set(storage_objects.EFS_CLIENT_CONDITION_KEYS)
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"writer_role_arn": ""}, "needs reader roles, a writer role and the serving access points"),
+    ({"reader_role_arns": []}, "needs reader roles, a writer role and the serving access points"),
+    ({"serving_access_point_arns": []}, "needs reader roles, a writer role and the serving access points"),
+    ({"reader_role_arns": ["arn:w"]}, "the writer role must not also be a reader role"),
+])
+def test_a_policy_that_would_lock_out_serving_or_staging_is_refused(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        _policy(**overrides)
 
 
 def test_dev_without_a_staging_role_has_no_policy_and_says_so(rendered):

@@ -12,7 +12,8 @@ from stacks.config import StackConfig
 BASE: dict[str, Any] = {
     "environment": "prod",
     "cluster": {"name": "llm-prod"},
-    "weightsStorage": {"efs": {"stagingNodeRoleArn": "arn:aws:iam::123456789012:role/llm-prod-cpu-nodes"}},
+    "weightsStorage": {"efs": {"stagingNodeRoleArn": "arn:aws:iam::123456789012:role/llm-prod-cpu-nodes",
+                               "stagingNodeSecurityGroupIds": ["sg-0cc00000000000001"]}},
     "gpuNodeGroup": {
         "instanceType": "p5.48xlarge",
         "subnets": [

@@ -604,8 +604,11 @@ def test_replacements_options_and_consequences_on_real_history(repo):
     assert re.search(r'~ kubernetes:apps/v1:Deployment llama-70b-deployment\n(    .*\n)*    inputs\.spec\.template'
                      r'\.spec\.nodeSelector: \{.* -> \(known after the replacement\)\n', out)
     # Replacements come first, in text and markdown.
-    assert out.splitlines()[1] == ("  pulumi preview fails: 1 protected resource(s) would be deleted or replaced: "
-                                   "aws:efs/fileSystem:FileSystem weights-storage-file-system")
+    # Leaving EFS also deletes each model's serving volume and claim, protected in prod like the claim.
+    assert out.splitlines()[1] == ("  pulumi preview fails: 3 protected resource(s) would be deleted or replaced: "
+                                   "aws:efs/fileSystem:FileSystem weights-storage-file-system, "
+                                   "kubernetes:core/v1:PersistentVolume weights-storage-serving-llama-70b-volume, "
+                                   "kubernetes:core/v1:PersistentVolumeClaim weights-storage-serving-llama-70b-claim")
     assert out.splitlines()[2].startswith("+- ")
     headings = [line for line in markdown.stdout.splitlines() if line.startswith("#### ")]
     assert headings[0].startswith("#### Replaced (")

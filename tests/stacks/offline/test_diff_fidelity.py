@@ -79,7 +79,8 @@ def test_a_protected_claim_on_another_storage_class_is_a_preview_error_and_delet
         text = run_diff(repo, "prod", "--base", "main")
         markdown = run_diff(repo, "prod", "--base", "main", "--format", "markdown")
     assert text.returncode == 1, text.stderr
-    assert text.stdout.splitlines()[1].startswith("  pulumi preview fails: 2 protected resource(s) would be deleted or "
+    # The claim, the file system, and each model's serving volume and claim (EFS is left behind).
+    assert text.stdout.splitlines()[1].startswith("  pulumi preview fails: 4 protected resource(s) would be deleted or "
                                                   "replaced: ")
     lines = block(text.stdout, "+- kubernetes:core/v1:PersistentVolumeClaim llama-70b-weights-claim (forced by "
                                "spec.storageClassName)")
@@ -163,7 +164,7 @@ def test_a_reworded_security_group_is_replaced_with_its_ingress_rule(repo):
     assert result.returncode == 1, result.stderr
     out = result.stdout
     assert "+- aws:ec2/securityGroup:SecurityGroup weights-storage-nfs (forced by description)" in out
-    rule = block(out, "+- aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule weights-storage-nfs-from-nodes "
+    rule = block(out, "+- aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule weights-storage-nfs-from-gpu-nodes "
                       "(forced by securityGroupId)")
     assert rule[1] == "    ! securityGroupId unknown at preview: output of weights-storage-nfs, which is replaced"
     # A mount target's security groups change in place (ModifyMountTargetSecurityGroups).

@@ -1,0 +1,83 @@
+"""Which nodes the weights storage admits and lets write, per cluster mode: the stack file's staging nodes
+with an existing cluster, the created CPU nodes where a created cluster's file is silent."""
+
+from __future__ import annotations
+
+import re
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from components.platform import EksCluster
+from stacks import checks, program
+from stacks.config import StackConfig
+from tests.stacks.checks.test_model_checks import BASE, LLAMA_70B
+
+CLUSTER = EksCluster(name="llm-prod", endpoint="https://e", certificate_authority="ca",  # type: ignore[arg-type]
+                     cluster_security_group_id="sg-0123456789abcdef0", region="us-east-1",  # type: ignore[arg-type]
+                     vpc_id="vpc-1", vpc_cidr="10.0.0.0/16")  # type: ignore[arg-type]
+ROLE = "arn:aws:iam::123456789012:role/llm-prod-cpu-nodes"
+CREATED = SimpleNamespace(system_node_role_arn="arn:aws:iam::123456789012:role/cluster-system-node-role",
+                          system_node_security_group_id="cluster-system-nodes-id")
+
+
+def config(efs: dict[str, Any], **top: Any) -> StackConfig:
+    return StackConfig.model_validate({**BASE, "models": [LLAMA_70B], "weightsStorage": {"efs": efs}, **top})
+
+
+def test_an_existing_cluster_admits_the_stack_files_staging_groups():
+    staging = program.staging_nodes(config({"stagingNodeRoleArn": ROLE,
+                                            "stagingNodeSecurityGroupIds": ["sg-0cc00000000000001"],
+                                            "stagingNodeSelector": {"pool": "cpu"}}), CLUSTER)
+    assert staging == program.StagingNodes(ROLE, (("staging-nodes-sg-0cc00000000000001", "sg-0cc00000000000001"),),
+                                           {"pool": "cpu"})
+
+
+def test_a_created_cluster_stands_in_its_cpu_nodes_where_the_file_is_silent():
+    staging = program.staging_nodes(config({}), CLUSTER, CREATED)  # type: ignore[arg-type]
+    assert staging == program.StagingNodes(CREATED.system_node_role_arn,
+                                           (("staging-nodes", "cluster-system-nodes-id"),),
+                                           {"llm-serving/node-role": "system"})
+    # What the file names wins.
+    named = program.staging_nodes(
+        config({"stagingNodeRoleArn": ROLE, "stagingNodeSecurityGroupIds": ["sg-0cc00000000000001"]}),
+        CLUSTER, CREATED)  # type: ignore[arg-type]
+    assert (named.role_arn, named.security_groups) == (ROLE, (("staging-nodes-sg-0cc00000000000001",
+                                                               "sg-0cc00000000000001"),))
+
+
+def test_a_dev_stack_without_staging_groups_falls_back_to_the_cluster_group_and_warns(monkeypatch):
+    warned: list[str] = []
+    monkeypatch.setattr(program.pulumi.log, "warn", lambda message, *_, **__: warned.append(message))
+    staging = program.staging_nodes(config({}, environment="dev"), CLUSTER)
+    assert staging.security_groups == (("cluster-security-group", "sg-0123456789abcdef0"),)
+    assert staging.role_arn is None
+    assert warned == ["weightsStorage.efs.stagingNodeSecurityGroupIds is empty: the mount targets admit NFS from the "
+                      "cluster security group, i.e. from every node"]
+    # FSx and existing classes have no mount targets to warn about.
+    program.staging_nodes(config({}, environment="dev", weightsStorage={"backend": "fsxLustre"}), CLUSTER)
+    assert len(warned) == 1
+
+
+def test_prod_on_an_existing_cluster_must_name_the_staging_nodes_role_and_group():
+    lines = [p.line() for p in checks.check(config({}))]
+    assert lines == [
+        "llm-serving:weightsStorage.efs.stagingNodeRoleArn: prod needs the staging nodes' role so the file-system "
+        "policy lets only it write the weights (got null; expected the IAM role ARN of the nodes the staging Jobs "
+        "run on)",
+        "llm-serving:weightsStorage.efs.stagingNodeSecurityGroupIds: prod needs the staging nodes' own security group "
+        "so the mount targets admit NFS only from them and the GPU nodes (got []; expected the id of a security group "
+        "the staging nodes carry besides the cluster's, e.g. [sg-0123456789abcdef0])",
+    ]
+    assert [p.line() for p in checks.check(config({}, environment="dev"))] == []
+
+
+@pytest.mark.parametrize(("groups", "message"), [
+    (["sg-123"], "String should match pattern '^sg-[0-9a-f]{8,17}$'"),
+    ([f"sg-0cc0000000000000{i}" for i in range(6)], "List should have at most 5 items after validation, not 6"),
+])
+def test_staging_group_ids_that_cannot_be_security_groups_are_refused(groups, message):
+    with pytest.raises(ValidationError, match=re.escape(message)):
+        config({"stagingNodeRoleArn": ROLE, "stagingNodeSecurityGroupIds": groups})
