@@ -98,8 +98,9 @@ def guard_problems(steps: list[dict]) -> list[str]:
             continue
         guard = before[guards[-1]]
         run = str(guard.get("run", ""))
-        if "make node-group-guard" not in run and not (
-                "pulumi stack export" in run and run.index("pulumi stack export") < run.index("tools.node_group_guard")):
+        export = run.find("pulumi stack export")
+        exported = 0 <= export < run.find("tools.node_group_guard")
+        if "make node-group-guard" not in run and not exported:
             problems.append(f"step {guards[-1]} runs the guard without exporting the state first")
         if not any(str(s.get("uses", "")).startswith("pulumi/actions@") for s in before[:guards[-1]]):
             problems.append(f"step {guards[-1]} runs before the Pulumi CLI is installed")

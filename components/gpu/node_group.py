@@ -190,6 +190,9 @@ class GpuNodeGroup(pulumi.ComponentResource):
     """GPUs the group can offer at its maximum size; autoscaling bounds must fit within it."""
     node_group_name: pulumi.Output[str]
     node_role_arn: pulumi.Output[str]
+    node_group: aws.eks.NodeGroup
+    replaced_generation: str | None
+    """The generation label a node update replaces the group on; None: reserved capacity updates in place."""
 
     def __init__(self, name: str, args: GpuNodeGroupArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llmserving:gpu:GpuNodeGroup", name, None, opts)
@@ -198,18 +201,8 @@ class GpuNodeGroup(pulumi.ComponentResource):
 
         role = aws.iam.Role(
             f"{name}-node-role",
-            assume_role_policy=pulumi.Output.json_dumps(
-                {
-                    "Version": "2012-10-17",
-                    "Statement": [
-                        {
-                            "Effect": "Allow",
-                            "Principal": {"Service": "ec2.amazonaws.com"},
-                            "Action": "sts:AssumeRole",
-                        }
-                    ],
-                }
-            ),
+            assume_role_policy=pulumi.Output.json_dumps({"Version": "2012-10-17", "Statement": [
+                {"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}]}),
             description=f"GPU worker nodes of {args.cluster_name} ({name})",
             tags=args.tags,
             opts=child,
@@ -368,6 +361,8 @@ class GpuNodeGroup(pulumi.ComponentResource):
             lambda values: values[0]
         )
         self.node_role_arn = role.arn
+        self.node_group = node_group
+        self.replaced_generation = None if reserved_capacity(args) else generation(args)
         self.register_outputs(
             {
                 "node_selector": self.node_selector,
