@@ -81,6 +81,21 @@ def prod_node_update(facts: Facts) -> str:
     return f"about {_minutes(dynamics['node_update_seconds'])}, {dynamics['node_update_extra_nodes']} extra nodes"
 
 
+def prod_node_update_timeline(facts: Facts) -> str:
+    """Prod's node update minute by minute (stacks/checks/timing.py, the numbers the render carries)."""
+    from stacks.checks import timing
+
+    rows = timing.node_update_timeline(facts.prod)
+    lines = ["", "| time | what happens |", "|---|---|", *[f"| {at} | {what} |" for at, what in rows]]
+    return "\n".join([*lines, ""])
+
+
+def prod_drain_barrier(facts: Facts) -> str:
+    from stacks.checks import timing
+
+    return f"{timing.node_drain_wait_seconds(facts.prod):,} s"
+
+
 def prod_longest_await(facts: Facts) -> str:
     from stacks.offline import awaits
 
@@ -365,6 +380,8 @@ GENERATORS: dict[str, Callable[[Facts], str]] = {
     "prod-read-speed": prod_read_speed,
     "prod-weights-gb": prod_weights_gb,
     "prod-node-update": prod_node_update,
+    "prod-node-update-timeline": prod_node_update_timeline,
+    "prod-drain-barrier": prod_drain_barrier,
     "prod-longest-await": prod_longest_await,
     "deploy-timeout": deploy_timeout,
     "prod-longest-generation": prod_longest_generation,
