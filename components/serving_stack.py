@@ -55,7 +55,6 @@ from components.serving import (
     VllmDeployment,
     VllmDeploymentArgs,
     container_security_context,
-    pod_security_context,
 )
 from components.storage import WeightsFileSystem, WeightsFileSystemArgs, WeightsLustre, WeightsLustreArgs
 from components.verification import SELECTOR as VERIFY_POD_SELECTOR
@@ -304,8 +303,8 @@ class ServingStack(pulumi.ComponentResource):
             # group and holds it until the last replaced vLLM pod has drained (components/gpu/drain.py).
             NodeDrainBarrier(drain_barrier_name(generation), NodeDrainBarrierArgs(
                 generation=generation, namespace=ns.metadata.name, wait_seconds=args.node_drain_wait_seconds,
-                image=args.stage_image, pod_security=pod_security_context(),
-                container_security=container_security_context(), node_group=self.gpu_node_group.node_group,
+                image=args.stage_image, container_security=container_security_context(),
+                node_group=self.gpu_node_group.node_group,
             ), after_namespace)
         fences = [
             manifest_resource(f"serving-netpol-{policy['metadata']['name']}", policy, after_namespace)

@@ -21,7 +21,6 @@ class NodeDrainBarrierArgs:
     namespace: pulumi.Input[str]
     wait_seconds: int  # the longest terminationGracePeriodSeconds of the pods on the group
     image: str  # any pinned image with `python` and `sleep` (the staging Job's, by digest)
-    pod_security: dict
     container_security: dict
     node_group: pulumi.Resource  # the aws.eks.NodeGroup whose deletion waits for this one
 
@@ -29,8 +28,7 @@ class NodeDrainBarrierArgs:
 class NodeDrainBarrier(pulumi.ComponentResource):
     def __init__(self, name: str, args: NodeDrainBarrierArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llmserving:gpu:NodeDrainBarrier", name, None, opts)
-        manifest = drain.barrier_manifest(args.generation, "-", args.wait_seconds, args.image, args.pod_security,
-                                          args.container_security)
+        manifest = drain.barrier_manifest(args.generation, "-", args.wait_seconds, args.image, args.container_security)
         self.deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",
             metadata={**manifest["metadata"], "namespace": args.namespace},

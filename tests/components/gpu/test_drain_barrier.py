@@ -51,6 +51,8 @@ def test_prods_barrier_pod_outlasts_the_longest_vllm_grace_period(rendered):
     assert "tolerations" not in spec and "nodeSelector" not in spec
     assert spec["automountServiceAccountToken"] is False
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert spec["securityContext"] == {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532,
+                                       "seccompProfile": {"type": "RuntimeDefault"}}
     assert container["image"] == vllm_stage_image(result)
 
 
@@ -73,7 +75,7 @@ def test_the_node_group_guard_does_not_count_the_barrier_as_a_replica(rendered):
 def test_barrier_numbers_follow_the_wait():
     assert drain.barrier_grace_seconds(645) == 675
     assert drain.barrier_delete_timeout_seconds(645) == 975
-    manifest = drain.barrier_manifest("0da3900dc4", "llm-serving", 645, "python@sha256:x", {}, {})
+    manifest = drain.barrier_manifest("0da3900dc4", "llm-serving", 645, "python@sha256:x", {})
     assert manifest["metadata"]["name"] == "node-drain-barrier-0da3900dc4"
     assert manifest["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/component": "node-drain-barrier",
                                                             gpu.NODE_GENERATION_LABEL: "0da3900dc4"}
