@@ -40,12 +40,26 @@ def barrier_delete_timeout_seconds(wait_seconds: int) -> int:
     return barrier_grace_seconds(wait_seconds) + DELETE_MARGIN_SECONDS
 
 
+def barrier_labels(generation: str) -> dict[str, str]:
+    return {"app.kubernetes.io/component": COMPONENT, NODE_GENERATION_LABEL: generation}
+
+
+def barrier_network_policy(generation: str, namespace: str) -> dict[str, Any]:
+    """The barrier talks to nothing and nothing talks to it: every ingress and egress denied."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": barrier_name(generation), "namespace": namespace},
+        "spec": {"podSelector": {"matchLabels": barrier_labels(generation)}, "policyTypes": ["Ingress", "Egress"]},
+    }
+
+
 def barrier_manifest(generation: str, namespace: str, wait_seconds: int, image: str,
                      container_security: dict[str, Any]) -> dict[str, Any]:
     """The barrier's Deployment. One replica, so an evicted pod comes back; deleted in the foreground
     (pulumi-kubernetes' `pulumi.com/deletionPropagationPolicy`), so the Deployment is gone only once its
     pod has finished the preStop sleep and exited, which is what Pulumi's delete waits for."""
-    labels = {"app.kubernetes.io/component": COMPONENT, NODE_GENERATION_LABEL: generation}
+    labels = barrier_labels(generation)
     probe = {"exec": {"command": ["true"]}, "periodSeconds": 60}
     return {
         "apiVersion": "apps/v1",

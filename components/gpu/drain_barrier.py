@@ -40,4 +40,9 @@ class NodeDrainBarrier(pulumi.ComponentResource):
                 custom_timeouts=pulumi.CustomTimeouts(delete=f"{drain.barrier_delete_timeout_seconds(args.wait_seconds)}s"),
             ),
         )
+        policy = drain.barrier_network_policy(args.generation, "-")
+        k8s.networking.v1.NetworkPolicy(
+            f"{name}-network-policy", metadata={**policy["metadata"], "namespace": args.namespace},
+            spec=policy["spec"], opts=pulumi.ResourceOptions(parent=self),
+        )
         self.register_outputs({"name": self.deployment.metadata.name})

@@ -107,3 +107,11 @@ def test_prods_node_update_cuts_no_stream_within_the_bound():
         ("68:50", "EKS has drained (at most 5 min) and terminated the old nodes; the update ends"),
     ]
     assert timing.node_drain_wait_seconds(config) == 1850
+
+
+def test_prods_barrier_is_fenced_off_the_network(rendered):
+    result = rendered["prod"]
+    name = barrier(result)["inputs"]["metadata"]["name"]
+    labels = result.manifest("Deployment", name)["spec"]["template"]["metadata"]["labels"]
+    assert result.manifest("NetworkPolicy", name)["spec"] == {
+        "podSelector": {"matchLabels": labels}, "policyTypes": ["Ingress", "Egress"]}

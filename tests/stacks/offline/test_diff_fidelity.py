@@ -97,7 +97,7 @@ def test_an_ami_bump_replaces_the_node_group_and_its_asg_tags_and_costs_a_node_g
         result = run_diff(repo, "prod", "--base", "main")
     assert result.returncode == 1, result.stderr
     out = result.stdout
-    assert out.splitlines()[0].startswith("prod: 9 to replace, 2 to delete, 2 to create, 1 to update against main")
+    assert out.splitlines()[0].startswith("prod: 9 to replace, 3 to delete, 3 to create, 1 to update against main")
     # The new group's Auto Scaling group name is unknown at preview, and it forces each tag's replacement.
     tags = re.findall(r"^\+- aws:autoscaling/tag:Tag (\S+) \(forced by autoscalingGroupName\)$", out, re.MULTILINE)
     assert len(tags) == 8
