@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from stacks.checks import timing as stack_timing
 from stacks.config.files import PROJECT_DIR, stack_file_path
 from tools import planner_tables
 from tools.doc_facts import PROD, Facts
@@ -82,18 +83,8 @@ def prod_node_update(facts: Facts) -> str:
 
 
 def prod_node_update_timeline(facts: Facts) -> str:
-    """Prod's node update minute by minute (stacks/checks/timing.py, the numbers the render carries)."""
-    from stacks.checks import timing
-
-    rows = timing.node_update_timeline(facts.prod)
-    lines = ["", "| time | what happens |", "|---|---|", *[f"| {at} | {what} |" for at, what in rows]]
-    return "\n".join([*lines, ""])
-
-
-def prod_drain_barrier(facts: Facts) -> str:
-    from stacks.checks import timing
-
-    return f"{timing.node_drain_wait_seconds(facts.prod):,} s"
+    rows = [f"| {at} | {what} |" for at, what in stack_timing.node_update_timeline(facts.prod)]
+    return "\n".join(["", "| time | what happens |", "|---|---|", *rows, ""])
 
 
 def prod_longest_await(facts: Facts) -> str:
@@ -381,7 +372,7 @@ GENERATORS: dict[str, Callable[[Facts], str]] = {
     "prod-weights-gb": prod_weights_gb,
     "prod-node-update": prod_node_update,
     "prod-node-update-timeline": prod_node_update_timeline,
-    "prod-drain-barrier": prod_drain_barrier,
+    "prod-drain-barrier": lambda facts: f"{stack_timing.node_drain_wait_seconds(facts.prod):,} s",
     "prod-longest-await": prod_longest_await,
     "deploy-timeout": deploy_timeout,
     "prod-longest-generation": prod_longest_generation,
