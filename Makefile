@@ -30,7 +30,7 @@ help:
 	@echo "make preflight STACK=prod read-only checks of the real account, cluster and Hub (needs AWS credentials)"
 	@echo "make preview STACK=prod   preflight, then pulumi preview (Pulumi CLI, AWS credentials; SKIP_PREFLIGHT=1 skips)"
 	@echo "make up STACK=prod        preflight, then pulumi up (Pulumi CLI, AWS credentials; SKIP_PREFLIGHT=1 skips), after node-group-guard"
-	@echo "make node-group-guard STACK=prod  refuse while a pending node-group deletion still hosts replicas (kubectl)"
+	@echo "make node-group-guard STACK=prod  refuse while a pending node-group deletion still hosts replicas (Pulumi CLI, AWS credentials)"
 
 # First run only (about two minutes): pip prints each package as it collects and installs it (no
 # filter in between: a pipe would hide pip's exit status from make).
@@ -131,12 +131,13 @@ up: $(STAMP) $(POLICY_STAMP) secrets-set node-group-guard
 	pulumi up --stack $(STACK) --policy-pack policies
 
 # A failed node update leaves the old group pending deletion, and the next up deletes it first
-# (pulumi/pulumi#9979): refuse while its nodes still host replicas (tools/node_group_guard.py).
+# (pulumi/pulumi#9979): refuse while its nodes still host replicas (tools/node_group_guard.py). The
+# guard reads the pods of the stack file's cluster itself, not the current kubectl context's; the
+# deploy workflow runs the same two commands (.github/workflows/pulumi-up.yml).
 node-group-guard: $(STAMP)
 	@mkdir -p build
 	pulumi stack export --stack $(STACK) --file build/$(STACK)-state.json
-	kubectl get pods --all-namespaces -o json > build/$(STACK)-pods.json
-	$(BIN)/python -m tools.node_group_guard build/$(STACK)-state.json --pods build/$(STACK)-pods.json --stack $(STACK)
+	$(BIN)/python -m tools.node_group_guard build/$(STACK)-state.json --stack $(STACK)
 
 clean:
 	rm -rf build $(VENV) $(SCAN_VENV) policies/.venv .pytest_cache .ruff_cache

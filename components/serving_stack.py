@@ -27,8 +27,11 @@ from components.gpu import (
     EfaDevicePluginArgs,
     GpuNodeGroup,
     GpuNodeGroupArgs,
+    NodeDrainBarrier,
+    NodeDrainBarrierArgs,
     NvidiaDevicePlugin,
     NvidiaDevicePluginArgs,
+    drain_barrier_name,
     exported_metric_names,
     node_monitoring_agent,
 )
@@ -58,6 +61,7 @@ from components.serving import (
     ModelWeightsArgs,
     VllmDeployment,
     VllmDeploymentArgs,
+    container_security_context,
     staging_claim_name,
 )
 from components.storage import (
@@ -141,6 +145,9 @@ class ModelVerification:
 class ServingStackArgs:
     node_group_name: str
     node_group: GpuNodeGroupArgs
+    # How long a replaced node group's deletion waits for its last pods' drain: the longest vLLM
+    # terminationGracePeriodSeconds (stacks/checks/timing.py, node_drain_wait_seconds).
+    node_drain_wait_seconds: int
     cluster_autoscaler: ClusterAutoscalerArgs | None  # None: an existing autoscaler, or none
     install_node_monitoring_agent: bool  # the auto-repair agent add-on (False: the cluster has it, or no repair)
     weights_storage: WeightsFileSystemArgs | None  # EFS; None: FSx or an existing StorageClass
@@ -318,6 +325,15 @@ class ServingStack(pulumi.ComponentResource):
         )
         # The fences go up before anything runs in the namespace: the staging Job holds the HF token.
         after_namespace = pulumi.ResourceOptions(parent=self, depends_on=[ns])
+        generation = self.gpu_node_group.replaced_generation
+        if generation is not None:
+            # A node update replaces the group: the old generation's barrier is deleted before the old
+            # group and holds it until the last replaced vLLM pod has drained (components/gpu/drain.py).
+            NodeDrainBarrier(drain_barrier_name(generation), NodeDrainBarrierArgs(
+                generation=generation, namespace=ns.metadata.name, wait_seconds=args.node_drain_wait_seconds,
+                image=args.stage_image, container_security=container_security_context(),
+                node_group=self.gpu_node_group.node_group,
+            ), after_namespace)
         fences = [
             manifest_resource(f"serving-netpol-{policy['metadata']['name']}", policy, after_namespace)
             for policy in network_policies(

@@ -455,6 +455,7 @@ def serving_stack_args(
     models = tuple(served_model(config, m, instance, cluster.region) for m in config.models)
     return ServingStackArgs(
         node_group_name=node_group_name,
+        node_drain_wait_seconds=timing.node_drain_wait_seconds(config),
         node_group=GpuNodeGroupArgs(
             cluster_name=config.cluster.name,
             cluster_security_group_id=cluster.cluster_security_group_id,

@@ -72,8 +72,72 @@ def test_deploy_runs_dev_then_staging_then_prod_behind_its_environment():
     assert load("deploy.yml")["on"] == {"push": {"branches": ["main"]}}
     up = load("pulumi-up.yml")["jobs"]["up"]
     assert up["environment"] == "${{ inputs.stack }}"
-    (action,) = [s for s in up["steps"] if str(s.get("uses", "")).startswith("pulumi/actions@")]
-    assert action["with"]["command"] == "up"
+    actions = [s for s in up["steps"] if str(s.get("uses", "")).startswith("pulumi/actions@")]
+    # The first only installs the CLI for the node-group guard; the last runs the update.
+    assert [a["with"].get("command") for a in actions] == [None, "up"]
+
+
+def runs_up(step: dict) -> bool:
+    """A step that updates a stack: the Pulumi action's `up`, or `pulumi up` / `make up` in a shell."""
+    if str(step.get("uses", "")).startswith("pulumi/actions@"):
+        return (step.get("with") or {}).get("command") == "up"
+    return bool(re.search(r"\b(pulumi|make) up\b", str(step.get("run", ""))))
+
+
+def guard_problems(steps: list[dict]) -> list[str]:
+    """What is missing before each `up` of a job: the CLI, the state export, then the node-group guard."""
+    problems = []
+    for index, step in enumerate(steps):
+        if not runs_up(step):
+            continue
+        before = steps[:index]
+        guards = [i for i, s in enumerate(before) if "tools.node_group_guard" in str(s.get("run", ""))
+                  or "make node-group-guard" in str(s.get("run", ""))]
+        if not guards:
+            problems.append(f"step {index} runs up without the node-group guard before it")
+            continue
+        guard = before[guards[-1]]
+        run = str(guard.get("run", ""))
+        export = run.find("pulumi stack export")
+        exported = 0 <= export < run.find("tools.node_group_guard")
+        if "make node-group-guard" not in run and not exported:
+            problems.append(f"step {guards[-1]} runs the guard without exporting the state first")
+        if not any(str(s.get("uses", "")).startswith("pulumi/actions@") for s in before[:guards[-1]]):
+            problems.append(f"step {guards[-1]} runs before the Pulumi CLI is installed")
+    return problems
+
+
+def test_every_job_that_runs_up_runs_the_node_group_guard_before_it():
+    jobs_with_up = [(name, job_id) for name, job_id, step in all_steps() if runs_up(step)]
+    assert sorted(set(jobs_with_up)) == [("pulumi-up.yml", "up")]
+    for name, job_id in jobs_with_up:
+        steps = load(name)["jobs"][job_id]["steps"]
+        assert guard_problems(steps) == [], (name, job_id)
+        (guard,) = [s for s in steps if "tools.node_group_guard" in str(s.get("run", ""))]
+        # The same state and stack the `up` uses, and the same module `make node-group-guard` runs.
+        assert guard["env"] == {"PULUMI_ACCESS_TOKEN": "${{ secrets.PULUMI_ACCESS_TOKEN }}",
+                                "STACK_REF": "${{ vars.PULUMI_ORG || 'organization' }}/${{ inputs.stack }}"}
+        assert guard["run"].splitlines() == [
+            "mkdir -p build",
+            'pulumi stack export --stack "$STACK_REF" --file "build/$STACK-state.json"',
+            '.venv/bin/python -m tools.node_group_guard "build/$STACK-state.json" --stack "$STACK"',
+        ]
+        up = next(s for s in steps if runs_up(s))
+        assert up["with"]["stack-name"] == guard["env"]["STACK_REF"]
+    makefile = (PROJECT_DIR / "Makefile").read_text()
+    assert "\t$(BIN)/python -m tools.node_group_guard build/$(STACK)-state.json --stack $(STACK)\n" in makefile
+
+
+def test_the_guard_order_check_refuses_an_up_without_or_before_its_guard():
+    install = {"uses": "pulumi/actions@" + "0" * 40}
+    guard = {"run": "pulumi stack export --stack x --file s.json\npython -m tools.node_group_guard s.json --stack x"}
+    up = {"uses": "pulumi/actions@" + "0" * 40, "with": {"command": "up"}}
+    assert guard_problems([install, guard, up]) == []
+    assert guard_problems([install, up, guard]) == ["step 1 runs up without the node-group guard before it"]
+    assert guard_problems([guard, install, up]) == ["step 0 runs before the Pulumi CLI is installed"]
+    assert guard_problems([install, {"run": "python -m tools.node_group_guard s.json"}, up]) == [
+        "step 1 runs the guard without exporting the state first"]
+    assert guard_problems([{"run": "make up STACK=prod"}]) == ["step 0 runs up without the node-group guard before it"]
 
 
 def test_drift_check_refreshes_and_expects_no_changes():
@@ -161,7 +225,7 @@ def uses_lines() -> list[tuple[str, int, str, str]]:
 def test_every_action_is_pinned_to_a_full_commit_sha_with_its_version_in_a_comment():
     remote = [(f, n, ref, comment) for f, n, ref, comment in uses_lines() if not ref.startswith("./")]
     # The line scan sees every step the YAML holds (so no `uses:` escapes it by its layout).
-    assert len(remote) == len([s for _, _, s in all_steps() if "uses" in s]) == 22
+    assert len(remote) == len([s for _, _, s in all_steps() if "uses" in s]) == 23
     problems = []
     for name, number, ref, comment in remote:
         pinned = PINNED.match(ref)

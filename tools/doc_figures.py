@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from stacks.checks import timing as stack_timing
 from stacks.config.files import PROJECT_DIR, stack_file_path
 from tools import planner_tables
 from tools.doc_facts import PROD, Facts
@@ -80,6 +81,11 @@ def prod_weights_gb(facts: Facts) -> str:
 def prod_node_update(facts: Facts) -> str:
     dynamics = facts.stack_plan()["dynamics"]
     return f"about {_minutes(dynamics['node_update_seconds'])}, {dynamics['node_update_extra_nodes']} extra nodes"
+
+
+def prod_node_update_timeline(facts: Facts) -> str:
+    rows = [f"| {at} | {what} |" for at, what in stack_timing.node_update_timeline(facts.prod)]
+    return "\n".join(["", "| time | what happens |", "|---|---|", *rows, ""])
 
 
 def prod_longest_await(facts: Facts) -> str:
@@ -333,6 +339,8 @@ GENERATORS: dict[str, Callable[[Facts], str]] = {
     "prod-read-speed": prod_read_speed,
     "prod-weights-gb": prod_weights_gb,
     "prod-node-update": prod_node_update,
+    "prod-node-update-timeline": prod_node_update_timeline,
+    "prod-drain-barrier": lambda facts: f"{stack_timing.node_drain_wait_seconds(facts.prod):,} s",
     "prod-longest-await": prod_longest_await,
     "deploy-timeout": deploy_timeout,
     "prod-longest-generation": prod_longest_generation,

@@ -6,6 +6,9 @@ from .cluster_autoscaler import ClusterAutoscaler, ClusterAutoscalerArgs
 from .counters import exported_metric_names
 from .dcgm_exporter import DcgmExporter, DcgmExporterArgs
 from .device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
+from .drain import barrier_delete_timeout_seconds, barrier_grace_seconds
+from .drain import barrier_name as drain_barrier_name
+from .drain_barrier import NodeDrainBarrier, NodeDrainBarrierArgs
 from .efa import EfaDevicePlugin, EfaDevicePluginArgs, efa_device_plugin_values
 from .monitoring_agent import MONITORING_AGENT_ADDON, monitoring_agent_configuration, node_monitoring_agent
 from .node_autoscaling import NAMESPACE as CLUSTER_AUTOSCALER_NAMESPACE
@@ -32,8 +35,13 @@ __all__ = [
     "GpuNodeGroupArgs",
     "InstanceType",
     "Price",
+    "NodeDrainBarrier",
+    "NodeDrainBarrierArgs",
     "NvidiaDevicePlugin",
     "NvidiaDevicePluginArgs",
+    "barrier_delete_timeout_seconds",
+    "barrier_grace_seconds",
+    "drain_barrier_name",
     "exported_metric_names",
     "image_tag_for",
     "instance_price",

@@ -196,6 +196,9 @@ class GpuNodeGroup(pulumi.ComponentResource):
     node_role_arn: pulumi.Output[str]
     security_group_id: pulumi.Output[str]
     """The nodes' own security group: what the weights' mount targets admit NFS from."""
+    node_group: aws.eks.NodeGroup
+    replaced_generation: str | None
+    """The generation label a node update replaces the group on; None: reserved capacity updates in place."""
 
     def __init__(self, name: str, args: GpuNodeGroupArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llmserving:gpu:GpuNodeGroup", name, None, opts)
@@ -204,18 +207,8 @@ class GpuNodeGroup(pulumi.ComponentResource):
 
         role = aws.iam.Role(
             f"{name}-node-role",
-            assume_role_policy=pulumi.Output.json_dumps(
-                {
-                    "Version": "2012-10-17",
-                    "Statement": [
-                        {
-                            "Effect": "Allow",
-                            "Principal": {"Service": "ec2.amazonaws.com"},
-                            "Action": "sts:AssumeRole",
-                        }
-                    ],
-                }
-            ),
+            assume_role_policy=pulumi.Output.json_dumps({"Version": "2012-10-17", "Statement": [
+                {"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}]}),
             description=f"GPU worker nodes of {args.cluster_name} ({name})",
             tags=args.tags,
             opts=child,
@@ -389,6 +382,8 @@ class GpuNodeGroup(pulumi.ComponentResource):
         )
         self.node_role_arn = role.arn
         self.security_group_id = nodes_group.id
+        self.node_group = node_group
+        self.replaced_generation = None if reserved_capacity(args) else generation(args)
         self.register_outputs({
             "node_selector": self.node_selector, "tolerations": self.tolerations,
             "gpus_per_node": self.gpus_per_node, "max_gpus": self.max_gpus,

@@ -27,8 +27,9 @@ DEFAULT_IMAGE_PULL_SECONDS = 300
 # A rollout step is done when the new pod is Ready and then available for minReadySeconds
 # (components/serving/deployment.py).
 MIN_READY_SECONDS = 30
-# Pulumi deletes a replaced node group at the end of the update; EKS drains its (by then empty)
-# nodes, waits 60 s after cordoning and terminates them (awsdocs managed-node-update-behavior).
+# Pulumi deletes a replaced node group at the end of the update, once the drain barrier has gone; EKS
+# then drains its (by then empty) nodes for at most 5 minutes and terminates them (EKS user guide,
+# https://docs.aws.amazon.com/eks/latest/userguide/delete-managed-node-group.html).
 OLD_GROUP_DELETE_SECONDS = 5 * 60
 
 
@@ -262,8 +263,9 @@ class NodeUpdate:
 
 
 def node_update(models: list[Footprint], strategies: dict[str, Strategy], supply: Supply, nodes_running: int,
-                timing: Timing) -> NodeUpdate:
-    """A new node group beside the old one, every model rolled onto it, then the old group deleted.
+                timing: Timing, *, drain_wait_seconds: int) -> NodeUpdate:
+    """A new node group beside the old one, every model rolled onto it, the last replaced pods' drain
+    (the drain barrier waits `drain_wait_seconds`, the longest grace period), then the old group deleted.
 
     The generation label on the nodes changes with the update, and the vLLM pods select it, so the
     Deployments roll with their own strategy (never below the serving floor) instead of EKS draining
@@ -274,10 +276,11 @@ def node_update(models: list[Footprint], strategies: dict[str, Strategy], supply
     # The new group starts at the configured size; the autoscaler adds what the pods need beyond it.
     new_nodes = max(nodes_running, nodes_needed(groups, supply.gpus_per_node))
     slowest = max(rollout_seconds(m, strategies[m.name], m.min_replicas, timing) for m in models)
-    total = timing.node_ready_seconds + slowest + OLD_GROUP_DELETE_SECONDS
+    total = timing.node_ready_seconds + slowest + drain_wait_seconds + OLD_GROUP_DELETE_SECONDS
     steps = (
         f"create the new node group: {new_nodes} node(s) ready in about {timing.node_ready_seconds // 60} min",
         f"roll every model onto it with its own strategy: about {math.ceil(slowest / 60)} min (slowest model)",
+        f"let the last replaced pods drain (the old generation's drain barrier): {drain_wait_seconds:,} s",
         f"delete the old group's {nodes_running} emptied node(s): about {OLD_GROUP_DELETE_SECONDS // 60} min",
     )
     return NodeUpdate(seconds=total, extra_nodes_at_peak=new_nodes, steps=steps)

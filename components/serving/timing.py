@@ -195,6 +195,50 @@ def edge_relations(edge: EdgeDrains, stream_idle_seconds: int, lb_idle_seconds: 
     return rows
 
 
+def node_update_relation(drain_wait_seconds: int, longest_grace_seconds: int) -> Relation:
+    """The old group's deletion waits out every replaced pod: the barrier's wait starts once the last
+    rollout completed, when the last replaced pod had already begun its grace period (and the drain
+    relations hold each stream within that grace period)."""
+    return Relation("node update: drain barrier before the old group's deletion", drain_wait_seconds, ">=",
+                    longest_grace_seconds, "longest vLLM terminationGracePeriodSeconds",
+                    "EKS terminates a deleted group's nodes 5 minutes into their drain, cutting the streams "
+                    "of the last replaced pods")
+
+
+def _clock(seconds: int) -> str:
+    return f"{seconds // 60}:{seconds % 60:02d}"
+
+
+def node_update_timeline(node_ready_seconds: int, steps: int, step_seconds: int, stream_seconds: int,
+                         grace_seconds: int, drain_wait_seconds: int, delete_seconds: int) -> list[tuple[str, str]]:
+    """(mm:ss from the start of `pulumi up`, what happens) of a node update of one model rolled in
+    `steps` steps, each `step_seconds`: every old pod starts draining when its step completes, and its
+    last stream is one admitted just before its preStop ends."""
+    rolled = node_ready_seconds + steps * step_seconds
+    rows = [(_clock(0), "`pulumi up` creates the new node group beside the old one and the new generation's "
+                        "drain barrier"),
+            (_clock(node_ready_seconds), "the new nodes have joined; the Deployment rolls onto them")]
+    for step in range(1, steps + 1):
+        done = node_ready_seconds + step * step_seconds
+        what = (f"step {step} of {steps}: a new replica is available; an old one stops taking requests after "
+                f"its {PRE_STOP_SECONDS} s preStop and drains its streams")
+        if step == steps:
+            what += ("; the rollout is complete, so Pulumi starts its deletions: the old generation's drain "
+                     f"barrier first, whose pod sleeps {drain_wait_seconds:,} s before it goes")
+        rows.append((_clock(done), what))
+    rows += [
+        (_clock(rolled + PRE_STOP_SECONDS + stream_seconds),
+         f"the last stream the last old replica admitted ends at the latest (its preStop + the {stream_seconds:,} s "
+         "stream bound)"),
+        (_clock(rolled + grace_seconds), f"the last old replica has exited at the latest ({grace_seconds:,} s grace)"),
+        (_clock(rolled + drain_wait_seconds), "the barrier is gone; Pulumi deletes the old node group, whose nodes "
+                                              "host no replica"),
+        (_clock(rolled + drain_wait_seconds + delete_seconds),
+         "EKS has drained (at most 5 min) and terminated the old nodes; the update ends"),
+    ]
+    return rows
+
+
 def timing_problems(relations: list[Relation]) -> list[Relation]:
     """The relations that do not hold."""
     return [r for r in relations if not r.holds]

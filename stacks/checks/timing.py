@@ -79,6 +79,34 @@ def planned_rollout_seconds(config: StackConfig, model: ModelConfig) -> int:
                                    replica_bounds(model)[1], timing(config), needs_node=True)
 
 
+def node_drain_wait_seconds(config: StackConfig) -> int:
+    """How long the old generation's drain barrier holds the old node group's deletion: the longest vLLM
+    terminationGracePeriodSeconds of any model (components/gpu/drain.py)."""
+    return max(model_drains(config, m).vllm_grace_seconds for m in config.models)
+
+
+def node_update_steps(config: StackConfig, model: ModelConfig) -> tuple[int, int]:
+    """(steps, seconds per step) of the model's roll onto a new node group at its fewest replicas, as
+    serving.node_update plans it (each replica more at the time adds its share of a step)."""
+    strategy = rollout_strategies(config)[model.name]
+    fp = footprint(config, model, model_plan(config, model))
+    one = serving.rollout_seconds(fp, strategy, 1, timing(config))
+    if strategy.type == "Recreate":
+        return 1, one
+    return math.ceil(fp.min_replicas / max(strategy.max_surge, strategy.max_unavailable, 1)), one
+
+
+def node_update_timeline(config: StackConfig) -> list[tuple[str, str]]:
+    """The node update of the slowest-rolling single-node model, minute by minute (the docs print prod's)."""
+    models = [m for m in config.models if m.pipeline_parallel_size == 1]
+    slowest = max(models, key=lambda m: math.prod(node_update_steps(config, m)))
+    steps, step = node_update_steps(config, slowest)
+    return serving.node_update_timeline(
+        timing(config).node_ready_seconds, steps, step, max(stream_seconds(m) for m in config.models),
+        model_drains(config, slowest).vllm_grace_seconds, node_drain_wait_seconds(config),
+        serving.OLD_GROUP_DELETE_SECONDS)
+
+
 def lb_idle_seconds(config: StackConfig) -> int | None:
     """The idle timeout of the load balancer in front of the first proxy we run (None: not ours)."""
     if config.edge.mode is EdgeMode.GATEWAY:
@@ -96,6 +124,8 @@ def relations(config: StackConfig) -> list[serving.Relation]:
     for model in config.models:
         rows += dynamics_relations(config, model)
     rows += admission_relations(config)
+    rows.append(serving.node_update_relation(node_drain_wait_seconds(config),
+                                             max(model_drains(config, m).vllm_grace_seconds for m in config.models)))
     return rows
 
 

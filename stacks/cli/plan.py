@@ -317,7 +317,8 @@ def dynamics(result: CapacityPlan, args: argparse.Namespace) -> dict[str, object
     except serving.RolloutError as error:
         found["rollout"] = f"rejected: {error}"
         return found
-    update = serving.node_update([model], {"model": strategy}, supply, nodes, timing)
+    update = serving.node_update([model], {"model": strategy}, supply, nodes, timing,
+                                 drain_wait_seconds=args.drain_wait_seconds)
     found.update({
         "rollout": strategy.manifest(),
         "rollout_needs_node": needs_node,
@@ -517,6 +518,9 @@ def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = 
         print(f"plan rejected: --replicas {args.replicas} and --max-replicas {args.max_replicas}: expected "
               "1 <= replicas <= max replicas", file=err)
         return EXIT_USAGE
+    # The old group's drain barrier waits the grace period of a pod whose drain is the derived stream bound.
+    stream = serving.derived_stream_seconds(args.max_model_len, args.itl_slo_ms / 1000, args.ttft_slo_ms / 1000)
+    args.drain_wait_seconds = serving.model_drains("model", stream).vllm_grace_seconds
     found = dynamics(result, args)
     cost = _replica_cost(result)
     perf = performance(result, model, instance_type.gpu.product_label, args, cost)
@@ -702,7 +706,7 @@ def _stack_plan(args: argparse.Namespace, explicit: dict[str, object], out: Text
     stack_args = argparse.Namespace(
         replicas=low, max_replicas=high, nodes=config.gpu_node_group.scaling.desired_nodes,
         max_nodes=supply.nodes, node_ready_seconds=timing.node_ready_seconds,
-        image_pull_seconds=timing.image_pull_seconds,
+        image_pull_seconds=timing.image_pull_seconds, drain_wait_seconds=stack_timing.node_drain_wait_seconds(config),
     )
     found = dynamics(result, stack_args)
     free, new = planning.cold_starts(config, model, result)

@@ -12,13 +12,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from components import serving
+from components import gpu, serving
 from stacks.checks import planning
 from stacks.checks import timing as stack_timing
 from stacks.config import StackConfig
 
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
+DRAIN_BARRIER = gpu.drain_barrier_name("")  # every generation's barrier is named with this prefix
 POD_TEMPLATE = "inputs.spec.template"
 
 
@@ -82,7 +83,8 @@ def node_group_lines(config: StackConfig) -> list[str]:
     strategies = planning.rollout_strategies(config)
     supply = planning.supply(config)
     running = config.gpu_node_group.scaling.desired_nodes
-    update = serving.node_update(footprints, strategies, supply, running, planning.timing(config))
+    update = serving.node_update(footprints, strategies, supply, running, planning.timing(config),
+                                 drain_wait_seconds=stack_timing.node_drain_wait_seconds(config))
     peak = update.extra_nodes_at_peak + running
     return [
         f"node group update: about {_minutes(update.seconds)} ({'; '.join(update.steps)})",
@@ -99,4 +101,8 @@ def for_change(config: StackConfig, change_type: str, name: str, action: str, pa
         return rollout_lines(config, name.removesuffix("-deployment"))
     if change_type == NODE_GROUP and action == "replace":
         return node_group_lines(config)
+    if change_type == DEPLOYMENT and action == "delete" and name.startswith(DRAIN_BARRIER):
+        wait = stack_timing.node_drain_wait_seconds(config)
+        return [f"drain barrier: deleted before the old node group, its pod takes {wait:,} s to go (the longest vLLM "
+                "grace period), so no replaced pod is still draining when EKS terminates the old nodes"]
     return []

@@ -15,7 +15,7 @@ from components import cluster as created_cluster
 from components import edge as edge_package
 from components import gpu, serving, storage
 from components.platform import versions
-from stacks.checks import planning
+from stacks.checks import planning, timing
 from stacks.config import (
     AutoscalingMode,
     CapacityType,
@@ -187,7 +187,8 @@ def _peak_nodes(config: StackConfig) -> tuple[int, str, int]:
     supply = planning.supply(config)
     footprints = [planning.footprint(config, m, planning.model_plan(config, m)) for m in config.models]
     update = serving.node_update(footprints, planning.rollout_strategies(config), supply,
-                                 config.gpu_node_group.scaling.desired_nodes, planning.timing(config))
+                                 config.gpu_node_group.scaling.desired_nodes, planning.timing(config),
+                                 drain_wait_seconds=timing.node_drain_wait_seconds(config))
     bound = "maxNodes" if supply.autoscaled else "desiredNodes"
     reason = (f"{supply.nodes} node(s) ({bound}) plus {update.extra_nodes_at_peak} in the new group a "
               "node-group update creates beside the old one")

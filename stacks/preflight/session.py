@@ -87,6 +87,11 @@ class KubeApis:
     def helm_daemon_sets(self) -> k8s.V1DaemonSetList:
         return self.apps.list_daemon_set_for_all_namespaces(label_selector=self.HELM, _request_timeout=self.timeout)
 
+    def pods(self) -> dict[str, Any]:
+        """Every pod of the cluster as `kubectl get pods -A -o json` prints it (camelCase keys)."""
+        listed = self.core.list_pod_for_all_namespaces(_request_timeout=self.timeout)
+        return self.api.sanitize_for_serialization(listed)
+
 
 def kube_reader(region: str):
     """A factory from DescribeCluster's answer to a KubeApis on the program's own kubeconfig."""
@@ -101,3 +106,11 @@ def kube_reader(region: str):
         return KubeApis(k8s_config.new_client_from_config_dict(document))
 
     return build
+
+
+def cluster_pods(cluster_name: str, region: str) -> dict[str, Any]:
+    """The pods of the named cluster, read through the program's own kubeconfig (never the caller's
+    current kubectl context, which may point at another cluster): what the node-group guard counts."""
+    clients = aws_clients(region)
+    cluster = clients.eks.describe_cluster(name=cluster_name)["cluster"]
+    return kube_reader(region)(cluster).pods()

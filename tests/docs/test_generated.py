@@ -94,7 +94,7 @@ def test_prod_figures_are_the_planners_and_the_renders(facts: docs.Facts):
     assert doc_figures.prod_scale_down_window(facts) == "1,140 s"
     assert doc_figures.prod_cold_start(facts) == "510 s"
     assert doc_figures.prod_read_speed(facts) == "500 MiB/s"
-    assert doc_figures.prod_node_update(facts) == "about 38 minutes, 2 extra nodes"
+    assert doc_figures.prod_node_update(facts) == "about 69 minutes, 2 extra nodes"
     assert doc_figures.prod_longest_await(facts) == "183 minutes"
     assert "| endpoint picker | `--drain-timeout`; `terminationGracePeriodSeconds` | 1,805 s; 1,835 s |" in (
         doc_figures.prod_timeouts(facts)

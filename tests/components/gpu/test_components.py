@@ -215,6 +215,8 @@ def test_capacity_block_group_launches_into_the_reservation(stack_dir):
                  m["spec"]["template"]["spec"].get("nodeSelector", {})]
     assert selectors and all(s == {"llm-serving/node-group": GROUP, "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
                              for s in selectors)
+    # No second group, so no old group to hold back: no drain barrier.
+    assert [r["name"] for r in result.resources if r["type"] == "llmserving:gpu:NodeDrainBarrier"] == []
 
 
 def release_values(rendered, chart):

@@ -100,18 +100,19 @@ def test_adding_a_replica_costs_a_node_only_when_one_is_needed():
     assert rollout.rollout_needs_node([dev], dev, 1, 1) is True
 
 
-@pytest.mark.parametrize(("model", "strategy", "running", "minutes", "extra_nodes"), [
-    # prod: 2 replicas surge one at a time: 5 min node + 2 x 27.5 min + 5 min old group.
-    (LLAMA_70B, Strategy("RollingUpdate", 1, 0), 2, 65, 2),
+@pytest.mark.parametrize(("model", "strategy", "running", "drain", "minutes", "extra_nodes"), [
+    # prod: 2 replicas surge one at a time: 5 min node + 2 x 27.5 min + the 1,850 s drain + 5 min old group.
+    (LLAMA_70B, Strategy("RollingUpdate", 1, 0), 2, 1850, 96, 2),
     # No surge room: one unavailable at a time takes as long, with one replica serving.
-    (LLAMA_70B, Strategy("RollingUpdate", 0, 1), 2, 65, 2),
-    # dev's 8B: one step.
-    (Footprint("llama-8b", 1, 1, 1, 363), Strategy("RollingUpdate", 1, 0), 1, 22, 1),
+    (LLAMA_70B, Strategy("RollingUpdate", 0, 1), 2, 1850, 96, 2),
+    # dev's 8B: one step, and a 10-minute stream bound's drain (600 + 15 + 30 s).
+    (Footprint("llama-8b", 1, 1, 1, 363), Strategy("RollingUpdate", 1, 0), 1, 645, 32, 1),
 ])
-def test_node_update_moves_pods_to_a_new_group_then_deletes_the_old(model, strategy, running, minutes,
-                                                                     extra_nodes):
-    update = rollout.node_update([model], {model.name: strategy}, P5, running, TIMING)
+def test_node_update_moves_pods_to_a_new_group_waits_for_their_drain_then_deletes_the_old(
+        model, strategy, running, drain, minutes, extra_nodes):
+    update = rollout.node_update([model], {model.name: strategy}, P5, running, TIMING, drain_wait_seconds=drain)
     assert round(update.seconds / 60) == minutes
     assert update.extra_nodes_at_peak == extra_nodes
     assert update.steps[0].startswith(f"create the new node group: {extra_nodes} node(s)")
-    assert update.steps[2] == f"delete the old group's {running} emptied node(s): about 5 min"
+    assert update.steps[2] == f"let the last replaced pods drain (the old generation's drain barrier): {drain:,} s"
+    assert update.steps[3] == f"delete the old group's {running} emptied node(s): about 5 min"

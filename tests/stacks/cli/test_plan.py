@@ -155,8 +155,10 @@ def test_dynamics_for_prods_replicas_and_nodes() -> None:
         "rollout": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
         "rollout_needs_node": False,
         "rollout_seconds": 2 * 840,
-        # New group's 2 nodes (300 s) + both replicas rolled (1,680 s) + 300 s to delete the old group.
-        "node_update_seconds": 300 + 1680 + 300,
+        # New group's 2 nodes (300 s) + both replicas rolled (1,680 s) + the drain barrier's wait for the
+        # last replaced pod (its grace: 15 s preStop + the 1,805 s derived stream bound + 30 s) + 300 s to
+        # delete the old group.
+        "node_update_seconds": 300 + 1680 + 1850 + 300,
         "node_update_extra_nodes": 2,
     }
 
@@ -216,7 +218,9 @@ def test_stack_plan_prints_the_timing_rules_with_the_numbers_the_render_carries(
     assert rows["llama-70b: vLLM --shutdown-timeout 1,805 s >= stream bound 1,805 s"] == "ok"
     assert rows["edge: NLB deregistration delay 1,805 s >= longest stream bound 1,805 s"] == "ok"
     assert rows["llama-70b: picker queue wait 2 s < Envoy stream idle timeout 300 s"] == "ok"
-    assert set(rows.values()) == {"ok"} and len(rows) == 16
+    assert rows["node update: drain barrier before the old group's deletion 1,850 s >= longest vLLM "
+                "terminationGracePeriodSeconds 1,850 s"] == "ok"
+    assert set(rows.values()) == {"ok"} and len(rows) == 17
     picker = rendered["prod"].manifest("ConfigMap", "llama-70b-epp")["data"]["config.yaml"]
     assert "  defaultRequestTTL: 2s\n" in picker
     # The same numbers as the render: the vLLM pods' shutdown timeout, the Envoy drain, the rollout await.
@@ -227,6 +231,11 @@ def test_stack_plan_prints_the_timing_rules_with_the_numbers_the_render_carries(
     wiring = rendered["prod"].wiring["kubernetes:apps/v1:Deployment::llama-70b-deployment"]
     assert "llama-70b: Pulumi rollout await 4,560 s >= planned rollout (4 steps) 3,660 s" in rows
     assert wiring["customTimeouts"]["update"] == "4560s"
+    # The barrier's preStop sleeps the same 1,850 s the vLLM pod's grace period allows.
+    (barrier,) = [r for r in rendered["prod"].resources if r["name"].startswith("node-drain-barrier-")
+                  and r["type"] == "kubernetes:apps/v1:Deployment"]
+    (container,) = barrier["inputs"]["spec"]["template"]["spec"]["containers"]
+    assert container["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", "1850"]
     data = json.loads(_run(["--stack", "prod", "--model", "llama-70b", "--json"])[1])
     assert data["timing"][1] == {"rule": "llama-70b: vLLM --shutdown-timeout",
                                  "numbers": "1,805 s >= stream bound 1,805 s", "holds": True}

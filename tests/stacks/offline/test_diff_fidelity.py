@@ -98,7 +98,7 @@ def test_an_ami_bump_replaces_the_node_group_and_its_asg_tags_and_costs_a_node_g
         result = run_diff(repo, "prod", "--base", "main")
     assert result.returncode == 1, result.stderr
     out = result.stdout
-    assert out.splitlines()[0].startswith("prod: 9 to replace, 0 to delete, 0 to create, 1 to update against main")
+    assert out.splitlines()[0].startswith("prod: 9 to replace, 3 to delete, 3 to create, 1 to update against main")
     # The new group's Auto Scaling group name is unknown at preview, and it forces each tag's replacement.
     tags = re.findall(r"^\+- aws:autoscaling/tag:Tag (\S+) \(forced by autoscalingGroupName\)$", out, re.MULTILINE)
     assert len(tags) == 8
@@ -110,13 +110,18 @@ def test_an_ami_bump_replaces_the_node_group_and_its_asg_tags_and_costs_a_node_g
     group = block(out, "+- aws:eks/nodeGroup:NodeGroup gpu-p5-48xlarge-node-group (forced by labels)")
     assert group[1:4] == [
         f"    ! {CREATED_FIRST}",
-        "    = node group update: about 38 min (create the new node group: 2 node(s) ready in about 5 min; roll every "
-        "model onto it with its own strategy: about 28 min (slowest model); delete the old group's 2 emptied node(s): "
-        "about 5 min)",
+        "    = node group update: about 69 min (create the new node group: 2 node(s) ready in about 5 min; roll every "
+        "model onto it with its own strategy: about 28 min (slowest model); let the last replaced pods drain (the "
+        "old generation's drain barrier): 1,850 s; delete the old group's 2 emptied node(s): about 5 min)",
         "    = quota: 2 new p5.48xlarge node(s) beside the 2 old one(s), 4 nodes and 32 GPUs at once until the old "
         "group is deleted",
     ]
     assert '    inputs.releaseVersion: "1.34.2-20261101" -> "1.34.2-20261115"' in group
+    # The generation's drain barrier: the new one created, the old one deleted (before the old group).
+    assert block(out, "- kubernetes:apps/v1:Deployment node-drain-barrier-360e580ed6-deployment")[1] == (
+        "    = drain barrier: deleted before the old node group, its pod takes 1,850 s to go (the longest vLLM grace "
+        "period), so no replaced pod is still draining when EKS terminates the old nodes")
+    assert "+ kubernetes:apps/v1:Deployment node-drain-barrier-93051778e6-deployment" in out.splitlines()
     deployment = block(out, "~ kubernetes:apps/v1:Deployment llama-70b-deployment")
     assert deployment[1] == ("    ! spec.template.spec.nodeSelector unknown at preview: output of "
                              "gpu-p5-48xlarge-node-group, which is replaced")

@@ -17,6 +17,13 @@ VERSION = {"major": "1", "minor": "34", "gitVersion": "v1.34.2-eks-113cf36", "gi
            "gitTreeState": "clean", "buildDate": "2026-11-01T00:00:00Z", "goVersion": "go1.24",
            "compiler": "gc", "platform": "linux/amd64"}
 
+# A replica still draining on the old generation: Terminating keeps phase Running.
+POD = {"metadata": {"name": "llama-70b-5d9c-abcde", "namespace": "llm-serving",
+                    "deletionTimestamp": "2026-12-01T10:00:00Z"},
+       "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.33.0"}],
+                "nodeSelector": {"llm-serving/node-generation": "0da3900dc4"}},
+       "status": {"phase": "Running"}}
+
 
 class ApiServer(BaseHTTPRequestHandler):
     seen: list[str] = []
@@ -27,6 +34,8 @@ class ApiServer(BaseHTTPRequestHandler):
             status, body = 200, VERSION
         elif self.path.startswith("/api/v1/namespaces?"):
             status, body = 401, {"kind": "Status", "code": 401, "reason": "Unauthorized"}
+        elif self.path == "/api/v1/pods":
+            status, body = 200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": [POD]}
         elif self.path.startswith("/apis/apps/v1/deployments?"):
             keda = {"name": "keda-operator", "namespace": "keda", "labels": {"helm.sh/chart": "keda-2.20.2"}}
             status, body = 200, {"kind": "DeploymentList", "apiVersion": "apps/v1", "metadata": {},
@@ -91,3 +100,30 @@ def test_without_the_aws_cli_the_reader_says_so(monkeypatch):
     monkeypatch.setattr(session.shutil, "which", lambda name: None)
     with pytest.raises(FileNotFoundError, match="the `aws` CLI is not on PATH"):
         session.kube_reader("us-east-1")({"name": "x", "endpoint": "https://x", "certificateAuthority": {"data": ""}})
+
+
+def test_pods_are_read_in_kubectls_json_shape_for_the_node_group_guard(reader):
+    pods = reader.pods()
+    (pod,) = pods["items"]
+    assert pod["spec"]["nodeSelector"] == {"llm-serving/node-generation": "0da3900dc4"}
+    assert pod["status"]["phase"] == "Running" and pod["metadata"]["namespace"] == "llm-serving"
+    assert ApiServer.seen == ["/api/v1/pods"]
+
+
+def test_cluster_pods_reads_the_named_cluster_through_the_programs_kubeconfig(monkeypatch, reader):
+    import boto3
+    from botocore.stub import Stubber
+
+    eks = boto3.client("eks", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    cluster = {"name": "llm-prod", "endpoint": "https://ABC.gr7.us-east-1.eks.amazonaws.com",
+               "certificateAuthority": {"data": "LS0t"}}
+    built = []
+    with Stubber(eks) as stub:
+        stub.add_response("describe_cluster", {"cluster": cluster}, {"name": "llm-prod"})
+        monkeypatch.setattr(session, "aws_clients", lambda region: session.AwsClients("arn:x", eks, None, None))
+        monkeypatch.setattr(session, "kube_reader",
+                            lambda region: lambda found: built.append((region, found)) or reader)
+        pods = session.cluster_pods("llm-prod", "us-east-1")
+        stub.assert_no_pending_responses()
+    assert built == [("us-east-1", cluster)]
+    assert [p["metadata"]["name"] for p in pods["items"]] == ["llama-70b-5d9c-abcde"]
