@@ -54,6 +54,13 @@ class Footprint:
     cold_start_seconds: int
     shared_weights: bool = True  # ReadWriteMany: a surge pod on another node can mount the weights
     nodes_per_replica: int = 1  # > 1: a LeaderWorkerSet group, one pod of TP GPUs on each of that many nodes
+    # With a shared compile cache: the cold start of a replica that loads it (capacity.compile_cache_hit_seconds).
+    cached_cold_start_seconds: int | None = None
+
+    @property
+    def scale_up_cold_start_seconds(self) -> int:
+        """The cold start of a replica added while the model serves: its cache is produced by then."""
+        return self.cold_start_seconds if self.cached_cold_start_seconds is None else self.cached_cold_start_seconds
 
     def pods(self, replicas: int) -> list[int]:
         """The GPUs of each pod `replicas` replicas run (a group is nodes_per_replica pods)."""
@@ -188,12 +195,21 @@ class Timing:
 
     node_ready_seconds: int
     image_pull_seconds: int
+    # A pre-pull DaemonSet holds the vLLM image on every GPU node that has run one (components/serving/prepull.py).
+    image_prepulled: bool = False
+
+
+def image_pull_term(timing: Timing, *, new_node: bool) -> int:
+    """Seconds a replica waits for its image: none on a running node that holds it, the whole pull on a new
+    node (the pre-pull pod starts only once the node has joined, so it races the replica's own pull)."""
+    return timing.image_pull_seconds if new_node or not timing.image_prepulled else 0
 
 
 def replica_add_seconds(model: Footprint, timing: Timing, *, needs_node: bool) -> int:
     """From a scale-up decision to a new replica serving: node (if needed), image pull, cold start."""
     node = timing.node_ready_seconds if needs_node else 0
-    return node + timing.image_pull_seconds + model.cold_start_seconds + MIN_READY_SECONDS
+    return (node + image_pull_term(timing, new_node=needs_node) + model.scale_up_cold_start_seconds
+            + MIN_READY_SECONDS)
 
 
 def rollout_needs_node(models: list[Footprint], model: Footprint, gpus_per_node: int, nodes_running: int) -> bool:

@@ -4,11 +4,15 @@ vouches for), with the throughput the capacity planner plans cold starts on."""
 from .efs import WeightsFileSystem, WeightsFileSystemArgs
 from .fsx import WeightsLustre, WeightsLustreArgs
 from .objects import (
+    COMPILE_CACHE_CLAIM,
+    COMPILE_CACHE_ROOT,
     CSI_ADDON,
     EFS_CLAIM_PLACEHOLDER_GIB,
     EFS_READ_MIB_PER_SECOND,
     FSX_CSI_ADDON,
     LUSTRE_THROUGHPUTS,
+    compile_cache_claim,
+    compile_cache_volume,
     lustre_capacity_problem,
     lustre_read_mib_per_second,
     mount_target_subnets,
@@ -16,6 +20,10 @@ from .objects import (
 )
 
 __all__ = [
+    "COMPILE_CACHE_CLAIM",
+    "COMPILE_CACHE_ROOT",
+    "compile_cache_claim",
+    "compile_cache_volume",
     "CSI_ADDON",
     "FSX_CSI_ADDON",
     "EFS_CLAIM_PLACEHOLDER_GIB",

@@ -36,6 +36,9 @@ class WeightsFileSystemArgs:
     # GPU nodes' role may only mount, the staging nodes' role may also write. None: no policy (dev).
     reader_role_arns: tuple[pulumi.Input[str], ...] = ()
     writer_role_arn: str | None = None
+    # A shared compile cache: its own access point and a static volume on it; with a file-system policy the
+    # GPU nodes may write through that access point only (objects.file_system_policy).
+    compile_cache: bool = False
 
 
 class WeightsFileSystem(pulumi.ComponentResource):
@@ -112,15 +115,29 @@ class WeightsFileSystem(pulumi.ComponentResource):
                 tags=args.tags,
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[attachment]),
             ))
+        cache_point: aws.efs.AccessPoint | None = None
+        if args.compile_cache:
+            cache_point = aws.efs.AccessPoint(
+                f"{name}-compile-cache",
+                file_system_id=file_system.id,
+                # Every client is the pods' own identity here too, and the directory is created owned by it.
+                posix_user={"uid": args.owner_uid, "gid": args.owner_gid},
+                root_directory={"path": objects.COMPILE_CACHE_ROOT, "creation_info": {
+                    "owner_uid": args.owner_uid, "owner_gid": args.owner_gid, "permissions": "0750"}},
+                tags={**args.tags, "Name": f"{args.cluster_name}-{name}-compile-cache"},
+                opts=child,
+            )
         guards: list[pulumi.Resource] = []
         if args.writer_role_arn is not None:
             # Before any claim binds: a pod must never mount the weights while they are unguarded.
             guards.append(aws.efs.FileSystemPolicy(
                 f"{name}-policy",
                 file_system_id=file_system.id,
-                policy=pulumi.Output.all(file_system.arn, *args.reader_role_arns).apply(
+                policy=pulumi.Output.all(file_system.arn, cache_point.arn if cache_point else "",
+                                         *args.reader_role_arns).apply(
                     lambda values: json.dumps(objects.file_system_policy(
-                        values[0], reader_role_arns=list(values[1:]), writer_role_arn=args.writer_role_arn))),
+                        values[0], reader_role_arns=list(values[2:]), writer_role_arn=args.writer_role_arn,
+                        compile_cache_access_point_arn=values[1] or None))),
                 opts=child,
             ))
         else:
@@ -147,4 +164,17 @@ class WeightsFileSystem(pulumi.ComponentResource):
         )
         self.storage_class_name = storage_class.metadata.name
         self.file_system_id = file_system.id
+        self.compile_cache_volume_name: pulumi.Output[str] | None = None
+        if cache_point is not None:
+            volume = pulumi.Output.all(file_system.id, cache_point.id).apply(
+                lambda ids: objects.compile_cache_volume(f"{args.storage_class_name}-compile-cache",
+                                                         file_system_id=ids[0], access_point_id=ids[1]))
+            persistent_volume = k8s.core.v1.PersistentVolume(
+                f"{name}-compile-cache-volume",
+                metadata=volume["metadata"], spec=volume["spec"],
+                # Mounted only once the policy that scopes the GPU nodes' writes is in force.
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[*targets, *driver, *guards],
+                                            retain_on_delete=True),
+            )
+            self.compile_cache_volume_name = persistent_volume.metadata.name
         self.register_outputs({"storage_class_name": self.storage_class_name, "file_system_id": self.file_system_id})

@@ -81,6 +81,45 @@ def storage_class(name: str, parameters: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# The compile cache's own directory on the weights file system, outside the claims' base path, reached
+# only through its access point (components/serving/compile_cache.py).
+COMPILE_CACHE_ROOT = "/llm-serving-compile-cache"
+COMPILE_CACHE_CLAIM = "compile-cache"
+COMPILE_CACHE_CLAIM_GIB = 100  # EFS ignores a claim's size; Kubernetes requires one
+
+
+def compile_cache_volume(name: str, *, file_system_id: str, access_point_id: str) -> dict[str, Any]:
+    """A static PersistentVolume on the compile cache's access point (EFS CSI driver, static provisioning:
+    volumeHandle `<file system>::<access point>`), retained, mounted with TLS and IAM like the weights."""
+    check_dns_label("name", name)
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "llm-serving",
+                                              "app.kubernetes.io/component": COMPILE_CACHE_CLAIM}},
+        "spec": {
+            "capacity": {"storage": f"{COMPILE_CACHE_CLAIM_GIB}Gi"},
+            "accessModes": ["ReadWriteMany"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": "",
+            "mountOptions": list(MOUNT_OPTIONS),
+            "csi": {"driver": CSI_PROVISIONER, "volumeHandle": f"{file_system_id}::{access_point_id}"},
+        },
+    }
+
+
+def compile_cache_claim(namespace: str, volume_name: str) -> dict[str, Any]:
+    """The serving namespace's claim on that volume, bound by name (no class, no provisioner)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": COMPILE_CACHE_CLAIM, "namespace": namespace,
+                     "labels": {"app.kubernetes.io/part-of": "llm-serving"}},
+        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": volume_name,
+                 "resources": {"requests": {"storage": f"{COMPILE_CACHE_CLAIM_GIB}Gi"}}},
+    }
+
+
 # Actions and condition keys of the EFS file-system policy, as the Service Authorization Reference
 # lists them for Amazon EFS (docs.aws.amazon.com/service-authorization/latest/reference/
 # list_amazonelasticfilesystem.html: ClientMount, ClientWrite, ClientRootAccess;
@@ -90,18 +129,33 @@ EFS_CLIENT_ACTIONS = ("elasticfilesystem:ClientMount", "elasticfilesystem:Client
                       "elasticfilesystem:ClientRootAccess")
 
 
-def file_system_policy(file_system_arn: str, *, reader_role_arns: list[str], writer_role_arn: str) -> dict[str, Any]:
+def file_system_policy(file_system_arn: str, *, reader_role_arns: list[str], writer_role_arn: str,
+                       compile_cache_access_point_arn: str | None = None) -> dict[str, Any]:
     """Who may mount and write the weights (EFS user guide, iam-access-control-nfs-efs).
 
     With a policy in place EFS authorises every NFS mount against it: an anonymous (non-`iam`) client
     gets nothing. Only the readers (the GPU nodes' role) and the writer (the staging nodes' role) may
     mount, only through a mount target, only over TLS; only the writer may write; nobody gets root, so
     the access point's POSIX identity (uid 2000) is forced on every client.
+
+    With `compile_cache_access_point_arn` the readers may also write, but only through that access point
+    (condition key `elasticfilesystem:AccessPointArn`), whose root is the compile cache's directory: the
+    compile cache's producer runs on a GPU node, and the weights stay out of its reach.
     """
     if not reader_role_arns or not writer_role_arn:
         raise ValueError("a file-system policy needs reader roles and a writer role")
     through_mount_target = {"Bool": {"elasticfilesystem:AccessedViaMountTarget": "true"}}
     everyone = {"AWS": "*"}
+    cache = compile_cache_access_point_arn
+    deny_writes = {"ArnNotEquals": {"aws:PrincipalArn": writer_role_arn}}
+    if cache is not None:
+        # Both must differ for the deny (conditions are ANDed): the staging role anywhere, anyone through the cache.
+        deny_writes["StringNotEquals"] = {"elasticfilesystem:AccessPointArn": cache}
+    cache_writes = [
+        {"Sid": "CompileCacheWrites", "Effect": "Allow", "Principal": {"AWS": sorted(set(reader_role_arns))},
+         "Action": "elasticfilesystem:ClientWrite", "Resource": file_system_arn,
+         "Condition": {**through_mount_target, "StringEquals": {"elasticfilesystem:AccessPointArn": cache}}},
+    ] if cache is not None else []
     return {
         "Version": "2012-10-17",
         "Statement": [
@@ -110,13 +164,13 @@ def file_system_policy(file_system_arn: str, *, reader_role_arns: list[str], wri
             {"Sid": "DenyRootAccess", "Effect": "Deny", "Principal": everyone,
              "Action": "elasticfilesystem:ClientRootAccess", "Resource": file_system_arn},
             {"Sid": "DenyWritesExceptStaging", "Effect": "Deny", "Principal": everyone,
-             "Action": "elasticfilesystem:ClientWrite", "Resource": file_system_arn,
-             "Condition": {"ArnNotEquals": {"aws:PrincipalArn": writer_role_arn}}},
+             "Action": "elasticfilesystem:ClientWrite", "Resource": file_system_arn, "Condition": deny_writes},
             {"Sid": "MountThroughMountTargets", "Effect": "Allow",
              "Principal": {"AWS": sorted({*reader_role_arns, writer_role_arn})},
              "Action": "elasticfilesystem:ClientMount", "Resource": file_system_arn, "Condition": through_mount_target},
             {"Sid": "StagingWrites", "Effect": "Allow", "Principal": {"AWS": writer_role_arn},
              "Action": "elasticfilesystem:ClientWrite", "Resource": file_system_arn, "Condition": through_mount_target},
+            *cache_writes,
         ],
     }
 

@@ -40,6 +40,7 @@ RULES: tuple[Callable[[StackConfig], Iterator[Problem]], ...] = (
     edge.edge_rules,
     serving.routing_rules,
     serving.multinode_rules,
+    serving.compile_cache_rules,
     timing.timing_rules,
 )
 

@@ -101,6 +101,8 @@ class RenderMocks(pulumi.runtime.Mocks):
             state.setdefault("nodeGroupName", f"{args.inputs.get('nodeGroupNamePrefix', name)}placeholder")
         elif args.typ == "aws:efs/fileSystem:FileSystem":
             state.setdefault("arn", f"arn:aws:elasticfilesystem:{REGION}:{ACCOUNT_ID}:file-system/{name}-id")
+        elif args.typ == "aws:efs/accessPoint:AccessPoint":
+            state.setdefault("arn", f"arn:aws:elasticfilesystem:{REGION}:{ACCOUNT_ID}:access-point/{name}-id")
         elif args.typ == "aws:fsx/lustreFileSystem:LustreFileSystem":
             state.setdefault("dnsName", f"{name}.fsx.{REGION}.amazonaws.com")
             state.setdefault("mountName", "placeholder")
