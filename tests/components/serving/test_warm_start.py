@@ -106,7 +106,7 @@ def _p5():
 
 def test_key_directory_names_every_input():
     assert key().relative_dir() == (f"meta-llama/Llama-3.1-70B-Instruct/{SHA}/vllm-0.33.0/"
-                                    "tp4-NVIDIA-H100-80GB-HBM3-a2a34283c10b")
+                                    "tp4-NVIDIA-H100-80GB-HBM3-7fadb4be04ff")
     assert key(image_digest="sha256:" + "ab" * 32).relative_dir().split("/")[3] == "vllm-0.33.0-abababababab"
 
 

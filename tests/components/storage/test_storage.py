@@ -303,6 +303,7 @@ def test_the_lustre_security_group_allows_lnet_out_as_well_as_in(stack_dir):
 FS_ARN = "arn:aws:elasticfilesystem:us-east-1:123456789012:file-system/weights-storage-file-system-id"
 GPU_ROLE = "arn:aws:iam::123456789012:role/gpu-p5-48xlarge-node-role"
 STAGING_ROLE = "arn:aws:iam::123456789012:role/llm-prod-cpu-nodes"
+CACHE_AP = "arn:aws:elasticfilesystem:us-east-1:123456789012:access-point/weights-storage-compile-cache-id"
 
 
 @pytest.mark.parametrize("stack", ["prod", "staging"])
@@ -315,14 +316,20 @@ def test_the_file_system_policy_requires_tls_and_iam_denies_root_and_lets_only_s
          "Condition": {"Bool": {"aws:SecureTransport": "false"}}},
         {"Sid": "DenyRootAccess", "Effect": "Deny", "Principal": {"AWS": "*"},
          "Action": "elasticfilesystem:ClientRootAccess", "Resource": FS_ARN},
+        # Writes only by the staging role, or through the compile cache's access point (whose root is the
+        # cache's directory, never the weights').
         {"Sid": "DenyWritesExceptStaging", "Effect": "Deny", "Principal": {"AWS": "*"},
          "Action": "elasticfilesystem:ClientWrite", "Resource": FS_ARN,
-         "Condition": {"ArnNotEquals": {"aws:PrincipalArn": STAGING_ROLE}}},
+         "Condition": {"ArnNotEquals": {"aws:PrincipalArn": STAGING_ROLE},
+                       "StringNotEquals": {"elasticfilesystem:AccessPointArn": CACHE_AP}}},
         # No anonymous principal: a mount without the `iam` option matches no Allow and is refused.
         {"Sid": "MountThroughMountTargets", "Effect": "Allow", "Principal": {"AWS": [GPU_ROLE, STAGING_ROLE]},
          "Action": "elasticfilesystem:ClientMount", "Resource": FS_ARN, "Condition": through_mount_target},
         {"Sid": "StagingWrites", "Effect": "Allow", "Principal": {"AWS": STAGING_ROLE},
          "Action": "elasticfilesystem:ClientWrite", "Resource": FS_ARN, "Condition": through_mount_target},
+        {"Sid": "CompileCacheWrites", "Effect": "Allow", "Principal": {"AWS": [GPU_ROLE]},
+         "Action": "elasticfilesystem:ClientWrite", "Resource": FS_ARN,
+         "Condition": {**through_mount_target, "StringEquals": {"elasticfilesystem:AccessPointArn": CACHE_AP}}},
     ]}
     # Claims bind only once the policy is in force.
     depends = rendered[stack].wiring["kubernetes:storage.k8s.io/v1:StorageClass::weights-storage-storage-class"]
