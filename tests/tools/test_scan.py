@@ -156,7 +156,8 @@ def test_every_skip_pattern_matches_only_vllm_deployments_and_staging_jobs_in_th
     # staging and prod route through an InferencePool, so they also run the model's endpoint picker.
     pickers = [] if stack == "dev" else [f"Deployment.llm-serving.{model}-epp"]
     assert [w if w.startswith("Deployment.") else w.rsplit("-", 1)[0] + "-<hash>" for w in workloads] == [
-        f"Deployment.llm-serving.{model}", *pickers, f"Job.llm-serving.{model}-stage-<hash>",
+        f"Deployment.llm-serving.{model}", *pickers, f"Job.llm-serving.{model}-compile-<hash>",
+        f"Job.llm-serving.{model}-stage-<hash>",
         f"Job.llm-serving.{model}-verify-<hash>"]
 
 
