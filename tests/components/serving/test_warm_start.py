@@ -144,7 +144,8 @@ def test_producer_serves_on_loopback_without_the_chat_template():
 def test_producer_takes_an_exclusive_lock_and_marks_the_cache_last():
     lines = producer_script(key(), ["/models/m"]).splitlines()
     final = "/models/compile-cache/" + key().relative_dir()
-    assert lines[1] == f"if [ -f {final}/.llm-serving-complete ]; then echo 'compile cache already produced'; exit 0; fi"
+    assert lines[1] == (f"if [ -f {final}/.llm-serving-complete ]; then echo 'compile cache already produced'; "
+                        "exit 0; fi")
     assert lines[3].startswith(f"if ! mkdir {final}.lock; then")
     assert lines[-2] == (f"rm -rf {final} && mv {final}.partial {final} && touch {final}/.llm-serving-complete")
 
@@ -208,7 +209,8 @@ def test_gpu_nodes_may_write_only_through_the_cache_access_point():
         "arn:fs", reader_role_arns=["arn:gpu"], writer_role_arn="arn:staging",
         compile_cache_access_point_arn=ap)["Statement"]}
     assert statements["DenyWritesExceptStaging"]["Condition"] == {
-        "ArnNotEquals": {"aws:PrincipalArn": "arn:staging"}, "StringNotEquals": {"elasticfilesystem:AccessPointArn": ap}}
+        "ArnNotEquals": {"aws:PrincipalArn": "arn:staging"},
+        "StringNotEquals": {"elasticfilesystem:AccessPointArn": ap}}
     assert statements["CompileCacheWrites"] == {
         "Sid": "CompileCacheWrites", "Effect": "Allow", "Principal": {"AWS": ["arn:gpu"]},
         "Action": "elasticfilesystem:ClientWrite", "Resource": "arn:fs",
