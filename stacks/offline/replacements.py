@@ -81,6 +81,8 @@ AWS_FORCE_NEW: dict[str, tuple[str, ...]] = {
     # efs_file_system_policy: file_system_id is ForceNew; the policy document updates in place
     # (PutFileSystemPolicy replaces it whole).
     "aws:efs/fileSystemPolicy:FileSystemPolicy": ("fileSystemId",),
+    # Every argument but tags forces a new access point (aws_efs_access_point: ForceNew on each).
+    "aws:efs/accessPoint:AccessPoint": ("fileSystemId", "posixUser", "rootDirectory"),
     "aws:fsx/lustreFileSystem:LustreFileSystem": (
         "backupId", "copyTagsToBackups", "deploymentType", "driveCacheType", "exportPath", "fileSystemTypeVersion",
         "importPath", "importedFileChunkSize", "kmsKeyId", "perUnitStorageThroughput", "securityGroupIds",
