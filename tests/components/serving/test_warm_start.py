@@ -218,3 +218,19 @@ def test_gpu_nodes_may_write_only_through_the_cache_access_point():
                       "StringEquals": {"elasticfilesystem:AccessPointArn": ap}}}
     plain = file_system_policy("arn:fs", reader_role_arns=["arn:gpu"], writer_role_arn="arn:staging")
     assert "CompileCacheWrites" not in json.dumps(plain)
+
+
+# --- refusals at preview ----------------------------------------------------------------------------------
+
+
+def test_shared_compile_cache_with_an_unpinned_revision_is_refused_at_preview():
+    from tests.stacks.checks.test_model_checks import lines
+
+    assert lines(revision="main", compileCache="shared", environment="dev") == [
+        "llm-serving:models[llama-70b].compileCache: no shared compile cache: revision 'main' is not a 40-character "
+        "commit SHA: a branch or tag can move to other weights under the same name (got \"shared\"; expected auto or "
+        "off, or pin the missing input)"
+    ]
+    # auto falls back to off instead (plan --stack says why), and a pinned key passes.
+    assert lines(revision="main", compileCache="auto", environment="dev") == []
+    assert lines(compileCache="shared") == []
