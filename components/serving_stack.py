@@ -54,6 +54,7 @@ from components.routing import (
 from components.scaling import ModelAutoscaling, ModelAutoscalingArgs, ScalingTarget
 from components.serving import (
     PORT,
+    CompileCacheKey,
     EngineSettings,
     LeaderWorkerSetController,
     LeaderWorkerSetControllerArgs,
@@ -62,6 +63,7 @@ from components.serving import (
     VllmDeployment,
     VllmDeploymentArgs,
     container_security_context,
+    prepull_daemonset,
     staging_claim_name,
 )
 from components.storage import (
@@ -72,6 +74,7 @@ from components.storage import (
     WeightsFileSystemArgs,
     WeightsLustre,
     WeightsLustreArgs,
+    compile_cache_claim,
 )
 from components.verification import SELECTOR as VERIFY_POD_SELECTOR
 from components.verification import Settings, VerificationJob, VerificationJobArgs
@@ -129,6 +132,9 @@ class ServedModel:
     stage_service_account: str | None = None
     serving_service_account: str | None = None
     region: pulumi.Input[str] | None = None  # S3: the bucket's region, for the Job's and the streamer's clients
+    # The shared compile cache's key (components/serving/compile_cache.py); None: every pod compiles.
+    compile_cache: CompileCacheKey | None = None
+    compile_timeout_seconds: int = 3600  # the producer Job: a node, an image pull and one cold start
 
 
 @dataclass(frozen=True)
@@ -185,6 +191,8 @@ class ServingStackArgs:
     # Per model, the verification Job run after it is Ready and routed (empty: verification off).
     verifications: tuple[ModelVerification, ...] = ()
     verify_image: str = ""
+    # Pull these vLLM images on every GPU node before a replica needs them (prepull.py); (): no pre-pull.
+    prepull_images: tuple[str, ...] = ()
 
 
 class ServingStack(pulumi.ComponentResource):
@@ -363,6 +371,7 @@ class ServingStack(pulumi.ComponentResource):
         self._workloads: dict[str, pulumi.Resource] = {}
         storage_class: pulumi.Output[str] | None = None
         serving_claims: dict[str, pulumi.Output[str]] = {}
+        cache_claim: list[pulumi.Resource] = []
         if args.weights_storage is not None:
             # Claims name the class through its output, so they wait for the file system to be mountable.
             # The GPU nodes (the serving identity) read through access points of their own; NFS comes
@@ -382,6 +391,13 @@ class ServingStack(pulumi.ComponentResource):
             file_system = WeightsFileSystem("weights-storage", efs, child)
             storage_class = file_system.storage_class_name
             serving_claims = file_system.serving_claim_names
+            if file_system.compile_cache_volume_name is not None:
+                claim = file_system.compile_cache_volume_name.apply(
+                    lambda volume: compile_cache_claim(args.serving_namespace, volume))
+                cache_claim.append(k8s.core.v1.PersistentVolumeClaim(
+                    "compile-cache-claim", metadata=claim["metadata"], spec=claim["spec"],
+                    # Retained like the weights: a compile is minutes of GPU time per key.
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[ns], retain_on_delete=True)))
         shared_claim: pulumi.Output[str] | None = None
         if args.weights_lustre is not None:
             # The shared claim lives in the serving namespace, behind the same fences as the Jobs.
@@ -396,6 +412,14 @@ class ServingStack(pulumi.ComponentResource):
         node_selector = pulumi.Output.all(
             self.gpu_node_group.node_group_name, self.gpu_node_group.node_selector
         ).apply(lambda values: values[1])
+        if args.prepull_images:
+            # On the GPU nodes the Deployments select (through the node group's name, so a new generation
+            # of nodes pulls as soon as it exists), restricted like every pod in the namespace.
+            prepull = prepull_daemonset(namespace=args.serving_namespace, images=list(args.prepull_images),
+                                        node_selector=node_selector,  # type: ignore[arg-type]
+                                        tolerations=self.gpu_node_group.tolerations)  # type: ignore[arg-type]
+            k8s.apps.v1.DaemonSet("image-prepull", metadata=prepull["metadata"], spec=prepull["spec"],
+                                  opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]))
         for model in args.models:
             weights = ModelWeights(
                 f"{model.name}-weights",
@@ -468,9 +492,12 @@ class ServingStack(pulumi.ComponentResource):
                     cache_gib=model.cache_gib,
                     tmp_gib=model.tmp_gib,
                     chat_template=model.chat_template,
+                    compile_cache=model.compile_cache,
+                    compile_timeout_seconds=model.compile_timeout_seconds,
                     # Serving starts only once its revision is fully staged (and a group once its
                     # operator and the EFA device plugin run).
                     after=(weights.job, api_key, *serving_after,
+                           *(cache_claim if model.compile_cache is not None else ()),
                            *(self._group_prerequisites if model.settings.pipeline_parallel_size > 1 else ())),
                 ),
                 child,

@@ -346,6 +346,10 @@ def check_probes_present_lenient_liveness(
 ) -> list[str]:
     subject = _subject(resource_type, inputs, context)
     messages = []
+    if resource_type in (JOB, CRON_JOB):
+        # A run-to-completion GPU pod (the compile cache's producer) holds no endpoint and no requests; its
+        # activeDeadlineSeconds bounds a hung engine instead.
+        return messages
     # A LeaderWorkerSet's workers run headless ranks with no HTTP server: the leader's probes stand for
     # the group (and LeaderWorkerSet recreates the group when any of its pods restarts).
     serving = [c for role, spec in _pod_specs(resource_type, inputs) if role != "worker" for c in _containers(spec)]

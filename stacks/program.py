@@ -70,6 +70,7 @@ from stacks.config import (
     EdgeAuth,
     EdgeMode,
     Environment,
+    ImagePrePull,
     ModelConfig,
     NetworkPolicyEnforcement,
     NodeAutoscalingMode,
@@ -257,6 +258,9 @@ def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType
         pre_start_seconds=dynamics.node_ready_seconds + dynamics.image_pull_seconds,
         # A multi-node rank takes every EFA interface of its node (a stage is the whole node).
         efa_interfaces=config.gpu_node_group.efa_interfaces if plan.pipeline_parallel_size > 1 else 0,
+        compile_cache=planning.compile_cache_wiring(config, model),
+        # The producer is one cold start with a compile, after a node and an image pull at worst.
+        compile_timeout_seconds=dynamics.node_ready_seconds + dynamics.image_pull_seconds + plan.startup_budget_seconds,
     )
 
 
@@ -496,6 +500,7 @@ def serving_stack_args(
             kubernetes_version=config.cluster.kubernetes_version,
             tags=tags,
             writer_role_arn=staging.role_arn,
+            compile_cache=any(planning.compile_cache_state(config, m)[0] for m in config.models),
         )
         if config.weights_storage.backend is StorageBackend.EFS
         else None,
@@ -588,6 +593,8 @@ def serving_stack_args(
         else None,
         verifications=model_verifications(config),
         verify_image=versions.VERIFY_IMAGE,
+        prepull_images=tuple(sorted({m.image for m in models}))
+        if group.image_pre_pull is ImagePrePull.DAEMON_SET else (),
     )
 
 

@@ -54,11 +54,33 @@ def prod_scale_down_window(facts: Facts) -> str:
 def prod_replica_add_terms(facts: Facts) -> str:
     """The terms the default scale-down window adds up (stacks/checks/planning.replica_add_seconds)."""
     group = facts.prod.gpu_node_group
-    cold = facts.stack_plan()["cold_start_seconds"]
+    cold = facts.stack_plan()["dynamics"]["replica_add_cold_start_seconds"]
     ready = facts.manifest(PROD, "Deployment", facts.prod_model.name)["spec"]["minReadySeconds"]
     total = group.node_ready_seconds + group.image_pull_seconds + cold + ready
     return (f"{group.node_ready_seconds} s node + {group.image_pull_seconds} s image pull + "
-            f"{cold} s cold start + {ready} s `minReadySeconds` = {total:,} s")
+            f"{cold} s cold start (torch.compile from the shared cache) + {ready} s `minReadySeconds` = {total:,} s")
+
+
+def prod_warm_start(facts: Facts) -> str:
+    """Adding one of prod's replicas on a new node and on a warm one, term by term (plan --stack prod)."""
+    d = facts.stack_plan()["dynamics"]
+    plan = facts.stack_plan()
+    cold, hit = plan["cold_start_seconds"], plan["cold_start_cached_seconds"]
+    ready = d["replica_add_seconds_running_node"] - d["image_pull_seconds_running_node"] - hit
+    rows = [
+        ("a GPU node joins and advertises its GPUs", d["node_seconds"], 0),
+        ("the vLLM image is pulled (the pre-pull pod races it on a new node)", d["image_pull_seconds_new_node"],
+         d["image_pull_seconds_running_node"]),
+        (f"weights, engine start and graph capture; torch.compile {d['compile_cached_seconds']} s from the shared "
+         f"cache instead of {d['compile_seconds']} s (a key change compiles: {cold} s)", hit, hit),
+        ("ready for `minReadySeconds`", ready, ready),
+    ]
+    lines = ["| step | new node | warm node |", "|---|---|---|"]
+    lines += [f"| {step} | {new:,} s | {warm:,} s |" for step, new, warm in rows]
+    lines.append(f"| **serving after** | **{_minutes(d['replica_add_seconds_new_node'])}** "
+                 f"({d['replica_add_seconds_new_node']:,} s) | **{_minutes(d['replica_add_seconds_running_node'])}** "
+                 f"({d['replica_add_seconds_running_node']:,} s) |")
+    return "\n".join(lines)
 
 
 def prod_cold_start(facts: Facts) -> str:
@@ -335,6 +357,7 @@ GENERATORS: dict[str, Callable[[Facts], str]] = {
     "prod-startup-budget": prod_startup_budget,
     "prod-scale-down-window": prod_scale_down_window,
     "prod-replica-add-terms": prod_replica_add_terms,
+    "prod-warm-start": prod_warm_start,
     "prod-cold-start": prod_cold_start,
     "prod-read-speed": prod_read_speed,
     "prod-weights-gb": prod_weights_gb,

@@ -13,6 +13,8 @@ from .capacity import (
     GpuSpec,
     plan,
 )
+from .compile_cache import SHARED_MOUNT as COMPILE_CACHE_SHARED_MOUNT
+from .compile_cache import CompileCacheKey
 from .deployment import VllmDeployment, VllmDeploymentArgs
 from .engine import (
     CHAT_TEMPLATE_PATH,
@@ -37,6 +39,7 @@ from .engine import (
 from .lws import LeaderWorkerSetController, LeaderWorkerSetControllerArgs, lws_values
 from .models import ModelArchitecture, known_model_ids, lookup_model
 from .performance import GPU_PERFORMANCE, Latency, latency, slo_concurrency, usd_per_million_output_tokens
+from .prepull import prepull_daemonset
 from .rollout import (
     DEFAULT_IMAGE_PULL_SECONDS,
     DEFAULT_NODE_READY_SECONDS,
@@ -50,6 +53,7 @@ from .rollout import (
     Timing,
     choose_strategies,
     cold_start,
+    image_pull_term,
     node_update,
     nodes_needed,
     replica_add_seconds,
@@ -125,6 +129,10 @@ __all__ = [
     "slo_concurrency",
     "usd_per_million_output_tokens",
     "DEFAULT_IMAGE_PULL_SECONDS",
+    "CompileCacheKey",
+    "COMPILE_CACHE_SHARED_MOUNT",
+    "image_pull_term",
+    "prepull_daemonset",
     "DEFAULT_NODE_READY_SECONDS",
     "OLD_GROUP_DELETE_SECONDS",
     "Footprint",

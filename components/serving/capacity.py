@@ -113,6 +113,15 @@ DEFAULT_STORAGE_READ_MIB_PER_SECOND = 125.0
 DEFAULT_ENGINE_STARTUP_SECONDS = 180
 # "Graph capturing finished in N secs": 1-69 s in stored logs.
 DEFAULT_GRAPH_CAPTURE_SECONDS = 60
+# The torch.compile share of DEFAULT_ENGINE_STARTUP_SECONDS on a cold cache: 66.54 s of compilation for
+# an 8B model (vllm-project/vllm#11078, the torch.compile usage guide's published run); no published
+# figure for a 70B at TP4 was found, and compile time follows the graph count more than the model size
+# (vllm#20451: Llama-3.1-70B splits into 80 piecewise subgraphs, most of them cache hits after the first).
+DEFAULT_COMPILE_SECONDS = 67
+# The same step loading a warm cache: "torch.compile takes 7.51 s in total" (vllm#20264), 9.61 s with
+# AOT artifacts on a TP2 run (noonghunna/club-3090#142), about 7 s for an 8B (llm-d-incubation/
+# llm-d-fast-model-actuation#111). CUDA graphs are captured again at every start either way.
+DEFAULT_COMPILE_CACHED_SECONDS = 10
 # Why x2 and a 10-minute floor: a startup probe that kills a pod mid-load restarts the whole load,
 # so a too-small budget turns one slow start into a crash loop that never serves (aibrix#772,
 # kserve#5063 in anchors.md); too large only delays noticing a hung start. Read speed varies
@@ -425,6 +434,15 @@ def cold_start_seconds(
     return math.ceil(weight_bytes / storage_read_bytes_per_second + engine_startup_seconds + graph_capture_seconds)
 
 
+def compile_cache_hit_seconds(cold_start: int, compile_seconds: int, compile_cached_seconds: int) -> int:
+    """A cold start whose torch.compile step loads a shared cache: the compile term swapped for the load.
+
+    The startup probe keeps the cold figure: a key change (revision, engine, layout, GPU) always
+    starts cold, and so does any replica that starts before the cache's producer has finished.
+    """
+    return cold_start - compile_seconds + min(compile_seconds, compile_cached_seconds)
+
+
 def startup_probe_budget_seconds(
     cold_start: int,
     *,
@@ -499,11 +517,18 @@ class CapacityPlan:
     storage_read_mib_per_second: float = DEFAULT_STORAGE_READ_MIB_PER_SECOND  # what cold_start_seconds assumed
     pipeline_parallel_size: int = 1  # stages, one whole node each when > 1
     # The cold start's terms (cold_start_seconds is their sum): reading the weights at the storage's
-    # speed, engine start-up (imports, NCCL, profiling, KV allocation) and compilation (torch.compile and
-    # CUDA-graph capture, which a compile cache shortens).
+    # speed, engine start-up (imports, NCCL, profiling, KV allocation, CUDA-graph capture: captured at
+    # every start) and torch.compile on a cold cache, which a shared compile cache shortens to
+    # compile_cached_seconds.
     weights_load_seconds: int = 0
     engine_init_seconds: int = 0
-    compile_seconds: int = 0
+    compile_seconds: int = DEFAULT_COMPILE_SECONDS
+    compile_cached_seconds: int = DEFAULT_COMPILE_CACHED_SECONDS
+
+    @property
+    def cold_start_cached_seconds(self) -> int:
+        """cold_start_seconds with the compile step loaded from a shared cache instead of run."""
+        return compile_cache_hit_seconds(self.cold_start_seconds, self.compile_seconds, self.compile_cached_seconds)
 
     @property
     def gpus_per_replica(self) -> int:
@@ -549,6 +574,9 @@ class CapacityPlan:
             "runtime_overhead_gib_per_gpu": None if overhead is None else round(overhead, 2),
             "kv_source": self.kv_source,
             "cold_start_seconds": self.cold_start_seconds,
+            "compile_seconds": self.compile_seconds,
+            "compile_cached_seconds": self.compile_cached_seconds,
+            "cold_start_cached_seconds": self.cold_start_cached_seconds,
             "notes": list(self.notes),
         }
 
@@ -586,9 +614,11 @@ def plan(
     fits no single node over up to `max_nodes_per_replica` nodes, TP = GPUs per node within each
     (default: an explicit `pp`, else 1). "auto" with an explicit `tp` means PP 1.
     """
+    compile_seconds = min(DEFAULT_COMPILE_SECONDS, math.floor(engine_startup_seconds))
     if enforce_eager:
         cuda_graphs_counted = False
         graph_capture_seconds = 0
+        compile_seconds = 0  # --enforce-eager runs without torch.compile
     if isinstance(model, str):
         found = lookup_model(model)
         if found is None:
@@ -713,7 +743,7 @@ def plan(
     stage_bytes = math.ceil(checkpoint_bytes / pp)
     cold = cold_start_seconds(stage_bytes, storage_read_mib_per_second * MIB, engine_startup_seconds,
                               graph_capture_seconds)
-    engine_init, compile_time = math.ceil(engine_startup_seconds), math.ceil(graph_capture_seconds)
+    engine_init, graph_capture = math.ceil(engine_startup_seconds), math.ceil(graph_capture_seconds)
     return CapacityPlan(
         model_id=model.model_id,
         gpu=gpu.name,
@@ -744,9 +774,12 @@ def plan(
         + (("speculative decoding: the draft model's weights and KV layers are not in this plan; pass "
             "--available-kv-gib from a boot with it",) if speculative_decoding else ()),
         storage_read_mib_per_second=storage_read_mib_per_second,
-        weights_load_seconds=max(0, cold - engine_init - compile_time),
-        engine_init_seconds=engine_init,
-        compile_seconds=compile_time,
+        # torch.compile is a share of the engine's start-up; the rest of it, and the CUDA-graph
+        # capture, is engine init.
+        weights_load_seconds=max(0, cold - engine_init - graph_capture),
+        engine_init_seconds=engine_init + graph_capture - compile_seconds,
+        compile_seconds=compile_seconds,
+        compile_cached_seconds=min(compile_seconds, DEFAULT_COMPILE_CACHED_SECONDS),
     )
 
 

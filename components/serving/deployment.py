@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from . import engine, multinode, timing
+from . import compile_cache, engine, multinode, timing
 from .multinode import EFA_ENV, efa_resources, leader_worker_set, worker_container
 
 
@@ -51,6 +51,11 @@ class VllmDeploymentArgs:
     # S3 backend: the pods' service account, which Pod Identity maps to the read-only role of the model's
     # prefix (the association must exist first: in `after`).
     service_account: str | None = None
+    # The shared compile cache's key (compile_cache.py): each pod seeds its own cache from it, and one Job
+    # produces it; None: every pod compiles for itself.
+    compile_cache: compile_cache.CompileCacheKey | None = None
+    # What Pulumi waits for the producer Job: a node, an image pull and one cold start with a compile.
+    compile_timeout_seconds: int = 3600
 
 
 def selector_labels(model_name: str) -> dict[str, str]:
@@ -161,6 +166,12 @@ class VllmDeployment(pulumi.ComponentResource):
             "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(engine.PRE_STOP_SECONDS)]}}},
             "securityContext": engine.container_security_context(),
         }
+        key = args.compile_cache if not multi else None
+        init_containers = ([compile_cache.seed_init_container(key, args.image, engine.writable_paths_env())]
+                           if key is not None else [])
+        if key is not None:
+            volumes += key.volumes(writable=False)
+
         def pod_template(pod_labels: dict[str, str], containers: list[dict]) -> dict:
             return {
                 "metadata": {"labels": pod_labels, **({"annotations": args.pod_annotations}
@@ -193,6 +204,7 @@ class VllmDeployment(pulumi.ComponentResource):
                     "automountServiceAccountToken": False,
                     **({"serviceAccountName": args.service_account} if args.service_account else {}),
                     "securityContext": engine.pod_security_context(),
+                    **({"initContainers": init_containers} if init_containers else {}),
                     "containers": containers,
                     "volumes": volumes,
                 },
@@ -260,6 +272,8 @@ class VllmDeployment(pulumi.ComponentResource):
                     custom_timeouts=timeouts,
                 ),
             )
+        if key is not None:
+            self._compile_job(name, args, key, container, volumes, pod_template(labels, [container])["spec"])
         service = k8s.core.v1.Service(
             f"{name}-service",
             metadata={"name": args.model_name, "namespace": args.namespace, "labels": labels},
@@ -283,3 +297,54 @@ class VllmDeployment(pulumi.ComponentResource):
         self.service_name = service.metadata.name
         self.port = pulumi.Output.from_input(engine.PORT)
         self.register_outputs({"service_name": self.service_name, "port": self.port})
+
+    def _compile_job(self, name: str, args: VllmDeploymentArgs, key: compile_cache.CompileCacheKey,
+                     container: dict, volumes: list[dict], pod_spec: dict) -> None:
+        """The one writer of the shared compile cache for `key` (compile_cache.producer_script): named after
+        the key, so a key change is a new Job and an unchanged key is left alone. The Deployment does not
+        wait for it: replicas that start first compile for themselves, later ones seed from it."""
+        labels = {"app.kubernetes.io/name": args.model_name, "app.kubernetes.io/component": "compile-cache"}
+        writer = {
+            **{k: v for k, v in container.items() if k not in ("args", "ports", "startupProbe", "readinessProbe",
+                                                               "livenessProbe", "lifecycle")},
+            "name": "compile",
+            "command": ["/bin/sh", "-c", compile_cache.producer_script(key, container["args"])],
+            # No API key: the producer listens on loopback only and serves nobody.
+            "env": [e for e in container["env"] if e["name"] != "VLLM_API_KEY"],
+            # Read-write only where the cache lives: its own claim (EFS), else the weights claim (FSx, an
+            # existing class), whose staged revisions the producer never touches.
+            "volumeMounts": [
+                *({**m, "readOnly": key.claim_name is not None} if m["name"] == "weights" else m
+                  for m in container["volumeMounts"] if m["name"] != "chat-template"),
+                *key.volume_mounts(writable=True),
+            ],
+        }
+        claim = {"name": "weights", "persistentVolumeClaim": {"claimName": args.claim_name,
+                                                               "readOnly": key.claim_name is not None}}
+        spec = {k: v for k, v in pod_spec.items() if k not in ("containers", "initContainers", "volumes",
+                                                                 "topologySpreadConstraints")}
+        k8s.batch.v1.Job(
+            f"{name}-compile-cache",
+            metadata={"name": key.job_name(args.model_name), "namespace": args.namespace, "labels": labels,
+                      # A failed producer (a node lost mid-compile) is replaced on the next `pulumi up`.
+                      "annotations": {"pulumi.com/replaceUnready": "true"}},
+            spec={
+                "backoffLimit": 2,
+                # A replacement pod only once the failed one has gone: never two writers at once.
+                "podReplacementPolicy": "Failed",
+                "activeDeadlineSeconds": args.compile_timeout_seconds,
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {**spec, "restartPolicy": "Never", "terminationGracePeriodSeconds": 30,
+                             "containers": [writer],
+                             "volumes": [*(claim if v["name"] == "weights" else v for v in volumes
+                                           if v["name"] not in ("chat-template", "compile-cache")),
+                                         *key.volumes(writable=True)]},
+                },
+            },
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=list(args.after),
+                custom_timeouts=pulumi.CustomTimeouts(create=f"{args.compile_timeout_seconds + 300}s",
+                                                      update=f"{args.compile_timeout_seconds + 300}s"),
+            ),
+        )

@@ -55,6 +55,13 @@ class Footprint:
     cold_start_seconds: int
     shared_weights: bool = True  # ReadWriteMany: a surge pod on another node can mount the weights
     nodes_per_replica: int = 1  # > 1: a LeaderWorkerSet group, one pod of TP GPUs on each of that many nodes
+    # With a shared compile cache: the cold start of a replica that loads it (capacity.compile_cache_hit_seconds).
+    cached_cold_start_seconds: int | None = None
+
+    @property
+    def scale_up_cold_start_seconds(self) -> int:
+        """The cold start of a replica added while the model serves: its cache is produced by then."""
+        return self.cold_start_seconds if self.cached_cold_start_seconds is None else self.cached_cold_start_seconds
 
     def pods(self, replicas: int) -> list[int]:
         """The GPUs of each pod `replicas` replicas run (a group is nodes_per_replica pods)."""
@@ -189,12 +196,21 @@ class Timing:
 
     node_ready_seconds: int
     image_pull_seconds: int
+    # A pre-pull DaemonSet holds the vLLM image on every GPU node that has run one (components/serving/prepull.py).
+    image_prepulled: bool = False
+
+
+def image_pull_term(timing: Timing, *, new_node: bool) -> int:
+    """Seconds a replica waits for its image: none on a running node that holds it, the whole pull on a new
+    node (the pre-pull pod starts only once the node has joined, so it races the replica's own pull)."""
+    return timing.image_pull_seconds if new_node or not timing.image_prepulled else 0
 
 
 def replica_add_seconds(model: Footprint, timing: Timing, *, needs_node: bool) -> int:
     """From a scale-up decision to a new replica serving: node (if needed), image pull, cold start."""
     node = timing.node_ready_seconds if needs_node else 0
-    return node + timing.image_pull_seconds + model.cold_start_seconds + MIN_READY_SECONDS
+    return (node + image_pull_term(timing, new_node=needs_node) + model.scale_up_cold_start_seconds
+            + MIN_READY_SECONDS)
 
 
 @dataclass(frozen=True)
@@ -204,8 +220,8 @@ class ColdStart:
     node_seconds: int  # a new GPU node joining and advertising GPUs; 0 on a free node
     image_pull_seconds: int  # pulling the vLLM image onto the node
     weights_seconds: int  # reading the weights at the storage's planned speed
-    engine_init_seconds: int  # process start, NCCL, profiling, KV allocation
-    compile_seconds: int  # torch.compile and CUDA-graph capture
+    engine_init_seconds: int  # process start, NCCL, profiling, KV allocation, CUDA-graph capture
+    compile_seconds: int  # torch.compile (a shared compile cache shortens it; CUDA graphs are in engine init)
     ready_seconds: int = MIN_READY_SECONDS  # minReadySeconds before the pod counts as available
 
     @property
@@ -225,10 +241,11 @@ class ColdStart:
 
 def cold_start(weights_seconds: int, engine_init_seconds: int, compile_seconds: int, timing: Timing, *,
                needs_node: bool) -> ColdStart:
-    """The terms of adding one replica; the image term is today's pull on every node (a pre-pulled image
-    would make it 0 on a warm node) and the compile term the full compilation (a compile cache shortens it)."""
+    """The terms of adding one replica: the image term is image_pull_term's (0 on a node that holds the
+    pre-pulled image, the whole pull on a new one), and `compile_seconds` the caller's (the full compile,
+    or the load from a shared compile cache)."""
     return ColdStart(node_seconds=timing.node_ready_seconds if needs_node else 0,
-                     image_pull_seconds=timing.image_pull_seconds, weights_seconds=weights_seconds,
+                     image_pull_seconds=image_pull_term(timing, new_node=needs_node), weights_seconds=weights_seconds,
                      engine_init_seconds=engine_init_seconds, compile_seconds=compile_seconds)
 
 

@@ -5,11 +5,15 @@ from .buckets import model_prefix, model_uri
 from .efs import ServingMount, WeightsFileSystem, WeightsFileSystemArgs
 from .fsx import WeightsLustre, WeightsLustreArgs
 from .objects import (
+    COMPILE_CACHE_CLAIM,
+    COMPILE_CACHE_ROOT,
     CSI_ADDON,
     EFS_CLAIM_PLACEHOLDER_GIB,
     EFS_READ_MIB_PER_SECOND,
     FSX_CSI_ADDON,
     LUSTRE_THROUGHPUTS,
+    compile_cache_claim,
+    compile_cache_volume,
     lustre_capacity_problem,
     lustre_read_mib_per_second,
     mount_target_subnets,
@@ -23,6 +27,10 @@ __all__ = [
     "WeightsBucketArgs",
     "model_prefix",
     "model_uri",
+    "COMPILE_CACHE_CLAIM",
+    "COMPILE_CACHE_ROOT",
+    "compile_cache_claim",
+    "compile_cache_volume",
     "CSI_ADDON",
     "FSX_CSI_ADDON",
     "EFS_CLAIM_PLACEHOLDER_GIB",

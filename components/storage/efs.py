@@ -54,6 +54,9 @@ class WeightsFileSystemArgs:
     serving_mounts: tuple[ServingMount, ...] = ()
     # The serving namespace's name as an output of the Namespace, so the claims wait for it.
     serving_namespace: pulumi.Input[str] | None = None
+    # A shared compile cache: its own access point and a static volume on it; with a file-system policy the
+    # GPU nodes may write through that access point only (objects.file_system_policy).
+    compile_cache: bool = False
 
 
 class WeightsFileSystem(pulumi.ComponentResource):
@@ -151,6 +154,18 @@ class WeightsFileSystem(pulumi.ComponentResource):
             )
             for mount in args.serving_mounts
         }
+        cache_point: aws.efs.AccessPoint | None = None
+        if args.compile_cache:
+            cache_point = aws.efs.AccessPoint(
+                f"{name}-compile-cache",
+                file_system_id=file_system.id,
+                # Every client is the pods' own identity here too, and the directory is created owned by it.
+                posix_user={"uid": args.owner_uid, "gid": args.owner_gid},
+                root_directory={"path": objects.COMPILE_CACHE_ROOT, "creation_info": {
+                    "owner_uid": args.owner_uid, "owner_gid": args.owner_gid, "permissions": "0750"}},
+                tags={**args.tags, "Name": f"{args.cluster_name}-{name}-compile-cache"},
+                opts=child,
+            )
         guards: list[pulumi.Resource] = []
         if args.writer_role_arn is not None:
             # Before any claim binds: a pod must never mount the weights while they are unguarded.
@@ -161,10 +176,12 @@ class WeightsFileSystem(pulumi.ComponentResource):
             guards.append(aws.efs.FileSystemPolicy(
                 f"{name}-policy",
                 file_system_id=file_system.id,
-                policy=pulumi.Output.all(file_system.arn, args.writer_role_arn, *readers, *arns).apply(
+                policy=pulumi.Output.all(file_system.arn, args.writer_role_arn,
+                                         cache_point.arn if cache_point is not None else "", *readers, *arns).apply(
                     lambda values: json.dumps(objects.file_system_policy(
-                        values[0], writer_role_arn=values[1], reader_role_arns=list(values[2:2 + len(readers)]),
-                        serving_access_point_arns=list(values[2 + len(readers):])))),
+                        values[0], writer_role_arn=values[1], reader_role_arns=list(values[3:3 + len(readers)]),
+                        serving_access_point_arns=list(values[3 + len(readers):]),
+                        compile_cache_access_point_arn=values[2] or None))),
                 opts=child,
             ))
         else:
@@ -196,6 +213,21 @@ class WeightsFileSystem(pulumi.ComponentResource):
         }
         self.storage_class_name = storage_class.metadata.name
         self.file_system_id = file_system.id
+        self.compile_cache_volume_name: pulumi.Output[str] | None = None
+        if cache_point is not None:
+            volume = pulumi.Output.all(file_system.id, cache_point.id).apply(
+                lambda ids: objects.compile_cache_volume(f"{args.storage_class_name}-compile-cache",
+                                                         file_system_id=ids[0], access_point_id=ids[1]))
+            persistent_volume = k8s.core.v1.PersistentVolume(
+                f"{name}-compile-cache-volume",
+                metadata=volume["metadata"], spec=volume["spec"],
+                # Mounted only once the policy that scopes the GPU nodes' writes is in force.
+                # Retained (a compile is minutes of GPU time per key) but never protected: a lost cache is
+                # rebuilt by its producer Job, so turning the cache off must not stop at a protected volume.
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[*targets, *driver, *guards],
+                                            retain_on_delete=True),
+            )
+            self.compile_cache_volume_name = persistent_volume.metadata.name
         self.register_outputs({"storage_class_name": self.storage_class_name, "file_system_id": self.file_system_id,
                                "serving_claim_names": self.serving_claim_names})
 

@@ -152,6 +152,45 @@ def storage_class(name: str, parameters: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# The compile cache's own directory on the weights file system, outside the claims' base path, reached
+# only through its access point (components/serving/compile_cache.py).
+COMPILE_CACHE_ROOT = "/llm-serving-compile-cache"
+COMPILE_CACHE_CLAIM = "compile-cache"
+COMPILE_CACHE_CLAIM_GIB = 100  # EFS ignores a claim's size; Kubernetes requires one
+
+
+def compile_cache_volume(name: str, *, file_system_id: str, access_point_id: str) -> dict[str, Any]:
+    """A static PersistentVolume on the compile cache's access point (EFS CSI driver, static provisioning:
+    volumeHandle `<file system>::<access point>`), retained, mounted with TLS and IAM like the weights."""
+    check_dns_label("name", name)
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "llm-serving",
+                                              "app.kubernetes.io/component": COMPILE_CACHE_CLAIM}},
+        "spec": {
+            "capacity": {"storage": f"{COMPILE_CACHE_CLAIM_GIB}Gi"},
+            "accessModes": ["ReadWriteMany"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": "",
+            "mountOptions": list(MOUNT_OPTIONS),
+            "csi": {"driver": CSI_PROVISIONER, "volumeHandle": f"{file_system_id}::{access_point_id}"},
+        },
+    }
+
+
+def compile_cache_claim(namespace: str, volume_name: str) -> dict[str, Any]:
+    """The serving namespace's claim on that volume, bound by name (no class, no provisioner)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": COMPILE_CACHE_CLAIM, "namespace": namespace,
+                     "labels": {"app.kubernetes.io/part-of": "llm-serving"}},
+        "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": volume_name,
+                 "resources": {"requests": {"storage": f"{COMPILE_CACHE_CLAIM_GIB}Gi"}}},
+    }
+
+
 # Actions and condition keys of the EFS file-system policy. Actions: the Service Authorization Reference
 # for Amazon EFS (docs.aws.amazon.com/service-authorization/latest/reference/
 # list_amazonelasticfilesystem.html: ClientMount, ClientWrite, ClientRootAccess). Condition keys: only
@@ -167,7 +206,8 @@ EFS_CLIENT_CONDITION_KEYS = ("aws:SecureTransport", "aws:SourceIp", "elasticfile
 
 
 def file_system_policy(file_system_arn: str, *, reader_role_arns: list[str], writer_role_arn: str,
-                       serving_access_point_arns: list[str]) -> dict[str, Any]:
+                       serving_access_point_arns: list[str],
+                       compile_cache_access_point_arn: str | None = None) -> dict[str, Any]:
     """Who may mount and write the weights (EFS user guide, iam-access-control-nfs-efs).
 
     With a policy in place EFS authorises every NFS connection against it: an anonymous (non-`iam`)
@@ -177,6 +217,10 @@ def file_system_policy(file_system_arn: str, *, reader_role_arns: list[str], wri
     forced on every client. A reader mounting without an access point has no AccessPointArn in its
     request, and a negated condition on a missing key is true (IAM user guide,
     reference_policies_elements_condition_operators.html): it is denied.
+
+    With `compile_cache_access_point_arn` the readers may also mount and write through that access point
+    (condition key `elasticfilesystem:AccessPointArn`), whose root is the compile cache's directory: the
+    cache's producer Job runs on a GPU node, and the weights stay out of its reach.
     """
     if not reader_role_arns or not writer_role_arn or not serving_access_point_arns:
         raise ValueError("a file-system policy needs reader roles, a writer role and the serving access points")
@@ -186,6 +230,15 @@ def file_system_policy(file_system_arn: str, *, reader_role_arns: list[str], wri
     everyone = {"AWS": "*"}
     readers = {"AWS": sorted(reader_role_arns)}
     access_points = sorted(serving_access_point_arns)
+    cache = compile_cache_access_point_arn
+    mountable = sorted([*access_points, cache]) if cache is not None else access_points
+    # Without a cache the readers never write; with one, only through its access point.
+    not_the_cache = {"Condition": {"StringNotEquals": {"elasticfilesystem:AccessPointArn": cache}}} if cache else {}
+    cache_writes = [
+        {"Sid": "CompileCacheWrites", "Effect": "Allow", "Principal": readers,
+         "Action": "elasticfilesystem:ClientWrite", "Resource": file_system_arn,
+         "Condition": {**through_mount_target, "StringEquals": {"elasticfilesystem:AccessPointArn": cache}}},
+    ] if cache is not None else []
     return {
         "Version": "2012-10-17",
         "Statement": [
@@ -196,14 +249,15 @@ def file_system_policy(file_system_arn: str, *, reader_role_arns: list[str], wri
             # Explicit denies for the serving identity: an identity policy that allowed more (an EFS
             # client policy attached to the node role) cannot widen it.
             {"Sid": "DenyServingWrites", "Effect": "Deny", "Principal": readers,
-             "Action": "elasticfilesystem:ClientWrite", "Resource": file_system_arn},
+             "Action": "elasticfilesystem:ClientWrite", "Resource": file_system_arn, **not_the_cache},
             {"Sid": "DenyServingOutsideItsAccessPoints", "Effect": "Deny", "Principal": readers,
              "Action": "elasticfilesystem:ClientMount", "Resource": file_system_arn,
-             "Condition": {"StringNotEquals": {"elasticfilesystem:AccessPointArn": access_points}}},
+             "Condition": {"StringNotEquals": {"elasticfilesystem:AccessPointArn": mountable}}},
             {"Sid": "ServingMountsReadOnlyThroughItsAccessPoints", "Effect": "Allow", "Principal": readers,
              "Action": "elasticfilesystem:ClientMount", "Resource": file_system_arn,
              "Condition": {**through_mount_target,
-                           "StringEquals": {"elasticfilesystem:AccessPointArn": access_points}}},
+                           "StringEquals": {"elasticfilesystem:AccessPointArn": mountable}}},
+            *cache_writes,
             # No anonymous principal and no other writer: a mount without the `iam` option, or by any
             # other role, matches no Allow here.
             {"Sid": "StagingMountsAndWrites", "Effect": "Allow", "Principal": {"AWS": writer_role_arn},

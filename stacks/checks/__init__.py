@@ -41,6 +41,7 @@ RULES: tuple[Callable[[StackConfig], Iterator[Problem]], ...] = (
     serving.routing_rules,
     admission.admission_rules,
     serving.multinode_rules,
+    serving.compile_cache_rules,
     timing.timing_rules,
 )
 

@@ -17,8 +17,10 @@ from components.serving import ModelArchitecture, lookup_model
 from stacks.config import (
     AccessMode,
     ClusterMode,
+    CompileCacheMode,
     ControllerMode,
     EdgeMode,
+    ImagePrePull,
     LoadBalancerControllerMode,
     ModelConfig,
     NodeAutoscalingMode,
@@ -201,7 +203,9 @@ def cold_starts(config: StackConfig, model: ModelConfig,
     """Adding one replica term by term, (with a free node, with a new node); the second's total is
     replica_add_seconds, which the scale-down window and the timing relations read."""
     steps = timing(config)
-    terms = (plan.weights_load_seconds, plan.engine_init_seconds, plan.compile_seconds)
+    # A replica added while the model serves finds its compile cache produced (scale_up_cold_start_seconds).
+    compile_term = plan.compile_cached_seconds if compile_cache_state(config, model)[0] else plan.compile_seconds
+    terms = (plan.weights_load_seconds, plan.engine_init_seconds, compile_term)
     return (serving.cold_start(*terms, steps, needs_node=False), serving.cold_start(*terms, steps, needs_node=True))
 
 
@@ -228,17 +232,77 @@ def supply(config: StackConfig) -> serving.Supply:
 
 def timing(config: StackConfig) -> serving.Timing:
     group = config.gpu_node_group
-    return serving.Timing(node_ready_seconds=group.node_ready_seconds, image_pull_seconds=group.image_pull_seconds)
+    return serving.Timing(node_ready_seconds=group.node_ready_seconds, image_pull_seconds=group.image_pull_seconds,
+                          image_prepulled=group.image_pre_pull is ImagePrePull.DAEMON_SET)
 
 
 def footprint(config: StackConfig, model: ModelConfig, plan: serving.CapacityPlan) -> serving.Footprint:
     low, high = replica_bounds(model)
+    shared, _ = compile_cache_state(config, model)
     return serving.Footprint(
         name=model.name, tensor_parallel_size=plan.tensor_parallel_size, min_replicas=low, max_replicas=high,
         cold_start_seconds=plan.cold_start_seconds,
         shared_weights=model.storage.access_mode is AccessMode.READ_WRITE_MANY,
         nodes_per_replica=plan.nodes_per_replica,
+        cached_cold_start_seconds=plan.cold_start_cached_seconds if shared else None,
     )
+
+
+def compile_cache_key(config: StackConfig, model: ModelConfig) -> serving.CompileCacheKey:
+    """What the model's shared compile cache is keyed by (components/serving/compile_cache.py)."""
+    plan = model_plan(config, model)
+    instance = resolve_instance_type(config)
+    assert instance is not None  # the stack validated
+    return serving.CompileCacheKey(
+        model_id=model.model_id, revision=model.revision, image_tag=model.image.tag, image_digest=model.image.digest,
+        tensor_parallel_size=plan.tensor_parallel_size, pipeline_parallel_size=plan.pipeline_parallel_size,
+        gpu_product=instance.gpu.product_label,
+        # The flags decide vLLM's own hash; a flag change is a new directory rather than a stale one.
+        engine_flags=tuple(str(value) for value in (
+            model.max_model_len, model.gpu_memory_utilization, model.kv_cache_dtype.value, model.max_num_seqs,
+            model.max_num_batched_tokens, model.enable_prefix_caching, model.quantization, *model.extra_args)),
+    )
+
+
+def compile_cache_writer_problem(config: StackConfig, model: ModelConfig) -> str | None:
+    """Why the producer (a GPU pod) could not write the cache on this model's storage, or None when it can.
+    EFS gets the cache its own access point, the only path the file-system policy lets GPU nodes write."""
+    if config.weights_storage.backend is StorageBackend.S3:
+        # The pods mount no volume on S3 and their role only reads the revision's prefix; a cache there
+        # (an object prefix per key, a producer role scoped to it) is designed in docs/components.md,
+        # not built.
+        return "the S3 backend has no shared compile cache yet (each replica compiles for itself)"
+    if config.weights_storage.backend is not StorageBackend.EFS and \
+            model.storage.access_mode is not AccessMode.READ_WRITE_MANY:
+        return "a ReadWriteOnce weights claim cannot be mounted by the producer Job beside the replica"
+    return None
+
+
+def compile_cache_wiring(config: StackConfig, model: ModelConfig) -> serving.CompileCacheKey | None:
+    """The key the model's pods and producer use, with where the cache lives; None without a shared cache."""
+    if not compile_cache_state(config, model)[0]:
+        return None
+    key = compile_cache_key(config, model)
+    if config.weights_storage.backend is StorageBackend.EFS:
+        return dataclasses.replace(key, mount_root=serving.COMPILE_CACHE_SHARED_MOUNT,
+                                   claim_name=storage.COMPILE_CACHE_CLAIM)
+    return key
+
+
+def compile_cache_state(config: StackConfig, model: ModelConfig) -> tuple[bool, str]:
+    """(shared, why): whether the model's replicas share a compile cache, and the reason when not."""
+    mode = model.compile_cache
+    if mode is CompileCacheMode.OFF:
+        return False, "off (models[].compileCache)"
+    if model_architecture(model) is None or resolve_instance_type(config) is None:
+        return False, "no plan"
+    problems = compile_cache_key(config, model).problems()
+    writer = compile_cache_writer_problem(config, model)
+    if writer:
+        problems.append(writer)
+    if problems:
+        return False, "; ".join(problems)
+    return True, "shared"
 
 
 def rollout_strategies(config: StackConfig) -> dict[str, serving.Strategy]:

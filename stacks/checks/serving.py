@@ -1,14 +1,23 @@
-"""Preview-time rules for how requests reach replicas and how replicas span nodes: InferencePool routing
-(gateway mode only, highly available pickers) and multi-node groups (EFA, an image that can use it,
-one placement group). The rule list is checks.RULES."""
+"""Preview-time rules for how requests reach replicas, how replicas span nodes and how they start: InferencePool
+routing (gateway mode only, highly available pickers), multi-node groups (EFA, an image that can use it, one
+placement group) and the shared compile cache (a key with every input pinned). The rule list is checks.RULES."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from stacks.checks.planning import resolve_instance_type, routing_mode
+from components.serving import CapacityError
+from stacks.checks.planning import compile_cache_key, compile_cache_writer_problem, resolve_instance_type, routing_mode
 from stacks.checks.platform import NG
-from stacks.config import ControllerMode, EdgeMode, Environment, PlacementStrategy, RoutingMode, StackConfig
+from stacks.config import (
+    CompileCacheMode,
+    ControllerMode,
+    EdgeMode,
+    Environment,
+    PlacementStrategy,
+    RoutingMode,
+    StackConfig,
+)
 from stacks.config.problems import Problem
 
 
@@ -67,3 +76,19 @@ def multinode_rules(config: StackConfig) -> Iterator[Problem]:
         if group.placement is not PlacementStrategy.CLUSTER:
             yield Problem(f"{NG}.placement", f"the ranks of {model.name}'s groups belong in one placement group "
                           "and availability zone", group.placement.value, "cluster")
+
+
+def compile_cache_rules(config: StackConfig) -> Iterator[Problem]:
+    """`compileCache: shared` asked for by name: every input of its key pinned, and a producer that may write.
+    (`auto` falls back to off instead, and `plan --stack` says why.)"""
+    for model in config.models:
+        if model.compile_cache is not CompileCacheMode.SHARED:
+            continue
+        try:
+            key = compile_cache_key(config, model)
+        except CapacityError:
+            continue  # the capacity rule reports the plan itself
+        writer = compile_cache_writer_problem(config, model)
+        for problem in [*key.problems(), *([writer] if writer else [])]:
+            yield Problem(f"models[{model.name}].compileCache", f"no shared compile cache: {problem}", "shared",
+                          "auto or off, or pin the missing input")

@@ -211,6 +211,12 @@ def _parser() -> argparse.ArgumentParser:
                           f"(default {serving.DEFAULT_NODE_READY_SECONDS}).")
     dynamics.add_argument("--image-pull-seconds", type=non_negative, default=serving.DEFAULT_IMAGE_PULL_SECONDS,
                           help=f"Pulling the vLLM image onto a node (default {serving.DEFAULT_IMAGE_PULL_SECONDS}).")
+    dynamics.add_argument("--image-pre-pull", choices=("daemonSet", "off"), default="daemonSet",
+                          help="daemonSet (a stack's default): a running node already holds the image; off: every "
+                          "replica pulls.")
+    dynamics.add_argument("--compile-cache", choices=("shared", "off"), default="off",
+                          help="shared: a replica added while the model serves loads the compile cache instead of "
+                          "compiling; off (default without --stack, which does not know the storage).")
     load = parser.add_argument_group(
         "latency and cost", "A roofline estimate (docs/capacity-planner.md#latency-and-throughput)."
     )
@@ -302,15 +308,19 @@ def dynamics(result: CapacityPlan, args: argparse.Namespace) -> dict[str, object
         return {}  # the rollout planner packs single-node replicas only (multi-node groups: issue #16)
     low = args.replicas
     high = args.max_replicas if args.max_replicas is not None else low
-    model = serving.Footprint("model", result.tensor_parallel_size, low, high, result.cold_start_seconds)
+    shared_cache = args.compile_cache == "shared"
+    model = serving.Footprint("model", result.tensor_parallel_size, low, high, result.cold_start_seconds,
+                              cached_cold_start_seconds=result.cold_start_cached_seconds if shared_cache else None)
     nodes = args.nodes if args.nodes is not None else max(1, -(-low // result.replicas_per_node))
     max_nodes = args.max_nodes if args.max_nodes is not None else nodes + 1
-    timing = serving.Timing(args.node_ready_seconds, args.image_pull_seconds)
+    timing = serving.Timing(args.node_ready_seconds, args.image_pull_seconds,
+                            image_prepulled=args.image_pre_pull == "daemonSet")
     supply = serving.Supply(result.gpus_per_node, max_nodes, result.gpu, autoscaled=True)
     needs_node = serving.rollout_needs_node([model], model, result.gpus_per_node, nodes)
     found: dict[str, object] = {
         "replica_add_seconds": serving.replica_add_seconds(model, timing, needs_node=needs_node),
         "replica_add_needs_node": needs_node,
+        **cold_start_breakdown(result, timing, model, args),
     }
     try:
         strategy = serving.choose_strategies([model], supply, "prod")["model"]
@@ -345,11 +355,52 @@ def _cold_start_rows(breakdown: dict[str, Any]) -> list[tuple[str, str]]:
             ("add a replica, new node", line(breakdown["new_node"]))]
 
 
+def cold_start_breakdown(result: CapacityPlan, timing: serving.Timing, model: serving.Footprint,
+                         args: argparse.Namespace) -> dict[str, object]:
+    """What adding a replica waits for, term by term, on a running node and on a new one (pure)."""
+    cold = model.scale_up_cold_start_seconds
+    return {
+        "node_seconds": timing.node_ready_seconds,
+        "image_pull_seconds_running_node": serving.image_pull_term(timing, new_node=False),
+        "image_pull_seconds_new_node": serving.image_pull_term(timing, new_node=True),
+        "image_pre_pull": args.image_pre_pull,
+        "compile_cache": args.compile_cache,
+        "compile_cache_reason": getattr(args, "compile_cache_reason", args.compile_cache),
+        "compile_seconds": result.compile_seconds,
+        "compile_cached_seconds": result.compile_cached_seconds,
+        "compile_seconds_saved_per_replica": result.cold_start_seconds - result.cold_start_cached_seconds,
+        "replica_add_seconds_running_node": serving.replica_add_seconds(model, timing, needs_node=False),
+        "replica_add_seconds_new_node": serving.replica_add_seconds(model, timing, needs_node=True),
+        "replica_add_cold_start_seconds": cold,
+    }
+
+
+def _breakdown_rows(found: dict[str, object]) -> list[tuple[str, str]]:
+    prepulled = found["image_pre_pull"] == "daemonSet"
+    shared = found["compile_cache"] == "shared"
+    saved = int(found["compile_seconds_saved_per_replica"])  # type: ignore[call-overload]
+    compile_text = (f"{found['compile_seconds']} s cold; {found['compile_cached_seconds']} s from the shared cache"
+                    + (f", {saved} s saved per replica" if shared
+                       else f" (cache {found['compile_cache_reason']}; a hit would save {saved} s per replica)"))
+    return [
+        ("image pull", f"{found['image_pull_seconds_running_node']} s on a running node"
+                       + (" (pre-pulled)" if prepulled else "") + f", {found['image_pull_seconds_new_node']} s "
+                       "on a new node"),
+        ("torch.compile", compile_text),
+        ("add a replica", f"{_minutes(int(found['replica_add_seconds_running_node']))} on a running node with room, "  # type: ignore[call-overload]
+                          f"{_minutes(int(found['replica_add_seconds_new_node']))} with a new node"),  # type: ignore[call-overload]
+    ]
+
+
 def _dynamics_rows(found: dict[str, object]) -> list[tuple[str, str]]:
     node = " (needs a new node)" if found["replica_add_needs_node"] else " (fits on a running node)"
     rows = [("add one replica", _minutes(int(found["replica_add_seconds"])) + node)]
+    breakdown = _breakdown_rows(found)
     if isinstance(found.get("cold_start"), dict):
-        rows += _cold_start_rows(found["cold_start"])  # type: ignore[arg-type]
+        # A stack's plan: the image and compile rows, then adding a replica term by term (its own rows).
+        rows += breakdown[:2] + _cold_start_rows(found["cold_start"])  # type: ignore[arg-type]
+    else:
+        rows += breakdown
     rollout = found["rollout"]
     if isinstance(rollout, str):
         return [*rows, ("rollout", rollout)]
@@ -640,6 +691,7 @@ def _stack_overrides(explicit: dict[str, object], model: object) -> list[overrid
         "replicas": f"{at}.replicas", "max_replicas": f"{at}.autoscaling.maxReplicas",
         "nodes": "gpuNodeGroup.scaling.desiredNodes", "max_nodes": "gpuNodeGroup.scaling.maxNodes",
         "node_ready_seconds": "gpuNodeGroup.nodeReadySeconds", "image_pull_seconds": "gpuNodeGroup.imagePullSeconds",
+        "image_pre_pull": "gpuNodeGroup.imagePrePull", "compile_cache": f"{at}.compileCache",
         "ttft_slo_ms": f"{at}.slo.ttftP95Seconds", "itl_slo_ms": f"{at}.slo.itlP95Seconds",
     }
     found = []
@@ -703,10 +755,13 @@ def _stack_plan(args: argparse.Namespace, explicit: dict[str, object], out: Text
     low, high = planning.replica_bounds(model)
     supply = planning.supply(config)
     timing = planning.timing(config)
+    shared_cache, cache_reason = planning.compile_cache_state(config, model)
     stack_args = argparse.Namespace(
         replicas=low, max_replicas=high, nodes=config.gpu_node_group.scaling.desired_nodes,
         max_nodes=supply.nodes, node_ready_seconds=timing.node_ready_seconds,
         image_pull_seconds=timing.image_pull_seconds, drain_wait_seconds=stack_timing.node_drain_wait_seconds(config),
+        image_pre_pull="daemonSet" if timing.image_prepulled else "off",
+        compile_cache="shared" if shared_cache else "off", compile_cache_reason=cache_reason,
     )
     found = dynamics(result, stack_args)
     free, new = planning.cold_starts(config, model, result)

@@ -60,12 +60,14 @@ from stacks.config.gpu import (
     DcgmExporterAddon,
     DevicePluginAddon,
     GpuNodeGroupConfig,
+    ImagePrePull,
     PlacementStrategy,
     ScalingConfig,
 )
 from stacks.config.models import (
     AutoscalingConfig,
     AutoscalingMode,
+    CompileCacheMode,
     CustomModelArchitecture,
     EngineFlag,
     KvCacheDtype,
@@ -128,6 +130,8 @@ __all__ = [
     "FsxLustreConfig",
     "GpuAlertsConfig",
     "GpuNodeGroupConfig",
+    "ImagePrePull",
+    "CompileCacheMode",
     "Hostname",
     "HttpsUrl",
     "IamRoleArn",

@@ -53,6 +53,13 @@ class PlacementStrategy(StrEnum):
     CLUSTER = "cluster"
 
 
+class ImagePrePull(StrEnum):
+    """How the vLLM images reach the GPU nodes before a replica needs them."""
+
+    DAEMON_SET = "daemonSet"
+    OFF = "off"
+
+
 class ScalingConfig(ConfigModel):
     """Bounds of the managed node group's Auto Scaling group, in nodes."""
 
@@ -177,6 +184,14 @@ class GpuNodeGroupConfig(ConfigModel):
         ge=0,
         le=3600,
         description="Seconds to pull the vLLM image onto a node that does not have it.",
+    )
+    image_pre_pull: ImagePrePull = Field(
+        default=ImagePrePull.DAEMON_SET,
+        description=(
+            "`daemonSet`: a pod on every GPU node pulls each model's vLLM image and keeps it in use, so a replica "
+            "on a running node starts without a pull (a new node still pulls: the pod starts only once the node "
+            "has joined); `off`: every replica pulls on a node that lacks the image."
+        ),
     )
 
 

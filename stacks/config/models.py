@@ -60,6 +60,14 @@ class VllmImageConfig(ConfigModel):
     )
 
 
+class CompileCacheMode(StrEnum):
+    """Whether replicas share one torch.compile cache per (model, revision, engine, layout, GPU)."""
+
+    AUTO = "auto"
+    SHARED = "shared"
+    OFF = "off"
+
+
 class CustomModelArchitecture(ConfigModel):
     """Architecture facts for a model the built-in catalog does not know."""
 
@@ -250,6 +258,14 @@ class ModelConfig(ConfigModel):
     )
     storage: WeightsStorageConfig = Field(
         default_factory=WeightsStorageConfig, description="The pre-staged weights volume."
+    )
+    compile_cache: CompileCacheMode = Field(
+        default=CompileCacheMode.AUTO,
+        description=(
+            "`shared`: one Job compiles the model once per (revision, image, layout, GPU, engine flags) into the "
+            "weights storage and every later replica copies it instead of compiling; `auto`: shared where the GPU "
+            "nodes may write the weights storage and the key is pinned, else off; `off`: every pod compiles."
+        ),
     )
     cache_volume_gib: int = Field(
         default=20,

@@ -50,7 +50,9 @@ def rollout_lines(config: StackConfig, model_name: str) -> list[str]:
     supply = planning.supply(config)
     running = config.gpu_node_group.scaling.desired_nodes
     needs_node = serving.rollout_needs_node(footprints, footprint, supply.gpus_per_node, running)
-    per_replica = serving.replica_add_seconds(footprint, timing, needs_node=False)
+    # One rollout step: a pod-template change may bring a new image or a new compile key, so the step pulls and
+    # compiles (serving.rollout_seconds), unlike a replica added to a running node.
+    per_replica = serving.rollout_seconds(footprint, serving.Strategy("Recreate"), 1, timing)
     ready = per_replica - timing.image_pull_seconds - footprint.cold_start_seconds  # minReadySeconds
     total = serving.rollout_seconds(footprint, strategy, footprint.min_replicas, timing, needs_node=needs_node)
     replicas = footprint.min_replicas

@@ -91,7 +91,7 @@ def test_plan_console_blocks_are_rewritten_with_the_plans_output():
 def test_prod_figures_are_the_planners_and_the_renders(facts: docs.Facts):
     """The figures the issue found contradicted, from the code that deploys them."""
     assert doc_figures.prod_startup_budget(facts) == "102 × 10 s"
-    assert doc_figures.prod_scale_down_window(facts) == "1,140 s"
+    assert doc_figures.prod_scale_down_window(facts) == "1,083 s"
     assert doc_figures.prod_cold_start(facts) == "510 s"
     assert doc_figures.prod_read_speed(facts) == "500 MiB/s"
     assert doc_figures.prod_node_update(facts) == "about 69 minutes, 2 extra nodes"

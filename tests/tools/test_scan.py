@@ -156,10 +156,11 @@ def test_every_skip_pattern_matches_only_vllm_deployments_and_staging_jobs_in_th
     # staging and prod route through an InferencePool, so they also run the model's endpoint picker.
     pickers = [] if stack == "dev" else [f"Deployment.llm-serving.{model}-epp"]
     # The node generation's drain barrier (components/gpu/drain.py) passes the checks these entries skip.
-    assert [w.rsplit("-", 1)[0] + "-<hash>" if w.startswith("Job.") or "drain-barrier" in w else w
+    assert [w if w.startswith("Deployment.") and "drain-barrier" not in w else w.rsplit("-", 1)[0] + "-<hash>"
             for w in workloads] == [
         f"Deployment.llm-serving.{model}", *pickers, "Deployment.llm-serving.node-drain-barrier-<hash>",
-        f"Job.llm-serving.{model}-stage-<hash>", f"Job.llm-serving.{model}-verify-<hash>"]
+        f"Job.llm-serving.{model}-compile-<hash>", f"Job.llm-serving.{model}-stage-<hash>",
+        f"Job.llm-serving.{model}-verify-<hash>"]
 
 
 

@@ -85,6 +85,8 @@ def test_volumes_weights_read_only_cache_per_pod_and_shm_sized_for_tp(rendered):
         {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
         {"name": "cache", "emptyDir": {"sizeLimit": "20Gi"}},
         {"name": "tmp", "emptyDir": {"sizeLimit": "8Gi"}},
+        # Only the compile cache's seed mounts it, read-only (test_warm_start.py).
+        {"name": "compile-cache", "persistentVolumeClaim": {"claimName": "compile-cache", "readOnly": True}},
     ]
     env = {e["name"]: e for e in container(rendered)["env"]}
     assert env["HF_HUB_OFFLINE"]["value"] == "1"

@@ -310,8 +310,7 @@ def test_the_lustre_security_group_allows_lnet_out_as_well_as_in(stack_dir):
 FS_ARN = "arn:aws:elasticfilesystem:us-east-1:123456789012:file-system/weights-storage-file-system-id"
 GPU_ROLE = "arn:aws:iam::123456789012:role/gpu-p5-48xlarge-node-role"
 STAGING_ROLE = "arn:aws:iam::123456789012:role/llm-prod-cpu-nodes"
-
-
+CACHE_AP = "arn:aws:elasticfilesystem:us-east-1:123456789012:access-point/weights-storage-compile-cache-id"
 SERVING_AP = "arn:aws:elasticfilesystem:us-east-1:123456789012:access-point/weights-storage-serving-llama-70b-id"
 
 
@@ -325,16 +324,22 @@ def test_the_file_system_policy_requires_tls_and_iam_denies_root_and_lets_only_s
          "Condition": {"Bool": {"aws:SecureTransport": "false"}}},
         {"Sid": "DenyRootAccess", "Effect": "Deny", "Principal": {"AWS": "*"},
          "Action": "elasticfilesystem:ClientRootAccess", "Resource": FS_ARN},
-        # The serving identity (the GPU nodes' role): never a write, and a mount only through the serving
-        # access point, whatever an identity policy on the node role might allow.
+        # The serving identity (the GPU nodes' role): a write only through the compile cache's access point
+        # (whose root is the cache's directory, never the weights'), and a mount only through the serving
+        # access point or the cache's, whatever an identity policy on the node role might allow.
         {"Sid": "DenyServingWrites", "Effect": "Deny", "Principal": {"AWS": [GPU_ROLE]},
-         "Action": "elasticfilesystem:ClientWrite", "Resource": FS_ARN},
+         "Action": "elasticfilesystem:ClientWrite", "Resource": FS_ARN,
+         "Condition": {"StringNotEquals": {"elasticfilesystem:AccessPointArn": CACHE_AP}}},
         {"Sid": "DenyServingOutsideItsAccessPoints", "Effect": "Deny", "Principal": {"AWS": [GPU_ROLE]},
          "Action": "elasticfilesystem:ClientMount", "Resource": FS_ARN,
-         "Condition": {"StringNotEquals": {"elasticfilesystem:AccessPointArn": [SERVING_AP]}}},
+         "Condition": {"StringNotEquals": {"elasticfilesystem:AccessPointArn": [CACHE_AP, SERVING_AP]}}},
         {"Sid": "ServingMountsReadOnlyThroughItsAccessPoints", "Effect": "Allow", "Principal": {"AWS": [GPU_ROLE]},
          "Action": "elasticfilesystem:ClientMount", "Resource": FS_ARN,
-         "Condition": {**through_mount_target, "StringEquals": {"elasticfilesystem:AccessPointArn": [SERVING_AP]}}},
+         "Condition": {**through_mount_target,
+                       "StringEquals": {"elasticfilesystem:AccessPointArn": [CACHE_AP, SERVING_AP]}}},
+        {"Sid": "CompileCacheWrites", "Effect": "Allow", "Principal": {"AWS": [GPU_ROLE]},
+         "Action": "elasticfilesystem:ClientWrite", "Resource": FS_ARN,
+         "Condition": {**through_mount_target, "StringEquals": {"elasticfilesystem:AccessPointArn": CACHE_AP}}},
         # No anonymous principal: a mount without the `iam` option matches no Allow and is refused.
         {"Sid": "StagingMountsAndWrites", "Effect": "Allow", "Principal": {"AWS": STAGING_ROLE},
          "Action": ["elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite"], "Resource": FS_ARN,

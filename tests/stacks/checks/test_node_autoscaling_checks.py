@@ -106,13 +106,14 @@ def test_scale_down_window_defaults_to_the_cold_start_and_refuses_less():
     cfg = config(models=[llama], gpuNodeGroup=group(scaling={"minNodes": 1, "maxNodes": 2, "desiredNodes": 1}))
     plan = planning.model_plan(cfg, cfg.models[0])
     assert plan.cold_start_seconds == 510  # 141 GB at EFS's 500 MiB/s, engine start, graph capture
-    # A new node (300 s), the image pull (300 s), the cold start and 30 s minReadySeconds.
-    assert planning.scale_down_window(cfg, cfg.models[0], plan) == 1140
+    # A new node (300 s), the image pull (300 s), the cold start with the compile cache hit (453 s) and 30 s
+    # minReadySeconds.
+    assert planning.scale_down_window(cfg, cfg.models[0], plan) == 1083
     short = {**llama, "autoscaling": {"scaleDownWindowSeconds": 900}}
     assert lines(models=[short]) == [
         "llm-serving:models[llama-70b].autoscaling.scaleDownWindowSeconds: llama-70b: scale-down window must be >= "
-        "adding a replica (a node, the image pull and the cold start) (1,140 s): a burst would pay for a replica and "
-        "lose it before it served (got 900; expected >= 1140)"
+        "adding a replica (a node, the image pull and the cold start) (1,083 s): a burst would pay for a replica and "
+        "lose it before it served (got 900; expected >= 1083)"
     ]
     # Bounded to [300, 3600] s: the HPA API's maximum window, and no flapping for a tiny model.
     quick = config(models=[llama], gpuNodeGroup=group(nodeReadySeconds=60, imagePullSeconds=0))

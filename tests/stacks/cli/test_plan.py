@@ -148,10 +148,22 @@ def test_dynamics_for_prods_replicas_and_nodes() -> None:
                            "--json"])
     assert (code, err) == (0, "")
     assert json.loads(out)["dynamics"] == {
-        # Image pull 300 s + cold start 510 s (EFS, 500 MiB/s) + minReadySeconds 30 s; a running node
-        # has 4 GPUs free.
-        "replica_add_seconds": 840,
+        # Cold start 510 s (EFS, 500 MiB/s) + minReadySeconds 30 s; a running node has 4 GPUs free and,
+        # pre-pulled, the image.
+        "replica_add_seconds": 540,
         "replica_add_needs_node": False,
+        "node_seconds": 300,
+        "image_pull_seconds_running_node": 0,
+        "image_pull_seconds_new_node": 300,
+        "image_pre_pull": "daemonSet",
+        "compile_cache": "off",
+        "compile_cache_reason": "off",
+        "compile_seconds": 67,
+        "compile_cached_seconds": 10,
+        "compile_seconds_saved_per_replica": 57,
+        "replica_add_seconds_running_node": 540,
+        "replica_add_seconds_new_node": 1140,
+        "replica_add_cold_start_seconds": 510,
         "rollout": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
         "rollout_needs_node": False,
         "rollout_seconds": 2 * 840,

@@ -66,8 +66,13 @@ def test_node_group_and_dynamics_options_override_the_stack():
         "gpuNodeGroup.imagePullSeconds", "gpuNodeGroup.nodeReadySeconds", "gpuNodeGroup.scaling.desiredNodes",
         "gpuNodeGroup.scaling.maxNodes", "models[llama-70b].autoscaling.maxReplicas"]
     base = _json("--stack", "prod", "--model", "llama-70b")
-    # 240 s less image pull: a replica on a running node arrives 4 minutes sooner.
-    assert base["dynamics"]["replica_add_seconds"] - data["dynamics"]["replica_add_seconds"] == 240
+    # The new node's pull follows --image-pull-seconds, and its wait --node-ready-seconds; a running node holds
+    # the image either way.
+    pulls = (base["dynamics"]["image_pull_seconds_new_node"], data["dynamics"]["image_pull_seconds_new_node"])
+    assert pulls == (300, 60)
+    assert data["dynamics"]["replica_add_seconds_new_node"] == 600 + 60 + 453 + 30
+    assert base["dynamics"]["replica_add_seconds_running_node"] == \
+        data["dynamics"]["replica_add_seconds_running_node"]
 
 
 def test_engine_flags_override_the_stacks_extra_args():

@@ -470,8 +470,11 @@ def test_changed_flag_shows_the_container_arg(repo):
     lines = text.stdout.splitlines()
     # The engine changes, so its verification Job runs again: it and its ConfigMap are new (the plan
     # behind them, at the lower concurrency, is in the ConfigMap's diff).
-    assert lines[0].startswith("prod: 2 to replace, 0 to delete, 0 to create, 1 to update against main (")
-    assert [line for line in lines if line.startswith("+- ")] == [
+    assert lines[0].startswith("prod: 3 to replace, 0 to delete, 0 to create, 1 to update against main (")
+    # The flags are part of the compile cache's key: a new key is a new producer Job, never the old cache.
+    assert [line for line in lines if line.startswith("+- ")][0].startswith(
+        "+- kubernetes:batch/v1:Job llama-70b-compile-cache (forced by metadata.name")
+    assert [line for line in lines if line.startswith("+- ")][1:] == [
         "+- kubernetes:batch/v1:Job llama-70b-verify-job (forced by metadata.name, "
         "spec.template.spec.volumes.configMap.name)",
         "+- kubernetes:core/v1:ConfigMap llama-70b-verify-probe (forced by data, metadata.name)"]

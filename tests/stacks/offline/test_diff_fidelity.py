@@ -98,7 +98,10 @@ def test_an_ami_bump_replaces_the_node_group_and_its_asg_tags_and_costs_a_node_g
         result = run_diff(repo, "prod", "--base", "main")
     assert result.returncode == 1, result.stderr
     out = result.stdout
-    assert out.splitlines()[0].startswith("prod: 9 to replace, 3 to delete, 3 to create, 1 to update against main")
+    # 10 and 2: the compile cache's producer Job (its pod template selects the node generation) is replaced, and
+    # the pre-pull DaemonSet follows the new generation like the Deployment; 3 and 3: the generation's drain
+    # barrier (a new one created, the old deleted last).
+    assert out.splitlines()[0].startswith("prod: 10 to replace, 3 to delete, 3 to create, 2 to update against main")
     # The new group's Auto Scaling group name is unknown at preview, and it forces each tag's replacement.
     tags = re.findall(r"^\+- aws:autoscaling/tag:Tag (\S+) \(forced by autoscalingGroupName\)$", out, re.MULTILINE)
     assert len(tags) == 8
@@ -139,7 +142,10 @@ def test_a_model_revision_bump_stages_a_new_job_and_rolls_every_replica(repo):
     # The staging Job is renamed with the revision, so the new one runs before the old one is deleted.
     # The verification Job reruns too: its settings (and so its name) follow the revision.
     job = [line for line in out.splitlines() if line.startswith("+- kubernetes:batch/v1:Job ")]
-    assert job == ["+- kubernetes:batch/v1:Job llama-70b-verify-job (forced by metadata.name, "
+    # A new revision is a new compile cache key: a new producer Job, never the old revision's cache.
+    assert job[0] == ("+- kubernetes:batch/v1:Job llama-70b-compile-cache (forced by metadata.name, "
+                      "spec.template.spec.containers.command)")
+    assert job[1:] == ["+- kubernetes:batch/v1:Job llama-70b-verify-job (forced by metadata.name, "
                    "spec.template.spec.volumes.configMap.name)",
                    "+- kubernetes:batch/v1:Job llama-70b-weights-stage (forced by metadata.name, "
                    "spec.template.spec.containers.env.value)"]

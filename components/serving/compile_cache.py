@@ -1,0 +1,200 @@
+"""The shared compile cache: vLLM's torch.compile artifacts for one (model, revision, engine, layout,
+GPU), produced once by one Job and copied read-only into every later replica (pure, no Pulumi import).
+
+What vLLM 0.33.0 writes (vllm==0.33.0 wheel, vllm/envs.py, vllm/compilation/backends.py, decorators.py,
+compiler_interface.py): everything under `$VLLM_CACHE_ROOT/torch_compile_cache/` - per rank
+`<hash>/rank_<r>_<dp>/` (vllm_compile_cache.py, the Inductor artifacts, cache_key_factors.json) and, with
+AOT compile (on by default with the pinned torch 2.14), `torch_aot_compile/<hash>/rank_<r>_<dp>/model`
+beside a shared `inductor_cache/`. vLLM's own hash covers its config, the engine's code, torch's config
+and the environment, so a copied cache it does not match is ignored and compiled again (decorators.py
+logs "Compiling model again due to a load failure"), never used wrongly. CUDA graphs are not cached:
+they are captured at every start (the planner keeps their capture time).
+
+Why a copy and not vLLM reading the shared directory in place: vLLM is not read-only-safe there.
+On a hit it still points TORCHINDUCTOR_CACHE_DIR at `<hash>/inductor_cache` and writes into it after
+the load ("post-load execution, CUDA-graph capture, and later autotune/recompile all need to write
+under {hash}/inductor_cache/", decorators.py), and on a miss it compiles and saves there. So every
+serving pod mounts the shared copy read-only (it sits on the weights claim, which serving pods mount
+read-only) and an init container copies it into the pod's own cache volume; vLLM then writes only
+its own copy. A partly written copy is never seeded: the writer renames a finished directory into
+place and marks it last.
+
+The key (our directory) adds what vLLM's hash cannot see from a path: the revision (a moved branch
+would bring other weights under the same name), the image (tag and digest), the layout, the GPU and
+a digest of the engine flags, so any change of those starts cold in a new directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shlex
+from dataclasses import dataclass
+
+from . import engine
+
+CACHE_ROOT_DIR = "compile-cache"  # under the weights claim, beside the staged revisions (FSx, an existing class)
+# EFS: the cache has its own access point and claim (the file-system policy lets GPU nodes write only
+# through it), mounted here in the serving pods (read-only) and the producer (read-write).
+SHARED_MOUNT = "/var/lib/llm-serving/compile-cache"
+COMPLETE_MARKER = ".llm-serving-complete"
+# Where vLLM keeps the artifacts inside VLLM_CACHE_ROOT (backends.py, decorators.py).
+VLLM_COMPILE_SUBDIR = "torch_compile_cache"
+SEED_CONTAINER = "compile-cache-seed"
+COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")
+ENGINE_VERSION_TAG = re.compile(r"^v?(\d+\.\d+\.\d+)")
+
+
+@dataclass(frozen=True)
+class CompileCacheKey:
+    """The inputs a cache belongs to; any change starts cold in another directory."""
+
+    model_id: str
+    revision: str
+    image_tag: str
+    image_digest: str | None
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    gpu_product: str  # nvidia.com/gpu.product, e.g. NVIDIA-H100-80GB-HBM3
+    engine_flags: tuple[str, ...]  # the `vllm serve` arguments the cache was compiled with
+    # Not an input of the key: where the pods see the cache's storage (the weights mount's compile-cache
+    # directory, or SHARED_MOUNT for a claim of its own) and that claim (None: the weights claim).
+    mount_root: str = f"{engine.MODELS_MOUNT}/{CACHE_ROOT_DIR}"
+    claim_name: str | None = None
+
+    def problems(self) -> list[str]:
+        """Why this key cannot name a cache (an input is missing or not pinned); [] when it can."""
+        found = []
+        if not COMMIT_SHA.match(self.revision):
+            found.append(f"revision {self.revision!r} is not a 40-character commit SHA: a branch or tag can move "
+                         "to other weights under the same name")
+        if not ENGINE_VERSION_TAG.match(self.image_tag):
+            found.append(f"image tag {self.image_tag!r} carries no engine version (vX.Y.Z)")
+        if not self.gpu_product or self.gpu_product == "unknown":
+            found.append("the GPU product is unknown (nvidia.com/gpu.product)")
+        if self.pipeline_parallel_size > 1:
+            found.append("multi-node groups (pipelineParallelSize > 1) are not wired for the shared cache yet")
+        return found
+
+    @property
+    def engine_version(self) -> str:
+        match = ENGINE_VERSION_TAG.match(self.image_tag)
+        if match is None:
+            raise ValueError("; ".join(self.problems()))
+        return match.group(1)
+
+    @property
+    def flags_digest(self) -> str:
+        return hashlib.sha256("\0".join(self.engine_flags).encode()).hexdigest()[:12]
+
+    def relative_dir(self) -> str:
+        """The cache's directory under the cache root, readable by a person: model/revision/engine/layout."""
+        if self.problems():
+            raise ValueError("; ".join(self.problems()))
+        image = f"vllm-{self.engine_version}" + (f"-{self.image_digest.split(':')[-1][:12]}" if self.image_digest
+                                                 else "")
+        layout = f"tp{self.tensor_parallel_size}-{self.gpu_product}-{self.flags_digest}"
+        return f"{self.model_id}/{self.revision}/{image}/{layout}"
+
+    def mounted_dir(self) -> str:
+        """The same directory as the pods see it."""
+        return f"{self.mount_root}/{self.relative_dir()}"
+
+    def volume_mounts(self, *, writable: bool) -> list[dict]:
+        """The cache's own claim (EFS), mounted at SHARED_MOUNT; [] when it lives on the weights mount."""
+        if self.claim_name is None:
+            return []
+        return [{"name": "compile-cache", "mountPath": SHARED_MOUNT, "readOnly": not writable}]
+
+    def volumes(self, *, writable: bool) -> list[dict]:
+        if self.claim_name is None:
+            return []
+        return [{"name": "compile-cache",
+                 "persistentVolumeClaim": {"claimName": self.claim_name, "readOnly": not writable}}]
+
+    def job_name(self, model_name: str) -> str:
+        digest = hashlib.sha256(self.relative_dir().encode()).hexdigest()[:10]
+        return f"{model_name}-compile-{digest}"
+
+
+def vllm_compile_dir() -> str:
+    """Where vLLM reads and writes its artifacts in a pod (VLLM_CACHE_ROOT, engine.writable_paths_env)."""
+    return f"{engine.CACHE_MOUNT}/vllm/{VLLM_COMPILE_SUBDIR}"
+
+
+def seed_script(key: CompileCacheKey) -> str:
+    """Copy a finished shared cache into the pod's own cache volume; without one, do nothing (vLLM
+    compiles). The marker is written last by the producer, so a half-written copy is never seeded."""
+    shared = shlex.quote(key.mounted_dir())
+    local = shlex.quote(vllm_compile_dir())
+    return (
+        f"if [ -f {shared}/{COMPLETE_MARKER} ]; then "
+        f"mkdir -p {local} && cp -R {shared}/{VLLM_COMPILE_SUBDIR}/. {local}/ && "
+        f"echo 'compile cache hit: seeded from {key.relative_dir()}'; "
+        f"else echo 'compile cache miss: {key.relative_dir()} not produced yet; vLLM compiles'; fi"
+    )
+
+
+def seed_init_container(key: CompileCacheKey, image: str, env: list[dict]) -> dict:
+    """The serving pod's init container: the weights mount read-only, its own cache volume writable."""
+    return {
+        "name": SEED_CONTAINER,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["/bin/sh", "-c", seed_script(key)],
+        "env": env,
+        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}},
+        "securityContext": engine.container_security_context(),
+        "volumeMounts": [
+            {"name": "weights", "mountPath": engine.MODELS_MOUNT, "readOnly": True},
+            *key.volume_mounts(writable=False),
+            {"name": "cache", "mountPath": engine.CACHE_MOUNT},
+            {"name": "tmp", "mountPath": engine.TMP_MOUNT},
+        ],
+    }
+
+
+def producer_args(serving_args: list[str]) -> list[str]:
+    """The serving pod's `vllm serve` arguments for the producer: the same flags (so vLLM's hash is the
+    serving pods'), listening on loopback only (the Job has no API key), without the chat template
+    (a ConfigMap file only serving pods mount; the frontend reads it, the compiled graph does not)."""
+    args: list[str] = []
+    skip = False
+    for arg in serving_args:
+        if skip:
+            skip = False
+            continue
+        if arg == "--chat-template":
+            skip = True
+            continue
+        args.append(arg)
+    return [*args, "--host", "127.0.0.1"]
+
+
+def producer_script(key: CompileCacheKey, serving_args: list[str]) -> str:
+    """One writer: an exclusive `mkdir` lock (atomic on NFS and Lustre), a vLLM start until /health
+    answers (compile and graph capture done), then its artifacts renamed into place and marked last."""
+    final = shlex.quote(key.mounted_dir())
+    lock = shlex.quote(key.mounted_dir() + ".lock")
+    staging = shlex.quote(key.mounted_dir() + ".partial")
+    serve = shlex.join(["vllm", "serve", *producer_args(serving_args)])
+    health = f"http://127.0.0.1:{engine.PORT}/health"
+    return "\n".join([
+        "set -eu",
+        f"if [ -f {final}/{COMPLETE_MARKER} ]; then echo 'compile cache already produced'; exit 0; fi",
+        f"mkdir -p \"$(dirname {final})\"",
+        f"if ! mkdir {lock}; then echo 'another writer holds {key.relative_dir()}.lock (remove it if that "
+        "writer is gone)'; exit 1; fi",
+        f"trap 'rm -rf {lock}' EXIT",
+        f"{serve} &",
+        "pid=$!",
+        f"until python3 -c 'import urllib.request; urllib.request.urlopen(\"{health}\", timeout=5)' 2>/dev/null; do",
+        "  kill -0 \"$pid\" || { echo 'vLLM exited before it was ready'; exit 1; }",
+        "  sleep 10",
+        "done",
+        "kill -TERM \"$pid\"; wait \"$pid\" || true",
+        f"rm -rf {staging} && mkdir -p {staging}",
+        f"cp -R {shlex.quote(vllm_compile_dir())} {staging}/{VLLM_COMPILE_SUBDIR}",
+        f"rm -rf {final} && mv {staging} {final} && touch {final}/{COMPLETE_MARKER}",
+        f"echo 'compile cache produced: {key.relative_dir()}'",
+    ])

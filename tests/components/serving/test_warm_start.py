@@ -1,0 +1,236 @@
+"""Images already on the node and compile caches that travel with the revision: the pre-pull DaemonSet, the
+compile cache's key, its seeding and its single producer, as pure builders and as prod renders them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from components.serving import CompileCacheKey, Footprint, Timing, image_pull_term, plan, prepull_daemonset
+from components.serving.capacity import compile_cache_hit_seconds
+from components.serving.compile_cache import producer_args, producer_script, seed_script
+from components.serving.rollout import replica_add_seconds
+from components.storage.objects import file_system_policy
+
+SHA = "1605565b47bb9346c5515c34102e054115b4f98b"
+CACHE = ("/var/lib/llm-serving/compile-cache/meta-llama/Llama-3.1-70B-Instruct/"
+         f"{SHA}/vllm-0.33.0/tp4-NVIDIA-H100-80GB-HBM3-e8493d16589d")
+RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "privileged": False,
+                        "readOnlyRootFilesystem": True, "runAsNonRoot": True}
+RESTRICTED_POD = {"runAsNonRoot": True, "runAsUser": 2000, "runAsGroup": 2000, "fsGroup": 2000,
+                  "fsGroupChangePolicy": "OnRootMismatch", "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def key(**changes) -> CompileCacheKey:
+    values = {"model_id": "meta-llama/Llama-3.1-70B-Instruct", "revision": SHA, "image_tag": "v0.33.0",
+              "image_digest": None, "tensor_parallel_size": 4, "pipeline_parallel_size": 1,
+              "gpu_product": "NVIDIA-H100-80GB-HBM3", "engine_flags": ("16384", "0.92")}
+    return CompileCacheKey(**{**values, **changes})
+
+
+# --- the pre-pull DaemonSet ---------------------------------------------------------------------------
+
+
+def test_prepull_pulls_each_image_once_in_init_containers_and_holds_it_with_a_sleeper():
+    spec = prepull_daemonset(namespace="llm-serving", images=["vllm/vllm-openai:v0.33.0", "vllm/vllm-openai:v0.33.0",
+                                                              "vllm/vllm-openai:v0.32.0"],
+                             node_selector={"role": "gpu"}, tolerations=[])["spec"]["template"]["spec"]
+    assert [(c["name"], c["image"], c["command"]) for c in spec["initContainers"]] == [
+        ("pull-0", "vllm/vllm-openai:v0.32.0", ["/bin/sh", "-c", "exit 0"]),
+        ("pull-1", "vllm/vllm-openai:v0.33.0", ["/bin/sh", "-c", "exit 0"]),
+    ]
+    assert [(c["name"], c["image"], c["command"]) for c in spec["containers"]] == [
+        ("hold-0", "vllm/vllm-openai:v0.32.0", ["sleep", "infinity"]),
+        ("hold-1", "vllm/vllm-openai:v0.33.0", ["sleep", "infinity"]),
+    ]
+
+
+def test_prepull_refuses_no_images():
+    with pytest.raises(ValueError, match="at least one image"):
+        prepull_daemonset(namespace="x", images=[], node_selector={}, tolerations=[])
+
+
+def test_prod_renders_the_prepull_daemonset_restricted_on_the_gpu_nodes(rendered):
+    daemonset = rendered["prod"].manifest("DaemonSet", "llm-serving-image-prepull")
+    deployment = rendered["prod"].manifest("Deployment", "llama-70b")
+    pod, serving = daemonset["spec"]["template"]["spec"], deployment["spec"]["template"]["spec"]
+    image = serving["containers"][0]["image"]
+    assert image == "vllm/vllm-openai:v0.33.0"
+    assert [c["image"] for c in pod["initContainers"] + pod["containers"]] == [image, image]
+    assert pod["nodeSelector"] == serving["nodeSelector"]
+    assert pod["tolerations"] == [{"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"}]
+    assert pod["securityContext"] == RESTRICTED_POD
+    assert all(c["securityContext"] == RESTRICTED_CONTAINER for c in pod["initContainers"] + pod["containers"])
+    assert all(c["resources"] == {"requests": {"cpu": "1m", "memory": "8Mi"}, "limits": {"memory": "16Mi"}}
+               for c in pod["initContainers"] + pod["containers"])
+    assert (pod["automountServiceAccountToken"], pod["enableServiceLinks"]) == (False, False)
+    assert daemonset["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}}
+
+
+# --- the planner's image and compile terms ----------------------------------------------------------------
+
+
+def test_image_term_is_zero_on_a_running_node_only_when_pre_pulled():
+    warm = Timing(node_ready_seconds=300, image_pull_seconds=300, image_prepulled=True)
+    cold = Timing(node_ready_seconds=300, image_pull_seconds=300)
+    assert (image_pull_term(warm, new_node=False), image_pull_term(warm, new_node=True)) == (0, 300)
+    assert (image_pull_term(cold, new_node=False), image_pull_term(cold, new_node=True)) == (300, 300)
+
+
+def test_prod_70b_cold_start_with_and_without_a_compile_cache_hit():
+    result = plan("meta-llama/Llama-3.1-70B-Instruct", _p5(), 16384, storage_read_mib_per_second=500)
+    # 141 GB at 500 MiB/s (269 s) + 180 s engine start (67 s of it torch.compile) + 60 s graph capture.
+    assert (result.cold_start_seconds, result.compile_seconds, result.compile_cached_seconds) == (510, 67, 10)
+    assert result.cold_start_cached_seconds == 453
+    # The startup probe keeps the cold figure: a key change always compiles.
+    assert result.startup_budget_seconds == 1020
+    assert compile_cache_hit_seconds(510, 0, 10) == 510  # --enforce-eager: nothing to load
+
+
+def test_adding_a_replica_on_a_warm_node_with_a_cache_hit_takes_the_cold_start_alone():
+    model = Footprint("m", 4, 2, 4, cold_start_seconds=510, cached_cold_start_seconds=453)
+    timing = Timing(node_ready_seconds=300, image_pull_seconds=300, image_prepulled=True)
+    assert replica_add_seconds(model, timing, needs_node=False) == 453 + 30
+    assert replica_add_seconds(model, timing, needs_node=True) == 300 + 300 + 453 + 30
+
+
+def _p5():
+    from components.gpu import lookup_instance_type
+
+    return lookup_instance_type("p5.48xlarge")
+
+
+# --- the compile cache's key ------------------------------------------------------------------------------------
+
+
+def test_key_directory_names_every_input():
+    assert key().relative_dir() == (f"meta-llama/Llama-3.1-70B-Instruct/{SHA}/vllm-0.33.0/"
+                                    "tp4-NVIDIA-H100-80GB-HBM3-7fadb4be04ff")
+    assert key(image_digest="sha256:" + "ab" * 32).relative_dir().split("/")[3] == "vllm-0.33.0-abababababab"
+
+
+@pytest.mark.parametrize("change", [{"revision": "0" * 40}, {"image_tag": "v0.34.0"}, {"tensor_parallel_size": 8},
+                                    {"gpu_product": "NVIDIA-H200"}, {"engine_flags": ("32768", "0.92")}])
+def test_a_change_of_any_input_is_another_directory_and_another_job(change):
+    assert key(**change).relative_dir() != key().relative_dir()
+    assert key(**change).job_name("llama-70b") != key().job_name("llama-70b")
+
+
+def test_key_refuses_inputs_that_are_not_pinned():
+    assert key(revision="main", image_tag="latest", gpu_product="unknown", pipeline_parallel_size=2).problems() == [
+        "revision 'main' is not a 40-character commit SHA: a branch or tag can move to other weights under the same "
+        "name",
+        "image tag 'latest' carries no engine version (vX.Y.Z)",
+        "the GPU product is unknown (nvidia.com/gpu.product)",
+        "multi-node groups (pipelineParallelSize > 1) are not wired for the shared cache yet",
+    ]
+    with pytest.raises(ValueError, match="not a 40-character commit SHA"):
+        key(revision="main").relative_dir()
+
+
+def test_seed_copies_only_a_finished_cache():
+    script = seed_script(key())
+    assert script.startswith("if [ -f /models/compile-cache/meta-llama/Llama-3.1-70B-Instruct/")
+    assert "/.llm-serving-complete ]; then mkdir -p /var/cache/vllm/vllm/torch_compile_cache && cp -R " in script
+    assert script.endswith("not produced yet; vLLM compiles'; fi")
+
+
+def test_producer_serves_on_loopback_without_the_chat_template():
+    assert producer_args(["/models/m", "--chat-template", "/etc/vllm/chat-template.jinja", "--port", "8000"]) == [
+        "/models/m", "--port", "8000", "--host", "127.0.0.1"]
+
+
+def test_producer_takes_an_exclusive_lock_and_marks_the_cache_last():
+    lines = producer_script(key(), ["/models/m"]).splitlines()
+    final = "/models/compile-cache/" + key().relative_dir()
+    assert lines[1] == (f"if [ -f {final}/.llm-serving-complete ]; then echo 'compile cache already produced'; "
+                        "exit 0; fi")
+    assert lines[3].startswith(f"if ! mkdir {final}.lock; then")
+    assert lines[-2] == (f"rm -rf {final} && mv {final}.partial {final} && touch {final}/.llm-serving-complete")
+
+
+# --- as prod renders it --------------------------------------------------------------------------------------------
+
+
+def test_prod_seeds_every_replica_from_the_read_only_cache_claim(rendered):
+    spec = rendered["prod"].manifest("Deployment", "llama-70b")["spec"]["template"]["spec"]
+    (seed,) = spec["initContainers"]
+    assert seed["name"] == "compile-cache-seed" and seed["image"] == "vllm/vllm-openai:v0.33.0"
+    assert seed["volumeMounts"] == [
+        {"name": "weights", "mountPath": "/models", "readOnly": True},
+        {"name": "compile-cache", "mountPath": "/var/lib/llm-serving/compile-cache", "readOnly": True},
+        {"name": "cache", "mountPath": "/var/cache/vllm"},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
+    assert seed["command"][2].startswith(f"if [ -f {CACHE}/.llm-serving-complete ]")
+    assert seed["securityContext"] == RESTRICTED_CONTAINER
+    assert {"name": "compile-cache", "persistentVolumeClaim": {"claimName": "compile-cache", "readOnly": True}} in \
+        spec["volumes"]
+    vllm = spec["containers"][0]
+    assert {"name": "VLLM_CACHE_ROOT", "value": "/var/cache/vllm/vllm"} in vllm["env"]
+    assert [m["name"] for m in vllm["volumeMounts"]] == ["weights", "cache", "shm", "tmp"]  # never the shared cache
+
+
+def test_prod_produces_the_cache_with_one_job_that_writes_only_the_cache_claim(rendered):
+    job = rendered["prod"].manifest("Job", "llama-70b-compile-67a808263e")
+    spec = job["spec"]
+    assert (spec["backoffLimit"], spec["podReplacementPolicy"], spec["activeDeadlineSeconds"]) == (2, "Failed", 1620)
+    pod = spec["template"]["spec"]
+    (writer,) = pod["containers"]
+    assert pod["restartPolicy"] == "Never"
+    assert writer["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    assert writer["volumeMounts"][0] == {"name": "weights", "mountPath": "/models", "readOnly": True}
+    assert writer["volumeMounts"][-1] == {"name": "compile-cache", "mountPath": "/var/lib/llm-serving/compile-cache",
+                                          "readOnly": False}
+    assert "VLLM_API_KEY" not in [e["name"] for e in writer["env"]]
+    assert " --tensor-parallel-size 4 " in writer["command"][2] and " --host 127.0.0.1 &" in writer["command"][2]
+    assert pod["volumes"][-1] == {"name": "compile-cache",
+                                  "persistentVolumeClaim": {"claimName": "compile-cache", "readOnly": False}}
+
+
+def test_prod_cache_lives_on_its_own_efs_access_point_and_retained_volume(rendered):
+    prod = rendered["prod"]
+    point = prod.resource("aws:efs/accessPoint:AccessPoint", "weights-storage-compile-cache")["inputs"]
+    assert point["rootDirectory"] == {"path": "/llm-serving-compile-cache", "creationInfo": {
+        "ownerUid": 2000, "ownerGid": 2000, "permissions": "0750"}}
+    assert point["posixUser"] == {"uid": 2000, "gid": 2000}
+    volume = prod.manifest("PersistentVolume", "llm-serving-weights-compile-cache")["spec"]
+    assert volume["csi"] == {"driver": "efs.csi.aws.com",
+                             "volumeHandle": "weights-storage-file-system-id::weights-storage-compile-cache-id"}
+    assert (volume["persistentVolumeReclaimPolicy"], volume["mountOptions"]) == ("Retain", ["tls", "iam"])
+    claim = prod.manifest("PersistentVolumeClaim", "compile-cache")["spec"]
+    assert (claim["volumeName"], claim["storageClassName"]) == ("llm-serving-weights-compile-cache", "")
+
+
+def test_gpu_nodes_may_write_only_through_the_cache_access_point():
+    ap = "arn:aws:elasticfilesystem:us-east-1:1:access-point/fsap-1"
+    statements = {s["Sid"]: s for s in file_system_policy(
+        "arn:fs", reader_role_arns=["arn:gpu"], writer_role_arn="arn:staging",
+        compile_cache_access_point_arn=ap)["Statement"]}
+    assert statements["DenyWritesExceptStaging"]["Condition"] == {
+        "ArnNotEquals": {"aws:PrincipalArn": "arn:staging"},
+        "StringNotEquals": {"elasticfilesystem:AccessPointArn": ap}}
+    assert statements["CompileCacheWrites"] == {
+        "Sid": "CompileCacheWrites", "Effect": "Allow", "Principal": {"AWS": ["arn:gpu"]},
+        "Action": "elasticfilesystem:ClientWrite", "Resource": "arn:fs",
+        "Condition": {"Bool": {"elasticfilesystem:AccessedViaMountTarget": "true"},
+                      "StringEquals": {"elasticfilesystem:AccessPointArn": ap}}}
+    plain = file_system_policy("arn:fs", reader_role_arns=["arn:gpu"], writer_role_arn="arn:staging")
+    assert "CompileCacheWrites" not in json.dumps(plain)
+
+
+# --- refusals at preview ----------------------------------------------------------------------------------
+
+
+def test_shared_compile_cache_with_an_unpinned_revision_is_refused_at_preview():
+    from tests.stacks.checks.test_model_checks import lines
+
+    assert lines(revision="main", compileCache="shared", environment="dev") == [
+        "llm-serving:models[llama-70b].compileCache: no shared compile cache: revision 'main' is not a 40-character "
+        "commit SHA: a branch or tag can move to other weights under the same name (got \"shared\"; expected auto or "
+        "off, or pin the missing input)"
+    ]
+    # auto falls back to off instead (plan --stack says why), and a pinned key passes.
+    assert lines(revision="main", compileCache="auto", environment="dev") == []
+    assert lines(compileCache="shared") == []
