@@ -2,11 +2,9 @@
 
 from .admission import Admission
 from .alerts import picker_alert_groups
+from .metrics import PICKER_METRIC_TYPES, PICKER_METRICS, PICKER_TTFT_BUCKETS
 from .objects import (
     OBJECTIVE_HEADER,
-    PICKER_METRIC_TYPES,
-    PICKER_METRICS,
-    PICKER_TTFT_BUCKETS,
     PickerSettings,
     RoutedModel,
     inference_objective,

@@ -21,7 +21,8 @@ from typing import Any
 
 from components.platform import BURN_FOR_MINUTES, BURN_RATES, alert_rule
 
-from .objects import PICKER_TTFT_BUCKETS, RoutedModel, picker_name
+from .metrics import PICKER_TTFT_BUCKETS
+from .objects import RoutedModel, picker_name
 
 # kube-state-metrics series (docs/metrics/policy/poddisruptionbudget-metrics.md and
 # workload/pod-metrics.md, STABLE), with the object's own namespace label (honorLabels, as the

@@ -3,6 +3,10 @@ the GPUs a rollout can count on, each model's rollout strategy and scale-down wi
 
 stacks/checks/rules.py turns their failures into problems; stacks/program.py feeds their results to the
 components. Both read the same functions, so a preview and a deploy can never disagree.
+
+Length: every planner input a stack decides (instance, storage speed, image pre-pull, compile cache)
+is resolved here once; the compile-cache state feeds the cold start, the footprint and the rollout,
+so moving it out would make this module and its new neighbour import each other.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import pytest
 
 from components.edge.alerts import ENVOY_METRIC_TYPES
 from components.routing.alerts import PICKER_KUBE_STATE_METRICS
-from components.routing.objects import PICKER_TTFT_BUCKETS
+from components.routing.metrics import PICKER_TTFT_BUCKETS
 from tests.support import promql
 from tests.support.promql_eval import Store, firing
 

@@ -179,9 +179,13 @@ def test_the_planner_adds_a_replica_term_by_term_on_s3s_read_figure(config):
     weights_bytes = planning.model_architecture(model).weight_bytes
     assert plan.weights_load_seconds == math.ceil(weights_bytes / (2000 * 2**20)) == 68
     free, new = planning.cold_starts(config, model, plan)
-    assert free.terms() == (("node", 0), ("image pull", 300), ("weights", 68), ("engine init", 180),
-                            ("compile", 60), ("ready", 30))
-    assert (free.total_seconds, new.total_seconds) == (638, 938)
+    # A free node holds the pre-pulled image; S3 has no shared compile cache, so every replica compiles
+    # (torch.compile 67 s of the engine's start-up, the rest and the CUDA graphs are engine init).
+    assert free.terms() == (("node", 0), ("image pull", 0), ("weights", 68), ("engine init", 173),
+                            ("compile", 67), ("ready", 30))
+    assert new.terms() == (("node", 300), ("image pull", 300), ("weights", 68), ("engine init", 173),
+                           ("compile", 67), ("ready", 30))
+    assert (free.total_seconds, new.total_seconds) == (338, 938)
     # The scale-down window waits as long as adding a replica on a new node takes.
     assert new.total_seconds == planning.replica_add_seconds(config, model, plan) == \
         planning.scale_down_window(config, model, plan)

@@ -11,7 +11,7 @@ import pytest
 
 from components.routing import PICKER_METRIC_TYPES, RoutedModel, picker_alert_groups
 from components.routing.alerts import slow_ttft_ratio, ttft_boundary
-from components.routing.objects import PICKER_TTFT_BUCKETS
+from components.routing.metrics import PICKER_TTFT_BUCKETS
 from tests.support import promql
 from tests.support.promql_eval import Store, evaluate
 

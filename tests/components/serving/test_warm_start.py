@@ -205,19 +205,26 @@ def test_prod_cache_lives_on_its_own_efs_access_point_and_retained_volume(render
 
 def test_gpu_nodes_may_write_only_through_the_cache_access_point():
     ap = "arn:aws:elasticfilesystem:us-east-1:1:access-point/fsap-1"
+    serving = "arn:aws:elasticfilesystem:us-east-1:1:access-point/fsap-2"
     statements = {s["Sid"]: s for s in file_system_policy(
-        "arn:fs", reader_role_arns=["arn:gpu"], writer_role_arn="arn:staging",
+        "arn:fs", reader_role_arns=["arn:gpu"], writer_role_arn="arn:staging", serving_access_point_arns=[serving],
         compile_cache_access_point_arn=ap)["Statement"]}
-    assert statements["DenyWritesExceptStaging"]["Condition"] == {
-        "ArnNotEquals": {"aws:PrincipalArn": "arn:staging"},
+    # The GPU nodes' writes are denied everywhere but through the cache's access point, and they mount only
+    # through the serving access point or the cache's.
+    assert statements["DenyServingWrites"]["Condition"] == {
         "StringNotEquals": {"elasticfilesystem:AccessPointArn": ap}}
+    assert statements["DenyServingOutsideItsAccessPoints"]["Condition"] == {
+        "StringNotEquals": {"elasticfilesystem:AccessPointArn": [ap, serving]}}
     assert statements["CompileCacheWrites"] == {
         "Sid": "CompileCacheWrites", "Effect": "Allow", "Principal": {"AWS": ["arn:gpu"]},
         "Action": "elasticfilesystem:ClientWrite", "Resource": "arn:fs",
         "Condition": {"Bool": {"elasticfilesystem:AccessedViaMountTarget": "true"},
                       "StringEquals": {"elasticfilesystem:AccessPointArn": ap}}}
-    plain = file_system_policy("arn:fs", reader_role_arns=["arn:gpu"], writer_role_arn="arn:staging")
-    assert "CompileCacheWrites" not in json.dumps(plain)
+    plain = {s["Sid"]: s for s in file_system_policy(
+        "arn:fs", reader_role_arns=["arn:gpu"], writer_role_arn="arn:staging",
+        serving_access_point_arns=[serving])["Statement"]}
+    assert "CompileCacheWrites" not in plain
+    assert "Condition" not in plain["DenyServingWrites"]  # without a cache the GPU nodes never write
 
 
 # --- refusals at preview ----------------------------------------------------------------------------------

@@ -26,8 +26,10 @@ def _pod(result: Any, kind: str, predicate) -> dict[str, Any]:
 
 def test_each_model_gets_an_access_point_on_the_directory_its_staging_claim_writes(rendered):
     prod = rendered["prod"]
-    (point,) = prod.by_type()[AP]
-    assert point["name"] == "weights-storage-serving-llama-70b"
+    # The serving access point, beside the compile cache's (tests/components/serving/test_warm_start.py).
+    assert sorted(p["name"] for p in prod.by_type()[AP]) == ["weights-storage-compile-cache",
+                                                             "weights-storage-serving-llama-70b"]
+    (point,) = [p for p in prod.by_type()[AP] if p["name"] == "weights-storage-serving-llama-70b"]
     assert point["inputs"] == {
         "fileSystemId": "weights-storage-file-system-id",
         # The same POSIX identity the StorageClass forces on the staging claim, so files the Job wrote
@@ -91,7 +93,7 @@ def test_serving_pods_mount_the_read_only_claim_and_the_job_keeps_the_writable_o
     assert {v["name"]: v for v in staging["volumes"]}["weights"] == {
         "name": "weights", "persistentVolumeClaim": {"claimName": "llama-70b-weights"}}
     # The pod's user is the access point's POSIX user: what the process sees it owns is what EFS enforces.
-    (point,) = prod.by_type()[AP]
+    (point,) = [p for p in prod.by_type()[AP] if p["name"] == "weights-storage-serving-llama-70b"]
     posix = point["inputs"]["posixUser"]
     assert (serving["securityContext"]["runAsUser"], serving["securityContext"]["runAsGroup"]) == (
         posix["uid"], posix["gid"]) == (engine.RUN_AS_UID, engine.RUN_AS_GID)

@@ -491,7 +491,8 @@ def test_changed_flag_shows_the_container_arg(repo):
                         lines[deployment + 4])
 
     assert markdown.returncode == 1, markdown.stderr
-    assert "### Stack `prod`: 2 to replace, 0 to delete, 0 to create, 1 to update" in markdown.stdout
+    # 3: the compile cache's producer Job (the engine flags are in its key), the verification Job and its ConfigMap.
+    assert "### Stack `prod`: 3 to replace, 0 to delete, 0 to create, 1 to update" in markdown.stdout
     assert "#### Updated (1)" in markdown.stdout and "#### Created" not in markdown.stdout
     assert re.search(r'\| `inputs\.spec\.template\.spec\.containers\[vllm\]\.args\[\d+\]` \| `"256"` \| `"128"` \|',
                      markdown.stdout)

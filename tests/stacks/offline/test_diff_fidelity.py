@@ -121,10 +121,10 @@ def test_an_ami_bump_replaces_the_node_group_and_its_asg_tags_and_costs_a_node_g
     ]
     assert '    inputs.releaseVersion: "1.34.2-20261101" -> "1.34.2-20261115"' in group
     # The generation's drain barrier: the new one created, the old one deleted (before the old group).
-    assert block(out, "- kubernetes:apps/v1:Deployment node-drain-barrier-360e580ed6-deployment")[1] == (
+    assert block(out, "- kubernetes:apps/v1:Deployment node-drain-barrier-8fff7a3ae2-deployment")[1] == (
         "    = drain barrier: deleted before the old node group, its pod takes 1,850 s to go (the longest vLLM grace "
         "period), so no replaced pod is still draining when EKS terminates the old nodes")
-    assert "+ kubernetes:apps/v1:Deployment node-drain-barrier-93051778e6-deployment" in out.splitlines()
+    assert "+ kubernetes:apps/v1:Deployment node-drain-barrier-f3322b5c04-deployment" in out.splitlines()
     deployment = block(out, "~ kubernetes:apps/v1:Deployment llama-70b-deployment")
     assert deployment[1] == ("    ! spec.template.spec.nodeSelector unknown at preview: output of "
                              "gpu-p5-48xlarge-node-group, which is replaced")
