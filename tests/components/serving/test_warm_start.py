@@ -3,8 +3,6 @@ compile cache's key, its seeding and its single producer, as pure builders and a
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from components.serving import CompileCacheKey, Footprint, Timing, image_pull_term, plan, prepull_daemonset
