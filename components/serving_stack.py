@@ -64,6 +64,8 @@ from components.serving import (
     VllmDeploymentArgs,
     container_security_context,
     prepull_daemonset,
+    prepull_network_policy,
+    producer_network_policy,
     staging_claim_name,
 )
 from components.storage import (
@@ -420,6 +422,17 @@ class ServingStack(pulumi.ComponentResource):
                                         tolerations=self.gpu_node_group.tolerations)  # type: ignore[arg-type]
             k8s.apps.v1.DaemonSet("image-prepull", metadata=prepull["metadata"], spec=prepull["spec"],
                                   opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]))
+            fence = prepull_network_policy(args.serving_namespace)
+            k8s.networking.v1.NetworkPolicy("image-prepull-network-policy", metadata=fence["metadata"],
+                                            spec=fence["spec"],
+                                            opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]))
+        producer_fence: list[pulumi.Resource] = []
+        if any(model.compile_cache is not None for model in args.models):
+            # The producer Jobs wait for it (their `after`): a producer pod never runs unfenced.
+            fence = producer_network_policy(args.serving_namespace)
+            producer_fence.append(k8s.networking.v1.NetworkPolicy(
+                "compile-cache-network-policy", metadata=fence["metadata"], spec=fence["spec"],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[ns])))
         for model in args.models:
             weights = ModelWeights(
                 f"{model.name}-weights",
@@ -497,7 +510,7 @@ class ServingStack(pulumi.ComponentResource):
                     # Serving starts only once its revision is fully staged (and a group once its
                     # operator and the EFA device plugin run).
                     after=(weights.job, api_key, *serving_after,
-                           *(cache_claim if model.compile_cache is not None else ()),
+                           *((*cache_claim, *producer_fence) if model.compile_cache is not None else ()),
                            *(self._group_prerequisites if model.settings.pipeline_parallel_size > 1 else ())),
                 ),
                 child,

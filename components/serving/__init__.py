@@ -14,7 +14,7 @@ from .capacity import (
     plan,
 )
 from .compile_cache import SHARED_MOUNT as COMPILE_CACHE_SHARED_MOUNT
-from .compile_cache import CompileCacheKey
+from .compile_cache import CompileCacheKey, producer_network_policy
 from .deployment import VllmDeployment, VllmDeploymentArgs
 from .engine import (
     CHAT_TEMPLATE_PATH,
@@ -39,7 +39,7 @@ from .engine import (
 from .lws import LeaderWorkerSetController, LeaderWorkerSetControllerArgs, lws_values
 from .models import ModelArchitecture, known_model_ids, lookup_model
 from .performance import GPU_PERFORMANCE, Latency, latency, slo_concurrency, usd_per_million_output_tokens
-from .prepull import prepull_daemonset
+from .prepull import prepull_daemonset, prepull_network_policy
 from .rollout import (
     DEFAULT_IMAGE_PULL_SECONDS,
     DEFAULT_NODE_READY_SECONDS,
@@ -133,6 +133,8 @@ __all__ = [
     "COMPILE_CACHE_SHARED_MOUNT",
     "image_pull_term",
     "prepull_daemonset",
+    "prepull_network_policy",
+    "producer_network_policy",
     "DEFAULT_NODE_READY_SECONDS",
     "OLD_GROUP_DELETE_SECONDS",
     "Footprint",

@@ -30,8 +30,12 @@ import hashlib
 import re
 import shlex
 from dataclasses import dataclass
+from typing import Any
 
 from . import engine
+
+# The producer Jobs' pods carry this component label (deployment.py), which their NetworkPolicy selects.
+PRODUCER_COMPONENT = "compile-cache"
 
 CACHE_ROOT_DIR = "compile-cache"  # under the weights claim, beside the staged revisions (FSx, an existing class)
 # EFS: the cache has its own access point and claim (the file-system policy lets GPU nodes write only
@@ -198,3 +202,23 @@ def producer_script(key: CompileCacheKey, serving_args: list[str]) -> str:
         f"rm -rf {final} && mv {staging} {final} && touch {final}/{COMPLETE_MARKER}",
         f"echo 'compile cache produced: {key.relative_dir()}'",
     ])
+
+
+def producer_network_policy(namespace: str) -> dict[str, Any]:
+    """The producer Jobs' fence: no ingress (their engine listens on loopback only) and, like the serving
+    pods, DNS as the only egress; the weights and the cache come through the node's NFS mount, which
+    NetworkPolicies do not see."""
+    selector = {"app.kubernetes.io/component": PRODUCER_COMPONENT}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": PRODUCER_COMPONENT, "namespace": namespace,
+                     "labels": {"app.kubernetes.io/part-of": "llm-serving"}},
+        "spec": {
+            "podSelector": {"matchLabels": selector},
+            "policyTypes": ["Ingress", "Egress"],
+            "egress": [{"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+                        "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}],
+        },
+    }

@@ -303,7 +303,8 @@ class VllmDeployment(pulumi.ComponentResource):
         """The one writer of the shared compile cache for `key` (compile_cache.producer_script): named after
         the key, so a key change is a new Job and an unchanged key is left alone. The Deployment does not
         wait for it: replicas that start first compile for themselves, later ones seed from it."""
-        labels = {"app.kubernetes.io/name": args.model_name, "app.kubernetes.io/component": "compile-cache"}
+        labels = {"app.kubernetes.io/name": args.model_name,
+                  "app.kubernetes.io/component": compile_cache.PRODUCER_COMPONENT}
         writer = {
             **{k: v for k, v in container.items() if k not in ("args", "ports", "startupProbe", "readinessProbe",
                                                                "livenessProbe", "lifecycle")},

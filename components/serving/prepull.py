@@ -23,7 +23,8 @@ from . import engine
 COMPONENT = "image-prepull"
 # Enough for `sleep`: the requests only have to make the pod schedulable beside the vLLM pods, which
 # take their node share (engine.pod_resources); a limit keeps a runaway from touching the GPU pods.
-PREPULL_RESOURCES = {"requests": {"cpu": "1m", "memory": "8Mi"}, "limits": {"memory": "16Mi"}}
+PREPULL_RESOURCES = {"requests": {"cpu": "1m", "memory": "8Mi"}, "limits": {"cpu": "10m", "memory": "16Mi"}}
+LABELS = {"app.kubernetes.io/name": COMPONENT, "app.kubernetes.io/part-of": "llm-serving"}
 
 
 def prepull_name(namespace: str) -> str:
@@ -36,7 +37,7 @@ def prepull_daemonset(*, namespace: str, images: list[str], node_selector: dict[
     if not images:
         raise ValueError("a pre-pull DaemonSet needs at least one image")
     unique = sorted(set(images))
-    labels = {"app.kubernetes.io/name": COMPONENT, "app.kubernetes.io/part-of": "llm-serving"}
+    labels = LABELS
     security = engine.container_security_context()
 
     def container(role: str, index: int, image: str, command: list[str]) -> dict[str, Any]:
@@ -68,4 +69,15 @@ def prepull_daemonset(*, namespace: str, images: list[str], node_selector: dict[
                 },
             },
         },
+    }
+
+
+def prepull_network_policy(namespace: str) -> dict[str, Any]:
+    """The pre-pull pods talk to nothing and nothing talks to them (the kubelet pulls, not the pod): every
+    ingress and egress denied, so a compromised image gains no network from this pod."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": prepull_name(namespace), "namespace": namespace, "labels": LABELS},
+        "spec": {"podSelector": {"matchLabels": LABELS}, "policyTypes": ["Ingress", "Egress"]},
     }

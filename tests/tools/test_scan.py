@@ -127,6 +127,8 @@ def test_the_committed_skip_list_is_the_reviewed_set_of_accepted_checks():
         ("CKV_K8S_35", ("*",)),  # VLLM_API_KEY as env
         ("CKV_K8S_40", ("*",)),  # UID 2000, the image's own user
         ("CKV_K8S_38", ("staging*", "prod*")),  # the endpoint picker reads pods and pools with its token
+        ("CKV_K8S_8", ("*",)),  # the image pre-pull pods only sleep: no liveness probe
+        ("CKV_K8S_9", ("*",)),  # ... and no readiness probe
     ]
 
 
@@ -144,7 +146,7 @@ def _checkov_ids(result: Any) -> list[str]:
 @pytest.mark.parametrize("stack", STACKS)
 def test_every_skip_pattern_matches_only_vllm_deployments_and_staging_jobs_in_the_render(rendered, stack):
     ids = _checkov_ids(rendered[stack])
-    workloads = sorted(i for i in ids if i.split(".")[0] in ("Deployment", "Job"))
+    workloads = sorted(i for i in ids if i.split(".")[0] in ("DaemonSet", "Deployment", "Job"))
     for entry in committed_skips():
         if stack not in entry.stacks:
             continue
@@ -156,9 +158,9 @@ def test_every_skip_pattern_matches_only_vllm_deployments_and_staging_jobs_in_th
     # staging and prod route through an InferencePool, so they also run the model's endpoint picker.
     pickers = [] if stack == "dev" else [f"Deployment.llm-serving.{model}-epp"]
     # The node generation's drain barrier (components/gpu/drain.py) passes the checks these entries skip.
-    assert [w if w.startswith("Deployment.") and "drain-barrier" not in w else w.rsplit("-", 1)[0] + "-<hash>"
+    assert [w if not w.startswith("Job.") and "drain-barrier" not in w else w.rsplit("-", 1)[0] + "-<hash>"
             for w in workloads] == [
-        f"Deployment.llm-serving.{model}", *pickers, "Deployment.llm-serving.node-drain-barrier-<hash>",
+        "DaemonSet.llm-serving.llm-serving-image-prepull", f"Deployment.llm-serving.{model}", *pickers, "Deployment.llm-serving.node-drain-barrier-<hash>",
         f"Job.llm-serving.{model}-compile-<hash>", f"Job.llm-serving.{model}-stage-<hash>",
         f"Job.llm-serving.{model}-verify-<hash>"]
 

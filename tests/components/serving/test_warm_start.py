@@ -49,6 +49,28 @@ def test_prepull_refuses_no_images():
         prepull_daemonset(namespace="x", images=[], node_selector={}, tolerations=[])
 
 
+def test_the_prepull_and_producer_pods_are_fenced_before_they_run(rendered):
+    prod = rendered["prod"]
+    # The pre-pull pods: nothing in, nothing out (the kubelet pulls, not the pod).
+    prepull = prod.manifest("NetworkPolicy", "llm-serving-image-prepull")
+    selector = {"app.kubernetes.io/name": "image-prepull", "app.kubernetes.io/part-of": "llm-serving"}
+    assert prepull["spec"] == {"podSelector": {"matchLabels": selector}, "policyTypes": ["Ingress", "Egress"]}
+    assert prod.manifest("DaemonSet", "llm-serving-image-prepull")["spec"]["template"]["metadata"]["labels"] == selector
+    # The producer Jobs: no ingress, DNS only out, like the serving pods; and the Job waits for its fence.
+    producer = prod.manifest("NetworkPolicy", "compile-cache")
+    assert producer["spec"] == {
+        "podSelector": {"matchLabels": {"app.kubernetes.io/component": "compile-cache"}},
+        "policyTypes": ["Ingress", "Egress"],
+        "egress": [{"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+                    "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}]}
+    (job,) = [r for r in prod.resources if r["type"] == "kubernetes:batch/v1:Job" and "-compile-" in
+              r["inputs"]["metadata"]["name"]]
+    assert job["inputs"]["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"] == "compile-cache"
+    assert "kubernetes:networking.k8s.io/v1:NetworkPolicy::compile-cache-network-policy" in \
+        prod.wiring[f"kubernetes:batch/v1:Job::{job['name']}"]["dependsOn"]
+
+
 def test_prod_renders_the_prepull_daemonset_restricted_on_the_gpu_nodes(rendered):
     daemonset = rendered["prod"].manifest("DaemonSet", "llm-serving-image-prepull")
     deployment = rendered["prod"].manifest("Deployment", "llama-70b")
@@ -60,7 +82,8 @@ def test_prod_renders_the_prepull_daemonset_restricted_on_the_gpu_nodes(rendered
     assert pod["tolerations"] == [{"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"}]
     assert pod["securityContext"] == RESTRICTED_POD
     assert all(c["securityContext"] == RESTRICTED_CONTAINER for c in pod["initContainers"] + pod["containers"])
-    assert all(c["resources"] == {"requests": {"cpu": "1m", "memory": "8Mi"}, "limits": {"memory": "16Mi"}}
+    assert all(c["resources"] == {"requests": {"cpu": "1m", "memory": "8Mi"},
+                                  "limits": {"cpu": "10m", "memory": "16Mi"}}
                for c in pod["initContainers"] + pod["containers"])
     assert (pod["automountServiceAccountToken"], pod["enableServiceLinks"]) == (False, False)
     assert daemonset["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}}
