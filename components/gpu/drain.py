@@ -57,7 +57,8 @@ def barrier_network_policy(generation: str, namespace: str) -> dict[str, Any]:
 def barrier_manifest(generation: str, namespace: str, wait_seconds: int, image: str,
                      container_security: dict[str, Any]) -> dict[str, Any]:
     """The barrier's Deployment. One replica, so an evicted pod comes back; deleted in the foreground
-    (pulumi-kubernetes' `pulumi.com/deletionPropagationPolicy`), so the Deployment is gone only once its
+    (pulumi-kubernetes' default; the `pulumi.com/deletionPropagationPolicy` annotation states it so a
+    provider default change cannot silently turn the wait off), so the Deployment is gone only once its
     pod has finished the preStop sleep and exited, which is what Pulumi's delete waits for."""
     labels = barrier_labels(generation)
     probe = {"exec": {"command": ["true"]}, "periodSeconds": 60}

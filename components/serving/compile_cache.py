@@ -175,9 +175,15 @@ def producer_args(serving_args: list[str]) -> list[str]:
     return [*args, "--host", "127.0.0.1"]
 
 
-def producer_script(key: CompileCacheKey, serving_args: list[str]) -> str:
+def producer_script(key: CompileCacheKey, serving_args: list[str], stale_lock_seconds: int) -> str:
     """One writer: an exclusive `mkdir` lock (atomic on NFS and Lustre), a vLLM start until /health
-    answers (compile and graph capture done), then its artifacts renamed into place and marked last."""
+    answers (compile and graph capture done), then its artifacts renamed into place and marked last.
+
+    The lock goes with the writer on every exit it can see (EXIT, TERM, INT: the shell is the pod's PID 1,
+    which ignores a signal it does not trap). A writer killed outright (SIGKILL after the grace period,
+    OOM, a lost node) leaves it behind, so a lock older than `stale_lock_seconds` (the Job's deadline
+    and a margin: no writer of this Job lives longer) is broken instead of refusing every later writer.
+    """
     final = shlex.quote(key.mounted_dir())
     lock = shlex.quote(key.mounted_dir() + ".lock")
     staging = shlex.quote(key.mounted_dir() + ".partial")
@@ -187,13 +193,22 @@ def producer_script(key: CompileCacheKey, serving_args: list[str]) -> str:
         "set -eu",
         f"if [ -f {final}/{COMPLETE_MARKER} ]; then echo 'compile cache already produced'; exit 0; fi",
         f"mkdir -p \"$(dirname {final})\"",
-        f"if ! mkdir {lock}; then echo 'another writer holds {key.relative_dir()}.lock (remove it if that "
-        "writer is gone)'; exit 1; fi",
+        f"if ! mkdir {lock} 2>/dev/null; then",
+        f"  started=$(cat {lock}/started 2>/dev/null || echo 0)",
+        f"  if [ $(( $(date +%s) - started )) -le {stale_lock_seconds} ]; then",
+        f"    echo 'another writer holds {key.relative_dir()}.lock'; exit 1",
+        "  fi",
+        f"  echo 'breaking a stale lock on {key.relative_dir()} (its writer is past its deadline)'",
+        f"  rm -rf {lock} && mkdir {lock}",
+        "fi",
+        f"date +%s > {lock}/started",
+        "pid=",
         f"trap 'rm -rf {lock}' EXIT",
+        "trap '[ -n \"$pid\" ] && kill -TERM \"$pid\" 2>/dev/null; exit 143' TERM INT",
         f"{serve} &",
         "pid=$!",
         f"until python3 -c 'import urllib.request; urllib.request.urlopen(\"{health}\", timeout=5)' 2>/dev/null; do",
-        "  kill -0 \"$pid\" || { echo 'vLLM exited before it was ready'; exit 1; }",
+        "  kill -0 \"$pid\" 2>/dev/null || { echo 'vLLM exited before it was ready'; exit 1; }",
         "  sleep 10",
         "done",
         "kill -TERM \"$pid\"; wait \"$pid\" || true",

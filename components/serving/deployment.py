@@ -14,6 +14,10 @@ import pulumi_kubernetes as k8s
 from . import compile_cache, engine, multinode, timing
 from .multinode import EFA_ENV, efa_resources, leader_worker_set, worker_container
 
+# The node group's generation label (components/gpu/scheduling.py NODE_GENERATION_LABEL; the layers keep
+# serving from importing gpu, and a test holds the two equal).
+NODE_GENERATION_LABEL = "llm-serving/node-generation"
+
 
 @dataclass(frozen=True)
 class VllmDeploymentArgs:
@@ -309,7 +313,8 @@ class VllmDeployment(pulumi.ComponentResource):
             **{k: v for k, v in container.items() if k not in ("args", "ports", "startupProbe", "readinessProbe",
                                                                "livenessProbe", "lifecycle")},
             "name": "compile",
-            "command": ["/bin/sh", "-c", compile_cache.producer_script(key, container["args"])],
+            "command": ["/bin/sh", "-c", compile_cache.producer_script(
+                key, container["args"], stale_lock_seconds=args.compile_timeout_seconds + 60)],
             # No API key: the producer listens on loopback only and serves nobody.
             "env": [e for e in container["env"] if e["name"] != "VLLM_API_KEY"],
             # Read-write only where the cache lives: its own claim (EFS), else the weights claim (FSx, an
@@ -324,6 +329,10 @@ class VllmDeployment(pulumi.ComponentResource):
                                                                "readOnly": key.claim_name is not None}}
         spec = {k: v for k, v in pod_spec.items() if k not in ("containers", "initContainers", "volumes",
                                                                  "topologySpreadConstraints")}
+        # Any GPU node of the group, not the current generation's: pulumi-kubernetes replaces a Job on any
+        # template change, and a generation label here would recreate the producer on every node update.
+        spec["nodeSelector"] = pulumi.Output.from_input(spec["nodeSelector"]).apply(
+            lambda selector: {k: v for k, v in selector.items() if k != NODE_GENERATION_LABEL})
         k8s.batch.v1.Job(
             f"{name}-compile-cache",
             metadata={"name": key.job_name(args.model_name), "namespace": args.namespace, "labels": labels,

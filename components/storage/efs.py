@@ -237,7 +237,7 @@ class WeightsFileSystem(pulumi.ComponentResource):
         """The static read-only volume through the model's access point, and the claim bound to it.
         New names beside the staging claim: switching the Deployments to them creates both first and
         deletes nothing (docs/operations.md, "The serving pods' own access point")."""
-        handle = pulumi.Output.all(file_system_id, access_point_id).apply(lambda ids: f"efs:{ids[0]}::{ids[1]}")
+        handle = pulumi.Output.all(file_system_id, access_point_id).apply(lambda ids: f"{ids[0]}::{ids[1]}")
         capacity = objects.EFS_CLAIM_PLACEHOLDER_GIB
         volume_spec = handle.apply(lambda h: objects.serving_volume(
             mount.volume_name, volume_handle=h, namespace=mount.namespace, claim_name=mount.claim_name,

@@ -90,8 +90,9 @@ def serving_volume(name: str, *, volume_handle: str, namespace: str, claim_name:
                    capacity_gib: int) -> dict[str, Any]:
     """A static, read-only PersistentVolume through one serving access point.
 
-    `volumeHandle: efs:<fs>::<fsap>` is the driver's own format for an access point (v3.4.1
-    pkg/driver/node.go parseVolumeId; examples/kubernetes/efs/access_points): NodePublishVolume adds
+    `volumeHandle: <fs>::<fsap>` is the driver's format for an access point (pkg/driver/node.go
+    parseVolumeId; examples/kubernetes/efs/access_points). Not v3's `efs:<fs>::<fsap>`: a cluster's own
+    v2 driver (installCsiDriver: false) accepts only the form without the type. NodePublishVolume adds
     `accesspoint=` and `tls`, and `ro` for a read-only volume. `iam` signs the mount with the node's
     role so the file-system policy can tell it from the staging role. The claimRef reserves the volume
     for its one claim: no other claim in the cluster can bind it. Retain: deleting the claim never

@@ -101,6 +101,13 @@ def weights_storage_rules(config: StackConfig) -> Iterator[Problem]:
         yield Problem("weightsStorage.efs.stagingNodeRoleArn", f"{config.environment.value} needs the staging "
                       "nodes' role so the file-system policy lets only it write the weights", None,
                       "the IAM role ARN of the nodes the staging Jobs run on")
+    if weights.backend is StorageBackend.EFS and not weights.efs.staging_node_selector and vouched:
+        # The file-system policy lets only the staging role write and the mount targets admit only the
+        # staging nodes' group: a Job scheduled on any other node could not mount the weights at all.
+        yield Problem("weightsStorage.efs.stagingNodeSelector", f"{config.environment.value} needs the staging "
+                      "nodes' labels so the staging Job runs where the file-system policy and the mount targets let "
+                      "it write", {}, "the labels of the nodes whose role is stagingNodeRoleArn, e.g. "
+                      "{eks.amazonaws.com/nodegroup: <the CPU node group>}")
     if weights.backend is StorageBackend.S3:
         yield from s3_rules(config)
     if weights.backend is StorageBackend.EFS and not weights.efs.staging_node_security_group_ids and vouched:

@@ -67,6 +67,9 @@ def test_prod_on_an_existing_cluster_must_name_the_staging_nodes_role_and_group(
         "llm-serving:weightsStorage.efs.stagingNodeRoleArn: prod needs the staging nodes' role so the file-system "
         "policy lets only it write the weights (got null; expected the IAM role ARN of the nodes the staging Jobs "
         "run on)",
+        "llm-serving:weightsStorage.efs.stagingNodeSelector: prod needs the staging nodes' labels so the staging Job "
+        "runs where the file-system policy and the mount targets let it write (got {}; expected the labels of the "
+        "nodes whose role is stagingNodeRoleArn, e.g. {eks.amazonaws.com/nodegroup: <the CPU node group>})",
         "llm-serving:weightsStorage.efs.stagingNodeSecurityGroupIds: prod needs the staging nodes' own security group "
         "so the mount targets admit NFS only from them and the GPU nodes (got []; expected the id of a security group "
         "the staging nodes carry besides the cluster's, e.g. [sg-0123456789abcdef0])",

@@ -3,6 +3,11 @@ compile cache's key, its seeding and its single producer, as pure builders and a
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import time
+
 import pytest
 
 from components.serving import CompileCacheKey, Footprint, Timing, image_pull_term, plan, prepull_daemonset
@@ -163,12 +168,61 @@ def test_producer_serves_on_loopback_without_the_chat_template():
 
 
 def test_producer_takes_an_exclusive_lock_and_marks_the_cache_last():
-    lines = producer_script(key(), ["/models/m"]).splitlines()
+    lines = producer_script(key(), ["/models/m"], stale_lock_seconds=3660).splitlines()
     final = "/models/compile-cache/" + key().relative_dir()
     assert lines[1] == (f"if [ -f {final}/.llm-serving-complete ]; then echo 'compile cache already produced'; "
                         "exit 0; fi")
-    assert lines[3].startswith(f"if ! mkdir {final}.lock; then")
+    assert lines[3] == f"if ! mkdir {final}.lock 2>/dev/null; then"
+    assert lines[5] == "  if [ $(( $(date +%s) - started )) -le 3660 ]; then"
     assert lines[-2] == (f"rm -rf {final} && mv {final}.partial {final} && touch {final}/.llm-serving-complete")
+
+
+def _run_producer(tmp_path, *, vllm: str, lock_started: int | None = None, terminate: bool = False):
+    """The producer script under a real /bin/sh, its cache root moved under tmp_path and `vllm` a stand-in."""
+    root = tmp_path / "cache"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "vllm").write_text(f"#!/bin/sh\n{vllm}\n")
+    (bin_dir / "vllm").chmod(0o755)
+    script = producer_script(key(), ["/models/m"], stale_lock_seconds=3660).replace("/models/compile-cache",
+                                                                                     str(root))
+    lock = root / (key().relative_dir() + ".lock")
+    if lock_started is not None:
+        lock.mkdir(parents=True)
+        (lock / "started").write_text(f"{lock_started}\n")
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    process = subprocess.Popen(["/bin/sh", "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True)
+    if terminate:
+        # Wait until the writer holds the lock and runs vLLM, then stop it as the kubelet would.
+        for _ in range(200):
+            if (lock / "started").exists() and (tmp_path / "vllm-running").exists():
+                break
+            time.sleep(0.01)
+        process.send_signal(signal.SIGTERM)
+    out, _ = process.communicate(timeout=30)
+    return process.returncode, out, lock
+
+
+def test_a_fresh_lock_refuses_a_second_writer(tmp_path):
+    code, out, lock = _run_producer(tmp_path, vllm="exit 1", lock_started=int(time.time()))
+    assert (code, lock.exists()) == (1, True)
+    assert out == f"another writer holds {key().relative_dir()}.lock\n"
+
+
+def test_a_stale_lock_is_broken_and_every_exit_removes_the_writers_lock(tmp_path):
+    # A writer killed outright left its lock an hour and more ago: the next one breaks it, runs vLLM (here
+    # a stand-in that exits at once) and takes its lock away with it.
+    code, out, lock = _run_producer(tmp_path, vllm="exit 1", lock_started=int(time.time()) - 3700)
+    assert (code, lock.exists()) == (1, False)
+    assert out.splitlines() == [f"breaking a stale lock on {key().relative_dir()} (its writer is past its deadline)",
+                                "vLLM exited before it was ready"]
+
+
+def test_a_terminated_writer_removes_its_lock(tmp_path):
+    running = tmp_path / "vllm-running"
+    code, _, lock = _run_producer(tmp_path, vllm=f"touch {running}; exec sleep 60", terminate=True)
+    assert (code, lock.exists()) == (143, False)
 
 
 # --- as prod renders it --------------------------------------------------------------------------------------------
@@ -262,3 +316,16 @@ def test_shared_compile_cache_with_an_unpinned_revision_is_refused_at_preview():
     # auto falls back to off instead (plan --stack says why), and a pinned key passes.
     assert lines(revision="main", compileCache="auto", environment="dev") == []
     assert lines(compileCache="shared") == []
+
+
+def test_the_producer_job_ignores_the_node_generation_so_a_node_update_leaves_it_alone(rendered):
+    from components.gpu.scheduling import NODE_GENERATION_LABEL
+    from components.serving import deployment
+
+    assert deployment.NODE_GENERATION_LABEL == NODE_GENERATION_LABEL
+    prod = rendered["prod"]
+    (job,) = [m for m in prod.manifests if m["kind"] == "Job" and "-compile-" in m["metadata"]["name"]]
+    served = prod.manifest("Deployment", "llama-70b")["spec"]["template"]["spec"]["nodeSelector"]
+    assert NODE_GENERATION_LABEL in served
+    assert job["spec"]["template"]["spec"]["nodeSelector"] == {
+        k: v for k, v in served.items() if k != NODE_GENERATION_LABEL}

@@ -57,7 +57,7 @@ def test_the_serving_volume_is_static_read_only_and_reserved_for_its_claim(rende
         "claimRef": {"namespace": "llm-serving", "name": "llama-70b-weights-ro"},
         # efs:<file system>::<access point>, the driver's own format (v3.4.1 parseVolumeId).
         "csi": {"driver": "efs.csi.aws.com", "readOnly": True,
-                "volumeHandle": "efs:weights-storage-file-system-id::weights-storage-serving-llama-70b-id"},
+                "volumeHandle": "weights-storage-file-system-id::weights-storage-serving-llama-70b-id"},
     }
     claim = prod.manifest("PersistentVolumeClaim", "llama-70b-weights-ro")
     assert claim["spec"] == {"accessModes": ["ReadOnlyMany"], "storageClassName": "",

@@ -13,7 +13,8 @@ BASE: dict[str, Any] = {
     "environment": "prod",
     "cluster": {"name": "llm-prod"},
     "weightsStorage": {"efs": {"stagingNodeRoleArn": "arn:aws:iam::123456789012:role/llm-prod-cpu-nodes",
-                               "stagingNodeSecurityGroupIds": ["sg-0cc00000000000001"]}},
+                               "stagingNodeSecurityGroupIds": ["sg-0cc00000000000001"],
+                               "stagingNodeSelector": {"eks.amazonaws.com/nodegroup": "llm-prod-cpu"}}},
     "gpuNodeGroup": {
         "instanceType": "p5.48xlarge",
         "subnets": [
