@@ -1,13 +1,21 @@
-"""Shared fixtures: offline renders of stack files under Pulumi's mock runtime, cached per file."""
+"""Shared fixtures: offline renders of stack files under Pulumi's mock runtime, cached per file.
+
+A render costs 0.5-1 s of CPU, and every xdist worker that runs a test of a stack would render it
+again. So `render_file` keeps each render for the process and, under xdist, also on disk in the
+run's shared temporary root (`tests/support/shared_renders.py`): the first worker that needs a
+stack renders it while holding that render's lock, the others wait for it and load its pickle.
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from stacks.config.files import PROJECT_DIR
 from stacks.offline import render
+from tests.support import shared_renders
 
 STACK_FILES = sorted(PROJECT_DIR.glob("Pulumi.*.yaml"))
 STACK_NAMES = [p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in STACK_FILES]
@@ -19,8 +27,16 @@ def render_file(path: Path) -> render.RenderResult:
     """Render a stack file once per session (a render takes about a second)."""
     path = path.resolve()
     if path not in _cache:
-        _cache[path] = render.render_stack(path)
+        _cache[path] = shared_renders.render(path)
     return _cache[path]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _renders_shared_between_workers(tmp_path_factory: pytest.TempPathFactory) -> None:
+    # Each xdist worker's basetemp is a directory of the run's root (xdist's documented way for
+    # workers to share a session-scoped resource); without xdist one process has nothing to share.
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared_renders.share_in(tmp_path_factory.getbasetemp().parent / "renders")
 
 
 @pytest.fixture(scope="session")

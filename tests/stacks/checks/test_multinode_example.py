@@ -14,6 +14,7 @@ from stacks import checks
 from stacks.config import StackConfig
 from stacks.config.files import PROJECT_DIR
 from stacks.offline import render
+from tests.conftest import render_file
 from tests.support import reference
 
 EXAMPLE = PROJECT_DIR / "examples" / "Pulumi.prod-405b.yaml"
@@ -22,7 +23,7 @@ MODEL = "llama-405b"
 
 @pytest.fixture(scope="module")
 def example() -> render.RenderResult:
-    return render.render_stack(EXAMPLE)
+    return render_file(EXAMPLE)
 
 
 def _group(example: render.RenderResult) -> dict[str, Any]:
