@@ -98,6 +98,15 @@ def job_name(model_name: str, revision: str, tokenizer_revision: str | None) -> 
     return f"{model_name}-stage-{digest}"
 
 
+
+# A read-only root filesystem: HOME, the Hub's cache and /tmp live on small emptyDirs.
+STAGE_HOME_ENV = [
+    {"name": "HOME", "value": STAGE_HOME},
+    {"name": "HF_HOME", "value": f"{STAGE_HOME}/huggingface"},
+    {"name": "TMPDIR", "value": engine.TMP_MOUNT},
+]
+
+
 class ModelWeights(pulumi.ComponentResource):
     """The weights claim and the Job that fills it; serving depends on `job`."""
 
@@ -152,6 +161,17 @@ class ModelWeights(pulumi.ComponentResource):
             ),
         )
 
+    def _requirements(self, name: str, args: ModelWeightsArgs) -> k8s.core.v1.ConfigMap:
+        """The staging program's pinned requirements and its verifier, immutable and named by their hash."""
+        return k8s.core.v1.ConfigMap(
+            f"{name}-stage-requirements",
+            metadata={"name": requirements_configmap_name(args.model_name), "namespace": args.namespace,
+                      "labels": {"app.kubernetes.io/name": args.model_name}},
+            data={"requirements.txt": STAGE_REQUIREMENTS, "stage_verify.py": STAGE_VERIFY},
+            immutable=True,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.after)),
+        )
+
     def _stage(self, name: str, args: ModelWeightsArgs, claim_name: pulumi.Input[str],
                claim_after: list[pulumi.Resource], target: str) -> None:
         """The Job that stages the revision into the claim (self.job)."""
@@ -169,20 +189,8 @@ class ModelWeights(pulumi.ComponentResource):
                     "value": engine.staged_tokenizer_path(args.model_id, args.tokenizer_revision),
                 },
             ]
-        # A read-only root filesystem: HOME, the Hub's cache and /tmp live on small emptyDirs.
-        env += [
-            {"name": "HOME", "value": STAGE_HOME},
-            {"name": "HF_HOME", "value": f"{STAGE_HOME}/huggingface"},
-            {"name": "TMPDIR", "value": engine.TMP_MOUNT},
-        ]
-        requirements = k8s.core.v1.ConfigMap(
-            f"{name}-stage-requirements",
-            metadata={"name": requirements_configmap_name(args.model_name), "namespace": args.namespace,
-                      "labels": {"app.kubernetes.io/name": args.model_name}},
-            data={"requirements.txt": STAGE_REQUIREMENTS, "stage_verify.py": STAGE_VERIFY},
-            immutable=True,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.after)),
-        )
+        env += STAGE_HOME_ENV
+        requirements = self._requirements(name, args)
         mounts = [
             {"name": "requirements", "mountPath": REQUIREMENTS_DIR, "readOnly": True},
             {"name": "weights", "mountPath": engine.MODELS_MOUNT},
@@ -293,19 +301,8 @@ class ModelWeights(pulumi.ComponentResource):
         if args.tokenizer_revision and args.tokenizer_revision != args.revision and args.s3_tokenizer_prefix:
             env += [{"name": "TOKENIZER_REVISION", "value": args.tokenizer_revision},
                     {"name": "TOKENIZER_PREFIX", "value": args.s3_tokenizer_prefix}]
-        env += [
-            {"name": "HOME", "value": STAGE_HOME},
-            {"name": "HF_HOME", "value": f"{STAGE_HOME}/huggingface"},
-            {"name": "TMPDIR", "value": engine.TMP_MOUNT},
-        ]
-        requirements = k8s.core.v1.ConfigMap(
-            f"{name}-stage-requirements",
-            metadata={"name": requirements_configmap_name(args.model_name), "namespace": args.namespace,
-                      "labels": {"app.kubernetes.io/name": args.model_name}},
-            data={"requirements.txt": STAGE_REQUIREMENTS, "stage_verify.py": STAGE_VERIFY},
-            immutable=True,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.after)),
-        )
+        env += STAGE_HOME_ENV
+        requirements = self._requirements(name, args)
         mounts = [
             {"name": "requirements", "mountPath": REQUIREMENTS_DIR, "readOnly": True},
             {"name": "scratch", "mountPath": scratch},
