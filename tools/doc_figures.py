@@ -15,7 +15,7 @@ import yaml
 
 from stacks.checks import timing as stack_timing
 from stacks.config.files import PROJECT_DIR, stack_file_path
-from tools import planner_tables
+from tools import alert_figures, planner_tables
 from tools.doc_facts import PROD, Facts
 from tools.storage_figures import add_replica_by_backend, cold_start_by_backend, fsx_default_read
 
@@ -387,4 +387,5 @@ GENERATORS: dict[str, Callable[[Facts], str]] = {
     "prod-buffer-limit": prod_buffer_limit,
     "prod-overload": prod_overload,
     "prod-proxy-drain": prod_proxy_drain,
+    **alert_figures.GENERATORS,
 }
