@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from components.platform import BURN_FOR_MINUTES, BURN_RATES
-from components.routing.alerts import TTFT_OBJECTIVE_SHARE
+from components.routing import TTFT_OBJECTIVE_SHARE
 from tools.doc_facts import Facts
 
 _UNIT_MINUTES = {"m": 1, "h": 60}

@@ -1,7 +1,7 @@
 """Inference routing: an InferencePool and endpoint picker per model, behind Envoy AI Gateway."""
 
 from .admission import Admission
-from .alerts import picker_alert_groups
+from .alerts import TTFT_OBJECTIVE_SHARE, picker_alert_groups
 from .metrics import PICKER_METRIC_TYPES, PICKER_METRICS, PICKER_TTFT_BUCKETS
 from .objects import (
     OBJECTIVE_HEADER,
@@ -16,6 +16,7 @@ from .objects import (
 from .routing import InferenceRouting, InferenceRoutingArgs
 
 __all__ = [
+    "TTFT_OBJECTIVE_SHARE",
     "Admission",
     "OBJECTIVE_HEADER",
     "PICKER_METRIC_TYPES",
