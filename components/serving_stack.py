@@ -60,12 +60,14 @@ from components.serving import (
     LeaderWorkerSetControllerArgs,
     ModelWeights,
     ModelWeightsArgs,
+    ProducerTimeouts,
     VllmDeployment,
     VllmDeploymentArgs,
     container_security_context,
     prepull_daemonset,
     prepull_network_policy,
     producer_network_policy,
+    producer_timeouts,
     staging_claim_name,
 )
 from components.storage import (
@@ -136,7 +138,8 @@ class ServedModel:
     region: pulumi.Input[str] | None = None  # S3: the bucket's region, for the Job's and the streamer's clients
     # The shared compile cache's key (components/serving/compile_cache.py); None: every pod compiles.
     compile_cache: CompileCacheKey | None = None
-    compile_timeout_seconds: int = 3600  # the producer Job: a node, an image pull and one cold start
+    # The producer Job's deadline, lock and await (components/serving/timing.py producer_timeouts).
+    compile_timeouts: ProducerTimeouts = producer_timeouts(0, 3600)
 
 
 @dataclass(frozen=True)
@@ -506,7 +509,7 @@ class ServingStack(pulumi.ComponentResource):
                     tmp_gib=model.tmp_gib,
                     chat_template=model.chat_template,
                     compile_cache=model.compile_cache,
-                    compile_timeout_seconds=model.compile_timeout_seconds,
+                    compile_timeouts=model.compile_timeouts,
                     # Serving starts only once its revision is fully staged (and a group once its
                     # operator and the EFA device plugin run).
                     after=(weights.job, api_key, *serving_after,

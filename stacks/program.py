@@ -259,8 +259,7 @@ def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType
         # A multi-node rank takes every EFA interface of its node (a stage is the whole node).
         efa_interfaces=config.gpu_node_group.efa_interfaces if plan.pipeline_parallel_size > 1 else 0,
         compile_cache=planning.compile_cache_wiring(config, model),
-        # The producer is one cold start with a compile, after a node and an image pull at worst.
-        compile_timeout_seconds=dynamics.node_ready_seconds + dynamics.image_pull_seconds + plan.startup_budget_seconds,
+        compile_timeouts=timing.producer_timeouts(config, model),
     )
 
 

@@ -59,7 +59,7 @@ class VllmDeploymentArgs:
     # produces it; None: every pod compiles for itself.
     compile_cache: compile_cache.CompileCacheKey | None = None
     # What Pulumi waits for the producer Job: a node, an image pull and one cold start with a compile.
-    compile_timeout_seconds: int = 3600
+    compile_timeouts: timing.ProducerTimeouts = timing.producer_timeouts(0, 3600)
 
 
 def selector_labels(model_name: str) -> dict[str, str]:
@@ -314,7 +314,7 @@ class VllmDeployment(pulumi.ComponentResource):
                                                                "livenessProbe", "lifecycle")},
             "name": "compile",
             "command": ["/bin/sh", "-c", compile_cache.producer_script(
-                key, container["args"], stale_lock_seconds=args.compile_timeout_seconds + 60)],
+                key, container["args"], stale_lock_seconds=args.compile_timeouts.stale_lock_seconds)],
             # No API key: the producer listens on loopback only and serves nobody.
             "env": [e for e in container["env"] if e["name"] != "VLLM_API_KEY"],
             # Read-write only where the cache lives: its own claim (EFS), else the weights claim (FSx, an
@@ -342,7 +342,7 @@ class VllmDeployment(pulumi.ComponentResource):
                 "backoffLimit": 2,
                 # A replacement pod only once the failed one has gone: never two writers at once.
                 "podReplacementPolicy": "Failed",
-                "activeDeadlineSeconds": args.compile_timeout_seconds,
+                "activeDeadlineSeconds": args.compile_timeouts.deadline_seconds,
                 "template": {
                     "metadata": {"labels": labels},
                     "spec": {**spec, "restartPolicy": "Never", "terminationGracePeriodSeconds": 30,
@@ -354,7 +354,7 @@ class VllmDeployment(pulumi.ComponentResource):
             },
             opts=pulumi.ResourceOptions(
                 parent=self, depends_on=list(args.after),
-                custom_timeouts=pulumi.CustomTimeouts(create=f"{args.compile_timeout_seconds + 300}s",
-                                                      update=f"{args.compile_timeout_seconds + 300}s"),
+                custom_timeouts=pulumi.CustomTimeouts(create=f"{args.compile_timeouts.await_seconds}s",
+                                                      update=f"{args.compile_timeouts.await_seconds}s"),
             ),
         )

@@ -36,6 +36,8 @@ DELETE_MARGIN_SECONDS = 300
 # keeps waiting after ProgressDeadlineExceeded (pulumi-kubernetes provider/pkg/await/deployment.go logs
 # the condition as a warning and waits for its timeout), so the await is what ends a stuck `up`.
 AWAIT_MARGIN_SECONDS = 120
+# The producer Job's terminationGracePeriodSeconds and a margin: past its deadline the kubelet kills it.
+PRODUCER_KILL_SECONDS = 60
 
 
 def derived_stream_seconds(max_model_len: int, itl_seconds: float, ttft_seconds: float) -> int:
@@ -105,6 +107,21 @@ def progress_deadline_seconds(startup_budget_seconds: int, pre_start_seconds: in
     """A Deployment's progressDeadlineSeconds: the startup budget plus what a surge pod may wait for first
     (a new node, an image pull) plus 5 minutes; past it Kubernetes marks the rollout failed."""
     return startup_budget_seconds + pre_start_seconds + 300
+
+
+@dataclass(frozen=True)
+class ProducerTimeouts:
+    """The compile cache's producer Job: its deadline, when its lock counts as abandoned, Pulumi's await."""
+
+    deadline_seconds: int  # activeDeadlineSeconds: a node, an image pull and one cold start with a compile
+    stale_lock_seconds: int  # no writer of the Job outlives its deadline plus the kubelet's kill
+    await_seconds: int  # Pulumi's create/update timeout: the deadline and the margin every await has
+
+
+def producer_timeouts(pre_start_seconds: int, startup_budget_seconds: int) -> ProducerTimeouts:
+    deadline = pre_start_seconds + startup_budget_seconds
+    return ProducerTimeouts(deadline_seconds=deadline, stale_lock_seconds=deadline + PRODUCER_KILL_SECONDS,
+                            await_seconds=deadline + DELETE_MARGIN_SECONDS)
 
 
 def rollout_await_seconds(steps: int, planned_step_seconds: int, progress_deadline_seconds: int) -> int:

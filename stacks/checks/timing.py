@@ -185,3 +185,10 @@ def timing_rules(config: StackConfig) -> Iterator[Problem]:
         yield Problem(r.key or r.path, f"{r.path} must be {r.op} {r.right_label} ({r.right_seconds:,} s): {r.why}",
                       r.left_seconds, f"{r.op} {r.right_seconds}")
 
+
+def producer_timeouts(config: StackConfig, model: ModelConfig) -> serving.ProducerTimeouts:
+    """The compile cache's producer Job: one cold start with a compile (the startup budget), after a node
+    and an image pull at worst."""
+    dynamics = timing(config)
+    return serving.producer_timeouts(dynamics.node_ready_seconds + dynamics.image_pull_seconds,
+                                     model_plan(config, model).startup_budget_seconds)
