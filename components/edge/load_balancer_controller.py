@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-from components.platform import helm_release, pod_identity_trust
+from components.platform import helm_release, pod_identity_role
 
 from . import load_balancer
 
@@ -35,29 +35,12 @@ class LoadBalancerController(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: LoadBalancerControllerArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llmserving:edge:LoadBalancerController", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
         partition = aws.get_partition_output(opts=pulumi.InvokeOptions(parent=self)).partition
-        role = aws.iam.Role(
-            f"{name}-role",
-            assume_role_policy=pod_identity_trust(args.cluster_name, self),
-            description=f"AWS Load Balancer Controller of {args.cluster_name}",
-            tags=args.tags,
-            opts=child,
-        )
-        role_policy = aws.iam.RolePolicy(
-            f"{name}-policy",
-            role=role.id,
-            policy=partition.apply(lambda p: json.dumps(load_balancer.iam_policy(p))),
-            opts=child,
-        )
-        association = aws.eks.PodIdentityAssociation(
-            f"{name}-pod-identity",
-            cluster_name=args.cluster_name,
-            namespace=load_balancer.NAMESPACE,
+        identity = pod_identity_role(
+            name, cluster_name=args.cluster_name, namespace=load_balancer.NAMESPACE,
             service_account=load_balancer.SERVICE_ACCOUNT,
-            role_arn=role.arn,
-            tags=args.tags,
-            opts=child,
+            policy=partition.apply(lambda p: json.dumps(load_balancer.iam_policy(p))),
+            description=f"AWS Load Balancer Controller of {args.cluster_name}", tags=args.tags, parent=self,
         )
         values = pulumi.Output.all(args.region, args.vpc_id).apply(
             lambda v: load_balancer.chart_values(
@@ -77,7 +60,7 @@ class LoadBalancerController(pulumi.ComponentResource):
             parent=self,
             # Credentials are injected at pod start: without the association first the controller's
             # first calls fail with AccessDenied (and its first NLB waits for a restart).
-            depends_on=[association, role_policy],
+            depends_on=[identity.association, identity.policy],
         )
-        self.role_arn = role.arn
+        self.role_arn = identity.role.arn
         self.register_outputs({"role_arn": self.role_arn})

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from components.platform import helm_release, pod_identity_trust
+from components.platform import helm_release, pod_identity_role
 
 from . import node_autoscaling
 
@@ -33,35 +33,21 @@ class ClusterAutoscaler(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: ClusterAutoscalerArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llmserving:gpu:ClusterAutoscaler", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
         invoke = pulumi.InvokeOptions(parent=self)
         partition = aws.get_partition_output(opts=invoke).partition
         account_id = aws.get_caller_identity_output(opts=invoke).account_id
 
-        role = aws.iam.Role(
-            f"{name}-role",
-            assume_role_policy=pod_identity_trust(args.cluster_name, self),
-            description=f"Cluster Autoscaler for the llm-serving GPU node groups of {args.cluster_name}",
-            tags=args.tags,
-            opts=child,
-        )
         policy = pulumi.Output.all(partition, args.region, account_id).apply(
             lambda values: node_autoscaling.iam_policy(
                 cluster_name=args.cluster_name, partition=values[0], region=values[1], account_id=values[2]
             )
         )
-        role_policy = aws.iam.RolePolicy(
-            f"{name}-policy", role=role.id, policy=pulumi.Output.json_dumps(policy), opts=child
-        )
         # Needs the eks-pod-identity-agent add-on on the cluster (docs/operations.md, what it assumes).
-        association = aws.eks.PodIdentityAssociation(
-            f"{name}-pod-identity",
-            cluster_name=args.cluster_name,
-            namespace=node_autoscaling.NAMESPACE,
-            service_account=node_autoscaling.SERVICE_ACCOUNT,
-            role_arn=role.arn,
-            tags=args.tags,
-            opts=child,
+        identity = pod_identity_role(
+            name, cluster_name=args.cluster_name, namespace=node_autoscaling.NAMESPACE,
+            service_account=node_autoscaling.SERVICE_ACCOUNT, policy=pulumi.Output.json_dumps(policy),
+            description=f"Cluster Autoscaler for the llm-serving GPU node groups of {args.cluster_name}",
+            tags=args.tags, parent=self,
         )
         values = pulumi.Output.from_input(args.region).apply(
             lambda region: node_autoscaling.chart_values(
@@ -80,7 +66,7 @@ class ClusterAutoscaler(pulumi.ComponentResource):
             parent=self,
             # Credentials are injected at pod start: the association and its permissions must exist
             # before the first pod, or its first calls fail with AccessDenied.
-            depends_on=[association, role_policy],
+            depends_on=[identity.association, identity.policy],
         )
-        self.role_arn = role.arn
+        self.role_arn = identity.role.arn
         self.register_outputs({"role_arn": self.role_arn})

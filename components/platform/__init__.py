@@ -8,10 +8,12 @@ from .credentials import credential_revision, derived_upstream_key
 from .helm import HELM_TIMEOUT_SECONDS, crd_chart, crd_options, helm_release, namespace
 from .kubernetes import (
     EksCluster,
+    PodIdentityRole,
     cluster_version,
     kubeconfig,
     kubernetes_provider,
     lookup_cluster,
+    pod_identity_role,
     pod_identity_trust,
     subnet_cidr,
     vpc_cni_configuration,
@@ -58,6 +60,8 @@ __all__ = [
     "kubeconfig",
     "kubernetes_provider",
     "lookup_cluster",
+    "PodIdentityRole",
+    "pod_identity_role",
     "pod_identity_trust",
     "pod_identity_trust_policy",
     "cluster_version",

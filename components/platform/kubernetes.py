@@ -43,6 +43,37 @@ def lookup_cluster(name: str, opts: pulumi.InvokeOptions | None = None) -> EksCl
     )
 
 
+@dataclass(frozen=True)
+class PodIdentityRole:
+    """A role only this cluster's Pod Identity assumes, its inline policy, and the association that hands
+    it to one service account."""
+
+    role: aws.iam.Role
+    policy: aws.iam.RolePolicy
+    association: aws.eks.PodIdentityAssociation
+
+
+def pod_identity_role(prefix: str, *, cluster_name: str, namespace: pulumi.Input[str], service_account: str,
+                      policy: pulumi.Input[str], description: str, tags: dict[str, str], parent: pulumi.Resource,
+                      association_after: list[pulumi.Resource] | None = None) -> PodIdentityRole:
+    """`<prefix>-role`, `<prefix>-policy` and `<prefix>-pod-identity`, children of `parent`. Needs the
+    eks-pod-identity-agent add-on (a checked prerequisite); a pod gets credentials only once its
+    association exists, so what runs under it depends on `association`."""
+    child = pulumi.ResourceOptions(parent=parent)
+    role = aws.iam.Role(f"{prefix}-role", assume_role_policy=pod_identity_trust(cluster_name, parent),
+                        description=description, tags=tags, opts=child)
+    role_policy = aws.iam.RolePolicy(f"{prefix}-policy", role=role.id, policy=policy, opts=child)
+    association = aws.eks.PodIdentityAssociation(
+        f"{prefix}-pod-identity", cluster_name=cluster_name, namespace=namespace, service_account=service_account,
+        role_arn=role.arn, tags=tags,
+        # With `association_after` (even empty) it also waits for the role's policy: a pod that starts the
+        # moment the association exists then never gets credentials without their permissions.
+        opts=child if association_after is None else pulumi.ResourceOptions(
+            parent=parent, depends_on=[role_policy, *association_after]),
+    )
+    return PodIdentityRole(role, role_policy, association)
+
+
 def pod_identity_trust(cluster_name: str, parent: pulumi.Resource) -> pulumi.Output[str]:
     """The Pod Identity trust policy (JSON) for roles of this account's cluster `cluster_name`."""
     from .aws_iam import pod_identity_trust_policy

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from components.platform import pod_identity_trust
+from components.platform import pod_identity_role
 
 from . import buckets
 
@@ -90,23 +90,14 @@ class WeightsBucket(pulumi.ComponentResource):
         self.associations: dict[str, pulumi.Resource] = {}
         for access in args.access:
             document = buckets.writer_policy if access.writer else buckets.reader_policy
-            role = aws.iam.Role(
-                f"{name}-{access.name}-role",
-                assume_role_policy=pod_identity_trust(args.cluster_name, self),
+            # The workloads depend on the association: credentials come only once it exists.
+            self.associations[access.name] = pod_identity_role(
+                f"{name}-{access.name}", cluster_name=args.cluster_name, namespace=access.namespace,
+                service_account=access.service_account,
+                policy=arn.apply(lambda a, d=document, p=list(access.prefixes): json.dumps(d(a, p))),
                 description=(f"{'Stages' if access.writer else 'Reads'} weights in the bucket for "
                              f"{access.namespace}/{access.service_account} of {args.cluster_name}"),
-                tags=args.tags, opts=child,
-            )
-            policy = aws.iam.RolePolicy(
-                f"{name}-{access.name}-policy", role=role.id,
-                policy=arn.apply(lambda a, d=document, p=list(access.prefixes): json.dumps(d(a, p))), opts=child,
-            )
-            # Needs the eks-pod-identity-agent add-on (a checked prerequisite); the pod gets credentials only
-            # once the association exists, so the workloads depend on it.
-            self.associations[access.name] = aws.eks.PodIdentityAssociation(
-                f"{name}-{access.name}-pod-identity", cluster_name=args.cluster_name, namespace=access.namespace,
-                service_account=access.service_account, role_arn=role.arn, tags=args.tags,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[policy, *guards]),
-            )
+                tags=args.tags, parent=self, association_after=list(guards),
+            ).association
         self.bucket_name = bucket_id
         self.register_outputs({"bucket_name": self.bucket_name})
