@@ -47,7 +47,11 @@ def prepull_daemonset(*, namespace: str, images: list[str], node_selector: dict[
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
-        "metadata": {"name": prepull_name(namespace), "namespace": namespace, "labels": labels},
+        "metadata": {"name": prepull_name(namespace), "namespace": namespace, "labels": labels,
+                     # Best effort, and nothing waits for it: pulumi-kubernetes awaits a DaemonSet's rollout
+                     # (10 minutes by default), and an image change rolls one node at a time, a full pull
+                     # each, which on a few nodes outlasts any fixed timeout and would fail the `up`.
+                     "annotations": {"pulumi.com/skipAwait": "true"}},
         "spec": {
             "selector": {"matchLabels": labels},
             # One node at a time when the image changes: every other node keeps the old image in use

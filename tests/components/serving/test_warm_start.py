@@ -92,6 +92,8 @@ def test_prod_renders_the_prepull_daemonset_restricted_on_the_gpu_nodes(rendered
                for c in pod["initContainers"] + pod["containers"])
     assert (pod["automountServiceAccountToken"], pod["enableServiceLinks"]) == (False, False)
     assert daemonset["spec"]["updateStrategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}}
+    # The `up` never waits for images to reach every node.
+    assert daemonset["metadata"]["annotations"] == {"pulumi.com/skipAwait": "true"}
 
 
 # --- the planner's image and compile terms ----------------------------------------------------------------
