@@ -20,9 +20,15 @@ from .objects import (
     storage_class,
 )
 from .s3 import BucketAccess, WeightsBucket, WeightsBucketArgs
+from .s3_throughput import NODE_S3_GBPS, S3ReadEstimate, S3ReadTerm, s3_read_estimate, streamer_mib_per_second
 
 __all__ = [
     "BucketAccess",
+    "NODE_S3_GBPS",
+    "S3ReadEstimate",
+    "S3ReadTerm",
+    "s3_read_estimate",
+    "streamer_mib_per_second",
     "WeightsBucket",
     "WeightsBucketArgs",
     "model_prefix",

@@ -13,9 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 # S3 serves at least 5,500 GET/HEAD and 3,500 PUT requests per second per partitioned prefix (S3 user
-# guide, optimizing-performance.html). A replica's streamer holds `concurrency` ranged GETs open at a
-# time, each many MiB: even 16 replicas starting together at concurrency 64 stay far below the GET rate,
-# so the request rate never bounds a cold start; bandwidth does (the planner's read figure).
+# guide, optimizing-performance.html). The streamer's GETs are 8 MiB ranges, so a prefix serves 44,000 MiB/s
+# to the replicas reading it at once: one of the three bounds of the planner's S3 read figure (s3_throughput).
 S3_GET_REQUESTS_PER_SECOND_PER_PREFIX = 5500
 S3_PUT_REQUESTS_PER_SECOND_PER_PREFIX = 3500
 def bucket_name(cluster_name: str, account_id: str, region: str) -> str:

@@ -122,23 +122,53 @@ def model_architecture(model: ModelConfig) -> ModelArchitecture | None:
     )
 
 
-def storage_read_mib_per_second(config: StackConfig) -> float:
-    """The read speed cold starts are planned on: EFS's documented per-client figure, or what the
-    operator vouches for on an existing class."""
+def storage_read_mib_per_second(config: StackConfig, model: ModelConfig | None = None) -> float:
+    """The read speed one pod's cold start is planned on: EFS's documented per-client figure, FSx's disk
+    throughput, S3's cited estimate (s3_read_estimate) unless the operator measured one, or what the
+    operator vouches for on an existing class. `model`: whose replicas share the node and the prefix on
+    S3 (default the stack's first)."""
     weights = config.weights_storage
     if weights.backend is StorageBackend.FSX_LUSTRE:
         fsx = weights.fsx_lustre
         return storage.lustre_read_mib_per_second(fsx.storage_capacity_gib, fsx.per_unit_storage_throughput)
     if weights.backend is StorageBackend.S3:
-        # Refused at preview without the operator's figure (platform.weights_storage_rules); the EFS figure
-        # only keeps the planner's other answers (and their messages) available meanwhile.
-        return weights.s3.read_mib_per_second or storage.EFS_READ_MIB_PER_SECOND
+        if weights.s3.read_mib_per_second is not None:
+            return weights.s3.read_mib_per_second
+        estimate = s3_read_estimate(config, model)
+        # Without a cited figure the preview refuses the stack (platform.s3_rules); the EFS figure only
+        # keeps the planner's other answers (and their messages) available meanwhile.
+        return estimate.mib_per_second if estimate else storage.EFS_READ_MIB_PER_SECOND
     if weights.backend is StorageBackend.EFS or weights.existing_storage_class is None:
         return storage.EFS_READ_MIB_PER_SECOND
     return weights.existing_storage_class.read_mib_per_second
 
 
-def storage_backend_label(config: StackConfig) -> str:
+def s3_read_estimate(config: StackConfig, model: ModelConfig | None = None) -> storage.S3ReadEstimate | None:
+    """S3: the lowest of the streamer's measured rate, the pod's share of its node's bandwidth and its share
+    of the prefix's requests (components/storage/s3_throughput), for `model` (default the first) at its
+    tensor-parallel size and maximum replicas; None when the instance type's figure is not known."""
+    instance = resolve_instance_type(config)
+    if instance is None or not config.models:
+        return None
+    model = model or config.models[0]
+    gpus = _gpus_per_replica(config, model)
+    per_node = max(1, instance.gpu_count // gpus) if gpus else 1
+    return storage.s3_read_estimate(instance.name, concurrency=config.weights_storage.s3.streamer_concurrency,
+                                    replicas_per_node=per_node, replicas_reading_prefix=replica_bounds(model)[1])
+
+
+def _gpus_per_replica(config: StackConfig, model: ModelConfig) -> int | None:
+    """GPUs of one replica's pod: the configured TP, or the one the planner picks (read speed does not
+    change it); None when it cannot be planned."""
+    if isinstance(model.tensor_parallel_size, int):
+        return model.tensor_parallel_size
+    try:
+        return _plan(config, model, storage.EFS_READ_MIB_PER_SECOND).tensor_parallel_size
+    except serving.CapacityError:
+        return None
+
+
+def storage_backend_label(config: StackConfig, model: ModelConfig | None = None) -> str:
     weights = config.weights_storage
     if weights.backend is StorageBackend.FSX_LUSTRE:
         fsx = weights.fsx_lustre
@@ -146,8 +176,16 @@ def storage_backend_label(config: StackConfig) -> str:
                 f"{storage_read_mib_per_second(config):g} MiB/s")
     if weights.backend is StorageBackend.S3:
         where = weights.s3.bucket_name or "a bucket of its own"
+        speed = storage_read_mib_per_second(config, model)
+        estimate = s3_read_estimate(config, model)
+        if weights.s3.read_mib_per_second is not None:
+            why = "operator's figure"
+        elif estimate is not None:
+            why = f"bound by {estimate.binding.name}: {estimate.binding.why}"
+        else:
+            why = f"no cited figure for {config.gpu_node_group.instance_type}"
         return (f"S3 ({where}) through the Run:ai Model Streamer at concurrency {weights.s3.streamer_concurrency}, "
-                f"{storage_read_mib_per_second(config):g} MiB/s per pod (operator's figure)")
+                f"{speed:,.0f} MiB/s per pod ({why})")
     if weights.backend is StorageBackend.EFS or weights.existing_storage_class is None:
         return f"EFS Elastic, {storage.EFS_READ_MIB_PER_SECOND:g} MiB/s per pod"
     existing = weights.existing_storage_class
@@ -156,6 +194,10 @@ def storage_backend_label(config: StackConfig) -> str:
 
 def model_plan(config: StackConfig, model: ModelConfig) -> serving.CapacityPlan:
     """The capacity plan of one model on the node group's GPUs; CapacityError when it cannot work."""
+    return _plan(config, model, storage_read_mib_per_second(config, model))
+
+
+def _plan(config: StackConfig, model: ModelConfig, read_mib_per_second: float) -> serving.CapacityPlan:
     instance = resolve_instance_type(config)
     architecture = model_architecture(model)
     if instance is None or architecture is None:
@@ -171,7 +213,7 @@ def model_plan(config: StackConfig, model: ModelConfig) -> serving.CapacityPlan:
         max_num_seqs=model.max_num_seqs,
         quantization=model.quantization,
         target_concurrency=model.target_concurrency,
-        storage_read_mib_per_second=storage_read_mib_per_second(config),
+        storage_read_mib_per_second=read_mib_per_second,
         pp=model.pipeline_parallel_size,
         **extra_arg_knobs(model.extra_args),
     )

@@ -127,13 +127,16 @@ STREAMER_FORMATS = ("safetensors",)
 
 
 def s3_rules(config: StackConfig) -> Iterator[Problem]:
-    """The S3 backend: a read figure to plan on, an image with the streamer's S3 backend, checkpoints it can
+    """The S3 backend: a read figure to plan on (cited for the instance types components/storage/s3_throughput
+    knows), an image with the streamer's S3 backend, checkpoints it can
     read, and a load format that works for each model's shape."""
     s3 = config.weights_storage.s3
-    if s3.read_mib_per_second is None:
+    instance_type = config.gpu_node_group.instance_type.lower()
+    if s3.read_mib_per_second is None and instance_type not in storage.NODE_S3_GBPS:
         yield Problem("weightsStorage.s3.readMibPerSecond", "backend s3 plans cold starts, probes and the "
-                      "scale-down window on the MiB/s one pod streams, and no published figure for it is "
-                      "built in", None, "the measured MiB/s per pod (e.g. 2000)")
+                      f"scale-down window on the MiB/s one pod streams, and no cited S3 bandwidth of "
+                      f"{instance_type} is built in", None,
+                      f"the measured MiB/s per pod (e.g. 2000), or an instance type of {sorted(storage.NODE_S3_GBPS)}")
     if s3.bucket_region is not None and s3.bucket_name is None:
         yield Problem("weightsStorage.s3.bucketRegion", "only describes an existing bucket; the program creates "
                       "its bucket in the stack's region", s3.bucket_region, "unset, or with bucketName")

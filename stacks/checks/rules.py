@@ -221,7 +221,7 @@ def _each_model(config: StackConfig) -> Iterator[Problem]:
         ceiling = config.weights_storage.max_cold_start_seconds
         if plan.cold_start_seconds > ceiling:
             yield Problem(at, f"its planned cold start is {plan.cold_start_seconds} s ({architecture_bytes(model)} "
-                          f"from {storage_backend_label(config)}, plus engine start), above "
+                          f"from {storage_backend_label(config, model)}, plus engine start), above "
                           "weightsStorage.maxColdStartSeconds", ceiling,
                           "faster storage, a smaller checkpoint, or a higher ceiling")
 

@@ -767,7 +767,7 @@ def _stack_plan(args: argparse.Namespace, explicit: dict[str, object], out: Text
     free, new = planning.cold_starts(config, model, result)
     if found:  # multi-node groups have no dynamics yet (dynamics())
         found["cold_start"] = {"free_node": _terms(free), "new_node": _terms(new),
-                               "storage": planning.storage_backend_label(config)}
+                               "storage": planning.storage_backend_label(config, model)}
     cost = _replica_cost(result)
     total = planning.stack_cost(config)
     cost.update({"stack_nodes_at_min_replicas": total.nodes_at_min, "stack_nodes_at_max_replicas": total.nodes_at_max,

@@ -139,7 +139,9 @@ class S3StorageConfig(ConfigModel):
         description=(
             "Sustained MiB/s one pod streams from the bucket, as measured (e.g. from the `Loading weights took` "
             "line of a first deploy); cold starts, startup probes and the scale-down window are planned on it. "
-            "Required: no published figure for a p5 node streaming from S3 was found to default to."
+            "Unset: the lowest of the streamer's published S3 throughput at `streamerConcurrency`, the pod's share "
+            "of its node's bandwidth and of the prefix's GET rate (docs/capacity-planner.md); required on "
+            "instance types without a cited S3 bandwidth (every type but p5.4xlarge, p5.48xlarge, p5e.48xlarge)."
         ),
     )
     streamer_concurrency: int = Field(

@@ -155,8 +155,8 @@ def test_vllm_streams_from_the_prefix_with_the_streamer_settings_and_mounts_no_w
     # The probe and the engine's own timeout follow the plan on S3's read figure.
     plan = planning.model_plan(config, config.models[0])
     probe = container["startupProbe"]
-    assert probe["periodSeconds"] * probe["failureThreshold"] == plan.startup_budget_seconds == 620
-    assert env["VLLM_ENGINE_READY_TIMEOUT_S"] == "620"
+    assert probe["periodSeconds"] * probe["failureThreshold"] == plan.startup_budget_seconds == 600
+    assert env["VLLM_ENGINE_READY_TIMEOUT_S"] == "600"
     options = _resource(example, "kubernetes:apps/v1:Deployment", "llama-70b-deployment")["options"]
     assert "aws:eks/podIdentityAssociation:PodIdentityAssociation::weights-storage-llama-70b-read-pod-identity" \
         in options["dependsOn"]
@@ -173,22 +173,37 @@ def test_serving_pods_and_the_job_reach_the_pod_identity_agent(example):
     assert staging_egress[1:] == [https, agent]
 
 
-def test_the_planner_adds_a_replica_term_by_term_on_s3s_read_figure(config):
+def test_the_planner_adds_a_replica_term_by_term_on_s3s_cited_read_figure(config):
     model = config.models[0]
     plan = planning.model_plan(config, model)
+    # No readMibPerSecond: the streamer's S3 benchmark at concurrency 32 (15 GB in 4.88 s) binds, below
+    # half of card 0's 100 Gbps (two TP4 replicas per p5) and a quarter of the prefix's 5,500 x 8 MiB GETs/s.
+    estimate = planning.s3_read_estimate(config, model)
+    assert [(t.name, round(t.mib_per_second, 1)) for t in estimate.terms] == [
+        ("streamer", 2931.4), ("node bandwidth", 5960.5), ("prefix requests", 11000.0)]
+    assert planning.storage_read_mib_per_second(config, model) == plan.storage_read_mib_per_second == 2931.4
     weights_bytes = planning.model_architecture(model).weight_bytes
-    assert plan.weights_load_seconds == math.ceil(weights_bytes / (2000 * 2**20)) == 68
+    assert plan.weights_load_seconds == math.ceil(weights_bytes / (2931.4 * 2**20)) == 46
     free, new = planning.cold_starts(config, model, plan)
     # A free node holds the pre-pulled image; S3 has no shared compile cache, so every replica compiles
     # (torch.compile 67 s of the engine's start-up, the rest and the CUDA graphs are engine init).
-    assert free.terms() == (("node", 0), ("image pull", 0), ("weights", 68), ("engine init", 173),
+    assert free.terms() == (("node", 0), ("image pull", 0), ("weights", 46), ("engine init", 173),
                             ("compile", 67), ("ready", 30))
-    assert new.terms() == (("node", 300), ("image pull", 300), ("weights", 68), ("engine init", 173),
+    assert new.terms() == (("node", 300), ("image pull", 300), ("weights", 46), ("engine init", 173),
                            ("compile", 67), ("ready", 30))
-    assert (free.total_seconds, new.total_seconds) == (338, 938)
+    assert (free.total_seconds, new.total_seconds) == (316, 916)
     # The scale-down window waits as long as adding a replica on a new node takes.
     assert new.total_seconds == planning.replica_add_seconds(config, model, plan) == \
         planning.scale_down_window(config, model, plan)
+
+
+def test_a_measured_read_figure_overrides_the_cited_one(config):
+    measured = _with(config, s3={"read_mib_per_second": 1200.0})
+    model = measured.models[0]
+    assert planning.model_plan(measured, model).weights_load_seconds == 113
+    assert planning.storage_backend_label(measured, model) == (
+        "S3 (a bucket of its own) through the Run:ai Model Streamer at concurrency 32, 1,200 MiB/s per pod "
+        "(operator's figure)")
 
 
 def _with(config: StackConfig, **changes: Any) -> StackConfig:
@@ -210,12 +225,16 @@ def test_the_example_passes_the_preview(config):
     assert config.weights_storage.backend is StorageBackend.S3
 
 
-def test_refuses_s3_without_a_read_figure(config):
-    assert _lines(_with(config, s3={"read_mib_per_second": None})) == [
+def test_needs_a_read_figure_only_where_no_s3_bandwidth_is_cited(config):
+    assert _lines(config) == []  # p5.48xlarge: cited
+    group = config.gpu_node_group.model_copy(update={"instance_type": "p5en.48xlarge"})
+    assert _lines(config.model_copy(update={"gpu_node_group": group})) == [
         "llm-serving:weightsStorage.s3.readMibPerSecond: backend s3 plans cold starts, probes and the "
-        "scale-down window on the MiB/s one pod streams, and no published figure for it is built in "
-        "(got null; expected the measured "
-        "MiB/s per pod (e.g. 2000))"]
+        "scale-down window on the MiB/s one pod streams, and no cited S3 bandwidth of p5en.48xlarge is built in "
+        "(got null; expected the measured MiB/s per pod (e.g. 2000), or an instance type of "
+        "['p5.48xlarge', 'p5.4xlarge', 'p5e.48xlarge'])"]
+    measured = _with(config.model_copy(update={"gpu_node_group": group}), s3={"read_mib_per_second": 2000.0})
+    assert _lines(measured) == []
 
 
 def test_refuses_an_image_without_the_streamers_s3_backend(config):
@@ -260,8 +279,8 @@ def test_refuses_multi_node_groups_on_s3_with_the_reason(config):
 
 
 def test_refuses_a_bucket_name_s3_would_not_accept(stack_dir):
-    text = EXAMPLE.read_text().replace("      readMibPerSecond: 2000\n",
-                                       "      readMibPerSecond: 2000\n      bucketName: Weights_Bucket\n")
+    text = EXAMPLE.read_text().replace("      streamerConcurrency: 32\n",
+                                       "      streamerConcurrency: 32\n      bucketName: Weights_Bucket\n")
     path = stack_dir / "Pulumi.prod-s3.yaml"
     path.write_text(text)
     with pytest.raises(environment.ConfigError) as error:
