@@ -63,7 +63,9 @@ def _streamer_why(concurrency: int) -> str:
     smallest = min(STREAMER_S3_SECONDS)
     point = smallest if concurrency < smallest else max(c for c in STREAMER_S3_SECONDS if c <= concurrency)
     measured = f"15 GB in {STREAMER_S3_SECONDS[point]} s at concurrency {point}"
-    return measured + (f", scaled to {concurrency}" if concurrency < smallest else f" (streamerConcurrency {concurrency})")
+    if concurrency < smallest:
+        return f"{measured}, scaled to {concurrency}"
+    return f"{measured} (streamerConcurrency {concurrency})"
 
 
 @dataclass(frozen=True)
