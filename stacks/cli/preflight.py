@@ -48,7 +48,7 @@ def main(argv: list[str], stack_path: Callable[[str], Path]) -> int:
         return 2
     ctx = Context(
         intent=intent(resolved.stack, region, config),
-        eks=clients.eks, ec2=clients.ec2, quotas=clients.quotas,
+        eks=clients.eks, ec2=clients.ec2, quotas=clients.quotas, s3=clients.s3,
         hub_url=args.hub_url, hub_token=os.environ.get("HF_TOKEN") or None,
         now=datetime.now(UTC), kube_factory=session.kube_reader(region),
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from stacks.preflight import aws_checks, hub, kube_checks
+from stacks.preflight import aws_checks, hub, kube_checks, s3_checks
 from stacks.preflight.context import Context, guarded
 from stacks.preflight.result import Finding
 
@@ -30,8 +30,9 @@ CHECKS: tuple[Check, ...] = (
           ("ec2:DescribeSubnets",), "", aws_checks.cluster_subnets),
     Check("cluster.endpoint", "the API server answers the program's kubeconfig and knows the caller "
           "(access entry or aws-auth)", (), "GET /version; list namespaces", kube_checks.endpoint),
-    Check("addons.pod-identity-agent", "`eks-pod-identity-agent` runs when the EFS CSI add-on or Cluster "
-          "Autoscaler uses Pod Identity", ("eks:DescribeAddon",), "", aws_checks.pod_identity_agent),
+    Check("addons.pod-identity-agent", "`eks-pod-identity-agent` runs when the EFS CSI add-on, Cluster "
+          "Autoscaler, the load balancer controller or the S3 weights roles use Pod Identity", ("eks:DescribeAddon",),
+          "", aws_checks.pod_identity_agent),
     Check("addons.vpc-cni-network-policy", "the `vpc-cni` add-on enforces NetworkPolicies "
           "(`enableNetworkPolicy`)", ("eks:DescribeAddon",), "", aws_checks.vpc_cni_network_policy),
     Check("addons.conflicts", "no add-on the program creates exists already (unless this stack's, by tags)",
@@ -39,6 +40,12 @@ CHECKS: tuple[Check, ...] = (
     Check("addons.configuration", "every `configurationValues` the program sends passes the add-on's schema "
           "for the version it will run", ("eks:DescribeAddon", "eks:DescribeAddonVersions",
                                           "eks:DescribeAddonConfiguration"), "", aws_checks.addon_configuration),
+    Check("s3.bucket", "with `weightsStorage.s3.bucketName`, the bucket exists, this identity reads it, and it is in "
+          "the stack's region", ("s3:GetBucketLocation",), "", s3_checks.s3_bucket),
+    Check("s3.gateway-endpoint", "on S3, an S3 gateway endpoint of the cluster's VPC is on every GPU subnet's route "
+          "table (else cold starts stream through the NAT gateway)", ("ec2:DescribeVpcEndpoints",
+                                                                        "ec2:DescribeRouteTables"), "",
+          s3_checks.s3_gateway_endpoint),
     Check("quota.vcpus", "the family's On-Demand or Spot vCPU quota covers the peak nodes (bound plus a "
           "node-update group)", ("servicequotas:GetServiceQuota",), "", aws_checks.vcpu_quota),
     Check("capacity.offerings", "the instance type is offered in every configured zone",

@@ -59,6 +59,7 @@ class Context:
     hub_token: str | None
     now: datetime
     kube_factory: Callable[[dict[str, Any]], KubeReader]
+    s3: Any = None  # read only with weightsStorage.backend s3 and an existing bucket
     timeout_seconds: float = 10.0
     cluster: dict[str, Any] | None = None  # DescribeCluster's `cluster`, once the cluster check found it
     _kube: KubeReader | None = field(default=None, repr=False)

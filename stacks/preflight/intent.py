@@ -97,6 +97,10 @@ class Intent:
     model_services: tuple[str, ...]
     sources: tuple[ModelSource, ...]
     hf_token_in_stack: bool
+    creates_cluster: bool = False  # cluster.mode create: the program builds the VPC, its S3 endpoint, the agent
+    s3_weights: bool = False  # weightsStorage.backend s3: every cold start streams from S3
+    s3_bucket: str | None = None  # an existing bucket the stack stages into (None: the program creates one)
+    s3_cold_start_gb: float = 0.0  # the largest checkpoint one cold start streams, in GB
 
 
 def _addons(config: StackConfig) -> tuple[AddonInstall, ...]:
@@ -121,7 +125,8 @@ def _addons(config: StackConfig) -> tuple[AddonInstall, ...]:
 
 
 def _pod_identity_users(config: StackConfig) -> tuple[str, ...]:
-    """Pod Identity associations the program creates: the EFS CSI add-on's and Cluster Autoscaler's."""
+    """Pod Identity associations the program creates: the EFS CSI add-on's, Cluster Autoscaler's, the load
+    balancer controller's and, on S3, the staging Jobs' and serving pods' weights roles."""
     users = []
     if config.weights_storage.backend is StorageBackend.EFS and config.weights_storage.efs.install_csi_driver:
         users.append(f"the {storage.CSI_ADDON} add-on")
@@ -129,7 +134,14 @@ def _pod_identity_users(config: StackConfig) -> tuple[str, ...]:
         users.append("cluster-autoscaler")
     if planning.installs_load_balancer_controller(config):
         users.append("aws-load-balancer-controller")
+    if config.weights_storage.backend is StorageBackend.S3:
+        users.append("the S3 weights roles (staging Jobs, serving pods)")
     return tuple(users)
+
+
+def _largest_checkpoint_gb(config: StackConfig) -> float:
+    sizes = [a.weight_bytes / 1e9 for a in map(planning.model_architecture, config.models) if a is not None]
+    return max(sizes, default=0.0)
 
 
 def _charts(config: StackConfig) -> tuple[ChartInstall, ...]:
@@ -235,6 +247,11 @@ def intent(stack: str, region: str, config: StackConfig) -> Intent:
         model_services=tuple(m.name for m in config.models),
         sources=_sources(config),
         hf_token_in_stack=config.hf_token is not None,
+        creates_cluster=config.cluster.mode is ClusterMode.CREATE,
+        s3_weights=config.weights_storage.backend is StorageBackend.S3,
+        s3_bucket=config.weights_storage.s3.bucket_name if config.weights_storage.backend is StorageBackend.S3
+        else None,
+        s3_cold_start_gb=_largest_checkpoint_gb(config),
     )
 
 

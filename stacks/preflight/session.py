@@ -32,6 +32,7 @@ class AwsClients:
     eks: Any
     ec2: Any
     quotas: Any
+    s3: Any
 
 
 def aws_clients(region: str) -> AwsClients:
@@ -48,7 +49,7 @@ def aws_clients(region: str) -> AwsClients:
     except BotoCoreError as error:  # an unknown profile, an expired SSO cache, no network to STS
         raise NoCredentials(f"cannot use the AWS credentials: {error}; nothing was checked") from None
     return AwsClients(identity, session.client("eks", config=AWS_CONFIG), session.client("ec2", config=AWS_CONFIG),
-                      session.client("service-quotas", config=AWS_CONFIG))
+                      session.client("service-quotas", config=AWS_CONFIG), session.client("s3", config=AWS_CONFIG))
 
 
 class KubeApis:

@@ -23,6 +23,10 @@ from stacks.preflight import Context, intent
 # One botocore session for every test's clients: its loader parses each service model once (EC2's is
 # several MB of JSON, 0.1-0.3 s a client); each test still gets new clients with their own Stubbers.
 _BOTOCORE = botocore.session.get_session()
+# boto3 injects upload_file and friends into the S3 client class once per boto3 Session on a botocore
+# session, and refuses a second injection: every test's S3 client comes from this one Session.
+_S3_SESSION = boto3.Session(region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing",
+                            botocore_session=botocore.session.get_session())
 
 NOW = datetime(2026, 12, 1, 10, 0, tzinfo=UTC)
 SCHEMAS = Path(__file__).resolve().parents[2] / "fixtures" / "reference" / "addons"
@@ -36,7 +40,7 @@ def stack_intent(stack: str = "prod", **changes: Any):
 
 
 class Aws:
-    """The three clients preflight reads through, each behind an active Stubber."""
+    """The four clients preflight reads through, each behind an active Stubber."""
 
     def __init__(self) -> None:
         session = boto3.Session(region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing",
@@ -44,7 +48,8 @@ class Aws:
         self.eks = session.client("eks")
         self.ec2 = session.client("ec2")
         self.quotas = session.client("service-quotas")
-        self.stubs = {name: Stubber(getattr(self, name)) for name in ("eks", "ec2", "quotas")}
+        self.s3 = _S3_SESSION.client("s3")
+        self.stubs = {name: Stubber(getattr(self, name)) for name in ("eks", "ec2", "quotas", "s3")}
         for stub in self.stubs.values():
             stub.activate()
 
@@ -162,7 +167,7 @@ CLUSTER = {
 def context(aws: Aws, the_intent=None, *, kube: FakeKube | None = None, cluster: dict | None = None,
             hub_url: str = "http://127.0.0.1:9", hub_token: str | None = None) -> Context:
     return Context(
-        intent=the_intent or stack_intent(), eks=aws.eks, ec2=aws.ec2, quotas=aws.quotas,
+        intent=the_intent or stack_intent(), eks=aws.eks, ec2=aws.ec2, quotas=aws.quotas, s3=aws.s3,
         hub_url=hub_url, hub_token=hub_token, now=NOW,
         kube_factory=lambda _cluster: kube or FakeKube(), cluster=cluster, timeout_seconds=2.0,
     )

@@ -73,7 +73,7 @@ def prod_account(monkeypatch):
     kube = FakeKube(crds=[crd(n) for n in (*PROMETHEUS_CRDS, *ALB_CONTROLLER_CRDS)], issuers={"letsencrypt-prod": {
         "status": {"conditions": [{"type": "Ready", "status": "True"}]}}})
     monkeypatch.setattr(session, "aws_clients", lambda region: session.AwsClients(
-        "arn:aws:sts::111122223333:assumed-role/preflight/ci", aws.eks, aws.ec2, aws.quotas))
+        "arn:aws:sts::111122223333:assumed-role/preflight/ci", aws.eks, aws.ec2, aws.quotas, aws.s3))
     monkeypatch.setattr(session, "kube_reader", lambda region: lambda cluster: kube)
     monkeypatch.setenv("HF_TOKEN", "hf_good")
     yield aws

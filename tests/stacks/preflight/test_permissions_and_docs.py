@@ -18,7 +18,7 @@ def service_models() -> dict[str, object]:
     """IAM's action prefix is the service's signing name (service-quotas signs as servicequotas)."""
     session = botocore.session.get_session()
     models = {}
-    for name in ("eks", "ec2", "service-quotas", "sts"):
+    for name in ("eks", "ec2", "service-quotas", "sts", "s3"):
         model = session.get_service_model(name)
         models[model.signing_name] = model
     return models
@@ -42,14 +42,14 @@ def test_every_action_is_a_read_only_operation_of_its_service_model(action):
 
 
 def test_the_calls_the_checks_make_are_the_policy_actions():
-    """Every boto3 call in aws_checks is a declared action, and every declared action is called."""
+    """Every boto3 call in aws_checks and s3_checks is a declared action, and every declared action is called."""
     import inspect
     import re
 
-    from stacks.preflight import aws_checks
+    from stacks.preflight import aws_checks, s3_checks
 
-    source = inspect.getsource(aws_checks)
-    called = set(re.findall(r"ctx\.(?:eks|ec2|quotas)\.([a-z_]+)\(", source))
+    source = inspect.getsource(aws_checks) + inspect.getsource(s3_checks)
+    called = set(re.findall(r"ctx\.(?:eks|ec2|quotas|s3)\.([a-z_]+)\(", source))
     models = service_models()
     declared = set()
     for action in aws_actions():

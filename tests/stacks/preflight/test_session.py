@@ -120,7 +120,7 @@ def test_cluster_pods_reads_the_named_cluster_through_the_programs_kubeconfig(mo
     built = []
     with Stubber(eks) as stub:
         stub.add_response("describe_cluster", {"cluster": cluster}, {"name": "llm-prod"})
-        monkeypatch.setattr(session, "aws_clients", lambda region: session.AwsClients("arn:x", eks, None, None))
+        monkeypatch.setattr(session, "aws_clients", lambda region: session.AwsClients("arn:x", eks, None, None, None))
         monkeypatch.setattr(session, "kube_reader",
                             lambda region: lambda found: built.append((region, found)) or reader)
         pods = session.cluster_pods("llm-prod", "us-east-1")

@@ -1,0 +1,94 @@
+"""Checks of what the S3 weights backend needs from the account: the existing bucket (there, readable, in
+the stack's region) and an S3 gateway endpoint on the GPU subnets' route tables (read-only calls)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from stacks.checks import platform
+from stacks.preflight.context import ClusterUnknown, Context
+from stacks.preflight.result import Finding, failed, passed
+
+# What S3 traffic costs and carries through a NAT gateway instead of a gateway endpoint: $0.045 per GB
+# processed (AWS VPC pricing page, aws.amazon.com/vpc/pricing/, its US East example; other regions differ),
+# and "5 Gbps of bandwidth and automatically scales up to 100 Gbps" per gateway (VPC user guide,
+# nat-gateway-basics.html), shared by every node routed through it. Gateway endpoints "come at no additional
+# charge" (AWS Prescriptive Guidance, aws-startup-security-baseline/wkld-12.html).
+NAT_USD_PER_GB_PROCESSED = 0.045
+NAT_GBPS = "5 Gbps scaling to 100 Gbps"
+
+
+def _code(error: ClientError) -> str:
+    return str(error.response.get("Error", {}).get("Code", ""))
+
+
+def s3_bucket(ctx: Context) -> list[Finding]:
+    """An existing weightsStorage.s3.bucketName exists, this identity can read it, and it lives in the
+    stack's region (GetBucketLocation; a missing bucket answers NoSuchBucket, another account's AccessDenied)."""
+    i = ctx.intent
+    name = i.s3_bucket
+    if name is None:
+        return []
+    check = "s3.bucket"
+    try:
+        answer = ctx.s3.get_bucket_location(Bucket=name)
+    except ClientError as error:
+        if _code(error) not in ("NoSuchBucket", "AccessDenied", "AllAccessDisabled"):
+            raise
+        found = None
+    else:
+        # S3 answers no constraint for us-east-1 and "EU" for the oldest eu-west-1 buckets (GetBucketLocation).
+        constraint = answer.get("LocationConstraint") or "us-east-1"
+        found = "eu-west-1" if constraint == "EU" else constraint
+    problems = platform.existing_bucket_problems(name, found, i.region)
+    if problems:
+        return [failed(check, f"weightsStorage.s3.bucketName {name}: {p.message}", f"expected {p.expected}")
+                for p in problems]
+    return [passed(check, f"{name} exists, is readable and is in {found}, the stack's region")]
+
+
+def _subnet_route_tables(tables: list[dict[str, Any]], subnets: list[str]) -> dict[str, str | None]:
+    """Subnet -> the route table it uses: its explicit association, else the VPC's main table."""
+    main = next((t["RouteTableId"] for t in tables for a in t.get("Associations", []) if a.get("Main")), None)
+    explicit = {a["SubnetId"]: t["RouteTableId"] for t in tables for a in t.get("Associations", [])
+                if a.get("SubnetId")}
+    return {subnet: explicit.get(subnet, main) for subnet in subnets}
+
+
+def s3_gateway_endpoint(ctx: Context) -> list[Finding]:
+    """On S3, the cluster's VPC has an S3 gateway endpoint on the route table of every GPU subnet;
+    without it each cold start streams its checkpoint through the NAT gateway."""
+    i = ctx.intent
+    if not i.s3_weights:
+        return []
+    check = "s3.gateway-endpoint"
+    if i.creates_cluster:
+        return [passed(check, "the program creates the VPC with an S3 gateway endpoint on its private route tables")]
+    if ctx.cluster is None:
+        raise ClusterUnknown()
+    vpc = ctx.cluster.get("resourcesVpcConfig", {}).get("vpcId", "")
+    service = f"com.amazonaws.{i.region}.s3"
+    endpoints = ctx.ec2.describe_vpc_endpoints(Filters=[
+        {"Name": "vpc-id", "Values": [vpc]}, {"Name": "service-name", "Values": [service]},
+        {"Name": "vpc-endpoint-type", "Values": ["Gateway"]}])["VpcEndpoints"]
+    routed = {t for e in endpoints if e.get("State", "").lower() == "available" for t in e.get("RouteTableIds", [])}
+    tables = ctx.ec2.describe_route_tables(Filters=[{"Name": "vpc-id", "Values": [vpc]}])["RouteTables"]
+    subnets = [subnet for subnet, _ in i.subnets]
+    missing = {s: t for s, t in _subnet_route_tables(tables, subnets).items() if t not in routed}
+    if not missing:
+        return [passed(check, f"{len(endpoints)} S3 gateway endpoint(s) in {vpc} route every GPU subnet "
+                       f"({', '.join(sorted(set(_subnet_route_tables(tables, subnets).values())))})")]
+    found = ", ".join(f"{s} uses {t or 'no route table'}" for s, t in sorted(missing.items()))
+    cost = i.s3_cold_start_gb * NAT_USD_PER_GB_PROCESSED
+    ids = " ".join(sorted({t for t in missing.values() if t}))
+    fix = (f"aws ec2 modify-vpc-endpoint --vpc-endpoint-id {endpoints[0]['VpcEndpointId']} --add-route-table-ids "
+           f"{ids}" if endpoints else f"aws ec2 create-vpc-endpoint --vpc-id {vpc} --vpc-endpoint-type Gateway "
+           f"--service-name {service} --route-table-ids {ids}")
+    return [failed(check, f"no S3 gateway endpoint of {vpc} is on the GPU subnets' route tables ({found}; "
+                   f"endpoints found: {', '.join(e['VpcEndpointId'] for e in endpoints) or 'none'}): every cold "
+                   f"start's {i.s3_cold_start_gb:,.0f} GB would go through the NAT gateway, at "
+                   f"${NAT_USD_PER_GB_PROCESSED} per GB processed (${cost:,.2f} a cold start) and its "
+                   f"{NAT_GBPS} shared by the zone", f"{fix} (a gateway endpoint is free; expected one on every "
+                   "GPU subnet's route table)")]

@@ -1,0 +1,157 @@
+"""The S3 backend's preflight checks through botocore's Stubber: the existing bucket (there, readable, in the
+stack's region), the S3 gateway endpoint on every GPU subnet's route table, and the Pod Identity agent the
+S3 roles need."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from stacks import environment
+from stacks.config.files import PROJECT_DIR
+from stacks.preflight import intent
+from stacks.preflight.result import Outcome
+from tests.stacks.preflight.support import CLUSTER, Aws, addon, context
+from tests.stacks.preflight.test_aws_checks import run
+
+EXAMPLE = PROJECT_DIR / "examples" / "Pulumi.prod-s3.yaml"
+VPC = CLUSTER["resourcesVpcConfig"]["vpcId"]
+SUBNETS = ("subnet-0bb00000000000001", "subnet-0bb00000000000002", "subnet-0bb00000000000003")
+ENDPOINT_FILTERS = [{"Name": "vpc-id", "Values": [VPC]},
+                    {"Name": "service-name", "Values": ["com.amazonaws.us-east-1.s3"]},
+                    {"Name": "vpc-endpoint-type", "Values": ["Gateway"]}]
+
+
+@pytest.fixture
+def aws():
+    clients = Aws()
+    yield clients
+    clients.done()
+
+
+def s3_intent(**changes):
+    _, config = environment.load_stack_file(EXAMPLE)
+    return dataclasses.replace(intent("prod-s3", "us-east-1", config), **changes)
+
+
+def test_the_intent_of_the_s3_example():
+    found = s3_intent()
+    assert (found.s3_weights, found.s3_bucket, round(found.s3_cold_start_gb)) == (True, None, 141)
+    assert found.pod_identity_users[-1] == "the S3 weights roles (staging Jobs, serving pods)"
+
+
+def test_no_bucket_check_when_the_program_creates_the_bucket(aws):
+    assert run("s3.bucket", context(aws, s3_intent())) == []
+
+
+def test_an_existing_bucket_in_the_stacks_region_passes(aws):
+    aws.respond("s3", "get_bucket_location", {"LocationConstraint": "us-east-1"}, {"Bucket": "team-weights"})
+    (finding,) = run("s3.bucket", context(aws, s3_intent(s3_bucket="team-weights")))
+    assert (finding.outcome, finding.reason) == (Outcome.PASS, "team-weights exists, is readable and is in us-east-1, "
+                                                 "the stack's region")
+    # us-east-1 buckets answer no location constraint at all.
+    aws.respond("s3", "get_bucket_location", {}, {"Bucket": "team-weights"})
+    assert run("s3.bucket", context(aws, s3_intent(s3_bucket="team-weights")))[0].outcome is Outcome.PASS
+
+
+def test_a_bucket_in_another_region_fails_naming_both_regions(aws):
+    aws.respond("s3", "get_bucket_location", {"LocationConstraint": "EU"}, {"Bucket": "team-weights"})
+    (finding,) = run("s3.bucket", context(aws, s3_intent(s3_bucket="team-weights")))
+    assert (finding.outcome, finding.reason, finding.fix) == (
+        Outcome.FAIL, "weightsStorage.s3.bucketName team-weights: the bucket is in eu-west-1, the cluster in "
+        "us-east-1: every cold start would stream across regions", "expected a bucket in us-east-1")
+
+
+def test_a_missing_or_unreadable_bucket_fails(aws):
+    for code, status in (("NoSuchBucket", 404), ("AccessDenied", 403)):
+        aws.error("s3", "get_bucket_location", code, status, {"Bucket": "team-weights"})
+        (finding,) = run("s3.bucket", context(aws, s3_intent(s3_bucket="team-weights")))
+        assert (finding.outcome, finding.reason, finding.fix) == (
+            Outcome.FAIL, "weightsStorage.s3.bucketName team-weights: no such bucket, or the deploying role cannot "
+            "read it", "expected an existing bucket in this account and region, or unset to create one")
+
+
+def test_a_bucket_lookup_that_errors_otherwise_could_not_check(aws):
+    aws.error("s3", "get_bucket_location", "InternalError", 500, {"Bucket": "team-weights"})
+    (finding,) = run("s3.bucket", context(aws, s3_intent(s3_bucket="team-weights")))
+    assert finding.outcome is Outcome.COULD_NOT_CHECK
+    assert finding.reason.startswith("GetBucketLocation failed: InternalError")
+
+
+def _route_tables():
+    """Subnets 1 and 2 associated with their own tables; subnet 3 falls back to the main table."""
+    return {"RouteTables": [
+        {"RouteTableId": "rtb-main", "VpcId": VPC, "Associations": [{"Main": True, "RouteTableId": "rtb-main"}]},
+        {"RouteTableId": "rtb-a", "VpcId": VPC, "Associations": [{"SubnetId": SUBNETS[0], "RouteTableId": "rtb-a"}]},
+        {"RouteTableId": "rtb-b", "VpcId": VPC, "Associations": [{"SubnetId": SUBNETS[1], "RouteTableId": "rtb-b"}]},
+    ]}
+
+
+def _endpoint(*tables: str, state: str = "available") -> dict:
+    return {"VpcEndpointId": "vpce-0s3", "VpcEndpointType": "Gateway", "VpcId": VPC, "State": state,
+            "ServiceName": "com.amazonaws.us-east-1.s3", "RouteTableIds": list(tables)}
+
+
+def _stub_network(clients: Aws, endpoints: list[dict]) -> None:
+    clients.respond("ec2", "describe_vpc_endpoints", {"VpcEndpoints": endpoints}, {"Filters": ENDPOINT_FILTERS})
+    clients.respond("ec2", "describe_route_tables", _route_tables(), {"Filters": [{"Name": "vpc-id", "Values": [VPC]}]})
+
+
+def test_an_endpoint_on_every_gpu_subnets_table_passes(aws):
+    _stub_network(aws, [_endpoint("rtb-a", "rtb-b", "rtb-main")])
+    (finding,) = run("s3.gateway-endpoint", context(aws, s3_intent(), cluster=CLUSTER))
+    assert (finding.outcome, finding.reason) == (
+        Outcome.PASS, f"1 S3 gateway endpoint(s) in {VPC} route every GPU subnet (rtb-a, rtb-b, rtb-main)")
+
+
+def test_a_subnet_whose_table_the_endpoint_misses_fails_with_the_nat_cost(aws):
+    _stub_network(aws, [_endpoint("rtb-a", "rtb-b")])
+    (finding,) = run("s3.gateway-endpoint", context(aws, s3_intent(), cluster=CLUSTER))
+    assert (finding.outcome, finding.reason, finding.fix) == (
+        Outcome.FAIL, f"no S3 gateway endpoint of {VPC} is on the GPU subnets' route tables ({SUBNETS[2]} uses "
+        "rtb-main; endpoints found: vpce-0s3): every cold start's 141 GB would go through the NAT gateway, at "
+        "$0.045 per GB processed ($6.35 a cold start) and its 5 Gbps scaling to 100 Gbps shared by the zone",
+        "aws ec2 modify-vpc-endpoint --vpc-endpoint-id vpce-0s3 --add-route-table-ids rtb-main (a gateway endpoint "
+        "is free; expected one on every GPU subnet's route table)")
+
+
+def test_no_endpoint_at_all_fails_with_the_create_command(aws):
+    _stub_network(aws, [_endpoint("rtb-a", "rtb-b", "rtb-main", state="Pending")])
+    (finding,) = run("s3.gateway-endpoint", context(aws, s3_intent(), cluster=CLUSTER))
+    assert finding.outcome is Outcome.FAIL
+    assert finding.fix.startswith("aws ec2 modify-vpc-endpoint --vpc-endpoint-id vpce-0s3 --add-route-table-ids "
+                                  "rtb-a rtb-b rtb-main")
+    _stub_network(aws, [])
+    (finding,) = run("s3.gateway-endpoint", context(aws, s3_intent(), cluster=CLUSTER))
+    assert "endpoints found: none" in finding.reason
+    assert finding.fix.startswith(f"aws ec2 create-vpc-endpoint --vpc-id {VPC} --vpc-endpoint-type Gateway "
+                                  "--service-name com.amazonaws.us-east-1.s3 --route-table-ids rtb-a rtb-b rtb-main")
+
+
+def test_the_endpoint_check_waits_for_the_cluster_and_skips_other_backends_and_created_vpcs(aws):
+    (finding,) = run("s3.gateway-endpoint", context(aws, s3_intent()))
+    assert (finding.outcome, finding.fix) == (Outcome.COULD_NOT_CHECK, "fix cluster.exists first")
+    assert run("s3.gateway-endpoint", context(aws, s3_intent(s3_weights=False), cluster=CLUSTER)) == []
+    (finding,) = run("s3.gateway-endpoint", context(aws, s3_intent(creates_cluster=True)))
+    assert (finding.outcome, finding.reason) == (
+        Outcome.PASS, "the program creates the VPC with an S3 gateway endpoint on its private route tables")
+
+
+def test_a_refused_endpoint_lookup_could_not_check_naming_the_permission(aws):
+    aws.error("ec2", "describe_vpc_endpoints", "UnauthorizedOperation", 403, {"Filters": ENDPOINT_FILTERS})
+    (finding,) = run("s3.gateway-endpoint", context(aws, s3_intent(), cluster=CLUSTER))
+    assert finding.outcome is Outcome.COULD_NOT_CHECK
+    assert finding.fix.startswith("allow ec2:DescribeVpcEndpoints, ec2:DescribeRouteTables for this identity")
+
+
+def test_the_s3_roles_need_the_pod_identity_agent(aws):
+    params = {"clusterName": "llm-prod", "addonName": "eks-pod-identity-agent"}
+    aws.error("eks", "describe_addon", "ResourceNotFoundException", 404, params)
+    (finding,) = run("addons.pod-identity-agent", context(aws, s3_intent()))
+    assert finding.outcome is Outcome.FAIL
+    assert finding.reason == (
+        "cluster-autoscaler and the S3 weights roles (staging Jobs, serving pods) use EKS Pod Identity, and the "
+        "eks-pod-identity-agent add-on is not installed: their pods would get no AWS credentials")
+    aws.respond("eks", "describe_addon", addon("eks-pod-identity-agent"), params)
+    assert run("addons.pod-identity-agent", context(aws, s3_intent()))[0].outcome is Outcome.PASS
