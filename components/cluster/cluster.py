@@ -3,10 +3,11 @@
 Plain pulumi_aws resources only, so the offline render and the policy pack see every child (the
 pulumi-eks and awsx components are remote multi-language components whose children the mock
 runtime never registers; docs/decisions.md). Builds: a VPC over two or three zones with private
-and public subnets, NAT, the EKS control plane (API authentication, KMS-encrypted secrets,
-control-plane logs), access entries, the four networking add-ons at pinned versions and a small
-on-demand CPU node group. `eks` is the same `EksCluster` a looked-up cluster gives, so the rest of
-the stack cannot tell the two apart; `ready` is what workloads must wait for.
+and public subnets, NAT, an S3 gateway endpoint on the private route tables, the EKS control plane
+(API authentication, KMS-encrypted secrets, control-plane logs), access entries, the four networking
+add-ons at pinned versions and a small on-demand CPU node group. `eks` is the same `EksCluster` a
+looked-up cluster gives, so the rest of the stack cannot tell the two apart; `ready` is what
+workloads must wait for.
 """
 
 from __future__ import annotations
@@ -144,8 +145,10 @@ class Cluster(pulumi.ComponentResource):
             )
             nat_ids[zone] = nat.id
         self.private_subnet_ids = {}
-        # Nodes boot only once their subnet routes through NAT: image pulls and the node's join need it.
+        # Nodes boot only once their subnet routes through NAT (image pulls and the node's join need it) and
+        # to S3 through the gateway endpoint below.
         private_routes: list[pulumi.Resource] = []
+        private_tables: dict[str, aws.ec2.RouteTable] = {}
         for subnet in plan.private:
             created = aws.ec2.Subnet(
                 f"{name}-private-{subnet.zone}",
@@ -165,7 +168,22 @@ class Cluster(pulumi.ComponentResource):
             private_routes.append(aws.ec2.RouteTableAssociation(
                 f"{name}-private-{subnet.zone}-routes", subnet_id=created.id, route_table_id=routes.id, opts=child
             ))
+            private_tables[subnet.zone] = routes
             self.private_subnet_ids[subnet.zone] = created.id
+        # S3 from the private subnets (streamed weights, the staging Job's uploads, ECR's image layers) through a
+        # gateway endpoint instead of the NAT gateways, which charge per GB processed and top out at 100 Gbps
+        # each (VPC user guide, nat-gateway-basics.html); gateway endpoints "come at no additional charge" (AWS
+        # Prescriptive Guidance, wkld-12.html). One association per private table, so a new zone adds one. The
+        # tables' inline routes leave the endpoint's prefix-list route alone (terraform-provider-aws
+        # internal/service/ec2/vpc_route_table.go flattenRoutes skips vpce- prefix-list routes).
+        endpoint = aws.ec2.VpcEndpoint(
+            f"{name}-s3-endpoint", vpc_id=vpc.id, vpc_endpoint_type="Gateway",
+            service_name=pulumi.Output.concat("com.amazonaws.", region, ".s3"),
+            tags={**tags, "Name": f"{args.cluster_name}-s3"}, opts=child,
+        )
+        private_routes += [aws.ec2.VpcEndpointRouteTableAssociation(
+            f"{name}-s3-endpoint-{zone}", vpc_endpoint_id=endpoint.id, route_table_id=table.id, opts=child)
+            for zone, table in private_tables.items()]
 
         # --- control plane ---------------------------------------------------------------------
         cluster_role = aws.iam.Role(
@@ -286,6 +304,7 @@ class Cluster(pulumi.ComponentResource):
             "endpoint": cluster.endpoint,
             "vpcId": vpc.id,
             "privateSubnetIds": self.private_subnet_ids,
+            "s3EndpointId": endpoint.id,
         })
 
     def _system_nodes(self, name: str, args: ClusterArgs, cluster: aws.eks.Cluster, vpc_id: pulumi.Output[str],

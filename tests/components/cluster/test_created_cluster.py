@@ -77,6 +77,23 @@ def test_vpc_spans_three_zones_with_private_and_public_subnets_and_one_nat_in_de
     ]
 
 
+def test_s3_from_every_private_subnet_takes_the_gateway_endpoint_and_the_cpu_nodes_wait_for_it(sandbox):
+    assert _inputs(sandbox, "aws:ec2/vpcEndpoint:VpcEndpoint", "cluster-s3-endpoint") == {
+        "serviceName": "com.amazonaws.us-east-1.s3", "tags": {**TAGS, "Name": "llm-sandbox-s3"},
+        "vpcEndpointType": "Gateway", "vpcId": "cluster-vpc-id",
+    }
+    associations = sandbox.by_type()["aws:ec2/vpcEndpointRouteTableAssociation:VpcEndpointRouteTableAssociation"]
+    assert {a["name"]: a["inputs"] for a in associations} == {
+        f"cluster-s3-endpoint-{zone}": {"routeTableId": f"cluster-private-{zone}-routes-id",
+                                        "vpcEndpointId": "cluster-s3-endpoint-id"} for zone in ZONES}
+    # The public table (NAT gateways and load balancers only) never carries S3 traffic of the pods.
+    assert "cluster-public-routes-id" not in [a["inputs"]["routeTableId"] for a in associations]
+    depends = _depends(sandbox, "aws:eks/nodeGroup:NodeGroup", "cluster-system-nodes")
+    for zone in ZONES:
+        assert ("aws:ec2/vpcEndpointRouteTableAssociation:VpcEndpointRouteTableAssociation::"
+                f"cluster-s3-endpoint-{zone}") in depends
+
+
 def test_control_plane_uses_api_authentication_kms_secrets_and_every_log(sandbox):
     assert _inputs(sandbox, "aws:eks/cluster:Cluster", "cluster-control-plane") == {
         "name": "llm-sandbox",
