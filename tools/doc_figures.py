@@ -15,9 +15,8 @@ import yaml
 
 from stacks.checks import timing as stack_timing
 from stacks.config.files import PROJECT_DIR, stack_file_path
-from tools import alert_figures, planner_tables
+from tools import alert_figures, planner_tables, storage_figures
 from tools.doc_facts import PROD, Facts
-from tools.storage_figures import add_replica_by_backend, cold_start_by_backend, fsx_default_read
 
 WORKFLOWS = PROJECT_DIR / ".github" / "workflows"
 MULTI_NODE_EXAMPLE = PROJECT_DIR / "examples" / "Pulumi.prod-405b.yaml"
@@ -371,9 +370,6 @@ GENERATORS: dict[str, Callable[[Facts], str]] = {
     "prod-max-replicas-fit": prod_max_replicas_fit,
     "prod-claim-size": prod_claim_size,
     "vcpu-quotas": vcpu_quotas,
-    "fsx-default-read": fsx_default_read,
-    "cold-start-by-backend": cold_start_by_backend,
-    "add-replica-by-backend": add_replica_by_backend,
     "pipeline-split": pipeline_split,
     "calibration-within": calibration_within,
     "multi-node-example-cost": multi_node_example_cost,
@@ -388,4 +384,5 @@ GENERATORS: dict[str, Callable[[Facts], str]] = {
     "prod-overload": prod_overload,
     "prod-proxy-drain": prod_proxy_drain,
     **alert_figures.GENERATORS,
+    **storage_figures.GENERATORS,
 }

@@ -40,8 +40,10 @@ def _always(_: StackConfig) -> bool:
 def _pod_identity(config: StackConfig) -> bool:
     # Both the EFS CSI controller (its role is bound by a Pod Identity association on the add-on) and our
     # Cluster Autoscaler get AWS credentials only through the agent.
+    # So do the S3 backend's staging Jobs and serving pods (their weights roles are Pod Identity associations).
     efs = config.weights_storage.backend is StorageBackend.EFS and config.weights_storage.efs.install_csi_driver
-    return efs or config.node_autoscaling.mode is NodeAutoscalingMode.CLUSTER_AUTOSCALER
+    s3 = config.weights_storage.backend is StorageBackend.S3
+    return efs or s3 or config.node_autoscaling.mode is NodeAutoscalingMode.CLUSTER_AUTOSCALER
 
 
 def _monitoring_agent(config: StackConfig) -> bool:
@@ -88,10 +90,12 @@ PREREQUISITES: tuple[Prerequisite, ...] = (
         "security group unless its launch template names groups, and then must name the cluster's too).",
         "Kubernetes list nodes (labels, taints), ec2:DescribeInstances (security groups)", _always),
     Prerequisite(
-        "pod-identity-agent", "EFS backend with `installCsiDriver`, or `nodeAutoscaling.mode: clusterAutoscaler`",
-        "The `eks-pod-identity-agent` add-on is ACTIVE. The EFS CSI controller and Cluster Autoscaler get "
-        "their AWS credentials only through it: without it the weights claim stays Pending until the "
-        "staging Job's deadline, and the autoscaler never resizes the group.",
+        "pod-identity-agent", "EFS backend with `installCsiDriver`, the S3 backend, or `nodeAutoscaling.mode: "
+        "clusterAutoscaler`",
+        "The `eks-pod-identity-agent` add-on is ACTIVE. The EFS CSI controller, the S3 weights roles and "
+        "Cluster Autoscaler get their AWS credentials only through it: without it the weights claim stays "
+        "Pending (S3: the staging Job cannot upload, vLLM cannot stream) until the staging Job's deadline, "
+        "and the autoscaler never resizes the group.",
         "eks:DescribeAddon eks-pod-identity-agent", _pod_identity),
     Prerequisite(
         "addons-absent", "each add-on the stack installs",
@@ -145,6 +149,15 @@ PREREQUISITES: tuple[Prerequisite, ...] = (
         "`pulumi config set --secret`; the committed placeholders cannot be decrypted. The token can read "
         "every model's pinned revision.",
         "the stack's config; Hugging Face Hub GET /api/models/ID/revision/REV with the token", _always),
+    Prerequisite(
+        "s3-endpoint", "`weightsStorage.backend: s3`",
+        "The cluster's VPC has an S3 gateway endpoint on the route table of every `gpuNodeGroup.subnets` "
+        "entry (free; a created VPC has one). Without it every cold start streams the checkpoint through the "
+        "NAT gateway, at its per-GB processing charge and its 5 to 100 Gbps shared by the zone. With "
+        "`weightsStorage.s3.bucketName`, that bucket exists in the stack's region and the deploying role "
+        "reads it.",
+        "ec2:DescribeVpcEndpoints, ec2:DescribeRouteTables, s3:GetBucketLocation",
+        lambda c: c.weights_storage.backend is StorageBackend.S3),
     Prerequisite(
         "fsx-root", "`weightsStorage.backend: fsxLustre`",
         "Not automated yet: a new Lustre file system's root is owned by root and the FSx CSI driver does "
