@@ -65,7 +65,7 @@ def _streamer_why(concurrency: int) -> str:
     measured = f"15 GB in {STREAMER_S3_SECONDS[point]} s at concurrency {point}"
     if concurrency < smallest:
         return f"{measured}, scaled to {concurrency}"
-    return f"{measured} (streamerConcurrency {concurrency})"
+    return measured if point == concurrency else f"{measured}, the measured point below {concurrency}"
 
 
 @dataclass(frozen=True)

@@ -181,7 +181,7 @@ def storage_backend_label(config: StackConfig, model: ModelConfig | None = None)
         if weights.s3.read_mib_per_second is not None:
             why = "operator's figure"
         elif estimate is not None:
-            why = f"bound by {estimate.binding.name}: {estimate.binding.why}"
+            why = f"cited, bound by the {estimate.binding.name}: {estimate.binding.why}"
         else:
             why = f"no cited figure for {config.gpu_node_group.instance_type}"
         return (f"S3 ({where}) through the Run:ai Model Streamer at concurrency {weights.s3.streamer_concurrency}, "

@@ -31,7 +31,9 @@ def test_two_replicas_on_a_p5_share_card_zero_and_the_streamer_binds():
     assert [(t.name, round(t.mib_per_second, 1)) for t in estimate.terms] == [
         ("streamer", 2931.4), ("node bandwidth", 5960.5), ("prefix requests", 11000.0)]
     assert (estimate.binding.name, estimate.mib_per_second) == ("streamer", 2931.4)
-    assert estimate.binding.why == "15 GB in 4.88 s at concurrency 32 (streamerConcurrency 32)"
+    assert estimate.binding.why == "15 GB in 4.88 s at concurrency 32"
+    between = s3_read_estimate("p5.48xlarge", concurrency=24, replicas_per_node=2, replicas_reading_prefix=4)
+    assert between.binding.why == "15 GB in 8.45 s at concurrency 16, the measured point below 24"
 
 
 def test_eight_single_gpu_replicas_on_a_node_are_bound_by_its_bandwidth():
