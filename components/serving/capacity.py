@@ -773,6 +773,8 @@ def plan(
         + ((f"{pp} pipeline stages of {tp} GPUs, one node each: weights and KV per GPU are the fullest stage's "
             "(even layer split, embedding and lm_head on the end stages); not in the calibration logs",)
            if pp > 1 else ())
+        + ((f"each of the {pp} stages' pods reads the whole checkpoint, not its stage's share: the weights term "
+            "is the checkpoint at the per-pod read speed",) if pp > 1 and every_stage_reads_checkpoint else ())
         + (("--enforce-eager: no CUDA graphs; decode steps are slower than the latency estimate assumes",)
            if enforce_eager else ())
         + (("speculative decoding: the draft model's weights and KV layers are not in this plan; pass "

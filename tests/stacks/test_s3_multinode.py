@@ -181,6 +181,8 @@ def test_the_planner_counts_the_whole_checkpoint_on_each_stages_pod(config):
     # 756 GiB at 2,000 MiB/s on each of the two pods at once, not half of it (388 s, not 194 s).
     assert figures.weights_load_seconds == math.ceil(checkpoint / (2000 * 2**20)) == 388
     assert (figures.cold_start_seconds, figures.startup_budget_seconds) == (628, 1260)
+    assert figures.notes[-1] == ("each of the 2 stages' pods reads the whole checkpoint, not its stage's share: "
+                                 "the weights term is the checkpoint at the per-pod read speed")
     free, new = planning.cold_starts(config, model, figures)
     assert free.terms() == (("node", 0), ("image pull", 0), ("weights", 388), ("engine init", 173),
                             ("compile", 67), ("ready", 30))
@@ -196,6 +198,7 @@ def test_every_stage_reads_checkpoint_changes_only_the_weights_term():
     assert (stage.weights_load_seconds, whole.weights_load_seconds) == (194, 388)
     assert whole.cold_start_seconds - stage.cold_start_seconds == 194
     assert whole.kv_cache_tokens == stage.kv_cache_tokens
+    assert whole.notes[:-1] == stage.notes
 
 
 def test_the_streamer_config_is_distributed_only_when_asked():
