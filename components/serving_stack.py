@@ -54,6 +54,7 @@ from components.routing import (
 from components.scaling import ModelAutoscaling, ModelAutoscalingArgs, ScalingTarget
 from components.serving import (
     PORT,
+    WORKER_COMPONENT,
     CompileCacheKey,
     EngineSettings,
     LeaderWorkerSetController,
@@ -362,6 +363,9 @@ class ServingStack(pulumi.ComponentResource):
                 picker_selector=picker_selector() if args.routed_models else None,
                 verification_selector=VERIFY_POD_SELECTOR if args.verifications else None,
                 weights_from_s3=args.weights_bucket is not None,
+                # The headless ranks of multi-node groups stream from the bucket as well.
+                worker_selector={"app.kubernetes.io/component": WORKER_COMPONENT}
+                if any(m.settings.pipeline_parallel_size > 1 for m in args.models) else None,
             )
         ]
         if args.verifications:

@@ -739,6 +739,7 @@ def network_policies(
     picker_selector: dict[str, str] | None = None,
     verification_selector: dict[str, str] | None = None,
     weights_from_s3: bool = False,
+    worker_selector: dict[str, str] | None = None,
 ) -> list[Manifest]:
     """Serving pods: in on `port` from the edge's proxy pods, the Prometheus pods and the pickers only,
     out to DNS only. Staging Jobs: nothing in, DNS and HTTPS out.
@@ -749,6 +750,9 @@ def network_policies(
     its serve flags), so the scrapers' rule cannot be narrowed to a metrics-only port.
     `weights_from_s3`: serving pods also reach the Pod Identity agent and S3 over HTTPS (S3's addresses
     are public ranges a NetworkPolicy cannot name more narrowly), and the staging Jobs the agent.
+    `worker_selector` (with `weights_from_s3`): the headless ranks of multi-node groups, which the serving
+    fence does not select, stream their weights too: the same way out to the agent and S3 (their group's
+    own fence admits the other ranks and DNS; NetworkPolicies add up).
     """
     if edge_pod_selector is None and not load_balancer_cidrs:
         raise ValueError("without edge proxy pods, load_balancer_cidrs must name the load balancer's subnets")
@@ -786,4 +790,17 @@ def network_policies(
             "egress": [_dns_egress(), _https_egress(), *((_pod_identity_egress(),) if weights_from_s3 else ())],
         },
     }
-    return [serving, staging]
+    if not (weights_from_s3 and worker_selector):
+        return [serving, staging]
+    workers = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta("vllm-worker-weights", serving_namespace),
+        "spec": {
+            "podSelector": {"matchLabels": dict(worker_selector)},
+            # Egress only: who may reach a worker is its group fence's to say (the other ranks).
+            "policyTypes": ["Egress"],
+            "egress": [_dns_egress(), _pod_identity_egress(), _https_egress()],
+        },
+    }
+    return [serving, staging, workers]

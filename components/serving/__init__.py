@@ -38,6 +38,7 @@ from .engine import (
 )
 from .lws import LeaderWorkerSetController, LeaderWorkerSetControllerArgs, lws_values
 from .models import ModelArchitecture, known_model_ids, lookup_model
+from .multinode import WORKER_COMPONENT
 from .performance import GPU_PERFORMANCE, Latency, latency, slo_concurrency, usd_per_million_output_tokens
 from .prepull import prepull_daemonset, prepull_network_policy
 from .rollout import (
@@ -126,6 +127,7 @@ __all__ = [
     "LeaderWorkerSetController",
     "LeaderWorkerSetControllerArgs",
     "lws_values",
+    "WORKER_COMPONENT",
     "CHAT_TEMPLATE_PATH",
     "GPU_PERFORMANCE",
     "Latency",

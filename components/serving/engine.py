@@ -111,14 +111,26 @@ def staged_model_path(model_id: str, revision: str) -> str:
     return f"{MODELS_MOUNT}/{model_id}/{revision}"
 
 
-def streamer_extra_config(concurrency: int, memory_limit_gib: int) -> str:
+def streamer_extra_config(concurrency: int, memory_limit_gib: int, *, distributed: bool = False) -> str:
     """`--model-loader-extra-config` for `--load-format runai_streamer` (vLLM's runai_model_streamer page:
     `concurrency`, the reader threads and for S3 the client connections; `memory_limit`, the CPU buffer
-    the tensors pass through, in bytes)."""
+    the tensors pass through, in bytes).
+
+    `distributed` (multi-node groups): without it every rank of a pod streams every file whole and keeps
+    its own slice (vllm 0.33.0 model_executor/model_loader/runai_streamer_loader.py:232-263 passes the
+    full file list; runai-model-streamer 0.15.7-0.17.1 SafetensorsStreamer.stream_files reads every
+    tensor of it), so a TP 8 pod reads the checkpoint 8 times. With it the ranks sharing a host split
+    the files and broadcast what each read to the others over NCCL (runai-model-streamer
+    distributed_streamer.py `create_local_distribution_group`, the default unless
+    RUNAI_STREAMER_DIST_GLOBAL=1): each pod reads the checkpoint once. With pipeline parallelism vLLM
+    keeps the whole file list on every rank (runai_streamer_loader.py:235-237), so each stage's pod
+    still reads every file, not only its stage's (the planner counts that: capacity.plan)."""
     if concurrency < 1 or memory_limit_gib < 1:
         raise ValueError("streamer concurrency and memory limit must be positive")
-    return json.dumps({"concurrency": concurrency, "memory_limit": memory_limit_gib * 1024**3},
-                      separators=(",", ":"), sort_keys=True)
+    config: dict[str, object] = {"concurrency": concurrency, "memory_limit": memory_limit_gib * 1024**3}
+    if distributed:
+        config["distributed"] = True
+    return json.dumps(config, separators=(",", ":"), sort_keys=True)
 
 
 def staged_tokenizer_path(model_id: str, tokenizer_revision: str) -> str:

@@ -11,7 +11,6 @@ api/leaderworkerset/v1/leaderworkerset_types.go at v0.10.0.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 LWS_API = "leaderworkerset.x-k8s.io/v1"
@@ -47,6 +46,16 @@ def efa_resources(resources: dict[str, Any], efa_interfaces: int) -> dict[str, A
     }
 
 
+def _copied(value: Any) -> Any:
+    """A copy of the dicts and lists of a container spec, sharing what they hold: an S3 stack's env holds
+    Pulumi Outputs (the bucket's region), which refuse to be deep-copied outside serialization."""
+    if isinstance(value, dict):
+        return {k: _copied(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copied(v) for v in value]
+    return value
+
+
 def worker_container(leader: dict[str, Any], worker_args: list[str], drain_seconds: int) -> dict[str, Any]:
     """A headless rank: the leader's container without the API server's port and probes (a worker
     answers no HTTP; the leader's probes stand for the group).
@@ -56,7 +65,7 @@ def worker_container(leader: dict[str, Any], worker_args: list[str], drain_secon
     long as the leader's own drain (its preStop plus vLLM's --shutdown-timeout) before the worker
     gets SIGTERM; the shared terminationGracePeriodSeconds covers both.
     """
-    worker = {k: copy.deepcopy(v) for k, v in leader.items()
+    worker = {k: _copied(v) for k, v in leader.items()
               if k not in ("ports", "startupProbe", "readinessProbe", "livenessProbe", "lifecycle", "args")}
     worker["args"] = list(worker_args)
     worker["lifecycle"] = {"preStop": {"exec": {"command": ["sleep", str(drain_seconds)]}}}

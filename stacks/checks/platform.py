@@ -128,8 +128,9 @@ STREAMER_FORMATS = ("safetensors",)
 
 def s3_rules(config: StackConfig) -> Iterator[Problem]:
     """The S3 backend: a read figure to plan on (cited for the instance types components/storage/s3_throughput
-    knows), an image with the streamer's S3 backend, checkpoints it can
-    read, and a load format that works for each model's shape."""
+    knows), an image with the streamer's S3 backend and checkpoints it can read. Multi-node groups stream
+    too: each stage's pod reads the whole checkpoint once, split over its ranks
+    (engine.streamer_extra_config), and the planner counts it (planning.model_plan)."""
     s3 = config.weights_storage.s3
     instance_type = config.gpu_node_group.instance_type.lower()
     if s3.read_mib_per_second is None and instance_type not in storage.NODE_S3_GBPS:
@@ -153,14 +154,6 @@ def s3_rules(config: StackConfig) -> Iterator[Problem]:
         if model.weights_format not in STREAMER_FORMATS:
             yield Problem(f"{path}.weightsFormat", "the Run:ai Model Streamer loads safetensors checkpoints only",
                           model.weights_format, "safetensors, or another weightsStorage.backend")
-        if model.pipeline_parallel_size > 1:
-            # runai_streamer reads every shard on every rank and keeps its stage's tensors;
-            # runai_streamer_sharded needs a checkpoint saved per rank (save_sharded_state), which the staging
-            # Job does not produce. Each rank of a 2-node group would stream the whole checkpoint.
-            yield Problem(f"{path}.pipelineParallelSize", "backend s3 streams every shard to every rank of a "
-                          "multi-node group (the sharded format needs a per-rank checkpoint this stack does not "
-                          "stage)", model.pipeline_parallel_size, "1, or weightsStorage.backend efs or fsxLustre")
-
 
 def existing_bucket_problems(name: str, found_region: str | None, stack_region: str) -> list[Problem]:
     """The preview's look-up of weightsStorage.s3.bucketName: missing (or not readable by the deployer), or

@@ -216,8 +216,7 @@ def _with(config: StackConfig, **changes: Any) -> StackConfig:
 
 
 def _lines(config: StackConfig) -> list[str]:
-    return [p.line() for p in checks.check(config) if "s3" in p.path.lower() or "weightsFormat" in p.path
-            or "pipelineParallelSize" in p.path]
+    return [p.line() for p in checks.check(config) if "s3" in p.path.lower() or "weightsFormat" in p.path]
 
 
 def test_the_example_passes_the_preview(config):
@@ -268,14 +267,6 @@ def test_refuses_a_bucket_region_without_a_bucket(config):
     assert _lines(_with(config, s3={"bucket_region": "us-east-1"})) == [
         "llm-serving:weightsStorage.s3.bucketRegion: only describes an existing bucket; the program creates "
         "its bucket in the stack's region (got \"us-east-1\"; expected unset, or with bucketName)"]
-
-
-def test_refuses_multi_node_groups_on_s3_with_the_reason(config):
-    assert _lines(_with(config, model={"pipeline_parallel_size": 2})) == [
-        "llm-serving:models[llama-70b].pipelineParallelSize: backend s3 streams every shard to every rank of "
-        "a multi-node group (the sharded format needs a per-rank checkpoint this stack does not stage) "
-        "(got 2; expected 1, or "
-        "weightsStorage.backend efs or fsxLustre)"]
 
 
 def test_refuses_a_bucket_name_s3_would_not_accept(stack_dir):
