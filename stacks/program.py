@@ -196,10 +196,11 @@ def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType
             chat_template_path=serving.CHAT_TEMPLATE_PATH if model.chat_template is not None else None,
             extra_args=tuple(model.extra_args),
             load_format=serving.RUNAI_STREAMER if s3 is not None else None,
-            # A multi-node group's pods each read the checkpoint once, split over their ranks (engine.py).
+            # A pod of several ranks reads the checkpoint once, split over its ranks, instead of once per
+            # rank (engine.streamer_extra_config).
             model_loader_extra_config=serving.streamer_extra_config(
                 s3.streamer_concurrency, s3.streamer_memory_limit_gib,
-                distributed=plan.pipeline_parallel_size > 1) if s3 is not None else None,
+                distributed=plan.tensor_parallel_size > 1) if s3 is not None else None,
         ),
         startup_budget_seconds=plan.startup_budget_seconds,
         resources=serving.pod_resources(instance.vcpus, instance.memory_gib, instance.gpu_count, tp),

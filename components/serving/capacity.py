@@ -602,7 +602,6 @@ def plan(
     speculative_decoding: bool = False,
     pp: int | Literal["auto"] = 1,
     max_nodes_per_replica: int | None = None,
-    every_stage_reads_checkpoint: bool = False,
 ) -> CapacityPlan:
     """Plan one replica; raises CapacityError (one line, with numbers) when it cannot work.
 
@@ -614,9 +613,11 @@ def plan(
     `pp` (`--pipeline-parallel-size`): stages on whole nodes; "auto" with `tp="auto"` spreads a model that
     fits no single node over up to `max_nodes_per_replica` nodes, TP = GPUs per node within each
     (default: an explicit `pp`, else 1). "auto" with an explicit `tp` means PP 1.
-    `every_stage_reads_checkpoint`: each stage's pod reads the whole checkpoint rather than its own
-    layers' share (the Run:ai Model Streamer on S3: engine.streamer_extra_config), so the weights term
-    is the checkpoint at the pod's read speed, whatever `pp`.
+    Every stage's pod reads the whole checkpoint, not its layers' share: vLLM 0.33.0 keeps every file on
+    every pipeline stage (model_loader/default_loader.py get_all_weights, weight_utils.py
+    safetensors_weights_iterator reads every tensor; runai_streamer_loader.py:232-263 on S3) and drops
+    the other stages' tensors after reading them, so the weights term is the checkpoint at the pod's
+    read speed, whatever `pp`.
     """
     compile_seconds = min(DEFAULT_COMPILE_SECONDS, math.floor(engine_startup_seconds))
     if enforce_eager:
@@ -743,9 +744,8 @@ def plan(
             "--tensor-parallel-size, or use --kv-cache-dtype fp8"
         )
 
-    # Each stage's pod reads the tensors of its own layers, all stages at once; or the whole checkpoint.
-    stage_bytes = checkpoint_bytes if every_stage_reads_checkpoint else math.ceil(checkpoint_bytes / pp)
-    cold = cold_start_seconds(stage_bytes, storage_read_mib_per_second * MIB, engine_startup_seconds,
+    # Each stage's pod reads the whole checkpoint, all stages at once (docstring).
+    cold = cold_start_seconds(checkpoint_bytes, storage_read_mib_per_second * MIB, engine_startup_seconds,
                               graph_capture_seconds)
     engine_init, graph_capture = math.ceil(engine_startup_seconds), math.ceil(graph_capture_seconds)
     return CapacityPlan(
@@ -774,7 +774,7 @@ def plan(
             "(even layer split, embedding and lm_head on the end stages); not in the calibration logs",)
            if pp > 1 else ())
         + ((f"each of the {pp} stages' pods reads the whole checkpoint, not its stage's share: the weights term "
-            "is the checkpoint at the per-pod read speed",) if pp > 1 and every_stage_reads_checkpoint else ())
+            "is the checkpoint at the per-pod read speed",) if pp > 1 else ())
         + (("--enforce-eager: no CUDA graphs; decode steps are slower than the latency estimate assumes",)
            if enforce_eager else ())
         + (("speculative decoding: the draft model's weights and KV layers are not in this plan; pass "

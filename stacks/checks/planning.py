@@ -215,9 +215,6 @@ def _plan(config: StackConfig, model: ModelConfig, read_mib_per_second: float) -
         target_concurrency=model.target_concurrency,
         storage_read_mib_per_second=read_mib_per_second,
         pp=model.pipeline_parallel_size,
-        # The streamer keeps every file on every stage (engine.streamer_extra_config): on S3 a group's
-        # pods each stream the whole checkpoint, at the per-pod rate, all at once.
-        every_stage_reads_checkpoint=config.weights_storage.backend is StorageBackend.S3,
         **extra_arg_knobs(model.extra_args),
     )
 

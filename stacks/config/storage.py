@@ -154,8 +154,10 @@ class S3StorageConfig(ConfigModel):
     streamer_memory_limit_gib: int = Field(
         default=8, ge=1, le=512,
         description=(
-            "Run:ai Model Streamer `memory_limit`: the CPU buffer the tensors pass through, in GiB of the pod's "
-            "memory request; without a limit the streamer may buffer a whole shard per reader."
+            "Run:ai Model Streamer `memory_limit`: the CPU buffer the tensors pass through, in GiB per rank "
+            "(vLLM sets RUNAI_STREAMER_MEMORY_LIMIT in each rank's process, runai_streamer_loader.py@0.33.0), so a "
+            "pod holds up to tensorParallelSize x this of its memory request; without a limit the streamer may "
+            "buffer a whole shard per reader."
         ),
     )
 

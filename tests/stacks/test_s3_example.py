@@ -144,8 +144,9 @@ def test_vllm_streams_from_the_prefix_with_the_streamer_settings_and_mounts_no_w
     args = container["args"]
     assert args[0] == f"s3://{BUCKET}/{PREFIX}"
     assert args[args.index("--load-format") + 1] == "runai_streamer"
+    # TP 4: the pod's ranks split the files and read the checkpoint once, not four times (engine.py).
     assert json.loads(args[args.index("--model-loader-extra-config") + 1]) == {
-        "concurrency": 32, "memory_limit": 16 * 1024**3}
+        "concurrency": 32, "distributed": True, "memory_limit": 16 * 1024**3}
     assert reference.vllm_flag_errors(args) == []
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert (env["AWS_REGION"], env["AWS_DEFAULT_REGION"], env["HF_HUB_OFFLINE"]) == ("us-east-1", "us-east-1", "1")

@@ -190,15 +190,14 @@ def test_the_planner_counts_the_whole_checkpoint_on_each_stages_pod(config):
     assert planning.scale_down_window(config, model, figures) == 1258
 
 
-def test_every_stage_reads_checkpoint_changes_only_the_weights_term():
+def test_every_stage_reads_the_whole_checkpoint_on_every_backend():
+    # vLLM keeps every file on every pipeline stage, with its default loader as with the streamer:
+    # two stages take as long to read as one pod of the whole model, not half.
     model, instance = "meta-llama/Llama-3.1-405B-Instruct", lookup_instance_type("p5.48xlarge")
-    stage = plan(model, instance, 16384, tp=8, pp=2, storage_read_mib_per_second=2000)
-    whole = plan(model, instance, 16384, tp=8, pp=2, storage_read_mib_per_second=2000,
-                 every_stage_reads_checkpoint=True)
-    assert (stage.weights_load_seconds, whole.weights_load_seconds) == (194, 388)
-    assert whole.cold_start_seconds - stage.cold_start_seconds == 194
-    assert whole.kv_cache_tokens == stage.kv_cache_tokens
-    assert whole.notes[:-1] == stage.notes
+    grouped = plan(model, instance, 16384, tp=8, pp=2, storage_read_mib_per_second=2000)
+    assert grouped.weights_load_seconds == 388
+    assert grouped.notes[-1] == ("each of the 2 stages' pods reads the whole checkpoint, not its stage's share: "
+                                 "the weights term is the checkpoint at the per-pod read speed")
 
 
 def test_the_streamer_config_is_distributed_only_when_asked():
