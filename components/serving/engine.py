@@ -117,8 +117,7 @@ def streamer_extra_config(concurrency: int, memory_limit_gib: int, *, distribute
     the tensors pass through, in bytes).
 
     `distributed` (a pod of more than one rank, TP > 1): without it every rank of a pod streams every file
-    whole and keeps
-    its own slice (vllm 0.33.0 model_executor/model_loader/runai_streamer_loader.py:232-263 passes the
+    whole and keeps its own slice (vllm 0.33.0 model_executor/model_loader/runai_streamer_loader.py:232-263 passes the
     full file list; runai-model-streamer 0.15.7-0.17.1 SafetensorsStreamer.stream_files reads every
     tensor of it), so a TP 8 pod reads the checkpoint 8 times. With it the ranks sharing a host split
     the files and broadcast what each read to the others over NCCL (runai-model-streamer
