@@ -14,7 +14,7 @@ from .capacity import (
     plan,
 )
 from .compile_cache import SHARED_MOUNT as COMPILE_CACHE_SHARED_MOUNT
-from .compile_cache import CompileCacheKey, producer_network_policy
+from .compile_cache import CompileCacheKey, producer_network_policy, sync_configmap
 from .deployment import VllmDeployment, VllmDeploymentArgs
 from .engine import (
     CHAT_TEMPLATE_PATH,
@@ -47,6 +47,7 @@ from .rollout import (
     ColdStart,
     Footprint,
     NodeUpdate,
+    ProducerRoom,
     RolloutError,
     Strategy,
     Supply,
@@ -56,6 +57,7 @@ from .rollout import (
     image_pull_term,
     node_update,
     nodes_needed,
+    producer_room,
     replica_add_seconds,
     rollout_needs_node,
     rollout_seconds,
@@ -143,11 +145,14 @@ __all__ = [
     "OLD_GROUP_DELETE_SECONDS",
     "Footprint",
     "NodeUpdate",
+    "ProducerRoom",
     "RolloutError",
     "Strategy",
     "Supply",
     "Timing",
     "choose_strategies",
+    "producer_room",
+    "sync_configmap",
     "node_update",
     "nodes_needed",
     "replica_add_seconds",
