@@ -1,6 +1,7 @@
 """vLLM serving: the capacity planner and model catalog, the engine's flags and pod sizing, the
 weights pre-staged on a retained volume, and each model's Deployment, Service and PDB."""
 
+from . import cache_sync
 from .capacity import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -94,6 +95,7 @@ from .weights import (
 )
 
 __all__ = [
+    "cache_sync",
     "ColdStart",
     "cold_start",
     "RUNAI_STREAMER",

@@ -157,7 +157,7 @@ def seed(s3: Any, bucket: str, prefix: str, target: Path) -> bool:
             digest = hashlib.sha256()
             body = s3.get_object(Bucket=bucket, Key=prefix + relative, ChecksumMode="ENABLED")["Body"]
             with path.open("wb") as out:
-                for chunk in iter(lambda: body.read(CHUNK_BYTES), b""):
+                for chunk in iter(lambda stream=body: stream.read(CHUNK_BYTES), b""):
                     digest.update(chunk)
                     out.write(chunk)
             if (path.stat().st_size, digest.hexdigest()) != (want["size"], want["sha256"]):

@@ -218,10 +218,9 @@ def producer_room(models: list[Footprint], strategies: dict[str, Strategy], prod
         if fits(trial, supply.gpus_per_node, supply.nodes):
             groups, fitted = trial, [*fitted, producer.name]
             continue
-        needed = nodes_needed(trial, supply.gpus_per_node)
+        needed, gpus = nodes_needed(trial, supply.gpus_per_node), producer.tensor_parallel_size
         refused[producer.name] = (
-            f"no room for its producer Job ({producer.tensor_parallel_size} GPU{'s' if producer.tensor_parallel_size > 1 else ''}"
-            " on one node while it compiles) beside "
+            f"no room for its producer Job ({gpus} GPU{'s' if gpus > 1 else ''} on one node while it compiles) beside "
             f"{_peak_text(models)} and the rollouts' surge replicas: that needs {needed} nodes, the node group "
             f"supplies {supply.describe()}", needed)
     return ProducerRoom(nodes_needed(groups, supply.gpus_per_node), tuple(fitted), refused)

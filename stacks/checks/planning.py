@@ -424,6 +424,10 @@ class StackCost:
     nodes_at_max: int
     usd_per_hour: float | None  # On-Demand, per node; None when the catalog has no price
     price_note: str
+    # With shared compile caches: nodes while an `up` produces them (every model at peak, the rollouts' surge
+    # replicas and one producer per cache, producer_room); None without one.
+    nodes_producing: int | None = None
+    producers: int = 0
 
     def at(self, nodes: int) -> float | None:
         return None if self.usd_per_hour is None else round(self.usd_per_hour * nodes, 2)
@@ -456,4 +460,7 @@ def stack_cost(config: StackConfig) -> StackCost:
         note = f"{capacity} capacity is priced differently; On-Demand shown"
     else:
         note = f"On-Demand, {price.region}, {price.date}"
-    return StackCost(instance.name, at_min, at_max, price.usd_per_hour if price else None, note)
+    room = producer_room(config)
+    producing = max(scaling.min_nodes, room.nodes_needed) if room is not None and room.producers else None
+    return StackCost(instance.name, at_min, at_max, price.usd_per_hour if price else None, note,
+                     nodes_producing=producing, producers=len(room.producers) if room is not None else 0)

@@ -1,6 +1,7 @@
 """Preview-time rules for how requests reach replicas, how replicas span nodes and how they start: InferencePool
 routing (gateway mode only, highly available pickers), multi-node groups (EFA, an image that can use it, one
-placement group) and the shared compile cache (a key with every input pinned, room for its producer). The rule list is checks.RULES."""
+placement group) and the shared compile cache (a key with every input pinned, room for its producer).
+The rule list is checks.RULES."""
 
 from __future__ import annotations
 
