@@ -286,7 +286,8 @@ def s3_producer_script(key: CompileCacheKey, serving_args: list[str], stale_lock
         sync_function(key),
         "state=$(sync state)",
         "if [ \"$state\" = produced ]; then echo 'compile cache already produced'; exit 0; fi",
-        f"etag=$(sync lock \"$HOSTNAME\" {stale_lock_seconds})",
+        # The lock names its holder (the pod; the runtime sets HOSTNAME) for whoever reads it in the bucket.
+        f"etag=$(sync lock \"${{HOSTNAME:-{PRODUCER_COMPONENT}}}\" {stale_lock_seconds})",
         "pid=",
         "trap 'sync unlock \"$etag\"' EXIT",
         *_serve_until_healthy(serving_args),
