@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.edge import Edge, EdgeArgs, edge_pod_selector, network_policies
+from components.edge import Edge, EdgeArgs, edge_pod_selector, network_policies, object_storage_egress
 from components.gpu import (
     SAFE_TO_EVICT_ANNOTATION,
     ClusterAutoscaler,
@@ -70,6 +70,7 @@ from components.serving import (
     producer_network_policy,
     producer_timeouts,
     staging_claim_name,
+    sync_configmap,
 )
 from components.storage import (
     ServingMount,
@@ -141,6 +142,8 @@ class ServedModel:
     compile_cache: CompileCacheKey | None = None
     # The producer Job's deadline, lock and await (components/serving/timing.py producer_timeouts).
     compile_timeouts: ProducerTimeouts = producer_timeouts(0, 3600)
+    # S3: the producer's service account, which Pod Identity maps to the role writing the cache's prefix.
+    compile_cache_service_account: str | None = None
 
 
 @dataclass(frozen=True)
@@ -435,11 +438,19 @@ class ServingStack(pulumi.ComponentResource):
                                             opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]))
         producer_fence: list[pulumi.Resource] = []
         if any(model.compile_cache is not None for model in args.models):
-            # The producer Jobs wait for it (their `after`): a producer pod never runs unfenced.
-            fence = producer_network_policy(args.serving_namespace)
+            # The producer Jobs wait for it (their `after`): a producer pod never runs unfenced. On S3 the
+            # producers stream the weights and upload the cache like the serving pods reach the bucket.
+            fence = producer_network_policy(args.serving_namespace,
+                                            object_storage_egress() if bucket is not None else None)
             producer_fence.append(k8s.networking.v1.NetworkPolicy(
                 "compile-cache-network-policy", metadata=fence["metadata"], spec=fence["spec"],
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[ns])))
+            if bucket is not None:
+                # The seed and the producer run cache_sync.py from it; the pods wait for it like the fence.
+                sync = sync_configmap(args.serving_namespace)
+                producer_fence.append(k8s.core.v1.ConfigMap(
+                    "compile-cache-sync", metadata=sync["metadata"], data=sync["data"], immutable=True,
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[ns])))
         for model in args.models:
             weights = ModelWeights(
                 f"{model.name}-weights",
@@ -484,6 +495,14 @@ class ServingStack(pulumi.ComponentResource):
                 settings = dataclasses.replace(settings, model_path=weights.model_path, tokenizer_path=(
                     pulumi.Output.concat("s3://", bucket.bucket_name, "/", model.s3_tokenizer_prefix)
                     if model.s3_tokenizer_prefix else None))
+                if model.compile_cache is not None and model.compile_cache_service_account:
+                    # The producer Job uploads as its own account, mapped to the role that writes only the
+                    # cache's prefix; the Job waits for the association (the Deployment's `after`).
+                    serving_after += (bucket.associations[f"{model.name}-compile"], k8s.core.v1.ServiceAccount(
+                        f"{model.name}-compile-cache-account",
+                        metadata={"name": model.compile_cache_service_account, "namespace": ns.metadata.name,
+                                  "labels": {"app.kubernetes.io/name": model.name}},
+                        automount_service_account_token=False, opts=after_namespace))
             deployment = VllmDeployment(
                 model.name,
                 VllmDeploymentArgs(
@@ -514,6 +533,8 @@ class ServingStack(pulumi.ComponentResource):
                     chat_template=model.chat_template,
                     compile_cache=model.compile_cache,
                     compile_timeouts=model.compile_timeouts,
+                    compile_cache_bucket=bucket.bucket_name if bucket is not None else None,
+                    compile_cache_service_account=model.compile_cache_service_account if bucket is not None else None,
                     # Serving starts only once its revision is fully staged (and a group once its
                     # operator and the EFA device plugin run).
                     after=(weights.job, api_key, *serving_after,

@@ -263,24 +263,32 @@ def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType
         efa_interfaces=config.gpu_node_group.efa_interfaces if plan.pipeline_parallel_size > 1 else 0,
         compile_cache=planning.compile_cache_wiring(config, model),
         compile_timeouts=timing.producer_timeouts(config, model),
+        compile_cache_service_account=planning.compile_cache_service_account(model) if s3 is not None else None,
     )
 
 
 def weights_bucket_args(config: StackConfig, tags: dict[str, str]) -> storage.WeightsBucketArgs:
     """The weights bucket and, per model, the staging Job's write role and the pods' read-only role, each
-    scoped to the model's revision (and tokenizer revision) prefix."""
+    scoped to the model's revision (and tokenizer revision) prefix; with a shared compile cache the pods
+    also read its prefix, and its producer gets a role that writes only there."""
     namespace = config.serving.namespace
     access: list[storage.BucketAccess] = []
     for model in config.models:
         prefixes = [serving.s3_model_prefix(model.model_id, model.revision)]
         if model.tokenizer_revision and model.tokenizer_revision != model.revision:
             prefixes.append(serving.s3_tokenizer_prefix(model.model_id, model.tokenizer_revision))
+        key = planning.compile_cache_wiring(config, model)
+        caches = (key.object_prefix(),) if key is not None else ()
         access += [
             storage.BucketAccess(f"{model.name}-stage", namespace, planning.stage_service_account(model),
                                  tuple(prefixes), writer=True),
             storage.BucketAccess(f"{model.name}-read", namespace, planning.serving_service_account(model),
-                                 tuple(prefixes)),
+                                 tuple(prefixes), cache_prefixes=caches),
         ]
+        if key is not None:
+            access.append(storage.BucketAccess(
+                f"{model.name}-compile", namespace, planning.compile_cache_service_account(model), tuple(prefixes),
+                cache_prefixes=caches, cache_writer=True))
     return storage.WeightsBucketArgs(
         cluster_name=config.cluster.name, bucket_name=config.weights_storage.s3.bucket_name,
         protect=config.environment is Environment.PROD, tags=tags, access=tuple(access))

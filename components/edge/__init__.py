@@ -14,6 +14,7 @@ from .objects import (
     edge_pod_selector,
     gateway_injects_upstream_key,
     network_policies,
+    object_storage_egress,
     v1_path,
 )
 
@@ -34,5 +35,6 @@ __all__ = [
     "envoy_pod_monitor",
     "gateway_injects_upstream_key",
     "network_policies",
+    "object_storage_egress",
     "v1_path",
 ]

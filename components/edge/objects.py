@@ -725,6 +725,11 @@ def _https_egress() -> dict[str, Any]:
             "ports": [{"protocol": "TCP", "port": 443}]}
 
 
+def object_storage_egress() -> list[dict[str, Any]]:
+    """What a pod reading or writing S3 needs out: the Pod Identity agent for credentials, HTTPS to S3."""
+    return [_pod_identity_egress(), _https_egress()]
+
+
 def network_policies(
     *,
     serving_namespace: str,

@@ -1,6 +1,7 @@
 """vLLM serving: the capacity planner and model catalog, the engine's flags and pod sizing, the
 weights pre-staged on a retained volume, and each model's Deployment, Service and PDB."""
 
+from . import cache_sync
 from .capacity import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -14,7 +15,7 @@ from .capacity import (
     plan,
 )
 from .compile_cache import SHARED_MOUNT as COMPILE_CACHE_SHARED_MOUNT
-from .compile_cache import CompileCacheKey, producer_network_policy
+from .compile_cache import CompileCacheKey, producer_network_policy, sync_configmap
 from .deployment import VllmDeployment, VllmDeploymentArgs
 from .engine import (
     CHAT_TEMPLATE_PATH,
@@ -48,6 +49,7 @@ from .rollout import (
     ColdStart,
     Footprint,
     NodeUpdate,
+    ProducerRoom,
     RolloutError,
     Strategy,
     Supply,
@@ -57,6 +59,7 @@ from .rollout import (
     image_pull_term,
     node_update,
     nodes_needed,
+    producer_room,
     replica_add_seconds,
     rollout_needs_node,
     rollout_seconds,
@@ -93,6 +96,7 @@ from .weights import (
 )
 
 __all__ = [
+    "cache_sync",
     "ColdStart",
     "cold_start",
     "RUNAI_STREAMER",
@@ -145,11 +149,14 @@ __all__ = [
     "OLD_GROUP_DELETE_SECONDS",
     "Footprint",
     "NodeUpdate",
+    "ProducerRoom",
     "RolloutError",
     "Strategy",
     "Supply",
     "Timing",
     "choose_strategies",
+    "producer_room",
+    "sync_configmap",
     "node_update",
     "nodes_needed",
     "replica_add_seconds",

@@ -22,6 +22,10 @@ place and marks it last.
 The key (our directory) adds what vLLM's hash cannot see from a path: the revision (a moved branch
 would bring other weights under the same name), the image (tag and digest), the layout, the GPU and
 a digest of the engine flags, so any change of those starts cold in a new directory.
+
+On S3 the same key is an object prefix, `compile-cache/<key>/` in the weights bucket: the producer
+uploads instead of renaming, the seed downloads instead of copying (cache_sync.py, shipped in a
+ConfigMap and run with the vLLM image's own boto3), and the lock is a conditional write.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import hashlib
 import re
 import shlex
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from . import engine
@@ -45,6 +50,16 @@ COMPLETE_MARKER = ".llm-serving-complete"
 # Where vLLM keeps the artifacts inside VLLM_CACHE_ROOT (backends.py, decorators.py).
 VLLM_COMPILE_SUBDIR = "torch_compile_cache"
 SEED_CONTAINER = "compile-cache-seed"
+# S3: where the pods find cache_sync.py (a ConfigMap, read-only), and the env var naming the bucket.
+SYNC_DIR = "/etc/llm-serving/compile-cache"
+SYNC_VOLUME = "compile-cache-sync"
+BUCKET_ENV = "LLM_SERVING_CACHE_BUCKET"
+SYNC_SOURCE = Path(__file__).with_name("cache_sync.py").read_text()
+# The vLLM image carries boto3: its Dockerfile installs runai-model-streamer[s3] (versions.py
+# VLLM_IMAGE_HAS_S3_STREAMER), and runai-model-streamer-s3 0.15.7 requires boto3 (its wheel's METADATA;
+# vllm 0.33.0's `runai` extra asks for runai-model-streamer[s3,gcs,azure]>=0.15.7).
+SYNC_LAUNCHER = (f'import sys; sys.path.insert(0, "{SYNC_DIR}"); import boto3, cache_sync; '
+                 'sys.exit(cache_sync.main(sys.argv[1:], boto3.client("s3")))')
 COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")
 ENGINE_VERSION_TAG = re.compile(r"^v?(\d+\.\d+\.\d+)")
 
@@ -65,6 +80,7 @@ class CompileCacheKey:
     # directory, or SHARED_MOUNT for a claim of its own) and that claim (None: the weights claim).
     mount_root: str = f"{engine.MODELS_MOUNT}/{CACHE_ROOT_DIR}"
     claim_name: str | None = None
+    in_bucket: bool = False  # S3: an object prefix in the weights bucket (object_prefix), no volume
 
     def problems(self) -> list[str]:
         """Why this key cannot name a cache (an input is missing or not pinned); [] when it can."""
@@ -104,13 +120,22 @@ class CompileCacheKey:
         """The same directory as the pods see it."""
         return f"{self.mount_root}/{self.relative_dir()}"
 
+    def object_prefix(self) -> str:
+        """S3: the cache's prefix in the weights bucket, beside the revisions' `<model>/<revision>/`."""
+        return f"{CACHE_ROOT_DIR}/{self.relative_dir()}/"
+
     def volume_mounts(self, *, writable: bool) -> list[dict]:
-        """The cache's own claim (EFS), mounted at SHARED_MOUNT; [] when it lives on the weights mount."""
+        """The cache's own claim (EFS), mounted at SHARED_MOUNT; on S3 the transfer script; [] when it lives
+        on the weights mount."""
+        if self.in_bucket:
+            return [{"name": SYNC_VOLUME, "mountPath": SYNC_DIR, "readOnly": True}]
         if self.claim_name is None:
             return []
         return [{"name": "compile-cache", "mountPath": SHARED_MOUNT, "readOnly": not writable}]
 
     def volumes(self, *, writable: bool) -> list[dict]:
+        if self.in_bucket:
+            return [{"name": SYNC_VOLUME, "configMap": {"name": sync_configmap_name()}}]
         if self.claim_name is None:
             return []
         return [{"name": "compile-cache",
@@ -126,9 +151,33 @@ def vllm_compile_dir() -> str:
     return f"{engine.CACHE_MOUNT}/vllm/{VLLM_COMPILE_SUBDIR}"
 
 
+def sync_configmap_name() -> str:
+    """Named after its content: a new transfer script is a new ConfigMap, and a new pod template."""
+    return f"{SYNC_VOLUME}-{hashlib.sha256(SYNC_SOURCE.encode()).hexdigest()[:10]}"
+
+
+def sync_configmap(namespace: str) -> dict[str, Any]:
+    """S3: cache_sync.py for the seed and the producer, immutable."""
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": sync_configmap_name(), "namespace": namespace,
+                         "labels": {"app.kubernetes.io/component": PRODUCER_COMPONENT,
+                                    "app.kubernetes.io/part-of": "llm-serving"}},
+            "data": {"cache_sync.py": SYNC_SOURCE}, "immutable": True}
+
+
+def sync_function(key: CompileCacheKey) -> str:
+    """The shell function `sync <command> [args]`: one cache_sync.py call against the key's prefix in the
+    bucket the pod is given in BUCKET_ENV."""
+    launcher = shlex.join(["python3", "-c", SYNC_LAUNCHER])
+    return (f"sync() {{ command=$1; shift; {launcher} \"$command\" \"${BUCKET_ENV}\" "
+            f"{shlex.quote(key.object_prefix())} \"$@\"; }}")
+
+
 def seed_script(key: CompileCacheKey) -> str:
     """Copy a finished shared cache into the pod's own cache volume; without one, do nothing (vLLM
     compiles). The marker is written last by the producer, so a half-written copy is never seeded."""
+    if key.in_bucket:
+        return f"{sync_function(key)}\nsync seed {shlex.quote(vllm_compile_dir())}"
     shared = shlex.quote(key.mounted_dir())
     local = shlex.quote(vllm_compile_dir())
     return (
@@ -150,7 +199,7 @@ def seed_init_container(key: CompileCacheKey, image: str, env: list[dict]) -> di
         "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}},
         "securityContext": engine.container_security_context(),
         "volumeMounts": [
-            {"name": "weights", "mountPath": engine.MODELS_MOUNT, "readOnly": True},
+            *([] if key.in_bucket else [{"name": "weights", "mountPath": engine.MODELS_MOUNT, "readOnly": True}]),
             *key.volume_mounts(writable=False),
             {"name": "cache", "mountPath": engine.CACHE_MOUNT},
             {"name": "tmp", "mountPath": engine.TMP_MOUNT},
@@ -184,11 +233,11 @@ def producer_script(key: CompileCacheKey, serving_args: list[str], stale_lock_se
     OOM, a lost node) leaves it behind, so a lock older than `stale_lock_seconds` (the Job's deadline
     and a margin: no writer of this Job lives longer) is broken instead of refusing every later writer.
     """
+    if key.in_bucket:
+        return s3_producer_script(key, serving_args, stale_lock_seconds)
     final = shlex.quote(key.mounted_dir())
     lock = shlex.quote(key.mounted_dir() + ".lock")
     staging = shlex.quote(key.mounted_dir() + ".partial")
-    serve = shlex.join(["vllm", "serve", *producer_args(serving_args)])
-    health = f"http://127.0.0.1:{engine.PORT}/health"
     return "\n".join([
         "set -eu",
         f"if [ -f {final}/{COMPLETE_MARKER} ]; then echo 'compile cache already produced'; exit 0; fi",
@@ -204,6 +253,19 @@ def producer_script(key: CompileCacheKey, serving_args: list[str], stale_lock_se
         f"date +%s > {lock}/started",
         "pid=",
         f"trap 'rm -rf {lock}' EXIT",
+        *_serve_until_healthy(serving_args),
+        f"rm -rf {staging} && mkdir -p {staging}",
+        f"cp -R {shlex.quote(vllm_compile_dir())} {staging}/{VLLM_COMPILE_SUBDIR}",
+        f"rm -rf {final} && mv {staging} {final} && touch {final}/{COMPLETE_MARKER}",
+        f"echo 'compile cache produced: {key.relative_dir()}'",
+    ])
+
+
+def _serve_until_healthy(serving_args: list[str]) -> list[str]:
+    """Start vLLM in the background, wait for /health (compile and graph capture done), stop it."""
+    serve = shlex.join(["vllm", "serve", *producer_args(serving_args)])
+    health = f"http://127.0.0.1:{engine.PORT}/health"
+    return [
         "trap '[ -n \"$pid\" ] && kill -TERM \"$pid\" 2>/dev/null; exit 143' TERM INT",
         f"{serve} &",
         "pid=$!",
@@ -212,17 +274,32 @@ def producer_script(key: CompileCacheKey, serving_args: list[str], stale_lock_se
         "  sleep 10",
         "done",
         "kill -TERM \"$pid\"; wait \"$pid\" || true",
-        f"rm -rf {staging} && mkdir -p {staging}",
-        f"cp -R {shlex.quote(vllm_compile_dir())} {staging}/{VLLM_COMPILE_SUBDIR}",
-        f"rm -rf {final} && mv {staging} {final} && touch {final}/{COMPLETE_MARKER}",
-        f"echo 'compile cache produced: {key.relative_dir()}'",
+    ]
+
+
+def s3_producer_script(key: CompileCacheKey, serving_args: list[str], stale_lock_seconds: int) -> str:
+    """The producer on S3 (cache_sync.py): nothing to do when the marker is there; else the lock (a
+    conditional write; a stale one taken over by its ETag), vLLM until /health, every artifact uploaded
+    with its checksum, the manifest marker last, and the lock released on every exit the shell sees."""
+    return "\n".join([
+        "set -eu",
+        sync_function(key),
+        "state=$(sync state)",
+        "if [ \"$state\" = produced ]; then echo 'compile cache already produced'; exit 0; fi",
+        # The lock names its holder (the pod; the runtime sets HOSTNAME) for whoever reads it in the bucket.
+        f"etag=$(sync lock \"${{HOSTNAME:-{PRODUCER_COMPONENT}}}\" {stale_lock_seconds})",
+        "pid=",
+        "trap 'sync unlock \"$etag\"' EXIT",
+        *_serve_until_healthy(serving_args),
+        f"sync publish {shlex.quote(vllm_compile_dir())}",
     ])
 
 
-def producer_network_policy(namespace: str) -> dict[str, Any]:
+def producer_network_policy(namespace: str, object_storage_egress: list[dict] | None = None) -> dict[str, Any]:
     """The producer Jobs' fence: no ingress (their engine listens on loopback only) and, like the serving
     pods, DNS as the only egress; the weights and the cache come through the node's NFS mount, which
-    NetworkPolicies do not see."""
+    NetworkPolicies do not see. On S3 also `object_storage_egress` (the Pod Identity agent and S3 over
+    HTTPS, as the serving pods)."""
     selector = {"app.kubernetes.io/component": PRODUCER_COMPONENT}
     return {
         "apiVersion": "networking.k8s.io/v1",
@@ -234,6 +311,7 @@ def producer_network_policy(namespace: str) -> dict[str, Any]:
             "policyTypes": ["Ingress", "Egress"],
             "egress": [{"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
                                 "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
-                        "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}],
+                        "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
+                       *(object_storage_egress or [])],
         },
     }

@@ -60,6 +60,10 @@ class VllmDeploymentArgs:
     compile_cache: compile_cache.CompileCacheKey | None = None
     # What Pulumi waits for the producer Job: a node, an image pull and one cold start with a compile.
     compile_timeouts: timing.ProducerTimeouts = timing.producer_timeouts(0, 3600)
+    # S3 (the key's in_bucket): the bucket the cache lives in, and the producer's own service account, which
+    # Pod Identity maps to the role that writes only the cache's prefix.
+    compile_cache_bucket: pulumi.Input[str] | None = None
+    compile_cache_service_account: str | None = None
 
 
 def selector_labels(model_name: str) -> dict[str, str]:
@@ -171,8 +175,8 @@ class VllmDeployment(pulumi.ComponentResource):
             "securityContext": engine.container_security_context(),
         }
         key = args.compile_cache if not multi else None
-        init_containers = ([compile_cache.seed_init_container(key, args.image, engine.writable_paths_env())]
-                           if key is not None else [])
+        init_containers = ([compile_cache.seed_init_container(key, args.image, [
+            *engine.writable_paths_env(), *self._bucket_env(args, key)])] if key is not None else [])
         if key is not None:
             volumes += key.volumes(writable=False)
 
@@ -302,6 +306,14 @@ class VllmDeployment(pulumi.ComponentResource):
         self.port = pulumi.Output.from_input(engine.PORT)
         self.register_outputs({"service_name": self.service_name, "port": self.port})
 
+    @staticmethod
+    def _bucket_env(args: VllmDeploymentArgs, key: compile_cache.CompileCacheKey) -> list[dict]:
+        """S3: the cache's bucket and region for cache_sync.py's client (the region is the streamer's)."""
+        if not key.in_bucket:
+            return []
+        return [*(e for e in args.extra_env if e["name"] in ("AWS_REGION", "AWS_DEFAULT_REGION")),
+                {"name": compile_cache.BUCKET_ENV, "value": args.compile_cache_bucket}]
+
     def _compile_job(self, name: str, args: VllmDeploymentArgs, key: compile_cache.CompileCacheKey,
                      container: dict, volumes: list[dict], pod_spec: dict) -> None:
         """The one writer of the shared compile cache for `key` (compile_cache.producer_script): named after
@@ -313,10 +325,13 @@ class VllmDeployment(pulumi.ComponentResource):
             **{k: v for k, v in container.items() if k not in ("args", "ports", "startupProbe", "readinessProbe",
                                                                "livenessProbe", "lifecycle")},
             "name": "compile",
-            "command": ["/bin/sh", "-c", compile_cache.producer_script(
-                key, container["args"], stale_lock_seconds=args.compile_timeouts.stale_lock_seconds)],
+            # On S3 the model path is the bucket's (an output until the bucket exists).
+            "command": ["/bin/sh", "-c", pulumi.Output.all(*container["args"]).apply(
+                lambda serving_args: compile_cache.producer_script(
+                    key, list(serving_args), stale_lock_seconds=args.compile_timeouts.stale_lock_seconds))],
             # No API key: the producer listens on loopback only and serves nobody.
-            "env": [e for e in container["env"] if e["name"] != "VLLM_API_KEY"],
+            "env": [*(e for e in container["env"] if e["name"] != "VLLM_API_KEY"),
+                    *(e for e in self._bucket_env(args, key) if e["name"] == compile_cache.BUCKET_ENV)],
             # Read-write only where the cache lives: its own claim (EFS), else the weights claim (FSx, an
             # existing class), whose staged revisions the producer never touches.
             "volumeMounts": [
@@ -329,6 +344,8 @@ class VllmDeployment(pulumi.ComponentResource):
                                                                "readOnly": key.claim_name is not None}}
         spec = {k: v for k, v in pod_spec.items() if k not in ("containers", "initContainers", "volumes",
                                                                  "topologySpreadConstraints")}
+        if args.compile_cache_service_account:
+            spec["serviceAccountName"] = args.compile_cache_service_account
         # Any GPU node of the group, not the current generation's: pulumi-kubernetes replaces a Job on any
         # template change, and a generation label here would recreate the producer on every node update.
         spec["nodeSelector"] = pulumi.Output.from_input(spec["nodeSelector"]).apply(
@@ -348,7 +365,8 @@ class VllmDeployment(pulumi.ComponentResource):
                     "spec": {**spec, "restartPolicy": "Never", "terminationGracePeriodSeconds": 30,
                              "containers": [writer],
                              "volumes": [*(claim if v["name"] == "weights" else v for v in volumes
-                                           if v["name"] not in ("chat-template", "compile-cache")),
+                                           if v["name"] not in ("chat-template", "compile-cache",
+                                                                compile_cache.SYNC_VOLUME)),
                                          *key.volumes(writable=True)]},
                 },
             },

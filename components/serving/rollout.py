@@ -191,6 +191,42 @@ def choose_strategies(models: list[Footprint], supply: Supply, environment: str)
 
 
 @dataclass(frozen=True)
+class ProducerRoom:
+    """Where the shared compile caches' producer Jobs fit while an `up` rolls the models out."""
+
+    nodes_needed: int  # every model at peak, the rollouts' surge replicas and the producers that fit
+    producers: tuple[str, ...]  # the models whose producer fits, in config order
+    refused: dict[str, tuple[str, int]]  # model -> (why its producer has no room, the nodes it would need)
+
+
+def producer_room(models: list[Footprint], strategies: dict[str, Strategy], producers: list[Footprint],
+                  supply: Supply) -> ProducerRoom:
+    """Reserve one replica's GPUs for each model's compile-cache producer (in config order), after every model
+    at peak and the surge replica each strategy took.
+
+    A producer runs during the `up` that changes its key (a first deploy, a new revision, image or engine
+    flag), which is also the `up` that rolls the model: it holds TP GPUs on one node until it finishes
+    (up to its deadline). Pessimistic on purpose, like the surge reservation: the `up` may come at peak,
+    and a producer with no room either stays Pending until its deadline fails the `up`, or takes the
+    GPUs a surge replica was counting on and stalls the rollout.
+    """
+    groups = _peak_groups(models) + [gpus for m in models if strategies[m.name].max_surge > 0 for gpus in m.pods(1)]
+    fitted: list[str] = []
+    refused: dict[str, tuple[str, int]] = {}
+    for producer in producers:
+        trial = [*groups, producer.tensor_parallel_size]
+        if fits(trial, supply.gpus_per_node, supply.nodes):
+            groups, fitted = trial, [*fitted, producer.name]
+            continue
+        needed, gpus = nodes_needed(trial, supply.gpus_per_node), producer.tensor_parallel_size
+        refused[producer.name] = (
+            f"no room for its producer Job ({gpus} GPU{'s' if gpus > 1 else ''} on one node while it compiles) beside "
+            f"{_peak_text(models)} and the rollouts' surge replicas: that needs {needed} nodes, the node group "
+            f"supplies {supply.describe()}", needed)
+    return ProducerRoom(nodes_needed(groups, supply.gpus_per_node), tuple(fitted), refused)
+
+
+@dataclass(frozen=True)
 class Timing:
     """Seconds for the steps of adding capacity; the defaults and their sources are in `DYNAMICS`."""
 

@@ -3,7 +3,8 @@
 A bucket the program creates (SSE-S3, versioned, public access blocked, owner-enforced, TLS-only,
 retained on destroy and protected in prod) or an existing one by name; per model a write role for its
 staging Job and a read-only role for its serving pods, each scoped to the model's revision prefix and
-bound to one service account through EKS Pod Identity.
+bound to one service account through EKS Pod Identity; with a shared compile cache, a role for its
+producer Job that writes only under the cache's prefix (the serving role reads it).
 """
 
 from __future__ import annotations
@@ -21,13 +22,30 @@ from . import buckets
 
 @dataclass(frozen=True)
 class BucketAccess:
-    """One service account's access: `writer` stages, else it only reads."""
+    """One service account's access: `writer` stages, `cache_writer` produces the compile cache under
+    `cache_prefixes[0]` (and reads the revision), else it only reads (the revision and `cache_prefixes`)."""
 
     name: str  # component-local name of the role, e.g. "llama-70b-read"
     namespace: str
     service_account: str
     prefixes: tuple[str, ...]
     writer: bool = False
+    cache_prefixes: tuple[str, ...] = ()
+    cache_writer: bool = False
+
+    def policy(self, bucket_arn: str) -> dict:
+        if self.writer:
+            return buckets.writer_policy(bucket_arn, list(self.prefixes))
+        if self.cache_writer:
+            (cache,) = self.cache_prefixes
+            return buckets.compile_cache_writer_policy(bucket_arn, list(self.prefixes), cache,
+                                                       lock=buckets.CACHE_LOCK, marker=buckets.CACHE_MARKER)
+        return buckets.reader_policy(bucket_arn, list(self.prefixes), list(self.cache_prefixes))
+
+    @property
+    def purpose(self) -> str:
+        return "Stages weights" if self.writer else "Produces the compile cache" if self.cache_writer else \
+            "Reads weights"
 
 
 @dataclass(frozen=True)
@@ -89,13 +107,12 @@ class WeightsBucket(pulumi.ComponentResource):
             arn = pulumi.Output.concat("arn:", partition, ":s3:::", args.bucket_name)
         self.associations: dict[str, pulumi.Resource] = {}
         for access in args.access:
-            document = buckets.writer_policy if access.writer else buckets.reader_policy
             # The workloads depend on the association: credentials come only once it exists.
             self.associations[access.name] = pod_identity_role(
                 f"{name}-{access.name}", cluster_name=args.cluster_name, namespace=access.namespace,
                 service_account=access.service_account,
-                policy=arn.apply(lambda a, d=document, p=list(access.prefixes): json.dumps(d(a, p))),
-                description=(f"{'Stages' if access.writer else 'Reads'} weights in the bucket for "
+                policy=arn.apply(lambda a, entry=access: json.dumps(entry.policy(a))),
+                description=(f"{access.purpose} in the bucket for "
                              f"{access.namespace}/{access.service_account} of {args.cluster_name}"),
                 tags=args.tags, parent=self, association_after=list(guards),
             ).association

@@ -282,6 +282,17 @@ def timing(config: StackConfig) -> serving.Timing:
                           image_prepulled=group.image_pre_pull is ImagePrePull.DAEMON_SET)
 
 
+def _shape(config: StackConfig, model: ModelConfig) -> serving.Footprint:
+    """The model's footprint without its compile cache's cold start (what packing and strategies read)."""
+    plan = model_plan(config, model)
+    low, high = replica_bounds(model)
+    return serving.Footprint(
+        name=model.name, tensor_parallel_size=plan.tensor_parallel_size, min_replicas=low, max_replicas=high,
+        cold_start_seconds=plan.cold_start_seconds,
+        shared_weights=model.storage.access_mode is AccessMode.READ_WRITE_MANY,
+        nodes_per_replica=plan.nodes_per_replica)
+
+
 def footprint(config: StackConfig, model: ModelConfig, plan: serving.CapacityPlan) -> serving.Footprint:
     low, high = replica_bounds(model)
     shared, _ = compile_cache_state(config, model)
@@ -312,12 +323,10 @@ def compile_cache_key(config: StackConfig, model: ModelConfig) -> serving.Compil
 
 def compile_cache_writer_problem(config: StackConfig, model: ModelConfig) -> str | None:
     """Why the producer (a GPU pod) could not write the cache on this model's storage, or None when it can.
-    EFS gets the cache its own access point, the only path the file-system policy lets GPU nodes write."""
+    EFS gets the cache its own access point, the only path the file-system policy lets GPU nodes write;
+    S3 an object prefix its producer's role alone may write."""
     if config.weights_storage.backend is StorageBackend.S3:
-        # The pods mount no volume on S3 and their role only reads the revision's prefix; a cache there
-        # (an object prefix per key, a producer role scoped to it) is designed in docs/components.md,
-        # not built.
-        return "the S3 backend has no shared compile cache yet (each replica compiles for itself)"
+        return None
     if config.weights_storage.backend is not StorageBackend.EFS and \
             model.storage.access_mode is not AccessMode.READ_WRITE_MANY:
         return "a ReadWriteOnce weights claim cannot be mounted by the producer Job beside the replica"
@@ -332,22 +341,42 @@ def compile_cache_wiring(config: StackConfig, model: ModelConfig) -> serving.Com
     if config.weights_storage.backend is StorageBackend.EFS:
         return dataclasses.replace(key, mount_root=serving.COMPILE_CACHE_SHARED_MOUNT,
                                    claim_name=storage.COMPILE_CACHE_CLAIM)
+    if config.weights_storage.backend is StorageBackend.S3:
+        return dataclasses.replace(key, in_bucket=True)
     return key
+
+
+def _cache_inputs_problems(config: StackConfig, model: ModelConfig) -> list[str]:
+    """Why the model's key or its producer's storage rules the cache out (the room for the producer aside)."""
+    if model.compile_cache is CompileCacheMode.OFF:
+        return ["off (models[].compileCache)"]
+    if model_architecture(model) is None or resolve_instance_type(config) is None:
+        return ["no plan"]
+    problems = compile_cache_key(config, model).problems()
+    writer = compile_cache_writer_problem(config, model)
+    return [*problems, writer] if writer else problems
+
+
+def producer_room(config: StackConfig) -> serving.ProducerRoom | None:
+    """Whether each would-be producer fits beside every model at peak and the rollouts' surge replicas
+    (serving.producer_room); None when the rollout itself does not fit (the rollout rule reports that)."""
+    shapes = [_shape(config, m) for m in config.models]
+    try:
+        strategies = serving.choose_strategies(shapes, supply(config), config.environment.value)
+    except (serving.RolloutError, serving.CapacityError):
+        return None
+    producers = [f for m, f in zip(config.models, shapes, strict=True) if not _cache_inputs_problems(config, m)]
+    return serving.producer_room(shapes, strategies, producers, supply(config))
 
 
 def compile_cache_state(config: StackConfig, model: ModelConfig) -> tuple[bool, str]:
     """(shared, why): whether the model's replicas share a compile cache, and the reason when not."""
-    mode = model.compile_cache
-    if mode is CompileCacheMode.OFF:
-        return False, "off (models[].compileCache)"
-    if model_architecture(model) is None or resolve_instance_type(config) is None:
-        return False, "no plan"
-    problems = compile_cache_key(config, model).problems()
-    writer = compile_cache_writer_problem(config, model)
-    if writer:
-        problems.append(writer)
+    problems = _cache_inputs_problems(config, model)
     if problems:
         return False, "; ".join(problems)
+    room = producer_room(config)
+    if room is not None and model.name in room.refused:
+        return False, room.refused[model.name][0]
     return True, "shared"
 
 
@@ -405,6 +434,12 @@ def serving_service_account(model: ModelConfig) -> str:
     return f"{model.name}-vllm"
 
 
+def compile_cache_service_account(model: ModelConfig) -> str:
+    """S3: the compile-cache producer's service account, bound by Pod Identity to the role that writes only
+    under the cache's prefix."""
+    return f"{model.name}-compile-cache"
+
+
 def weights_storage_class(config: StackConfig) -> str:
     """Our EFS class (cluster-scoped, so named after the serving namespace) or the operator's."""
     existing = config.weights_storage.existing_storage_class
@@ -431,6 +466,10 @@ class StackCost:
     nodes_at_max: int
     usd_per_hour: float | None  # On-Demand, per node; None when the catalog has no price
     price_note: str
+    # With shared compile caches: nodes while an `up` produces them (every model at peak, the rollouts' surge
+    # replicas and one producer per cache, producer_room); None without one.
+    nodes_producing: int | None = None
+    producers: int = 0
 
     def at(self, nodes: int) -> float | None:
         return None if self.usd_per_hour is None else round(self.usd_per_hour * nodes, 2)
@@ -463,4 +502,7 @@ def stack_cost(config: StackConfig) -> StackCost:
         note = f"{capacity} capacity is priced differently; On-Demand shown"
     else:
         note = f"On-Demand, {price.region}, {price.date}"
-    return StackCost(instance.name, at_min, at_max, price.usd_per_hour if price else None, note)
+    room = producer_room(config)
+    producing = max(scaling.min_nodes, room.nodes_needed) if room is not None and room.producers else None
+    return StackCost(instance.name, at_min, at_max, price.usd_per_hour if price else None, note,
+                     nodes_producing=producing, producers=len(room.producers) if room is not None else 0)

@@ -1,19 +1,27 @@
 """Preview-time rules for how requests reach replicas, how replicas span nodes and how they start: InferencePool
 routing (gateway mode only, highly available pickers), multi-node groups (EFA, an image that can use it, one
-placement group) and the shared compile cache (a key with every input pinned). The rule list is checks.RULES."""
+placement group) and the shared compile cache (a key with every input pinned, room for its producer).
+The rule list is checks.RULES."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 from components.serving import CapacityError
-from stacks.checks.planning import compile_cache_key, compile_cache_writer_problem, resolve_instance_type, routing_mode
+from stacks.checks.planning import (
+    compile_cache_key,
+    compile_cache_writer_problem,
+    producer_room,
+    resolve_instance_type,
+    routing_mode,
+)
 from stacks.checks.platform import NG
 from stacks.config import (
     CompileCacheMode,
     ControllerMode,
     EdgeMode,
     Environment,
+    NodeAutoscalingMode,
     PlacementStrategy,
     RoutingMode,
     StackConfig,
@@ -89,6 +97,16 @@ def compile_cache_rules(config: StackConfig) -> Iterator[Problem]:
         except CapacityError:
             continue  # the capacity rule reports the plan itself
         writer = compile_cache_writer_problem(config, model)
-        for problem in [*key.problems(), *([writer] if writer else [])]:
+        found = [*key.problems(), *([writer] if writer else [])]
+        for problem in found:
             yield Problem(f"models[{model.name}].compileCache", f"no shared compile cache: {problem}", "shared",
                           "auto or off, or pin the missing input")
+        room = None if found else producer_room(config)
+        if room is not None and model.name in room.refused:
+            why, needed = room.refused[model.name]
+            scaling = config.gpu_node_group.scaling
+            key_name, nodes = (("desiredNodes", scaling.desired_nodes)
+                               if config.node_autoscaling.mode is NodeAutoscalingMode.NONE
+                               else ("maxNodes", scaling.max_nodes))
+            yield Problem(f"{NG}.scaling.{key_name}", f"models[{model.name}].compileCache shared: {why}",
+                          nodes, f">= {needed}, or compileCache auto or off")

@@ -436,6 +436,11 @@ def _cost_rows(cost: dict[str, object]) -> list[tuple[str, str]]:
                                         f"${cost['stack_usd_per_hour_at_min']}/hour; "
                                         f"{cost['stack_nodes_at_max_replicas']} at max: "
                                         f"${cost['stack_usd_per_hour_at_max']}/hour"))
+    if "stack_nodes_producing_compile_cache" in cost:
+        count = cost["compile_cache_producers"]
+        rows.append(("compile-cache producer", f"{count} Job(s), each one replica's GPUs while an `up` that changes "
+                                               f"its key compiles: {cost['stack_nodes_producing_compile_cache']} "
+                                               "nodes at peak with the rollouts' surge replicas"))
     return rows
 
 
@@ -773,6 +778,9 @@ def _stack_plan(args: argparse.Namespace, explicit: dict[str, object], out: Text
     cost.update({"stack_nodes_at_min_replicas": total.nodes_at_min, "stack_nodes_at_max_replicas": total.nodes_at_max,
                  "stack_usd_per_hour_at_min": total.at(total.nodes_at_min),
                  "stack_usd_per_hour_at_max": total.at(total.nodes_at_max), "stack_price_note": total.price_note})
+    if total.nodes_producing is not None:
+        cost.update({"stack_nodes_producing_compile_cache": total.nodes_producing,
+                     "compile_cache_producers": total.producers})
     perf = stack_model_performance(config, model, result, cost, prompt_tokens=args.prompt_tokens,
                                    output_tokens=args.output_tokens)
     architecture, instance = planning.model_architecture(model), planning.resolve_instance_type(config)

@@ -263,8 +263,9 @@ class ModelConfig(ConfigModel):
         default=CompileCacheMode.AUTO,
         description=(
             "`shared`: one Job compiles the model once per (revision, image, layout, GPU, engine flags) into the "
-            "weights storage and every later replica copies it instead of compiling; `auto`: shared where the GPU "
-            "nodes may write the weights storage and the key is pinned, else off; `off`: every pod compiles."
+            "weights storage (on S3 an object prefix in the bucket) and every later replica copies it instead of "
+            "compiling; `auto`: shared where the key is pinned, the producer may write the storage and the node "
+            "group has room for the producer beside the rollout, else off; `off`: every pod compiles."
         ),
     )
     cache_volume_gib: int = Field(

@@ -25,6 +25,7 @@ GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "prod-s3"
 BUCKET = "llm-prod-weights-123456789012-us-east-1"
 BUCKET_ARN = f"arn:aws:s3:::{BUCKET}"
 PREFIX = "meta-llama/Llama-3.1-70B-Instruct/1605565b47bb9346c5515c34102e054115b4f98b/"
+CACHE_PREFIX = f"compile-cache/{PREFIX}vllm-0.33.0/tp4-NVIDIA-H100-80GB-HBM3-e8493d16589d/"
 TAGS = {"app.kubernetes.io/part-of": "llm-serving", "llm-serving/environment": "prod"}
 GUARDS = ["aws:s3/bucketOwnershipControls:BucketOwnershipControls::weights-storage-ownership",
           "aws:s3/bucketPolicy:BucketPolicy::weights-storage-policy",
@@ -85,9 +86,12 @@ def test_the_staging_role_may_write_and_the_serving_role_only_read_the_revision_
                                     f"weights-storage-llama-70b-{role}-policy")["inputs"]["policy"])
     listing = {"Sid": "ListWeights", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": BUCKET_ARN,
                "Condition": {"StringLike": {"s3:prefix": [f"{PREFIX}*"]}}}
+    # The serving role also reads (never writes) the model's shared compile cache.
     assert policy("read") == {"Version": "2012-10-17", "Statement": [
         {"Sid": "ReadWeights", "Effect": "Allow", "Action": "s3:GetObject", "Resource": [f"{BUCKET_ARN}/{PREFIX}*"]},
-        listing]}
+        {"Sid": "ReadCompileCache", "Effect": "Allow", "Action": "s3:GetObject",
+         "Resource": [f"{BUCKET_ARN}/{CACHE_PREFIX}*"]},
+        {**listing, "Condition": {"StringLike": {"s3:prefix": [f"{CACHE_PREFIX}*", f"{PREFIX}*"]}}}]}
     assert policy("stage") == {"Version": "2012-10-17", "Statement": [
         {"Sid": "StageWeights", "Effect": "Allow",
          "Action": ["s3:PutObject", "s3:GetObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"],
@@ -151,7 +155,8 @@ def test_vllm_streams_from_the_prefix_with_the_streamer_settings_and_mounts_no_w
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert (env["AWS_REGION"], env["AWS_DEFAULT_REGION"], env["HF_HUB_OFFLINE"]) == ("us-east-1", "us-east-1", "1")
     assert pod["serviceAccountName"] == "llama-70b-vllm"
-    assert [v["name"] for v in pod["volumes"]] == ["shm", "cache", "tmp"]
+    # No weights volume: only the pod's own disks and the compile cache's transfer script.
+    assert [v["name"] for v in pod["volumes"]] == ["shm", "cache", "tmp", "compile-cache-sync"]
     assert "/models" not in [m["mountPath"] for m in container["volumeMounts"]]
     # The probe and the engine's own timeout follow the plan on S3's read figure.
     plan = planning.model_plan(config, config.models[0])
@@ -186,13 +191,13 @@ def test_the_planner_adds_a_replica_term_by_term_on_s3s_cited_read_figure(config
     weights_bytes = planning.model_architecture(model).weight_bytes
     assert plan.weights_load_seconds == math.ceil(weights_bytes / (2931.4 * 2**20)) == 46
     free, new = planning.cold_starts(config, model, plan)
-    # A free node holds the pre-pulled image; S3 has no shared compile cache, so every replica compiles
-    # (torch.compile 67 s of the engine's start-up, the rest and the CUDA graphs are engine init).
+    # A free node holds the pre-pulled image; a replica added while the model serves seeds its compile
+    # cache from the bucket (torch.compile 10 s instead of 67 s; CUDA graphs are captured in engine init).
     assert free.terms() == (("node", 0), ("image pull", 0), ("weights", 46), ("engine init", 173),
-                            ("compile", 67), ("ready", 30))
+                            ("compile", 10), ("ready", 30))
     assert new.terms() == (("node", 300), ("image pull", 300), ("weights", 46), ("engine init", 173),
-                           ("compile", 67), ("ready", 30))
-    assert (free.total_seconds, new.total_seconds) == (316, 916)
+                           ("compile", 10), ("ready", 30))
+    assert (free.total_seconds, new.total_seconds) == (259, 859)
     # The scale-down window waits as long as adding a replica on a new node takes.
     assert new.total_seconds == planning.replica_add_seconds(config, model, plan) == \
         planning.scale_down_window(config, model, plan)

@@ -216,6 +216,8 @@ def test_stack_plan_is_exactly_what_prod_deploys(rendered) -> None:
         "stack_nodes_at_min_replicas": 2, "stack_nodes_at_max_replicas": 2,
         "stack_usd_per_hour_at_min": 110.08, "stack_usd_per_hour_at_max": 110.08,
         "stack_price_note": "On-Demand, us-east-1, 2026-07-20",
+        # The compile cache's producer during an `up`: 4 replicas x TP4 at peak + a surge + the producer.
+        "stack_nodes_producing_compile_cache": 3, "compile_cache_producers": 1,
     }
     # The catalog form with the same settings gives the same memory plan.
     _, catalog, _ = _run([*PROD, "--gpu-memory-utilization", "0.92", "--max-num-seqs", "256", "--json"])

@@ -142,7 +142,8 @@ def test_plan_stack_breaks_adding_a_replica_into_its_terms_on_a_free_and_a_new_n
     assert rows["weights read speed"] == ("S3 (a bucket of its own) through the Run:ai Model Streamer at concurrency "
                                           "32, 2,931 MiB/s per pod (cited, bound by the streamer: 15 GB in 4.88 s at "
                                           "concurrency 32)")
-    assert rows["add a replica, free node"] == ("5 min (316 s): node 0 s + image pull 0 s + weights 46 s + "
-                                                "engine init 173 s + compile 67 s + ready 30 s")
-    assert rows["add a replica, new node"] == ("15 min (916 s): node 300 s + image pull 300 s + weights 46 s + "
-                                               "engine init 173 s + compile 67 s + ready 30 s")
+    # S3 shares the compile cache too (its prefix in the bucket): 10 s of torch.compile on either node.
+    assert rows["add a replica, free node"] == ("4 min (259 s): node 0 s + image pull 0 s + weights 46 s + "
+                                                "engine init 173 s + compile 10 s + ready 30 s")
+    assert rows["add a replica, new node"] == ("14 min (859 s): node 300 s + image pull 300 s + weights 46 s + "
+                                               "engine init 173 s + compile 10 s + ready 30 s")

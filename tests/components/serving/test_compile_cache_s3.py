@@ -1,0 +1,341 @@
+"""The shared compile cache on S3: cache_sync.py's requests against botocore's Stubber (the lock's conditional
+writes, each artifact with its checksum, the manifest marker last, the seed's verified download), the
+producer's and the seed's shell under a real /bin/sh, the producer's role policy, and the room its Job needs."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import boto3
+import pytest
+from botocore.response import StreamingBody
+from botocore.stub import ANY, Stubber
+
+from components.serving import CompileCacheKey, Footprint, Strategy, Supply, cache_sync, producer_room
+from components.serving.compile_cache import producer_script, seed_script, sync_function
+from components.storage import buckets
+
+SHA = "1605565b47bb9346c5515c34102e054115b4f98b"
+BUCKET = "llm-prod-weights-123456789012-us-east-1"
+PREFIX = f"compile-cache/meta-llama/Llama-3.1-70B-Instruct/{SHA}/vllm-0.33.0/tp4-NVIDIA-H100-80GB-HBM3-7fadb4be04ff/"
+NOW = 1_800_000_000.0
+ARTIFACTS = {"rank_0_0/abc/vllm_compile_cache.py": b"# compiled graph\n",
+             "rank_0_0/abc/inductor_cache/k.so": b"\x7fELF"}
+
+
+def key() -> CompileCacheKey:
+    return CompileCacheKey(model_id="meta-llama/Llama-3.1-70B-Instruct", revision=SHA, image_tag="v0.33.0",
+                           image_digest=None, tensor_parallel_size=4, pipeline_parallel_size=1,
+                           gpu_product="NVIDIA-H100-80GB-HBM3", engine_flags=("16384", "0.92"), in_bucket=True)
+
+
+@pytest.fixture
+def s3():
+    client = boto3.client("s3", region_name="us-east-1", aws_access_key_id="test", aws_secret_access_key="test")
+    with Stubber(client) as stub:
+        yield client, stub
+        stub.assert_no_pending_responses()
+
+
+def _b64(content: bytes) -> str:
+    return base64.b64encode(hashlib.sha256(content).digest()).decode()
+
+
+def _body(content: bytes) -> StreamingBody:
+    import io
+
+    return StreamingBody(io.BytesIO(content), len(content))
+
+
+def _manifest() -> bytes:
+    files = {name: {"size": len(c), "sha256": hashlib.sha256(c).hexdigest()} for name, c in ARTIFACTS.items()}
+    return json.dumps({"files": files}, sort_keys=True).encode()
+
+
+def _at(seconds_ago: float) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(NOW - seconds_ago, tz=datetime.UTC)
+
+
+def test_the_key_is_an_object_prefix_beside_the_revisions():
+    assert key().object_prefix() == PREFIX
+    assert (buckets.CACHE_LOCK, buckets.CACHE_MARKER) == (cache_sync.LOCK, cache_sync.MARKER)
+
+
+# --- the lock --------------------------------------------------------------------------------------------------
+
+
+def test_the_lock_is_a_conditional_create(s3):
+    client, stub = s3
+    stub.add_response("put_object", {"ETag": '"e1"'}, {"Bucket": BUCKET, "Key": PREFIX + ".llm-serving-lock",
+                                                       "Body": b'{"holder": "pod-a"}', "IfNoneMatch": "*"})
+    assert cache_sync.acquire(client, BUCKET, PREFIX, "pod-a", 1280, NOW) == '"e1"'
+
+
+def test_a_fresh_lock_keeps_a_second_writer_out(s3, capsys):
+    client, stub = s3
+    stub.add_client_error("put_object", service_error_code="PreconditionFailed", http_status_code=412)
+    stub.add_response("head_object", {"ETag": '"e1"', "LastModified": _at(600)},
+                      {"Bucket": BUCKET, "Key": PREFIX + ".llm-serving-lock"})
+    assert cache_sync.acquire(client, BUCKET, PREFIX, "pod-b", 1280, NOW) is None
+    assert capsys.readouterr().err == f"another writer holds {PREFIX}.llm-serving-lock (taken 600 s ago)\n"
+
+
+def test_a_concurrent_create_counts_as_held(s3):
+    client, stub = s3
+    stub.add_client_error("put_object", service_error_code="ConditionalRequestConflict", http_status_code=409)
+    stub.add_response("head_object", {"ETag": '"e1"', "LastModified": _at(1)},
+                      {"Bucket": BUCKET, "Key": PREFIX + ".llm-serving-lock"})
+    assert cache_sync.acquire(client, BUCKET, PREFIX, "pod-b", 1280, NOW) is None
+
+
+def test_a_stale_lock_is_taken_over_by_its_etag_only(s3, capsys):
+    client, stub = s3
+    lock = PREFIX + ".llm-serving-lock"
+    stub.add_client_error("put_object", service_error_code="PreconditionFailed", http_status_code=412)
+    stub.add_response("head_object", {"ETag": '"old"', "LastModified": _at(1281)}, {"Bucket": BUCKET, "Key": lock})
+    stub.add_response("put_object", {"ETag": '"e2"'},
+                      {"Bucket": BUCKET, "Key": lock, "Body": b'{"holder": "pod-c"}', "IfMatch": '"old"'})
+    assert cache_sync.acquire(client, BUCKET, PREFIX, "pod-c", 1280, NOW) == '"e2"'
+    assert "breaking a stale lock" in capsys.readouterr().err
+
+
+def test_two_writers_breaking_the_same_stale_lock_cannot_both_win(s3):
+    client, stub = s3
+    lock = PREFIX + ".llm-serving-lock"
+    stub.add_client_error("put_object", service_error_code="PreconditionFailed", http_status_code=412)
+    stub.add_response("head_object", {"ETag": '"old"', "LastModified": _at(5000)}, {"Bucket": BUCKET, "Key": lock})
+    # The other writer's takeover changed the ETag first.
+    stub.add_client_error("put_object", service_error_code="PreconditionFailed", http_status_code=412,
+                          expected_params={"Bucket": BUCKET, "Key": lock, "Body": ANY, "IfMatch": '"old"'})
+    assert cache_sync.acquire(client, BUCKET, PREFIX, "pod-d", 1280, NOW) is None
+
+
+def test_the_writer_releases_only_its_own_lock(s3):
+    client, stub = s3
+    stub.add_response("delete_object", {}, {"Bucket": BUCKET, "Key": PREFIX + ".llm-serving-lock", "IfMatch": '"e1"'})
+    cache_sync.release(client, BUCKET, PREFIX, '"e1"')
+    stub.add_client_error("delete_object", service_error_code="PreconditionFailed", http_status_code=412)
+    cache_sync.release(client, BUCKET, PREFIX, '"e1"')  # taken over meanwhile: left to its new writer
+
+
+def test_an_access_error_is_not_mistaken_for_a_held_lock(s3):
+    client, stub = s3
+    stub.add_client_error("put_object", service_error_code="AccessDenied", http_status_code=403)
+    with pytest.raises(Exception, match="AccessDenied"):
+        cache_sync.acquire(client, BUCKET, PREFIX, "pod-a", 1280, NOW)
+
+
+# --- publish and seed ------------------------------------------------------------------------------------------
+
+
+def _artifacts(root: Path) -> Path:
+    for name, content in ARTIFACTS.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(content)
+    return root
+
+
+def test_publish_uploads_each_artifact_with_its_checksum_then_the_manifest_marker_once(s3, tmp_path):
+    client, stub = s3
+    for name in sorted(ARTIFACTS):
+        stub.add_response("put_object", {}, {"Bucket": BUCKET, "Key": PREFIX + name, "Body": ANY,
+                                             "ChecksumSHA256": _b64(ARTIFACTS[name])})
+    stub.add_response("put_object", {}, {"Bucket": BUCKET, "Key": PREFIX + ".llm-serving-complete",
+                                         "Body": _manifest(), "IfNoneMatch": "*", "ChecksumSHA256": _b64(_manifest())})
+    assert cache_sync.publish(client, BUCKET, PREFIX, _artifacts(tmp_path)) == 2
+
+
+def test_publish_refuses_an_empty_cache_without_marking_it(s3, tmp_path):
+    client, _ = s3
+    with pytest.raises(ValueError, match="vLLM wrote no compile artifacts"):
+        cache_sync.publish(client, BUCKET, PREFIX, tmp_path)
+
+
+def test_seed_downloads_a_finished_cache_and_checks_every_file(s3, tmp_path):
+    client, stub = s3
+    stub.add_response("get_object", {"Body": _body(_manifest())},
+                      {"Bucket": BUCKET, "Key": PREFIX + ".llm-serving-complete"})
+    for name in sorted(ARTIFACTS):
+        stub.add_response("get_object", {"Body": _body(ARTIFACTS[name])},
+                          {"Bucket": BUCKET, "Key": PREFIX + name, "ChecksumMode": "ENABLED"})
+    assert cache_sync.seed(client, BUCKET, PREFIX, tmp_path) is True
+    assert {p.relative_to(tmp_path).as_posix(): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == \
+        ARTIFACTS
+
+
+def test_a_miss_seeds_nothing_and_vllm_compiles(s3, tmp_path, capsys):
+    client, stub = s3
+    stub.add_client_error("get_object", service_error_code="NoSuchKey", http_status_code=404)
+    assert cache_sync.main(["seed", BUCKET, PREFIX, str(tmp_path)], client) == 0
+    assert capsys.readouterr().err == f"compile cache miss: {PREFIX} not produced yet; vLLM compiles\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_that_differs_from_the_manifest_leaves_no_cache_and_the_pod_starts(s3, tmp_path, capsys):
+    client, stub = s3
+    stub.add_response("get_object", {"Body": _body(_manifest())},
+                      {"Bucket": BUCKET, "Key": PREFIX + ".llm-serving-complete"})
+    first, second = sorted(ARTIFACTS)
+    stub.add_response("get_object", {"Body": _body(ARTIFACTS[first])}, {"Bucket": BUCKET, "Key": PREFIX + first,
+                                                                        "ChecksumMode": "ENABLED"})
+    stub.add_response("get_object", {"Body": _body(b"tampered")}, {"Bucket": BUCKET, "Key": PREFIX + second,
+                                                                   "ChecksumMode": "ENABLED"})
+    assert cache_sync.main(["seed", BUCKET, PREFIX, str(tmp_path)], client) == 0
+    assert capsys.readouterr().err == (f"compile cache not seeded (ValueError: {second} does not match the "
+                                       "manifest); vLLM compiles\n")
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
+def test_a_manifest_entry_outside_the_cache_is_refused(s3, tmp_path):
+    client, stub = s3
+    bad = json.dumps({"files": {"../../etc/passwd": {"size": 1, "sha256": "0"}}}).encode()
+    stub.add_response("get_object", {"Body": _body(bad)}, {"Bucket": BUCKET, "Key": PREFIX + ".llm-serving-complete"})
+    with pytest.raises(ValueError, match="not a path inside the cache"):
+        cache_sync.seed(client, BUCKET, PREFIX, tmp_path)
+
+
+def test_state_says_whether_the_marker_is_there(s3, capsys):
+    client, stub = s3
+    stub.add_response("get_object", {"Body": _body(_manifest())},
+                      {"Bucket": BUCKET, "Key": PREFIX + ".llm-serving-complete"})
+    stub.add_client_error("get_object", service_error_code="NoSuchKey", http_status_code=404)
+    assert cache_sync.main(["state", BUCKET, PREFIX], client) == 0
+    assert cache_sync.main(["state", BUCKET, PREFIX], client) == 0
+    assert capsys.readouterr().out == "produced\nabsent\n"
+
+
+# --- the shell around it, under a real /bin/sh --------------------------------------------------------------
+
+
+def _run(tmp_path: Path, script: str, *, state: str = "absent", lock_code: int = 0, vllm: str = "exit 1",
+         terminate: bool = False) -> tuple[int, str, list[str]]:
+    """`script` with its `sync` function replaced by a recorder (cache_sync's requests are the Stubber tests'),
+    and `vllm` a stand-in on PATH."""
+    calls = tmp_path / "calls"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "vllm").write_text(f"#!/bin/sh\n{vllm}\n")
+    (bin_dir / "vllm").chmod(0o755)
+    recorder = (f'sync() {{ echo "$*" >> {calls}; case $1 in state) echo {state};; '
+                f"lock) [ {lock_code} -eq 0 ] && echo '\"e1\"' || return {lock_code};; esac; }}")
+    script = script.replace(sync_function(key()), recorder)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "HOSTNAME": "pod-a",
+           "LLM_SERVING_CACHE_BUCKET": BUCKET}
+    process = subprocess.Popen(["/bin/sh", "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True)
+    if terminate:
+        for _ in range(200):
+            if (tmp_path / "vllm-running").exists():
+                break
+            time.sleep(0.01)
+        process.send_signal(signal.SIGTERM)
+    out, _ = process.communicate(timeout=30)
+    return process.returncode, out, calls.read_text().splitlines() if calls.exists() else []
+
+
+def test_the_producer_leaves_a_finished_cache_alone(tmp_path):
+    code, out, calls = _run(tmp_path, producer_script(key(), ["s3://b/p/"], stale_lock_seconds=1280), state="produced")
+    assert (code, out, calls) == (0, "compile cache already produced\n", ["state"])
+
+
+def test_the_producer_stops_when_another_writer_holds_the_lock(tmp_path):
+    code, _, calls = _run(tmp_path, producer_script(key(), ["s3://b/p/"], stale_lock_seconds=1280), lock_code=1)
+    assert (code, calls) == (1, ["state", "lock pod-a 1280"])  # vLLM never started, nothing published
+
+
+def test_the_producer_releases_its_lock_when_vllm_fails_and_publishes_nothing(tmp_path):
+    code, out, calls = _run(tmp_path, producer_script(key(), ["s3://b/p/"], stale_lock_seconds=1280))
+    assert (code, out) == (1, "vLLM exited before it was ready\n")
+    assert calls == ["state", "lock pod-a 1280", 'unlock "e1"']
+
+
+def test_a_terminated_producer_releases_its_lock(tmp_path):
+    running = tmp_path / "vllm-running"
+    code, _, calls = _run(tmp_path, producer_script(key(), ["s3://b/p/"], stale_lock_seconds=1280),
+                          vllm=f"touch {running}; exec sleep 60", terminate=True)
+    assert (code, calls) == (143, ["state", "lock pod-a 1280", 'unlock "e1"'])
+
+
+def test_the_producer_publishes_after_vllm_and_marks_last():
+    lines = producer_script(key(), ["s3://b/p/", "--port", "8000"], stale_lock_seconds=1280).splitlines()
+    assert lines[-1] == "sync publish /var/cache/vllm/vllm/torch_compile_cache"
+    assert lines[-2] == 'kill -TERM "$pid"; wait "$pid" || true'
+    assert "vllm serve s3://b/p/ --port 8000 --host 127.0.0.1 &" in lines
+
+
+def test_the_seed_downloads_into_the_pods_own_cache(tmp_path):
+    code, _, calls = _run(tmp_path, seed_script(key()))
+    assert (code, calls) == (0, ["seed /var/cache/vllm/vllm/torch_compile_cache"])
+    assert sync_function(key()).endswith(f'"$command" "$LLM_SERVING_CACHE_BUCKET" {PREFIX} "$@"; }}')
+
+
+# --- the producer's role --------------------------------------------------------------------------------------
+
+
+def test_the_producer_may_write_only_its_cache_prefix_and_the_lock_and_marker_only_conditionally():
+    arn = f"arn:aws:s3:::{BUCKET}"
+    weights = f"meta-llama/Llama-3.1-70B-Instruct/{SHA}/"
+    assert buckets.compile_cache_writer_policy(arn, [weights], PREFIX, lock=".llm-serving-lock",
+                                               marker=".llm-serving-complete") == {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Sid": "ReadWeights", "Effect": "Allow", "Action": "s3:GetObject", "Resource": [f"{arn}/{weights}*"]},
+            {"Sid": "WriteCompileCache", "Effect": "Allow", "Action": ["s3:PutObject", "s3:GetObject"],
+             "Resource": [f"{arn}/{PREFIX}*"]},
+            {"Sid": "OnlyConditionalLockAndMarkerWrites", "Effect": "Deny", "Action": "s3:PutObject",
+             "Resource": [f"{arn}/{PREFIX}.llm-serving-lock", f"{arn}/{PREFIX}.llm-serving-complete"],
+             "Condition": {"Null": {"s3:if-none-match": "true", "s3:if-match": "true"}}},
+            {"Sid": "ReleaseOwnLock", "Effect": "Allow", "Action": "s3:DeleteObject",
+             "Resource": f"{arn}/{PREFIX}.llm-serving-lock", "Condition": {"Null": {"s3:if-match": "false"}}},
+            {"Sid": "ListWeights", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": arn,
+             "Condition": {"StringLike": {"s3:prefix": [f"{PREFIX}*", f"{weights}*"]}}},
+        ],
+    }
+    with pytest.raises(ValueError, match="one cache prefix ending in /"):
+        buckets.compile_cache_writer_policy(arn, [weights], PREFIX.rstrip("/"), lock="l", marker="m")
+
+
+# --- the room the producer needs ------------------------------------------------------------------------------
+
+
+def _p5(nodes: int) -> Supply:
+    return Supply(gpus_per_node=8, nodes=nodes, instance_type="p5.48xlarge", autoscaled=True)
+
+
+def test_the_producer_is_counted_after_peak_and_the_surge():
+    model = Footprint("llama-70b", 4, 2, 4, cold_start_seconds=510)
+    surge = {"llama-70b": Strategy("RollingUpdate", max_surge=1)}
+    # 4 x TP4 at peak + a surge TP4 + the producer's TP4 = 24 GPUs: 3 nodes of 8.
+    room = producer_room([model], surge, [model], _p5(4))
+    assert (room.nodes_needed, room.producers, room.refused) == (3, ("llama-70b",), {})
+    refused = producer_room([model], surge, [model], _p5(2))
+    assert refused.producers == ()
+    assert refused.refused == {"llama-70b": (
+        "no room for its producer Job (4 GPUs on one node while it compiles) beside llama-70b 4 x TP4 and the "
+        "rollouts' surge replicas: that needs 3 nodes, the node group supplies 2 x p5.48xlarge (8 GPUs each; "
+        "maxNodes, with a node autoscaler)", 3)}
+    # Without a surge (one replica at a time) only peak and the producer count.
+    assert producer_room([model], {"llama-70b": Strategy("RollingUpdate", max_unavailable=1)}, [model],
+                         _p5(3)).nodes_needed == 3
+
+
+def test_shared_compile_cache_without_room_for_its_producer_is_refused_at_preview():
+    from tests.stacks.checks.test_model_checks import lines
+
+    # 3 replicas x TP4 + a surge fill both nodes: the producer would wait for a replica's GPUs.
+    assert lines(replicas=3, compileCache="shared") == [
+        "llm-serving:gpuNodeGroup.scaling.maxNodes: models[llama-70b].compileCache shared: no room for its producer "
+        "Job (4 GPUs on one node while it compiles) beside llama-70b 3 x TP4 and the rollouts' surge replicas: that "
+        "needs 3 nodes, the node group supplies 2 x p5.48xlarge (8 GPUs each; maxNodes, with a node autoscaler) "
+        "(got 2; expected >= 3, or compileCache auto or off)"]
+    # auto falls back to off instead, and one more node makes room.
+    assert lines(replicas=3, compileCache="auto") == []
+    assert lines(replicas=3, compileCache="shared", max_nodes=3) == []
