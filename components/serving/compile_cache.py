@@ -290,8 +290,12 @@ def s3_producer_script(key: CompileCacheKey, serving_args: list[str], stale_lock
         f"etag=$(sync lock \"${{HOSTNAME:-{PRODUCER_COMPONENT}}}\" {stale_lock_seconds})",
         "pid=",
         "trap 'sync unlock \"$etag\"' EXIT",
+        # Asked again under the lock: a writer that marked it between the first look and this lock has
+        # finished (and released), and nothing would be gained by compiling again.
+        "state=$(sync state)",
+        "if [ \"$state\" = produced ]; then echo 'compile cache produced meanwhile'; exit 0; fi",
         *_serve_until_healthy(serving_args),
-        f"sync publish {shlex.quote(vllm_compile_dir())}",
+        f"sync publish {shlex.quote(vllm_compile_dir())} \"$etag\"",
     ])
 
 

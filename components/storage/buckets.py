@@ -57,9 +57,10 @@ def bucket_policy(bucket_arn: str) -> dict[str, Any]:
 
 
 def _listing(bucket_arn: str, prefixes: list[str]) -> dict[str, Any]:
-    # Listing under the prefixes also makes a missing object a 404 rather than a 403 (GetObject answers
-    # 403 AccessDenied for a missing key to a caller without s3:ListBucket; S3 API reference, GetObject),
-    # so "not produced yet" is told apart from "not allowed".
+    # Listing under the prefixes: the streamer lists a revision to find its shards, and cache_sync asks
+    # whether a compile cache's marker or lock exists by listing its exact key (whether a
+    # prefix-conditioned s3:ListBucket turns GetObject's 403 for a missing key into a 404 is not
+    # documented: S3 API reference, GetObject "Permissions").
     return {"Sid": "ListWeights", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": bucket_arn,
             "Condition": {"StringLike": {"s3:prefix": [f"{p}*" for p in sorted(prefixes)]}}}
 

@@ -6,6 +6,7 @@ lines at once, and each names the key to change. stacks/checks/__init__.py lists
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator
 from urllib.parse import urlsplit
@@ -218,12 +219,36 @@ def _each_model(config: StackConfig) -> Iterator[Problem]:
                           "settings whose weights and one max-length request fit (see python -m stacks plan)")
             continue
         yield from _scaling_bounds(config, model, plan)
+        yield from _streamer_memory(config, model, plan)
         ceiling = config.weights_storage.max_cold_start_seconds
         if plan.cold_start_seconds > ceiling:
             yield Problem(at, f"its planned cold start is {plan.cold_start_seconds} s ({architecture_bytes(model)} "
                           f"from {storage_backend_label(config, model)}, plus engine start), above "
                           "weightsStorage.maxColdStartSeconds", ceiling,
                           "faster storage, a smaller checkpoint, or a higher ceiling")
+
+
+# The share of a serving pod's memory the streamer's CPU buffers may take; the rest is vLLM's own: each
+# rank's process, the tokenizer and the pinned host buffers CUDA uses (our margin, not a published figure).
+STREAMER_MEMORY_SHARE = 0.5
+
+
+def _streamer_memory(config: StackConfig, model: ModelConfig, plan: serving.CapacityPlan) -> Iterator[Problem]:
+    """On S3 every rank holds its own `memory_limit` buffer (vLLM sets RUNAI_STREAMER_MEMORY_LIMIT per
+    process): TP of them must fit the pod's memory limit, or the pod is OOM-killed while it loads."""
+    if config.weights_storage.backend is not StorageBackend.S3:
+        return
+    instance = resolve_instance_type(config)
+    resources = serving.pod_resources(instance.vcpus, instance.memory_gib, instance.gpu_count,
+                                      plan.tensor_parallel_size)
+    pod_gib = int(resources["limits"]["memory"].removesuffix("Gi"))
+    limit = config.weights_storage.s3.streamer_memory_limit_gib
+    allowed = math.floor(pod_gib * STREAMER_MEMORY_SHARE / plan.tensor_parallel_size)
+    if limit > allowed:
+        yield Problem("weightsStorage.s3.streamerMemoryLimitGib", f"each of the {plan.tensor_parallel_size} "
+                      f"ranks of models[{model.name}] holds this buffer: {plan.tensor_parallel_size} x {limit} GiB "
+                      f"is over half the pod's {pod_gib} GiB memory limit, and the pod could be OOM-killed while "
+                      "it loads", limit, f"<= {allowed}")
 
 
 def architecture_bytes(model: ModelConfig) -> str:

@@ -156,8 +156,8 @@ class S3StorageConfig(ConfigModel):
         description=(
             "Run:ai Model Streamer `memory_limit`: the CPU buffer the tensors pass through, in GiB per rank "
             "(vLLM sets RUNAI_STREAMER_MEMORY_LIMIT in each rank's process, runai_streamer_loader.py@0.33.0), so a "
-            "pod holds up to tensorParallelSize x this of its memory request; without a limit the streamer may "
-            "buffer a whole shard per reader."
+            "pod holds up to tensorParallelSize x this of its memory request (the preview refuses more than half of "
+            "it); without a limit the streamer may buffer a whole shard per reader."
         ),
     )
 

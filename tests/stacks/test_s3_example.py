@@ -253,6 +253,15 @@ def test_refuses_an_image_without_the_streamers_s3_backend(config):
     assert _lines(_with(config, model={"image": said})) == []
 
 
+def test_refuses_streamer_buffers_that_would_take_over_half_the_pods_memory(config):
+    # p5.48xlarge, TP 4: the pod's limit is 921 GiB (2,048 GiB x 4/8 x 0.9); every rank holds its own buffer.
+    assert _lines(_with(config, s3={"streamer_memory_limit_gib": 115})) == []
+    assert _lines(_with(config, s3={"streamer_memory_limit_gib": 116})) == [
+        "llm-serving:weightsStorage.s3.streamerMemoryLimitGib: each of the 4 ranks of models[llama-70b] holds this "
+        "buffer: 4 x 116 GiB is over half the pod's 921 GiB memory limit, and the pod could be OOM-killed while it "
+        "loads (got 116; expected <= 115)"]
+
+
 def test_refuses_a_checkpoint_the_streamer_cannot_read(config):
     assert _lines(_with(config, model={"weights_format": "gguf"})) == [
         "llm-serving:models[llama-70b].weightsFormat: the Run:ai Model Streamer loads safetensors checkpoints only "

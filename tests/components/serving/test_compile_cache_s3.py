@@ -55,9 +55,22 @@ def _body(content: bytes) -> StreamingBody:
     return StreamingBody(io.BytesIO(content), len(content))
 
 
+ROOT = "objects/e1/"  # the writer's own root, after its lock's ETag "e1"
+
+
 def _manifest() -> bytes:
     files = {name: {"size": len(c), "sha256": hashlib.sha256(c).hexdigest()} for name, c in ARTIFACTS.items()}
-    return json.dumps({"files": files}, sort_keys=True).encode()
+    return json.dumps({"files": files, "root": ROOT}, sort_keys=True).encode()
+
+
+def _listing(key: str, etag: str = '"m1"', modified: datetime.datetime | None = None) -> dict:
+    """ListObjectsV2's answer holding exactly `key`."""
+    return {"Contents": [{"Key": key, "ETag": etag, "LastModified": modified or _at(0)}], "KeyCount": 1}
+
+
+def _marker_listed(stub: Stubber, present: bool = True) -> None:
+    stub.add_response("list_objects_v2", _listing(PREFIX + ".llm-serving-complete") if present else {"KeyCount": 0},
+                      {"Bucket": BUCKET, "Prefix": PREFIX + ".llm-serving-complete", "MaxKeys": 1})
 
 
 def _at(seconds_ago: float) -> datetime.datetime:
@@ -75,15 +88,16 @@ def test_the_key_is_an_object_prefix_beside_the_revisions():
 def test_the_lock_is_a_conditional_create(s3):
     client, stub = s3
     stub.add_response("put_object", {"ETag": '"e1"'}, {"Bucket": BUCKET, "Key": PREFIX + ".llm-serving-lock",
-                                                       "Body": b'{"holder": "pod-a"}', "IfNoneMatch": "*"})
-    assert cache_sync.acquire(client, BUCKET, PREFIX, "pod-a", 1280, NOW) == '"e1"'
+                                                       "Body": b'{"holder": "pod-a", "token": "t1"}',
+                                                       "IfNoneMatch": "*"})
+    assert cache_sync.acquire(client, BUCKET, PREFIX, "pod-a", 1280, NOW, token="t1") == '"e1"'
 
 
 def test_a_fresh_lock_keeps_a_second_writer_out(s3, capsys):
     client, stub = s3
     stub.add_client_error("put_object", service_error_code="PreconditionFailed", http_status_code=412)
-    stub.add_response("head_object", {"ETag": '"e1"', "LastModified": _at(600)},
-                      {"Bucket": BUCKET, "Key": PREFIX + ".llm-serving-lock"})
+    stub.add_response("list_objects_v2", _listing(PREFIX + ".llm-serving-lock", '"e1"', _at(600)),
+                      {"Bucket": BUCKET, "Prefix": PREFIX + ".llm-serving-lock", "MaxKeys": 1})
     assert cache_sync.acquire(client, BUCKET, PREFIX, "pod-b", 1280, NOW) is None
     assert capsys.readouterr().err == f"another writer holds {PREFIX}.llm-serving-lock (taken 600 s ago)\n"
 
@@ -91,8 +105,8 @@ def test_a_fresh_lock_keeps_a_second_writer_out(s3, capsys):
 def test_a_concurrent_create_counts_as_held(s3):
     client, stub = s3
     stub.add_client_error("put_object", service_error_code="ConditionalRequestConflict", http_status_code=409)
-    stub.add_response("head_object", {"ETag": '"e1"', "LastModified": _at(1)},
-                      {"Bucket": BUCKET, "Key": PREFIX + ".llm-serving-lock"})
+    stub.add_response("list_objects_v2", _listing(PREFIX + ".llm-serving-lock", '"e1"', _at(1)),
+                      {"Bucket": BUCKET, "Prefix": PREFIX + ".llm-serving-lock", "MaxKeys": 1})
     assert cache_sync.acquire(client, BUCKET, PREFIX, "pod-b", 1280, NOW) is None
 
 
@@ -100,10 +114,12 @@ def test_a_stale_lock_is_taken_over_by_its_etag_only(s3, capsys):
     client, stub = s3
     lock = PREFIX + ".llm-serving-lock"
     stub.add_client_error("put_object", service_error_code="PreconditionFailed", http_status_code=412)
-    stub.add_response("head_object", {"ETag": '"old"', "LastModified": _at(1281)}, {"Bucket": BUCKET, "Key": lock})
+    stub.add_response("list_objects_v2", _listing(lock, '"old"', _at(1281)),
+                      {"Bucket": BUCKET, "Prefix": lock, "MaxKeys": 1})
     stub.add_response("put_object", {"ETag": '"e2"'},
-                      {"Bucket": BUCKET, "Key": lock, "Body": b'{"holder": "pod-c"}', "IfMatch": '"old"'})
-    assert cache_sync.acquire(client, BUCKET, PREFIX, "pod-c", 1280, NOW) == '"e2"'
+                      {"Bucket": BUCKET, "Key": lock, "Body": b'{"holder": "pod-c", "token": "t3"}',
+                       "IfMatch": '"old"'})
+    assert cache_sync.acquire(client, BUCKET, PREFIX, "pod-c", 1280, NOW, token="t3") == '"e2"'
     assert "breaking a stale lock" in capsys.readouterr().err
 
 
@@ -111,11 +127,47 @@ def test_two_writers_breaking_the_same_stale_lock_cannot_both_win(s3):
     client, stub = s3
     lock = PREFIX + ".llm-serving-lock"
     stub.add_client_error("put_object", service_error_code="PreconditionFailed", http_status_code=412)
-    stub.add_response("head_object", {"ETag": '"old"', "LastModified": _at(5000)}, {"Bucket": BUCKET, "Key": lock})
+    stub.add_response("list_objects_v2", _listing(lock, '"old"', _at(5000)),
+                      {"Bucket": BUCKET, "Prefix": lock, "MaxKeys": 1})
     # The other writer's takeover changed the ETag first.
     stub.add_client_error("put_object", service_error_code="PreconditionFailed", http_status_code=412,
                           expected_params={"Bucket": BUCKET, "Key": lock, "Body": ANY, "IfMatch": '"old"'})
     assert cache_sync.acquire(client, BUCKET, PREFIX, "pod-d", 1280, NOW) is None
+
+
+def test_a_lock_released_while_asked_for_counts_as_held_this_time(s3, capsys):
+    client, stub = s3
+    stub.add_client_error("put_object", service_error_code="PreconditionFailed", http_status_code=412)
+    stub.add_response("list_objects_v2", {"KeyCount": 0},
+                      {"Bucket": BUCKET, "Prefix": PREFIX + ".llm-serving-lock", "MaxKeys": 1})
+    assert cache_sync.acquire(client, BUCKET, PREFIX, "pod-b", 1280, NOW) is None
+    assert capsys.readouterr().err == f"the lock on {PREFIX} was released while this writer asked for it\n"
+
+
+def test_a_botocore_without_conditional_writes_is_refused_before_the_lock():
+    # A botocore from before S3's conditional writes: PutObject and DeleteObject know no If* members.
+    class Shape:
+        members = {"Bucket": None, "Key": None, "Body": None}
+
+    class Operation:
+        input_shape = Shape()
+
+    class Model:
+        def operation_model(self, name):
+            return Operation()
+
+    class Meta:
+        service_model = Model()
+
+    class OldClient:
+        meta = Meta()
+
+    with pytest.raises(SystemExit, match="this image's botocore has no PutObject IfNoneMatch, IfMatch"):
+        cache_sync.main(["lock", BUCKET, PREFIX, "pod-a", "1280"], OldClient())
+
+
+def test_this_botocore_has_the_conditional_writes(s3):
+    cache_sync.check_conditional_writes(s3[0])  # raises SystemExit otherwise
 
 
 def test_the_writer_releases_only_its_own_lock(s3):
@@ -146,26 +198,70 @@ def _artifacts(root: Path) -> Path:
 def test_publish_uploads_each_artifact_with_its_checksum_then_the_manifest_marker_once(s3, tmp_path):
     client, stub = s3
     for name in sorted(ARTIFACTS):
-        stub.add_response("put_object", {}, {"Bucket": BUCKET, "Key": PREFIX + name, "Body": ANY,
+        stub.add_response("put_object", {}, {"Bucket": BUCKET, "Key": PREFIX + ROOT + name, "Body": ANY,
                                              "ChecksumSHA256": _b64(ARTIFACTS[name])})
     stub.add_response("put_object", {}, {"Bucket": BUCKET, "Key": PREFIX + ".llm-serving-complete",
                                          "Body": _manifest(), "IfNoneMatch": "*", "ChecksumSHA256": _b64(_manifest())})
-    assert cache_sync.publish(client, BUCKET, PREFIX, _artifacts(tmp_path)) == 2
+    assert cache_sync.publish(client, BUCKET, PREFIX, _artifacts(tmp_path), '"e1"') == 2
+
+
+def test_a_marker_write_in_flight_is_retried_until_it_lands(s3, tmp_path):
+    client, stub = s3
+    for name in sorted(ARTIFACTS):
+        stub.add_response("put_object", {}, {"Bucket": BUCKET, "Key": PREFIX + ROOT + name, "Body": ANY,
+                                             "ChecksumSHA256": ANY})
+    stub.add_client_error("put_object", service_error_code="ConditionalRequestConflict", http_status_code=409)
+    _marker_listed(stub, present=False)
+    stub.add_response("put_object", {}, {"Bucket": BUCKET, "Key": PREFIX + ".llm-serving-complete",
+                                         "Body": _manifest(), "IfNoneMatch": "*", "ChecksumSHA256": _b64(_manifest())})
+    assert cache_sync.publish(client, BUCKET, PREFIX, _artifacts(tmp_path), '"e1"', retry_seconds=0) == 2
+
+
+def test_a_marker_that_never_lands_fails_the_producer(s3, tmp_path):
+    client, stub = s3
+    for name in sorted(ARTIFACTS):
+        stub.add_response("put_object", {}, {"Bucket": BUCKET, "Key": PREFIX + ROOT + name, "Body": ANY,
+                                             "ChecksumSHA256": ANY})
+    for _ in range(cache_sync.MARKER_ATTEMPTS):
+        stub.add_client_error("put_object", service_error_code="ConditionalRequestConflict", http_status_code=409)
+        _marker_listed(stub, present=False)
+    with pytest.raises(RuntimeError, match="met a conflicting write 4 times; not marked"):
+        cache_sync.publish(client, BUCKET, PREFIX, _artifacts(tmp_path), '"e1"', retry_seconds=0)
+
+
+def test_a_second_writer_never_touches_the_objects_a_manifest_names(s3, tmp_path, capsys):
+    # Its own root (its lock's ETag "e9"); the first writer's marker stands and names objects/e1/.
+    client, stub = s3
+    for name in sorted(ARTIFACTS):
+        stub.add_response("put_object", {}, {"Bucket": BUCKET, "Key": PREFIX + "objects/e9/" + name, "Body": ANY,
+                                             "ChecksumSHA256": ANY})
+    stub.add_client_error("put_object", service_error_code="PreconditionFailed", http_status_code=412)
+    assert cache_sync.publish(client, BUCKET, PREFIX, _artifacts(tmp_path), '"e9"') == 2
+    assert capsys.readouterr().err == (f"{PREFIX} was marked complete by another writer first; its copy stands "
+                                       "(objects/e9/ is unused)\n")
+
+
+def test_a_lock_etag_that_is_not_a_plain_token_is_refused_as_a_root():
+    multipart = "3858f62230ac3c915f300c664312c63f-2"
+    assert cache_sync.writer_root(f'"{multipart}"') == f"objects/{multipart}/"
+    with pytest.raises(ValueError, match="refused lock ETag"):
+        cache_sync.writer_root('"../x"')
 
 
 def test_publish_refuses_an_empty_cache_without_marking_it(s3, tmp_path):
     client, _ = s3
     with pytest.raises(ValueError, match="vLLM wrote no compile artifacts"):
-        cache_sync.publish(client, BUCKET, PREFIX, tmp_path)
+        cache_sync.publish(client, BUCKET, PREFIX, tmp_path, '"e1"')
 
 
 def test_seed_downloads_a_finished_cache_and_checks_every_file(s3, tmp_path):
     client, stub = s3
+    _marker_listed(stub)
     stub.add_response("get_object", {"Body": _body(_manifest())},
                       {"Bucket": BUCKET, "Key": PREFIX + ".llm-serving-complete"})
     for name in sorted(ARTIFACTS):
         stub.add_response("get_object", {"Body": _body(ARTIFACTS[name])},
-                          {"Bucket": BUCKET, "Key": PREFIX + name, "ChecksumMode": "ENABLED"})
+                          {"Bucket": BUCKET, "Key": PREFIX + ROOT + name, "ChecksumMode": "ENABLED"})
     assert cache_sync.seed(client, BUCKET, PREFIX, tmp_path) is True
     assert {p.relative_to(tmp_path).as_posix(): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == \
         ARTIFACTS
@@ -173,7 +269,7 @@ def test_seed_downloads_a_finished_cache_and_checks_every_file(s3, tmp_path):
 
 def test_a_miss_seeds_nothing_and_vllm_compiles(s3, tmp_path, capsys):
     client, stub = s3
-    stub.add_client_error("get_object", service_error_code="NoSuchKey", http_status_code=404)
+    _marker_listed(stub, present=False)
     assert cache_sync.main(["seed", BUCKET, PREFIX, str(tmp_path)], client) == 0
     assert capsys.readouterr().err == f"compile cache miss: {PREFIX} not produced yet; vLLM compiles\n"
     assert list(tmp_path.iterdir()) == []
@@ -181,12 +277,13 @@ def test_a_miss_seeds_nothing_and_vllm_compiles(s3, tmp_path, capsys):
 
 def test_a_file_that_differs_from_the_manifest_leaves_no_cache_and_the_pod_starts(s3, tmp_path, capsys):
     client, stub = s3
+    _marker_listed(stub)
     stub.add_response("get_object", {"Body": _body(_manifest())},
                       {"Bucket": BUCKET, "Key": PREFIX + ".llm-serving-complete"})
     first, second = sorted(ARTIFACTS)
-    stub.add_response("get_object", {"Body": _body(ARTIFACTS[first])}, {"Bucket": BUCKET, "Key": PREFIX + first,
+    stub.add_response("get_object", {"Body": _body(ARTIFACTS[first])}, {"Bucket": BUCKET, "Key": PREFIX + ROOT + first,
                                                                         "ChecksumMode": "ENABLED"})
-    stub.add_response("get_object", {"Body": _body(b"tampered")}, {"Bucket": BUCKET, "Key": PREFIX + second,
+    stub.add_response("get_object", {"Body": _body(b"tampered")}, {"Bucket": BUCKET, "Key": PREFIX + ROOT + second,
                                                                    "ChecksumMode": "ENABLED"})
     assert cache_sync.main(["seed", BUCKET, PREFIX, str(tmp_path)], client) == 0
     assert capsys.readouterr().err == (f"compile cache not seeded (ValueError: {second} does not match the "
@@ -197,16 +294,27 @@ def test_a_file_that_differs_from_the_manifest_leaves_no_cache_and_the_pod_start
 def test_a_manifest_entry_outside_the_cache_is_refused(s3, tmp_path):
     client, stub = s3
     bad = json.dumps({"files": {"../../etc/passwd": {"size": 1, "sha256": "0"}}}).encode()
+    _marker_listed(stub)
     stub.add_response("get_object", {"Body": _body(bad)}, {"Bucket": BUCKET, "Key": PREFIX + ".llm-serving-complete"})
     with pytest.raises(ValueError, match="not a path inside the cache"):
         cache_sync.seed(client, BUCKET, PREFIX, tmp_path)
 
 
+def test_a_manifest_root_that_is_not_a_writer_root_is_refused(s3, tmp_path):
+    client, stub = s3
+    bad = json.dumps({"files": {"a": {"size": 1, "sha256": "0"}}, "root": "../weights/"}).encode()
+    _marker_listed(stub)
+    stub.add_response("get_object", {"Body": _body(bad)}, {"Bucket": BUCKET, "Key": PREFIX + ".llm-serving-complete"})
+    with pytest.raises(ValueError, match="refused"):
+        cache_sync.seed(client, BUCKET, PREFIX, tmp_path)
+
+
 def test_state_says_whether_the_marker_is_there(s3, capsys):
     client, stub = s3
+    _marker_listed(stub)
     stub.add_response("get_object", {"Body": _body(_manifest())},
                       {"Bucket": BUCKET, "Key": PREFIX + ".llm-serving-complete"})
-    stub.add_client_error("get_object", service_error_code="NoSuchKey", http_status_code=404)
+    _marker_listed(stub, present=False)
     assert cache_sync.main(["state", BUCKET, PREFIX], client) == 0
     assert cache_sync.main(["state", BUCKET, PREFIX], client) == 0
     assert capsys.readouterr().out == "produced\nabsent\n"
@@ -216,7 +324,7 @@ def test_state_says_whether_the_marker_is_there(s3, capsys):
 
 
 def _run(tmp_path: Path, script: str, *, state: str = "absent", lock_code: int = 0, vllm: str = "exit 1",
-         terminate: bool = False) -> tuple[int, str, list[str]]:
+         terminate: bool = False, state_under_lock: str = "absent") -> tuple[int, str, list[str]]:
     """`script` with its `sync` function replaced by a recorder (cache_sync's requests are the Stubber tests'),
     and `vllm` a stand-in on PATH."""
     calls = tmp_path / "calls"
@@ -224,8 +332,10 @@ def _run(tmp_path: Path, script: str, *, state: str = "absent", lock_code: int =
     bin_dir.mkdir()
     (bin_dir / "vllm").write_text(f"#!/bin/sh\n{vllm}\n")
     (bin_dir / "vllm").chmod(0o755)
-    recorder = (f'sync() {{ echo "$*" >> {calls}; case $1 in state) echo {state};; '
-                f"lock) [ {lock_code} -eq 0 ] && echo '\"e1\"' || return {lock_code};; esac; }}")
+    locked = tmp_path / "locked"
+    recorder = (f'sync() {{ echo "$*" >> {calls}; case $1 in '
+                f"state) if [ -f {locked} ]; then echo {state_under_lock}; else echo {state}; fi;; "
+                f"lock) [ {lock_code} -eq 0 ] && touch {locked} && echo '\"e1\"' || return {lock_code};; esac; }}")
     script = script.replace(sync_function(key()), recorder)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "HOSTNAME": "pod-a",
            "LLM_SERVING_CACHE_BUCKET": BUCKET}
@@ -254,19 +364,26 @@ def test_the_producer_stops_when_another_writer_holds_the_lock(tmp_path):
 def test_the_producer_releases_its_lock_when_vllm_fails_and_publishes_nothing(tmp_path):
     code, out, calls = _run(tmp_path, producer_script(key(), ["s3://b/p/"], stale_lock_seconds=1280))
     assert (code, out) == (1, "vLLM exited before it was ready\n")
-    assert calls == ["state", "lock pod-a 1280", 'unlock "e1"']
+    assert calls == ["state", "lock pod-a 1280", "state", 'unlock "e1"']
+
+
+def test_a_producer_that_gets_the_lock_after_another_marked_the_cache_stops_and_releases(tmp_path):
+    code, out, calls = _run(tmp_path, producer_script(key(), ["s3://b/p/"], stale_lock_seconds=1280),
+                            state_under_lock="produced")
+    assert (code, out) == (0, "compile cache produced meanwhile\n")  # vLLM never started
+    assert calls == ["state", "lock pod-a 1280", "state", 'unlock "e1"']
 
 
 def test_a_terminated_producer_releases_its_lock(tmp_path):
     running = tmp_path / "vllm-running"
     code, _, calls = _run(tmp_path, producer_script(key(), ["s3://b/p/"], stale_lock_seconds=1280),
                           vllm=f"touch {running}; exec sleep 60", terminate=True)
-    assert (code, calls) == (143, ["state", "lock pod-a 1280", 'unlock "e1"'])
+    assert (code, calls) == (143, ["state", "lock pod-a 1280", "state", 'unlock "e1"'])
 
 
 def test_the_producer_publishes_after_vllm_and_marks_last():
     lines = producer_script(key(), ["s3://b/p/", "--port", "8000"], stale_lock_seconds=1280).splitlines()
-    assert lines[-1] == "sync publish /var/cache/vllm/vllm/torch_compile_cache"
+    assert lines[-1] == 'sync publish /var/cache/vllm/vllm/torch_compile_cache "$etag"'
     assert lines[-2] == 'kill -TERM "$pid"; wait "$pid" || true'
     assert "vllm serve s3://b/p/ --port 8000 --host 127.0.0.1 &" in lines
 
