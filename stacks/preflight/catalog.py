@@ -41,7 +41,7 @@ CHECKS: tuple[Check, ...] = (
           "for the version it will run", ("eks:DescribeAddon", "eks:DescribeAddonVersions",
                                           "eks:DescribeAddonConfiguration"), "", aws_checks.addon_configuration),
     Check("s3.bucket", "with `weightsStorage.s3.bucketName`, the bucket exists, this identity reads it, and it is in "
-          "the stack's region", ("s3:GetBucketLocation",), "", s3_checks.s3_bucket),
+          "the stack's region", ("s3:GetBucketLocation", "s3:ListBucket"), "", s3_checks.s3_bucket),
     Check("s3.gateway-endpoint", "on S3, an S3 gateway endpoint of the cluster's VPC is on every GPU subnet's route "
           "table (else cold starts stream through the NAT gateway)", ("ec2:DescribeVpcEndpoints",
                                                                         "ec2:DescribeRouteTables"), "",

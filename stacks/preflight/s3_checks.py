@@ -46,6 +46,16 @@ def s3_bucket(ctx: Context) -> list[Finding]:
     if problems:
         return [failed(check, f"weightsStorage.s3.bucketName {name}: {p.message}", f"expected {p.expected}")
                 for p in problems]
+    # The preview looks the bucket up with HeadBucket (pulumi-aws aws.s3.getBucket), which needs
+    # s3:ListBucket, not s3:GetBucketLocation: an identity with only the second passes above and fails there.
+    try:
+        ctx.s3.head_bucket(Bucket=name)
+    except ClientError as error:
+        if _code(error) not in ("403", "AccessDenied", "404", "NoSuchBucket"):
+            raise
+        return [failed(check, f"weightsStorage.s3.bucketName {name}: this identity cannot list it (HeadBucket "
+                       f"answered {_code(error)}), which the preview's look-up of the bucket needs",
+                       "expected s3:ListBucket on the bucket for the deploying role")]
     return [passed(check, f"{name} exists, is readable and is in {found}, the stack's region")]
 
 

@@ -47,12 +47,24 @@ def test_no_bucket_check_when_the_program_creates_the_bucket(aws):
 
 def test_an_existing_bucket_in_the_stacks_region_passes(aws):
     aws.respond("s3", "get_bucket_location", {"LocationConstraint": "us-east-1"}, {"Bucket": "team-weights"})
+    aws.respond("s3", "head_bucket", {}, {"Bucket": "team-weights"})
     (finding,) = run("s3.bucket", context(aws, s3_intent(s3_bucket="team-weights")))
     assert (finding.outcome, finding.reason) == (Outcome.PASS, "team-weights exists, is readable and is in us-east-1, "
                                                  "the stack's region")
     # us-east-1 buckets answer no location constraint at all.
     aws.respond("s3", "get_bucket_location", {}, {"Bucket": "team-weights"})
+    aws.respond("s3", "head_bucket", {}, {"Bucket": "team-weights"})
     assert run("s3.bucket", context(aws, s3_intent(s3_bucket="team-weights")))[0].outcome is Outcome.PASS
+
+
+def test_a_bucket_this_identity_cannot_list_fails_before_the_preview_does(aws):
+    aws.respond("s3", "get_bucket_location", {}, {"Bucket": "team-weights"})
+    aws.error("s3", "head_bucket", "403", 403, {"Bucket": "team-weights"})
+    (finding,) = run("s3.bucket", context(aws, s3_intent(s3_bucket="team-weights")))
+    assert (finding.outcome, finding.reason, finding.fix) == (
+        Outcome.FAIL, "weightsStorage.s3.bucketName team-weights: this identity cannot list it (HeadBucket answered "
+        "403), which the preview's look-up of the bucket needs", "expected s3:ListBucket on the bucket for the "
+        "deploying role")
 
 
 def test_a_bucket_in_another_region_fails_naming_both_regions(aws):
