@@ -6,9 +6,11 @@ program registers is recorded, and the output is byte-identical for the same inp
 
 from __future__ import annotations
 
+import contextlib
 import json
 import runpy
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ from typing import Any
 import pulumi
 import yaml
 from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime import resource as pulumi_resource
 from pulumi.runtime import settings as pulumi_settings
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
@@ -34,6 +37,14 @@ PROGRAM = stack_files.PROJECT_DIR / "__main__.py"
 # Pulumi marks secrets on the wire with this signature (pulumi/runtime/rpc.py _special_secret_sig).
 _SIG_KEY = "4dabf18193072939515e22adb298388d"
 _SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
+
+# The switch: whether the SDK computes each registration's source position and stack trace during an
+# offline render. It does so per resource with traceback.extract_stack(), which stats every source
+# file on the stack (about a tenth of a render's CPU, pulumi 3.272.0 runtime/resource.py
+# _get_stack_trace), only to send them to the engine for its diagnostics; the mock monitor never
+# reads them (runtime/mocks.py MockMonitor.RegisterResource, RecordingMonitor below), so the render
+# is byte-identical without them (tests/golden). Off here only: `pulumi up` runs without this module.
+OFFLINE_SOURCE_POSITIONS = False
 
 
 @dataclass(frozen=True)
@@ -78,6 +89,27 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 )
             )
         return response
+
+
+@contextlib.contextmanager
+def _source_positions() -> Iterator[None]:
+    """Registrations carry no stack trace while the mock program runs, unless OFFLINE_SOURCE_POSITIONS."""
+    if OFFLINE_SOURCE_POSITIONS:
+        yield
+        return
+    computed = pulumi_resource._get_stack_trace  # noqa: SLF001 - the SDK's one hook for it
+    pulumi_resource._get_stack_trace = _no_stack_trace  # noqa: SLF001
+    try:
+        yield
+    finally:
+        pulumi_resource._get_stack_trace = computed  # noqa: SLF001
+
+
+def _no_stack_trace() -> Any:
+    # An empty trace: the SDK then sends no source position either (runtime/resource.py _get_source_position).
+    from pulumi.runtime.proto import source_pb2
+
+    return source_pb2.StackTrace()
 
 
 def _struct_to_python(struct: Any) -> dict[str, Any]:
@@ -230,7 +262,8 @@ def render_stack(stack_file: Path, cluster_version: str | None = None) -> Render
     try:
         pulumi_settings.SETTINGS.rpc_manager.clear()
         pulumi_settings.SETTINGS.outputs.clear()
-        _sync_await(run_pulumi_func(lambda: runpy.run_path(str(PROGRAM), run_name="__main__")))
+        with _source_positions():
+            _sync_await(run_pulumi_func(lambda: runpy.run_path(str(PROGRAM), run_name="__main__")))
     finally:
         program.stack_dir = previous_dir
 
