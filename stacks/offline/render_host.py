@@ -184,7 +184,6 @@ def _run_render(request: dict, stdout: int, stderr: int) -> None:
         extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
         sys.path[:0] = [directory, *extra]
         sys.argv = ["-m", *request["argv"]]
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
         code = 0
     except SystemExit as exit_:  # as the interpreter treats it
@@ -204,7 +203,6 @@ def _run_render(request: dict, stdout: int, stderr: int) -> None:
 def _wait_for(request: dict, fds: list[int]) -> None:
     """In the waiter: fork the render, write its pid and then its exit code on the status pipe."""
     stdout, stderr, status = fds
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     pid = os.fork()
     if pid == 0:
         os.close(status)
@@ -243,11 +241,23 @@ def _preload(modules: list[str]) -> None:
                 importlib.import_module(name)
 
 
+def _reap(block: bool) -> None:
+    """Wait for finished waiters (every one when `block`): so their CPU, and their renders', is
+    counted in the host's and then the caller's resource usage, as a subprocess's would be."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, 0 if block else os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
 def serve(channel: socket.socket) -> None:
     """The host's loop: one request per message, until the caller closes its end."""
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the waiters
     while True:
         message, fds, _, _ = socket.recv_fds(channel, _MAX_MESSAGE, _FDS_PER_REQUEST)
+        _reap(block=not message)
         if not message:
             return
         request = json.loads(message)
