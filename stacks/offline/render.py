@@ -6,12 +6,9 @@ program registers is recorded, and the output is byte-identical for the same inp
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import json
 import runpy
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +16,6 @@ from typing import Any
 import pulumi
 import yaml
 from pulumi.runtime import mocks as pulumi_mocks
-from pulumi.runtime import resource as pulumi_resource
 from pulumi.runtime import settings as pulumi_settings
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
@@ -30,6 +26,7 @@ from stacks.checks import platform as platform_checks
 from stacks.config import ClusterMode
 from stacks.config import files as stack_files
 from stacks.config.problems import ConfigError
+from stacks.offline import render_overhead
 from stacks.offline.mocks import RenderMocks
 
 SECRET = "[secret]"
@@ -38,14 +35,6 @@ PROGRAM = stack_files.PROJECT_DIR / "__main__.py"
 # Pulumi marks secrets on the wire with this signature (pulumi/runtime/rpc.py _special_secret_sig).
 _SIG_KEY = "4dabf18193072939515e22adb298388d"
 _SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
-
-# The switch: whether the SDK computes each registration's source position and stack trace during an
-# offline render. It does so per resource with traceback.extract_stack(), which stats every source
-# file on the stack (about a tenth of a render's CPU, pulumi 3.272.0 runtime/resource.py
-# _get_stack_trace), only to send them to the engine for its diagnostics; the mock monitor never
-# reads them (runtime/mocks.py MockMonitor.RegisterResource, RecordingMonitor below), so the render
-# is byte-identical without them (tests/golden). Off here only: `pulumi up` runs without this module.
-OFFLINE_SOURCE_POSITIONS = False
 
 
 @dataclass(frozen=True)
@@ -90,51 +79,6 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 )
             )
         return response
-
-
-@contextlib.contextmanager
-def _source_positions() -> Iterator[None]:
-    """Registrations carry no stack trace while the mock program runs, unless OFFLINE_SOURCE_POSITIONS."""
-    if OFFLINE_SOURCE_POSITIONS:
-        yield
-        return
-    computed = pulumi_resource._get_stack_trace  # noqa: SLF001 - the SDK's one hook for it
-    pulumi_resource._get_stack_trace = _no_stack_trace  # noqa: SLF001
-    try:
-        yield
-    finally:
-        pulumi_resource._get_stack_trace = computed  # noqa: SLF001
-
-
-# A render allocates a few hundred thousand objects, many in reference cycles (Outputs, futures,
-# tasks), into a heap that already holds the program's ~1,400 modules. With the collector's default
-# first-generation threshold (700 allocations) it kept traversing that heap: about a quarter of a
-# render's CPU (tools/bench.py, `make bench`). While a render runs, what existed before it is
-# frozen (gc.freeze: left out of collections) and the first generation is collected every
-# 10,000 allocations; both are restored after, so the garbage is reclaimed as before, only in fewer,
-# larger passes. 10,000 rather than more: a larger one saved little more and held more memory.
-RENDER_GC_THRESHOLD = 10_000
-
-
-@contextlib.contextmanager
-def _fewer_collections() -> Iterator[None]:
-    frozen_before = gc.get_freeze_count()
-    threshold = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(RENDER_GC_THRESHOLD, *threshold[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*threshold)
-        if not frozen_before:  # a caller's own freeze stays as it was
-            gc.unfreeze()
-
-
-def _no_stack_trace() -> Any:
-    # An empty trace: the SDK then sends no source position either (runtime/resource.py _get_source_position).
-    from pulumi.runtime.proto import source_pb2
-
-    return source_pb2.StackTrace()
 
 
 def _struct_to_python(struct: Any) -> dict[str, Any]:
@@ -257,7 +201,7 @@ def render_stack(stack_file: Path, cluster_version: str | None = None) -> Render
     For a stack that creates its cluster the account has none of that name, unless `cluster_version`
     is given: then the stack's own cluster exists at that version, as on an upgrade.
     """
-    with _fewer_collections():
+    with render_overhead.fewer_collections():
         return _render_stack(stack_file, cluster_version)
 
 
@@ -292,7 +236,7 @@ def _render_stack(stack_file: Path, cluster_version: str | None) -> RenderResult
     try:
         pulumi_settings.SETTINGS.rpc_manager.clear()
         pulumi_settings.SETTINGS.outputs.clear()
-        with _source_positions():
+        with render_overhead.no_source_positions():
             _sync_await(run_pulumi_func(lambda: runpy.run_path(str(PROGRAM), run_name="__main__")))
     finally:
         program.stack_dir = previous_dir
