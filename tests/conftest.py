@@ -4,19 +4,31 @@ A render costs 0.5-1 s of CPU, and every xdist worker that runs a test of a stac
 again. So `render_file` keeps each render for the process and, under xdist, also on disk in the
 run's shared temporary root (`tests/support/shared_renders.py`): the first worker that needs a
 stack renders it while holding that render's lock, the others wait for it and load its pickle.
+
+After collection the heap (every module, every collected test) is frozen for the session, and the
+first generation is collected every 10,000 allocations instead of 700: the collector otherwise kept
+traversing those objects, about a sixth of the suite's CPU outside the renders (which do the same
+for themselves, stacks/offline/render_overhead.py).
+
+The project's modules are imported where they are used, not at the top: the xdist controller
+loads this file too, runs no test, and would otherwise import the config schema and Pulumi (about
+1 s of CPU while the workers start).
 """
 
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from stacks.config.files import PROJECT_DIR
-from stacks.offline import render
-from tests.support import shared_renders
+if TYPE_CHECKING:
+    from stacks.offline import render
 
+# stacks.config.files.PROJECT_DIR, without importing the config schema (tests/support/test_shared_renders.py).
+PROJECT_DIR = Path(__file__).resolve().parent.parent
 STACK_FILES = sorted(PROJECT_DIR.glob("Pulumi.*.yaml"))
 STACK_NAMES = [p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in STACK_FILES]
 
@@ -25,10 +37,19 @@ _cache: dict[Path, render.RenderResult] = {}
 
 def render_file(path: Path) -> render.RenderResult:
     """Render a stack file once per session (a render takes about a second)."""
+    from tests.support import shared_renders
+
     path = path.resolve()
     if path not in _cache:
         _cache[path] = shared_renders.render(path)
     return _cache[path]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    from stacks.offline import render_overhead
+
+    gc.freeze()  # what collection built lives until the session ends
+    gc.set_threshold(render_overhead.RENDER_GC_THRESHOLD, *gc.get_threshold()[1:])
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -36,6 +57,8 @@ def _renders_shared_between_workers(tmp_path_factory: pytest.TempPathFactory) ->
     # Each xdist worker's basetemp is a directory of the run's root (xdist's documented way for
     # workers to share a session-scoped resource); without xdist one process has nothing to share.
     if os.environ.get("PYTEST_XDIST_WORKER"):
+        from tests.support import shared_renders
+
         shared_renders.share_in(tmp_path_factory.getbasetemp().parent / "renders")
 
 

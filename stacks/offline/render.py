@@ -26,6 +26,7 @@ from stacks.checks import platform as platform_checks
 from stacks.config import ClusterMode
 from stacks.config import files as stack_files
 from stacks.config.problems import ConfigError
+from stacks.offline import render_overhead
 from stacks.offline.mocks import RenderMocks
 
 SECRET = "[secret]"
@@ -200,6 +201,11 @@ def render_stack(stack_file: Path, cluster_version: str | None = None) -> Render
     For a stack that creates its cluster the account has none of that name, unless `cluster_version`
     is given: then the stack's own cluster exists at that version, as on an upgrade.
     """
+    with render_overhead.fewer_collections():
+        return _render_stack(stack_file, cluster_version)
+
+
+def _render_stack(stack_file: Path, cluster_version: str | None) -> RenderResult:
     stack_file = stack_file.resolve()
     own = stack_files.read_stack_file(stack_file)
     _, validated = environment.load_stack_file(stack_file)  # raises ConfigError before anything is registered
@@ -230,7 +236,8 @@ def render_stack(stack_file: Path, cluster_version: str | None = None) -> Render
     try:
         pulumi_settings.SETTINGS.rpc_manager.clear()
         pulumi_settings.SETTINGS.outputs.clear()
-        _sync_await(run_pulumi_func(lambda: runpy.run_path(str(PROGRAM), run_name="__main__")))
+        with render_overhead.no_source_positions():
+            _sync_await(run_pulumi_func(lambda: runpy.run_path(str(PROGRAM), run_name="__main__")))
     finally:
         program.stack_dir = previous_dir
 

@@ -7,11 +7,13 @@ and without `stream`, `stream_options.include_usage`, `max_tokens` (and vLLM's `
 
 from __future__ import annotations
 
+import contextlib
 import json
-import threading
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from tests.support.local_http import serving
 
 KEY = "test-key-0123456789abcdef"
 
@@ -140,14 +142,12 @@ class OpenAIServer:
     def __init__(self, behaviour: Behaviour) -> None:
         handler = type("Handler", (_Handler,), {"behaviour": behaviour})
         self._server = _Server(("127.0.0.1", 0), handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._serving = contextlib.ExitStack()
 
     def __enter__(self) -> str:
-        self._thread.start()
+        self._serving.enter_context(serving(self._server))
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}/v1"
 
     def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
+        self._serving.close()

@@ -82,3 +82,11 @@ def test_without_a_shared_directory_every_call_renders(tmp_path, renders, monkey
     shared_renders.render(stack_file)
     shared_renders.render(stack_file)
     assert len(renders) == 2
+
+
+def test_the_suites_project_directory_is_the_one_the_program_reads_its_stack_files_from():
+    from stacks.config import files
+    from tests import conftest
+
+    assert conftest.PROJECT_DIR == files.PROJECT_DIR
+    assert conftest.STACK_FILES == sorted(files.PROJECT_DIR.glob("Pulumi.*.yaml"))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -13,6 +12,7 @@ from stacks.preflight import catalog, hub
 from stacks.preflight.context import guarded
 from stacks.preflight.result import Outcome
 from tests.stacks.preflight.support import Aws, context, stack_intent
+from tests.support.local_http import serving
 
 REVISION = "1605565b47bb9346c5515c34102e054115b4f98b"  # prod's pinned Llama 3.1 70B revision
 LLAMA_FILES = ["config.json", "generation_config.json", "model-00001-of-00030.safetensors",
@@ -44,12 +44,8 @@ class Hub(BaseHTTPRequestHandler):
 @pytest.fixture
 def server():
     Hub.routes, Hub.seen = {}, []
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Hub)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), Hub)) as httpd:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
 
 
 PATH = f"/api/models/meta-llama/Llama-3.1-70B-Instruct/revision/{REVISION}"

@@ -4,7 +4,6 @@ client's model objects and errors it hands the checks."""
 from __future__ import annotations
 
 import json
-import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -12,6 +11,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from stacks.preflight import session
+from tests.support.local_http import serving
 
 VERSION = {"major": "1", "minor": "34", "gitVersion": "v1.34.2-eks-113cf36", "gitCommit": "0" * 40,
            "gitTreeState": "clean", "buildDate": "2026-11-01T00:00:00Z", "goVersion": "go1.24",
@@ -56,12 +56,9 @@ class ApiServer(BaseHTTPRequestHandler):
 @pytest.fixture
 def reader():
     ApiServer.seen = []
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), ApiServer)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    configuration = k8s.Configuration(host=f"http://127.0.0.1:{httpd.server_address[1]}")
-    yield session.KubeApis(k8s.ApiClient(configuration), timeout=5)
-    httpd.shutdown()
-    httpd.server_close()
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), ApiServer)) as httpd:
+        configuration = k8s.Configuration(host=f"http://127.0.0.1:{httpd.server_address[1]}")
+        yield session.KubeApis(k8s.ApiClient(configuration), timeout=5)
 
 
 def test_reads_become_client_objects_and_errors_api_exceptions(reader):
