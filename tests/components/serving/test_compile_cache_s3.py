@@ -1,6 +1,6 @@
 """The shared compile cache on S3: cache_sync.py's requests against botocore's Stubber (the lock's conditional
-writes, each artifact with its checksum, the manifest marker last, the seed's verified download), the
-producer's and the seed's shell under a real /bin/sh, the producer's role policy, and the room its Job needs."""
+writes, each artifact with its checksum, the manifest marker last, the seed's verified download). The
+producer's shell, its role and its room: test_compile_cache_s3_producer.py."""
 
 from __future__ import annotations
 
@@ -8,10 +8,6 @@ import base64
 import datetime
 import hashlib
 import json
-import os
-import signal
-import subprocess
-import time
 from pathlib import Path
 
 import boto3
@@ -19,8 +15,7 @@ import pytest
 from botocore.response import StreamingBody
 from botocore.stub import ANY, Stubber
 
-from components.serving import CompileCacheKey, Footprint, Strategy, Supply, cache_sync, producer_room
-from components.serving.compile_cache import producer_script, seed_script, sync_function
+from components.serving import CompileCacheKey, cache_sync
 from components.storage import buckets
 
 SHA = "1605565b47bb9346c5515c34102e054115b4f98b"
@@ -318,141 +313,3 @@ def test_state_says_whether_the_marker_is_there(s3, capsys):
     assert cache_sync.main(["state", BUCKET, PREFIX], client) == 0
     assert cache_sync.main(["state", BUCKET, PREFIX], client) == 0
     assert capsys.readouterr().out == "produced\nabsent\n"
-
-
-# --- the shell around it, under a real /bin/sh --------------------------------------------------------------
-
-
-def _run(tmp_path: Path, script: str, *, state: str = "absent", lock_code: int = 0, vllm: str = "exit 1",
-         terminate: bool = False, state_under_lock: str = "absent") -> tuple[int, str, list[str]]:
-    """`script` with its `sync` function replaced by a recorder (cache_sync's requests are the Stubber tests'),
-    and `vllm` a stand-in on PATH."""
-    calls = tmp_path / "calls"
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "vllm").write_text(f"#!/bin/sh\n{vllm}\n")
-    (bin_dir / "vllm").chmod(0o755)
-    locked = tmp_path / "locked"
-    recorder = (f'sync() {{ echo "$*" >> {calls}; case $1 in '
-                f"state) if [ -f {locked} ]; then echo {state_under_lock}; else echo {state}; fi;; "
-                f"lock) [ {lock_code} -eq 0 ] && touch {locked} && echo '\"e1\"' || return {lock_code};; esac; }}")
-    script = script.replace(sync_function(key()), recorder)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "HOSTNAME": "pod-a",
-           "LLM_SERVING_CACHE_BUCKET": BUCKET}
-    process = subprocess.Popen(["/bin/sh", "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True)
-    if terminate:
-        for _ in range(200):
-            if (tmp_path / "vllm-running").exists():
-                break
-            time.sleep(0.01)
-        process.send_signal(signal.SIGTERM)
-    out, _ = process.communicate(timeout=30)
-    return process.returncode, out, calls.read_text().splitlines() if calls.exists() else []
-
-
-def test_the_producer_leaves_a_finished_cache_alone(tmp_path):
-    code, out, calls = _run(tmp_path, producer_script(key(), ["s3://b/p/"], stale_lock_seconds=1280), state="produced")
-    assert (code, out, calls) == (0, "compile cache already produced\n", ["state"])
-
-
-def test_the_producer_stops_when_another_writer_holds_the_lock(tmp_path):
-    code, _, calls = _run(tmp_path, producer_script(key(), ["s3://b/p/"], stale_lock_seconds=1280), lock_code=1)
-    assert (code, calls) == (1, ["state", "lock pod-a 1280"])  # vLLM never started, nothing published
-
-
-def test_the_producer_releases_its_lock_when_vllm_fails_and_publishes_nothing(tmp_path):
-    code, out, calls = _run(tmp_path, producer_script(key(), ["s3://b/p/"], stale_lock_seconds=1280))
-    assert (code, out) == (1, "vLLM exited before it was ready\n")
-    assert calls == ["state", "lock pod-a 1280", "state", 'unlock "e1"']
-
-
-def test_a_producer_that_gets_the_lock_after_another_marked_the_cache_stops_and_releases(tmp_path):
-    code, out, calls = _run(tmp_path, producer_script(key(), ["s3://b/p/"], stale_lock_seconds=1280),
-                            state_under_lock="produced")
-    assert (code, out) == (0, "compile cache produced meanwhile\n")  # vLLM never started
-    assert calls == ["state", "lock pod-a 1280", "state", 'unlock "e1"']
-
-
-def test_a_terminated_producer_releases_its_lock(tmp_path):
-    running = tmp_path / "vllm-running"
-    code, _, calls = _run(tmp_path, producer_script(key(), ["s3://b/p/"], stale_lock_seconds=1280),
-                          vllm=f"touch {running}; exec sleep 60", terminate=True)
-    assert (code, calls) == (143, ["state", "lock pod-a 1280", "state", 'unlock "e1"'])
-
-
-def test_the_producer_publishes_after_vllm_and_marks_last():
-    lines = producer_script(key(), ["s3://b/p/", "--port", "8000"], stale_lock_seconds=1280).splitlines()
-    assert lines[-1] == 'sync publish /var/cache/vllm/vllm/torch_compile_cache "$etag"'
-    assert lines[-2] == 'kill -TERM "$pid"; wait "$pid" || true'
-    assert "vllm serve s3://b/p/ --port 8000 --host 127.0.0.1 &" in lines
-
-
-def test_the_seed_downloads_into_the_pods_own_cache(tmp_path):
-    code, _, calls = _run(tmp_path, seed_script(key()))
-    assert (code, calls) == (0, ["seed /var/cache/vllm/vllm/torch_compile_cache"])
-    assert sync_function(key()).endswith(f'"$command" "$LLM_SERVING_CACHE_BUCKET" {PREFIX} "$@"; }}')
-
-
-# --- the producer's role --------------------------------------------------------------------------------------
-
-
-def test_the_producer_may_write_only_its_cache_prefix_and_the_lock_and_marker_only_conditionally():
-    arn = f"arn:aws:s3:::{BUCKET}"
-    weights = f"meta-llama/Llama-3.1-70B-Instruct/{SHA}/"
-    assert buckets.compile_cache_writer_policy(arn, [weights], PREFIX, lock=".llm-serving-lock",
-                                               marker=".llm-serving-complete") == {
-        "Version": "2012-10-17",
-        "Statement": [
-            {"Sid": "ReadWeights", "Effect": "Allow", "Action": "s3:GetObject", "Resource": [f"{arn}/{weights}*"]},
-            {"Sid": "WriteCompileCache", "Effect": "Allow", "Action": ["s3:PutObject", "s3:GetObject"],
-             "Resource": [f"{arn}/{PREFIX}*"]},
-            {"Sid": "OnlyConditionalLockAndMarkerWrites", "Effect": "Deny", "Action": "s3:PutObject",
-             "Resource": [f"{arn}/{PREFIX}.llm-serving-lock", f"{arn}/{PREFIX}.llm-serving-complete"],
-             "Condition": {"Null": {"s3:if-none-match": "true", "s3:if-match": "true"}}},
-            {"Sid": "ReleaseOwnLock", "Effect": "Allow", "Action": "s3:DeleteObject",
-             "Resource": f"{arn}/{PREFIX}.llm-serving-lock", "Condition": {"Null": {"s3:if-match": "false"}}},
-            {"Sid": "ListWeights", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": arn,
-             "Condition": {"StringLike": {"s3:prefix": [f"{PREFIX}*", f"{weights}*"]}}},
-        ],
-    }
-    with pytest.raises(ValueError, match="one cache prefix ending in /"):
-        buckets.compile_cache_writer_policy(arn, [weights], PREFIX.rstrip("/"), lock="l", marker="m")
-
-
-# --- the room the producer needs ------------------------------------------------------------------------------
-
-
-def _p5(nodes: int) -> Supply:
-    return Supply(gpus_per_node=8, nodes=nodes, instance_type="p5.48xlarge", autoscaled=True)
-
-
-def test_the_producer_is_counted_after_peak_and_the_surge():
-    model = Footprint("llama-70b", 4, 2, 4, cold_start_seconds=510)
-    surge = {"llama-70b": Strategy("RollingUpdate", max_surge=1)}
-    # 4 x TP4 at peak + a surge TP4 + the producer's TP4 = 24 GPUs: 3 nodes of 8.
-    room = producer_room([model], surge, [model], _p5(4))
-    assert (room.nodes_needed, room.producers, room.refused) == (3, ("llama-70b",), {})
-    refused = producer_room([model], surge, [model], _p5(2))
-    assert refused.producers == ()
-    assert refused.refused == {"llama-70b": (
-        "no room for its producer Job (4 GPUs on one node while it compiles) beside llama-70b 4 x TP4 and the "
-        "rollouts' surge replicas: that needs 3 nodes, the node group supplies 2 x p5.48xlarge (8 GPUs each; "
-        "maxNodes, with a node autoscaler)", 3)}
-    # Without a surge (one replica at a time) only peak and the producer count.
-    assert producer_room([model], {"llama-70b": Strategy("RollingUpdate", max_unavailable=1)}, [model],
-                         _p5(3)).nodes_needed == 3
-
-
-def test_shared_compile_cache_without_room_for_its_producer_is_refused_at_preview():
-    from tests.stacks.checks.test_model_checks import lines
-
-    # 3 replicas x TP4 + a surge fill both nodes: the producer would wait for a replica's GPUs.
-    assert lines(replicas=3, compileCache="shared") == [
-        "llm-serving:gpuNodeGroup.scaling.maxNodes: models[llama-70b].compileCache shared: no room for its producer "
-        "Job (4 GPUs on one node while it compiles) beside llama-70b 3 x TP4 and the rollouts' surge replicas: that "
-        "needs 3 nodes, the node group supplies 2 x p5.48xlarge (8 GPUs each; maxNodes, with a node autoscaler) "
-        "(got 2; expected >= 3, or compileCache auto or off)"]
-    # auto falls back to off instead, and one more node makes room.
-    assert lines(replicas=3, compileCache="auto") == []
-    assert lines(replicas=3, compileCache="shared", max_nodes=3) == []
