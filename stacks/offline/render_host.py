@@ -39,6 +39,15 @@ from pathlib import Path
 
 _MAX_MESSAGE = 1 << 20  # one request: the module, argv, directory, environment and modules to preload
 _FDS_PER_REQUEST = 3  # stdout file, stderr file, status pipe
+KILL_WAIT_SECONDS = 5.0  # for the pid line of a render being killed; a live waiter writes it at once
+# What the host must not inherit: pulumi's import-time tracing setup (pulumi/runtime/_instrumentation.py)
+# starts an exporter thread when these are set, and the host must have one thread when it forks.
+_TRACING_ENV = ("TRACEPARENT", "OTEL_", "PULUMI_OTEL_")
+
+
+class HostFailed(OSError):
+    """The host or its waiter ended before the render was forked: the side is not at fault, and renders
+    in a subprocess instead."""
 
 
 def available() -> bool:
@@ -51,9 +60,11 @@ def available() -> bool:
 class Forked:
     """One render forked by the host: `communicate`, `kill` and `returncode` as on a `Popen`."""
 
-    def __init__(self, status: int, stdout: Path, stderr: Path, args: list[str]) -> None:
+    def __init__(self, status: int, stdout: Path, stderr: Path, args: list[str], argv: list[str],
+                 env: dict[str, str]) -> None:
         self._status = os.fdopen(status, "rb", buffering=0)
         self._stdout, self._stderr, self.args = stdout, stderr, args
+        self.argv, self.env = argv, env  # the module's argv and the environment, for a subprocess to redo it
         self._lines: list[bytes] = [b""]
         self.pid: int | None = None  # the render's, the waiter's first line
         self.returncode: int | None = None  # its exit code, the waiter's second line
@@ -73,21 +84,28 @@ class Forked:
         return bool(chunk)
 
     def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        """The render's (stdout, stderr) once it ended. HostFailed when no render was ever forked (the
+        host or the waiter died first, e.g. a fork refused under a pids limit)."""
         if self.returncode is None:
             while self._read(timeout):
                 pass
             self._status.close()
             done = [line for line in self._lines if line]
-            # No exit code: the waiter itself died; a crash, not a success.
+            if not done:
+                self.returncode = -int(signal.SIGKILL)
+                raise HostFailed(f"the render host ended before it forked {' '.join(self.args)}")
+            # No exit code: the waiter itself died after the fork; a crash, not a success.
             self.returncode = int(done[1]) if len(done) > 1 else -int(signal.SIGKILL)
         return self._stdout.read_text(errors="replace"), self._stderr.read_text(errors="replace")
 
     def kill(self) -> None:
         if self.returncode is not None:
             return
-        # The waiter writes the pid right after its fork: wait for that line (or its end).
-        while self.pid is None and self._read(None):
-            pass
+        # The waiter writes the pid right after its fork: wait briefly for that line (or its end); a
+        # host that never forks has nothing to kill.
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            while self.pid is None and self._read(KILL_WAIT_SECONDS):
+                pass
         if self.pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGKILL)
@@ -100,10 +118,13 @@ class RenderHost:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # Without PYTHONPATH and with -P: the host's sys.path is the interpreter's own (standard
         # library, site-packages), so nothing it imports can come from a project directory.
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith(_TRACING_ENV)}
+        # Its own session and no terminal: a Ctrl-C of the caller's group does not reach it (the caller
+        # closing its end stops it), and it holds none of the caller's output pipes open; each render
+        # writes to its own files.
         self.process = subprocess.Popen(
             [sys.executable, "-P", __file__, str(theirs.fileno())], pass_fds=[theirs.fileno()], cwd="/", env=env,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )
         theirs.close()
         self._socket = ours
@@ -124,9 +145,12 @@ class RenderHost:
             try:
                 socket.send_fds(self._socket, [json.dumps(request).encode()],
                                 [out.fileno(), err.fileno(), status_write])
+            except BaseException:
+                os.close(status_read)
+                raise
             finally:
                 os.close(status_write)
-        return Forked(status_read, stdout, stderr, [sys.executable, "-m", module, *argv])
+        return Forked(status_read, stdout, stderr, [sys.executable, "-m", module, *argv], argv, env)
 
     def close(self) -> None:
         self._socket.close()  # the host reads EOF and exits
@@ -162,6 +186,15 @@ def default_host(preload: tuple[str, ...]) -> RenderHost:
         _default = RenderHost(list(preload))
         atexit.register(_default.close)
     return _default
+
+
+def forget_default() -> None:
+    """Stop using this process's host (it failed): the next default_host() starts a new one."""
+    global _default
+    host, _default = _default, None
+    if host is not None:
+        with contextlib.suppress(OSError):
+            host.close()
 
 
 # --- the host --------------------------------------------------------------------------------------
@@ -203,7 +236,10 @@ def _run_render(request: dict, stdout: int, stderr: int) -> None:
 def _wait_for(request: dict, fds: list[int]) -> None:
     """In the waiter: fork the render, write its pid and then its exit code on the status pipe."""
     stdout, stderr, status = fds
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:  # no pid line: the caller renders this side in a subprocess (HostFailed)
+        os._exit(1)
     if pid == 0:
         os.close(status)
         _run_render(request, stdout, stderr)
@@ -266,9 +302,12 @@ def serve(channel: socket.socket) -> None:
             for fd in fds:
                 os.close(fd)
             continue
-        if os.fork() == 0:
-            channel.close()
-            _wait_for(request, fds)
+        try:
+            if os.fork() == 0:
+                channel.close()
+                _wait_for(request, fds)
+        except OSError:  # fork refused: closing the status pipe unforked tells the caller (HostFailed)
+            pass
         for fd in fds:
             os.close(fd)
 

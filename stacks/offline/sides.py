@@ -101,15 +101,19 @@ def _start(side: Side, stack_file: str, out_dir: Path) -> subprocess.Popen[str] 
     env = {**os.environ, "PYTHONPATH": str(side.directory), "PYTHONDONTWRITEBYTECODE": "1"}
     argv = ["render", stack_file, "--out", str(out_dir), "--quiet"]
     if render_host.available():
-        host = render_host.default_host(PROGRAM_PACKAGES)
         try:
+            host = render_host.default_host(PROGRAM_PACKAGES)
             # Their modules this process has imported by now (after a render here: all a render
             # needs), so the host imports them once instead of every forked render.
             loaded = render_host.loaded_modules(PROGRAM_PACKAGES)
             return host.start("stacks", argv, side.directory, env, out_dir.with_name(f"{out_dir.name}-output"),
                               preload=loaded)
-        except OSError:  # the host is gone (killed): a subprocess does the same
-            pass
+        except OSError:  # no host (it could not start, or died): a subprocess does the same
+            render_host.forget_default()
+    return _subprocess(side, argv, env)
+
+
+def _subprocess(side: Side, argv: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "stacks", *argv],
         cwd=side.directory, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -125,6 +129,9 @@ def _finish(process: subprocess.Popen[str] | render_host.Forked, out_dir: Path,
     """The rendered resources, or the lines explaining why the render failed."""
     try:
         _, stderr = process.communicate(timeout=RENDER_TIMEOUT_SECONDS)
+    except render_host.HostFailed:  # the host, not the side: render it in a subprocess after all
+        render_host.forget_default()
+        return _finish(_subprocess(side, process.argv, process.env), out_dir, side)
     except subprocess.TimeoutExpired:
         process.kill()
         process.communicate()

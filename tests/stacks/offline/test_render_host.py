@@ -30,6 +30,11 @@ FAKE_MAIN = textwrap.dedent("""\
                       "no_bytecode": sys.dont_write_bytecode}))
     if sys.argv[1] == "raise":
         raise RuntimeError("the side's program failed")
+    if sys.argv[1] == "render":  # as `python -m stacks render <file> --out <dir> --quiet` would
+        out = sys.argv[sys.argv.index("--out") + 1]
+        os.makedirs(out, exist_ok=True)
+        open(os.path.join(out, "resources.json"), "w").write(json.dumps([{"name": "from-the-side"}]))
+        sys.exit(0)
     if sys.argv[1] == "wait":
         sys.stdout.flush()
         import threading
@@ -90,6 +95,50 @@ def test_a_host_that_died_refuses_the_next_render_so_the_side_renders_in_a_subpr
     host.process.wait()
     with pytest.raises(OSError):  # what sides._start falls back on
         host.start("stacks", ["0"], side, _env(), tmp_path / "io")
+
+
+def test_a_waiter_that_ends_before_it_forks_is_the_hosts_failure_not_the_sides(tmp_path):
+    # Its status pipe closes with no pid line: a refused fork in the host or the waiter looks so.
+    read, write = os.pipe()
+    os.close(write)
+    forked = render_host.Forked(read, tmp_path / "out", tmp_path / "err", ["python", "-m", "stacks"], ["x"], {})
+    with pytest.raises(render_host.HostFailed, match="the render host ended before it forked"):
+        forked.communicate(timeout=60)
+    forked.kill()  # nothing to kill, and it does not wait for a pid line that never comes
+
+
+def test_without_a_host_a_side_renders_in_a_subprocess(side, tmp_path, monkeypatch):
+    monkeypatch.setattr(render_host, "available", lambda: False)
+    the_side = sides.Side(side, "the fake side", in_git=False)
+    process = sides._start(the_side, "Pulumi.dev.yaml", tmp_path / "render")
+    assert not isinstance(process, render_host.Forked)
+    assert sides._finish(process, tmp_path / "render", the_side) == ([{"name": "from-the-side"}], [])
+
+
+def test_a_host_that_fails_a_render_is_dropped_and_the_side_renders_in_a_subprocess(side, tmp_path, monkeypatch):
+    read, write = os.pipe()
+    os.close(write)  # as a host whose fork was refused
+    failed = render_host.Forked(read, tmp_path / "out", tmp_path / "err", ["python", "-m", "stacks"],
+                                ["render", "Pulumi.dev.yaml", "--out", str(tmp_path / "render"), "--quiet"],
+                                _env())
+    dropped = []
+    monkeypatch.setattr(render_host, "forget_default", lambda: dropped.append(True))
+    the_side = sides.Side(side, "the fake side", in_git=False)
+    assert sides._finish(failed, tmp_path / "render", the_side) == ([{"name": "from-the-side"}], [])
+    assert dropped == [True]
+
+
+def test_the_host_inherits_no_tracing_setup_and_no_terminal(monkeypatch):
+    monkeypatch.setenv("TRACEPARENT", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+    monkeypatch.setenv("PULUMI_OTEL_EXPORTER_OTLP_ENDPOINT", "localhost:4317")
+    started = render_host.RenderHost(preload=[])
+    try:
+        environ = Path(f"/proc/{started.process.pid}/environ").read_bytes().split(b"\0")
+        assert not [e for e in environ if e.startswith((b"TRACEPARENT=", b"PULUMI_OTEL_", b"OTEL_"))]
+        assert os.getsid(started.process.pid) == started.process.pid  # its own session: no Ctrl-C of ours
+        assert os.readlink(f"/proc/{started.process.pid}/fd/1") == "/dev/null"
+    finally:
+        started.close()
 
 
 def test_a_render_forked_after_the_callers_imports_is_byte_identical_to_the_golden(tmp_path):
