@@ -261,12 +261,18 @@ def producer_script(key: CompileCacheKey, serving_args: list[str], stale_lock_se
     ])
 
 
-def _serve_until_healthy(serving_args: list[str]) -> list[str]:
-    """Start vLLM in the background, wait for /health (compile and graph capture done), stop it."""
+# The shell is the pod's PID 1, which ignores a signal it has no handler for (pid_namespaces(7)): without
+# this trap a TERM would wait for the SIGKILL, and the EXIT trap (the lock's release) would never run.
+TERM_TRAP = "trap '[ -n \"$pid\" ] && kill -TERM \"$pid\" 2>/dev/null; exit 143' TERM INT"
+
+
+def _serve_until_healthy(serving_args: list[str], *, trap: bool = True) -> list[str]:
+    """Start vLLM in the background, wait for /health (compile and graph capture done), stop it.
+    `trap`: set TERM_TRAP first (unless the caller already did)."""
     serve = shlex.join(["vllm", "serve", *producer_args(serving_args)])
     health = f"http://127.0.0.1:{engine.PORT}/health"
     return [
-        "trap '[ -n \"$pid\" ] && kill -TERM \"$pid\" 2>/dev/null; exit 143' TERM INT",
+        *([TERM_TRAP] if trap else []),
         f"{serve} &",
         "pid=$!",
         f"until python3 -c 'import urllib.request; urllib.request.urlopen(\"{health}\", timeout=5)' 2>/dev/null; do",
@@ -290,11 +296,12 @@ def s3_producer_script(key: CompileCacheKey, serving_args: list[str], stale_lock
         f"etag=$(sync lock \"${{HOSTNAME:-{PRODUCER_COMPONENT}}}\" {stale_lock_seconds})",
         "pid=",
         "trap 'sync unlock \"$etag\"' EXIT",
+        TERM_TRAP,  # from here on a TERM exits through the EXIT trap, which releases the lock
         # Asked again under the lock: a writer that marked it between the first look and this lock has
         # finished (and released), and nothing would be gained by compiling again.
         "state=$(sync state)",
         "if [ \"$state\" = produced ]; then echo 'compile cache produced meanwhile'; exit 0; fi",
-        *_serve_until_healthy(serving_args),
+        *_serve_until_healthy(serving_args, trap=False),
         f"sync publish {shlex.quote(vllm_compile_dir())} \"$etag\"",
     ])
 

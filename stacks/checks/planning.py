@@ -154,7 +154,9 @@ def s3_read_estimate(config: StackConfig, model: ModelConfig | None = None) -> s
     gpus = _gpus_per_replica(config, model)
     per_node = max(1, instance.gpu_count // gpus) if gpus else 1
     return storage.s3_read_estimate(instance.name, concurrency=config.weights_storage.s3.streamer_concurrency,
-                                    replicas_per_node=per_node, replicas_reading_prefix=replica_bounds(model)[1])
+                                    replicas_per_node=per_node,
+                                    # Every stage's pod reads the whole checkpoint (capacity.plan).
+                                    replicas_reading_prefix=replica_bounds(model)[1] * model.pipeline_parallel_size)
 
 
 def _gpus_per_replica(config: StackConfig, model: ModelConfig) -> int | None:

@@ -122,11 +122,17 @@ class RenderHost:
         # Its own session and no terminal: a Ctrl-C of the caller's group does not reach it (the caller
         # closing its end stops it), and it holds none of the caller's output pipes open; each render
         # writes to its own files.
-        self.process = subprocess.Popen(
-            [sys.executable, "-P", __file__, str(theirs.fileno())], pass_fds=[theirs.fileno()], cwd="/", env=env,
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-        )
-        theirs.close()
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-P", __file__, str(theirs.fileno())], pass_fds=[theirs.fileno()], cwd="/",
+                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
         self._socket = ours
         self._preload = preload
 
@@ -153,11 +159,13 @@ class RenderHost:
         return Forked(status_read, stdout, stderr, [sys.executable, "-m", module, *argv], argv, env)
 
     def close(self) -> None:
-        self._socket.close()  # the host reads EOF and exits
+        self._socket.close()  # the host reads EOF, waits for its renders and exits
         try:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            self.process.kill()
+            # Its own session, so its own process group: its waiters and renders go with it.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
 
 

@@ -134,7 +134,11 @@ def _finish(process: subprocess.Popen[str] | render_host.Forked, out_dir: Path,
         return _finish(_subprocess(side, process.argv, process.env), out_dir, side)
     except subprocess.TimeoutExpired:
         process.kill()
-        process.communicate()
+        if isinstance(process, render_host.Forked) and process.pid is None:
+            # The host never forked this render (stuck before its fork): stopping it closes the pipe.
+            render_host.forget_default()
+        with contextlib.suppress(render_host.HostFailed):
+            process.communicate()
         return [], [f"diff: rendering {side.label} took longer than {RENDER_TIMEOUT_SECONDS} s"]
     resources_file = out_dir / "resources.json"
     if process.returncode != 0 or not resources_file.is_file():

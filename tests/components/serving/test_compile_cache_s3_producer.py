@@ -21,7 +21,8 @@ from tests.components.serving.test_compile_cache_s3 import BUCKET, PREFIX, SHA, 
 
 
 def _run(tmp_path: Path, script: str, *, state: str = "absent", lock_code: int = 0, vllm: str = "exit 1",
-         terminate: bool = False, state_under_lock: str = "absent") -> tuple[int, str, list[str]]:
+         terminate: bool = False, state_under_lock: str = "absent",
+         slow_state_under_lock: bool = False) -> tuple[int, str, list[str]]:
     """`script` with its `sync` function replaced by a recorder (cache_sync's requests are the Stubber tests'),
     and `vllm` a stand-in on PATH."""
     calls = tmp_path / "calls"
@@ -30,8 +31,10 @@ def _run(tmp_path: Path, script: str, *, state: str = "absent", lock_code: int =
     (bin_dir / "vllm").write_text(f"#!/bin/sh\n{vllm}\n")
     (bin_dir / "vllm").chmod(0o755)
     locked = tmp_path / "locked"
+    # A look under the lock that takes a while, as a real one does (a Python start and an S3 list).
+    slow = f"touch {tmp_path / 'vllm-running'}; sleep 0.5;" if slow_state_under_lock else ""
     recorder = (f'sync() {{ echo "$*" >> {calls}; case $1 in '
-                f"state) if [ -f {locked} ]; then echo {state_under_lock}; else echo {state}; fi;; "
+                f"state) if [ -f {locked} ]; then {slow} echo {state_under_lock}; else echo {state}; fi;; "
                 f"lock) [ {lock_code} -eq 0 ] && touch {locked} && echo '\"e1\"' || return {lock_code};; esac; }}")
     script = script.replace(sync_function(key()), recorder)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "HOSTNAME": "pod-a",
@@ -75,6 +78,12 @@ def test_a_terminated_producer_releases_its_lock(tmp_path):
     running = tmp_path / "vllm-running"
     code, _, calls = _run(tmp_path, producer_script(key(), ["s3://b/p/"], stale_lock_seconds=1280),
                           vllm=f"touch {running}; exec sleep 60", terminate=True)
+    assert (code, calls) == (143, ["state", "lock pod-a 1280", "state", 'unlock "e1"'])
+
+
+def test_a_producer_terminated_while_it_looks_again_under_the_lock_releases_it(tmp_path):
+    code, _, calls = _run(tmp_path, producer_script(key(), ["s3://b/p/"], stale_lock_seconds=1280),
+                          slow_state_under_lock=True, terminate=True)
     assert (code, calls) == (143, ["state", "lock pod-a 1280", "state", 'unlock "e1"'])
 
 

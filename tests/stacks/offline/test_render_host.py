@@ -128,6 +128,21 @@ def test_a_host_that_fails_a_render_is_dropped_and_the_side_renders_in_a_subproc
     assert dropped == [True]
 
 
+def test_a_host_stuck_before_its_fork_times_out_and_is_stopped(side, tmp_path, monkeypatch):
+    # The status pipe stays open and silent, as a host stuck before its fork keeps it; stopping the host
+    # closes it (forget_default, here closing the write end as the host's death would).
+    read, write = os.pipe()
+    stuck = render_host.Forked(read, tmp_path / "out", tmp_path / "err", ["python", "-m", "stacks"], ["x"], {})
+    monkeypatch.setattr(sides, "RENDER_TIMEOUT_SECONDS", 0.05)
+    monkeypatch.setattr(render_host, "KILL_WAIT_SECONDS", 0.05)
+    stopped = []
+    monkeypatch.setattr(render_host, "forget_default", lambda: (stopped.append(True), os.close(write)))
+    the_side = sides.Side(side, "the fake side", in_git=False)
+    assert sides._finish(stuck, tmp_path / "render", the_side) == (
+        [], ["diff: rendering the fake side took longer than 0.05 s"])
+    assert stopped == [True]
+
+
 def test_the_host_inherits_no_tracing_setup_and_no_terminal(monkeypatch):
     monkeypatch.setenv("TRACEPARENT", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
     monkeypatch.setenv("PULUMI_OTEL_EXPORTER_OTLP_ENDPOINT", "localhost:4317")
