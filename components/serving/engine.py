@@ -278,12 +278,21 @@ def shm_size_gib(tensor_parallel_size: int) -> int:
     return max(2, 4 * tensor_parallel_size)
 
 
+def _node_share(node_gpus: int, tensor_parallel_size: int) -> float:
+    # The GPUs taken, less 10 % of the node for the kubelet, system reserve and GPU daemons.
+    return tensor_parallel_size / node_gpus * 0.9
+
+
+def pod_memory_gib(node_memory_gib: int, node_gpus: int, tensor_parallel_size: int) -> int:
+    """A serving pod's memory request and limit, in GiB (pod_resources)."""
+    return max(8, math.floor(node_memory_gib * _node_share(node_gpus, tensor_parallel_size)))
+
+
 def pod_resources(node_vcpus: int, node_memory_gib: int, node_gpus: int, tensor_parallel_size: int) -> dict:
     """GPUs = TP; CPU and memory in proportion to the GPUs taken, less 10 % of the node for the
     kubelet, system reserve and GPU daemons, so two TP4 pods fit one 8-GPU node."""
-    share = tensor_parallel_size / node_gpus * 0.9
-    cpu = max(1, math.floor(node_vcpus * share))
-    memory_gib = max(8, math.floor(node_memory_gib * share))
+    cpu = max(1, math.floor(node_vcpus * _node_share(node_gpus, tensor_parallel_size)))
+    memory_gib = pod_memory_gib(node_memory_gib, node_gpus, tensor_parallel_size)
     return {
         "requests": {"cpu": str(cpu), "memory": f"{memory_gib}Gi", "nvidia.com/gpu": str(tensor_parallel_size)},
         "limits": {"memory": f"{memory_gib}Gi", "nvidia.com/gpu": str(tensor_parallel_size)},

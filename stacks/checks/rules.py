@@ -239,9 +239,7 @@ def _streamer_memory(config: StackConfig, model: ModelConfig, plan: serving.Capa
     if config.weights_storage.backend is not StorageBackend.S3:
         return
     instance = resolve_instance_type(config)
-    resources = serving.pod_resources(instance.vcpus, instance.memory_gib, instance.gpu_count,
-                                      plan.tensor_parallel_size)
-    pod_gib = int(resources["limits"]["memory"].removesuffix("Gi"))
+    pod_gib = serving.pod_memory_gib(instance.memory_gib, instance.gpu_count, plan.tensor_parallel_size)
     limit = config.weights_storage.s3.streamer_memory_limit_gib
     allowed = math.floor(pod_gib * STREAMER_MEMORY_SHARE / plan.tensor_parallel_size)
     if limit > allowed:
