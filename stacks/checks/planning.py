@@ -18,6 +18,7 @@ from typing import Any
 
 from components import gpu, serving, storage
 from components.serving import ModelArchitecture, lookup_model
+from stacks.checks.memo import per_config
 from stacks.config import (
     AccessMode,
     ClusterMode,
@@ -194,6 +195,7 @@ def storage_backend_label(config: StackConfig, model: ModelConfig | None = None)
     return f"StorageClass {existing.name}, {existing.read_mib_per_second:g} MiB/s per pod (operator's figure)"
 
 
+@per_config
 def model_plan(config: StackConfig, model: ModelConfig) -> serving.CapacityPlan:
     """The capacity plan of one model on the node group's GPUs; CapacityError when it cannot work."""
     return _plan(config, model, storage_read_mib_per_second(config, model))
@@ -371,6 +373,7 @@ def producer_room(config: StackConfig) -> serving.ProducerRoom | None:
     return serving.producer_room(shapes, strategies, producers, supply(config))
 
 
+@per_config
 def compile_cache_state(config: StackConfig, model: ModelConfig) -> tuple[bool, str]:
     """(shared, why): whether the model's replicas share a compile cache, and the reason when not."""
     problems = _cache_inputs_problems(config, model)
