@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stacks.config.files import PROJECT_DIR
+from stacks.config.files import PROJECT_DIR, parse_yaml
 from stacks.offline import awaits
 from tests.conftest import STACK_NAMES
 
@@ -25,7 +25,7 @@ WORKFLOW_FILES = sorted(p.name for p in WORKFLOWS.glob("*.yml"))
 
 def load(name: str) -> dict:
     # PyYAML reads the `on:` key as True; give it back its name.
-    document = yaml.safe_load((WORKFLOWS / name).read_text())
+    document = parse_yaml((WORKFLOWS / name).read_text())
     document["on"] = document.pop(True)
     return document
 

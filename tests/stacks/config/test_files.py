@@ -1,0 +1,46 @@
+"""Stack files are parsed by libyaml where PyYAML has it (stacks/config/files.py parse_yaml): the same
+documents and the same errors as the pure-Python `yaml.safe_load`."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from stacks.config import files
+from stacks.config.files import PROJECT_DIR, parse_yaml
+
+COMMITTED = sorted([*PROJECT_DIR.glob("Pulumi.*.yaml"), *(PROJECT_DIR / "examples").glob("Pulumi.*.yaml")])
+
+
+def test_the_installed_pyyaml_has_libyaml_so_stack_files_take_the_fast_parser():
+    # PyYAML's wheels for Linux and macOS ship libyaml; without it parse_yaml is safe_load itself.
+    assert files._FAST_LOADER is yaml.CSafeLoader  # noqa: SLF001
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: str(p.relative_to(PROJECT_DIR)))
+def test_every_committed_stack_file_parses_to_the_document_safe_load_gives(path):
+    text = path.read_text()
+    document = parse_yaml(text)
+    assert document == yaml.safe_load(text)
+    assert isinstance(document["config"], dict) and document["config"]
+
+
+@pytest.mark.parametrize("text", [
+    "config:\n  llm-serving:environment: [prod\n",
+    "config:\n\tllm-serving:environment: prod\n",
+    "config: {llm-serving:environment: prod\n",
+    "config:\n  a: b: c\n",
+])
+def test_a_syntax_error_is_the_pure_parsers_error_with_its_line(text):
+    with pytest.raises(yaml.YAMLError) as pure:
+        yaml.safe_load(text)
+    with pytest.raises(yaml.YAMLError) as ours:
+        parse_yaml(text)
+    assert type(ours.value) is type(pure.value)
+    assert str(ours.value) == str(pure.value)
+
+
+def test_values_resolve_as_safe_load_resolves_them():
+    text = "a: yes\nb: 0o17\nc: 2026-12-01\nd: ~\ne: 1e3\nf: '1e3'\ng: [1, 2.5, null]\n"
+    assert parse_yaml(text) == yaml.safe_load(text)
+    assert parse_yaml(text)["a"] is True and parse_yaml(text)["f"] == "1e3"
