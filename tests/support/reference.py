@@ -248,6 +248,13 @@ def custom_resource_errors(obj: dict[str, Any]) -> list[str]:
 # Built-in Kubernetes objects
 
 
+# kubernetes-validate reads and parses its 1.5 MB `_definitions.json` (and the kind's schema file) again
+# for every object it validates (kubernetes_validate/utils.py: validate -> schema_contents): about 4 s of
+# the suite's CPU for ~360 objects. Those files are read-only and jsonschema never changes a schema, so
+# each parsed document is kept for the process; what is validated, and how, is unchanged.
+kv_utils.schema_contents = lru_cache(maxsize=None)(kv_utils.schema_contents)
+
+
 @lru_cache(maxsize=1)
 def _kubernetes_validate_versions() -> tuple[str, ...]:
     # kubernetes-validate ships one schema set per minor release ("1.34.0"); all_versions() lists
