@@ -12,8 +12,9 @@ runs `python -m stacks render` with PYTHONPATH at its directory, importing its o
 a host that has the program's packages imported already (stacks/offline/render_host.py, about 1 s
 of CPU instead of 3-4 s), or where the host cannot run (not Linux), in a new subprocess.
 
-Renders are remembered for the process by (code, stack files, stack file): a stack whose file did
-not change renders once for both sides, and `diff` of every stack re-renders nothing it has seen.
+Renders are remembered for the process by (code, stack files, stack file): two sides with the same
+code and stack files (a diff with no change) render once, and `diff` of every stack re-renders nothing
+it has seen.
 """
 
 from __future__ import annotations
@@ -166,6 +167,8 @@ def render_sides(sides: list[Side | None], stack_file: str, scratch: Path) -> li
     and run while this process renders the sides it can, so on two cores they overlap."""
     running = _running_code()
     pending: list[tuple[tuple[str, str, str] | None, Callable[[], tuple[Resources, list[str]]]]] = []
+    results: list[tuple[Resources, list[str]]] = []
+    first_with: dict[tuple[str, str, str], int] = {}  # key -> the index of the side that renders it
     for index, side in enumerate(sides):
         if side is None:
             pending.append((None, lambda: ([], [])))
@@ -174,12 +177,19 @@ def render_sides(sides: list[Side | None], stack_file: str, scratch: Path) -> li
         key = (*digests, stack_file) if digests else None
         if key in _renders:
             pending.append((None, lambda key=key: (json.loads(_renders[key]), [])))
-        elif digests and digests[0] == running:
+        elif key in first_with:
+            # The same code and stack files as an earlier side (a diff with no change): its render, copied
+            # (finished first, as the pending list runs in order).
+            pending.append((None, lambda earlier=first_with[key]: (
+                json.loads(json.dumps(results[earlier][0])), list(results[earlier][1]))))
+        elif key is not None and key[0] == running:
+            first_with[key] = index
             pending.append((key, functools.partial(_render_here, side, stack_file)))
         else:
+            if key is not None:
+                first_with[key] = index
             out_dir = scratch / f"render-{index}"
             pending.append((key, functools.partial(_finish, _start(side, stack_file, out_dir), out_dir, side)))
-    results = []
     for key, finish in pending:
         resources, errors = finish()
         if key is not None and not errors:
