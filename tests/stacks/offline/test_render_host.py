@@ -80,6 +80,14 @@ def test_an_exception_in_the_side_is_exit_1_with_its_traceback_on_stderr(host, s
     assert err.endswith("RuntimeError: the side's program failed\n")
 
 
+def test_closing_the_host_ends_it_with_exit_code_0_after_its_renders(side, tmp_path):
+    started = render_host.RenderHost(preload=[])
+    forked = started.start("stacks", ["3", "--quiet"], side, _env(), tmp_path / "io")
+    started.close()  # the host reaps the render, then exits without the interpreter's teardown
+    assert started.process.returncode == 0
+    assert forked.communicate(timeout=30)[0] and forked.returncode == 3
+
+
 def test_a_killed_render_reports_the_signal_and_the_next_one_still_runs(host, side, tmp_path):
     waiting = host.start("stacks", ["wait"], side, _env(), tmp_path / "first")
     waiting.kill()
