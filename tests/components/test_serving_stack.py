@@ -74,9 +74,11 @@ def test_render_matches_golden_snapshot(rendered, name, tmp_path):
     )
 
 
-def test_render_is_byte_identical_across_runs(tmp_path):
+def test_render_is_byte_identical_across_runs(rendered, tmp_path):
+    # The session's render of prod (this worker's or another's, from an earlier test) and a new one here:
+    # two runs, possibly in two processes, after different tests.
     prod = STACK_FILES[STACK_NAMES.index("prod")]
-    first = render.write(render.render_stack(prod), tmp_path / "a")
+    first = render.write(rendered["prod"], tmp_path / "a")
     second = render.write(render.render_stack(prod), tmp_path / "b")
     assert [p.read_bytes() for p in first] == [p.read_bytes() for p in second]
 

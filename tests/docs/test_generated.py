@@ -57,7 +57,7 @@ def _whole_suite(session: pytest.Session) -> bool:
 def test_test_count_blocks_quote_the_collected_suite(request: pytest.FixtureRequest):
     if not _whole_suite(request.session):
         pytest.skip("the test count is checked only when the whole suite is collected (make test)")
-    facts = docs.Facts(test_count=len(request.session.items))
+    facts = docs.Facts(render=render_file, test_count=len(request.session.items))
     for page, text in PAGES.items():
         assert docs.splice_blocks(text, facts) == docs.splice_blocks(text, facts, skip={"test-count"}), (
             f"{page.name}: run `make docs`"

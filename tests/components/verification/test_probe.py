@@ -4,9 +4,11 @@ malformed event, one that is slow; each check's verdict and message."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 
@@ -30,12 +32,51 @@ def _run(behaviour: Behaviour, load: LoadPlan | None = None, check_auth: bool = 
         return probe.run(Settings(MODEL, (Target("url", url, check_auth),), load, request_timeout_seconds=20), KEY)
 
 
+# Each test's probe run against its own server. A run spends its time waiting on the server's sleeps
+# (the slow one about 3 s, the others 0.3-1 s) and almost none computing, so they all start together the
+# first time a test asks for one, and each test reads its own report: the module waits for its longest
+# run instead of their sum (about 9 s of an idle core on the 2-core machine). Each run has its own
+# server, port and threads; none reads another's state.
+# name: (the server's behaviour, the load test's changes to _load() or None for the smoke checks alone,
+# whether the auth check runs)
+SCENARIOS: dict[str, tuple[Behaviour, dict[str, object] | None, bool]] = {
+    "correct": (Behaviour(), None, True),
+    "buffering": (Behaviour(buffer=True), None, True),
+    "no-auth": (Behaviour(check_key=False), None, True),
+    "no-auth-guarded-elsewhere": (Behaviour(check_key=False), None, False),
+    "malformed": (Behaviour(malformed_after=3), None, True),
+    "wrong-model": (Behaviour(reported_model="llama-8b-old"), None, True),
+    "other-name": (Behaviour(served_name="other"), None, True),
+    "kv-cache": (Behaviour(kv_cache_blocks=1000), None, True),
+    "no-kv-cache": (Behaviour(), None, True),
+    # Objectives far above the server's 5 ms: a loaded 2-core machine (the suite's other worker) can hold
+    # a token back tens of milliseconds, which is the scheduler's latency, not the probe's verdict.
+    "load-within-objectives": (Behaviour(), {"objectives": {"ttft_p95_ms": 2000.0, "itl_p95_ms": 250.0}}, True),
+    "load-slow": (Behaviour(ttft_seconds=0.3, itl_seconds=0.03), {"concurrency": 2, "duration_seconds": 0.5}, True),
+    "load-buffered": (Behaviour(buffer=True), {}, True),
+    "load-all-fail": (Behaviour(malformed_after=0), {}, True),
+    "load-max-requests": (Behaviour(), {"max_requests": 4, "duration_seconds": 5.0}, True),
+}
+
+
+@pytest.fixture(scope="module")
+def reports() -> Iterator[dict[str, concurrent.futures.Future[dict]]]:
+    """Every scenario's report, as a future: all runs start at once."""
+    with concurrent.futures.ThreadPoolExecutor(len(SCENARIOS)) as pool:
+        yield {name: pool.submit(_run, behaviour, None if load is None else _load(**load), check_auth)
+               for name, (behaviour, load, check_auth) in SCENARIOS.items()}
+
+
+def _report(reports: dict[str, concurrent.futures.Future[dict]], name: str) -> dict:
+    return reports[name].result(timeout=120)
+
+
 def _checks(report: dict) -> dict[str, tuple[str, str]]:
     return {c["name"]: (c["verdict"], c["message"]) for c in report["checks"]}
 
 
-def test_a_correct_streaming_server_passes_every_smoke_check():
-    report = _run(Behaviour())
+def test_a_correct_streaming_server_passes_every_smoke_check(reports):
+    report = _report(reports, "correct")
     checks = _checks(report)
     assert {name: verdict for name, (verdict, _) in checks.items()} == {
         "models": PASS, "auth": PASS, "stream": PASS, "completion": PASS, "fields": PASS}
@@ -47,8 +88,8 @@ def test_a_correct_streaming_server_passes_every_smoke_check():
     assert report["verdict"] == PASS and report["failures"] == []
 
 
-def test_a_buffering_proxy_fails_the_stream_check_with_a_message_naming_buffering():
-    report = _run(Behaviour(buffer=True))
+def test_a_buffering_proxy_fails_the_stream_check_with_a_message_naming_buffering(reports):
+    report = _report(reports, "buffering")
     verdict, message = _checks(report)["stream"]
     assert verdict == FAIL
     assert message.startswith("100% of 32 tokens arrived in one burst at ")
@@ -56,33 +97,33 @@ def test_a_buffering_proxy_fails_the_stream_check_with_a_message_naming_bufferin
     assert report["failures"] == [f"FAIL url stream: {message}"]
 
 
-def test_an_endpoint_without_auth_fails_with_both_answers():
-    report = _run(Behaviour(check_key=False))
+def test_an_endpoint_without_auth_fails_with_both_answers(reports):
+    report = _report(reports, "no-auth")
     assert _checks(report)["auth"] == (FAIL, "GET /v1/models with no key answered 200 and a wrong key answered 200, "
                                               "expected 401 or 403: the API key is not enforced")
     assert len(report["failures"]) == 1
 
 
-def test_an_address_guarded_elsewhere_skips_the_auth_check():
-    assert _checks(_run(Behaviour(check_key=False), check_auth=False))["auth"] == (
+def test_an_address_guarded_elsewhere_skips_the_auth_check(reports):
+    assert _checks(_report(reports, "no-auth-guarded-elsewhere"))["auth"] == (
         SKIP, "keys are checked in front of this address, not by it")
 
 
-def test_a_malformed_event_fails_the_stream_check_naming_the_event():
-    report = _run(Behaviour(malformed_after=3))
+def test_a_malformed_event_fails_the_stream_check_naming_the_event(reports):
+    report = _report(reports, "malformed")
     assert _checks(report)["stream"] == (FAIL, "malformed stream after 3 tokens: event 4 is not JSON: '{not json'")
 
 
-def test_a_wrong_model_name_in_responses_fails_the_fields_check():
-    report = _run(Behaviour(reported_model="llama-8b-old"))
+def test_a_wrong_model_name_in_responses_fails_the_fields_check(reports):
+    report = _report(reports, "wrong-model")
     verdict, message = _checks(report)["fields"]
     assert verdict == FAIL
     assert message == ("expected model 'llama-8b' and consistent usage: non-streamed model 'llama-8b-old'; "
                        "streamed model ['llama-8b-old']")
 
 
-def test_a_server_that_does_not_serve_the_name_fails_the_models_check():
-    report = _run(Behaviour(served_name="other"))
+def test_a_server_that_does_not_serve_the_name_fails_the_models_check(reports):
+    report = _report(reports, "other-name")
     assert _checks(report)["models"] == (FAIL, "GET /v1/models lists ['other'], not the served name 'llama-8b'")
 
 
@@ -93,10 +134,8 @@ def test_an_unreachable_address_fails_each_check_with_the_error():
     assert report["checks"][0]["message"].startswith("GET http://127.0.0.1:9/v1/models: ConnectionRefusedError")
 
 
-def test_the_load_test_reports_latency_beside_the_plan_and_passes_within_objectives():
-    # Objectives far above the server's 5 ms: a loaded 2-core machine (the suite's other worker) can hold
-    # a token back tens of milliseconds, which is the scheduler's latency, not the probe's verdict.
-    report = _run(Behaviour(), _load(objectives={"ttft_p95_ms": 2000.0, "itl_p95_ms": 250.0}))
+def test_the_load_test_reports_latency_beside_the_plan_and_passes_within_objectives(reports):
+    report = _report(reports, "load-within-objectives")
     load = report["load"]
     assert load["errors"] == 0 and load["requests"] > 0 and load["buffered_requests"] == 0
     assert load["output_tokens_mean"] == 12.0
@@ -111,8 +150,8 @@ def test_the_load_test_reports_latency_beside_the_plan_and_passes_within_objecti
     assert report["verdict"] == PASS
 
 
-def test_a_slow_server_fails_the_ttft_and_itl_objectives():
-    report = _run(Behaviour(ttft_seconds=0.3, itl_seconds=0.03), _load(concurrency=2, duration_seconds=0.5))
+def test_a_slow_server_fails_the_ttft_and_itl_objectives(reports):
+    report = _report(reports, "load-slow")
     checks = _checks(report)
     assert checks["ttft-p95"][0] == FAIL and checks["itl-p95"][0] == FAIL
     assert checks["ttft-p95"][1].endswith(" ms over the 200 ms objective at concurrency 2")
@@ -121,24 +160,24 @@ def test_a_slow_server_fails_the_ttft_and_itl_objectives():
     assert checks["stream"][0] == PASS  # slow is not buffered: the smoke checks still pass
 
 
-def test_buffered_responses_under_load_fail_as_buffered():
-    report = _run(Behaviour(buffer=True), _load())
+def test_buffered_responses_under_load_fail_as_buffered(reports):
+    report = _report(reports, "load-buffered")
     verdict, message = _checks(report)["load-streaming"]
     assert verdict == FAIL
     assert message.endswith("responses arrived in one burst: buffered by a proxy, so the ITL figures are not the "
                             "engine's")
 
 
-def test_a_load_test_where_every_request_fails_reports_the_errors():
-    report = _run(Behaviour(malformed_after=0), _load())
+def test_a_load_test_where_every_request_fails_reports_the_errors(reports):
+    report = _report(reports, "load-all-fail")
     verdict, message = _checks(report)["load"]
     assert verdict == FAIL
     assert message.startswith("no request completed: 0 requests at concurrency 3")
     assert message.endswith("errors: [\"event 1 is not JSON: '{not json'\"]")
 
 
-def test_max_requests_counts_only_requests_after_the_warm_up():
-    report = _run(Behaviour(), _load(max_requests=4, duration_seconds=5.0))
+def test_max_requests_counts_only_requests_after_the_warm_up(reports):
+    report = _report(reports, "load-max-requests")
     assert report["load"]["requests"] == 4
 
 
@@ -202,8 +241,8 @@ def test_the_key_comes_from_a_file_or_an_environment_variable(tmp_path, monkeypa
         probe.read_key(None, "VERIFY_KEY")
 
 
-def test_the_engine_kv_cache_is_read_from_vllms_cache_config_info():
-    report = _run(Behaviour(kv_cache_blocks=1000))
+def test_the_engine_kv_cache_is_read_from_vllms_cache_config_info(reports):
+    report = _report(reports, "kv-cache")
     assert report["engine"] == {"kv_cache_size_tokens": 16000, "num_gpu_blocks": 1000, "block_size": 16}
     assert "engine KV cache: 16,000 tokens (vllm:cache_config_info)" in probe.render_text(report)
-    assert "engine" not in _run(Behaviour())
+    assert "engine" not in _report(reports, "no-kv-cache")
