@@ -162,13 +162,26 @@ def _to_draft7(node: Any) -> Any:
     return out
 
 
-@lru_cache(maxsize=256)
-def _crd_validator(relative: str, version: str) -> jsonschema.protocols.Validator:
+def crd_schema(relative: str, version: str) -> dict[str, Any]:
+    """The Draft 7 schema objects of one CRD version are validated against (a new object)."""
     schema = _to_draft7(_load(relative)["versions"][version]["schema"])
     # metadata is checked separately (scope) and is the API server's business, not the CRD's.
     schema.get("properties", {}).pop("metadata", None)
-    jsonschema.Draft7Validator.check_schema(schema)
-    return jsonschema.Draft7Validator(schema)
+    return schema
+
+
+def crd_versions() -> list[tuple[str, str]]:
+    """(fixture, version) of every CRD version in the fixtures."""
+    return [(relative, version) for relative in sorted(set(_crd_index().values()))
+            for version in _load(relative)["versions"]]
+
+
+@lru_cache(maxsize=256)
+def _crd_validator(relative: str, version: str) -> jsonschema.protocols.Validator:
+    # That the schema is valid Draft 7 is checked once for every CRD version, by
+    # tests/support/test_reference.py, rather than in every worker that validates an object (about 1 s of
+    # CPU each: the Envoy Gateway schemas are megabytes).
+    return jsonschema.Draft7Validator(crd_schema(relative, version))
 
 
 def _object_id(obj: dict[str, Any]) -> str:

@@ -28,7 +28,7 @@ import json
 import os
 import pickle
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from stacks.offline import render as offline_render
@@ -107,10 +107,13 @@ def _names_its_directory(result: offline_render.RenderResult, stack_file: Path) 
     return str(stack_file.parent) in json.dumps([result.resources, result.manifests])
 
 
-def render(stack_file: Path) -> offline_render.RenderResult:
-    """`render.render_stack(stack_file)`, from another worker's render when it had the same input."""
+def render(stack_file: Path, renderer: Callable[[Path], offline_render.RenderResult] | None = None,
+           ) -> offline_render.RenderResult:
+    """`render.render_stack(stack_file)` (or `renderer`'s), from another worker's render when it had the
+    same input."""
+    render_stack = renderer or offline_render.render_stack
     if _shared_dir is None:
-        return offline_render.render_stack(stack_file)
+        return render_stack(stack_file)
     key = _key(stack_file)
     entry = _shared_dir / f"{key}.pickle"
     with open(_shared_dir / f"{key}.lock", "w") as lock:
@@ -120,7 +123,7 @@ def render(stack_file: Path) -> offline_render.RenderResult:
             if _inputs_unchanged(inputs, stack_file):
                 return result
         with _recording() as opened:
-            result = offline_render.render_stack(stack_file)
+            result = render_stack(stack_file)
         inputs = _inputs(opened, stack_file)
         if inputs is not None and not _names_its_directory(result, stack_file):
             partial = entry.with_suffix(f".{os.getpid()}.partial")

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
 from tests.support import reference
@@ -139,6 +140,11 @@ def deployment() -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------------------
 # Custom resources
+
+
+@pytest.mark.parametrize(("relative", "version"), reference.crd_versions())
+def test_every_crd_version_converts_to_a_valid_draft7_schema(relative: str, version: str) -> None:
+    jsonschema.Draft7Validator.check_schema(reference.crd_schema(relative, version))
 
 
 def test_accepts_valid_servicemonitor() -> None:

@@ -17,10 +17,12 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
 from stacks.config.files import PROJECT_DIR
+from stacks.offline import render
 from stacks.offline.diff import (
     ABSENT,
     FieldChange,
@@ -33,6 +35,7 @@ from stacks.offline.diff import (
     format_text,
 )
 from stacks.offline.diff import main as diff_main
+from tests.support import shared_renders
 from tests.support.cli import Ran, run_main
 
 # --- the field diff ------------------------------------------------------------------------------
@@ -391,8 +394,20 @@ def git(repo: Path, *args: str) -> str:
 
 def run_diff(repo: Path, *args: str) -> Ran:
     """`python -m stacks diff *args` run in `repo`, in this process (tests/support/cli.py): a side whose
-    code is this project's renders here, one whose code the test edited renders in a subprocess."""
-    return run_main(lambda: diff_main(list(args), project_dir=repo), ("diff", *args), cwd=repo)
+    code is this project's renders here, one whose code the test edited renders in a subprocess.
+
+    A side rendered here is a function of this project's code and the side's stack files, so it comes
+    from the session's renders (tests/support/shared_renders.py): the base's unchanged prod is the
+    render other tests of prod made."""
+    real = render.render_stack
+
+    def render_stack(stack_file: Path, cluster_version: str | None = None) -> render.RenderResult:
+        if cluster_version is not None:
+            return real(stack_file, cluster_version)
+        return shared_renders.render(stack_file, renderer=real)
+
+    with mock.patch.object(render, "render_stack", render_stack):
+        return run_main(lambda: diff_main(list(args), project_dir=repo), ("diff", *args), cwd=repo)
 
 
 def run_diff_process(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
