@@ -9,7 +9,6 @@ Exit 0 when every check passes, 1 when one fails (one line each), 2 on bad input
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 from collections.abc import Callable
@@ -26,7 +25,7 @@ from stacks.config.problems import CommandLineParser, ConfigError
 DEFAULT_KEY_ENV = "LLM_SERVING_API_KEY"
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser() -> CommandLineParser:
     parser = CommandLineParser(
         prog="python -m stacks verify",
         allow_abbrev=False,
@@ -81,8 +80,7 @@ def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = 
     """Run `verify`; `stack_path` turns a stack name into its file (the command line's own lookup)."""
     out, err = stdout or sys.stdout, stderr or sys.stderr
     try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
-            args = _parser().parse_args(argv)
+        args = _parser().use_streams(out, err).parse_args(argv)
     except SystemExit as exit_:
         return exit_.code if isinstance(exit_.code, int) else verification.EXIT_USAGE
     try:

@@ -9,9 +9,10 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import sys
 import typing
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import IO, Any, NoReturn, TextIO
 
 from pydantic import BaseModel, ValidationError
 
@@ -215,7 +216,26 @@ def from_validation_error(
 
 class CommandLineParser(argparse.ArgumentParser):
     """argparse with the project's error shape: one line naming the option, the value and what is
-    allowed, then exit 2 (argparse's own code for bad usage); `--help` is unchanged."""
+    allowed, then exit 2 (argparse's own code for bad usage); `--help` is unchanged.
+
+    `use_streams(out, err)` sends `--help` and the error lines to a caller's streams rather than the
+    process's: no process-wide `redirect_stdout`, which two commands running in threads of one process
+    (the suite runs verify's load tests at once) would each swap and restore out of order."""
+
+    _out: TextIO | None = None
+    _err: TextIO | None = None
+
+    def use_streams(self, out: TextIO | None, err: TextIO | None) -> CommandLineParser:
+        self._out, self._err = out, err
+        return self
+
+    def _print_message(self, message: str, file: IO[str] | None = None) -> None:
+        # argparse passes sys.stdout for --help and sys.stderr for usage errors.
+        if file is sys.stdout and self._out is not None:
+            file = self._out
+        elif file is sys.stderr and self._err is not None:
+            file = self._err
+        super()._print_message(message, file)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message}\n")

@@ -3,13 +3,18 @@ exit 0/1/2, one line per failure, the key never an argument, --json for machines
 
 from __future__ import annotations
 
+import concurrent.futures
+import io
 import json
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from stacks.checks import verification
-from stacks.cli import main
+from stacks.cli import main, verify
 from stacks.config import VerificationMode
+from stacks.config import files as stack_files
 from stacks.config.files import PROJECT_DIR
 from stacks.environment import load_stack_file
 from tests.support.cli import run_stacks
@@ -23,11 +28,29 @@ def key(monkeypatch):
     monkeypatch.setenv("LLM_SERVING_API_KEY", KEY)
 
 
-def test_a_correct_server_passes_and_the_plan_is_the_comparison(key, capsys):
-    with OpenAIServer(Behaviour()) as url:
-        code = main(["verify", "dev", "--url", url, *SHORT])
-    out = capsys.readouterr().out
-    assert code == 0
+def _verify_with_load(key_file: Path, behaviour: Behaviour, *extra: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with OpenAIServer(behaviour) as url:
+        code = verify.main(["dev", "--url", url, *SHORT, "--api-key-file", str(key_file), *extra], out, err,
+                           stack_path=stack_files.find_stack_file)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def load_runs(tmp_path_factory) -> Iterator[dict[str, concurrent.futures.Future[tuple[int, str, str]]]]:
+    """The two runs with a load test, started at once: each waits about 2.5 s on its server (the ramp and
+    the load test) and computes almost nothing. Each has its own server and output streams, and its key
+    in a file, so no run reads the environment another test of this module changes."""
+    key_file = tmp_path_factory.mktemp("verify") / "api-key"
+    key_file.write_text(KEY)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        yield {"correct": pool.submit(_verify_with_load, key_file, Behaviour()),
+               "json-no-auth": pool.submit(_verify_with_load, key_file, Behaviour(check_key=False), "--json")}
+
+
+def test_a_correct_server_passes_and_the_plan_is_the_comparison(load_runs):
+    code, out, err = load_runs["correct"].result(timeout=120)
+    assert code == 0, err
     assert "PASS url stream: 32 tokens streamed from " in out
     assert "figure             measured    planned  objective  measured/planned\n" in out
     # dev's llama-8b at 2 concurrent requests of 1,024 + 12 tokens, from the roofline (one replica).
@@ -47,15 +70,23 @@ def test_a_buffering_server_fails_with_one_line_naming_buffering(key, capsys):
     assert out.endswith("verdict: FAIL (1 failing check(s))\n")
 
 
-def test_json_is_the_whole_report(key, capsys):
-    with OpenAIServer(Behaviour(check_key=False)) as url:
-        code = main(["verify", "dev", "--url", url, *SHORT, "--json"])
-    report = json.loads(capsys.readouterr().out)
+def test_json_is_the_whole_report(load_runs):
+    code, out, _ = load_runs["json-no-auth"].result(timeout=120)
+    report = json.loads(out)
     assert code == 1
     assert report["stack"] == "dev" and report["model"] == "llama-8b" and report["verdict"] == "fail"
     assert report["failures"] == ["FAIL url auth: GET /v1/models with no key answered 200 and a wrong key answered "
                                   "200, expected 401 or 403: the API key is not enforced"]
     assert report["load"]["target_concurrency"] == 2 and report["load"]["output_tokens_mean"] == 12.0
+
+
+def test_help_and_usage_errors_go_to_the_callers_streams_not_the_processes(capsys):
+    out, err = io.StringIO(), io.StringIO()
+    assert verify.main(["--help"], out, err) == 0
+    assert verify.main(["dev", "--url", "http://127.0.0.1:9/v1", "--duration", "0"], out, err) == 2
+    assert out.getvalue().startswith("usage: python -m stacks verify ")
+    assert err.getvalue().endswith("python -m stacks verify: argument --duration: expected at least 1, got 0\n")
+    assert capsys.readouterr() == ("", "")
 
 
 def test_the_key_can_come_from_a_file(tmp_path, capsys, monkeypatch):

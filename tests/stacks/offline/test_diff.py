@@ -22,7 +22,7 @@ from unittest import mock
 import pytest
 
 from stacks.config.files import PROJECT_DIR
-from stacks.offline import render
+from stacks.offline import render, render_host, sides
 from stacks.offline.diff import (
     ABSENT,
     FieldChange,
@@ -410,11 +410,20 @@ def run_diff(repo: Path, *args: str) -> Ran:
         return run_main(lambda: diff_main(list(args), project_dir=repo), ("diff", *args), cwd=repo)
 
 
-def run_diff_process(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """The same as a separate `python -m stacks diff` importing `repo`'s code, as CI runs it."""
-    env = {**os.environ, "PYTHONPATH": str(repo)}
+def run_diff_process(repo: Path, *args: str, scratch: Path) -> subprocess.CompletedProcess[str]:
+    """`python -m stacks diff` in a process of its own importing `repo`'s code, as CI runs it: forked from
+    the render host (stacks/offline/render_host.py, a process that imported only the installed packages,
+    so every project import resolves to `repo`), or where there is none, a new interpreter."""
+    env = {**os.environ, "PYTHONPATH": str(repo), "PYTHONDONTWRITEBYTECODE": "1"}
+    argv = ["diff", *args]
+    if render_host.available():
+        host = render_host.default_host(sides.PROGRAM_PACKAGES)
+        forked = host.start("stacks", argv, repo, env, scratch,
+                            preload=render_host.loaded_modules(sides.PROGRAM_PACKAGES))
+        stdout, stderr = forked.communicate(timeout=120)
+        return subprocess.CompletedProcess(forked.args, forked.returncode or 0, stdout, stderr)
     return subprocess.run(
-        [sys.executable, "-m", "stacks", "diff", *args], cwd=repo, env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "stacks", *argv], cwd=repo, env=env, capture_output=True, text=True, timeout=120
     )
 
 
@@ -469,9 +478,9 @@ QWEN = """\
 """
 
 
-def test_no_change_against_the_merge_base(repo):
-    # A separate interpreter, as CI runs it: `python -m stacks diff` with the scratch repository's code.
-    result = run_diff_process(repo, "prod")  # on `feature`, the default base is its merge base with main
+def test_no_change_against_the_merge_base(repo, tmp_path):
+    # A process of its own, as CI runs it: `python -m stacks diff` with the scratch repository's code.
+    result = run_diff_process(repo, "prod", scratch=tmp_path)  # on `feature`, the base is its merge base with main
     assert result.returncode == 0, result.stderr
     main = git(repo, "rev-parse", "--short=7", "main").strip()
     assert result.stdout == f"prod: no changes against the merge base with main ({main})\n"
