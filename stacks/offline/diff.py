@@ -733,6 +733,33 @@ def default_base(project_dir: Path) -> tuple[str, str]:
     return "HEAD", "HEAD"
 
 
+def _in_commit(project_dir: Path, commit: str, relative: str) -> bool:
+    """Whether `relative` (a path in the project directory) exists at `commit`, without exporting it."""
+    prefix = _git(project_dir, "rev-parse", "--show-prefix").stdout.strip()
+    return _git(project_dir, "cat-file", "-e", f"{commit}:{prefix}{relative}").returncode == 0
+
+
+class BaseTrees:
+    """The project directory exported at each base commit, once per `diff` run: `make diff` compares
+    every stack against the same base, and each `git archive` of the project costs a few tenths of a
+    second. The trees live in one temporary directory, removed by `close()`."""
+
+    def __init__(self) -> None:
+        self._scratch = tempfile.TemporaryDirectory(prefix="stacks-diff-base-")
+        self._trees: dict[str, Path] = {}
+
+    def tree(self, project_dir: Path, commit: str) -> Path:
+        if commit not in self._trees:
+            tree = Path(self._scratch.name) / str(len(self._trees))
+            tree.mkdir()
+            _export(project_dir, commit, tree)
+            self._trees[commit] = tree
+        return self._trees[commit]
+
+    def close(self) -> None:
+        self._scratch.cleanup()
+
+
 def _export(project_dir: Path, commit: str, into: Path) -> None:
     """The project directory as committed, via `git archive`: no worktree state is left behind."""
     prefix = _git(project_dir, "rev-parse", "--show-prefix").stdout.strip()
@@ -768,8 +795,10 @@ def _stack_file(target: str, project_dir: Path) -> str:
         raise DiffError([f"diff: {path} is outside the project {project_dir}, so it has no base in git"]) from None
 
 
-def diff_stack(target: str, base: str | None = None, project_dir: Path = stack_files.PROJECT_DIR) -> StackDiff:
-    """Render `target` at `base` (default: the merge base with main) and in the working tree, then compare."""
+def diff_stack(target: str, base: str | None = None, project_dir: Path = stack_files.PROJECT_DIR,
+               trees: BaseTrees | None = None) -> StackDiff:
+    """Render `target` at `base` (default: the merge base with main) and in the working tree, then compare.
+    `trees`: base trees exported by earlier diffs of the same run (else this diff exports its own)."""
     stack_file = _stack_file(target, project_dir)
     stack = stack_files.STACK_FILE.match(Path(stack_file).name)["stack"]
     if _git(project_dir, "rev-parse", "--git-dir").returncode != 0:
@@ -778,19 +807,24 @@ def diff_stack(target: str, base: str | None = None, project_dir: Path = stack_f
     commit = _commit(project_dir, ref)
     label = f"{chosen} ({commit[:7]})"  # only for messages; the diff keeps both parts
 
-    with tempfile.TemporaryDirectory(prefix="stacks-diff-") as scratch:
-        tree = Path(scratch) / "base"
-        tree.mkdir()
-        _export(project_dir, commit, tree)
-        in_base = (tree / stack_file).is_file()
-        in_head = (project_dir / stack_file).is_file()
-        if not in_base and not in_head:
-            raise DiffError([f"python -m stacks diff: argument stack: {stack_file} exists neither at {label} "
-                             "nor in the working tree"])
-        head_side = sides.Side(project_dir, "the working tree", in_git=True) if in_head else None
-        base_side = sides.Side(tree, f"the base, {label},", in_git=False) if in_base else None
-        (head, head_errors), (old, base_errors) = sides.render_sides([head_side, base_side], stack_file,
-                                                                     Path(scratch))
+    # Whether the stack file exists on each side, before anything is exported: a name that is in neither
+    # is refused at once, and a stack new since the base needs no base tree.
+    in_base = _in_commit(project_dir, commit, stack_file)
+    in_head = (project_dir / stack_file).is_file()
+    if not in_base and not in_head:
+        raise DiffError([f"python -m stacks diff: argument stack: {stack_file} exists neither at {label} "
+                         "nor in the working tree"])
+    own = None if trees is not None or not in_base else BaseTrees()
+    try:
+        tree = (trees or own).tree(project_dir, commit) if in_base else None  # type: ignore[union-attr]
+        with tempfile.TemporaryDirectory(prefix="stacks-diff-") as scratch:
+            head_side = sides.Side(project_dir, "the working tree", in_git=True) if in_head else None
+            base_side = sides.Side(tree, f"the base, {label},", in_git=False) if tree is not None else None
+            (head, head_errors), (old, base_errors) = sides.render_sides([head_side, base_side], stack_file,
+                                                                         Path(scratch))
+    finally:
+        if own is not None:
+            own.close()
     if base_errors or head_errors:
         raise DiffError(base_errors + head_errors)
     note = ""
@@ -858,14 +892,18 @@ def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = 
     except SystemExit as exit_:  # argparse printed usage and the problem (or --help)
         return exit_.code if isinstance(exit_.code, int) else EXIT_ERROR
     status = EXIT_UNCHANGED
-    for stack in args.stacks or list(stack_files.stack_names(project_dir)):
-        try:
-            diff = diff_stack(stack, args.base, project_dir)
-        except DiffError as error:
-            err.write("\n".join(error.lines) + "\n")
-            return EXIT_ERROR
-        out.write(format_markdown(diff) if args.format == "markdown" else format_text(diff))
-        status = max(status, EXIT_UNCHANGED if diff.empty else EXIT_CHANGED)
+    trees = BaseTrees()  # every stack is compared with the same base: one export for all of them
+    try:
+        for stack in args.stacks or list(stack_files.stack_names(project_dir)):
+            try:
+                diff = diff_stack(stack, args.base, project_dir, trees)
+            except DiffError as error:
+                err.write("\n".join(error.lines) + "\n")
+                return EXIT_ERROR
+            out.write(format_markdown(diff) if args.format == "markdown" else format_text(diff))
+            status = max(status, EXIT_UNCHANGED if diff.empty else EXIT_CHANGED)
+    finally:
+        trees.close()
     return status
 
 

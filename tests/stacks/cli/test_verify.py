@@ -36,26 +36,17 @@ def _verify_with_load(key_file: Path, behaviour: Behaviour, *extra: str) -> tupl
     return code, out.getvalue(), err.getvalue()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", autouse=True)
 def load_runs(tmp_path_factory) -> Iterator[dict[str, concurrent.futures.Future[tuple[int, str, str]]]]:
-    """The two runs with a load test, started at once: each waits about 2.5 s on its server (the ramp and
-    the load test) and computes almost nothing. Each has its own server and output streams, and its key
-    in a file, so no run reads the environment another test of this module changes."""
+    """The two runs with a load test, started with the module's first test and at once: each waits about
+    2.5 s on its server (the ramp and the load test) and computes almost nothing. Each has its own server
+    and output streams, and its key in a file, so no run reads the environment another test of this
+    module changes."""
     key_file = tmp_path_factory.mktemp("verify") / "api-key"
     key_file.write_text(KEY)
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         yield {"correct": pool.submit(_verify_with_load, key_file, Behaviour()),
                "json-no-auth": pool.submit(_verify_with_load, key_file, Behaviour(check_key=False), "--json")}
-
-
-def test_a_correct_server_passes_and_the_plan_is_the_comparison(load_runs):
-    code, out, err = load_runs["correct"].result(timeout=120)
-    assert code == 0, err
-    assert "PASS url stream: 32 tokens streamed from " in out
-    assert "figure             measured    planned  objective  measured/planned\n" in out
-    # dev's llama-8b at 2 concurrent requests of 1,024 + 12 tokens, from the roofline (one replica).
-    assert "\nITL p95 ms " in out and "        100 " in out
-    assert out.endswith("verdict: PASS\n")
 
 
 def test_a_buffering_server_fails_with_one_line_naming_buffering(key, capsys):
@@ -68,16 +59,6 @@ def test_a_buffering_server_fails_with_one_line_naming_buffering(key, capsys):
     assert failing[0].startswith("FAIL url stream: 100% of 32 tokens arrived in one burst at ")
     assert "buffered by a proxy" in failing[0]
     assert out.endswith("verdict: FAIL (1 failing check(s))\n")
-
-
-def test_json_is_the_whole_report(load_runs):
-    code, out, _ = load_runs["json-no-auth"].result(timeout=120)
-    report = json.loads(out)
-    assert code == 1
-    assert report["stack"] == "dev" and report["model"] == "llama-8b" and report["verdict"] == "fail"
-    assert report["failures"] == ["FAIL url auth: GET /v1/models with no key answered 200 and a wrong key answered "
-                                  "200, expected 401 or 403: the API key is not enforced"]
-    assert report["load"]["target_concurrency"] == 2 and report["load"]["output_tokens_mean"] == 12.0
 
 
 def test_help_and_usage_errors_go_to_the_callers_streams_not_the_processes(capsys):
@@ -149,3 +130,27 @@ def test_the_mode_defaults_by_environment_and_off_removes_the_job(stack, overrid
     _, config = load_stack_file(PROJECT_DIR / f"Pulumi.{stack}.yaml")
     config = config.model_copy(update={"verification": config.verification.model_copy(update=override)})
     assert [v.mode for v in program.model_verifications(config)] == modes
+
+
+# The two load tests last: their runs started with the module's first test, so its other tests ran while
+# they waited on their servers.
+
+
+def test_a_correct_server_passes_and_the_plan_is_the_comparison(load_runs):
+    code, out, err = load_runs["correct"].result(timeout=120)
+    assert code == 0, err
+    assert "PASS url stream: 32 tokens streamed from " in out
+    assert "figure             measured    planned  objective  measured/planned\n" in out
+    # dev's llama-8b at 2 concurrent requests of 1,024 + 12 tokens, from the roofline (one replica).
+    assert "\nITL p95 ms " in out and "        100 " in out
+    assert out.endswith("verdict: PASS\n")
+
+
+def test_json_is_the_whole_report(load_runs):
+    code, out, _ = load_runs["json-no-auth"].result(timeout=120)
+    report = json.loads(out)
+    assert code == 1
+    assert report["stack"] == "dev" and report["model"] == "llama-8b" and report["verdict"] == "fail"
+    assert report["failures"] == ["FAIL url auth: GET /v1/models with no key answered 200 and a wrong key answered "
+                                  "200, expected 401 or 403: the API key is not enforced"]
+    assert report["load"]["target_concurrency"] == 2 and report["load"]["output_tokens_mean"] == 12.0

@@ -22,6 +22,7 @@ from unittest import mock
 import pytest
 
 from stacks.config.files import PROJECT_DIR
+from stacks.offline import diff as diff_module
 from stacks.offline import render, render_host, sides
 from stacks.offline.diff import (
     ABSENT,
@@ -569,7 +570,7 @@ def test_a_base_that_does_not_render_is_an_error(repo):
     assert any("llm-serving:gpuNodeGroup.scaling.maxNodes:" in line for line in lines[1:])
 
 
-def test_a_stack_new_since_the_base_is_all_added(repo):
+def test_a_stack_new_since_the_base_is_all_added(repo, exports):
     shutil.copy(repo / "Pulumi.staging.yaml", repo / "Pulumi.qa.yaml")
     try:
         result = run_diff(repo, "qa", "--base", "main")
@@ -579,6 +580,37 @@ def test_a_stack_new_since_the_base_is_all_added(repo):
     assert "  (Pulumi.qa.yaml does not exist at the base: every resource is added)\n" in result.stdout
     assert "\n+ kubernetes:apps/v1:Deployment llama-70b-deployment\n" in result.stdout
     assert not re.search(r"^[-~] ", result.stdout, re.MULTILINE)
+    assert exports == []  # nothing at the base to render, so the base is not exported
+
+
+@pytest.fixture
+def exports(monkeypatch) -> list[str]:
+    """The commits `git archive` exported during the test."""
+    done: list[str] = []
+    real = diff_module._export
+
+    def export(project_dir: Path, commit: str, into: Path) -> None:
+        done.append(commit)
+        real(project_dir, commit, into)
+
+    monkeypatch.setattr(diff_module, "_export", export)
+    return done
+
+
+def test_every_stack_of_one_run_is_compared_with_one_export_of_the_base(repo, exports):
+    result = run_diff(repo, "dev", "prod", "--base", "main")
+    main = git(repo, "rev-parse", "main").strip()
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout.splitlines() == [f"dev: no changes against main ({main[:7]})",
+                                          f"prod: no changes against main ({main[:7]})"]
+    assert exports == [main]
+
+
+def test_a_stack_in_neither_tree_is_refused_before_anything_is_exported(repo, exports):
+    result = run_diff(repo, "qa", "--base", "main")
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.startswith("python -m stacks diff: argument stack: Pulumi.qa.yaml exists neither at main (")
+    assert exports == []
 
 
 def test_an_unknown_ref_is_an_error(repo):
