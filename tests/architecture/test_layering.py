@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,13 +33,15 @@ def _lint(project: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A copy of the program's packages and pyproject.toml that a test may break."""
+def tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A copy of the program's packages and pyproject.toml that a test may break (removed after the module,
+    rather than by the cleanup at the end of a later run)."""
     root = tmp_path_factory.mktemp("tree")
     for package in PACKAGES:
         shutil.copytree(PROJECT_DIR / package, root / package, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(PROJECT_DIR / "pyproject.toml", root / "pyproject.toml")
-    return root
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def _break(tree: Path, module: str, line: str) -> Path:
@@ -104,7 +107,9 @@ def broken_lint(tmp_path_factory: pytest.TempPathFactory) -> subprocess.Complete
     shutil.copy(PROJECT_DIR / "pyproject.toml", root / "pyproject.toml")
     for module, line, _ in WRONG_IMPORTS:
         _break(root, module, line)
-    return _lint(root)
+    linted = _lint(root)
+    shutil.rmtree(root)  # its files are the lint's input only; removed now rather than by a later run's cleanup
+    return linted
 
 
 @pytest.mark.parametrize(("module", "line", "broken"), WRONG_IMPORTS)

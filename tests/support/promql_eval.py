@@ -31,22 +31,32 @@ class Store:
 
     series: dict[Labels, list[tuple[float, float]]] = field(default_factory=dict)
     # Selections by matchers: a walk evaluates the same selectors at every step.
-    _selected: dict[tuple, list] = field(default_factory=dict, repr=False)
+    _selected: dict[tuple, list[Selected]] = field(default_factory=dict, repr=False)
 
     def add(self, name: str, labels: dict[str, str], samples: Iterable[tuple[float, float]]) -> None:
         key = tuple(sorted({"__name__": name, **labels}.items()))
         self.series.setdefault(key, []).extend(samples)
         self._selected.clear()
 
-    def select(self, node: promql_parser.VectorSelector) -> list[tuple[Labels, list[tuple[float, float]]]]:
+    def select(self, node: promql_parser.VectorSelector) -> list[Selected]:
         matchers = [(m.name, _op_symbol(m.op), m.value) for m in node.matchers.matchers]
         if node.name:
             matchers.append(("__name__", "=", node.name))
         key = tuple(matchers)
         if key not in self._selected:
-            self._selected[key] = [(labels, samples) for labels, samples in self.series.items()
-                                   if _matches(dict(labels), matchers)]
+            self._selected[key] = [Selected(_without_name(labels), [time for time, _ in samples], samples)
+                                   for labels, samples in self.series.items() if _matches(dict(labels), matchers)]
         return self._selected[key]
+
+
+@dataclass(frozen=True)
+class Selected:
+    """One selected series: its labels without the metric name (what binary operations match on, as in
+    Prometheus), its sample times apart (for a plain binary search) and its samples."""
+
+    labels: Labels
+    times: list[float]
+    samples: list[tuple[float, float]]
 
 
 def _matches(labels: dict[str, str], matchers: list[tuple[str, str, str]]) -> bool:
@@ -65,22 +75,22 @@ def _without_name(labels: Labels) -> Labels:
     return tuple(item for item in labels if item[0] != "__name__")
 
 
-def _window(samples: list[tuple[float, float]], start: float, end: float) -> tuple[int, int]:
+def _window(times: list[float], start: float, end: float) -> tuple[int, int]:
     """Indexes [first, last) of the samples with start < time <= end; samples are in time order, so a
     binary search keeps a walk over hours of 15 s samples cheap."""
-    return (bisect.bisect_right(samples, start, key=lambda s: s[0]),
-            bisect.bisect_right(samples, end, key=lambda s: s[0]))
+    return bisect.bisect_right(times, start), bisect.bisect_right(times, end)
 
 
-def _at(samples: list[tuple[float, float]], t: float) -> float | None:
-    first, last = _window(samples, t - LOOKBACK_SECONDS, t)
-    return samples[last - 1][1] if last > first else None
+def _at(series: Selected, t: float) -> float | None:
+    first, last = _window(series.times, t - LOOKBACK_SECONDS, t)
+    return series.samples[last - 1][1] if last > first else None
 
 
-def _delta(samples: list[tuple[float, float]], start: float, end: float) -> tuple[float, float] | None:
-    first, last = _window(samples, start, end)
+def _delta(series: Selected, start: float, end: float) -> tuple[float, float] | None:
+    first, last = _window(series.times, start, end)
     if last - first < 2:
         return None
+    samples = series.samples
     return samples[last - 1][1] - samples[first][1], samples[last - 1][0] - samples[first][0]
 
 
@@ -100,11 +110,10 @@ def _eval(node: promql_parser.Expr, store: Store, t: float) -> Vector | float:  
         return _eval(node.expr, store, t)
     if isinstance(node, promql_parser.VectorSelector):
         out = {}
-        for labels, samples in store.select(node):
-            value = _at(samples, t)
+        for series in store.select(node):
+            value = _at(series, t)
             if value is not None:
-                # Binary operations match on the labels without the metric name, as Prometheus does.
-                out[_without_name(labels)] = value
+                out[series.labels] = value
         return out
     if isinstance(node, promql_parser.Call):
         name = node.func.name
@@ -114,11 +123,11 @@ def _eval(node: promql_parser.Expr, store: Store, t: float) -> Vector | float:  
             matrix = node.args[0]
             seconds = matrix.range.total_seconds()
             out = {}
-            for labels, samples in store.select(matrix.vector_selector):
-                found = _delta(samples, t - seconds, t)
+            for series in store.select(matrix.vector_selector):
+                found = _delta(series, t - seconds, t)
                 if found is not None:
                     delta, span = found
-                    out[_without_name(labels)] = delta if name == "increase" else delta / span
+                    out[series.labels] = delta if name == "increase" else delta / span
             return out
         raise NotImplementedError(f"function {name}")
     if isinstance(node, promql_parser.AggregateExpr):

@@ -429,8 +429,9 @@ def run_diff_process(repo: Path, *args: str, scratch: Path) -> subprocess.Comple
 
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """This project's files (working-tree versions, tests excluded) committed as `main`, then a branch."""
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """This project's files (working-tree versions, tests excluded) committed as `main`, then a branch;
+    removed after the module (about 500 files) rather than by the cleanup at the end of a later run."""
     root = tmp_path_factory.mktemp("diff-repo")
     # Tracked and new files alike, so the code under test (maybe not committed yet) is what runs.
     listed = git(PROJECT_DIR, "ls-files", "--cached", "--others", "--exclude-standard").splitlines()
@@ -447,7 +448,8 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     edit_text(root / "Pulumi.prod.yaml", "maxNodes: 4", "maxNodes: 1")
     git(root, "commit", "-q", "-am", "prod cannot fit its model")
     git(root, "checkout", "-q", "-b", "feature", "main")
-    return root
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def edit_text(path: Path, old: str, new: str) -> None:
