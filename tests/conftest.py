@@ -48,11 +48,14 @@ def render_file(path: Path) -> render.RenderResult:
 
 
 def _exit_without_teardown() -> None:
-    # The last exit handler of an xdist worker (registered before any other, and they run last first):
-    # its results are with the controller, and every other handler (the render host's close, pytest's
-    # own) has run. What is left is the interpreter's teardown of a heap the session froze: about 1.5 s
-    # of freeing objects one by one that the controller waits for before it reports (as `python -m
-    # stacks` itself skips it, stacks/__main__.py).
+    # An xdist worker's exit handler, registered when this file loads, so it runs after every handler
+    # registered later (they run last first): the render hosts' close, pytest's temporary-directory
+    # locks. It skips the two registered earlier, when pytest and execnet were imported: logging's
+    # shutdown (a worker has no logging file handlers) and execnet's group cleanup (a worker opens no
+    # gateways). By then the worker's results are with the controller (xdist sends them at session
+    # finish); what is left is the interpreter's teardown of the session's heap: about 1.5 s of freeing
+    # objects one by one that the controller waits for before it reports (as `python -m stacks` itself
+    # skips it, stacks/__main__.py).
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

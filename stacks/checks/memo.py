@@ -13,6 +13,7 @@ functions whose results are immutable are memoised (a frozen dataclass, a tuple 
 from __future__ import annotations
 
 import functools
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -27,18 +28,22 @@ ENTRIES = 128
 def per_config(function: Callable[..., Result]) -> Callable[..., Result]:
     """`function(config, *objects)`, computed once per identity of its arguments (at most ENTRIES kept)."""
     kept: OrderedDict[tuple[int, ...], tuple[tuple[Any, ...], Result]] = OrderedDict()
+    # The program's callbacks run on one thread, but commands (and the suite) may plan from several.
+    lock = threading.Lock()
 
     @functools.wraps(function)
     def memoised(*arguments: Any) -> Result:
         key = tuple(id(argument) for argument in arguments)
-        entry = kept.get(key)
-        if entry is not None and all(a is b for a, b in zip(entry[0], arguments, strict=True)):
-            kept.move_to_end(key)
-            return entry[1]
-        result = function(*arguments)
-        kept[key] = (arguments, result)
-        if len(kept) > ENTRIES:
-            kept.popitem(last=False)
+        with lock:
+            entry = kept.get(key)
+            if entry is not None and all(a is b for a, b in zip(entry[0], arguments, strict=True)):
+                kept.move_to_end(key)
+                return entry[1]
+        result = function(*arguments)  # outside the lock: a planner may ask another memoised planner
+        with lock:
+            kept[key] = (arguments, result)
+            if len(kept) > ENTRIES:
+                kept.popitem(last=False)
         return result
 
     memoised.cache_clear = kept.clear  # type: ignore[attr-defined]

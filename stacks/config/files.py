@@ -114,14 +114,18 @@ def read_stack_file(path: Path) -> StackFile:
 
 # libyaml's parser where PyYAML was built with it (its wheels are), under the same safe constructor and
 # resolver, so the same documents: a stack file is parsed for every render, check and command, and the
-# pure-Python parser spent about 4 s of the test suite's CPU on them (tests/stacks/config/test_files.py
+# pure-Python parser spent nearly 4 s of the test suite's CPU on them (tests/stacks/config/test_files.py
 # compares both on every committed stack file).
 _FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def parse_yaml(text: str) -> Any:
     """`yaml.safe_load(text)`, parsed by libyaml when it can be. On a syntax error the pure parser
-    parses again, so the error and its line are the ones `safe_load` gives."""
+    parses again, so the error and its line are the ones `safe_load` gives. A text with a tab goes to
+    the pure parser alone: libyaml (PyYAML 6.0) accepts a tab between tokens (`key:\tvalue`, `value\t`,
+    `[a,\tb]`) and inside a plain scalar, where `safe_load` refuses the file."""
+    if "\t" in text:
+        return yaml.safe_load(text)
     try:
         return yaml.load(text, Loader=_FAST_LOADER)  # noqa: S506 - a safe loader (CSafeLoader or SafeLoader)
     except yaml.YAMLError:

@@ -162,6 +162,14 @@ def _render_here(side: Side, stack_file: str) -> tuple[Resources, list[str]]:
     return json.loads(json.dumps(result.resources, sort_keys=True)), []
 
 
+def _twin(results: list[tuple[Resources, list[str]]], earlier: int, side: Side,
+          stack_file: str) -> tuple[Resources, list[str]]:
+    resources, errors = results[earlier]
+    if errors:
+        return _render_here(side, stack_file)
+    return json.loads(json.dumps(resources)), []
+
+
 def render_sides(sides: list[Side | None], stack_file: str, scratch: Path) -> list[tuple[Resources, list[str]]]:
     """Each side's (resources, error lines); a None side renders nothing. Subprocesses start first
     and run while this process renders the sides it can, so on two cores they overlap."""
@@ -178,16 +186,14 @@ def render_sides(sides: list[Side | None], stack_file: str, scratch: Path) -> li
         if key in _renders:
             pending.append((None, lambda key=key: (json.loads(_renders[key]), [])))
         elif key in first_with:
-            # The same code and stack files as an earlier side (a diff with no change): its render, copied
-            # (finished first, as the pending list runs in order).
-            pending.append((None, lambda earlier=first_with[key]: (
-                json.loads(json.dumps(results[earlier][0])), list(results[earlier][1]))))
+            # The same code and stack files as an earlier side rendered here (a diff with no change): its
+            # render, copied (finished first, as the pending list runs in order); if that one failed, this
+            # side renders itself, so its error lines carry its own label.
+            pending.append((None, functools.partial(_twin, results, first_with[key], side, stack_file)))
         elif key is not None and key[0] == running:
             first_with[key] = index
             pending.append((key, functools.partial(_render_here, side, stack_file)))
         else:
-            if key is not None:
-                first_with[key] = index
             out_dir = scratch / f"render-{index}"
             pending.append((key, functools.partial(_finish, _start(side, stack_file, out_dir), out_dir, side)))
     for key, finish in pending:

@@ -3,6 +3,8 @@ never another object's, and errors always computed again."""
 
 from __future__ import annotations
 
+import concurrent.futures
+
 import pytest
 
 from stacks.checks import memo, planning
@@ -77,3 +79,15 @@ def test_a_stacks_plans_are_the_planners_results_for_that_stack():
     assert planning.model_plan(prod, model) == planning.model_plan.__wrapped__(prod, model)
     assert planning.model_plan(dev, dev.models[0]).tensor_parallel_size == dev.models[0].tensor_parallel_size
     assert planning.compile_cache_state(prod, model) == planning.compile_cache_state.__wrapped__(prod, model)
+
+
+def test_plans_asked_from_many_threads_while_entries_are_evicted_are_each_their_arguments_plan():
+    plan, _ = _counting()
+    configs = [object() for _ in range(memo.ENTRIES * 3)]
+
+    def ask(offset: int) -> bool:
+        return all(plan(configs[(i + offset) % len(configs)], None)[0] is configs[(i + offset) % len(configs)]
+                   for i in range(len(configs)))
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        assert all(pool.map(ask, range(0, 8 * 37, 37)))

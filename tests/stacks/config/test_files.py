@@ -30,6 +30,12 @@ def test_every_committed_stack_file_parses_to_the_document_safe_load_gives(path)
     "config:\n\tllm-serving:environment: prod\n",
     "config: {llm-serving:environment: prod\n",
     "config:\n  a: b: c\n",
+    # Tabs that libyaml takes as separators or scalar text and the pure parser refuses.
+    "config:\n  llm-serving:environment: dev\t\n",
+    "config:\n  llm-serving:environment: dev\t# a comment\n",
+    "config:\n  llm-serving:environment:\tdev\n",
+    "config:\n  llm-serving:zones: [a,\tb]\n",
+    "config:\n  llm-serving:subnet: subnet-0cc0000000\t0000002\n",
 ])
 def test_a_syntax_error_is_the_pure_parsers_error_with_its_line(text):
     with pytest.raises(yaml.YAMLError) as pure:

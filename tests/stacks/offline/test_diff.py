@@ -421,7 +421,12 @@ def run_diff_process(repo: Path, *args: str, scratch: Path) -> subprocess.Comple
         host = render_host.default_host(sides.PROGRAM_PACKAGES)
         forked = host.start("stacks", argv, repo, env, scratch,
                             preload=render_host.loaded_modules(sides.PROGRAM_PACKAGES))
-        stdout, stderr = forked.communicate(timeout=120)
+        try:
+            stdout, stderr = forked.communicate(timeout=120)
+        except subprocess.TimeoutExpired:  # as subprocess.run does: the process goes with the timeout
+            forked.kill()
+            forked.communicate()
+            raise
         return subprocess.CompletedProcess(forked.args, forked.returncode or 0, stdout, stderr)
     return subprocess.run(
         [sys.executable, "-m", "stacks", *argv], cwd=repo, env=env, capture_output=True, text=True, timeout=120

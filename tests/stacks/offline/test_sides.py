@@ -73,8 +73,11 @@ def test_a_side_seen_by_an_earlier_diff_is_not_rendered_again(renders, monkeypat
     assert again == [([], []), ([{"type": "t", "name": "working", "inputs": {"list": [1, 2]}}], [])]
 
 
-def test_a_side_that_fails_gives_its_twin_the_same_error_lines(monkeypatch, tmp_path):
+def test_when_a_side_fails_its_twin_renders_itself_and_reports_under_its_own_label(monkeypatch, tmp_path):
+    tried: list[Path] = []
+
     def broken(stack_file: Path) -> _Result:
+        tried.append(stack_file)
         raise RuntimeError("the program broke")
 
     monkeypatch.setattr(render, "render_stack", broken)
@@ -86,4 +89,6 @@ def test_a_side_that_fails_gives_its_twin_the_same_error_lines(monkeypatch, tmp_
         [base, working], "Pulumi.prod.yaml", tmp_path / "scratch")
     assert base_errors[0] == "diff: base does not render:"
     assert base_errors[-1] == "  RuntimeError: the program broke"
-    assert working_resources == [] and working_errors == base_errors
+    assert working_resources == [] and working_errors[0] == "diff: working does not render:"
+    assert working_errors[-1] == "  RuntimeError: the program broke"
+    assert tried == [tmp_path / "base" / "Pulumi.prod.yaml", tmp_path / "working" / "Pulumi.prod.yaml"]
