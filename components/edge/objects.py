@@ -770,42 +770,35 @@ def network_policies(
     if verification_selector:
         # The post-deploy verification Job checks each model's Service from inside the namespace.
         sources.append({"podSelector": {"matchLabels": dict(verification_selector)}})
-    serving = {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": _meta("vllm-serving", serving_namespace),
-        "spec": {
-            "podSelector": {"matchLabels": dict(model_selector)},
-            "policyTypes": ["Ingress", "Egress"],
-            # Selecting the pods denies every other ingress; only the API port is opened.
-            "ingress": [{"from": sources, "ports": [{"protocol": "TCP", "port": port}]}],
-            # Tensor-parallel workers talk over shared memory inside the pod and weights are pre-staged
-            # (HF_HUB_OFFLINE=1), so a serving pod needs no pod-to-pod or internet egress: DNS only.
-            "egress": [_dns_egress(), *((_pod_identity_egress(), _https_egress()) if weights_from_s3 else ())],
-        },
-    }
-    staging = {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": _meta("weights-staging", serving_namespace),
-        "spec": {
-            "podSelector": {"matchLabels": dict(staging_job_selector)},
-            "policyTypes": ["Ingress", "Egress"],
-            "ingress": [],  # nothing may reach the pod holding the Hugging Face token
-            "egress": [_dns_egress(), _https_egress(), *((_pod_identity_egress(),) if weights_from_s3 else ())],
-        },
-    }
+    serving = _network_policy(
+        "vllm-serving", serving_namespace, model_selector,
+        # Selecting the pods denies every other ingress; only the API port is opened.
+        ingress=[{"from": sources, "ports": [{"protocol": "TCP", "port": port}]}],
+        # Tensor-parallel workers talk over shared memory inside the pod and weights are pre-staged
+        # (HF_HUB_OFFLINE=1), so a serving pod needs no pod-to-pod or internet egress: DNS only.
+        egress=[_dns_egress(), *((_pod_identity_egress(), _https_egress()) if weights_from_s3 else ())],
+    )
+    staging = _network_policy(
+        "weights-staging", serving_namespace, staging_job_selector,
+        ingress=[],  # nothing may reach the pod holding the Hugging Face token
+        egress=[_dns_egress(), _https_egress(), *((_pod_identity_egress(),) if weights_from_s3 else ())],
+    )
     if not (weights_from_s3 and worker_selector):
         return [serving, staging]
-    workers = {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": _meta("vllm-worker-weights", serving_namespace),
-        "spec": {
-            "podSelector": {"matchLabels": dict(worker_selector)},
-            # Egress only: who may reach a worker is its group fence's to say (the other ranks).
-            "policyTypes": ["Egress"],
-            "egress": [_dns_egress(), _pod_identity_egress(), _https_egress()],
-        },
-    }
+    # Egress only: who may reach a worker is its group fence's to say (the other ranks).
+    workers = _network_policy("vllm-worker-weights", serving_namespace, worker_selector,
+                              egress=[_dns_egress(), _pod_identity_egress(), _https_egress()])
     return [serving, staging, workers]
+
+
+def _network_policy(name: str, namespace: str, selector: dict[str, str], *, egress: list[dict[str, Any]],
+                    ingress: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A NetworkPolicy over the pods `selector` matches: their egress, and their ingress unless None (an
+    egress-only policy, which leaves ingress to other policies)."""
+    spec: dict[str, Any] = {"podSelector": {"matchLabels": dict(selector)},
+                            "policyTypes": ["Egress"] if ingress is None else ["Ingress", "Egress"]}
+    if ingress is not None:
+        spec["ingress"] = ingress
+    spec["egress"] = egress
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": _meta(name, namespace),
+            "spec": spec}

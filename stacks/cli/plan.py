@@ -10,7 +10,6 @@ forms of the same four parts (memory plan, dynamics, cost, latency) read best to
 from __future__ import annotations
 
 import argparse
-import contextlib
 import difflib
 import json
 import math
@@ -100,7 +99,7 @@ def _json_object(value: str) -> str:
     return value
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser() -> CommandLineParser:
     parser = CommandLineParser(
         prog="python -m stacks plan",
         description=(
@@ -515,10 +514,8 @@ def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = 
     out = stdout or sys.stdout
     err = stderr or sys.stderr
     try:
-        # argparse writes usage and errors to sys.stderr/stdout itself; point them at ours.
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
-            args = _parser().parse_args(argv)
-            explicit = _explicit(argv)
+        args = _parser().use_streams(out, err).parse_args(argv)
+        explicit = _explicit(argv)  # argv parsed above, so this parse prints nothing
     except SystemExit as exit_:  # argparse already printed usage and the problem (or --help)
         return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
 

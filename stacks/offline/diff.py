@@ -16,7 +16,6 @@ replacements.py and the cost lines in consequences.py.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import difflib
 import io
@@ -745,11 +744,13 @@ class BaseTrees:
     second. The trees live in one temporary directory, removed by `close()`."""
 
     def __init__(self) -> None:
-        self._scratch = tempfile.TemporaryDirectory(prefix="stacks-diff-base-")
+        self._scratch: tempfile.TemporaryDirectory[str] | None = None  # made with the first tree
         self._trees: dict[str, Path] = {}
 
     def tree(self, project_dir: Path, commit: str) -> Path:
         if commit not in self._trees:
+            if self._scratch is None:
+                self._scratch = tempfile.TemporaryDirectory(prefix="stacks-diff-base-")
             tree = Path(self._scratch.name) / str(len(self._trees))
             tree.mkdir()
             _export(project_dir, commit, tree)
@@ -757,7 +758,8 @@ class BaseTrees:
         return self._trees[commit]
 
     def close(self) -> None:
-        self._scratch.cleanup()
+        if self._scratch is not None:
+            self._scratch.cleanup()
 
 
 def _export(project_dir: Path, commit: str, into: Path) -> None:
@@ -814,17 +816,18 @@ def diff_stack(target: str, base: str | None = None, project_dir: Path = stack_f
     if not in_base and not in_head:
         raise DiffError([f"python -m stacks diff: argument stack: {stack_file} exists neither at {label} "
                          "nor in the working tree"])
-    own = None if trees is not None or not in_base else BaseTrees()
+    own = trees is None
+    trees = BaseTrees() if trees is None else trees
     try:
-        tree = (trees or own).tree(project_dir, commit) if in_base else None  # type: ignore[union-attr]
+        tree = trees.tree(project_dir, commit) if in_base else None
         with tempfile.TemporaryDirectory(prefix="stacks-diff-") as scratch:
             head_side = sides.Side(project_dir, "the working tree", in_git=True) if in_head else None
             base_side = sides.Side(tree, f"the base, {label},", in_git=False) if tree is not None else None
             (head, head_errors), (old, base_errors) = sides.render_sides([head_side, base_side], stack_file,
                                                                          Path(scratch))
     finally:
-        if own is not None:
-            own.close()
+        if own:
+            trees.close()
     if base_errors or head_errors:
         raise DiffError(base_errors + head_errors)
     note = ""
@@ -862,7 +865,7 @@ def _nonempty_ref(value: str) -> str:
     return value
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser() -> CommandLineParser:
     parser = CommandLineParser(
         prog="python -m stacks diff",
         description="Compare a stack's offline render at a git ref with the working tree. "
@@ -887,8 +890,7 @@ def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = 
     out = stdout or sys.stdout
     err = stderr or sys.stderr
     try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
-            args = _parser().parse_args(argv)
+        args = _parser().use_streams(out, err).parse_args(argv)
     except SystemExit as exit_:  # argparse printed usage and the problem (or --help)
         return exit_.code if isinstance(exit_.code, int) else EXIT_ERROR
     status = EXIT_UNCHANGED

@@ -286,21 +286,16 @@ def test_a_file_that_differs_from_the_manifest_leaves_no_cache_and_the_pod_start
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
 
 
-def test_a_manifest_entry_outside_the_cache_is_refused(s3, tmp_path):
+@pytest.mark.parametrize(("manifest", "refusal"), [
+    ({"files": {"../../etc/passwd": {"size": 1, "sha256": "0"}}}, "not a path inside the cache"),  # an entry outside
+    ({"files": {"a": {"size": 1, "sha256": "0"}}, "root": "../weights/"}, "refused"),  # a root not a writer's
+], ids=["entry-outside-the-cache", "root-not-a-writer-root"])
+def test_a_manifest_pointing_outside_the_cache_is_refused(s3, tmp_path, manifest, refusal):
     client, stub = s3
-    bad = json.dumps({"files": {"../../etc/passwd": {"size": 1, "sha256": "0"}}}).encode()
     _marker_listed(stub)
-    stub.add_response("get_object", {"Body": _body(bad)}, {"Bucket": BUCKET, "Key": PREFIX + ".llm-serving-complete"})
-    with pytest.raises(ValueError, match="not a path inside the cache"):
-        cache_sync.seed(client, BUCKET, PREFIX, tmp_path)
-
-
-def test_a_manifest_root_that_is_not_a_writer_root_is_refused(s3, tmp_path):
-    client, stub = s3
-    bad = json.dumps({"files": {"a": {"size": 1, "sha256": "0"}}, "root": "../weights/"}).encode()
-    _marker_listed(stub)
-    stub.add_response("get_object", {"Body": _body(bad)}, {"Bucket": BUCKET, "Key": PREFIX + ".llm-serving-complete"})
-    with pytest.raises(ValueError, match="refused"):
+    stub.add_response("get_object", {"Body": _body(json.dumps(manifest).encode())},
+                      {"Bucket": BUCKET, "Key": PREFIX + ".llm-serving-complete"})
+    with pytest.raises(ValueError, match=refusal):
         cache_sync.seed(client, BUCKET, PREFIX, tmp_path)
 
 
