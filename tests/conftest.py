@@ -21,6 +21,7 @@ import atexit
 import gc
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -92,6 +93,21 @@ def _renders_shared_between_workers(tmp_path_factory: pytest.TempPathFactory) ->
         from tests.support import shared_renders
 
         shared_renders.share_in(tmp_path_factory.getbasetemp().parent / "renders")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _waiting_runs_in_their_own_process(request: pytest.FixtureRequest,
+                                       tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    # Under xdist only: one process runs the selected groups of server-bound runs while the workers run
+    # other tests (tests/support/waiting_runs.py); in one process there is nothing to overlap them with.
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        yield
+        return
+    from tests.support import waiting_runs
+
+    groups = waiting_runs.selected_groups(item.nodeid for item in request.session.items)
+    with waiting_runs.started(tmp_path_factory.getbasetemp().parent / "waiting-runs", groups):
+        yield
 
 
 @pytest.fixture(scope="session")

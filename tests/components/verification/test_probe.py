@@ -4,7 +4,6 @@ malformed event, one that is slow; each check's verdict and message."""
 
 from __future__ import annotations
 
-import concurrent.futures
 import http.client
 import json
 import socket
@@ -16,67 +15,21 @@ from collections.abc import Iterator
 
 import pytest
 
-from components.verification import LoadPlan, Settings, Target, probe
+from components.verification import Settings, Target, probe
 from components.verification.probe import FAIL, PASS, SKIP
+from tests.support import waiting_runs
 from tests.support.openai_server import KEY, Behaviour, OpenAIServer
-
-MODEL = "llama-8b"
-OBJECTIVES = {"ttft_p95_ms": 200.0, "itl_p95_ms": 20.0}
-SLOW_OBJECTIVES = {"ttft_p95_ms": 100.0, "itl_p95_ms": 10.0}
-PLANNED = {"ttft_ms": 20.0, "itl_ms": 5.0, "tpot_ms": 5.0, "output_tokens_per_second": 800.0}
-
-
-def _load(**changes: object) -> LoadPlan:
-    base = {"concurrency": 3, "prompt_tokens": 64, "output_tokens": 12, "duration_seconds": 0.6,
-            "ramp_seconds": 0.1, "planned": PLANNED, "objectives": OBJECTIVES}
-    return LoadPlan(**{**base, **changes})  # type: ignore[arg-type]
-
-
-def _run(behaviour: Behaviour, load: LoadPlan | None = None, check_auth: bool = True) -> dict:
-    with OpenAIServer(behaviour) as url:
-        return probe.run(Settings(MODEL, (Target("url", url, check_auth),), load, request_timeout_seconds=20), KEY)
-
-
-# Each test's probe run against its own server. A run spends its time waiting on the server's sleeps
-# (the slow one about 3 s, the others 0.3-1 s) and almost none computing, so they all start together the
-# first time a test asks for one, and each test reads its own report: the module waits for its longest
-# run instead of their sum (about 9 s of an idle core on the 2-core machine). Each run has its own
-# server, port and threads; none reads another's state.
-# name: (the server's behaviour, the load test's changes to _load() or None for the smoke checks alone,
-# whether the auth check runs)
-SCENARIOS: dict[str, tuple[Behaviour, dict[str, object] | None, bool]] = {
-    "correct": (Behaviour(), None, True),
-    "buffering": (Behaviour(buffer=True), None, True),
-    "no-auth": (Behaviour(check_key=False), None, True),
-    "no-auth-guarded-elsewhere": (Behaviour(check_key=False), None, False),
-    "malformed": (Behaviour(malformed_after=3), None, True),
-    "wrong-model": (Behaviour(reported_model="llama-8b-old"), None, True),
-    "other-name": (Behaviour(served_name="other"), None, True),
-    "kv-cache": (Behaviour(kv_cache_blocks=1000), None, True),
-    "no-kv-cache": (Behaviour(), None, True),
-    # Objectives far above the server's 5 ms: a loaded 2-core machine (the suite's other worker) can hold
-    # a token back tens of milliseconds, which is the scheduler's latency, not the probe's verdict.
-    "load-within-objectives": (Behaviour(), {"objectives": {"ttft_p95_ms": 2000.0, "itl_p95_ms": 250.0}}, True),
-    # A quarter over each of its objectives (100 ms TTFT, 10 ms ITL): slow beyond doubt, since a measured
-    # latency is never below the server's sleep, and still a stream (tokens 12.5 ms apart, six times the
-    # probe's 2 ms burst gap). The module's longest run (about 1.7 s; 3 s at twice these figures).
-    "load-slow": (Behaviour(ttft_seconds=0.125, itl_seconds=0.0125),
-                  {"concurrency": 2, "duration_seconds": 0.5, "objectives": SLOW_OBJECTIVES}, True),
-    "load-buffered": (Behaviour(buffer=True), {}, True),
-    "load-all-fail": (Behaviour(malformed_after=0), {}, True),
-    "load-max-requests": (Behaviour(), {"max_requests": 4, "duration_seconds": 5.0}, True),
-}
+from tests.support.probe_runs import MODEL
 
 
 @pytest.fixture(scope="module")
-def reports() -> Iterator[dict[str, concurrent.futures.Future[dict]]]:
-    """Every scenario's report, as a future: all runs start at once."""
-    with concurrent.futures.ThreadPoolExecutor(len(SCENARIOS)) as pool:
-        yield {name: pool.submit(_run, behaviour, None if load is None else _load(**load), check_auth)
-               for name, (behaviour, load, check_auth) in SCENARIOS.items()}
+def reports(tmp_path_factory) -> Iterator[waiting_runs.Runs]:
+    """Every scenario's report (tests/support/probe_runs.py): all runs start at once."""
+    with waiting_runs.outcomes("probe", tmp_path_factory.mktemp("probe-runs")) as outcomes:
+        yield outcomes
 
 
-def _report(reports: dict[str, concurrent.futures.Future[dict]], name: str) -> dict:
+def _report(reports: waiting_runs.Runs, name: str) -> dict:
     return reports[name].result(timeout=120)
 
 
