@@ -30,6 +30,7 @@ import pickle
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from unittest import mock
 
 from stacks.offline import render as offline_render
 from stacks.offline import sides
@@ -130,3 +131,20 @@ def render(stack_file: Path, renderer: Callable[[Path], offline_render.RenderRes
             partial.write_bytes(pickle.dumps((inputs, result), protocol=pickle.HIGHEST_PROTOCOL))
             partial.replace(entry)
         return result
+
+
+@contextlib.contextmanager
+def from_the_session() -> Iterator[None]:
+    """While it lasts, `render.render_stack` of a stack file at its own cluster version is `render()`:
+    the render another test (or worker) made of the same input, for a test whose subject is what a
+    command does with a render (write it, summarise it, diff it), not the render itself. A render at
+    another cluster version runs as it would."""
+    real = offline_render.render_stack
+
+    def render_stack(stack_file: Path, cluster_version: str | None = None) -> offline_render.RenderResult:
+        if cluster_version is not None:
+            return real(stack_file, cluster_version)
+        return render(stack_file, renderer=real)
+
+    with mock.patch.object(offline_render, "render_stack", render_stack):
+        yield

@@ -17,13 +17,12 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from unittest import mock
 
 import pytest
 
 from stacks.config.files import PROJECT_DIR
 from stacks.offline import diff as diff_module
-from stacks.offline import render, render_host, sides
+from stacks.offline import render_host, sides
 from stacks.offline.diff import (
     ABSENT,
     FieldChange,
@@ -400,14 +399,7 @@ def run_diff(repo: Path, *args: str) -> Ran:
     A side rendered here is a function of this project's code and the side's stack files, so it comes
     from the session's renders (tests/support/shared_renders.py): the base's unchanged prod is the
     render other tests of prod made."""
-    real = render.render_stack
-
-    def render_stack(stack_file: Path, cluster_version: str | None = None) -> render.RenderResult:
-        if cluster_version is not None:
-            return real(stack_file, cluster_version)
-        return shared_renders.render(stack_file, renderer=real)
-
-    with mock.patch.object(render, "render_stack", render_stack):
+    with shared_renders.from_the_session():
         return run_main(lambda: diff_main(list(args), project_dir=repo), ("diff", *args), cwd=repo)
 
 
