@@ -24,6 +24,8 @@ import math
 import os
 import random
 import re
+import select
+import socket
 import ssl
 import sys
 import threading
@@ -181,6 +183,7 @@ def stream_chat(url: str, key: str | None, body: dict, timeout: float) -> Stream
         return result
     try:
         result.sent_at = time.perf_counter()
+        conn.response_class = _TimedResponse
         conn.request("POST", path, body=json.dumps(body).encode(), headers=_headers(key))
         response = conn.getresponse()
         result.status, result.content_type = response.status, response.getheader("Content-Type", "")
@@ -188,7 +191,7 @@ def stream_chat(url: str, key: str | None, body: dict, timeout: float) -> Stream
             result.body = response.read()[:300]
             result.error = f"HTTP {response.status}: {result.body.decode(errors='replace')}"
             return result
-        _read_events(response, result, _socket_read_clock(response))
+        _read_events(response, result, response.arrived)  # type: ignore[attr-defined]
     except (OSError, http.client.HTTPException) as error:
         result.error = f"{type(error).__name__}: {error}"
     finally:
@@ -196,25 +199,48 @@ def stream_chat(url: str, key: str | None, body: dict, timeout: float) -> Stream
     return result
 
 
-def _socket_read_clock(response: http.client.HTTPResponse) -> Callable[[], float]:
-    """When the bytes of the line just read came off the socket: the time of the last socket read.
+class _TimedResponse(http.client.HTTPResponse):
+    """An HTTPResponse that knows when the bytes it hands out came off the network: `arrived()` is the
+    time of the socket read that brought in the line just read or, when those bytes were already
+    waiting as an earlier read returned, the time they were first seen waiting.
 
-    A line read from what an earlier read already buffered arrived with that read, not when this
-    client got round to parsing it. Timing the parse instead spread a buffered body (one read) over
-    however long the client was held up between lines, by another of its threads or a busy CPU: a
-    preempted parse put 3 ms between two events of one burst, so "100% in one burst" became 97%.
+    Timing the parse instead spread a buffered body over however long the client was held up between
+    lines, by another of its threads or a busy CPU (a preempted parse put 3 ms between two events of
+    one burst: 97% in one burst instead of 100%); timing each read alone split a buffered body bigger
+    than the reader's 8 KiB buffer into one burst per read (a 256-token answer, 60 KB, into eight).
     """
-    raw = response.fp.raw  # type: ignore[union-attr]  # the SocketIO under http.client's buffered reader
-    read_into = raw.readinto
-    last = [time.perf_counter()]  # the read that brought in the headers may have brought the first events
 
-    def timed_read_into(buffer: Any) -> int | None:
-        count = read_into(buffer)
-        last[0] = time.perf_counter()
-        return count
+    def __init__(self, sock: socket.socket, *args: Any, **kwargs: Any) -> None:
+        super().__init__(sock, *args, **kwargs)  # type: ignore[arg-type]
+        self._arrived = time.perf_counter()
+        self._waiting_since: float | None = None
+        raw = self.fp.raw  # the SocketIO under the buffered reader every read of the response goes through
+        read_into = raw.readinto
 
-    raw.readinto = timed_read_into
-    return lambda: last[0]
+        def timed_read_into(buffer: Any) -> int | None:
+            count = read_into(buffer)
+            seen = self._waiting_since if self._waiting_since is not None else time.perf_counter()
+            self._arrived = seen
+            self._waiting_since = seen if _more_waiting(sock) else None
+            return count
+
+        raw.readinto = timed_read_into
+
+    def arrived(self) -> float:
+        return self._arrived
+
+
+def _more_waiting(sock: socket.socket) -> bool:
+    """Whether bytes are readable now without waiting: in the kernel, or decrypted by TLS already."""
+    pending = getattr(sock, "pending", None)
+    try:
+        if pending is not None and pending():
+            return True
+        poller = select.poll()  # not select(): a load test's sockets may be numbered above 1023
+        poller.register(sock, select.POLLIN)
+        return bool(poller.poll(0))
+    except (OSError, ValueError):  # closed under us: nothing more will arrive
+        return False
 
 
 def _read_events(response: http.client.HTTPResponse, result: Stream,

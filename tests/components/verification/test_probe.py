@@ -4,7 +4,6 @@ malformed event, one that is slow; each check's verdict and message."""
 
 from __future__ import annotations
 
-import http.client
 import json
 import socket
 import subprocess
@@ -149,14 +148,16 @@ def test_largest_burst_share_counts_arrivals_within_two_milliseconds(burst, shar
     assert probe.largest_burst_share(burst) == share
 
 
-def _events(count: int) -> list[bytes]:
-    return [b'data: {"choices": [{"delta": {"content": "hello "}}]}\n\n' for _ in range(count)] + [b"data: [DONE]\n\n"]
+def _events(count: int, padding: int = 0) -> list[bytes]:
+    # `padding`: an id field as long as vLLM's chunk ids and fields make an event (about 230 bytes).
+    event = b'data: {"id": "%s", "choices": [{"delta": {"content": "hello "}}]}\n\n' % (b"x" * padding)
+    return [event] * count + [b"data: [DONE]\n\n"]
 
 
 def _read_held_up(events: list[bytes], gap_seconds: float) -> probe.Stream:
-    """`_read_events` over a real socket (the server writes each event `gap_seconds` after the one
-    before, all in one write at 0), with the client held up 3 ms after every line, as a busy CPU or
-    another of its threads holds a client up."""
+    """`_read_events` over a real socket with the probe's response class (the server writes each event
+    `gap_seconds` after the one before, or all of them in one write), with the client held up 3 ms after
+    every line, as a busy CPU or another of its threads holds a client up."""
     server, client = socket.socketpair()
     head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n" % len(b"".join(events))
 
@@ -168,7 +169,7 @@ def _read_held_up(events: list[bytes], gap_seconds: float) -> probe.Stream:
 
     writer = threading.Thread(target=write)
     writer.start()
-    response = http.client.HTTPResponse(client)
+    response = probe._TimedResponse(client)  # noqa: SLF001
     response.begin()
     readline = response.readline
 
@@ -179,24 +180,29 @@ def _read_held_up(events: list[bytes], gap_seconds: float) -> probe.Stream:
 
     response.readline = held_up_readline  # type: ignore[method-assign]
     result = probe.Stream()
-    probe._read_events(response, result, probe._socket_read_clock(response))  # noqa: SLF001
+    probe._read_events(response, result, response.arrived)  # noqa: SLF001
     writer.join()
     server.close()
     client.close()
     return result
 
 
-def test_events_are_timed_by_the_socket_read_that_brought_them_not_by_when_they_were_parsed():
+def test_events_are_timed_by_when_they_reached_the_client_not_by_when_they_were_parsed():
     # One write of the whole body (a buffering proxy): one arrival, however long the client took to
     # parse it (32 lines x 2 x 3 ms here), so all of it is one burst.
     buffered = _read_held_up(_events(32), 0.0)
     assert len(buffered.token_times) == 32 and buffered.done
     assert set(buffered.token_times) == {buffered.token_times[0]}
     assert probe.largest_burst_share(buffered.token_times) == 1.0
+    # The same for a body bigger than the client's 8 KiB read buffer (256 vLLM-sized events, 60 KB):
+    # each later read took bytes that were already waiting when the one before it returned.
+    big = _read_held_up(_events(256, padding=170), 0.0)
+    assert len(b"".join(_events(256, padding=170))) > 60_000
+    assert len(big.token_times) == 256 and set(big.token_times) == {big.token_times[0]}
     # Events written 20 ms apart keep their spacing: each came in with a read of its own.
     streamed = _read_held_up(_events(4), 0.02)
     gaps = [b - a for a, b in zip(streamed.token_times, streamed.token_times[1:], strict=False)]
-    assert len(gaps) == 3 and min(gaps) >= 0.015
+    assert len(gaps) == 3 and min(gaps) > probe.BURST_GAP_SECONDS
     assert probe.largest_burst_share(streamed.token_times) == 0.25
 
 
