@@ -5,7 +5,9 @@ when no process runs the group."""
 from __future__ import annotations
 
 import json
+import os
 import pickle
+import signal
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,8 @@ def _fails() -> None:
 
 
 def jobs(scratch: Path) -> dict[str, object]:
+    if os.environ.get("WAITING_RUNS_SELFTEST") == "die":
+        os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer would: no traceback, no outcome
     (scratch / "seen").write_text("scratch is a directory of the runs' own")
     return {"answer": lambda: 42, "text": lambda: (scratch / "seen").read_text(), "fails": _fails}
 
@@ -81,6 +85,15 @@ def test_a_process_that_failed_fails_the_reader_with_its_traceback(tmp_path):
     with waiting_runs.started(tmp_path, {"selftest": THIS}), waiting_runs.outcomes("selftest", tmp_path) as runs:
         with pytest.raises(RuntimeError, match="(?s)the waiting-runs process failed before selftest.answer:\n"
                                                "Traceback .*ImportError: no module x"):
+            runs["answer"].result(timeout=60)
+
+
+def test_a_killed_process_fails_its_readers_at_once_with_its_exit_status(tmp_path, monkeypatch):
+    monkeypatch.setenv("WAITING_RUNS_SELFTEST", "die")
+    with waiting_runs.started(tmp_path, {"selftest": THIS}), waiting_runs.outcomes("selftest", tmp_path) as runs:
+        # Well inside the timeout: the worker that started it reports its death as soon as it ends.
+        with pytest.raises(RuntimeError, match="the waiting-runs process failed before selftest.answer:\n"
+                                               "the process exited with -9; its stderr:\n$"):
             runs["answer"].result(timeout=60)
 
 

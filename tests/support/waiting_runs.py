@@ -16,8 +16,9 @@ its own server, port and threads, as it had in a module's thread pool. Without x
 nothing else to overlap), a module runs its group in threads at its first test, as before.
 
 A run's outcome is its return value or the traceback it raised; a test that reads a failed run fails
-with that traceback. If the process itself fails, every test reading it fails with its traceback; if
-it is killed, they fail after RESULT_TIMEOUT_SECONDS naming the process and its stderr.
+with that traceback. If the process itself fails, every test reading it fails with its traceback, or,
+when it could not write one (killed, or failing before its handler), with its exit status and stderr,
+which the worker that started it writes as soon as it ends.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import os
 import pickle
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
@@ -94,6 +96,7 @@ def started(directory: Path, groups: dict[str, str]) -> Iterator[None]:
                 process = subprocess.Popen(command, cwd=PROJECT_DIR, env=env, stdin=subprocess.DEVNULL,
                                            stdout=subprocess.DEVNULL, stderr=stderr)
             marker.write_text(json.dumps({"pid": process.pid, "groups": groups}))
+            threading.Thread(target=_watch, args=(process, directory), daemon=True).start()
         if marker.is_file():
             _shared, _groups = directory, json.loads(marker.read_text())["groups"]
     try:
@@ -106,6 +109,21 @@ def started(directory: Path, groups: dict[str, str]) -> Iterator[None]:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+def _watch(process: subprocess.Popen[bytes], directory: Path) -> None:
+    """A process that ends badly without saying why (killed, or failing before its own handler) fails its
+    readers at once, in every worker, rather than each after RESULT_TIMEOUT_SECONDS."""
+    code = process.wait()
+    if code != 0 and not (directory / _FAILED).is_file():
+        stderr = (directory / _STDERR).read_text(errors="replace")[-2000:]
+        _replace(directory / _FAILED, f"the process exited with {code}; its stderr:\n{stderr}".encode())
+
+
+def _replace(path: Path, data: bytes) -> None:
+    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+    partial.write_bytes(data)
+    partial.replace(path)  # whole or absent: a reader never sees half a file
 
 
 class _Written:
@@ -166,10 +184,7 @@ def _outcome(future: concurrent.futures.Future[Any]) -> tuple[str, Any]:
 
 
 def _write(directory: Path, group: str, name: str, outcome: tuple[str, Any]) -> None:
-    path = _file(directory, group, name)
-    partial = path.with_suffix(".partial")
-    partial.write_bytes(pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL))
-    partial.replace(path)  # whole or absent: a reader never sees half a pickle
+    _replace(_file(directory, group, name), pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def main(argv: list[str]) -> int:
@@ -181,14 +196,14 @@ def main(argv: list[str]) -> int:
         jobs = {}
         for group, module in groups.items():
             found = _jobs(module, scratch)
-            _names(directory, group).write_text(json.dumps(sorted(found)))
+            _replace(_names(directory, group), json.dumps(sorted(found)).encode())
             jobs.update({(group, name): job for name, job in found.items()})
         with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
             running = {pool.submit(job): key for key, job in jobs.items()}
             for future in concurrent.futures.as_completed(running):
                 _write(directory, *running[future], _outcome(future))
     except BaseException:
-        (directory / _FAILED).write_text(traceback.format_exc())
+        _replace(directory / _FAILED, traceback.format_exc().encode())
         raise
     return 0
 
