@@ -73,18 +73,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.set_threshold(render_overhead.RENDER_GC_THRESHOLD, *gc.get_threshold()[1:])
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    # In an xdist worker, after its last test: what the session holds now (renders, fixtures' caches,
-    # some 470,000 objects) is left out of the one full collection pytest's unraisable-exception plugin
-    # runs at unconfigure (_pytest/unraisableexception.py pytest_unconfigure), which took 0.5 s at the
-    # end of every run while the controller waited for the worker to exit. What that pass could find
-    # there, a finaliser raising in a cycle the session leaked, it reports as a warning after xdist has
-    # sent the worker's results (remote.py sends "workerfinished" at session finish), which the
-    # controller no longer reads; each test's own unraisable exceptions are still reported with it.
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        gc.freeze()
-
-
 @pytest.fixture(scope="session", autouse=True)
 def _renders_shared_between_workers(tmp_path_factory: pytest.TempPathFactory) -> None:
     # Each xdist worker's basetemp is a directory of the run's root (xdist's documented way for
