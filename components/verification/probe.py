@@ -18,13 +18,13 @@ HTTP and SSE client, the checks, the load generator and the report cannot be spl
 from __future__ import annotations
 
 import argparse
+import array
 import http.client
 import json
 import math
 import os
 import random
 import re
-import select
 import socket
 import ssl
 import sys
@@ -34,6 +34,12 @@ import urllib.parse
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+try:  # FIONREAD: how many bytes are waiting (Unix); without it each read is timed alone
+    import fcntl
+    import termios
+except ImportError:  # pragma: no cover - Windows
+    fcntl = termios = None  # type: ignore[assignment]
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -200,28 +206,35 @@ def stream_chat(url: str, key: str | None, body: dict, timeout: float) -> Stream
 
 
 class _TimedResponse(http.client.HTTPResponse):
-    """An HTTPResponse that knows when the bytes it hands out came off the network: `arrived()` is the
-    time of the socket read that brought in the line just read or, when those bytes were already
-    waiting as an earlier read returned, the time they were first seen waiting.
+    """An HTTPResponse that knows when the bytes it hands out reached the client: `arrived()` is when
+    the line just read arrived, never earlier than it did.
 
-    Timing the parse instead spread a buffered body over however long the client was held up between
-    lines, by another of its threads or a busy CPU (a preempted parse put 3 ms between two events of
-    one burst: 97% in one burst instead of 100%); timing each read alone split a buffered body bigger
-    than the reader's 8 KiB buffer into one burst per read (a 256-token answer, 60 KB, into eight).
+    That is the time of the socket read that returned it, unless all of that read's bytes were already
+    waiting (counted) when an earlier read returned: then the time they were counted. Timing the parse
+    instead spread a buffered body over however long the client was held up between lines, by another
+    of its threads or a busy CPU (a preempted parse put 3 ms between two events of one burst: 97% in one
+    burst instead of 100%); timing each read alone split a buffered body bigger than the reader's 8 KiB
+    buffer into one burst per read (a 256-token answer, 60 KB, into eight); and taking the earlier time
+    for every read while bytes were waiting stamped the ones that came in later too early (up to half a
+    second for a client slower than the stream, which then looked buffered).
     """
 
     def __init__(self, sock: socket.socket, *args: Any, **kwargs: Any) -> None:
         super().__init__(sock, *args, **kwargs)  # type: ignore[arg-type]
         self._arrived = time.perf_counter()
-        self._waiting_since: float | None = None
+        self._counted_at, self._counted = 0.0, 0  # when bytes were seen waiting, how many are left of them
         raw = self.fp.raw  # the SocketIO under the buffered reader every read of the response goes through
         read_into = raw.readinto
 
         def timed_read_into(buffer: Any) -> int | None:
             count = read_into(buffer)
-            seen = self._waiting_since if self._waiting_since is not None else time.perf_counter()
-            self._arrived = seen
-            self._waiting_since = seen if _more_waiting(sock) else None
+            now = time.perf_counter()
+            if count and count <= self._counted:  # all of it was waiting when counted
+                self._arrived, self._counted = self._counted_at, self._counted - count
+            else:  # some of it came in since: the line this read ends may have too
+                self._arrived, self._counted = now, 0
+            if not self._counted:
+                self._counted_at, self._counted = now, _bytes_waiting(sock)
             return count
 
         raw.readinto = timed_read_into
@@ -230,17 +243,19 @@ class _TimedResponse(http.client.HTTPResponse):
         return self._arrived
 
 
-def _more_waiting(sock: socket.socket) -> bool:
-    """Whether bytes are readable now without waiting: in the kernel, or decrypted by TLS already."""
-    pending = getattr(sock, "pending", None)
+def _bytes_waiting(sock: socket.socket) -> int:
+    """Bytes readable now without waiting: in the kernel's buffer (FIONREAD) and, on TLS, decrypted
+    already; 0 where that cannot be asked. On TLS the kernel's count includes each record's framing, so
+    at most that much (some 30 bytes a record) of a later record can take the earlier time."""
+    if fcntl is None:
+        return 0
     try:
-        if pending is not None and pending():
-            return True
-        poller = select.poll()  # not select(): a load test's sockets may be numbered above 1023
-        poller.register(sock, select.POLLIN)
-        return bool(poller.poll(0))
+        waiting = array.array("i", [0])
+        fcntl.ioctl(sock.fileno(), termios.FIONREAD, waiting, True)
+        pending = getattr(sock, "pending", None)
+        return waiting[0] + (pending() if pending is not None else 0)
     except (OSError, ValueError):  # closed under us: nothing more will arrive
-        return False
+        return 0
 
 
 def _read_events(response: http.client.HTTPResponse, result: Stream,

@@ -154,11 +154,13 @@ def _events(count: int, padding: int = 0) -> list[bytes]:
     return [event] * count + [b"data: [DONE]\n\n"]
 
 
-def _read_held_up(events: list[bytes], gap_seconds: float) -> probe.Stream:
+def _read_held_up(events: list[bytes], gap_seconds: float, every_lines: int = 16,
+                  written: list[float] | None = None) -> probe.Stream:
     """`_read_events` over a real socket with the probe's response class (the server writes each event
     `gap_seconds` after the one before, or all of them in one write), with the client held up 3 ms after
     every 16th line (every 8th event), as a busy CPU or another of its threads holds a client up: longer
-    than the burst gap, so a clock that timed the parse, or each 8 KiB read alone, would split a burst."""
+    than the burst gap, so a clock that timed the parse, or each 8 KiB read alone, would split a burst.
+    `written`, if given, gets the time just before each event's write."""
     server, client = socket.socketpair()
     head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n" % len(b"".join(events))
 
@@ -166,6 +168,8 @@ def _read_held_up(events: list[bytes], gap_seconds: float) -> probe.Stream:
         server.sendall(head + (b"".join(events) if not gap_seconds else b""))
         for event in events if gap_seconds else ():
             time.sleep(gap_seconds)
+            if written is not None:
+                written.append(time.perf_counter())
             server.sendall(event)
 
     writer = threading.Thread(target=write)
@@ -176,7 +180,7 @@ def _read_held_up(events: list[bytes], gap_seconds: float) -> probe.Stream:
 
     def held_up_readline() -> bytes:
         line = readline()
-        if next(lines) % 16 == 0:
+        if next(lines) % every_lines == 0:
             time.sleep(0.003)
         return line
 
@@ -206,6 +210,17 @@ def test_events_are_timed_by_when_they_reached_the_client_not_by_when_they_were_
     gaps = [b - a for a, b in zip(streamed.token_times, streamed.token_times[1:], strict=False)]
     assert len(gaps) == 3 and min(gaps) > probe.BURST_GAP_SECONDS
     assert probe.largest_burst_share(streamed.token_times) == 0.25
+
+
+def test_no_token_is_timed_before_it_was_written_when_the_client_falls_behind():
+    # A stream of 160 vLLM-sized events 1 ms apart, read by a client held up 3 ms every other event: it
+    # falls behind by more than the 8 KiB read buffer, so reads find bytes waiting. Each read takes the
+    # earlier time only for bytes counted as waiting then; a later arrival is never stamped earlier.
+    written: list[float] = []
+    lagging = _read_held_up(_events(160, padding=170), 0.001, every_lines=4, written=written)
+    assert len(lagging.token_times) == 160 and len(written) == 161  # the last write is [DONE]
+    assert all(arrived >= sent for arrived, sent in zip(lagging.token_times, written, strict=False))
+    assert probe.largest_burst_share(lagging.token_times) <= probe.BURST_SHARE_LIMIT
 
 
 def test_percentile_interpolates_between_ranks():
