@@ -93,7 +93,7 @@ def test_a_killed_process_fails_its_readers_at_once_with_its_exit_status(tmp_pat
     with waiting_runs.started(tmp_path, {"selftest": THIS}), waiting_runs.outcomes("selftest", tmp_path) as runs:
         # Well inside the timeout: the worker that started it reports its death as soon as it ends.
         with pytest.raises(RuntimeError, match="the waiting-runs process failed before selftest.answer:\n"
-                                               "the process exited with -9; its stderr:\n$"):
+                                               "the process exited with -9; its stderr:\n"):
             runs["answer"].result(timeout=60)
 
 
