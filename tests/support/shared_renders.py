@@ -22,7 +22,6 @@ loads that worker's result instead of rendering again:
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -34,6 +33,7 @@ from unittest import mock
 
 from stacks.offline import render as offline_render
 from stacks.offline import sides
+from tests.support import shared_files
 
 _shared_dir: Path | None = None
 _opened: list[str] | None = None  # the files opened during the render in progress, else None
@@ -117,8 +117,7 @@ def render(stack_file: Path, renderer: Callable[[Path], offline_render.RenderRes
         return render_stack(stack_file)
     key = _key(stack_file)
     entry = _shared_dir / f"{key}.pickle"
-    with open(_shared_dir / f"{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+    with shared_files.locked(_shared_dir / f"{key}.lock"):
         if entry.is_file():
             inputs, result = pickle.loads(entry.read_bytes())
             if _inputs_unchanged(inputs, stack_file):
@@ -127,9 +126,7 @@ def render(stack_file: Path, renderer: Callable[[Path], offline_render.RenderRes
             result = render_stack(stack_file)
         inputs = _inputs(opened, stack_file)
         if inputs is not None and not _names_its_directory(result, stack_file):
-            partial = entry.with_suffix(f".{os.getpid()}.partial")
-            partial.write_bytes(pickle.dumps((inputs, result), protocol=pickle.HIGHEST_PROTOCOL))
-            partial.replace(entry)
+            shared_files.write_whole(entry, pickle.dumps((inputs, result), protocol=pickle.HIGHEST_PROTOCOL))
         return result
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import fcntl
 import importlib
 import json
 import os
@@ -38,6 +37,8 @@ import traceback
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
+
+from tests.support import shared_files
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 # group: (the test module whose tests read it, the module whose jobs() returns its runs)
@@ -85,8 +86,7 @@ def started(directory: Path, groups: dict[str, str]) -> Iterator[None]:
     global _shared, _groups
     directory.mkdir(parents=True, exist_ok=True)
     process, before = None, (_shared, _groups)
-    with open(directory / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+    with shared_files.locked(directory / "lock"):
         marker = directory / _STARTED
         if not marker.is_file() and groups:
             env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
@@ -117,13 +117,7 @@ def _watch(process: subprocess.Popen[bytes], directory: Path) -> None:
     code = process.wait()
     if code != 0 and not (directory / _FAILED).is_file():
         stderr = (directory / _STDERR).read_text(errors="replace")[-2000:]
-        _replace(directory / _FAILED, f"the process exited with {code}; its stderr:\n{stderr}".encode())
-
-
-def _replace(path: Path, data: bytes) -> None:
-    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
-    partial.write_bytes(data)
-    partial.replace(path)  # whole or absent: a reader never sees half a file
+        shared_files.write_whole(directory / _FAILED, f"the process exited with {code}; its stderr:\n{stderr}".encode())
 
 
 class _Written:
@@ -184,7 +178,7 @@ def _outcome(future: concurrent.futures.Future[Any]) -> tuple[str, Any]:
 
 
 def _write(directory: Path, group: str, name: str, outcome: tuple[str, Any]) -> None:
-    _replace(_file(directory, group, name), pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL))
+    shared_files.write_whole(_file(directory, group, name), pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def main(argv: list[str]) -> int:
@@ -196,14 +190,14 @@ def main(argv: list[str]) -> int:
         jobs = {}
         for group, module in groups.items():
             found = _jobs(module, scratch)
-            _replace(_names(directory, group), json.dumps(sorted(found)).encode())
+            shared_files.write_whole(_names(directory, group), json.dumps(sorted(found)).encode())
             jobs.update({(group, name): job for name, job in found.items()})
         with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
             running = {pool.submit(job): key for key, job in jobs.items()}
             for future in concurrent.futures.as_completed(running):
                 _write(directory, *running[future], _outcome(future))
     except BaseException:
-        _replace(directory / _FAILED, traceback.format_exc().encode())
+        shared_files.write_whole(directory / _FAILED, traceback.format_exc().encode())
         raise
     return 0
 
