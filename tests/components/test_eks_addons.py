@@ -13,18 +13,13 @@ from stacks.checks.platform import addon_version_rules
 from stacks.config import StackConfig
 from tests.conftest import render_file
 from tests.stacks.checks.test_gpu_node_group_checks import BASE
-from tests.support import reference
+from tests.support import reference, stack_variants
 
 ADDON = "aws:eks/addon:Addon"
 
 
 def _fsx_variant(stack_dir):
-    path = stack_dir / "Pulumi.fsx.yaml"
-    path.write_text(json.dumps({"config": {
-        "aws:region": "us-east-1", "llm-serving:extends": "prod", "llm-serving:apiKey": {"secure": "v1:abc"},
-        "llm-serving:hfToken": {"secure": "v1:def"},
-        "llm-serving:weightsStorage": {"backend": "fsxLustre"}}}))
-    return render_file(path)
+    return render_file(stack_variants.prod_on_fsx(stack_dir))
 
 
 def _addons(result) -> list[dict]:

@@ -8,7 +8,6 @@ from typing import Any
 
 import pulumi
 import pytest
-import yaml
 
 from components.edge import ENVOY_METRIC_TYPES
 from components.gpu.counters import COUNTERS
@@ -16,26 +15,18 @@ from components.observability.serving_alerts import KUBE_STATE_METRICS
 from components.routing import PICKER_METRICS, pool_problems
 from components.routing.alerts import PICKER_KUBE_STATE_METRICS
 from stacks import checks
+from stacks.config import EdgeAuth, EdgeMode
+from stacks.config.files import PROJECT_DIR
 from stacks.environment import load_stack_file
 from stacks.offline import render
 from tests.conftest import STACK_FILES, STACK_NAMES, render_file
-from tests.support import promql, reference
+from tests.support import promql, reference, stack_variants
 
 MODEL = "llama-70b"
 HOST = "llm.example.com"
-SECRETS = {f"llm-serving:{k}": {"secure": "v1:x"} for k in ("apiKey", "hfToken")}
-MODES: dict[str, dict[str, Any]] = {
-    "gateway": {},
-    "alb": {
-        "mode": "alb",
-        "namespace": "kube-system",
-        "albControllerRoleArn": "arn:aws:iam::123456789012:role/alb-controller",
-        "loadBalancerSubnetIds": ["subnet-0aaa1111", "subnet-0bbb2222"],
-        "tls": {"certManagerIssuer": None, "acmCertificateArn":
-                "arn:aws:acm:us-east-1:123456789012:certificate/0a1b2c3d-0000-4000-8000-000000000000"},
-    },
-    "ingress-nginx": {"mode": "ingress-nginx", "namespace": "ingress-nginx", "controller": "existing"},
-}
+# Each edge mode's prod: prod's own edge is the Gateway API one, the others are variants of it.
+MODES = ("gateway", "alb", "ingress-nginx")
+INGRESS_NGINX = {"mode": "ingress-nginx", "namespace": "ingress-nginx", "controller": "existing"}
 
 
 @pytest.fixture(scope="module")
@@ -43,15 +34,11 @@ def prod_in_mode(tmp_path_factory) -> dict[str, Any]:
     directory = tmp_path_factory.mktemp("modes")
     for path in STACK_FILES:
         (directory / path.name).write_text(path.read_text())
-    renders = {}
-    for mode, edge in MODES.items():
-        name = f"prod-{mode}"
-        config = {"aws:region": "us-east-1", "llm-serving:extends": "prod", **SECRETS}
-        if edge:
-            config["llm-serving:edge"] = edge
-        path = directory / f"Pulumi.{name}.yaml"
-        path.write_text(yaml.safe_dump({"config": config}))
-        renders[mode] = (render_file(path), load_stack_file(path)[1])
+    paths = {"gateway": PROJECT_DIR / "Pulumi.prod.yaml",
+             "alb": stack_variants.prod_behind_an_alb(directory),
+             "ingress-nginx": stack_variants.write(directory, "prod-ingress-nginx", {"edge": INGRESS_NGINX})}
+    renders = {mode: (render_file(path), load_stack_file(path)[1]) for mode, path in paths.items()}
+    assert renders["gateway"][1].edge.mode is EdgeMode.GATEWAY
     return renders
 
 
@@ -198,12 +185,15 @@ API_KEY_ENV = {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": "v
 
 @pytest.mark.parametrize("auth", ["vllm-api-key", "gateway-api-key", "jwt"])
 def test_vllm_checks_its_own_key_in_every_auth_mode(stack_dir, auth):
-    edge: dict[str, Any] = {"auth": auth}
-    if auth == "jwt":
-        edge["jwt"] = {"issuer": "https://auth.example.com", "jwksUri": "https://auth.example.com/jwks.json"}
-    config = {"aws:region": "us-east-1", "llm-serving:extends": "prod", **SECRETS, "llm-serving:edge": edge}
-    (stack_dir / f"Pulumi.prod-{auth}.yaml").write_text(yaml.safe_dump({"config": config}))
-    result = render_file(stack_dir / f"Pulumi.prod-{auth}.yaml")
+    if auth == "vllm-api-key":  # prod's own (the default)
+        path = PROJECT_DIR / "Pulumi.prod.yaml"
+        assert load_stack_file(path)[1].edge.auth is EdgeAuth.VLLM_API_KEY
+    else:
+        edge: dict[str, Any] = {"auth": auth}
+        if auth == "jwt":
+            edge["jwt"] = {"issuer": "https://auth.example.com", "jwksUri": "https://auth.example.com/jwks.json"}
+        path = stack_variants.write(stack_dir, f"prod-{auth}", {"edge": edge})
+    result = render_file(path)
     assert API_KEY_ENV in _container(result)["env"]
     assert result.manifest("Secret", "vllm-api-key")["stringData"] == {"api-key": "[secret]"}
     policy = result.manifest("SecurityPolicy", "llm-serving-auth")["spec"]

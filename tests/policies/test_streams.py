@@ -10,18 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from policies.streams import stream_drain_problems
 from stacks.config.files import PROJECT_DIR
 from tests.conftest import STACK_FILES, render_file
+from tests.support import stack_variants
 
 MODEL = "llama-70b"
 BOUND = 1805  # 16,384 tokens at the 0.1 s ITL objective after the 2 s TTFT objective, plus 10 %
-ALB = {"mode": "alb", "namespace": "kube-system", "albControllerRoleArn": "arn:aws:iam::123456789012:role/alb",
-       "loadBalancerSubnetIds": ["subnet-0aaa1111", "subnet-0bbb2222"],
-       "tls": {"certManagerIssuer": None, "acmCertificateArn":
-               "arn:aws:acm:us-east-1:123456789012:certificate/0a1b2c3d-0000-4000-8000-000000000000"}}
 
 
 def _resources(path: Path) -> list[dict[str, Any]]:
@@ -38,11 +34,7 @@ def alb_path(tmp_path_factory) -> Path:
     directory = tmp_path_factory.mktemp("alb")
     for path in STACK_FILES:
         (directory / path.name).write_text(path.read_text())
-    secrets = {f"llm-serving:{k}": {"secure": "v1:x"} for k in ("apiKey", "hfToken")}
-    path = directory / "Pulumi.prod-alb.yaml"
-    path.write_text(yaml.safe_dump({"config": {"aws:region": "us-east-1", "llm-serving:extends": "prod",
-                                               "llm-serving:edge": ALB, **secrets}}))
-    return path
+    return stack_variants.prod_behind_an_alb(directory)
 
 
 def _find(resources: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:

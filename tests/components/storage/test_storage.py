@@ -17,7 +17,7 @@ from stacks.checks import planning
 from stacks.config import StackConfig
 from tests.conftest import render_file
 from tests.stacks.checks.test_model_checks import BASE, LLAMA_70B
-from tests.support import reference
+from tests.support import reference, stack_variants
 
 TAGS = {"app.kubernetes.io/part-of": "llm-serving", "llm-serving/environment": "prod"}
 
@@ -204,17 +204,8 @@ def test_a_read_write_once_claim_pins_its_job_and_replica_to_one_zone(stack_dir)
     assert not [r for r in result.resources if r["type"].startswith("aws:efs/")]
 
 
-def _prod_variant(stack_dir, name: str, weights_storage: dict) -> Any:
-    path = stack_dir / f"Pulumi.{name}.yaml"
-    path.write_text(json.dumps({"config": {
-        "aws:region": "us-east-1", "llm-serving:extends": "prod", "llm-serving:environment": "prod",
-        "llm-serving:apiKey": {"secure": "v1:abc"}, "llm-serving:hfToken": {"secure": "v1:def"},
-        "llm-serving:weightsStorage": weights_storage}}))
-    return render_file(path)
-
-
 def test_fsx_for_lustre_gives_one_retained_file_system_and_a_shared_claim(stack_dir):
-    result = _prod_variant(stack_dir, "fsx", {"backend": "fsxLustre"})
+    result = render_file(stack_variants.prod_on_fsx(stack_dir))
     fs = result.resource("aws:fsx/lustreFileSystem:LustreFileSystem", "weights-storage-file-system")
     assert fs["inputs"] == {
         "deploymentType": "PERSISTENT_2", "storageCapacity": 2400, "perUnitStorageThroughput": 500,
@@ -297,7 +288,7 @@ def test_stage_affinity_is_left_to_a_pinned_zone_or_a_reachable_claim():
 
 def test_the_lustre_security_group_allows_lnet_out_as_well_as_in(stack_dir):
     # The provider strips the default allow-all egress, and Lustre servers connect back on LNET.
-    result = _prod_variant(stack_dir, "fsx-egress", {"backend": "fsxLustre"})
+    result = render_file(stack_variants.prod_on_fsx(stack_dir))
     egress = sorted((r["inputs"]["fromPort"], r["inputs"]["toPort"], r["inputs"]["referencedSecurityGroupId"],
                      r["inputs"]["ipProtocol"])
                     for r in result.by_type()["aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule"])

@@ -1,0 +1,51 @@
+"""Variants of prod that several test modules render: written here, byte for byte the same for each.
+
+The run shares a render between tests and workers when the stack file's name and bytes and the files
+it extends are the same (tests/support/shared_renders.py). A variant that two modules each wrote their
+own way (other placeholder secrets, another key order, another role name) was rendered once per module,
+about half a second of CPU each time; written once here, it is rendered once per run.
+
+Each writer takes a directory holding copies of the project's stack files (the `stack_dir` fixture,
+or a module's own copy of them) and returns the path of the variant it wrote there.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+# Placeholders only the offline render accepts, as in the committed stack files.
+SECRETS = {f"llm-serving:{key}": {"secure": "v1:x"} for key in ("apiKey", "hfToken")}
+
+# prod behind an ALB: the controller's IAM role for its service account, the ALB's two subnets and an
+# ACM certificate instead of cert-manager's.
+ALB_EDGE: dict[str, Any] = {
+    "mode": "alb",
+    "namespace": "kube-system",
+    "albControllerRoleArn": "arn:aws:iam::123456789012:role/alb-controller",
+    "loadBalancerSubnetIds": ["subnet-0aaa1111", "subnet-0bbb2222"],
+    "tls": {"certManagerIssuer": None, "acmCertificateArn":
+            "arn:aws:acm:us-east-1:123456789012:certificate/0a1b2c3d-0000-4000-8000-000000000000"},
+}
+
+
+def write(directory: Path, name: str, config: dict[str, Any], extends: str = "prod") -> Path:
+    """`Pulumi.<name>.yaml` in `directory`: `extends` with the placeholder secrets and `config`'s keys
+    (without their `llm-serving:` prefix)."""
+    path = directory / f"Pulumi.{name}.yaml"
+    own = {"aws:region": "us-east-1", "llm-serving:extends": extends, **SECRETS,
+           **{f"llm-serving:{key}": value for key, value in config.items()}}
+    path.write_text(yaml.safe_dump({"config": own}))
+    return path
+
+
+def prod_on_fsx(directory: Path) -> Path:
+    """prod with its weights on FSx for Lustre."""
+    return write(directory, "prod-fsx", {"weightsStorage": {"backend": "fsxLustre"}})
+
+
+def prod_behind_an_alb(directory: Path) -> Path:
+    """prod with the ALB edge (ALB_EDGE)."""
+    return write(directory, "prod-alb", {"edge": ALB_EDGE})
