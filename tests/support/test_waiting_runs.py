@@ -34,6 +34,9 @@ def test_only_groups_whose_module_has_a_selected_test_run():
     assert waiting_runs.selected_groups(["tests/components/verification/test_probe.py::test_z[1]"]) == {
         "probe": "tests.support.probe_runs"}
     assert waiting_runs.selected_groups(["tests/stacks/test_other.py::test_y"]) == {}
+    assert waiting_runs.selected_groups(["tests/stacks/cli/test_verify.py::test_json_is_the_whole_report",
+                                         "tests/components/verification/test_probe.py::test_x"]) == {
+        "probe": "tests.support.probe_runs", "verify": "tests.support.verify_runs"}
 
 
 def test_the_process_starts_once_per_directory_and_writes_every_outcome(tmp_path):

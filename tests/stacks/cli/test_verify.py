@@ -3,24 +3,20 @@ exit 0/1/2, one line per failure, the key never an argument, --json for machines
 
 from __future__ import annotations
 
-import concurrent.futures
 import io
 import json
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from stacks.checks import verification
 from stacks.cli import main, verify
 from stacks.config import VerificationMode
-from stacks.config import files as stack_files
 from stacks.config.files import PROJECT_DIR
 from stacks.environment import load_stack_file
+from tests.support import waiting_runs
 from tests.support.cli import run_stacks
 from tests.support.openai_server import KEY, Behaviour, OpenAIServer
-
-SHORT = ["--concurrency", "2", "--duration", "1", "--output-tokens", "12"]
 
 
 @pytest.fixture
@@ -28,25 +24,13 @@ def key(monkeypatch):
     monkeypatch.setenv("LLM_SERVING_API_KEY", KEY)
 
 
-def _verify_with_load(key_file: Path, behaviour: Behaviour, *extra: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with OpenAIServer(behaviour) as url:
-        code = verify.main(["dev", "--url", url, *SHORT, "--api-key-file", str(key_file), *extra], out, err,
-                           stack_path=stack_files.find_stack_file)
-    return code, out.getvalue(), err.getvalue()
-
-
 @pytest.fixture(scope="module", autouse=True)
-def load_runs(tmp_path_factory) -> Iterator[dict[str, concurrent.futures.Future[tuple[int, str, str]]]]:
-    """The two runs with a load test, started with the module's first test and at once: each waits about
-    2.5 s on its server (the ramp and the load test) and computes almost nothing. Each has its own server
-    and output streams, and its key in a file, so no run reads the environment another test of this
-    module changes."""
-    key_file = tmp_path_factory.mktemp("verify") / "api-key"
-    key_file.write_text(KEY)
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        yield {"correct": pool.submit(_verify_with_load, key_file, Behaviour()),
-               "json-no-auth": pool.submit(_verify_with_load, key_file, Behaviour(check_key=False), "--json")}
+def load_runs(tmp_path_factory) -> Iterator[waiting_runs.Runs]:
+    """The two runs with a load test (tests/support/verify_runs.py): they wait on their servers, so under
+    xdist they run in the session's waiting-runs process from its start, else in threads from the
+    module's first test."""
+    with waiting_runs.outcomes("verify", tmp_path_factory.mktemp("verify-runs")) as outcomes:
+        yield outcomes
 
 
 def test_a_buffering_server_fails_with_one_line_naming_buffering(key, capsys):
