@@ -1,9 +1,13 @@
 """The probe's end-to-end runs for tests/components/verification/test_probe.py: one report per
-scenario, each against its own local OpenAI-compatible server (tests/support/openai_server.py)."""
+scenario, and the Job's entry point run as a process, each against its own local OpenAI-compatible
+server (tests/support/openai_server.py)."""
 
 from __future__ import annotations
 
 import functools
+import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -58,7 +62,28 @@ SCENARIOS: dict[str, tuple[Behaviour, dict[str, object] | None, bool]] = {
 }
 
 
+def _job_entry_point(scratch: Path) -> dict[str, object]:
+    """probe.py as the Job runs it: the file alone (`python -I`, no package), settings and key from files,
+    against a buffering server, in gate mode and then in report mode (each a process of about 0.45 s that
+    mostly waits on the server)."""
+    directory = scratch / "job-entry-point"
+    directory.mkdir()
+    key_file, log = directory / "api-key", directory / "termination-log"
+    key_file.write_text(KEY + "\n")
+    ran: dict[str, object] = {}
+    with OpenAIServer(Behaviour(buffer=True)) as url:
+        (directory / "settings.json").write_text(json.dumps(Settings(MODEL, (Target("edge", url),)).to_json()))
+        command = [sys.executable, "-I", probe.__file__, "--settings", str(directory / "settings.json"),
+                   "--api-key-file", str(key_file), "--termination-log", str(log)]
+        for mode in ("gate", "report"):
+            done = subprocess.run([*command, "--mode", mode], capture_output=True, text=True, timeout=60, check=False)
+            ran[mode] = (done.returncode, done.stdout, done.stderr)
+    ran["termination-log"] = log.read_text()
+    return ran
+
+
 def jobs(scratch: Path) -> dict[str, Callable[[], dict]]:
-    """Each scenario's probe run by name (`scratch` is unused: the runs keep no files)."""
-    return {name: functools.partial(_run, behaviour, None if load is None else _load(**load), check_auth)
+    """Each scenario's probe run by name, and the Job's entry point run as a process (its files in `scratch`)."""
+    runs = {name: functools.partial(_run, behaviour, None if load is None else _load(**load), check_auth)
             for name, (behaviour, load, check_auth) in SCENARIOS.items()}
+    return {**runs, "job-entry-point": functools.partial(_job_entry_point, scratch)}

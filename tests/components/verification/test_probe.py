@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -17,7 +15,7 @@ import pytest
 from components.verification import Settings, Target, probe
 from components.verification.probe import FAIL, PASS, SKIP
 from tests.support import waiting_runs
-from tests.support.openai_server import KEY, Behaviour, OpenAIServer
+from tests.support.openai_server import KEY
 from tests.support.probe_runs import MODEL
 
 
@@ -229,22 +227,16 @@ def test_percentile_interpolates_between_ranks():
     assert probe.percentile([], 0.5) is None
 
 
-def test_the_job_entry_point_gates_writes_the_failing_lines_and_ends_with_the_json_report(tmp_path):
-    """As the Job runs it: the file alone (no package), settings and key from files."""
-    key_file, log = tmp_path / "api-key", tmp_path / "termination-log"
-    key_file.write_text(KEY + "\n")
-    with OpenAIServer(Behaviour(buffer=True)) as url:
-        (tmp_path / "settings.json").write_text(json.dumps(Settings(MODEL, (Target("edge", url),)).to_json()))
-        command = [sys.executable, "-I", probe.__file__, "--settings", str(tmp_path / "settings.json"),
-                   "--api-key-file", str(key_file), "--termination-log", str(log)]
-        gate = subprocess.run([*command, "--mode", "gate"], capture_output=True, text=True, timeout=60, check=False)
-        report = subprocess.run([*command, "--mode", "report"], capture_output=True, text=True, timeout=60,
-                                check=False)
-    assert gate.returncode == 1 and report.returncode == 0
-    last = json.loads(gate.stdout.splitlines()[-1])["verification"]
+def test_the_job_entry_point_gates_writes_the_failing_lines_and_ends_with_the_json_report(reports):
+    """As the Job runs it: the file alone (no package), settings and key from files
+    (tests/support/probe_runs.py, against a buffering server)."""
+    ran = _report(reports, "job-entry-point")
+    (gate_code, gate_out, gate_err), (report_code, report_out, _) = ran["gate"], ran["report"]
+    assert gate_code == 1 and report_code == 0, gate_err
+    last = json.loads(gate_out.splitlines()[-1])["verification"]
     assert last["verdict"] == FAIL and last["mode"] == "gate"
-    assert log.read_text().startswith("FAIL edge stream: 100% of 32 tokens arrived in one burst")
-    assert json.loads(report.stdout.splitlines()[-1])["verification"]["mode"] == "report"
+    assert ran["termination-log"].startswith("FAIL edge stream: 100% of 32 tokens arrived in one burst")
+    assert json.loads(report_out.splitlines()[-1])["verification"]["mode"] == "report"
 
 
 @pytest.mark.parametrize(("document", "message"), [
