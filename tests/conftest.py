@@ -84,6 +84,17 @@ def _renders_shared_between_workers(tmp_path_factory: pytest.TempPathFactory) ->
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _one_render_host_for_the_run(tmp_path_factory: pytest.TempPathFactory) -> None:
+    # Under xdist only: the workers' forked renders share one host's imports (tests/support/shared_render_host.py).
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        from stacks.offline import render_host
+        from tests.support import shared_render_host
+
+        render_host.default_host = shared_render_host.shared_default_host(
+            render_host.default_host, tmp_path_factory.getbasetemp().parent / "render-host")
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _waiting_runs_in_their_own_process(request: pytest.FixtureRequest,
                                        tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     # Under xdist only: one process runs the selected groups of server-bound runs while the workers run

@@ -1,0 +1,181 @@
+"""One render host for the whole run instead of one per xdist worker.
+
+`render_host.default_host()` starts a host per process, and a host spends about 2.4 s of CPU importing
+the program's packages before its first fork (stacks/offline/render_host.py). The tests that fork
+renders from it (tests/stacks/offline: the diff of edited code, the golden forked render) are spread
+over both workers by work stealing, so nearly every run started two hosts and imported the packages
+twice.
+
+Here the first worker that asks for a host starts this file as a script (`python -P`, standard library
+only, as the host itself), which imports what that worker had imported of the program's packages, the
+way a host does, and then listens on an abstract Unix socket named after the run's temporary root. Each
+worker that connects gets a host of its own, forked from that one after the imports: the host's own loop
+(`render_host.serve`) on the connection, so each render is forked exactly as from a host the worker
+started itself. The listener ends when the worker that started it exits (its stdin is that worker's
+pipe); a host already forked for a connection ends when its worker closes the connection.
+
+If the listener cannot start or be reached, the worker starts its own host, as without this module.
+Only under xdist (tests/conftest.py): one process has nothing to share.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import json
+import os
+import select
+import socket
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+START_TIMEOUT_SECONDS = 120.0  # the listener's imports take about 2.4 s of CPU; a loaded machine more
+_POLL_SECONDS = 0.02
+_READY, _FAILED, _PRELOAD, _STDERR, _STARTED = "ready", "failed", "preload.json", "stderr", "started"
+_RENDER_HOST = Path(__file__).resolve().parents[2] / "stacks" / "offline" / "render_host.py"
+
+
+def address(directory: Path) -> bytes:
+    """The listener's abstract socket name (no file, no path-length limit): one per run's directory."""
+    return b"\0llm-serving-render-host-" + hashlib.sha256(str(directory).encode()).hexdigest()[:32].encode()
+
+
+# --- the workers' side ------------------------------------------------------------------------------
+
+
+def connect(directory: Path, preload: list[str]) -> socket.socket | None:
+    """A connection to the run's listener in `directory`, started here (importing `preload`) if no worker
+    started it; None when it failed to start or did not answer within START_TIMEOUT_SECONDS."""
+    from tests.support import shared_files
+
+    directory.mkdir(parents=True, exist_ok=True)
+    with shared_files.locked(directory / "lock"):
+        if not (directory / _STARTED).is_file():
+            _start(directory, preload)
+    deadline = time.monotonic() + START_TIMEOUT_SECONDS
+    while not (directory / _READY).is_file():
+        if (directory / _FAILED).is_file() or time.monotonic() > deadline:
+            return None
+        time.sleep(_POLL_SECONDS)
+    channel = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        channel.connect(address(directory))
+    except OSError:  # the worker that started it has exited, and the listener with it
+        channel.close()
+        return None
+    return channel
+
+
+# The listeners this process started, by directory: each lives while its Popen's stdin pipe is open here.
+_listeners: dict[Path, subprocess.Popen[bytes]] = {}
+
+
+def _start(directory: Path, preload: list[str]) -> None:
+    from stacks.offline import render_host
+    from tests.support import shared_files
+
+    shared_files.write_whole(directory / _PRELOAD, json.dumps(preload).encode())
+    # As RenderHost starts a host: no PYTHONPATH and -P (nothing from a project directory), no tracing
+    # setup, its own session, no terminal. Its stdin is this worker's pipe, so it ends with this worker.
+    env = {k: v for k, v in os.environ.items()
+           if k != "PYTHONPATH" and not k.startswith(render_host._TRACING_ENV)}  # noqa: SLF001
+    with open(directory / _STDERR, "wb") as stderr:
+        listener = subprocess.Popen([sys.executable, "-P", __file__, str(directory)], cwd="/", env=env,
+                                    stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=stderr,
+                                    start_new_session=True)
+    _listeners[directory] = listener
+    (directory / _STARTED).write_text(str(listener.pid))
+
+
+def stop(directory: Path) -> int:
+    """End the listener this process started in `directory` (as this process's exit would); its exit code."""
+    listener = _listeners.pop(directory)
+    listener.stdin.close()
+    return listener.wait(timeout=START_TIMEOUT_SECONDS)
+
+
+def host_on(channel: socket.socket):  # noqa: ANN201 - a render_host.RenderHost
+    """A RenderHost whose host is the one the listener forked for `channel`."""
+    from stacks.offline import render_host
+
+    class _Forked(render_host.RenderHost):
+        """Not this process's child: closing the connection is all there is to stopping it (it reaps
+        its renders and exits)."""
+
+        def __init__(self) -> None:  # RenderHost's, without the spawn
+            self._socket, self._preload, self.process = channel, [], None
+
+        def close(self) -> None:
+            self._socket.close()
+
+    return _Forked()
+
+
+def shared_default_host(real_default_host, directory: Path):  # noqa: ANN001, ANN201 - render_host's types
+    """`render_host.default_host` for this worker: its host forked from the run's listener, else its own."""
+    from stacks.offline import render_host
+
+    def default_host(preload: tuple[str, ...]) -> render_host.RenderHost:
+        if render_host._default is None:  # noqa: SLF001 - forget_default() clears it when a host fails
+            channel = connect(directory, render_host.loaded_modules(preload))
+            if channel is None:
+                return real_default_host(preload)
+            import atexit
+
+            render_host._default = host_on(channel)  # noqa: SLF001
+            atexit.register(render_host._default.close)  # noqa: SLF001
+        return render_host._default  # noqa: SLF001
+
+    return default_host
+
+
+# --- the listener -----------------------------------------------------------------------------------
+
+
+def _load_render_host():  # noqa: ANN202 - the module, loaded by path outside any package
+    spec = importlib.util.spec_from_file_location("render_host", _RENDER_HOST)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _reap() -> None:
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+
+
+def listen(directory: Path) -> None:
+    """Import the preload the way a host does, then fork a host per connection until stdin closes."""
+    render_host = _load_render_host()
+    render_host._preload(json.loads((directory / _PRELOAD).read_text()))  # noqa: SLF001
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(address(directory))
+    listener.listen()
+    (directory / _READY).write_text(str(os.getpid()))
+    while True:
+        ready, _, _ = select.select([listener, sys.stdin], [], [], 1.0)
+        _reap()
+        if sys.stdin in ready and not os.read(sys.stdin.fileno(), 1):
+            return  # the worker that started it has exited
+        if listener in ready:
+            channel, _ = listener.accept()
+            if os.fork() == 0:
+                listener.close()
+                render_host.serve(channel)
+                os._exit(0)
+            channel.close()
+
+
+if __name__ == "__main__":
+    run_directory = Path(sys.argv[1])
+    try:
+        listen(run_directory)
+    except BaseException:
+        (run_directory / _FAILED).write_text(traceback.format_exc())
+        raise
+    os._exit(0)  # as the host: skip the teardown of the imported packages

@@ -1,0 +1,101 @@
+"""One render host for the run (tests/support/shared_render_host.py): every connection's host is a fork
+of one listener, after its imports; a listener that is gone or never started leaves a worker its own."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from stacks.offline import render_host
+from tests.support import shared_render_host
+
+pytestmark = pytest.mark.skipif(not render_host.available(), reason="the render host needs Linux (fork, SEQPACKET)")
+
+# A side that reports its ancestry (render <- waiter <- host <- listener) and what it found imported.
+LINEAGE = textwrap.dedent("""\
+    import json, os, sys
+    def parent(pid):
+        return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    waiter = os.getppid()
+    host = parent(waiter)
+    print(json.dumps({"host": host, "listener": parent(host), "preloaded": "colorsys" in sys.modules}))
+""")
+
+
+@pytest.fixture
+def side(tmp_path: Path) -> Path:
+    (tmp_path / "side").mkdir()
+    (tmp_path / "side" / "lineage.py").write_text(LINEAGE)
+    return tmp_path / "side"
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path):
+    directory = tmp_path / "render-host"
+    yield directory
+    if directory in shared_render_host._listeners:
+        shared_render_host.stop(directory)
+
+
+def _lineage(host: render_host.RenderHost, side: Path, scratch: Path) -> dict:
+    forked = host.start("lineage", [], side, {"PATH": os.environ["PATH"]}, scratch)
+    out, err = forked.communicate(timeout=60)
+    assert forked.returncode == 0, err
+    return json.loads(out)
+
+
+def test_two_workers_get_two_hosts_forked_from_one_listener_after_its_imports(run_dir, side, tmp_path):
+    # "colorsys": a standard-library module nothing here imports, so only the preload puts it there.
+    assert "colorsys" not in sys.modules
+    first = shared_render_host.host_on(shared_render_host.connect(run_dir, ["colorsys"]))
+    second = shared_render_host.host_on(shared_render_host.connect(run_dir, ["an-other-workers-list"]))
+    try:
+        seen = [_lineage(first, side, tmp_path / "a"), _lineage(second, side, tmp_path / "b")]
+    finally:
+        first.close()
+        second.close()
+    listener = int((run_dir / "ready").read_text())
+    assert (run_dir / "started").read_text() == str(listener)  # started once, by the first
+    assert [s["listener"] for s in seen] == [listener, listener]
+    assert seen[0]["host"] != seen[1]["host"]  # one host per connection
+    assert [s["preloaded"] for s in seen] == [True, True]
+
+
+def test_the_listener_ends_with_the_worker_that_started_it_and_then_nobody_connects(run_dir):
+    shared_render_host.connect(run_dir, []).close()
+    assert shared_render_host.stop(run_dir) == 0  # its stdin closed, as at the worker's exit
+    assert shared_render_host.connect(run_dir, []) is None
+
+
+def test_a_worker_whose_listener_failed_to_start_starts_its_own_host(run_dir, monkeypatch):
+    taken = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    taken.bind(shared_render_host.address(run_dir))  # so the listener's bind fails
+    own: list[tuple[str, ...]] = []
+    monkeypatch.setattr(render_host, "_default", None)
+    default_host = shared_render_host.shared_default_host(lambda preload: own.append(preload) or "own", run_dir)
+    try:
+        assert default_host(("json",)) == "own"
+    finally:
+        taken.close()
+    assert own == [("json",)]
+    assert "OSError: [Errno 98] Address already in use" in (run_dir / "failed").read_text()
+    assert render_host._default is None
+
+
+def test_a_connected_worker_keeps_its_host_until_forget_default_drops_it(run_dir, monkeypatch):
+    monkeypatch.setattr(render_host, "_default", None)
+    default_host = shared_render_host.shared_default_host(lambda preload: pytest.fail("started its own"), run_dir)
+    host = default_host(("json",))
+    assert default_host(("json",)) is host
+    render_host.forget_default()  # as sides.py does when a host fails: the next call connects again
+    again = default_host(("json",))
+    try:
+        assert again is not host and host._socket.fileno() == -1
+    finally:
+        again.close()
