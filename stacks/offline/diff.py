@@ -18,12 +18,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
-import io
 import json
+import os
 import re
 import subprocess
 import sys
-import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -740,7 +739,7 @@ def _in_commit(project_dir: Path, commit: str, relative: str) -> bool:
 
 class BaseTrees:
     """The project directory exported at each base commit, once per `diff` run: `make diff` compares
-    every stack against the same base, and each `git archive` of the project costs a few tenths of a
+    every stack against the same base, and each export of the project costs about a tenth of a
     second. The trees live in one temporary directory, removed by `close()`."""
 
     def __init__(self) -> None:
@@ -763,24 +762,20 @@ class BaseTrees:
 
 
 def _export(project_dir: Path, commit: str, into: Path) -> None:
-    """The project directory as committed, via `git archive`: no worktree state is left behind."""
+    """The project directory as committed, checked out under `into` by git itself: the commit's tree is
+    read into an index of its own (GIT_INDEX_FILE, in a temporary directory), so neither the repository's
+    index nor its working tree changes. git writes the files (about 0.11 s of CPU for this project); the
+    `git archive` this replaced, unpacked by Python's tarfile, took about 0.32 s."""
     prefix = _git(project_dir, "rev-parse", "--show-prefix").stdout.strip()
     top = _git(project_dir, "rev-parse", "--show-toplevel").stdout.strip()
-    # From the top: run in a subdirectory, git archive would look for that subdirectory again inside
-    # the `<commit>:<prefix>` tree it was given.
-    archive = subprocess.run(
-        ["git", "archive", "--format=tar", f"{commit}:{prefix}"], cwd=top, capture_output=True, check=False
-    )
-    if archive.returncode != 0:
-        message = archive.stderr.decode(errors="replace").strip()
-        raise DiffError([f"diff: git archive of {commit[:12]} failed: {message}"])
-    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-        # The "data" filter (Python 3.11.4+) refuses links and paths that would escape the directory;
-        # git's own archive of a commit holds neither, so older 3.11s extract without it.
-        if hasattr(tarfile, "data_filter"):
-            tar.extractall(into, filter="data")
-        else:
-            tar.extractall(into)
+    with tempfile.TemporaryDirectory(prefix="stacks-diff-index-") as scratch:
+        env = {**os.environ, "GIT_INDEX_FILE": str(Path(scratch) / "index")}
+        # `<commit>:<prefix>` names the project's directory from the top, wherever git runs; from the top,
+        # checkout-index writes every entry (in a subdirectory it would write only those below it).
+        for step in (["read-tree", f"{commit}:{prefix}"], ["checkout-index", "--all", f"--prefix={into}{os.sep}"]):
+            done = subprocess.run(["git", *step], cwd=top, env=env, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                raise DiffError([f"diff: git {step[0]} of {commit[:12]} failed: {done.stderr.strip()}"])
 
 
 def _stack_file(target: str, project_dir: Path) -> str:

@@ -582,9 +582,50 @@ def test_a_stack_new_since_the_base_is_all_added(repo, exports):
     assert exports == []  # nothing at the base to render, so the base is not exported
 
 
+def test_an_export_is_the_commits_project_directory_and_leaves_the_repository_as_it_was(tmp_path):
+    # The project in a subdirectory of its repository, with a staged and an unstaged change: the export is
+    # that directory at the commit, bytes and executable bit, and git's index and working tree are untouched.
+    top = tmp_path / "repo"
+    (top / "project" / "pkg").mkdir(parents=True)
+    (top / "outside.txt").write_text("not the project\n")
+    (top / "project" / "pkg" / "a.py").write_text("A = 1\n")
+    (top / "project" / "run.sh").write_text("#!/bin/sh\n")
+    (top / "project" / "run.sh").chmod(0o755)
+    git(top, "init", "-q", "-b", "main")
+    git(top, "add", "-A")
+    git(top, "commit", "-q", "-m", "base")
+    (top / "project" / "pkg" / "a.py").write_text("A = 2\n")
+    git(top, "add", "project/pkg/a.py")
+    (top / "project" / "run.sh").write_text("#!/bin/sh\necho changed\n")
+    status, index = git(top, "status", "--porcelain"), (top / ".git" / "index").read_bytes()
+    into = tmp_path / "export"
+    into.mkdir()
+    diff_module._export(top / "project", git(top, "rev-parse", "HEAD").strip(), into)
+    assert sorted(str(p.relative_to(into)) for p in into.rglob("*")) == ["pkg", "pkg/a.py", "run.sh"]
+    assert (into / "pkg" / "a.py").read_text() == "A = 1\n"
+    assert (into / "run.sh").read_text() == "#!/bin/sh\n" and os.access(into / "run.sh", os.X_OK)
+    assert (git(top, "status", "--porcelain"), (top / ".git" / "index").read_bytes()) == (status, index)
+
+
+def test_an_export_of_a_commit_without_the_project_directory_is_one_line(tmp_path):
+    top = tmp_path / "repo"
+    top.mkdir()
+    (top / "README").write_text("before the project\n")
+    git(top, "init", "-q", "-b", "main")
+    git(top, "add", "-A")
+    git(top, "commit", "-q", "-m", "before")
+    before = git(top, "rev-parse", "HEAD").strip()
+    (top / "project").mkdir()
+    (top / "project" / "x.py").write_text("")
+    with pytest.raises(diff_module.DiffError) as error:
+        diff_module._export(top / "project", before, tmp_path / "export")
+    (line,) = error.value.lines
+    assert line.startswith(f"diff: git read-tree of {before[:12]} failed: fatal: ")
+
+
 @pytest.fixture
 def exports(monkeypatch) -> list[str]:
-    """The commits `git archive` exported during the test."""
+    """The commits exported during the test."""
     done: list[str] = []
     real = diff_module._export
 
