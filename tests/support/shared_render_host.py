@@ -12,7 +12,7 @@ way a host does, and then listens on an abstract Unix socket named after the run
 worker that connects gets a host of its own, forked from that one after the imports: the host's own loop
 (`render_host.serve`) on the connection, so each render is forked exactly as from a host the worker
 started itself. The listener ends when the worker that started it exits (its stdin is that worker's
-pipe); a host already forked for a connection ends when its worker closes the connection.
+pipe), after the hosts it forked, each of which ends when its worker closes the connection.
 
 If the listener cannot start or be reached, the worker starts its own host, as without this module.
 Only under xdist (tests/conftest.py): one process has nothing to share.
@@ -26,6 +26,7 @@ import importlib.util
 import json
 import os
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -34,6 +35,9 @@ import traceback
 from pathlib import Path
 
 START_TIMEOUT_SECONDS = 120.0  # the listener's imports take about 2.4 s of CPU; a loaded machine more
+# How long the starting worker's exit waits for the other workers' hosts to end (they end as those workers
+# exit, which the xdist controller waits for anyway): the run's longest stretch of tests, with room.
+STOP_TIMEOUT_SECONDS = 600.0
 _POLL_SECONDS = 0.02
 _READY, _FAILED, _PRELOAD, _STDERR, _STARTED = "ready", "failed", "preload.json", "stderr", "started"
 _RENDER_HOST = Path(__file__).resolve().parents[2] / "stacks" / "offline" / "render_host.py"
@@ -89,13 +93,26 @@ def _start(directory: Path, preload: list[str]) -> None:
                                     start_new_session=True)
     _listeners[directory] = listener
     (directory / _STARTED).write_text(str(listener.pid))
+    import atexit
+
+    atexit.register(stop, directory)
 
 
-def stop(directory: Path) -> int:
-    """End the listener this process started in `directory` (as this process's exit would); its exit code."""
-    listener = _listeners.pop(directory)
+def stop(directory: Path) -> int | None:
+    """End the listener this process started in `directory`, as at this process's exit: it stops
+    accepting, waits for the hosts it forked (each ends when its worker closes its connection) and
+    exits, so no process of it outlives the run and its CPU is counted in the run's. Its exit code;
+    None when this process started none there (or stopped it already)."""
+    listener = _listeners.pop(directory, None)
+    if listener is None:
+        return None
     listener.stdin.close()
-    return listener.wait(timeout=START_TIMEOUT_SECONDS)
+    try:
+        return listener.wait(timeout=STOP_TIMEOUT_SECONDS)
+    except subprocess.TimeoutExpired:  # a host whose worker never closed: its own session, so its group
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(listener.pid, signal.SIGKILL)
+        return listener.wait()
 
 
 def host_on(channel: socket.socket):  # noqa: ANN201 - a render_host.RenderHost
@@ -161,7 +178,12 @@ def listen(directory: Path) -> None:
         ready, _, _ = select.select([listener, sys.stdin], [], [], 1.0)
         _reap()
         if sys.stdin in ready and not os.read(sys.stdin.fileno(), 1):
-            return  # the worker that started it has exited
+            # The worker that started it is exiting: no new hosts; the forked ones end with their workers.
+            listener.close()
+            with contextlib.suppress(ChildProcessError):
+                while True:
+                    os.waitpid(-1, 0)
+            return
         if listener in ready:
             channel, _ = listener.accept()
             if os.fork() == 0:

@@ -8,6 +8,7 @@ import os
 import socket
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,19 @@ def test_the_listener_ends_with_the_worker_that_started_it_and_then_nobody_conne
     shared_render_host.connect(run_dir, []).close()
     assert shared_render_host.stop(run_dir) == 0  # its stdin closed, as at the worker's exit
     assert shared_render_host.connect(run_dir, []) is None
+    assert shared_render_host.stop(run_dir) is None  # once: the exit handler finds nothing left to stop
+
+
+def test_the_listener_waits_for_the_host_of_a_worker_still_connected(run_dir):
+    channel = shared_render_host.connect(run_dir, [])
+    stopping = threading.Thread(target=lambda: codes.append(shared_render_host.stop(run_dir)))
+    codes: list[int | None] = []
+    stopping.start()
+    stopping.join(timeout=0.5)
+    assert stopping.is_alive() and codes == []  # the other worker's host still serves it
+    channel.close()  # that worker exits
+    stopping.join(timeout=60)
+    assert codes == [0]
 
 
 def test_a_worker_whose_listener_failed_to_start_starts_its_own_host(run_dir, monkeypatch):
