@@ -177,20 +177,31 @@ def listen(directory: Path) -> None:
     while True:
         ready, _, _ = select.select([listener, sys.stdin], [], [], 1.0)
         _reap()
+        if listener in ready:
+            _fork_host(render_host, listener, *listener.accept())
         if sys.stdin in ready and not os.read(sys.stdin.fileno(), 1):
-            # The worker that started it is exiting: no new hosts; the forked ones end with their workers.
+            # The worker that started it is exiting. A worker whose connect() returned has its connection
+            # queued here even if not accepted yet: it gets its host too. Then no new hosts, and the
+            # forked ones end with their workers.
+            listener.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                while True:
+                    _fork_host(render_host, listener, *listener.accept())
             listener.close()
             with contextlib.suppress(ChildProcessError):
                 while True:
                     os.waitpid(-1, 0)
             return
-        if listener in ready:
-            channel, _ = listener.accept()
-            if os.fork() == 0:
-                listener.close()
-                render_host.serve(channel)
-                os._exit(0)
-            channel.close()
+
+
+def _fork_host(render_host, listener: socket.socket, channel: socket.socket, _: object) -> None:  # noqa: ANN001
+    """A host for `channel`: the host's own loop, in a fork of this process after its imports."""
+    if os.fork() == 0:
+        listener.close()
+        channel.setblocking(True)
+        render_host.serve(channel)
+        os._exit(0)
+    channel.close()
 
 
 if __name__ == "__main__":
