@@ -41,7 +41,7 @@ def test_every_workflow_passes_the_github_workflow_schema():
     files = sorted(str(p) for p in WORKFLOWS.glob("*.yml"))
     assert len(files) == 7
     result = check_jsonschema("vendor.github-workflows", *files)
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 0, (result.output, result.exception)
 
 
 def test_ci_runs_the_readme_commands_on_every_pull_request():
@@ -475,4 +475,4 @@ def test_dependabot_keeps_actions_and_python_pins_current_and_passes_its_schema(
     assert {u["package-ecosystem"]: u.get("directories", [u.get("directory")]) for u in config["updates"]} == {
         "github-actions": ["/"], "pip": ["/", "/policies"]}
     result = check_jsonschema("vendor.dependabot", str(path))
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 0, (result.output, result.exception)

@@ -763,19 +763,26 @@ class BaseTrees:
 
 def _export(project_dir: Path, commit: str, into: Path) -> None:
     """The project directory as committed, checked out under `into` by git itself: the commit's tree is
-    read into an index of its own (GIT_INDEX_FILE, in a temporary directory), so neither the repository's
-    index nor its working tree changes. git writes the files (about 0.11 s of CPU for this project); the
-    `git archive` this replaced, unpacked by Python's tarfile, took about 0.32 s."""
+    read into an index of its own (GIT_INDEX_FILE, in a temporary directory) and checked out with `into`
+    as the work tree, so neither the repository's index nor its working tree changes, and attributes come
+    from the commit (and the repository's info/attributes), never from the working tree's .gitattributes.
+    git writes the files (about 0.11 s of CPU for this project); the `git archive` this replaced, unpacked
+    by Python's tarfile, took about 0.32 s. Unlike the archive it keeps files marked `export-ignore` and
+    does not expand `export-subst`, which this project uses neither of."""
     prefix = _git(project_dir, "rev-parse", "--show-prefix").stdout.strip()
-    top = _git(project_dir, "rev-parse", "--show-toplevel").stdout.strip()
+    git_dir = _git(project_dir, "rev-parse", "--absolute-git-dir").stdout.strip()
+    into = into.resolve()
+    into.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="stacks-diff-index-") as scratch:
         env = {**os.environ, "GIT_INDEX_FILE": str(Path(scratch) / "index")}
-        # `<commit>:<prefix>` names the project's directory from the top, wherever git runs; from the top,
-        # checkout-index writes every entry (in a subdirectory it would write only those below it).
-        for step in (["read-tree", f"{commit}:{prefix}"], ["checkout-index", "--all", f"--prefix={into}{os.sep}"]):
-            done = subprocess.run(["git", *step], cwd=top, env=env, capture_output=True, text=True, check=False)
+        env.pop("GIT_WORK_TREE", None)
+        # `<commit>:<prefix>` names the project's directory from the repository's top.
+        for step in (["read-tree", f"{commit}:{prefix}"], ["checkout-index", "--all"]):
+            done = subprocess.run(["git", f"--git-dir={git_dir}", f"--work-tree={into}", *step], cwd=into, env=env,
+                                  capture_output=True, text=True, errors="replace", check=False)
             if done.returncode != 0:
-                raise DiffError([f"diff: git {step[0]} of {commit[:12]} failed: {done.stderr.strip()}"])
+                message = " ".join(done.stderr.split())
+                raise DiffError([f"diff: git {step[0]} of {commit[:12]} failed: {message}"])
 
 
 def _stack_file(target: str, project_dir: Path) -> str:

@@ -25,6 +25,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import secrets
 import select
 import signal
 import socket
@@ -40,26 +41,30 @@ START_TIMEOUT_SECONDS = 120.0  # the listener's imports take about 2.4 s of CPU;
 STOP_TIMEOUT_SECONDS = 600.0
 _POLL_SECONDS = 0.02
 _READY, _FAILED, _PRELOAD, _STDERR, _STARTED = "ready", "failed", "preload.json", "stderr", "started"
-_RENDER_HOST = Path(__file__).resolve().parents[2] / "stacks" / "offline" / "render_host.py"
+CLOSE_WAIT_SECONDS = 10.0  # as RenderHost.close(): a host that has not ended by then is killed
+_PROJECT = Path(__file__).resolve().parents[2]
 
 
-def address(directory: Path) -> bytes:
-    """The listener's abstract socket name (no file, no path-length limit): one per run's directory."""
-    return b"\0llm-serving-render-host-" + hashlib.sha256(str(directory).encode()).hexdigest()[:32].encode()
+def address(directory: Path, token: str) -> bytes:
+    """The listener's abstract socket name (no file, no path-length limit): its run's directory and a token
+    of its own, so a listener left by an earlier run in a reused directory is never reached."""
+    return b"\0llm-serving-render-host-" + hashlib.sha256(f"{directory}\0{token}".encode()).hexdigest()[:32].encode()
 
 
 # --- the workers' side ------------------------------------------------------------------------------
 
 
-def connect(directory: Path, preload: list[str]) -> socket.socket | None:
+def connect(directory: Path, preload: list[str]) -> tuple[socket.socket, int] | None:
     """A connection to the run's listener in `directory`, started here (importing `preload`) if no worker
-    started it; None when it failed to start or did not answer within START_TIMEOUT_SECONDS."""
+    started it, and a pidfd of the host it forked for it; None when the listener failed to start, did not
+    answer within START_TIMEOUT_SECONDS or has ended."""
     from tests.support import shared_files
 
     directory.mkdir(parents=True, exist_ok=True)
     with shared_files.locked(directory / "lock"):
         if not (directory / _STARTED).is_file():
             _start(directory, preload)
+    token = json.loads((directory / _STARTED).read_text())["token"]
     deadline = time.monotonic() + START_TIMEOUT_SECONDS
     while not (directory / _READY).is_file():
         if (directory / _FAILED).is_file() or time.monotonic() > deadline:
@@ -67,11 +72,14 @@ def connect(directory: Path, preload: list[str]) -> socket.socket | None:
         time.sleep(_POLL_SECONDS)
     channel = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
-        channel.connect(address(directory))
-    except OSError:  # the worker that started it has exited, and the listener with it
+        channel.connect(address(directory, token))
+        channel.settimeout(START_TIMEOUT_SECONDS)
+        pid = channel.recv(64)  # the host's first message: its pid
+        channel.settimeout(None)
+        return channel, os.pidfd_open(int(pid))
+    except (OSError, ValueError):  # the listener has ended (with the worker that started it) or refused
         channel.close()
         return None
-    return channel
 
 
 # The listeners this process started, by directory: each lives while its Popen's stdin pipe is open here.
@@ -83,16 +91,17 @@ def _start(directory: Path, preload: list[str]) -> None:
     from tests.support import shared_files
 
     shared_files.write_whole(directory / _PRELOAD, json.dumps(preload).encode())
+    token = secrets.token_hex(8)
     # As RenderHost starts a host: no PYTHONPATH and -P (nothing from a project directory), no tracing
     # setup, its own session, no terminal. Its stdin is this worker's pipe, so it ends with this worker.
     env = {k: v for k, v in os.environ.items()
            if k != "PYTHONPATH" and not k.startswith(render_host._TRACING_ENV)}  # noqa: SLF001
     with open(directory / _STDERR, "wb") as stderr:
-        listener = subprocess.Popen([sys.executable, "-P", __file__, str(directory)], cwd="/", env=env,
+        listener = subprocess.Popen([sys.executable, "-P", __file__, str(directory), token], cwd="/", env=env,
                                     stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=stderr,
                                     start_new_session=True)
     _listeners[directory] = listener
-    (directory / _STARTED).write_text(str(listener.pid))
+    shared_files.write_whole(directory / _STARTED, json.dumps({"pid": listener.pid, "token": token}).encode())
     import atexit
 
     atexit.register(stop, directory)
@@ -115,19 +124,31 @@ def stop(directory: Path) -> int | None:
         return listener.wait()
 
 
-def host_on(channel: socket.socket):  # noqa: ANN201 - a render_host.RenderHost
-    """A RenderHost whose host is the one the listener forked for `channel`."""
+def host_on(connection: tuple[socket.socket, int]):  # noqa: ANN201 - a render_host.RenderHost
+    """A RenderHost whose host is the one the listener forked for `connection` (from connect())."""
     from stacks.offline import render_host
 
+    channel, pidfd = connection
+
     class _Forked(render_host.RenderHost):
-        """Not this process's child: closing the connection is all there is to stopping it (it reaps
-        its renders and exits)."""
+        """Not this process's child, so closed as RenderHost.close() closes its own: the connection's end
+        (it reaps its renders and exits), then, after CLOSE_WAIT_SECONDS, a kill (a host stuck before a
+        fork holds that render's status pipe open until it ends)."""
 
         def __init__(self) -> None:  # RenderHost's, without the spawn
             self._socket, self._preload, self.process = channel, [], None
+            self._pidfd: int | None = pidfd
 
         def close(self) -> None:
             self._socket.close()
+            if self._pidfd is None:  # closed already (forget_default, then the exit handler)
+                return
+            ended, _, _ = select.select([self._pidfd], [], [], CLOSE_WAIT_SECONDS)
+            if not ended:
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+            os.close(self._pidfd)
+            self._pidfd = None
 
     return _Forked()
 
@@ -138,12 +159,12 @@ def shared_default_host(real_default_host, directory: Path):  # noqa: ANN001, AN
 
     def default_host(preload: tuple[str, ...]) -> render_host.RenderHost:
         if render_host._default is None:  # noqa: SLF001 - forget_default() clears it when a host fails
-            channel = connect(directory, render_host.loaded_modules(preload))
-            if channel is None:
+            connection = connect(directory, render_host.loaded_modules(preload))
+            if connection is None:
                 return real_default_host(preload)
             import atexit
 
-            render_host._default = host_on(channel)  # noqa: SLF001
+            render_host._default = host_on(connection)  # noqa: SLF001
             atexit.register(render_host._default.close)  # noqa: SLF001
         return render_host._default  # noqa: SLF001
 
@@ -153,8 +174,8 @@ def shared_default_host(real_default_host, directory: Path):  # noqa: ANN001, AN
 # --- the listener -----------------------------------------------------------------------------------
 
 
-def _load_render_host():  # noqa: ANN202 - the module, loaded by path outside any package
-    spec = importlib.util.spec_from_file_location("render_host", _RENDER_HOST)
+def _load(name: str, path: Path):  # noqa: ANN202 - a module of the project's, loaded by path outside any package
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -166,14 +187,14 @@ def _reap() -> None:
             pass
 
 
-def listen(directory: Path) -> None:
+def listen(directory: Path, token: str, shared_files) -> None:  # noqa: ANN001 - tests/support/shared_files.py
     """Import the preload the way a host does, then fork a host per connection until stdin closes."""
-    render_host = _load_render_host()
+    render_host = _load("render_host", _PROJECT / "stacks" / "offline" / "render_host.py")  # standard library only
     render_host._preload(json.loads((directory / _PRELOAD).read_text()))  # noqa: SLF001
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    listener.bind(address(directory))
+    listener.bind(address(directory, token))
     listener.listen()
-    (directory / _READY).write_text(str(os.getpid()))
+    shared_files.write_whole(directory / _READY, str(os.getpid()).encode())
     while True:
         ready, _, _ = select.select([listener, sys.stdin], [], [], 1.0)
         _reap()
@@ -195,10 +216,16 @@ def listen(directory: Path) -> None:
 
 
 def _fork_host(render_host, listener: socket.socket, channel: socket.socket, _: object) -> None:  # noqa: ANN001
-    """A host for `channel`: the host's own loop, in a fork of this process after its imports."""
+    """A host for `channel`: the host's own loop, in a fork of this process after its imports, with
+    RenderHost's standard streams (/dev/null: no render reads the starting worker's pipe)."""
     if os.fork() == 0:
         listener.close()
+        null = os.open(os.devnull, os.O_RDWR)
+        for stream in (0, 1, 2):
+            os.dup2(null, stream)
+        os.close(null)
         channel.setblocking(True)
+        channel.send(str(os.getpid()).encode())
         render_host.serve(channel)
         os._exit(0)
     channel.close()
@@ -206,9 +233,10 @@ def _fork_host(render_host, listener: socket.socket, channel: socket.socket, _: 
 
 if __name__ == "__main__":
     run_directory = Path(sys.argv[1])
+    files = _load("shared_files", _PROJECT / "tests" / "support" / "shared_files.py")  # standard library only
     try:
-        listen(run_directory)
-    except BaseException:
-        (run_directory / _FAILED).write_text(traceback.format_exc())
+        listen(run_directory, sys.argv[2], files)
+    except BaseException:  # connect() stops waiting at once and the worker starts its own host
+        files.write_whole(run_directory / _FAILED, traceback.format_exc().encode())
         raise
     os._exit(0)  # as the host: skip the teardown of the imported packages

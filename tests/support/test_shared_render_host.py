@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -25,7 +27,8 @@ LINEAGE = textwrap.dedent("""\
         return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
     waiter = os.getppid()
     host = parent(waiter)
-    print(json.dumps({"host": host, "listener": parent(host), "preloaded": "colorsys" in sys.modules}))
+    print(json.dumps({"host": host, "listener": parent(host), "preloaded": "colorsys" in sys.modules,
+                      "stdin": os.readlink("/proc/self/fd/0")}))
 """)
 
 
@@ -62,34 +65,36 @@ def test_two_workers_get_two_hosts_forked_from_one_listener_after_its_imports(ru
         first.close()
         second.close()
     listener = int((run_dir / "ready").read_text())
-    assert (run_dir / "started").read_text() == str(listener)  # started once, by the first
+    assert json.loads((run_dir / "started").read_text())["pid"] == listener  # started once, by the first
     assert [s["listener"] for s in seen] == [listener, listener]
     assert seen[0]["host"] != seen[1]["host"]  # one host per connection
     assert [s["preloaded"] for s in seen] == [True, True]
+    assert [s["stdin"] for s in seen] == ["/dev/null", "/dev/null"]  # as from RenderHost, not the worker's pipe
 
 
 def test_the_listener_ends_with_the_worker_that_started_it_and_then_nobody_connects(run_dir):
-    shared_render_host.connect(run_dir, []).close()
+    shared_render_host.host_on(shared_render_host.connect(run_dir, [])).close()
     assert shared_render_host.stop(run_dir) == 0  # its stdin closed, as at the worker's exit
     assert shared_render_host.connect(run_dir, []) is None
     assert shared_render_host.stop(run_dir) is None  # once: the exit handler finds nothing left to stop
 
 
 def test_the_listener_waits_for_the_host_of_a_worker_still_connected(run_dir):
-    channel = shared_render_host.connect(run_dir, [])
+    host = shared_render_host.host_on(shared_render_host.connect(run_dir, []))
     stopping = threading.Thread(target=lambda: codes.append(shared_render_host.stop(run_dir)))
     codes: list[int | None] = []
     stopping.start()
     stopping.join(timeout=0.5)
     assert stopping.is_alive() and codes == []  # the other worker's host still serves it
-    channel.close()  # that worker exits
+    host.close()  # that worker exits
     stopping.join(timeout=60)
     assert codes == [0]
 
 
 def test_a_worker_whose_listener_failed_to_start_starts_its_own_host(run_dir, monkeypatch):
+    monkeypatch.setattr(shared_render_host.secrets, "token_hex", lambda _: "fixed")
     taken = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    taken.bind(shared_render_host.address(run_dir))  # so the listener's bind fails
+    taken.bind(shared_render_host.address(run_dir, "fixed"))  # so the listener's bind fails
     own: list[tuple[str, ...]] = []
     monkeypatch.setattr(render_host, "_default", None)
     default_host = shared_render_host.shared_default_host(lambda preload: own.append(preload) or "own", run_dir)
@@ -100,6 +105,27 @@ def test_a_worker_whose_listener_failed_to_start_starts_its_own_host(run_dir, mo
     assert own == [("json",)]
     assert "OSError: [Errno 98] Address already in use" in (run_dir / "failed").read_text()
     assert render_host._default is None
+
+
+def test_closing_a_host_that_does_not_end_kills_it(run_dir, side, tmp_path, monkeypatch):
+    # As RenderHost.close(): a host stuck before a fork holds that render's status pipe open until it ends.
+    host = shared_render_host.host_on(shared_render_host.connect(run_dir, []))
+    pid = _lineage(host, side, tmp_path / "a")["host"]
+    os.kill(pid, signal.SIGSTOP)
+    monkeypatch.setattr(shared_render_host, "CLOSE_WAIT_SECONDS", 0.1)
+    host.close()
+    deadline = time.monotonic() + 60
+    while _state(pid) not in ("Z", None):  # killed: a zombie until the listener reaps it, then gone
+        assert time.monotonic() < deadline, f"host {pid} still {_state(pid)}"
+        time.sleep(0.05)
+    host.close()  # a second close (forget_default, then the exit handler) does nothing
+
+
+def _state(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return None
 
 
 def test_a_connected_worker_keeps_its_host_until_forget_default_drops_it(run_dir, monkeypatch):
