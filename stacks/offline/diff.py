@@ -778,8 +778,10 @@ def _export(project_dir: Path, commit: str, into: Path) -> None:
         env.pop("GIT_WORK_TREE", None)
         # `<commit>:<prefix>` names the project's directory from the repository's top.
         for step in (["read-tree", f"{commit}:{prefix}"], ["checkout-index", "--all"]):
-            done = subprocess.run(["git", f"--git-dir={git_dir}", f"--work-tree={into}", *step], cwd=into, env=env,
-                                  capture_output=True, text=True, errors="replace", check=False)
+            # No fsmonitor hook: it would run in the export and watch it (the user's watchman, say).
+            done = subprocess.run(["git", "-c", "core.fsmonitor=false", f"--git-dir={git_dir}", f"--work-tree={into}",
+                                   *step], cwd=into, env=env, capture_output=True, text=True, errors="replace",
+                                  check=False)
             if done.returncode != 0:
                 message = " ".join(done.stderr.split())
                 raise DiffError([f"diff: git {step[0]} of {commit[:12]} failed: {message}"])

@@ -54,17 +54,20 @@ def address(directory: Path, token: str) -> bytes:
 # --- the workers' side ------------------------------------------------------------------------------
 
 
-def connect(directory: Path, preload: list[str]) -> tuple[socket.socket, int] | None:
+def connect(directory: Path, preload: list[str]) -> tuple[socket.socket, int, int] | None:
     """A connection to the run's listener in `directory`, started here (importing `preload`) if no worker
-    started it, and a pidfd of the host it forked for it; None when the listener failed to start, did not
-    answer within START_TIMEOUT_SECONDS or has ended."""
+    started it, with the pid and a pidfd of the host it forked for it; None when the listener failed to
+    start, did not answer within START_TIMEOUT_SECONDS or has ended."""
     from tests.support import shared_files
 
     directory.mkdir(parents=True, exist_ok=True)
     with shared_files.locked(directory / "lock"):
         if not (directory / _STARTED).is_file():
             _start(directory, preload)
-    token = json.loads((directory / _STARTED).read_text())["token"]
+    try:
+        token = str(json.loads((directory / _STARTED).read_text())["token"])
+    except (OSError, ValueError, KeyError, TypeError):  # not one this module wrote
+        return None
     deadline = time.monotonic() + START_TIMEOUT_SECONDS
     while not (directory / _READY).is_file():
         if (directory / _FAILED).is_file() or time.monotonic() > deadline:
@@ -74,9 +77,11 @@ def connect(directory: Path, preload: list[str]) -> tuple[socket.socket, int] | 
     try:
         channel.connect(address(directory, token))
         channel.settimeout(START_TIMEOUT_SECONDS)
-        pid = channel.recv(64)  # the host's first message: its pid
+        # The host's first message: its pid, and a pidfd of itself (no window for the pid to be reused).
+        pid, fds, _, _ = socket.recv_fds(channel, 64, 1)
         channel.settimeout(None)
-        return channel, os.pidfd_open(int(pid))
+        (pidfd,) = fds
+        return channel, int(pid), pidfd
     except (OSError, ValueError):  # the listener has ended (with the worker that started it) or refused
         channel.close()
         return None
@@ -124,16 +129,16 @@ def stop(directory: Path) -> int | None:
         return listener.wait()
 
 
-def host_on(connection: tuple[socket.socket, int]):  # noqa: ANN201 - a render_host.RenderHost
+def host_on(connection: tuple[socket.socket, int, int]):  # noqa: ANN201 - a render_host.RenderHost
     """A RenderHost whose host is the one the listener forked for `connection` (from connect())."""
     from stacks.offline import render_host
 
-    channel, pidfd = connection
+    channel, pid, pidfd = connection
 
     class _Forked(render_host.RenderHost):
         """Not this process's child, so closed as RenderHost.close() closes its own: the connection's end
-        (it reaps its renders and exits), then, after CLOSE_WAIT_SECONDS, a kill (a host stuck before a
-        fork holds that render's status pipe open until it ends)."""
+        (it reaps its renders and exits), then, after CLOSE_WAIT_SECONDS, a kill of its process group, its
+        renders with it (a host stuck before a fork holds that render's status pipe open until it ends)."""
 
         def __init__(self) -> None:  # RenderHost's, without the spawn
             self._socket, self._preload, self.process = channel, [], None
@@ -143,10 +148,12 @@ def host_on(connection: tuple[socket.socket, int]):  # noqa: ANN201 - a render_h
             self._socket.close()
             if self._pidfd is None:  # closed already (forget_default, then the exit handler)
                 return
-            ended, _, _ = select.select([self._pidfd], [], [], CLOSE_WAIT_SECONDS)
-            if not ended:
+            ending = select.poll()
+            ending.register(self._pidfd, select.POLLIN)
+            if not ending.poll(CLOSE_WAIT_SECONDS * 1000):
+                # Still running, so not reaped: its pid is still its process group's (its own, _fork_host).
                 with contextlib.suppress(ProcessLookupError):
-                    signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+                    os.killpg(pid, signal.SIGKILL)
             os.close(self._pidfd)
             self._pidfd = None
 
@@ -217,17 +224,30 @@ def listen(directory: Path, token: str, shared_files) -> None:  # noqa: ANN001 -
 
 def _fork_host(render_host, listener: socket.socket, channel: socket.socket, _: object) -> None:  # noqa: ANN001
     """A host for `channel`: the host's own loop, in a fork of this process after its imports, with
-    RenderHost's standard streams (/dev/null: no render reads the starting worker's pipe)."""
-    if os.fork() == 0:
-        listener.close()
-        null = os.open(os.devnull, os.O_RDWR)
-        for stream in (0, 1, 2):
-            os.dup2(null, stream)
-        os.close(null)
-        channel.setblocking(True)
-        channel.send(str(os.getpid()).encode())
-        render_host.serve(channel)
-        os._exit(0)
+    RenderHost's standard streams (/dev/null: no render reads the starting worker's pipe) and a process
+    group of its own, which its renders join (so closing its worker's end can stop them with it)."""
+    try:
+        pid = os.fork()
+    except OSError:  # no host for this worker, which then starts its own; the listener goes on
+        channel.close()
+        return
+    if pid == 0:
+        code = 1
+        try:
+            listener.close()
+            os.setpgid(0, 0)
+            null = os.open(os.devnull, os.O_RDWR)
+            for stream in (0, 1, 2):
+                os.dup2(null, stream)
+            os.close(null)
+            channel.setblocking(True)
+            itself = os.pidfd_open(os.getpid())
+            socket.send_fds(channel, [str(os.getpid()).encode()], [itself])
+            os.close(itself)
+            render_host.serve(channel)
+            code = 0
+        finally:  # never the listener's own handling: a worker gone before its host started is not a failure
+            os._exit(code)
     channel.close()
 
 

@@ -32,10 +32,15 @@ LINEAGE = textwrap.dedent("""\
 """)
 
 
+# A side that prints its pid and then waits until it is killed.
+WAITING = "import os, threading\nprint(os.getpid(), flush=True)\nthreading.Event().wait()\n"
+
+
 @pytest.fixture
 def side(tmp_path: Path) -> Path:
     (tmp_path / "side").mkdir()
     (tmp_path / "side" / "lineage.py").write_text(LINEAGE)
+    (tmp_path / "side" / "waiting.py").write_text(WAITING)
     return tmp_path / "side"
 
 
@@ -119,6 +124,37 @@ def test_closing_a_host_that_does_not_end_kills_it(run_dir, side, tmp_path, monk
         assert time.monotonic() < deadline, f"host {pid} still {_state(pid)}"
         time.sleep(0.05)
     host.close()  # a second close (forget_default, then the exit handler) does nothing
+
+
+def test_closing_a_host_that_does_not_end_kills_its_renders_too(run_dir, side, tmp_path, monkeypatch):
+    host = shared_render_host.host_on(shared_render_host.connect(run_dir, []))
+    forked = host.start("waiting", [], side, {"PATH": os.environ["PATH"]}, tmp_path / "w")  # kept: its pipe
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "w" / "stdout").read_text().strip():
+        assert time.monotonic() < deadline, "the render never started"
+        time.sleep(0.05)
+    render = int((tmp_path / "w" / "stdout").read_text())
+    monkeypatch.setattr(shared_render_host, "CLOSE_WAIT_SECONDS", 0.1)
+    host.close()  # the host waits for the render, which never ends: both go
+    while _state(render) not in ("Z", None):
+        assert time.monotonic() < deadline, f"render {render} still {_state(render)}"
+        time.sleep(0.05)
+    forked.communicate(timeout=60)
+    assert forked.returncode == -signal.SIGKILL
+
+
+def test_a_worker_gone_before_its_host_started_leaves_the_listener_serving(run_dir, side, tmp_path):
+    shared_render_host.host_on(shared_render_host.connect(run_dir, [])).close()
+    token = json.loads((run_dir / "started").read_text())["token"]
+    gone = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    gone.connect(shared_render_host.address(run_dir, token))
+    gone.close()  # before its host could send its pid, as a worker that died right after connecting
+    host = shared_render_host.host_on(shared_render_host.connect(run_dir, []))
+    try:
+        assert _lineage(host, side, tmp_path / "a")["listener"] == int((run_dir / "ready").read_text())
+    finally:
+        host.close()
+    assert not (run_dir / "failed").exists()
 
 
 def _state(pid: int) -> str | None:

@@ -610,6 +610,23 @@ def test_an_export_is_the_commits_project_directory_and_leaves_the_repository_as
     assert (git(top, "status", "--porcelain"), (top / ".git" / "index").read_bytes()) == (status, index)
 
 
+def test_an_export_runs_no_fsmonitor_hook_of_the_users(tmp_path):
+    # A hook (watchman's, say) run by the export would run in the export's directory and watch it.
+    top = tmp_path / "repo"
+    top.mkdir()
+    (top / "a.py").write_text("A = 1\n")
+    git(top, "init", "-q", "-b", "main")
+    git(top, "add", "-A")
+    git(top, "commit", "-q", "-m", "base")
+    hook = tmp_path / "fsmonitor"
+    hook.write_text(f"#!/bin/sh\npwd >> {tmp_path / 'ran'}\n")
+    hook.chmod(0o755)
+    git(top, "config", "core.fsmonitor", str(hook))
+    diff_module._export(top, git(top, "rev-parse", "HEAD").strip(), tmp_path / "export")
+    assert (tmp_path / "export" / "a.py").read_text() == "A = 1\n"
+    assert not (tmp_path / "ran").exists()
+
+
 def test_an_export_of_a_commit_without_the_project_directory_is_one_line(tmp_path):
     top = tmp_path / "repo"
     top.mkdir()
