@@ -111,14 +111,19 @@ class Forked:
                 os.kill(self.pid, signal.SIGKILL)
 
 
+def host_environment() -> dict[str, str]:
+    """This process's environment for a host: without PYTHONPATH (and run with -P, the host's sys.path is
+    the interpreter's own: standard library, site-packages), so nothing it imports can come from a project
+    directory; and without the tracing variables (_TRACING_ENV)."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith(_TRACING_ENV)}
+
+
 class RenderHost:
     """The host process; `start(...)` forks one render in it. Close (or exit) to stop it."""
 
     def __init__(self, preload: list[str]) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        # Without PYTHONPATH and with -P: the host's sys.path is the interpreter's own (standard
-        # library, site-packages), so nothing it imports can come from a project directory.
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith(_TRACING_ENV)}
+        env = host_environment()
         # Its own session and no terminal: a Ctrl-C of the caller's group does not reach it (the caller
         # closing its end stops it), and it holds none of the caller's output pipes open; each render
         # writes to its own files.

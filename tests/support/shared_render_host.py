@@ -97,12 +97,11 @@ def _start(directory: Path, preload: list[str]) -> None:
 
     shared_files.write_whole(directory / _PRELOAD, json.dumps(preload).encode())
     token = secrets.token_hex(8)
-    # As RenderHost starts a host: no PYTHONPATH and -P (nothing from a project directory), no tracing
-    # setup, its own session, no terminal. Its stdin is this worker's pipe, so it ends with this worker.
-    env = {k: v for k, v in os.environ.items()
-           if k != "PYTHONPATH" and not k.startswith(render_host._TRACING_ENV)}  # noqa: SLF001
+    # As RenderHost starts a host: its environment and -P, its own session, no terminal. Its stdin is this
+    # worker's pipe, so it ends with this worker.
     with open(directory / _STDERR, "wb") as stderr:
-        listener = subprocess.Popen([sys.executable, "-P", __file__, str(directory), token], cwd="/", env=env,
+        listener = subprocess.Popen([sys.executable, "-P", __file__, str(directory), token], cwd="/",
+                                    env=render_host.host_environment(),
                                     stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=stderr,
                                     start_new_session=True)
     _listeners[directory] = listener
@@ -188,12 +187,6 @@ def _load(name: str, path: Path):  # noqa: ANN202 - a module of the project's, l
     return module
 
 
-def _reap() -> None:
-    with contextlib.suppress(ChildProcessError):
-        while os.waitpid(-1, os.WNOHANG)[0]:
-            pass
-
-
 def listen(directory: Path, token: str, shared_files) -> None:  # noqa: ANN001 - tests/support/shared_files.py
     """Import the preload the way a host does, then fork a host per connection until stdin closes."""
     render_host = _load("render_host", _PROJECT / "stacks" / "offline" / "render_host.py")  # standard library only
@@ -204,7 +197,7 @@ def listen(directory: Path, token: str, shared_files) -> None:  # noqa: ANN001 -
     shared_files.write_whole(directory / _READY, str(os.getpid()).encode())
     while True:
         ready, _, _ = select.select([listener, sys.stdin], [], [], 1.0)
-        _reap()
+        render_host._reap(block=False)  # noqa: SLF001 - the host's own reaping, of the hosts here
         if listener in ready:
             _fork_host(render_host, listener, *listener.accept())
         if sys.stdin in ready and not os.read(sys.stdin.fileno(), 1):
@@ -216,9 +209,7 @@ def listen(directory: Path, token: str, shared_files) -> None:  # noqa: ANN001 -
                 while True:
                     _fork_host(render_host, listener, *listener.accept())
             listener.close()
-            with contextlib.suppress(ChildProcessError):
-                while True:
-                    os.waitpid(-1, 0)
+            render_host._reap(block=True)  # noqa: SLF001
             return
 
 

@@ -582,18 +582,25 @@ def test_a_stack_new_since_the_base_is_all_added(repo, exports):
     assert exports == []  # nothing at the base to render, so the base is not exported
 
 
+def _committed(top: Path, files: dict[str, str], executable: frozenset[str] | set[str] = frozenset()) -> str:
+    """A new repository at `top` whose one commit holds `files` (path: text); the commit's id."""
+    for name, text in files.items():
+        (top / name).parent.mkdir(parents=True, exist_ok=True)
+        (top / name).write_text(text)
+        if name in executable:
+            (top / name).chmod(0o755)
+    git(top, "init", "-q", "-b", "main")
+    git(top, "add", "-A")
+    git(top, "commit", "-q", "-m", "base")
+    return git(top, "rev-parse", "HEAD").strip()
+
+
 def test_an_export_is_the_commits_project_directory_and_leaves_the_repository_as_it_was(tmp_path):
     # The project in a subdirectory of its repository, with a staged and an unstaged change: the export is
     # that directory at the commit, bytes and executable bit, and git's index and working tree are untouched.
     top = tmp_path / "repo"
-    (top / "project" / "pkg").mkdir(parents=True)
-    (top / "outside.txt").write_text("not the project\n")
-    (top / "project" / "pkg" / "a.py").write_text("A = 1\n")
-    (top / "project" / "run.sh").write_text("#!/bin/sh\n")
-    (top / "project" / "run.sh").chmod(0o755)
-    git(top, "init", "-q", "-b", "main")
-    git(top, "add", "-A")
-    git(top, "commit", "-q", "-m", "base")
+    commit = _committed(top, {"outside.txt": "not the project\n", "project/pkg/a.py": "A = 1\n",
+                              "project/run.sh": "#!/bin/sh\n"}, executable={"project/run.sh"})
     (top / "project" / "pkg" / "a.py").write_text("A = 2\n")
     git(top, "add", "project/pkg/a.py")
     (top / "project" / "run.sh").write_text("#!/bin/sh\necho changed\n")
@@ -603,7 +610,7 @@ def test_an_export_is_the_commits_project_directory_and_leaves_the_repository_as
     status, index = git(top, "status", "--porcelain"), (top / ".git" / "index").read_bytes()
     into = tmp_path / "export"
     into.mkdir()
-    diff_module._export(top / "project", git(top, "rev-parse", "HEAD").strip(), into)
+    diff_module._export(top / "project", commit, into)
     assert sorted(str(p.relative_to(into)) for p in into.rglob("*")) == ["pkg", "pkg/a.py", "run.sh"]
     assert (into / "pkg" / "a.py").read_bytes() == b"A = 1\n"
     assert (into / "run.sh").read_bytes() == b"#!/bin/sh\n" and os.access(into / "run.sh", os.X_OK)
@@ -613,28 +620,19 @@ def test_an_export_is_the_commits_project_directory_and_leaves_the_repository_as
 def test_an_export_runs_no_fsmonitor_hook_of_the_users(tmp_path):
     # A hook (watchman's, say) run by the export would run in the export's directory and watch it.
     top = tmp_path / "repo"
-    top.mkdir()
-    (top / "a.py").write_text("A = 1\n")
-    git(top, "init", "-q", "-b", "main")
-    git(top, "add", "-A")
-    git(top, "commit", "-q", "-m", "base")
+    commit = _committed(top, {"a.py": "A = 1\n"})
     hook = tmp_path / "fsmonitor"
     hook.write_text(f"#!/bin/sh\npwd >> {tmp_path / 'ran'}\n")
     hook.chmod(0o755)
     git(top, "config", "core.fsmonitor", str(hook))
-    diff_module._export(top, git(top, "rev-parse", "HEAD").strip(), tmp_path / "export")
+    diff_module._export(top, commit, tmp_path / "export")
     assert (tmp_path / "export" / "a.py").read_text() == "A = 1\n"
     assert not (tmp_path / "ran").exists()
 
 
 def test_an_export_of_a_commit_without_the_project_directory_is_one_line(tmp_path):
     top = tmp_path / "repo"
-    top.mkdir()
-    (top / "README").write_text("before the project\n")
-    git(top, "init", "-q", "-b", "main")
-    git(top, "add", "-A")
-    git(top, "commit", "-q", "-m", "before")
-    before = git(top, "rev-parse", "HEAD").strip()
+    before = _committed(top, {"README": "before the project\n"})
     (top / "project").mkdir()
     (top / "project" / "x.py").write_text("")
     with pytest.raises(diff_module.DiffError) as error:
