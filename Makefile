@@ -1,9 +1,10 @@
 # One command each, on a fresh machine with Python 3.11+: every target bootstraps .venv first.
-# The interpreter the virtualenvs are created with. Unset, tools/pick_python.py chooses among the
-# builds of python3's minor version on PATH one that does not run through a shared libpython (a fifth
-# faster here); it runs once, and only when a virtualenv is created. PYTHON=<interpreter> overrides it.
+# The interpreter the virtualenvs are created with. Unset, tools/pick_python.py keeps python3 unless
+# it is a shared-libpython build without --enable-optimizations and PATH has a faster build of the same
+# minor version (a fifth less CPU for make test here); it runs once, and only when a virtualenv is
+# created. PYTHON=<interpreter> overrides it.
 ifeq ($(origin PYTHON),undefined)
-PYTHON = $(eval PYTHON := $(or $(shell python3 tools/pick_python.py),python3))$(PYTHON)
+PYTHON = $(eval PYTHON := $$(or $$(shell python3 -I tools/pick_python.py),python3))$(PYTHON)
 endif
 VENV := .venv
 BIN := $(VENV)/bin
