@@ -13,15 +13,16 @@ alternate runs each, 2026-12-02, docs/testing.md).
 
 The rule, so that the choice is never a surprise of version:
 - the reference is the interpreter running this script, the `python3` the Makefile runs it with;
-  below 3.11, or not answering, the answer is `python3` and the bootstrap's version check says why;
+  below 3.11, or not answering, the answer is `python3` and the bootstrap's version check says why
+  (3.6 and older cannot parse this file: a SyntaxError comes first);
 - the reference is kept unless it is "interposed": a shared libpython is mapped into it
   (/proc/self/maps) and it was built without `--enable-optimizations` or -fno-semantic-interposition;
 - otherwise the candidates are every `python3` and `python3.<the reference's minor>` file in the PATH
   directories, in PATH order (empty entries skipped), each binary once; each is asked, in one short
   isolated run (`-I`), for its version, whether it can create a virtualenv (venv and ensurepip),
   whether it is a debug build and whether it is interposed. The first of the reference's minor
-  version that can create a virtualenv, is no debug build, is not interposed and has a path make can
-  use verbatim wins;
+  version that can create a virtualenv, is no debug build and is not interposed wins, named by its
+  own `sys.executable` (not a wrapper's or shim's path), when that is a path make can use verbatim;
 - no such candidate: the reference, as before.
 
 Prints `python3` (the reference) or the chosen interpreter's path on stdout; when it is not the
@@ -142,12 +143,15 @@ def choose(reference: Interpreter | None, found: Iterable[Path],
         return None
     own = os.path.realpath(reference.executable)
     for candidate in found:
-        if os.path.realpath(candidate) == own or not _PLAIN_PATH.fullmatch(str(candidate)):
+        if os.path.realpath(candidate) == own:
             continue
         interpreter = ask(candidate)
-        if interpreter is not None and interpreter.version[:2] == reference.version[:2] and interpreter.fast:
-            return Interpreter(str(candidate), interpreter.version, interpreter.venv, interpreter.debug,
-                               interpreter.interposed)
+        # The interpreter's own path, not the candidate's: a wrapper or a pyenv shim would run bash and
+        # pyenv again for every command of the bootstrap.
+        if (interpreter is not None and interpreter.version[:2] == reference.version[:2] and interpreter.fast
+                and os.path.realpath(interpreter.executable) != own
+                and _PLAIN_PATH.fullmatch(interpreter.executable)):
+            return interpreter
     return None
 
 
@@ -161,7 +165,7 @@ def main(path: str | None = None, ask: Callable[[Path], Interpreter | None] = pr
         return 0
     older = "; an older patch release" if chosen.version < reference.version else ""
     print(f"==> virtualenv interpreter: {chosen.describe(older)} instead of python3, {reference.describe()}, "
-          "whose calls into itself go through the PLT: a fifth more CPU for make test here (tools/pick_python.py); "
+          "whose calls between its own functions go through the PLT: slower (tools/pick_python.py); "
           "PYTHON=python3 keeps python3", file=sys.stderr)
     print(chosen.executable)
     return 0

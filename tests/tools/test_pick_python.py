@@ -94,10 +94,24 @@ def test_an_interposed_python3_is_kept_when_nothing_faster_of_its_minor_is_on_pa
 
 def test_a_path_make_would_reparse_is_never_chosen(tmp_path):
     spaced, plain = tmp_path / "sp ace" / "python3", tmp_path / "plain" / "python3"
-    asked: list[Path] = []
     chosen = pick_python.choose(_interpreter(tmp_path / "pyenv" / "python3", SLOW, interposed=True), [spaced, plain],
-                                _asker({spaced: _interpreter(spaced), plain: _interpreter(plain)}, asked))
-    assert chosen == _interpreter(plain) and asked == [plain]
+                                _asker({spaced: _interpreter(spaced), plain: _interpreter(plain)}, []))
+    assert chosen == _interpreter(plain)
+
+
+def test_a_wrapper_is_named_by_the_interpreter_it_runs(tmp_path):
+    # A script (a pyenv shim, a wrapper) that runs a fast build: the build's own path is printed.
+    shim, real = tmp_path / "shims" / "python3", tmp_path / "usr" / "python3.11"
+    chosen = pick_python.choose(_interpreter(tmp_path / "pyenv" / "python3", SLOW, interposed=True), [shim],
+                                _asker({shim: _interpreter(real)}, []))
+    assert chosen == _interpreter(real)
+
+
+def test_a_probe_without_linkage_answers_unknown(tmp_path):
+    candidate = _executable(tmp_path / "python3", """#!/bin/sh
+echo '{"executable": "/x/python3", "version": [3, 11, 9], "venv": true, "debug": false, "interposed": null}'
+""")
+    assert pick_python.probe(candidate) == Interpreter("/x/python3", (3, 11, 9), True, False, None)
 
 
 def test_main_prints_python3_when_it_is_kept_and_says_nothing(tmp_path, capsys):
@@ -116,8 +130,8 @@ def test_main_prints_the_faster_build_and_says_instead_of_what_and_why(tmp_path,
     assert pick_python.main(path, _asker(answers, []), running=pyenv) == 0
     assert capsys.readouterr() == (f"{system}\n", (
         f"==> virtualenv interpreter: {system} (3.11.2, static or optimised; an older patch release) instead of "
-        f"python3, {pyenv} (3.11.7, shared libpython without --enable-optimizations), whose calls into itself go "
-        "through the PLT: a fifth more CPU for make test here (tools/pick_python.py); PYTHON=python3 keeps python3\n"))
+        f"python3, {pyenv} (3.11.7, shared libpython without --enable-optimizations), whose calls "
+        "between its own functions go through the PLT: slower (tools/pick_python.py); PYTHON=python3 keeps python3\n"))
 
 
 def test_the_probe_reads_this_interpreter_as_it_is():
@@ -161,7 +175,7 @@ def test_a_candidate_that_does_not_answer_is_none(tmp_path, body):
 
 
 def test_a_candidate_that_hangs_is_killed_with_its_children_after_the_timeout(tmp_path, monkeypatch):
-    monkeypatch.setattr(pick_python, "PROBE_TIMEOUT_SECONDS", 0.5)
+    monkeypatch.setattr(pick_python, "PROBE_TIMEOUT_SECONDS", 1.5)
     pid_file = tmp_path / "child"
     # No exec: the sleep is the shell's child, and must go with it.
     candidate = _executable(tmp_path / "python3", f"#!/bin/sh\nsleep 60 > /dev/null &\necho $! > {pid_file}\nwait\n")
@@ -184,19 +198,20 @@ def _alive(stat: Path) -> bool:
 def _make(tmp_path: Path, *args: str, env_python: str | None = None,
           stamped: bool = False) -> tuple[list[str], list[str]]:
     """`make -n <args>` in a copy of the Makefile, with a `python3` on PATH that logs each run and
-    answers the picker's run with /picked/python: (recipe lines, logged runs)."""
+    answers the picker's run with /picked/py#thon: (recipe lines, logged runs)."""
     assert MAKE is not None, "the bootstrap under test is a Makefile: make must be installed"
     work = tmp_path / "work"
     work.mkdir()
     shutil.copy(PROJECT_DIR / "Makefile", work / "Makefile")
-    for name in ("requirements.txt", "requirements-dev.txt"):
+    for name in ("requirements.txt", "requirements-dev.txt", "requirements-scan.lock"):
         (work / name).write_text("")
     if stamped:
         (work / ".venv").mkdir()
         (work / ".venv" / ".installed").write_text("")
     log = tmp_path / "runs.log"
     bin_dir = tmp_path / "bin"
-    _executable(bin_dir / "python3", f'#!/bin/sh\necho "$*" >> {log}\necho /picked/python\n')
+    # A '#' in the answer: make must take the path as it is, not re-parse it (a comment would cut it).
+    _executable(bin_dir / "python3", f'#!/bin/sh\necho "$*" >> {log}\necho "/picked/py#thon"\n')
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHON", "MAKEFLAGS", "MAKELEVEL")}
     env["PATH"] = os.pathsep.join([str(bin_dir), str(Path(MAKE).parent), "/usr/bin", "/bin"])
     if env_python is not None:
@@ -210,11 +225,11 @@ def _make(tmp_path: Path, *args: str, env_python: str | None = None,
 def test_the_makefile_asks_the_picker_once_and_creates_the_virtualenv_with_its_answer(tmp_path):
     lines, runs = _make(tmp_path, "-W", "requirements.txt", ".venv/.installed")
     assert runs == ["-I tools/pick_python.py"]
-    assert [line for line in lines if "python" in line and "pip install" not in line] == [
-        "/picked/python -c 'import sys; sys.exit(\"Python 3.11+ is required, found \" + sys.version.split()[0]) "
+    assert [line for line in lines if "/picked/" in line] == [
+        "/picked/py#thon -c 'import sys; sys.exit(\"Python 3.11+ is required, found \" + sys.version.split()[0]) "
         "if sys.version_info < (3, 11) else None'",
-        'echo "==> [1/2] creating .venv with $(/picked/python --version) (/picked/python)"',
-        "/picked/python -m venv .venv",
+        'echo "==> [1/2] creating .venv with $(/picked/py#thon --version) (/picked/py#thon)"',
+        "/picked/py#thon -m venv .venv",
     ]
 
 
@@ -222,6 +237,13 @@ def test_the_makefile_asks_the_picker_once_and_creates_the_virtualenv_with_its_a
 def test_a_target_that_creates_no_virtualenv_never_runs_the_picker(tmp_path, target):
     _, runs = _make(tmp_path, target, stamped=True)
     assert runs == []
+
+
+def test_the_scanners_virtualenv_keeps_python3_and_never_runs_the_picker(tmp_path):
+    # Its hashed lock pins packages that may need a newer patch release than the picked build.
+    lines, runs = _make(tmp_path, "-W", "requirements-scan.lock", ".venv-scan/.installed", stamped=True)
+    assert runs == []
+    assert "python3 -m venv .venv-scan" in lines
 
 
 @pytest.mark.parametrize("how", ["command line", "environment"])
