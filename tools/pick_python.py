@@ -45,7 +45,6 @@ from pathlib import Path
 REFERENCE = "python3"
 MINIMUM = (3, 11)
 PROBE_TIMEOUT_SECONDS = 10.0  # a pyenv shim starts bash and pyenv first; a healthy interpreter answers in 0.1 s
-_NAME = re.compile(r"python3(\.\d+)?")
 # What make can take as a command word verbatim: no space, quote, `$`, `#` or backslash to re-parse.
 _PLAIN_PATH = re.compile(r"[A-Za-z0-9/._+-]+")
 # Run by each candidate: what the choice needs, as one JSON line. Elsewhere than Linux (no
