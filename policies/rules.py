@@ -22,14 +22,14 @@ ENVIRONMENTS: tuple[str, ...] = ("dev", "staging", "prod")
 RENDERED_SECRET = "[secret]"
 
 GPU_RESOURCE = "nvidia.com/gpu"
-# The GPU node group's taint (components/gpu/scheduling.py): key nvidia.com/gpu, value true, NoSchedule.
+# The GPU node group's taint (llm_serving/gpu/scheduling.py): key nvidia.com/gpu, value true, NoSchedule.
 GPU_TAINT = {"key": GPU_RESOURCE, "value": "true", "effect": "NoSchedule"}
 # Node labels that only GPU nodes carry: GPU feature discovery's nvidia.com/gpu.* and our node group label.
 GPU_NODE_LABEL_PREFIXES = ("nvidia.com/gpu", "llm-serving/node-group")
 WEIGHTS_COMPONENT = "weights"
 
-# Mirrors components/serving/capacity.py MIN_STARTUP_BUDGET_SECONDS and the vLLM liveness settings in
-# components/serving/engine.py; tests/policies/test_rules.py keeps them equal.
+# Mirrors llm_serving/serving/capacity.py MIN_STARTUP_BUDGET_SECONDS and the vLLM liveness settings in
+# llm_serving/serving/engine.py; tests/policies/test_rules.py keeps them equal.
 MIN_STARTUP_BUDGET_SECONDS = 600
 MIN_LIVENESS_TIMEOUT_SECONDS = 10
 MIN_LIVENESS_WINDOW_SECONDS = 90
@@ -681,7 +681,7 @@ def check_autoscaling_not_on_utilisation(
 # --------------------------------------------------------------------------------------------
 # 10. namespaces-enforce-pod-security
 
-# Mirrors components/platform/pod_security.py; tests/policies/test_rules.py keeps them equal.
+# Mirrors llm_serving/platform/pod_security.py; tests/policies/test_rules.py keeps them equal.
 POD_SECURITY_LEVELS = ("restricted", "baseline", "privileged")
 POD_SECURITY_LABEL_PREFIX = "pod-security.kubernetes.io"
 POD_SECURITY_REASON_ANNOTATION = "llm-serving/pod-security-reason"

@@ -17,7 +17,7 @@ NLB_ATTRIBUTES = "service.beta.kubernetes.io/aws-load-balancer-target-group-attr
 ALB_ATTRIBUTES = "alb.ingress.kubernetes.io/target-group-attributes"
 _DEREGISTRATION = re.compile(r"deregistration_delay\.timeout_seconds=(\d+)")
 _DURATION = re.compile(r"^(\d+)s$")
-PICKER_SUFFIX = "-epp"  # components/routing/objects.py picker_name
+PICKER_SUFFIX = "-epp"  # llm_serving/routing/objects.py picker_name
 
 
 def _kind(resource: Mapping[str, Any]) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from stacks import environment
-from stacks.config import StackConfig, files, keys, overrides
+from stacks.config import ServingStackArgs, files, keys, overrides
 from stacks.config.problems import ConfigError, Problem
 
 
@@ -143,7 +143,7 @@ def clone(
     return Cloned(target, secrets, _warnings(base, config, own_keys, document["config"].get("aws:region")))
 
 
-def _warnings(base: str, config: StackConfig, own_keys: set[str], region: object) -> list[str]:
+def _warnings(base: str, config: ServingStackArgs, own_keys: set[str], region: object) -> list[str]:
     """What a valid clone probably did not mean: another environment's cluster, or zones in
     another region than the provider's."""
     found = []

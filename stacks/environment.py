@@ -14,12 +14,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from stacks import checks
-from stacks.config import SECRET_KEYS, StackConfig, StorageBackend, overrides
+from stacks.config import SECRET_KEYS, ServingStackArgs, StorageBackend, overrides
+from stacks.config import validate as validate_args
 from stacks.config.files import PROJECT_DIR, ResolvedConfig, StackFile, read_stack_file, resolve, stack_file_path
 from stacks.config.problems import MISSING, PROJECT, ConfigError, Problem, from_validation_error, mask_problem
 
 
-def bucket_region_problems(config: StackConfig, stack_region: object) -> list[Problem]:
+def bucket_region_problems(config: ServingStackArgs, stack_region: object) -> list[Problem]:
     """An existing weights bucket in another region than the stack's (`aws:region`, when the stack file sets
     it): every cold start would cross regions, at inter-region transfer prices and latency."""
     s3 = config.weights_storage.s3
@@ -31,7 +32,7 @@ def bucket_region_problems(config: StackConfig, stack_region: object) -> list[Pr
                     s3.bucket_region, f"a bucket in {stack_region}")]
 
 
-def validate(resolved: ResolvedConfig) -> StackConfig:
+def validate(resolved: ResolvedConfig) -> ServingStackArgs:
     """Validate merged values; every problem is collected into one `ConfigError`."""
     problems: list[Problem] = []
     # Keys the engine reports as secret, even misspelt or structured ones, are never echoed.
@@ -53,11 +54,11 @@ def validate(resolved: ResolvedConfig) -> StackConfig:
             )
         )
     try:
-        config = StackConfig.model_validate(resolved.values)
+        config = validate_args(ServingStackArgs, resolved.values)
     except ValidationError as exc:
         problems.extend(
             p
-            for p in from_validation_error(exc, StackConfig, resolved.values, secret_keys)
+            for p in from_validation_error(exc, ServingStackArgs, resolved.values, secret_keys)
             # An uninherited secret is reported above with what to do; "missing" would repeat it.
             if not (p.path in resolved.uninherited_secrets and p.got is MISSING)
         )
@@ -73,7 +74,7 @@ def validate(resolved: ResolvedConfig) -> StackConfig:
 
 def load_stack_file(
     path: Path, changes: Sequence[overrides.Override] = ()
-) -> tuple[ResolvedConfig, StackConfig]:
+) -> tuple[ResolvedConfig, ServingStackArgs]:
     """The CLI path: read a stack file from disk, resolve `extends`, apply the command line's
     overrides (`plan --stack ... --tp 8`) to the resolved values, validate."""
     own = read_stack_file(path)
@@ -87,7 +88,7 @@ def load_stack_file(
 
 def load_from_values(
     stack: str, values: dict[str, Any], secret_keys: set[str], project_dir: Path = PROJECT_DIR
-) -> tuple[ResolvedConfig, StackConfig]:
+) -> tuple[ResolvedConfig, ServingStackArgs]:
     """The program path: a stack's own values come from the Pulumi engine, bases from disk."""
     own = StackFile(stack, stack_file_path(stack, project_dir), values, frozenset(secret_keys))
     resolved = resolve(own, project_dir)

@@ -19,26 +19,26 @@ import pulumi
 import pulumi_aws as aws
 from pulumi.runtime import config as runtime_config
 
-from components import cluster as created_cluster
-from components import observability, serving, storage
-from components.edge import (
+from llm_serving import cluster as created_cluster
+from llm_serving import observability, serving, storage
+from llm_serving.edge import (
     PROMETHEUS_POD_LABELS,
-    EdgeArgs,
     EdgeSettings,
+    EdgeSpec,
     LoadBalancerControllerArgs,
     Route,
     gateway_injects_upstream_key,
 )
-from components.gpu import (
+from llm_serving.gpu import (
     ClusterAutoscalerArgs,
     DcgmExporterArgs,
-    GpuNodeGroupArgs,
     InstanceType,
+    NodeGroupSpec,
     NvidiaDevicePluginArgs,
     image_tag_for,
 )
-from components.observability import ModelSlo
-from components.platform import (
+from llm_serving.observability import ModelSlo
+from llm_serving.platform import (
     EksCluster,
     cluster_version,
     derived_upstream_key,
@@ -48,13 +48,13 @@ from components.platform import (
     versions,
     vpc_cni_configuration,
 )
-from components.routing import OBJECTIVE_HEADER, PickerSettings
-from components.scaling import ModelAutoscalingArgs, ScalingTarget
-from components.serving_stack import (
+from llm_serving.routing import OBJECTIVE_HEADER, PickerSettings
+from llm_serving.scaling import AutoscalingSpec, ScalingTarget
+from llm_serving.serving_stack import (
     ModelVerification,
     ServedModel,
     ServingStack,
-    ServingStackArgs,
+    StackSpec,
 )
 from stacks import checks, environment
 from stacks.checks import cluster as cluster_checks
@@ -71,13 +71,13 @@ from stacks.config import (
     EdgeMode,
     Environment,
     ImagePrePull,
-    ModelConfig,
+    ModelArgs,
     NetworkPolicyEnforcement,
     NodeAutoscalingMode,
     PlacementStrategy,
     PrometheusMode,
     RoutingMode,
-    StackConfig,
+    ServingStackArgs,
     StorageBackend,
     VerificationMode,
 )
@@ -114,7 +114,7 @@ def engine_config() -> tuple[dict[str, Any], set[str]]:
     return values, secrets
 
 
-def load_config() -> StackConfig:
+def load_config() -> ServingStackArgs:
     values, secrets = engine_config()
     try:
         _, config = environment.load_from_values(pulumi.get_stack(), values, secrets, stack_dir)
@@ -137,11 +137,11 @@ HUB_DOWNLOAD_MIB_PER_SECOND = 50
 Subnets = list[tuple[pulumi.Input[str], str]]
 
 
-def configured_subnets(config: StackConfig) -> Subnets:
+def configured_subnets(config: ServingStackArgs) -> Subnets:
     return [(s.id, s.availability_zone) for s in config.gpu_node_group.subnets if s.id is not None]
 
 
-def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType,
+def served_model(config: ServingStackArgs, model: ModelArgs, instance: InstanceType,
                  region: pulumi.Input[str] | None = None) -> ServedModel:
     """A model's plain values, with TP, the startup budget and the rollout from the planners."""
     plan = planning.model_plan(config, model)
@@ -213,7 +213,7 @@ def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType
         zone=config.gpu_node_group.subnets[0].availability_zone
         if model.storage.access_mode is AccessMode.READ_WRITE_ONCE
         else None,
-        # EFS mount targets exist only in the GPU node group's zones (components/storage/efs.py).
+        # EFS mount targets exist only in the GPU node group's zones (llm_serving/storage/efs.py).
         stage_zones=tuple(sorted({s.availability_zone for s in config.gpu_node_group.subnets}))
         if config.weights_storage.backend is StorageBackend.EFS
         else (),
@@ -267,7 +267,7 @@ def served_model(config: StackConfig, model: ModelConfig, instance: InstanceType
     )
 
 
-def weights_bucket_args(config: StackConfig, tags: dict[str, str]) -> storage.WeightsBucketArgs:
+def weights_bucket_args(config: ServingStackArgs, tags: dict[str, str]) -> storage.WeightsBucketArgs:
     """The weights bucket and, per model, the staging Job's write role and the pods' read-only role, each
     scoped to the model's revision (and tokenizer revision) prefix; with a shared compile cache the pods
     also read its prefix, and its producer gets a role that writes only there."""
@@ -294,7 +294,7 @@ def weights_bucket_args(config: StackConfig, tags: dict[str, str]) -> storage.We
         protect=config.environment is Environment.PROD, tags=tags, access=tuple(access))
 
 
-def alb_idle_timeout(config: StackConfig) -> int:
+def alb_idle_timeout(config: ServingStackArgs) -> int:
     """Long enough for the longest non-streamed generation (the ALB sees no byte until the end), and so
     for the longest stream the edge admits."""
     longest = max(max(checks.edge_timeout_floor(config, m), timing.stream_seconds(m)) for m in config.models)
@@ -311,17 +311,17 @@ MIN_BODY_LIMIT_BYTES = 8 * 1024**2
 GATEWAY_KEYS_SECRET = "llm-serving-client-keys"
 
 
-def vllm_api_key(config: StackConfig) -> pulumi.Output[str]:
+def vllm_api_key(config: ServingStackArgs) -> pulumi.Output[str]:
     """vLLM's own key, checked in every auth mode. With gateway-api-key the clients' key never reaches
     vLLM (the gateway strips it and injects this one), so vLLM gets a key derived from it that no
     client holds: reading the serving namespace's Secret does not yield a key the public edge accepts."""
-    key = config.api_key.get_secret_value()
+    key = config.api_key
     if config.edge.auth is EdgeAuth.GATEWAY_API_KEY:
         key = derived_upstream_key(key)
     return pulumi.Output.secret(key)
 
 
-def edge_args(config: StackConfig, cluster: EksCluster) -> EdgeArgs:
+def edge_args(config: ServingStackArgs, cluster: EksCluster) -> EdgeSpec:
     edge = config.edge
     settings = EdgeSettings(
         namespace=checks.edge_namespace(config),
@@ -363,7 +363,7 @@ def edge_args(config: StackConfig, cluster: EksCluster) -> EdgeArgs:
         for pooled in [planning.routing_mode(config, m) is RoutingMode.INFERENCE_POOL]
     )
     alb = edge.mode is EdgeMode.ALB
-    return EdgeArgs(
+    return EdgeSpec(
         load_balancer_controller=load_balancer_controller_args(config, cluster),
         mode=edge.mode.value,
         install_controller=edge.controller is ControllerMode.INSTALL,
@@ -379,7 +379,7 @@ def edge_args(config: StackConfig, cluster: EksCluster) -> EdgeArgs:
         },
         load_balancer_subnet_ids=tuple(edge.load_balancer_subnet_ids) if alb else (),
         load_balancer_cidrs=tuple(subnet_cidr(subnet) for subnet in edge.load_balancer_subnet_ids) if alb else (),
-        client_api_key=pulumi.Output.secret(config.api_key.get_secret_value())
+        client_api_key=pulumi.Output.secret(config.api_key)
         if settings.api_key_secret
         else None,
         upstream_api_key=vllm_api_key(config) if gateway_injects_upstream_key(settings) else None,
@@ -392,7 +392,7 @@ def edge_args(config: StackConfig, cluster: EksCluster) -> EdgeArgs:
     )
 
 
-def load_balancer_controller_args(config: StackConfig, cluster: EksCluster) -> LoadBalancerControllerArgs | None:
+def load_balancer_controller_args(config: ServingStackArgs, cluster: EksCluster) -> LoadBalancerControllerArgs | None:
     """The AWS Load Balancer Controller the stack installs (a created cluster's, or asked for), else None."""
     if not planning.installs_load_balancer_controller(config):
         return None
@@ -409,7 +409,7 @@ def load_balancer_controller_args(config: StackConfig, cluster: EksCluster) -> L
     )
 
 
-def picker_settings(config: StackConfig) -> PickerSettings:
+def picker_settings(config: ServingStackArgs) -> PickerSettings:
     routing = config.edge.inference_routing
     return PickerSettings(
         replicas=routing.picker_replicas,
@@ -429,7 +429,7 @@ class StagingNodes:
     node_selector: dict[str, str]
 
 
-def staging_nodes(config: StackConfig, cluster: EksCluster,
+def staging_nodes(config: ServingStackArgs, cluster: EksCluster,
                   created: created_cluster.Cluster | None = None) -> StagingNodes:
     """The stack file's staging nodes; with a created cluster, its CPU nodes where the file is silent
     (the only untainted nodes there: the Jobs land on them anyway)."""
@@ -452,9 +452,9 @@ def staging_nodes(config: StackConfig, cluster: EksCluster,
 
 
 def serving_stack_args(
-    config: StackConfig, cluster: EksCluster, subnets: Subnets | None = None, subnet_keys: tuple[str, ...] = (),
+    config: ServingStackArgs, cluster: EksCluster, subnets: Subnets | None = None, subnet_keys: tuple[str, ...] = (),
     staging: StagingNodes | None = None,
-) -> ServingStackArgs:
+) -> StackSpec:
     """Map validated config onto component args (components never see the config models)."""
     staging = staging_nodes(config, cluster) if staging is None else staging
     group = config.gpu_node_group
@@ -467,10 +467,10 @@ def serving_stack_args(
     alerts = config.observability.gpu_alerts
     node_group_name = f"gpu-{instance.name.replace('.', '-')}"
     models = tuple(served_model(config, m, instance, cluster.region) for m in config.models)
-    return ServingStackArgs(
+    return StackSpec(
         node_group_name=node_group_name,
         node_drain_wait_seconds=timing.node_drain_wait_seconds(config),
-        node_group=GpuNodeGroupArgs(
+        node_group=NodeGroupSpec(
             cluster_name=config.cluster.name,
             cluster_security_group_id=cluster.cluster_security_group_id,
             vpc_id=cluster.vpc_id,
@@ -562,7 +562,7 @@ def serving_stack_args(
             namespace=prometheus.namespace,
             chart_version=prometheus.chart_version,
             grafana_admin_password=pulumi.Output.secret(
-                config.grafana_admin_password.get_secret_value()  # type: ignore[union-attr]
+                config.grafana_admin_password
             ),
         )
         if installs_prometheus
@@ -571,10 +571,10 @@ def serving_stack_args(
         serving_namespace=config.serving.namespace,
         models=models,
         api_key=vllm_api_key(config),
-        hf_token=pulumi.Output.secret(config.hf_token.get_secret_value()) if config.hf_token else None,
+        hf_token=pulumi.Output.secret(config.hf_token) if config.hf_token else None,
         protect_weights=config.environment is Environment.PROD,
         edge=edge_args(config, cluster),
-        autoscaling=ModelAutoscalingArgs(
+        autoscaling=AutoscalingSpec(
             mode=config.autoscaling.mode.value,
             namespace=config.autoscaling.namespace,
             keda_chart_version=config.autoscaling.keda_chart_version,
@@ -608,7 +608,7 @@ def serving_stack_args(
     )
 
 
-def model_verifications(config: StackConfig) -> tuple[ModelVerification, ...]:
+def model_verifications(config: ServingStackArgs) -> tuple[ModelVerification, ...]:
     """Each model's deploy gate (none with `verification.mode: off`)."""
     mode = verification.verification_mode(config)
     if mode is VerificationMode.OFF:
@@ -620,7 +620,7 @@ def model_verifications(config: StackConfig) -> tuple[ModelVerification, ...]:
     return tuple(found)
 
 
-def check_cluster_version(config: StackConfig) -> None:
+def check_cluster_version(config: ServingStackArgs) -> None:
     """Stop before any resource when the cluster runs another minor than the stack file says."""
     problem = platform_checks.cluster_version_problem(config, cluster_version(config.cluster.name))
     if problem is not None:
@@ -635,7 +635,7 @@ def refuse(problems: list, what: str) -> None:
         raise pulumi.RunError(f"stack {pulumi.get_stack()} {what}; nothing was created")
 
 
-def check_existing_bucket(config: StackConfig) -> None:
+def check_existing_bucket(config: ServingStackArgs) -> None:
     """Before any resource: an existing weights bucket (weightsStorage.s3.bucketName) exists and lives in
     the stack's region (s3:ListBucket / GetBucketLocation through the data source)."""
     name = config.weights_storage.s3.bucket_name
@@ -648,7 +648,7 @@ def check_existing_bucket(config: StackConfig) -> None:
     refuse(platform_checks.existing_bucket_problems(name, found, aws.get_region().region), "cannot use its bucket")
 
 
-def check_cluster_to_create(config: StackConfig, stack_id: str) -> None:
+def check_cluster_to_create(config: ServingStackArgs, stack_id: str) -> None:
     """Before any resource: the zones exist in this region, and a cluster of the name is ours and at
     most one minor behind (the preview then lists the upgrade's order)."""
     found = None
@@ -665,7 +665,7 @@ def check_cluster_to_create(config: StackConfig, stack_id: str) -> None:
             pulumi.log.info(f"cluster upgrade step {step}: {line}")
 
 
-def create_cluster(config: StackConfig, tags: dict[str, str]) -> created_cluster.Cluster:
+def create_cluster(config: ServingStackArgs, tags: dict[str, str]) -> created_cluster.Cluster:
     create = config.cluster.create
     assert create is not None  # guaranteed by checks.check
     stack_id = f"{pulumi.get_project()}/{pulumi.get_stack()}"
@@ -675,7 +675,7 @@ def create_cluster(config: StackConfig, tags: dict[str, str]) -> created_cluster
     nodes = create.system_nodes
     return created_cluster.Cluster(
         "cluster",
-        created_cluster.ClusterArgs(
+        created_cluster.ClusterSpec(
             cluster_name=config.cluster.name,
             kubernetes_version=config.cluster.kubernetes_version,
             network=cluster_checks.network_plan(config),
@@ -707,7 +707,7 @@ def after(resources: list[pulumi.Resource]) -> pulumi.ResourceTransformation:
     return transformation
 
 
-def check_network_policy_enforcement(config: StackConfig) -> None:
+def check_network_policy_enforcement(config: ServingStackArgs) -> None:
     """Stop before any resource when nothing would enforce the NetworkPolicies that fence the models."""
     if config.cluster.network_policy_enforcement is NetworkPolicyEnforcement.OTHER:
         return
@@ -734,7 +734,7 @@ def run() -> None:
         pulumi.export("vpcId", cluster.vpc_id)
     else:
         check_cluster_version(config)
-        # A created cluster's vpc-cni is created with enforcement on (components/cluster).
+        # A created cluster's vpc-cni is created with enforcement on (llm_serving/cluster).
         check_network_policy_enforcement(config)
         cluster = lookup_cluster(config.cluster.name)
         subnets = configured_subnets(config)

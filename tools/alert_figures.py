@@ -1,13 +1,13 @@
 """Generated figures of the edge TTFT alerts' runbook sections (docs/runbooks.md): their thresholds and
 how long a fully slow edge takes to fire them, read from the burn rates and the objective the rules use
-(components/platform/prometheus.py BURN_RATES, components/routing/alerts.py TTFT_OBJECTIVE_SHARE)."""
+(llm_serving/platform/prometheus.py BURN_RATES, llm_serving/routing/alerts.py TTFT_OBJECTIVE_SHARE)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from components.platform import BURN_FOR_MINUTES, BURN_RATES
-from components.routing import TTFT_OBJECTIVE_SHARE
+from llm_serving.platform import BURN_FOR_MINUTES, BURN_RATES
+from llm_serving.routing import TTFT_OBJECTIVE_SHARE
 from tools.doc_facts import Facts
 
 _UNIT_MINUTES = {"m": 1, "h": 60}

@@ -31,7 +31,7 @@ OWNED_ENTRIES = ("crds", "charts", "vllm", "dcgm-exporter", "aws", "addons", "pi
 # manifest, derived here so preview and up apply exactly these reviewed bytes instead of whatever a
 # release URL serves that day (llm-d-router re-uploads its release assets under the same tag).
 # Each bundle holds the CRDs the release's manifests.yaml carries, in its order.
-DEFAULT_MANIFESTS_OUT = REPO_ROOT / "components" / "platform" / "crds"
+DEFAULT_MANIFESTS_OUT = REPO_ROOT / "llm_serving" / "platform" / "crds"
 CRD_BUNDLES: dict[str, tuple[str, ...]] = {
     # GIE v1.6.0 manifests.yaml: InferencePool and InferencePoolImport only (GIE README @v1.6.0).
     "gateway-api-inference-extension-v1.6.0.yaml": (

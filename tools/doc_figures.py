@@ -9,6 +9,7 @@ every value is computed (the request path's timeouts, cold start per backend) is
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import yaml
@@ -139,15 +140,15 @@ def prod_cost_per_million(facts: Facts) -> str:
 
 def prod_max_replicas_fit(facts: Facts) -> str:
     """The most replicas of prod's model its node group can hold, as the preview's packing check says."""
-    from components import serving
+    from llm_serving import serving
     from stacks.checks import planning
 
     config, model = facts.prod, facts.prod_model
     most = 0
     for high in range(1, 257):
-        scaled = model.model_copy(update={"autoscaling": model.autoscaling.model_copy(update={"max_replicas": high})})
+        scaled = replace(model, autoscaling=replace(model.autoscaling, max_replicas=high))
         try:
-            planning.rollout_strategies(config.model_copy(update={"models": [scaled]}))
+            planning.rollout_strategies(replace(config, models=[scaled]))
         except serving.RolloutError:
             break
         most = high
@@ -170,7 +171,7 @@ def vcpu_quotas(facts: Facts) -> str:
 
 
 def prod_claim_size(facts: Facts) -> str:
-    from components import serving
+    from llm_serving import serving
     from stacks.checks import planning
 
     return f"{serving.weights_volume_gib(planning.model_architecture(facts.prod_model).weight_bytes)} GiB"
@@ -184,7 +185,7 @@ def pipeline_split(facts: Facts) -> str:
 
 
 def calibration_within(facts: Facts) -> str:
-    from components import serving
+    from llm_serving import serving
 
     rows = planner_tables.checkable_logs()
     within = 0
@@ -242,7 +243,7 @@ def _flag(args: list[str], name: str) -> str:
 
 
 def nlb_idle(facts: Facts) -> str:
-    from components.edge import NLB_TCP_IDLE_SECONDS
+    from llm_serving.edge import NLB_TCP_IDLE_SECONDS
 
     return f"{NLB_TCP_IDLE_SECONDS} s"
 
@@ -282,7 +283,7 @@ def helm_timeout(facts: Facts) -> str:
 
 def prod_timeouts(facts: Facts) -> str:
     """request-path.md's table of every timeout on prod's path, each value read from prod's render."""
-    from components.edge import NLB_TCP_IDLE_SECONDS
+    from llm_serving.edge import NLB_TCP_IDLE_SECONDS
     from stacks.checks import planning
 
     name = facts.prod_model.name

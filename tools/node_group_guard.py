@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from components.gpu import NODE_GENERATION_LABEL
+from llm_serving.gpu import NODE_GENERATION_LABEL
 from stacks.config.problems import ConfigError
 
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"

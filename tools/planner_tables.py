@@ -4,7 +4,7 @@
   whose model is in the catalog, planned with that boot's settings, against its logged
   "Available KV cache memory".
 - Latency: every published benchmark in tests/fixtures/calibration/vllm-benchmarks.json against the
-  roofline (components/serving/performance.py).
+  roofline (llm_serving/serving/performance.py).
 
 `python -m tools.planner_tables --write docs/capacity-planner.md` replaces the text between the
 markers; tests fail when the page is stale or a row leaves its documented bound.
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from components import serving
-from components.gpu import lookup_instance_type
-from components.serving import lookup_model
+from llm_serving import serving
+from llm_serving.gpu import lookup_instance_type
+from llm_serving.serving import lookup_model
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "calibration"
 STARTUP_LOGS = FIXTURES / "vllm-startup-logs.json"

@@ -1,7 +1,7 @@
 """Regenerate the weights Job's pinned, hashed requirements: `python -m tools.stage_lock`.
 
-The staging Job runs the small Python image in components/platform/versions.py and installs
-huggingface_hub with `pip --require-hashes` from components/serving/stage-requirements.txt, so what
+The staging Job runs the small Python image in llm_serving/platform/versions.py and installs
+huggingface_hub with `pip --require-hashes` from llm_serving/serving/stage-requirements.txt, so what
 runs is exactly what was reviewed. This script resolves the pinned version's dependencies for the
 image's Python on x86_64 Linux, where the Job runs (its nodeSelector says kubernetes.io/arch: amd64),
 and writes every wheel's sha256.
@@ -16,9 +16,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from components.platform import versions
+from llm_serving.platform import versions
 
-TARGET = Path(__file__).resolve().parent.parent / "components" / "serving" / "stage-requirements.txt"
+TARGET = Path(__file__).resolve().parent.parent / "llm_serving" / "serving" / "stage-requirements.txt"
 # One architecture: hf-xet, which huggingface_hub requires, publishes a wheel per platform, and the
 # Job is pinned to amd64 nodes. Add "manylinux2014_aarch64" (and drop the Job's arch selector) for
 # Graviton-only clusters.

@@ -6,6 +6,7 @@ FSx for Lustre and S3, with what keeps S3 above the 3-minute goal.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from stacks.config.files import PROJECT_DIR
@@ -23,11 +24,11 @@ def _backend_plan(facts: Facts, mib_per_second: float) -> dict[str, Any]:
 
 
 def fsx_default_read(facts: Facts) -> str:
-    from components import storage
-    from stacks.config import FsxLustreConfig
+    from llm_serving import storage
+    from stacks.config import FsxLustreArgs
 
-    capacity = FsxLustreConfig.model_fields["storage_capacity_gib"].default
-    unit = FsxLustreConfig.model_fields["per_unit_storage_throughput"].default
+    capacity = FsxLustreArgs().storage_capacity_gib
+    unit = FsxLustreArgs().per_unit_storage_throughput
     speed = storage.lustre_read_mib_per_second(capacity, unit)
     return (f"{capacity} GiB × {unit} MB/s/TiB = {speed:,.0f} MiB/s (prod's 70B: "
             f"{_backend_plan(facts, speed)['cold_start_seconds']:,} s)")
@@ -41,7 +42,7 @@ FSX_ROWS = (
 
 
 def cold_start_by_backend(facts: Facts) -> str:
-    from components import storage
+    from llm_serving import storage
 
     lines = ["", "| backend | read speed planned | source | cold start | startup budget |", "|---|---|---|---|---|"]
     efs = _backend_plan(facts, storage.EFS_READ_MIB_PER_SECOND)
@@ -121,8 +122,7 @@ def _backend_variants(facts: Facts) -> list[tuple[str, Any]]:
     from stacks.config import StorageBackend
 
     prod = facts.prod
-    fsx = prod.model_copy(update={"weights_storage": prod.weights_storage.model_copy(
-        update={"backend": StorageBackend.FSX_LUSTRE})})
+    fsx = replace(prod, weights_storage=replace(prod.weights_storage, backend=StorageBackend.FSX_LUSTRE))
     return [("`efs` (prod)", prod), ("`fsxLustre` (defaults)", fsx),
             ("`s3` ([prod-s3](../examples/Pulumi.prod-s3.yaml))", facts.config(S3_EXAMPLE))]
 

@@ -1,4 +1,4 @@
-"""Refresh components/gpu/prices.json from ../shared/reference/aws/instance-prices.json:
+"""Refresh llm_serving/gpu/prices.json from ../shared/reference/aws/instance-prices.json:
 `python -m tools.update_prices`. Keeps, per catalog instance type, the On-Demand price, region, date,
 source and note; an instance type without an On-Demand price keeps null and the reason."""
 
@@ -8,11 +8,11 @@ import json
 import sys
 from pathlib import Path
 
-from components.gpu import known_instance_type_names
+from llm_serving.gpu import known_instance_type_names
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT.parent / "shared" / "reference" / "aws" / "instance-prices.json"
-TARGET = ROOT / "components" / "gpu" / "prices.json"
+TARGET = ROOT / "llm_serving" / "gpu" / "prices.json"
 KEYS = ("region", "usd_per_hour", "date", "source", "note", "price_cut_note")
 
 

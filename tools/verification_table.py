@@ -12,8 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from components.platform import versions
-from components.verification import await_seconds
+from llm_serving.platform import versions
+from llm_serving.verification import await_seconds
 from stacks import environment
 from stacks.checks import verification
 from stacks.config import files as stack_files

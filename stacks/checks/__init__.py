@@ -12,7 +12,7 @@ from stacks.checks import admission, cluster, edge, platform, rules, serving, ti
 from stacks.checks.edge import ALB_MAX_IDLE_TIMEOUT_SECONDS, NLB_IDLE_SECONDS
 from stacks.checks.planning import edge_namespace, edge_timeout_floor, generation_seconds, route_host
 from stacks.checks.platform import cluster_version_problem
-from stacks.config import StackConfig
+from stacks.config import ServingStackArgs
 from stacks.config.problems import Problem
 
 __all__ = [
@@ -27,7 +27,7 @@ __all__ = [
     "route_host",
 ]
 
-RULES: tuple[Callable[[StackConfig], Iterator[Problem]], ...] = (
+RULES: tuple[Callable[[ServingStackArgs], Iterator[Problem]], ...] = (
     rules.scaling_rules,
     cluster.cluster_rules,
     platform.weights_storage_rules,
@@ -46,6 +46,6 @@ RULES: tuple[Callable[[StackConfig], Iterator[Problem]], ...] = (
 )
 
 
-def check(config: StackConfig) -> list[Problem]:
+def check(config: ServingStackArgs) -> list[Problem]:
     """Every cross-field problem of a structurally valid config."""
     return [problem for rule in RULES for problem in rule(config)]

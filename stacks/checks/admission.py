@@ -14,15 +14,15 @@ import math
 from collections.abc import Iterator
 from dataclasses import replace
 
-from components.routing import Admission
+from llm_serving.routing import Admission
 from stacks.checks.planning import model_plan, replica_add_seconds, routing_mode
-from stacks.config import ModelConfig, RoutingMode, StackConfig
+from stacks.config import ModelArgs, RoutingMode, ServingStackArgs
 from stacks.config.problems import Problem
 
 OVERLOAD = "edge.inferenceRouting.overload"
 
 
-def model_admission(config: StackConfig, model: ModelConfig) -> Admission:
+def model_admission(config: ServingStackArgs, model: ModelArgs) -> Admission:
     overload = config.edge.inference_routing.overload
     scaling = model.autoscaling
     wait = overload.queue_wait_seconds if overload.queue_wait_seconds is not None else model.slo.ttft_p95_seconds
@@ -39,13 +39,13 @@ def model_admission(config: StackConfig, model: ModelConfig) -> Admission:
     )
 
 
-def routed_admission(config: StackConfig, model: ModelConfig) -> Admission:
+def routed_admission(config: ServingStackArgs, model: ModelArgs) -> Admission:
     """`model_admission` with the time to add a replica (the shedding alert's window); needs a valid plan."""
     return replace(model_admission(config, model),
                    scale_out_seconds=replica_add_seconds(config, model, model_plan(config, model)))
 
 
-def admission_rules(config: StackConfig) -> Iterator[Problem]:
+def admission_rules(config: ServingStackArgs) -> Iterator[Problem]:
     for model in config.models:
         if routing_mode(config, model) is not RoutingMode.INFERENCE_POOL:
             continue

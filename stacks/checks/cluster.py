@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from components import cluster
-from components.platform import versions
-from stacks.config import ClusterMode, Environment, NatGateways, StackConfig
+from llm_serving import cluster
+from llm_serving.platform import versions
+from stacks.config import ClusterMode, Environment, NatGateways, ServingStackArgs
 from stacks.config.problems import Problem
 
 C = "cluster.create"
@@ -25,7 +25,7 @@ def _minor(version: str) -> tuple[int, int]:
     return int(major), int(minor)
 
 
-def nat_per_zone(config: StackConfig) -> bool:
+def nat_per_zone(config: ServingStackArgs) -> bool:
     assert config.cluster.create is not None
     choice = config.cluster.create.nat_gateways
     if choice is None:
@@ -33,13 +33,13 @@ def nat_per_zone(config: StackConfig) -> bool:
     return choice is NatGateways.PER_ZONE
 
 
-def network_plan(config: StackConfig) -> cluster.NetworkPlan:
+def network_plan(config: ServingStackArgs) -> cluster.NetworkPlan:
     create = config.cluster.create
     assert create is not None  # guaranteed by cluster_rules
     return cluster.plan_network(create.vpc_cidr, create.zones, nat_per_zone(config))
 
 
-def cluster_rules(config: StackConfig) -> Iterator[Problem]:
+def cluster_rules(config: ServingStackArgs) -> Iterator[Problem]:
     mode = config.cluster.mode
     create = config.cluster.create
     subnets = config.gpu_node_group.subnets
@@ -100,7 +100,7 @@ def _version_rules(minor: str) -> Iterator[Problem]:
                       ", ".join(versions.EKS_KUBERNETES_VERSIONS))
     elif minor not in cluster.pinned_minors():
         yield Problem("cluster.kubernetesVersion", "no add-on versions are pinned for it "
-                      "(components/platform/versions.py ADDON_VERSIONS)", minor,
+                      "(llm_serving/platform/versions.py ADDON_VERSIONS)", minor,
                       ", ".join(sorted(cluster.pinned_minors())))
 
 
@@ -112,7 +112,7 @@ class FoundCluster:
     owner: str | None  # the OWNER_TAG value, None when untagged
 
 
-def existing_cluster_problems(config: StackConfig, found: FoundCluster | None, stack: str) -> list[Problem]:
+def existing_cluster_problems(config: ServingStackArgs, found: FoundCluster | None, stack: str) -> list[Problem]:
     """Create mode against what the account has: a cluster of another owner is refused; our own may
     move up by one minor at a time (EKS updates one minor per UpdateClusterVersion) and never down."""
     if found is None:
@@ -150,7 +150,7 @@ def upgrade_steps(current: str, target: str) -> list[str]:
     ]
 
 
-def zone_problems(config: StackConfig, region: str, offered: list[str]) -> list[Problem]:
+def zone_problems(config: ServingStackArgs, region: str, offered: list[str]) -> list[Problem]:
     """The zones against the region the program runs in and the zones the account can use there."""
     create = config.cluster.create
     assert create is not None

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-from components import routing, serving
+from llm_serving import routing, serving
 from stacks.checks import planning
 from stacks.checks.planning import MIN_EDGE_TIMEOUT_SECONDS, generation_seconds, route_host
 from stacks.config import (
@@ -19,7 +19,7 @@ from stacks.config import (
     Environment,
     LoadBalancerControllerMode,
     RoutingMode,
-    StackConfig,
+    ServingStackArgs,
 )
 from stacks.config.problems import Problem
 
@@ -31,7 +31,7 @@ NLB_IDLE_SECONDS = 350
 ALB_MAX_IDLE_TIMEOUT_SECONDS = 4000
 
 
-def _certificate_rules(config: StackConfig) -> Iterator[Problem]:
+def _certificate_rules(config: ServingStackArgs) -> Iterator[Problem]:
     """Where a gateway or ingress-nginx edge gets its certificate: exactly one source that exists by the
     time the listener needs it."""
     edge, tls = config.edge, config.edge.tls
@@ -60,7 +60,7 @@ def _certificate_rules(config: StackConfig) -> Iterator[Problem]:
                       "existing with the Secret in that controller's namespace")
 
 
-def edge_rules(config: StackConfig) -> Iterator[Problem]:
+def edge_rules(config: ServingStackArgs) -> Iterator[Problem]:
     edge = config.edge
     tls = edge.tls
     yield from _load_balancer_controller_rules(config)
@@ -118,7 +118,7 @@ def edge_rules(config: StackConfig) -> Iterator[Problem]:
                           "a gateway edge, or a shorter maxModelLen")
 
 
-def _load_balancer_controller_rules(config: StackConfig) -> Iterator[Problem]:
+def _load_balancer_controller_rules(config: ServingStackArgs) -> Iterator[Problem]:
     """The AWS Load Balancer Controller: the one a created cluster needs, and one install at most."""
     edge, key = config.edge, "cluster.loadBalancerController"
     created = config.cluster.mode is ClusterMode.CREATE

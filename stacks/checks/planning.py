@@ -16,8 +16,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from components import gpu, serving, storage
-from components.serving import ModelArchitecture, lookup_model
+from llm_serving import gpu, serving, storage
+from llm_serving.serving import ModelArchitecture, lookup_model
 from stacks.checks.memo import per_config
 from stacks.config import (
     AccessMode,
@@ -27,10 +27,10 @@ from stacks.config import (
     EdgeMode,
     ImagePrePull,
     LoadBalancerControllerMode,
-    ModelConfig,
+    ModelArgs,
     NodeAutoscalingMode,
     RoutingMode,
-    StackConfig,
+    ServingStackArgs,
     StorageBackend,
 )
 
@@ -43,11 +43,11 @@ DEFAULT_EDGE_NAMESPACE = {
 }
 
 
-def edge_namespace(config: StackConfig) -> str:
+def edge_namespace(config: ServingStackArgs) -> str:
     return config.edge.namespace or DEFAULT_EDGE_NAMESPACE[config.edge.mode]
 
 
-def load_balancer_controller(config: StackConfig) -> LoadBalancerControllerMode:
+def load_balancer_controller(config: ServingStackArgs) -> LoadBalancerControllerMode:
     """`cluster.loadBalancerController`, or its default: a cluster the stack creates has no controller
     until the stack installs one; an existing cluster is expected to run its own."""
     chosen = config.cluster.load_balancer_controller
@@ -58,11 +58,11 @@ def load_balancer_controller(config: StackConfig) -> LoadBalancerControllerMode:
     return LoadBalancerControllerMode.EXISTING
 
 
-def installs_load_balancer_controller(config: StackConfig) -> bool:
+def installs_load_balancer_controller(config: ServingStackArgs) -> bool:
     return load_balancer_controller(config) is LoadBalancerControllerMode.INSTALL
 
 
-def route_host(config: StackConfig, model: ModelConfig) -> str:
+def route_host(config: ServingStackArgs, model: ModelArgs) -> str:
     return model.route.host or config.edge.host
 
 
@@ -71,17 +71,17 @@ def route_host(config: StackConfig, model: ModelConfig) -> str:
 MIN_EDGE_TIMEOUT_SECONDS = 600
 
 
-def generation_seconds(config: StackConfig, model: ModelConfig) -> int:
+def generation_seconds(config: ServingStackArgs, model: ModelArgs) -> int:
     """Time to generate max-model-len tokens at the slowest decode speed we allow for."""
     return math.ceil(model.max_model_len / config.edge.min_decode_tokens_per_second)
 
 
-def edge_timeout_floor(config: StackConfig, model: ModelConfig) -> int:
+def edge_timeout_floor(config: ServingStackArgs, model: ModelArgs) -> int:
     """The shortest edge timeout a model's route may have."""
     return max(MIN_EDGE_TIMEOUT_SECONDS, generation_seconds(config, model))
 
 
-def resolve_instance_type(config: StackConfig) -> gpu.InstanceType | None:
+def resolve_instance_type(config: ServingStackArgs) -> gpu.InstanceType | None:
     """The catalog entry, or one built from `customInstance`; None when neither applies."""
     group = config.gpu_node_group
     known = gpu.lookup_instance_type(group.instance_type)
@@ -102,7 +102,7 @@ def resolve_instance_type(config: StackConfig) -> gpu.InstanceType | None:
     )
 
 
-def model_architecture(model: ModelConfig) -> ModelArchitecture | None:
+def model_architecture(model: ModelArgs) -> ModelArchitecture | None:
     """The catalog entry, or one built from the model's `architecture` facts."""
     known = lookup_model(model.model_id)
     if known is not None or model.architecture is None:
@@ -123,7 +123,7 @@ def model_architecture(model: ModelConfig) -> ModelArchitecture | None:
     )
 
 
-def storage_read_mib_per_second(config: StackConfig, model: ModelConfig | None = None) -> float:
+def storage_read_mib_per_second(config: ServingStackArgs, model: ModelArgs | None = None) -> float:
     """The read speed one pod's cold start is planned on: EFS's documented per-client figure, FSx's disk
     throughput, S3's cited estimate (s3_read_estimate) unless the operator measured one, or what the
     operator vouches for on an existing class. `model`: whose replicas share the node and the prefix on
@@ -144,9 +144,9 @@ def storage_read_mib_per_second(config: StackConfig, model: ModelConfig | None =
     return weights.existing_storage_class.read_mib_per_second
 
 
-def s3_read_estimate(config: StackConfig, model: ModelConfig | None = None) -> storage.S3ReadEstimate | None:
+def s3_read_estimate(config: ServingStackArgs, model: ModelArgs | None = None) -> storage.S3ReadEstimate | None:
     """S3: the lowest of the streamer's measured rate, the pod's share of its node's bandwidth and its share
-    of the prefix's requests (components/storage/s3_throughput), for `model` (default the first) at its
+    of the prefix's requests (llm_serving/storage/s3_throughput), for `model` (default the first) at its
     tensor-parallel size and maximum replicas; None when the instance type's figure is not known."""
     instance = resolve_instance_type(config)
     if instance is None or not config.models:
@@ -160,7 +160,7 @@ def s3_read_estimate(config: StackConfig, model: ModelConfig | None = None) -> s
                                     replicas_reading_prefix=replica_bounds(model)[1] * model.pipeline_parallel_size)
 
 
-def _gpus_per_replica(config: StackConfig, model: ModelConfig) -> int | None:
+def _gpus_per_replica(config: ServingStackArgs, model: ModelArgs) -> int | None:
     """GPUs of one replica's pod: the configured TP, or the one the planner picks (read speed does not
     change it); None when it cannot be planned."""
     if isinstance(model.tensor_parallel_size, int):
@@ -171,7 +171,7 @@ def _gpus_per_replica(config: StackConfig, model: ModelConfig) -> int | None:
         return None
 
 
-def storage_backend_label(config: StackConfig, model: ModelConfig | None = None) -> str:
+def storage_backend_label(config: ServingStackArgs, model: ModelArgs | None = None) -> str:
     weights = config.weights_storage
     if weights.backend is StorageBackend.FSX_LUSTRE:
         fsx = weights.fsx_lustre
@@ -196,12 +196,12 @@ def storage_backend_label(config: StackConfig, model: ModelConfig | None = None)
 
 
 @per_config
-def model_plan(config: StackConfig, model: ModelConfig) -> serving.CapacityPlan:
+def model_plan(config: ServingStackArgs, model: ModelArgs) -> serving.CapacityPlan:
     """The capacity plan of one model on the node group's GPUs; CapacityError when it cannot work."""
     return _plan(config, model, storage_read_mib_per_second(config, model))
 
 
-def _plan(config: StackConfig, model: ModelConfig, read_mib_per_second: float) -> serving.CapacityPlan:
+def _plan(config: ServingStackArgs, model: ModelArgs, read_mib_per_second: float) -> serving.CapacityPlan:
     instance = resolve_instance_type(config)
     architecture = model_architecture(model)
     if instance is None or architecture is None:
@@ -210,7 +210,7 @@ def _plan(config: StackConfig, model: ModelConfig, read_mib_per_second: float) -
         architecture,
         instance,
         model.max_model_len,
-        tp=model.tensor_parallel_size,
+        tp=model.tensor_parallel_size if model.tensor_parallel_size is not None else "auto",
         gpu_memory_utilization=model.gpu_memory_utilization,
         kv_cache_dtype=model.kv_cache_dtype.value,
         max_num_batched_tokens=model.max_num_batched_tokens,
@@ -243,12 +243,12 @@ MAX_SCALE_DOWN_WINDOW_SECONDS = 3600
 MIN_SCALE_DOWN_WINDOW_SECONDS = 300
 
 
-def replica_add_seconds(config: StackConfig, model: ModelConfig, plan: serving.CapacityPlan) -> int:
+def replica_add_seconds(config: ServingStackArgs, model: ModelArgs, plan: serving.CapacityPlan) -> int:
     """From a scale-up decision to a new replica serving, when it needs a new node: the longest case."""
     return serving.replica_add_seconds(footprint(config, model, plan), timing(config), needs_node=True)
 
 
-def cold_starts(config: StackConfig, model: ModelConfig,
+def cold_starts(config: ServingStackArgs, model: ModelArgs,
                 plan: serving.CapacityPlan) -> tuple[serving.ColdStart, serving.ColdStart]:
     """Adding one replica term by term, (with a free node, with a new node); the second's total is
     replica_add_seconds, which the scale-down window and the timing relations read."""
@@ -259,7 +259,7 @@ def cold_starts(config: StackConfig, model: ModelConfig,
     return (serving.cold_start(*terms, steps, needs_node=False), serving.cold_start(*terms, steps, needs_node=True))
 
 
-def scale_down_window(config: StackConfig, model: ModelConfig, plan: serving.CapacityPlan) -> int:
+def scale_down_window(config: ServingStackArgs, model: ModelArgs, plan: serving.CapacityPlan) -> int:
     """The configured window, else the time to add a replica within [300, 3600] s: removing a replica
     sooner than a new one takes to arrive turns every short burst into a wasted node and cold start."""
     configured = model.autoscaling.scale_down_window_seconds
@@ -269,7 +269,7 @@ def scale_down_window(config: StackConfig, model: ModelConfig, plan: serving.Cap
     return min(MAX_SCALE_DOWN_WINDOW_SECONDS, max(MIN_SCALE_DOWN_WINDOW_SECONDS, needed))
 
 
-def supply(config: StackConfig) -> serving.Supply:
+def supply(config: ServingStackArgs) -> serving.Supply:
     """GPU nodes a rollout or a peak can count on: maxNodes with a node autoscaler, else desiredNodes."""
     instance = resolve_instance_type(config)
     assert instance is not None
@@ -280,13 +280,13 @@ def supply(config: StackConfig) -> serving.Supply:
                           instance_type=instance.name, autoscaled=autoscaled)
 
 
-def timing(config: StackConfig) -> serving.Timing:
+def timing(config: ServingStackArgs) -> serving.Timing:
     group = config.gpu_node_group
     return serving.Timing(node_ready_seconds=group.node_ready_seconds, image_pull_seconds=group.image_pull_seconds,
                           image_prepulled=group.image_pre_pull is ImagePrePull.DAEMON_SET)
 
 
-def _shape(config: StackConfig, model: ModelConfig) -> serving.Footprint:
+def _shape(config: ServingStackArgs, model: ModelArgs) -> serving.Footprint:
     """The model's footprint without its compile cache's cold start (what packing and strategies read)."""
     plan = model_plan(config, model)
     low, high = replica_bounds(model)
@@ -297,7 +297,7 @@ def _shape(config: StackConfig, model: ModelConfig) -> serving.Footprint:
         nodes_per_replica=plan.nodes_per_replica)
 
 
-def footprint(config: StackConfig, model: ModelConfig, plan: serving.CapacityPlan) -> serving.Footprint:
+def footprint(config: ServingStackArgs, model: ModelArgs, plan: serving.CapacityPlan) -> serving.Footprint:
     low, high = replica_bounds(model)
     shared, _ = compile_cache_state(config, model)
     return serving.Footprint(
@@ -309,8 +309,8 @@ def footprint(config: StackConfig, model: ModelConfig, plan: serving.CapacityPla
     )
 
 
-def compile_cache_key(config: StackConfig, model: ModelConfig) -> serving.CompileCacheKey:
-    """What the model's shared compile cache is keyed by (components/serving/compile_cache.py)."""
+def compile_cache_key(config: ServingStackArgs, model: ModelArgs) -> serving.CompileCacheKey:
+    """What the model's shared compile cache is keyed by (llm_serving/serving/compile_cache.py)."""
     plan = model_plan(config, model)
     instance = resolve_instance_type(config)
     assert instance is not None  # the stack validated
@@ -325,7 +325,7 @@ def compile_cache_key(config: StackConfig, model: ModelConfig) -> serving.Compil
     )
 
 
-def compile_cache_writer_problem(config: StackConfig, model: ModelConfig) -> str | None:
+def compile_cache_writer_problem(config: ServingStackArgs, model: ModelArgs) -> str | None:
     """Why the producer (a GPU pod) could not write the cache on this model's storage, or None when it can.
     EFS gets the cache its own access point, the only path the file-system policy lets GPU nodes write;
     S3 an object prefix its producer's role alone may write."""
@@ -337,7 +337,7 @@ def compile_cache_writer_problem(config: StackConfig, model: ModelConfig) -> str
     return None
 
 
-def compile_cache_wiring(config: StackConfig, model: ModelConfig) -> serving.CompileCacheKey | None:
+def compile_cache_wiring(config: ServingStackArgs, model: ModelArgs) -> serving.CompileCacheKey | None:
     """The key the model's pods and producer use, with where the cache lives; None without a shared cache."""
     if not compile_cache_state(config, model)[0]:
         return None
@@ -350,7 +350,7 @@ def compile_cache_wiring(config: StackConfig, model: ModelConfig) -> serving.Com
     return key
 
 
-def _cache_inputs_problems(config: StackConfig, model: ModelConfig) -> list[str]:
+def _cache_inputs_problems(config: ServingStackArgs, model: ModelArgs) -> list[str]:
     """Why the model's key or its producer's storage rules the cache out (the room for the producer aside)."""
     if model.compile_cache is CompileCacheMode.OFF:
         return ["off (models[].compileCache)"]
@@ -361,7 +361,7 @@ def _cache_inputs_problems(config: StackConfig, model: ModelConfig) -> list[str]
     return [*problems, writer] if writer else problems
 
 
-def producer_room(config: StackConfig) -> serving.ProducerRoom | None:
+def producer_room(config: ServingStackArgs) -> serving.ProducerRoom | None:
     """Whether each would-be producer fits beside every model at peak and the rollouts' surge replicas
     (serving.producer_room); None when the rollout itself does not fit (the rollout rule reports that)."""
     shapes = [_shape(config, m) for m in config.models]
@@ -374,7 +374,7 @@ def producer_room(config: StackConfig) -> serving.ProducerRoom | None:
 
 
 @per_config
-def compile_cache_state(config: StackConfig, model: ModelConfig) -> tuple[bool, str]:
+def compile_cache_state(config: ServingStackArgs, model: ModelArgs) -> tuple[bool, str]:
     """(shared, why): whether the model's replicas share a compile cache, and the reason when not."""
     problems = _cache_inputs_problems(config, model)
     if problems:
@@ -385,13 +385,13 @@ def compile_cache_state(config: StackConfig, model: ModelConfig) -> tuple[bool, 
     return True, "shared"
 
 
-def rollout_strategies(config: StackConfig) -> dict[str, serving.Strategy]:
+def rollout_strategies(config: ServingStackArgs) -> dict[str, serving.Strategy]:
     """Per model, the Deployment strategy its rollout can afford (serving.choose_strategies)."""
     footprints = [footprint(config, m, model_plan(config, m)) for m in config.models]
     return serving.choose_strategies(footprints, supply(config), config.environment.value)
 
 
-def full_rollout_seconds(config: StackConfig, model: ModelConfig) -> int:
+def full_rollout_seconds(config: ServingStackArgs, model: ModelArgs) -> int:
     """The longest a rollout of every replica may take: each step at the startup budget (not the planned
     cold start) after a new node. It is also how long pods holding a rotated-out API key keep serving
     after `pulumi up` starts: vLLM reads its key once, and the last old pod goes with the last step."""
@@ -402,12 +402,12 @@ def full_rollout_seconds(config: StackConfig, model: ModelConfig) -> int:
                                    steps) + steps.node_ready_seconds
 
 
-def resource_tags(config: StackConfig) -> dict[str, str]:
+def resource_tags(config: ServingStackArgs) -> dict[str, str]:
     """Tags on every AWS resource the stack creates; `stacks preflight` tells its own add-ons by them."""
     return {"app.kubernetes.io/part-of": "llm-serving", "llm-serving/environment": config.environment.value}
 
 
-def replica_bounds(model: ModelConfig) -> tuple[int, int]:
+def replica_bounds(model: ModelArgs) -> tuple[int, int]:
     """(min, max) replicas; both default to `replicas` (no scaling unless asked for)."""
     scaling = model.autoscaling
     low = model.replicas if scaling.min_replicas is None else scaling.min_replicas
@@ -415,7 +415,7 @@ def replica_bounds(model: ModelConfig) -> tuple[int, int]:
     return low, high
 
 
-def routing_mode(config: StackConfig, model: ModelConfig) -> RoutingMode:
+def routing_mode(config: ServingStackArgs, model: ModelArgs) -> RoutingMode:
     """The model's routing: as configured, else an InferencePool where the gateway can run one (gateway
     mode, controller installed here) and the model can have more than one replica to choose from."""
     if model.route.routing is not None:
@@ -424,28 +424,28 @@ def routing_mode(config: StackConfig, model: ModelConfig) -> RoutingMode:
     return RoutingMode.INFERENCE_POOL if can and replica_bounds(model)[1] > 1 else RoutingMode.SERVICE
 
 
-def shared_claim_name(config: StackConfig) -> str | None:
+def shared_claim_name(config: ServingStackArgs) -> str | None:
     """FSx for Lustre: one claim every model shares (one static volume per file system)."""
     return "weights-fsx" if config.weights_storage.backend is StorageBackend.FSX_LUSTRE else None
 
 
-def stage_service_account(model: ModelConfig) -> str:
+def stage_service_account(model: ModelArgs) -> str:
     """S3: the staging Job's service account, bound by Pod Identity to the write role of its prefix."""
     return f"{model.name}-stage-weights"
 
 
-def serving_service_account(model: ModelConfig) -> str:
+def serving_service_account(model: ModelArgs) -> str:
     """S3: the serving pods' service account, bound by Pod Identity to the read-only role of its prefix."""
     return f"{model.name}-vllm"
 
 
-def compile_cache_service_account(model: ModelConfig) -> str:
+def compile_cache_service_account(model: ModelArgs) -> str:
     """S3: the compile-cache producer's service account, bound by Pod Identity to the role that writes only
     under the cache's prefix."""
     return f"{model.name}-compile-cache"
 
 
-def weights_storage_class(config: StackConfig) -> str:
+def weights_storage_class(config: ServingStackArgs) -> str:
     """Our EFS class (cluster-scoped, so named after the serving namespace) or the operator's."""
     existing = config.weights_storage.existing_storage_class
     if config.weights_storage.backend is StorageBackend.EXISTING_STORAGE_CLASS and existing is not None:
@@ -453,7 +453,7 @@ def weights_storage_class(config: StackConfig) -> str:
     return f"{config.serving.namespace}-weights"
 
 
-def claim_size_gib(config: StackConfig, model: ModelConfig, weight_bytes: int) -> int:
+def claim_size_gib(config: ServingStackArgs, model: ModelArgs, weight_bytes: int) -> int:
     """The claim's size (0 on S3, which has no claim)."""
     if config.weights_storage.backend is StorageBackend.S3:
         return 0
@@ -480,7 +480,7 @@ class StackCost:
         return None if self.usd_per_hour is None else round(self.usd_per_hour * nodes, 2)
 
 
-def stack_cost(config: StackConfig) -> StackCost:
+def stack_cost(config: ServingStackArgs) -> StackCost:
     """GPU nodes, and their On-Demand cost, with every model at its minimum and at its maximum replicas
     (packed as the rollout planner packs them; never fewer than minNodes, or desiredNodes without an
     autoscaler)."""

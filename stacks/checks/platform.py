@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
-from components import gpu, storage
-from components.platform import addon_version, versions
+from llm_serving import gpu, storage
+from llm_serving.platform import addon_version, versions
 from stacks.config import (
     AmiType,
     ClusterMode,
@@ -16,7 +16,7 @@ from stacks.config import (
     ExistingAutoscaler,
     NetworkPolicyEnforcement,
     NodeAutoscalingMode,
-    StackConfig,
+    ServingStackArgs,
     StorageBackend,
 )
 from stacks.config.problems import Problem
@@ -24,7 +24,7 @@ from stacks.config.problems import Problem
 NG = "gpuNodeGroup"
 
 
-def cluster_version_problem(config: StackConfig, actual: str) -> Problem | None:
+def cluster_version_problem(config: ServingStackArgs, actual: str) -> Problem | None:
     """The looked-up cluster runs another minor than the stack file says: CreateNodegroup accepts only
     the control plane's version, Cluster Autoscaler must match it, and the objects were validated
     against the stack's version."""
@@ -36,7 +36,7 @@ def cluster_version_problem(config: StackConfig, actual: str) -> Problem | None:
                    "group then moves to a new generation beside the old one")
 
 
-def network_policy_enforcement_problem(config: StackConfig, vpc_cni_configuration: str | None) -> Problem | None:
+def network_policy_enforcement_problem(config: ServingStackArgs, vpc_cni_configuration: str | None) -> Problem | None:
     """The models' fences are NetworkPolicies, which the VPC CNI ignores unless its add-on configuration
     sets enableNetworkPolicy "true" (EKS user guide, cni-network-policy-configure): without it every
     pod in the cluster reaches vLLM and the staging Jobs."""
@@ -54,7 +54,7 @@ def network_policy_enforcement_problem(config: StackConfig, vpc_cni_configuratio
                    'enableNetworkPolicy: "true" in the add-on\'s configuration, or networkPolicyEnforcement: other')
 
 
-def node_autoscaling_rules(config: StackConfig) -> Iterator[Problem]:
+def node_autoscaling_rules(config: ServingStackArgs) -> Iterator[Problem]:
     autoscaling = config.node_autoscaling
     minor = config.cluster.kubernetes_version
     if autoscaling.mode is NodeAutoscalingMode.EXISTING:
@@ -83,7 +83,7 @@ def node_autoscaling_rules(config: StackConfig) -> Iterator[Problem]:
                       release, f"a {minor}.x release, or unset")
 
 
-def weights_storage_rules(config: StackConfig) -> Iterator[Problem]:
+def weights_storage_rules(config: ServingStackArgs) -> Iterator[Problem]:
     weights = config.weights_storage
     if weights.backend is StorageBackend.EXISTING_STORAGE_CLASS and weights.existing_storage_class is None:
         yield Problem("weightsStorage.existingStorageClass", "backend existingStorageClass needs the class and the "
@@ -126,8 +126,8 @@ def weights_storage_rules(config: StackConfig) -> Iterator[Problem]:
 STREAMER_FORMATS = ("safetensors",)
 
 
-def s3_rules(config: StackConfig) -> Iterator[Problem]:
-    """The S3 backend: a read figure to plan on (cited for the instance types components/storage/s3_throughput
+def s3_rules(config: ServingStackArgs) -> Iterator[Problem]:
+    """The S3 backend: a read figure to plan on (cited for the instance types llm_serving/storage/s3_throughput
     knows), an image with the streamer's S3 backend and checkpoints it can read. Multi-node groups stream
     too: each stage's pod reads the whole checkpoint once, split over its ranks
     (engine.streamer_extra_config), and the planner counts it (planning.model_plan)."""
@@ -168,7 +168,7 @@ def existing_bucket_problems(name: str, found_region: str | None, stack_region: 
     return []
 
 
-def addon_version_rules(config: StackConfig) -> Iterator[Problem]:
+def addon_version_rules(config: ServingStackArgs) -> Iterator[Problem]:
     """Every EKS add-on the stack creates has a build pinned for the cluster's minor (versions.py)."""
     minor = config.cluster.kubernetes_version
     weights = config.weights_storage

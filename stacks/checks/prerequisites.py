@@ -8,14 +8,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from components import serving
-from components.platform import versions
+from llm_serving import serving
+from llm_serving.platform import versions
 from stacks.checks.planning import edge_namespace, installs_load_balancer_controller
 from stacks.config import (
     ControllerMode,
     EdgeMode,
     NodeAutoscalingMode,
-    StackConfig,
+    ServingStackArgs,
     StorageBackend,
 )
 
@@ -30,14 +30,14 @@ class Prerequisite:
     when: str  # the stacks that need it, in config terms
     what: str  # what must be true, and what fails without it
     check: str  # the read-only call that proves it
-    applies: Callable[[StackConfig], bool]
+    applies: Callable[[ServingStackArgs], bool]
 
 
-def _always(_: StackConfig) -> bool:
+def _always(_: ServingStackArgs) -> bool:
     return True
 
 
-def _pod_identity(config: StackConfig) -> bool:
+def _pod_identity(config: ServingStackArgs) -> bool:
     # Both the EFS CSI controller (its role is bound by a Pod Identity association on the add-on) and our
     # Cluster Autoscaler get AWS credentials only through the agent.
     # So do the S3 backend's staging Jobs and serving pods (their weights roles are Pod Identity associations).
@@ -46,12 +46,12 @@ def _pod_identity(config: StackConfig) -> bool:
     return efs or s3 or config.node_autoscaling.mode is NodeAutoscalingMode.CLUSTER_AUTOSCALER
 
 
-def _monitoring_agent(config: StackConfig) -> bool:
+def _monitoring_agent(config: ServingStackArgs) -> bool:
     repair = config.gpu_node_group.auto_repair
     return repair.enabled and repair.install_monitoring_agent
 
 
-def _installed_addons(config: StackConfig) -> list[str]:
+def _installed_addons(config: ServingStackArgs) -> list[str]:
     weights = config.weights_storage
     addons = ["eks-node-monitoring-agent"] if _monitoring_agent(config) else []
     if weights.backend is StorageBackend.EFS and weights.efs.install_csi_driver:
@@ -61,7 +61,7 @@ def _installed_addons(config: StackConfig) -> list[str]:
     return addons
 
 
-def _existing_gateway_secret(config: StackConfig) -> bool:
+def _existing_gateway_secret(config: ServingStackArgs) -> bool:
     edge = config.edge
     return (edge.mode is not EdgeMode.ALB and edge.tls.secret_name is not None
             and edge.controller is ControllerMode.EXISTING)
@@ -105,7 +105,7 @@ PREREQUISITES: tuple[Prerequisite, ...] = (
         "eks:DescribeAddon (ResourceNotFoundException expected)", lambda c: bool(_installed_addons(c))),
     Prerequisite(
         "addon-versions", "each add-on the stack installs",
-        "EKS lists each pinned add-on build (components/platform/versions.py `EKS_ADDON_VERSIONS`) as "
+        "EKS lists each pinned add-on build (llm_serving/platform/versions.py `EKS_ADDON_VERSIONS`) as "
         "compatible with the cluster's minor; a build it does not list fails CreateAddon after the node "
         "group's 10-15 minutes.",
         "eks:DescribeAddonVersions --addon-name NAME --kubernetes-version MINOR", lambda c: bool(_installed_addons(c))),
@@ -170,12 +170,12 @@ PREREQUISITES: tuple[Prerequisite, ...] = (
 )
 
 
-def required(config: StackConfig) -> list[Prerequisite]:
+def required(config: ServingStackArgs) -> list[Prerequisite]:
     """The prerequisites this stack needs, in checklist order."""
     return [item for item in PREREQUISITES if item.applies(config)]
 
 
-def describe(config: StackConfig) -> list[str]:
+def describe(config: ServingStackArgs) -> list[str]:
     """One line per prerequisite of this stack, with the config values it names filled in."""
     lines = []
     for item in required(config):

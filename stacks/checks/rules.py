@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
-from components import gpu, serving
+from llm_serving import gpu, serving
 from stacks.checks.planning import (
     model_architecture,
     model_plan,
@@ -28,11 +28,11 @@ from stacks.config import (
     ContainerStorage,
     Environment,
     KvCacheDtype,
-    ModelConfig,
+    ModelArgs,
     NodeAutoscalingMode,
     PlacementStrategy,
     PrometheusMode,
-    StackConfig,
+    ServingStackArgs,
     StorageBackend,
 )
 from stacks.config.problems import Problem
@@ -45,7 +45,7 @@ MIN_ROOT_VOLUME_FOR_IMAGES_GIB = 100
 
 
 
-def scaling_rules(config: StackConfig) -> Iterator[Problem]:
+def scaling_rules(config: ServingStackArgs) -> Iterator[Problem]:
     s = config.gpu_node_group.scaling
     if s.min_nodes > s.max_nodes:
         yield Problem(f"{NG}.scaling.minNodes", "must not exceed maxNodes", s.min_nodes,
@@ -55,7 +55,7 @@ def scaling_rules(config: StackConfig) -> Iterator[Problem]:
                       s.desired_nodes, f"{s.min_nodes}..{s.max_nodes}")
 
 
-def capacity_rules(config: StackConfig) -> Iterator[Problem]:
+def capacity_rules(config: ServingStackArgs) -> Iterator[Problem]:
     group = config.gpu_node_group
     if group.capacity_type is CapacityType.CAPACITY_BLOCK:
         if group.capacity_reservation_id is None:
@@ -76,7 +76,7 @@ def capacity_rules(config: StackConfig) -> Iterator[Problem]:
                       "reservation", group.capacity_reservation_id, "no reservation with SPOT")
 
 
-def instance_rules(config: StackConfig) -> Iterator[Problem]:
+def instance_rules(config: ServingStackArgs) -> Iterator[Problem]:
     group = config.gpu_node_group
     known = gpu.lookup_instance_type(group.instance_type)
     if known is not None and group.custom_instance is not None:
@@ -113,7 +113,7 @@ def instance_rules(config: StackConfig) -> Iterator[Problem]:
                       f"0..{instance.efa_interfaces}")
 
 
-def observability_rules(config: StackConfig) -> Iterator[Problem]:
+def observability_rules(config: ServingStackArgs) -> Iterator[Problem]:
     prometheus = config.observability.prometheus
     if prometheus.mode is PrometheusMode.EXISTING and prometheus.url is None:
         yield Problem("observability.prometheus.url", "an existing Prometheus needs its query URL",
@@ -137,7 +137,7 @@ COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")
 MOVING_TAGS = frozenset({"latest", "nightly", "main", "stable"})
 
 
-def models_rules(config: StackConfig) -> Iterator[Problem]:
+def models_rules(config: ServingStackArgs) -> Iterator[Problem]:
     found = list(_each_model(config))
     yield from found
     # Packing and rollouts only mean something once every model has a plan and sane bounds.
@@ -145,7 +145,7 @@ def models_rules(config: StackConfig) -> Iterator[Problem]:
         yield from _rollouts(config)
 
 
-def _rollouts(config: StackConfig) -> Iterator[Problem]:
+def _rollouts(config: ServingStackArgs) -> Iterator[Problem]:
     try:
         rollout_strategies(config)
     except serving.RolloutError as error:
@@ -158,7 +158,7 @@ def _rollouts(config: StackConfig) -> Iterator[Problem]:
         yield Problem(f"{NG}.scaling.{key}", str(error), nodes, expected)
 
 
-def _each_model(config: StackConfig) -> Iterator[Problem]:
+def _each_model(config: ServingStackArgs) -> Iterator[Problem]:
     names = [m.name for m in config.models]
     for name in sorted({n for n in names if names.count(n) > 1}):
         yield Problem("models", f"two models are named {name}", name, "unique model names")
@@ -212,7 +212,7 @@ def _each_model(config: StackConfig) -> Iterator[Problem]:
         try:
             plan = model_plan(config, model)
         except serving.CapacityError as error:
-            settings = (f"tensorParallelSize={model.tensor_parallel_size} maxModelLen={model.max_model_len} "
+            settings = (f"tensorParallelSize={model.tensor_parallel_size or 'auto'} maxModelLen={model.max_model_len} "
                         f"gpuMemoryUtilization={model.gpu_memory_utilization:g} "
                         f"kvCacheDtype={model.kv_cache_dtype.value}")
             yield Problem(at, f"cannot serve on {config.gpu_node_group.instance_type}: {error}", settings,
@@ -233,7 +233,7 @@ def _each_model(config: StackConfig) -> Iterator[Problem]:
 STREAMER_MEMORY_SHARE = 0.5
 
 
-def _streamer_memory(config: StackConfig, model: ModelConfig, plan: serving.CapacityPlan) -> Iterator[Problem]:
+def _streamer_memory(config: ServingStackArgs, model: ModelArgs, plan: serving.CapacityPlan) -> Iterator[Problem]:
     """On S3 every rank holds its own `memory_limit` buffer (vLLM sets RUNAI_STREAMER_MEMORY_LIMIT per
     process): TP of them must fit the pod's memory limit, or the pod is OOM-killed while it loads."""
     if config.weights_storage.backend is not StorageBackend.S3:
@@ -249,12 +249,12 @@ def _streamer_memory(config: StackConfig, model: ModelConfig, plan: serving.Capa
                       "it loads", limit, f"<= {allowed}")
 
 
-def architecture_bytes(model: ModelConfig) -> str:
+def architecture_bytes(model: ModelArgs) -> str:
     architecture = model_architecture(model)
     return f"{architecture.weight_bytes / 1e9:.0f} GB" if architecture else "its weights"
 
 
-def _scaling_bounds(config: StackConfig, model: ModelConfig, plan: serving.CapacityPlan) -> Iterator[Problem]:
+def _scaling_bounds(config: ServingStackArgs, model: ModelArgs, plan: serving.CapacityPlan) -> Iterator[Problem]:
     at = f"models[{model.name}]"
     low, high = replica_bounds(model)
     if low > high:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from components.serving import CapacityError
+from llm_serving.serving import CapacityError
 from stacks.checks.planning import (
     compile_cache_key,
     compile_cache_writer_problem,
@@ -24,12 +24,12 @@ from stacks.config import (
     NodeAutoscalingMode,
     PlacementStrategy,
     RoutingMode,
-    StackConfig,
+    ServingStackArgs,
 )
 from stacks.config.problems import Problem
 
 
-def routing_rules(config: StackConfig) -> Iterator[Problem]:
+def routing_rules(config: ServingStackArgs) -> Iterator[Problem]:
     edge = config.edge
     pooled = [m for m in config.models if routing_mode(config, m) is RoutingMode.INFERENCE_POOL]
     for model in pooled:
@@ -60,7 +60,7 @@ def routing_rules(config: StackConfig) -> Iterator[Problem]:
                       f">= pickerMemoryRequestMib ({routing.picker_memory_request_mib})")
 
 
-def multinode_rules(config: StackConfig) -> Iterator[Problem]:
+def multinode_rules(config: ServingStackArgs) -> Iterator[Problem]:
     """A replica spread over nodes: its ranks need EFA, an image that can drive it, and one placement
     group (one AZ) for all of them."""
     group = config.gpu_node_group
@@ -86,7 +86,7 @@ def multinode_rules(config: StackConfig) -> Iterator[Problem]:
                           "and availability zone", group.placement.value, "cluster")
 
 
-def compile_cache_rules(config: StackConfig) -> Iterator[Problem]:
+def compile_cache_rules(config: ServingStackArgs) -> Iterator[Problem]:
     """`compileCache: shared` asked for by name: every input of its key pinned, and a producer that may write.
     (`auto` falls back to off instead, and `plan --stack` says why.)"""
     for model in config.models:

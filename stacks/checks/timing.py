@@ -1,6 +1,6 @@
 """A stack's clock: its stream bounds, every drain that follows from them, and the timing rules (pure).
 
-components/serving/timing.py holds the arithmetic; this reads a stack's config into it. The program
+llm_serving/serving/timing.py holds the arithmetic; this reads a stack's config into it. The program
 passes exactly these numbers to the components, `checks` refuses a rule that does not hold, and
 `plan --stack` prints the same rows, so a preview, a deploy and the docs never disagree.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-from components import serving
+from llm_serving import serving
 from stacks.checks.admission import model_admission
 from stacks.checks.edge import NLB_IDLE_SECONDS
 from stacks.checks.planning import (
@@ -25,18 +25,18 @@ from stacks.checks.planning import (
     scale_down_window,
     timing,
 )
-from stacks.config import EdgeMode, ModelConfig, RoutingMode, StackConfig
+from stacks.config import EdgeMode, ModelArgs, RoutingMode, ServingStackArgs
 from stacks.config.problems import Problem
 
 
-def stream_seconds(model: ModelConfig) -> int:
+def stream_seconds(model: ModelArgs) -> int:
     """The longest request the edge admits for `model`: configured, or derived from its objectives."""
     if model.route.max_stream_seconds is not None:
         return model.route.max_stream_seconds
     return serving.derived_stream_seconds(model.max_model_len, model.slo.itl_p95_seconds, model.slo.ttft_p95_seconds)
 
 
-def model_drains(config: StackConfig, model: ModelConfig) -> serving.ModelDrains:
+def model_drains(config: ServingStackArgs, model: ModelArgs) -> serving.ModelDrains:
     return serving.model_drains(
         model.name, stream_seconds(model), vllm_shutdown_seconds=model.shutdown_timeout_seconds,
         multinode=model.pipeline_parallel_size > 1,
@@ -44,18 +44,18 @@ def model_drains(config: StackConfig, model: ModelConfig) -> serving.ModelDrains
     )
 
 
-def edge_drains(config: StackConfig) -> serving.EdgeDrains:
+def edge_drains(config: ServingStackArgs) -> serving.EdgeDrains:
     return serving.edge_drains([stream_seconds(m) for m in config.models], config.edge.mode.value)
 
 
-def progress_deadline_seconds(config: StackConfig, model: ModelConfig) -> int:
-    """The Deployment's progressDeadlineSeconds (components/serving/deployment.py computes it the same way)."""
+def progress_deadline_seconds(config: ServingStackArgs, model: ModelArgs) -> int:
+    """The Deployment's progressDeadlineSeconds (llm_serving/serving/deployment.py computes it the same way)."""
     t = timing(config)
     return serving.progress_deadline_seconds(model_plan(config, model).startup_budget_seconds,
                                              t.node_ready_seconds + t.image_pull_seconds)
 
 
-def rollout_steps(config: StackConfig, model: ModelConfig) -> tuple[int, int]:
+def rollout_steps(config: ServingStackArgs, model: ModelArgs) -> tuple[int, int]:
     """(steps, seconds per step) of a pod-template rollout at the model's most replicas."""
     strategy = rollout_strategies(config)[model.name]
     plan = model_plan(config, model)
@@ -66,26 +66,26 @@ def rollout_steps(config: StackConfig, model: ModelConfig) -> tuple[int, int]:
     return math.ceil(replica_bounds(model)[1] / batch), one
 
 
-def rollout_await_seconds(config: StackConfig, model: ModelConfig) -> int:
+def rollout_await_seconds(config: ServingStackArgs, model: ModelArgs) -> int:
     """Pulumi's create/update timeout of the model's workload."""
     steps, step = rollout_steps(config, model)
     return serving.rollout_await_seconds(steps, step, progress_deadline_seconds(config, model))
 
 
-def planned_rollout_seconds(config: StackConfig, model: ModelConfig) -> int:
+def planned_rollout_seconds(config: ServingStackArgs, model: ModelArgs) -> int:
     """A rollout at the most replicas whose first surge pod waits for a new node."""
     plan = model_plan(config, model)
     return serving.rollout_seconds(footprint(config, model, plan), rollout_strategies(config)[model.name],
                                    replica_bounds(model)[1], timing(config), needs_node=True)
 
 
-def node_drain_wait_seconds(config: StackConfig) -> int:
+def node_drain_wait_seconds(config: ServingStackArgs) -> int:
     """How long the old generation's drain barrier holds the old node group's deletion: the longest vLLM
-    terminationGracePeriodSeconds of any model (components/gpu/drain.py)."""
+    terminationGracePeriodSeconds of any model (llm_serving/gpu/drain.py)."""
     return max(model_drains(config, m).vllm_grace_seconds for m in config.models)
 
 
-def node_update_steps(config: StackConfig, model: ModelConfig) -> tuple[int, int]:
+def node_update_steps(config: ServingStackArgs, model: ModelArgs) -> tuple[int, int]:
     """(steps, seconds per step) of the model's roll onto a new node group at its fewest replicas, as
     serving.node_update plans it (each replica more at the time adds its share of a step)."""
     strategy = rollout_strategies(config)[model.name]
@@ -96,7 +96,7 @@ def node_update_steps(config: StackConfig, model: ModelConfig) -> tuple[int, int
     return math.ceil(fp.min_replicas / max(strategy.max_surge, strategy.max_unavailable, 1)), one
 
 
-def node_update_timeline(config: StackConfig) -> list[tuple[str, str]]:
+def node_update_timeline(config: ServingStackArgs) -> list[tuple[str, str]]:
     """The node update of the slowest-rolling single-node model, minute by minute (the docs print prod's)."""
     models = [m for m in config.models if m.pipeline_parallel_size == 1]
     slowest = max(models, key=lambda m: math.prod(node_update_steps(config, m)))
@@ -107,14 +107,14 @@ def node_update_timeline(config: StackConfig) -> list[tuple[str, str]]:
         serving.OLD_GROUP_DELETE_SECONDS)
 
 
-def lb_idle_seconds(config: StackConfig) -> int | None:
+def lb_idle_seconds(config: ServingStackArgs) -> int | None:
     """The idle timeout of the load balancer in front of the first proxy we run (None: not ours)."""
     if config.edge.mode is EdgeMode.GATEWAY:
         return NLB_IDLE_SECONDS
     return None
 
 
-def relations(config: StackConfig) -> list[serving.Relation]:
+def relations(config: ServingStackArgs) -> list[serving.Relation]:
     """Every timing rule of the stack, in path order: per model, then the edge, then the dynamics."""
     rows: list[serving.Relation] = []
     for model in config.models:
@@ -129,7 +129,7 @@ def relations(config: StackConfig) -> list[serving.Relation]:
     return rows
 
 
-def admission_relations(config: StackConfig) -> list[serving.Relation]:
+def admission_relations(config: ServingStackArgs) -> list[serving.Relation]:
     """A request held in the picker sends nothing: Envoy's stream idle timeout must not answer before
     the picker's 429 does (it would answer with a bare 504, no Retry-After)."""
     if not config.edge.inference_routing.overload.flow_control:
@@ -143,7 +143,7 @@ def admission_relations(config: StackConfig) -> list[serving.Relation]:
     ]
 
 
-def dynamics_relations(config: StackConfig, model: ModelConfig) -> list[serving.Relation]:
+def dynamics_relations(config: ServingStackArgs, model: ModelArgs) -> list[serving.Relation]:
     m = model.name
     plan = model_plan(config, model)
     rows = [
@@ -170,7 +170,7 @@ def dynamics_relations(config: StackConfig, model: ModelConfig) -> list[serving.
     return rows
 
 
-def timing_rules(config: StackConfig) -> Iterator[Problem]:
+def timing_rules(config: ServingStackArgs) -> Iterator[Problem]:
     """One problem per timing rule that does not hold, naming the key to change where there is one; only
     once every model has a plan and the rollouts fit (the other rules report why not)."""
     try:
@@ -186,7 +186,7 @@ def timing_rules(config: StackConfig) -> Iterator[Problem]:
                       r.left_seconds, f"{r.op} {r.right_seconds}")
 
 
-def producer_timeouts(config: StackConfig, model: ModelConfig) -> serving.ProducerTimeouts:
+def producer_timeouts(config: ServingStackArgs, model: ModelArgs) -> serving.ProducerTimeouts:
     """The compile cache's producer Job: one cold start with a compile (the startup budget), after a node
     and an image pull at worst."""
     dynamics = timing(config)

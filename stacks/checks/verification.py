@@ -8,11 +8,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from components import serving
-from components.edge import v1_path
-from components.verification import LoadPlan, Settings, Target
+from llm_serving import serving
+from llm_serving.edge import v1_path
+from llm_serving.verification import LoadPlan, Settings, Target
 from stacks.checks import planning
-from stacks.config import EdgeAuth, ModelConfig, StackConfig, VerificationMode
+from stacks.config import EdgeAuth, ModelArgs, ServingStackArgs, VerificationMode
 
 # Without a roofline (multi-node groups, a GPU without figures) the ramp is this long.
 DEFAULT_RAMP_SECONDS = 5.0
@@ -26,7 +26,7 @@ REQUEST_SLACK_SECONDS = 60
 SMOKE_SECONDS = 120
 
 
-def verification_mode(config: StackConfig) -> VerificationMode:
+def verification_mode(config: ServingStackArgs) -> VerificationMode:
     """Unset: prod gates its deploys and staging, which rehearses them, does too; dev reports (a dev
     GPU is shared and often busy, so its latency says little about the deploy)."""
     if config.verification.mode is not None:
@@ -34,17 +34,17 @@ def verification_mode(config: StackConfig) -> VerificationMode:
     return VerificationMode.GATE if config.production_like else VerificationMode.REPORT
 
 
-def edge_url(config: StackConfig, model: ModelConfig) -> str:
+def edge_url(config: ServingStackArgs, model: ModelArgs) -> str:
     if config.verification.edge_url:
         return config.verification.edge_url.rstrip("/")
     return f"https://{planning.route_host(config, model)}{v1_path(model.route.path_prefix)}"
 
 
-def service_url(config: StackConfig, model: ModelConfig) -> str:
+def service_url(config: ServingStackArgs, model: ModelArgs) -> str:
     return f"http://{model.name}.{config.serving.namespace}.svc:{serving.PORT}/v1"
 
 
-def targets(config: StackConfig, model: ModelConfig) -> tuple[Target, ...]:
+def targets(config: ServingStackArgs, model: ModelArgs) -> tuple[Target, ...]:
     """The edge (unless it wants JWTs, which the Job does not hold) and the Service; the Service
     checks keys only when vLLM does (behind a gateway that checks them, it is open inside the fence)."""
     auth = config.edge.auth
@@ -60,7 +60,7 @@ class PlannedLoad:
     note: str | None  # why no planned figures, when there are none
 
 
-def planned_load(config: StackConfig, model: ModelConfig, *, concurrency: int | None = None,
+def planned_load(config: ServingStackArgs, model: ModelArgs, *, concurrency: int | None = None,
                  prompt_tokens: int | None = None, output_tokens: int | None = None,
                  duration_seconds: float | None = None, max_requests: int | None = None) -> PlannedLoad:
     """The load test at the planned SLO-bound concurrency (per replica, times the minimum replicas),
@@ -106,11 +106,11 @@ def planned_load(config: StackConfig, model: ModelConfig, *, concurrency: int | 
     return PlannedLoad(load, note)
 
 
-def request_timeout_seconds(config: StackConfig, output_tokens: int) -> int:
+def request_timeout_seconds(config: ServingStackArgs, output_tokens: int) -> int:
     return math.ceil(output_tokens / config.edge.min_decode_tokens_per_second) + REQUEST_SLACK_SECONDS
 
 
-def settings(config: StackConfig, model: ModelConfig) -> Settings:
+def settings(config: ServingStackArgs, model: ModelArgs) -> Settings:
     """What the model's Job checks: both addresses, then the load test through the Service (the
     figures the plan models are the engine's; the edge's share is in the smoke checks)."""
     load = planned_load(config, model).plan

@@ -14,7 +14,7 @@ from pathlib import Path
 from types import ModuleType
 
 from stacks import clone, environment
-from stacks.config import StackConfig
+from stacks.config import ServingStackArgs
 from stacks.config import files as stack_files
 from stacks.config.problems import CommandLineParser, ConfigError, Problem
 
@@ -72,7 +72,7 @@ def _render(argv: list[str]) -> int:
     return 0
 
 
-def _render_one(render: ModuleType, path: Path, config: StackConfig, args: argparse.Namespace) -> None:
+def _render_one(render: ModuleType, path: Path, config: ServingStackArgs, args: argparse.Namespace) -> None:
     started = time.perf_counter()
     stack = path.name.removeprefix("Pulumi.").removesuffix(".yaml")
     out = _output_dir(args.out or stack_files.PROJECT_DIR / "build" / stack)

@@ -14,8 +14,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from components import serving
-from components.serving import CapacityPlan
+from llm_serving import serving
+from llm_serving.serving import CapacityPlan
 
 
 class CalibrationError(ValueError):

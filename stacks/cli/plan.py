@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from components import serving, storage
-from components.gpu import instance_price, known_instance_type_names, lookup_instance_type
-from components.serving import DEFAULT_MAX_NUM_SEQS, CapacityError, CapacityPlan, known_model_ids, lookup_model
+from llm_serving import serving, storage
+from llm_serving.gpu import instance_price, known_instance_type_names, lookup_instance_type
+from llm_serving.serving import DEFAULT_MAX_NUM_SEQS, CapacityError, CapacityPlan, known_model_ids, lookup_model
 from stacks.cli import calibration
 from stacks.cli.arguments import non_negative, positive
 from stacks.config import overrides
@@ -104,7 +104,7 @@ def _parser() -> CommandLineParser:
         prog="python -m stacks plan",
         description=(
             "Plan one vLLM replica: tensor-parallel size, KV-cache tokens, concurrency at "
-            "--max-model-len and the startup-probe budget. Memory model: components/serving/capacity.py."
+            "--max-model-len and the startup-probe budget. Memory model: llm_serving/serving/capacity.py."
         ),
     )
     parser.add_argument("--model",
@@ -637,7 +637,7 @@ def _replica_cost(result: CapacityPlan) -> dict[str, object]:
     share = result.gpus_per_replica / result.gpus_per_node
     return {"usd_per_replica_hour": round(price.usd_per_hour * share, 2),
             "usd_per_node_hour": price.usd_per_hour,
-            "price_source": f"On-Demand, {price.region}, {price.date}, components/gpu/prices.json"}
+            "price_source": f"On-Demand, {price.region}, {price.date}, llm_serving/gpu/prices.json"}
 
 
 def _print(result: CapacityPlan, found: dict[str, object], cost: dict[str, object],

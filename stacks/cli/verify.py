@@ -1,6 +1,6 @@
 """`python -m stacks verify <stack> --url URL`: the deploy gate's checks from a workstation.
 
-The same probe the Job runs (components/verification/probe.py) against one address of a stack's
+The same probe the Job runs (llm_serving/verification/probe.py) against one address of a stack's
 model, with the load test at the stack's planned concurrency and lengths unless overridden. The API
 key comes from a file or an environment variable, never an argument (the process list shows those).
 Exit 0 when every check passes, 1 when one fails (one line each), 2 on bad input.
@@ -15,8 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from components import verification
-from components.verification import Settings, Target
+from llm_serving import verification
+from llm_serving.verification import Settings, Target
 from stacks import environment
 from stacks.checks import verification as stack_verification
 from stacks.cli.arguments import positive

@@ -14,7 +14,9 @@ import typing
 from dataclasses import dataclass
 from typing import IO, Any, NoReturn, TextIO
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
+
+from llm_serving.platform.args import fields_of, is_args_type
 
 PROJECT = "llm-serving"  # the Pulumi project name: the namespace of every config key
 
@@ -77,16 +79,16 @@ def mask_problem(problem: Problem, secret_keys: frozenset[str]) -> Problem:
     return problem
 
 
-def _model_at(root: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    """The pydantic model class that owns the field at `loc` (for listing allowed keys)."""
+def _model_at(root: type, loc: tuple[Any, ...]) -> type | None:
+    """The args type that owns the field at `loc` (for listing allowed keys)."""
     model: Any = root
     for part in loc:
         if isinstance(part, int):
             continue
-        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        if not is_args_type(model):
             return None
         field = next(
-            (f for n, f in model.model_fields.items() if (f.alias or n) == part or n == part), None
+            (f for n, f in fields_of(model).items() if (f.alias or n) == part or n == part), None
         )
         if field is None:
             return None
@@ -94,15 +96,15 @@ def _model_at(root: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | 
         model = None
         for candidate in (annotation, *typing.get_args(annotation)):
             for inner in (candidate, *typing.get_args(candidate)):
-                if isinstance(inner, type) and issubclass(inner, BaseModel):
+                if is_args_type(inner):
                     model = inner
         if model is None:
             return None
-    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+    return model if is_args_type(model) else None
 
 
-def _keys_of(model: type[BaseModel]) -> list[str]:
-    return sorted(f.alias or n for n, f in model.model_fields.items())
+def _keys_of(model: type) -> list[str]:
+    return sorted(f.alias or n for n, f in fields_of(model).items())
 
 
 def _path(loc: tuple[Any, ...], data: Any) -> str:
@@ -172,7 +174,7 @@ def _expected(err: dict[str, Any]) -> str:
 
 def from_validation_error(
     error: ValidationError,
-    root: type[BaseModel],
+    root: type,
     data: dict[str, Any],
     secret_keys: frozenset[str] = frozenset(),
 ) -> list[Problem]:
@@ -187,7 +189,7 @@ def from_validation_error(
         kind = err["type"]
         if loc and str(loc[0]) in secret_keys:
             err = {**err, "input": "[secret]"}
-        if kind == "extra_forbidden":
+        if kind in ("extra_forbidden", "unexpected_keyword_argument"):
             owner = _model_at(root, loc[:-1])
             allowed = _keys_of(owner) if owner else []
             problems.append(
@@ -207,7 +209,8 @@ def from_validation_error(
             elif kind in ("enum", "literal_error"):
                 message = "not an allowed value"
             elif kind == "string_pattern_mismatch":
-                message = "not a valid value"
+                # An item of a list or map names itself (platform.args.check_each / check_labels).
+                message = message if message.startswith(("item ", "key ", "value ")) else "not a valid value"
             elif kind in ("too_short", "string_too_short"):
                 message = "too short"
             problems.append(Problem(path, message, err.get("input"), _expected(err)))

@@ -1,6 +1,6 @@
 """What a diff costs while `pulumi up` runs: the consequence lines the offline diff adds per workload.
 
-From the planner's own timing model (components.serving rollout planner, stacks.checks.planning):
+From the planner's own timing model (llm_serving.serving rollout planner, stacks.checks.planning):
 for every changed vLLM Deployment whose pod template changes, how many replicas roll with which
 strategy, minutes per replica and in total, the GPUs or node the surge needs, and whether the
 longest stream fits the drain; for a node group that is replaced or rolls its nodes, how long the
@@ -12,10 +12,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from components import gpu, serving
+from llm_serving import gpu, serving
 from stacks.checks import planning
 from stacks.checks import timing as stack_timing
-from stacks.config import StackConfig
+from stacks.config import ServingStackArgs
 
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
@@ -33,12 +33,12 @@ def _strategy_text(strategy: serving.Strategy) -> str:
     return f"RollingUpdate maxSurge {strategy.max_surge}, maxUnavailable {strategy.max_unavailable}"
 
 
-def _single_node_footprints(config: StackConfig) -> tuple[list[serving.Footprint], dict[str, Any]]:
+def _single_node_footprints(config: ServingStackArgs) -> tuple[list[serving.Footprint], dict[str, Any]]:
     footprints = [planning.footprint(config, m, planning.model_plan(config, m)) for m in config.models]
     return footprints, {m.name: m for m in config.models}
 
 
-def rollout_lines(config: StackConfig, model_name: str) -> list[str]:
+def rollout_lines(config: ServingStackArgs, model_name: str) -> list[str]:
     """The consequences of a pod-template change of one model's Deployment."""
     footprints, models = _single_node_footprints(config)
     model = models.get(model_name)
@@ -79,7 +79,7 @@ def rollout_lines(config: StackConfig, model_name: str) -> list[str]:
     return lines
 
 
-def node_group_lines(config: StackConfig) -> list[str]:
+def node_group_lines(config: ServingStackArgs) -> list[str]:
     """The consequences of a node-group replacement (or a node roll, which this program does as one)."""
     footprints, _ = _single_node_footprints(config)
     strategies = planning.rollout_strategies(config)
@@ -95,7 +95,7 @@ def node_group_lines(config: StackConfig) -> list[str]:
     ]
 
 
-def for_change(config: StackConfig, change_type: str, name: str, action: str, paths: list[str],
+def for_change(config: ServingStackArgs, change_type: str, name: str, action: str, paths: list[str],
                resource: dict[str, Any] | None) -> list[str]:
     """Consequence lines of one resource change ([] when it costs nothing worth a line)."""
     if change_type == DEPLOYMENT and action in ("update", "replace") and name.endswith("-deployment") and any(

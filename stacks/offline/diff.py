@@ -29,7 +29,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, TextIO
 
-from components.serving import lookup_model
+from llm_serving.serving import lookup_model
 from stacks import environment
 from stacks.config import files as stack_files
 from stacks.config.problems import CommandLineParser

@@ -55,6 +55,9 @@ class Recorded:
     custom_timeouts: tuple[str, str, str] = ("", "", "")  # create, update, delete
     replace_on_changes: tuple[str, ...] = ()
     delete_before_replace: bool = False
+    # The aliases the program declared, as the engine receives them (alias specs): the former type, name
+    # or parent a resource is found under in an existing stack's state.
+    aliases: tuple[dict[str, Any], ...] = ()
 
 
 class RecordingMonitor(pulumi_mocks.MockMonitor):
@@ -76,9 +79,30 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     (request.customTimeouts.create, request.customTimeouts.update, request.customTimeouts.delete),
                     tuple(request.replaceOnChanges),
                     bool(request.deleteBeforeReplace),
+                    tuple(a for a in map(_alias, request.aliases) if not _sdk_version_alias(request.type, a)),
                 )
             )
         return response
+
+
+def _alias(alias: Any) -> dict[str, Any]:
+    """An alias as the engine receives it: a full URN, or the parts of a spec the program set."""
+    if alias.urn:
+        return {"urn": alias.urn}
+    spec = alias.spec
+    found: dict[str, Any] = {k: v for k, v in (("type", spec.type), ("name", spec.name), ("parentUrn", spec.parentUrn),
+                                               ("stack", spec.stack), ("project", spec.project)) if v}
+    if spec.noParent:
+        found["noParent"] = True
+    return found
+
+
+def _sdk_version_alias(type_: str, alias: dict[str, Any]) -> bool:
+    """pulumi-kubernetes' own aliases of a kind to its other API versions (every Deployment carries
+    apps/v1beta1 and the like): the SDK's, the same on every resource of the kind, not the program's."""
+    if set(alias) != {"type"} or not type_.startswith("kubernetes:"):
+        return False
+    return alias["type"].startswith("kubernetes:") and alias["type"].rsplit(":", 1)[-1] == type_.rsplit(":", 1)[-1]
 
 
 def _struct_to_python(struct: Any) -> dict[str, Any]:
@@ -265,6 +289,8 @@ def _render_stack(stack_file: Path, cluster_version: str | None) -> RenderResult
             "retainOnDelete": r.retain_on_delete,
             "customTimeouts": {"create": r.custom_timeouts[0], "update": r.custom_timeouts[1],
                                "delete": r.custom_timeouts[2]},
+            **({"aliases": [{**a, **({"parentUrn": label(a["parentUrn"])} if "parentUrn" in a else {})}
+                            for a in r.aliases]} if r.aliases else {}),
         }
 
     resources = []

@@ -170,6 +170,7 @@ def rolls_nodes(changed: list[str]) -> list[str]:
 CRD_CARRIER_TYPES = (
     "kubernetes:helm.sh/v4:Chart",
     "kubernetes:yaml/v2:ConfigFile",
+    "kubernetes:yaml/v2:ConfigGroup",
     "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition",
 )
 CRD_CARRIER_CHARTS = ("keda", "ai-gateway-crds-helm", "lws")

@@ -190,7 +190,7 @@ def addon_configuration(ctx: Context) -> list[Finding]:
             shown = "; ".join(f"{'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message}" for e in errors[:3])
             found.append(failed(check, f"{install.name} {version} ({why}) rejects the configurationValues the "
                                 f"program sends: {shown}", "a program defect: fix the add-on's configuration "
-                                "builder (components/), or skip the add-on with " + install.switch))
+                                "builder (llm_serving/), or skip the add-on with " + install.switch))
         else:
             found.append(passed(check, f"{install.name} {version} ({why}) accepts the configurationValues"))
     return found

@@ -11,10 +11,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from components import cluster as created_cluster
-from components import edge as edge_package
-from components import gpu, serving, storage
-from components.platform import versions
+from llm_serving import cluster as created_cluster
+from llm_serving import edge as edge_package
+from llm_serving import gpu, serving, storage
+from llm_serving.platform import versions
 from stacks.checks import planning, timing
 from stacks.config import (
     AutoscalingMode,
@@ -24,7 +24,7 @@ from stacks.config import (
     EdgeMode,
     NodeAutoscalingMode,
     PrometheusMode,
-    StackConfig,
+    ServingStackArgs,
     StorageBackend,
 )
 
@@ -103,7 +103,7 @@ class Intent:
     s3_cold_start_gb: float = 0.0  # the largest checkpoint one cold start streams, in GB
 
 
-def _addons(config: StackConfig) -> tuple[AddonInstall, ...]:
+def _addons(config: ServingStackArgs) -> tuple[AddonInstall, ...]:
     found = []
     if config.cluster.mode is ClusterMode.CREATE:
         # A created cluster's add-ons at their pins, vpc-cni with the configuration it is created with.
@@ -124,7 +124,7 @@ def _addons(config: StackConfig) -> tuple[AddonInstall, ...]:
     return tuple(found)
 
 
-def _pod_identity_users(config: StackConfig) -> tuple[str, ...]:
+def _pod_identity_users(config: ServingStackArgs) -> tuple[str, ...]:
     """Pod Identity associations the program creates: the EFS CSI add-on's, Cluster Autoscaler's, the load
     balancer controller's and, on S3, the staging Jobs' and serving pods' weights roles."""
     users = []
@@ -139,12 +139,12 @@ def _pod_identity_users(config: StackConfig) -> tuple[str, ...]:
     return tuple(users)
 
 
-def _largest_checkpoint_gb(config: StackConfig) -> float:
+def _largest_checkpoint_gb(config: ServingStackArgs) -> float:
     sizes = [a.weight_bytes / 1e9 for a in map(planning.model_architecture, config.models) if a is not None]
     return max(sizes, default=0.0)
 
 
-def _charts(config: StackConfig) -> tuple[ChartInstall, ...]:
+def _charts(config: ServingStackArgs) -> tuple[ChartInstall, ...]:
     # A second device plugin advertises the same GPUs twice, a second DCGM exporter doubles every GPU
     # series; the NVIDIA GPU Operator brings both.
     found = [
@@ -181,7 +181,7 @@ def _charts(config: StackConfig) -> tuple[ChartInstall, ...]:
     return tuple(found)
 
 
-def _sources(config: StackConfig) -> tuple[ModelSource, ...]:
+def _sources(config: ServingStackArgs) -> tuple[ModelSource, ...]:
     found = []
     for model in config.models:
         key = f"models[{model.name}]"
@@ -193,7 +193,7 @@ def _sources(config: StackConfig) -> tuple[ModelSource, ...]:
     return tuple(found)
 
 
-def _peak_nodes(config: StackConfig) -> tuple[int, str, int]:
+def _peak_nodes(config: ServingStackArgs) -> tuple[int, str, int]:
     """GPU nodes at the worst moment: the group at its bound while a node-group update runs a second
     group beside it (serving.node_update), and that update's planned duration."""
     supply = planning.supply(config)
@@ -207,7 +207,7 @@ def _peak_nodes(config: StackConfig) -> tuple[int, str, int]:
     return supply.nodes + update.extra_nodes_at_peak, reason, update.seconds
 
 
-def intent(stack: str, region: str, config: StackConfig) -> Intent:
+def intent(stack: str, region: str, config: ServingStackArgs) -> Intent:
     group = config.gpu_node_group
     instance = planning.resolve_instance_type(config)
     assert instance is not None  # validated by checks.check

@@ -12,7 +12,7 @@ from stacks.preflight.result import Finding, failed, passed, unknown
 ACCESS = ("docs/operations.md#before-the-first-up: an EKS access entry for this identity "
           "(aws eks create-access-entry, then associate-access-policy AmazonEKSClusterAdminPolicy)")
 # Prometheus Operator kinds the stack creates (PodMonitor and ServiceMonitor for scraping,
-# PrometheusRule for alerts; components/observability and components/gpu).
+# PrometheusRule for alerts; llm_serving/observability and llm_serving/gpu).
 PROMETHEUS_CRDS = ("podmonitors.monitoring.coreos.com", "servicemonitors.monitoring.coreos.com",
                    "prometheusrules.monitoring.coreos.com")
 # The load balancer controller's own CRDs: present wherever the controller was installed by its chart.

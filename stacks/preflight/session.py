@@ -14,7 +14,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from components.platform import kubeconfig
+from llm_serving.platform import kubeconfig
 
 # Read-only calls that hang are worse than failing: each one gets a bounded connect/read and few
 # retries, so a blocked endpoint costs seconds, and its check says "could not check".

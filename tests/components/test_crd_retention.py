@@ -38,6 +38,6 @@ def test_prod_retains_and_protects_the_gateway_pool_and_objective_crds(rendered)
     assert protected == [
         ("kubernetes:helm.sh/v3:Release", "edge-ai-gateway-crds"),
         ("kubernetes:helm.sh/v4:Chart", "edge-gateway-crds"),
-        ("kubernetes:yaml/v2:ConfigFile", "edge-inference-pool-crds"),
-        ("kubernetes:yaml/v2:ConfigFile", "inference-routing-objective-crds"),
+        ("kubernetes:yaml/v2:ConfigGroup", "edge-inference-pool-crds"),
+        ("kubernetes:yaml/v2:ConfigGroup", "inference-routing-objective-crds"),
     ]

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from components.platform import versions
+from llm_serving.platform import crd_manifest_text, versions
 from tests.support import reference
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -70,16 +70,22 @@ def test_the_remote_manifest_check_catches_the_release_urls_applied_before():
     ]
 
 
-def test_crd_manifests_are_repository_files_the_program_names_relative_to_the_project(rendered):
-    files = {r["inputs"]["file"] for result in rendered.values() for r in result.resources
-             if r["type"] == "kubernetes:yaml/v2:ConfigFile"}
-    assert files == {versions.INFERENCE_POOL_CRDS_FILE, versions.LLM_D_ROUTER_CRDS_FILE}
-    for name in files:
-        assert not Path(name).is_absolute() and (REPO_ROOT / name).is_file(), name
+def test_crd_manifests_are_applied_from_the_packaged_files_content(rendered):
+    applied = {r["inputs"]["yaml"] for result in rendered.values() for r in result.resources
+               if r["type"] == "kubernetes:yaml/v2:ConfigGroup"}
+    assert applied == {crd_manifest_text(versions.INFERENCE_POOL_CRDS_FILE),
+                       crd_manifest_text(versions.LLM_D_ROUTER_CRDS_FILE)}
+    assert not any("file" in r["inputs"] or "files" in r["inputs"] for result in rendered.values()
+                   for r in result.resources if r["type"].startswith("kubernetes:yaml/"))
+
+
+def test_crd_manifests_keep_the_state_of_the_config_files_that_applied_them_before(rendered):
+    carriers = [r for r in rendered["prod"].resources if r["type"] == "kubernetes:yaml/v2:ConfigGroup"]
+    assert carriers and all(r["options"]["aliases"] == [{"type": "kubernetes:yaml/v2:ConfigFile"}] for r in carriers)
 
 
 def _documents(name: str) -> list[dict[str, Any]]:
-    return list(yaml.safe_load_all((REPO_ROOT / name).read_text(encoding="utf-8")))
+    return list(yaml.safe_load_all(crd_manifest_text(name)))
 
 
 def test_crd_manifests_carry_the_pinned_crds_without_prose():
@@ -91,7 +97,7 @@ def test_crd_manifests_carry_the_pinned_crds_without_prose():
         versions.LLM_D_ROUTER_CRDS_FILE: [("llm-d.ai", "InferenceModelRewrite"), ("llm-d.ai", "InferenceObjective")],
     }
     for name in kinds:
-        text = (REPO_ROOT / name).read_text(encoding="utf-8")
+        text = crd_manifest_text(name)
         assert "description:" not in text, name
 
 

@@ -7,10 +7,11 @@ import json
 
 import pytest
 
-from components.gpu import monitoring_agent, scheduling
-from components.platform import addon_settings, addon_version, versions
+from llm_serving.gpu import monitoring_agent, scheduling
+from llm_serving.platform import addon_settings, addon_version, versions
+from llm_serving.platform.args import validate
 from stacks.checks.platform import addon_version_rules
-from stacks.config import StackConfig
+from stacks.config import ServingStackArgs
 from tests.conftest import render_file
 from tests.stacks.checks.test_gpu_node_group_checks import BASE
 from tests.support import reference, stack_variants
@@ -98,7 +99,7 @@ def test_addon_settings_pin_the_version_and_conflict_modes():
 
 def test_addon_version_refuses_a_minor_or_addon_without_a_pin():
     expected = (r"^no aws-fsx-csi-driver add-on version is pinned for Kubernetes 1\.32 \(pinned: 1\.33, 1\.34\); "
-                r"add the build EKS lists for it to components/platform/versions\.py$")
+                r"add the build EKS lists for it to llm_serving/platform/versions\.py$")
     with pytest.raises(ValueError, match=expected):
         addon_version("aws-fsx-csi-driver", "1.32")
     with pytest.raises(ValueError, match="^no version is pinned for the EKS add-on vpc-cni;"):
@@ -106,13 +107,13 @@ def test_addon_version_refuses_a_minor_or_addon_without_a_pin():
 
 
 def test_preview_refuses_a_minor_without_addon_pins_naming_the_switch():
-    config = StackConfig.model_validate({**BASE, "cluster": {**BASE["cluster"], "kubernetesVersion": "1.32"}})
+    config = validate(ServingStackArgs, {**BASE, "cluster": {**BASE["cluster"], "kubernetesVersion": "1.32"}})
     assert [p.line() for p in addon_version_rules(config)] == [
         "llm-serving:cluster.kubernetesVersion: no eks-node-monitoring-agent add-on version is pinned for Kubernetes "
-        "1.32 (pinned: 1.33, 1.34); add the build EKS lists for it to components/platform/versions.py (got \"1.32\"; "
+        "1.32 (pinned: 1.33, 1.34); add the build EKS lists for it to llm_serving/platform/versions.py (got \"1.32\"; "
         "expected 1.33, 1.34, or gpuNodeGroup.autoRepair.installMonitoringAgent: false)",
         "llm-serving:cluster.kubernetesVersion: no aws-efs-csi-driver add-on version is pinned for Kubernetes 1.32 "
-        "(pinned: 1.33, 1.34); add the build EKS lists for it to components/platform/versions.py (got \"1.32\"; "
+        "(pinned: 1.33, 1.34); add the build EKS lists for it to llm_serving/platform/versions.py (got \"1.32\"; "
         "expected 1.33, 1.34, or weightsStorage.efs.installCsiDriver: false)",
     ]
-    assert list(addon_version_rules(StackConfig.model_validate(BASE))) == []
+    assert list(addon_version_rules(validate(ServingStackArgs, BASE))) == []

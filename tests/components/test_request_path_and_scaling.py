@@ -9,11 +9,11 @@ from typing import Any
 import pulumi
 import pytest
 
-from components.edge import ENVOY_METRIC_TYPES
-from components.gpu.counters import COUNTERS
-from components.observability.serving_alerts import KUBE_STATE_METRICS
-from components.routing import PICKER_METRICS, pool_problems
-from components.routing.alerts import PICKER_KUBE_STATE_METRICS
+from llm_serving.edge import ENVOY_METRIC_TYPES
+from llm_serving.gpu.counters import COUNTERS
+from llm_serving.observability.serving_alerts import KUBE_STATE_METRICS
+from llm_serving.routing import PICKER_METRICS, pool_problems
+from llm_serving.routing.alerts import PICKER_KUBE_STATE_METRICS
 from stacks import checks
 from stacks.config import EdgeAuth, EdgeMode
 from stacks.config.files import PROJECT_DIR
@@ -265,7 +265,7 @@ def _emitted_queries(result) -> list[str]:
         elif m["kind"] == "ScaledObject":
             queries += [t["metadata"]["query"] for t in m["spec"]["triggers"]]
         elif m["kind"] == "ConfigMap" and m["metadata"].get("labels", {}).get("grafana_dashboard") == "1":
-            from components.observability.dashboards import panel_queries
+            from llm_serving.observability.dashboards import panel_queries
 
             for text in m["data"].values():
                 queries += [promql.expand_grafana_macros(q) for q in panel_queries(json.loads(text))]

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from components.edge.alerts import ENVOY_METRIC_TYPES
-from components.routing.alerts import PICKER_KUBE_STATE_METRICS
-from components.routing.metrics import PICKER_TTFT_BUCKETS
+from llm_serving.edge.alerts import ENVOY_METRIC_TYPES
+from llm_serving.routing.alerts import PICKER_KUBE_STATE_METRICS
+from llm_serving.routing.metrics import PICKER_TTFT_BUCKETS
 from stacks.checks import planning, timing
 from stacks.config.files import PROJECT_DIR
 from stacks.environment import load_stack_file

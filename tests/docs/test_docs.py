@@ -11,14 +11,13 @@ import typing
 from pathlib import Path
 
 import pytest
-from pydantic import BaseModel
 
-from components.edge import edge_alert_groups
-from components.gpu.alerts import gpu_health_rule_groups
-from components.observability.serving_alerts import ModelSlo, alert_names, serving_rule_groups
-from components.routing import Admission, RoutedModel, picker_alert_groups
+from llm_serving.edge import edge_alert_groups
+from llm_serving.gpu.alerts import gpu_health_rule_groups
+from llm_serving.observability.serving_alerts import ModelSlo, alert_names, serving_rule_groups
+from llm_serving.routing import Admission, RoutedModel, picker_alert_groups
 from stacks.cli import plan as plan_cli
-from stacks.config import StackConfig
+from stacks.config import ServingStackArgs, fields_of
 from stacks.config.files import PROJECT_DIR
 from tools import config_reference, planner_tables, verification_table
 
@@ -28,9 +27,9 @@ LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^```.*?^```", re.M | re.S)
 
 
-def _models(model: type[BaseModel], seen: set[type[BaseModel]]) -> set[type[BaseModel]]:
+def _models(model: type, seen: set[type]) -> set[type]:
     seen.add(model)
-    for field in model.model_fields.values():
+    for field in fields_of(model).values():
         for sub in config_reference._models_in(field.annotation):
             if sub not in seen:
                 _models(sub, seen)
@@ -38,8 +37,9 @@ def _models(model: type[BaseModel], seen: set[type[BaseModel]]) -> set[type[Base
 
 
 def _anchor(heading: str) -> str:
-    """GitHub's heading anchor: lowercase, punctuation dropped, spaces to hyphens."""
-    text = re.sub(r"[`*_]", "", heading.strip().lower())
+    """GitHub's heading anchor: lowercase, punctuation but `_` dropped, spaces to hyphens (no heading here
+    uses `_` for emphasis; inside code spans it is text)."""
+    text = re.sub(r"[`*]", "", heading.strip().lower())
     return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
 
 
@@ -51,17 +51,17 @@ def _anchors(page: Path) -> set[str]:
 def test_every_config_field_has_a_description():
     missing = [
         f"{model.__name__}.{name}"
-        for model in _models(StackConfig, set())
-        for name, field in model.model_fields.items()
+        for model in _models(ServingStackArgs, set())
+        for name, field in fields_of(model).items()
         if not field.description
     ]
     assert missing == []
 
 
 def test_every_config_model_forbids_unknown_keys_and_is_frozen():
-    for model in _models(StackConfig, set()):
-        assert model.model_config["extra"] == "forbid", model.__name__
-        assert model.model_config["frozen"] is True, model.__name__
+    for model in _models(ServingStackArgs, set()):
+        assert model.__pydantic_config__["extra"] == "forbid", model.__name__
+        assert model.__dataclass_params__.frozen is True, model.__name__
 
 
 def test_configuration_reference_is_current():
@@ -73,14 +73,14 @@ def test_reference_lists_nested_keys_with_their_paths():
     text = config_reference.reference()
     assert "| `gpuNodeGroup.scaling.minNodes` | int | **required** |" in text
     assert "| `gpuNodeGroup.subnets[].availabilityZone` | str | **required** |" in text
-    assert typing.get_origin(StackConfig.model_fields["gpu_node_group"].annotation) is None
+    assert typing.get_origin(fields_of(ServingStackArgs)["gpu_node_group"].annotation) is None
 
 
 def test_anchor_rule_matches_githubs_for_the_headings_we_link():
     layout = "Layout: one package per domain, layering enforced"
     assert _anchor(layout) == "layout-one-package-per-domain-layering-enforced"
-    assert _anchor("Autoscaling: `components/scaling/`, with the serving alerts and dashboards") == (
-        "autoscaling-componentsscaling-with-the-serving-alerts-and-dashboards"
+    assert _anchor("Autoscaling: `llm_serving/scaling/`, with the serving alerts and dashboards") == (
+        "autoscaling-llm_servingscaling-with-the-serving-alerts-and-dashboards"
     )
     assert _anchor("GpuXidCritical") == "gpuxidcritical"
 

@@ -12,10 +12,9 @@ import typing
 from pathlib import Path
 
 import pytest
-from pydantic import BaseModel
 
 from stacks import cli
-from stacks.config import StackConfig
+from stacks.config import ServingStackArgs, fields_of
 from stacks.config import files as stack_files
 from stacks.config.files import PROJECT_DIR
 from stacks.preflight import CHECKS
@@ -104,8 +103,8 @@ def test_prod_figures_are_the_planners_and_the_renders(facts: docs.Facts):
 # --- config key paths --------------------------------------------------------------------------------
 
 
-def _paths(model: type[BaseModel], prefix: str, out: set[str]) -> set[str]:
-    for name, field in model.model_fields.items():
+def _paths(model: type, prefix: str, out: set[str]) -> set[str]:
+    for name, field in fields_of(model).items():
         path = f"{prefix}.{field.alias or name}" if prefix else field.alias or name
         out.add(path)
         for sub in config_reference._models_in(field.annotation):
@@ -113,7 +112,7 @@ def _paths(model: type[BaseModel], prefix: str, out: set[str]) -> set[str]:
     return out
 
 
-SCHEMA_PATHS = _paths(StackConfig, "", set())
+SCHEMA_PATHS = _paths(ServingStackArgs, "", set())
 FIELD_NAMES = {segment.removesuffix("[]") for path in SCHEMA_PATHS for segment in path.split(".")}
 FILE_SUFFIXES = {"py", "md", "yaml", "yml", "json", "txt", "toml"}  # `models.py` is a file, not a key
 INLINE_CODE = re.compile(r"`([^`\n]+)`")

@@ -1,7 +1,7 @@
 """Tests for policies/rules.py: every rule on a compliant, a non-compliant and a missing-property input.
 
 Messages are pinned exactly, since they are what a reviewer reads in a failed preview. The edge and
-autoscaling generators of components/ are run through the rules too, for the modes no stack renders.
+autoscaling generators of llm_serving/ are run through the rules too, for the modes no stack renders.
 
 Length: every rule on a compliant, a non-compliant and a missing-property input.
 """
@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from components.edge import objects as edge_objects
-from components.platform import pod_security
-from components.scaling import objects as autoscaling
-from components.serving import capacity
-from components.serving import engine as vllm_engine
+from llm_serving.edge import objects as edge_objects
+from llm_serving.platform import pod_security
+from llm_serving.scaling import objects as autoscaling
+from llm_serving.serving import capacity
+from llm_serving.serving import engine as vllm_engine
 from policies import rules
 from policies.rules import RuleContext
 
@@ -99,7 +99,7 @@ def test_rule_table_names_levels_and_descriptions():
 
 
 def test_thresholds_match_what_the_program_generates():
-    # The pack ships without components/, so rules.py repeats these numbers; they must not drift apart.
+    # The pack ships without llm_serving/, so rules.py repeats these numbers; they must not drift apart.
     assert rules.MIN_STARTUP_BUDGET_SECONDS == capacity.MIN_STARTUP_BUDGET_SECONDS
     probes = vllm_engine.probes(capacity.MIN_STARTUP_BUDGET_SECONDS)
     assert rules.MIN_LIVENESS_TIMEOUT_SECONDS == probes.liveness_timeout_seconds
@@ -490,7 +490,7 @@ def edge_check(resource_type: str, inputs: dict[str, Any]) -> list[str]:
 
 
 def test_a_buffered_inference_pool_is_refused_and_the_programs_pool_passes():
-    from components.routing import RoutedModel, inference_pool
+    from llm_serving.routing import RoutedModel, inference_pool
 
     pool = inference_pool(RoutedModel("llama-70b", "llm-serving", {"app.kubernetes.io/name": "llama-70b"}, 8000, 300))
     assert edge_check(rules.INFERENCE_POOL, pool) == []

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from components.serving import cache_sync
-from components.serving.compile_cache import SYNC_SOURCE, producer_script, seed_script, sync_configmap_name
+from llm_serving.serving import cache_sync
+from llm_serving.serving.compile_cache import SYNC_SOURCE, producer_script, seed_script, sync_configmap_name
 from stacks import environment
 from stacks.checks import planning
 from stacks.cli import plan as plan_cli

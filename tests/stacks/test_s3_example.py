@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from components.serving import weights
+from llm_serving.serving import weights
 from stacks import checks, environment
 from stacks.checks import planning, platform
-from stacks.config import StackConfig, StorageBackend
+from stacks.config import ServingStackArgs, StorageBackend
 from stacks.config.files import PROJECT_DIR
 from stacks.offline import render
 from tests.conftest import render_file
@@ -41,7 +42,7 @@ def example() -> render.RenderResult:
 
 
 @pytest.fixture(scope="module")
-def config() -> StackConfig:
+def config() -> ServingStackArgs:
     return environment.load_stack_file(EXAMPLE)[1]
 
 
@@ -212,16 +213,16 @@ def test_a_measured_read_figure_overrides_the_cited_one(config):
         "(operator's figure)")
 
 
-def _with(config: StackConfig, **changes: Any) -> StackConfig:
+def _with(config: ServingStackArgs, **changes: Any) -> ServingStackArgs:
     """The example with weightsStorage.s3 fields or the model's fields replaced (no re-validation: the
     preview's rules are what is under test)."""
-    s3 = config.weights_storage.s3.model_copy(update=changes.pop("s3", {}))
-    model = config.models[0].model_copy(update=changes.pop("model", {}))
-    storage = config.weights_storage.model_copy(update={"s3": s3})
-    return config.model_copy(update={"weights_storage": storage, "models": [model]})
+    s3 = replace(config.weights_storage.s3, **changes.pop("s3", {}))
+    model = replace(config.models[0], **changes.pop("model", {}))
+    storage = replace(config.weights_storage, **{"s3": s3})
+    return replace(config, **{"weights_storage": storage, "models": [model]})
 
 
-def _lines(config: StackConfig) -> list[str]:
+def _lines(config: ServingStackArgs) -> list[str]:
     return [p.line() for p in checks.check(config) if "s3" in p.path.lower() or "weightsFormat" in p.path]
 
 
@@ -232,24 +233,24 @@ def test_the_example_passes_the_preview(config):
 
 def test_needs_a_read_figure_only_where_no_s3_bandwidth_is_cited(config):
     assert _lines(config) == []  # p5.48xlarge: cited
-    group = config.gpu_node_group.model_copy(update={"instance_type": "p5en.48xlarge"})
-    assert _lines(config.model_copy(update={"gpu_node_group": group})) == [
+    group = replace(config.gpu_node_group, **{"instance_type": "p5en.48xlarge"})
+    assert _lines(replace(config, **{"gpu_node_group": group})) == [
         "llm-serving:weightsStorage.s3.readMibPerSecond: backend s3 plans cold starts, probes and the "
         "scale-down window on the MiB/s one pod streams, and no cited S3 bandwidth of p5en.48xlarge is built in "
         "(got null; expected the measured MiB/s per pod (e.g. 2000), or an instance type of "
         "['p5.48xlarge', 'p5.4xlarge', 'p5e.48xlarge'])"]
-    measured = _with(config.model_copy(update={"gpu_node_group": group}), s3={"read_mib_per_second": 2000.0})
+    measured = _with(replace(config, **{"gpu_node_group": group}), s3={"read_mib_per_second": 2000.0})
     assert _lines(measured) == []
 
 
 def test_refuses_an_image_without_the_streamers_s3_backend(config):
-    other = config.models[0].image.model_copy(update={"repository": "registry.example.com/vllm"})
+    other = replace(config.models[0].image, **{"repository": "registry.example.com/vllm"})
     assert _lines(_with(config, model={"image": other})) == [
         "llm-serving:models[llama-70b].image.s3Streamer: backend s3 streams weights with the Run:ai Model "
         "Streamer's S3 backend, which registry.example.com/vllm:v0.33.0 is not known to carry (got "
         "null; expected true, with an image that "
         "has runai-model-streamer[s3] (vllm/vllm-openai does), or another weightsStorage.backend)"]
-    said = other.model_copy(update={"s3_streamer": True})
+    said = replace(other, **{"s3_streamer": True})
     assert _lines(_with(config, model={"image": said})) == []
 
 

@@ -14,14 +14,15 @@ from typing import Any
 import pytest
 import yaml
 
-from components.edge import network_policies
-from components.gpu import lookup_instance_type
-from components.serving import engine, lookup_model
-from components.serving.capacity import plan
+from llm_serving.edge import network_policies
+from llm_serving.gpu import lookup_instance_type
+from llm_serving.platform.args import validate
+from llm_serving.serving import engine, lookup_model
+from llm_serving.serving.capacity import plan
 from policies import rules
 from stacks import checks, environment
 from stacks.checks import planning
-from stacks.config import StackConfig
+from stacks.config import ServingStackArgs
 from stacks.config.files import PROJECT_DIR
 from stacks.offline import render
 from tests.conftest import render_file
@@ -66,7 +67,7 @@ def example(stack_file: Path) -> render.RenderResult:
 
 
 @pytest.fixture(scope="module")
-def config(stack_file: Path) -> StackConfig:
+def config(stack_file: Path) -> ServingStackArgs:
     return environment.load_stack_file(stack_file)[1]
 
 
@@ -211,7 +212,7 @@ def _lines(edit) -> list[str]:
     config = {k.removeprefix("llm-serving:"): v for k, v in raw.items() if k.startswith("llm-serving:")}
     config = {k: v for k, v in config.items() if k not in ("apiKey", "hfToken")}
     edit(config["models"][0])
-    valid = StackConfig.model_validate({**config, "apiKey": "k" * 32, "hfToken": "hf_" + "t" * 34})
+    valid = validate(ServingStackArgs, {**config, "apiKey": "k" * 32, "hfToken": "hf_" + "t" * 34})
     return [p.line() for p in checks.check(valid)]
 
 

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from components.platform import EksCluster
+from llm_serving.platform import EksCluster
+from llm_serving.platform.args import validate
 from stacks import checks, program
-from stacks.config import StackConfig
+from stacks.config import ServingStackArgs
 from tests.stacks.checks.test_model_checks import BASE, LLAMA_70B
 
 CLUSTER = EksCluster(name="llm-prod", endpoint="https://e", certificate_authority="ca",  # type: ignore[arg-type]
@@ -23,8 +24,8 @@ CREATED = SimpleNamespace(system_node_role_arn="arn:aws:iam::123456789012:role/c
                           system_node_security_group_id="cluster-system-nodes-id")
 
 
-def config(efs: dict[str, Any], **top: Any) -> StackConfig:
-    return StackConfig.model_validate({**BASE, "models": [LLAMA_70B], "weightsStorage": {"efs": efs}, **top})
+def config(efs: dict[str, Any], **top: Any) -> ServingStackArgs:
+    return validate(ServingStackArgs, {**BASE, "models": [LLAMA_70B], "weightsStorage": {"efs": efs}, **top})
 
 
 def test_an_existing_cluster_admits_the_stack_files_staging_groups():
@@ -78,7 +79,7 @@ def test_prod_on_an_existing_cluster_must_name_the_staging_nodes_role_and_group(
 
 
 @pytest.mark.parametrize(("groups", "message"), [
-    (["sg-123"], "String should match pattern '^sg-[0-9a-f]{8,17}$'"),
+    (["sg-123"], "item 'sg-123' is not valid"),
     ([f"sg-0cc0000000000000{i}" for i in range(6)], "List should have at most 5 items after validation, not 6"),
 ])
 def test_staging_group_ids_that_cannot_be_security_groups_are_refused(groups, message):

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from components.verification import LoadPlan, Settings, Target, probe
+from llm_serving.verification import LoadPlan, Settings, Target, probe
 from tests.support.openai_server import KEY, Behaviour, OpenAIServer
 
 MODEL = "llama-8b"

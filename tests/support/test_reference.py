@@ -769,7 +769,7 @@ def test_fixtures_are_up_to_date_with_the_reference(tmp_path: Path) -> None:
         check=True, capture_output=True, text=True,
     )  # fmt: skip
     # The CRD manifests the program applies are derived too, byte for byte.
-    applied = REPO_ROOT / "components" / "platform" / "crds"
+    applied = REPO_ROOT / "llm_serving" / "platform" / "crds"
     manifests = sorted(p.name for p in (tmp_path / "crds").glob("*.yaml"))
     assert manifests == sorted(p.name for p in applied.glob("*.yaml"))
     assert filecmp.cmpfiles(tmp_path / "crds", applied, manifests, shallow=False)[1:] == ([], [])

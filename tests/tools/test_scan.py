@@ -159,7 +159,7 @@ def test_every_skip_pattern_matches_only_vllm_deployments_and_staging_jobs_in_th
     pickers = [] if stack == "dev" else [f"Deployment.llm-serving.{model}-epp"]
     # dev's 1-GPU nodes leave no room for a compile-cache producer beside the surge replica (cache off).
     producers = [] if stack == "dev" else [f"Job.llm-serving.{model}-compile-<hash>"]
-    # The node generation's drain barrier (components/gpu/drain.py) passes the checks these entries skip.
+    # The node generation's drain barrier (llm_serving/gpu/drain.py) passes the checks these entries skip.
     assert [w if not w.startswith("Job.") and "drain-barrier" not in w else w.rsplit("-", 1)[0] + "-<hash>"
             for w in workloads] == [
         "DaemonSet.llm-serving.llm-serving-image-prepull", f"Deployment.llm-serving.{model}", *pickers,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from components.edge import ENVOY_METRIC_TYPES
-from components.edge.alerts import error_ratio
+from llm_serving.edge import ENVOY_METRIC_TYPES
+from llm_serving.edge.alerts import error_ratio
 from tests.support import promql, reference
 from tests.support.promql_eval import Store, evaluate
 

@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from components.edge import load_balancer
-from components.platform import EksCluster
+from llm_serving.edge import load_balancer
+from llm_serving.platform import EksCluster
+from llm_serving.platform.args import validate
 from stacks import checks, program
-from stacks.config import StackConfig
+from stacks.config import ServingStackArgs
 from stacks.config.files import PROJECT_DIR
 from tests.conftest import render_file
 from tests.stacks.checks.test_cluster_checks import config as create_config
@@ -155,9 +156,9 @@ def test_existing_clusters_keep_their_own_controller(rendered):
         assert "aws-load-balancer-controller" not in {a["inputs"]["serviceAccount"] for a in associations}
 
 
-def _existing(edge: dict[str, Any] | None = None, opt_in: bool = True) -> StackConfig:
+def _existing(edge: dict[str, Any] | None = None, opt_in: bool = True) -> ServingStackArgs:
     cluster = {**EXISTING["cluster"], **({"loadBalancerController": "install"} if opt_in else {})}
-    return StackConfig.model_validate({**EXISTING, "cluster": cluster, "edge": {**EXISTING["edge"], **(edge or {})}})
+    return validate(ServingStackArgs, {**EXISTING, "cluster": cluster, "edge": {**EXISTING["edge"], **(edge or {})}})
 
 
 def test_an_existing_cluster_opts_in_with_no_node_selector():
@@ -170,7 +171,7 @@ def test_an_existing_cluster_opts_in_with_no_node_selector():
     assert program.load_balancer_controller_args(_existing(opt_in=False), None) is None
 
 
-def _lines(config: StackConfig) -> list[str]:
+def _lines(config: ServingStackArgs) -> list[str]:
     return [p.line() for p in checks.check(config)]
 
 
@@ -187,7 +188,7 @@ def test_a_created_cluster_refuses_an_existing_controller_and_alb_mode():
     ]
 
 
-def _alb_opted_in(**edge: Any) -> StackConfig:
+def _alb_opted_in(**edge: Any) -> ServingStackArgs:
     return _existing({"mode": "alb", "tls": {"acmCertificateArn": ACM}, "loadBalancerSubnetIds": ALB_SUBNETS, **edge})
 
 

@@ -1,4 +1,4 @@
-"""Tests for components/edge/objects.py: the streaming-safe edge in three modes, and NetworkPolicies.
+"""Tests for llm_serving/edge/objects.py: the streaming-safe edge in three modes, and NetworkPolicies.
 
 They validate every object against the pinned CRDs and Kubernetes schema, pin each streaming setting
 to an exact value, walk host + path to a Service, and evaluate the NetworkPolicies with a small model.
@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from components.edge import objects as edge
-from components.edge.objects import EdgeSettings, Route
-from components.serving.engine import PORT
+from llm_serving.edge import objects as edge
+from llm_serving.edge.objects import EdgeSettings, Route
+from llm_serving.serving.engine import PORT
 from tests.support.reference import helm_value_errors, kubernetes_object_errors
 
 MiB = 1024 * 1024

@@ -1,4 +1,4 @@
-"""Tests for components/gpu/alerts.py: the GPU health PrometheusRule groups.
+"""Tests for llm_serving/gpu/alerts.py: the GPU health PrometheusRule groups.
 
 They pin every alert's expression, duration and severity, prove each expression parses and only
 uses metrics our counters file exports, and check that every alert names its node and GPU.
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from components.gpu import alerts as gpu_alerts
-from components.gpu.alerts import CRITICAL_XIDS, NODE_LABEL, gpu_health_rule_groups
-from components.gpu.counters import COUNTERS
+from llm_serving.gpu import alerts as gpu_alerts
+from llm_serving.gpu.alerts import CRITICAL_XIDS, NODE_LABEL, gpu_health_rule_groups
+from llm_serving.gpu.counters import COUNTERS
 from tests.support import promql
 from tests.support.reference import custom_resource_errors
 

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from components.gpu import catalog as gpu_catalog
-from components.gpu.catalog import (
+from llm_serving.gpu import catalog as gpu_catalog
+from llm_serving.gpu.catalog import (
     GPU_MODELS,
     INSTANCE_TYPES,
     GpuModel,

@@ -12,7 +12,7 @@ import base64
 import pytest
 import yaml
 
-from components.gpu import scheduling as gpu_scheduling
+from llm_serving.gpu import scheduling as gpu_scheduling
 from tests.conftest import render_file
 from tests.support import reference
 from tests.support.scheduling import Node, fits, helm_merge
@@ -349,8 +349,8 @@ def test_node_group_leaves_desired_size_to_autoscalers(rendered):
 
 
 def test_counters_configmap_name_changes_with_its_content(monkeypatch):
-    from components.gpu import counters as dcgm_counters
-    from components.gpu import dcgm_exporter
+    from llm_serving.gpu import counters as dcgm_counters
+    from llm_serving.gpu import dcgm_exporter
 
     before = dcgm_exporter.counters_configmap_name()
     monkeypatch.setattr(dcgm_counters, "counters_csv", lambda: "DCGM_FI_DEV_GPU_TEMP, gauge, t\n")
@@ -373,7 +373,7 @@ def test_an_efa_group_at_zero_offers_its_interfaces_and_huge_pages_to_the_autosc
     assert {k: v for k, v in tags.items() if k.startswith(prefix)} == {
         f"{prefix}/nvidia.com/gpu": "8", f"{prefix}/vpc.amazonaws.com/efa": "32", f"{prefix}/hugepages-2Mi": "10256Mi"}
     # What a rank asks for fits what the template offers, or the autoscaler would never pick the group.
-    from components.serving import multinode
+    from llm_serving.serving import multinode
 
     assert multinode.EFA_RESOURCE == gpu_scheduling.EFA_RESOURCE
     mib = int(multinode.EFA_HUGEPAGES.removesuffix("Mi"))
@@ -395,9 +395,9 @@ def test_a_group_without_efa_offers_no_efa_resources(rendered):
 def test_a_placement_group_model_warns_of_the_capacity_a_node_update_needs():
     import dataclasses
 
-    from components.gpu import catalog, node_group
+    from llm_serving.gpu import catalog, node_group
 
-    args = node_group.GpuNodeGroupArgs(
+    args = node_group.NodeGroupSpec(
         cluster_name="llm-prod", cluster_security_group_id="sg-1", vpc_id="vpc-1", kubernetes_version="1.34",
         instance=catalog.INSTANCE_TYPES["p5.48xlarge"], subnet_ids=["subnet-1"], min_nodes=4, max_nodes=6,
         desired_nodes=4, efa_interfaces=32, cluster_placement_group=True)

@@ -1,4 +1,4 @@
-"""Tests for components/gpu/counters.py: the DCGM exporter counters file we ship.
+"""Tests for llm_serving/gpu/counters.py: the DCGM exporter counters file we ship.
 
 Every field must be one the pinned exporter knows, with the upstream Prometheus type, and the
 rendered CSV must parse the way the exporter's Go csv reader parses it.
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from components.gpu import counters as dcgm_counters
-from components.gpu.counters import COUNTERS, COUNTERS_FILE_NAME, Counter, counters_csv
+from llm_serving.gpu import counters as dcgm_counters
+from llm_serving.gpu.counters import COUNTERS, COUNTERS_FILE_NAME, Counter, counters_csv
 from tests.support.reference import dcgm_fields
 
 FIELDS = {c.field: c.prom_type for c in COUNTERS}

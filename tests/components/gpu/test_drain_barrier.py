@@ -7,8 +7,8 @@ show is the dependency, the barrier's own termination time and the delete timeou
 
 from __future__ import annotations
 
-from components import gpu, serving
-from components.gpu import drain
+from llm_serving import gpu, serving
+from llm_serving.gpu import drain
 from stacks.checks import timing
 from stacks.config.files import stack_file_path
 from stacks.environment import load_stack_file

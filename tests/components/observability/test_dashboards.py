@@ -1,4 +1,5 @@
-"""Tests for components/observability/dashboards.py, and one walk over every PromQL expression the serving modules emit.
+"""Tests for llm_serving/observability/dashboards.py, and one walk over every PromQL expression
+the serving modules emit.
 
 Dashboards must be valid JSON with unique panel ids and a query on every panel; their ConfigMaps must
 carry the Grafana sidecar's label. Every trigger, adapter series query, alert and panel must parse
@@ -15,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from components.edge import ENVOY_METRIC_TYPES
-from components.gpu.counters import COUNTERS, exported_metric_names
-from components.observability import dashboards
-from components.observability.dashboards import dashboard_configmap, gpu_dashboard, panel_queries, serving_dashboard
-from components.observability.serving_alerts import KUBE_STATE_METRICS, ModelSlo, serving_rule_groups
-from components.routing import PICKER_METRIC_TYPES, Admission, RoutedModel, picker_alert_groups
-from components.routing.alerts import PICKER_KUBE_STATE_METRICS
-from components.scaling.objects import kv_query, prometheus_adapter_values, queue_query, scaled_object
+from llm_serving.edge import ENVOY_METRIC_TYPES
+from llm_serving.gpu.counters import COUNTERS, exported_metric_names
+from llm_serving.observability import dashboards
+from llm_serving.observability.dashboards import dashboard_configmap, gpu_dashboard, panel_queries, serving_dashboard
+from llm_serving.observability.serving_alerts import KUBE_STATE_METRICS, ModelSlo, serving_rule_groups
+from llm_serving.routing import PICKER_METRIC_TYPES, Admission, RoutedModel, picker_alert_groups
+from llm_serving.routing.alerts import PICKER_KUBE_STATE_METRICS
+from llm_serving.scaling.objects import kv_query, prometheus_adapter_values, queue_query, scaled_object
 from tests.components.scaling.test_objects import PROD
 from tests.support import promql
 from tests.support.reference import (

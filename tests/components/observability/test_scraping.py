@@ -1,4 +1,4 @@
-"""Tests for components/observability/scraping.py: the PodMonitor every autoscaling query, alert and
+"""Tests for llm_serving/observability/scraping.py: the PodMonitor every autoscaling query, alert and
 dashboard depends on for its namespace, pod and node labels."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from components.observability.scraping import pod_monitor
-from components.platform import NODE_LABEL
+from llm_serving.observability.scraping import pod_monitor
+from llm_serving.platform import NODE_LABEL
 from tests.support.reference import custom_resource_errors
 
 TARGET_LABELS = {"namespace", "pod", "node"}

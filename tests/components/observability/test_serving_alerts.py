@@ -1,4 +1,4 @@
-"""Tests for components/observability/serving_alerts.py: the per-model vLLM serving PrometheusRule groups.
+"""Tests for llm_serving/observability/serving_alerts.py: the per-model vLLM serving PrometheusRule groups.
 
 They pin every alert's expression, duration and severity for a prod-like model, prove each expression
 uses only vLLM 0.33.0 and kube-state-metrics series with labels those series have, and validate the rule.
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from components.observability import serving_alerts
-from components.observability.serving_alerts import KUBE_STATE_METRICS, ModelSlo, serving_rule_groups
+from llm_serving.observability import serving_alerts
+from llm_serving.observability.serving_alerts import KUBE_STATE_METRICS, ModelSlo, serving_rule_groups
 from tests.support import promql
 from tests.support.reference import custom_resource_errors, vllm_metric_labels, vllm_metrics, vllm_series_names
 

@@ -9,12 +9,13 @@ from typing import Any
 import pydantic
 import pytest
 
-from components.edge.objects import overload_response
-from components.routing import PICKER_METRIC_TYPES, Admission
-from components.routing.objects import picker_config
+from llm_serving.edge.objects import overload_response
+from llm_serving.platform.args import validate
+from llm_serving.routing import PICKER_METRIC_TYPES, Admission
+from llm_serving.routing.objects import picker_config
 from stacks import checks
 from stacks.checks.admission import model_admission
-from stacks.config import StackConfig
+from stacks.config import ServingStackArgs
 from stacks.config.problems import from_validation_error
 from tests.stacks.checks.test_gpu_node_group_checks import BASE
 from tests.support import promql, reference
@@ -47,10 +48,10 @@ PLUGINS = (
 
 
 def _config(overload: dict[str, Any] | None = None, autoscaling: dict[str, Any] | None = None,
-            slo: dict[str, Any] | None = None, edge: dict[str, Any] | None = None) -> StackConfig:
+            slo: dict[str, Any] | None = None, edge: dict[str, Any] | None = None) -> ServingStackArgs:
     model = {**BASE["models"][0], "route": {"routing": "inferencePool"},
              "autoscaling": {"minReplicas": 1, "maxReplicas": 3, **(autoscaling or {})}, "slo": slo or {}}
-    return StackConfig.model_validate({**BASE, "models": [model], "edge": {
+    return validate(ServingStackArgs, {**BASE, "models": [model], "edge": {
         **BASE["edge"], "inferenceRouting": {"overload": overload or {}}, **(edge or {})}})
 
 
@@ -193,8 +194,8 @@ def test_admission_refuses_values_outside_the_pickers_ranges():
 def test_out_of_range_overload_keys_are_refused_with_one_line(key, value, line):
     data = {**BASE, "edge": {**BASE["edge"], "inferenceRouting": {"overload": {key: value}}}}
     with pytest.raises(pydantic.ValidationError) as caught:
-        StackConfig.model_validate(data)
-    assert [p.line() for p in from_validation_error(caught.value, StackConfig, data)] == [
+        validate(ServingStackArgs, data)
+    assert [p.line() for p in from_validation_error(caught.value, ServingStackArgs, data)] == [
         f"llm-serving:edge.inferenceRouting.overload.{line}"]
 
 

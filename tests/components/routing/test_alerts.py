@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from components.routing import PICKER_METRIC_TYPES, RoutedModel, picker_alert_groups
-from components.routing.alerts import slow_ttft_ratio, ttft_boundary
-from components.routing.metrics import PICKER_TTFT_BUCKETS
+from llm_serving.routing import PICKER_METRIC_TYPES, RoutedModel, picker_alert_groups
+from llm_serving.routing.alerts import slow_ttft_ratio, ttft_boundary
+from llm_serving.routing.metrics import PICKER_TTFT_BUCKETS
 from tests.support import promql
 from tests.support.promql_eval import Store, evaluate
 

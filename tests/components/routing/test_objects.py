@@ -8,10 +8,12 @@ from typing import Any
 
 import pytest
 
-from components.routing import pool_problems
-from components.routing.objects import picker_config
+from llm_serving.platform import crd_manifest_text
+from llm_serving.platform.args import validate
+from llm_serving.routing import pool_problems
+from llm_serving.routing.objects import picker_config
 from stacks import checks
-from stacks.config import StackConfig
+from stacks.config import ServingStackArgs
 from tests.stacks.checks.test_gpu_node_group_checks import BASE
 from tests.support import reference
 
@@ -147,10 +149,10 @@ def test_envoy_gateway_starts_after_the_pool_crd_and_its_right_to_read_pools(ren
         "kubernetes:helm.sh/v4:Chart::edge-gateway-crds",
         "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole::edge-clusterrole-pool-reader",
         "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding::edge-clusterrolebinding-pool-reader",
-        "kubernetes:yaml/v2:ConfigFile::edge-inference-pool-crds",
+        "kubernetes:yaml/v2:ConfigGroup::edge-inference-pool-crds",
     ]
-    crds = prod.resource("kubernetes:yaml/v2:ConfigFile", "edge-inference-pool-crds")
-    assert crds["inputs"]["file"] == "components/platform/crds/gateway-api-inference-extension-v1.6.0.yaml"
+    crds = prod.resource("kubernetes:yaml/v2:ConfigGroup", "edge-inference-pool-crds")
+    assert crds["inputs"]["yaml"] == crd_manifest_text("gateway-api-inference-extension-v1.6.0.yaml")
     extension = gateway["inputs"]["values"]["config"]["envoyGateway"]["extensionManager"]
     assert extension["backendResources"] == [
         {"group": "inference.networking.k8s.io", "kind": "InferencePool", "version": "v1"}]
@@ -175,7 +177,7 @@ def test_envoy_gateway_starts_after_the_pool_crd_and_its_right_to_read_pools(ren
 
 def test_extension_manager_keys_are_fields_of_envoy_gateways_api():
     # EnvoyGateway v1.9.0 api/v1alpha1/envoygateway_types.go: ExtensionManager and ExtensionHooks fields.
-    from components.edge.objects import envoy_gateway_chart_values
+    from llm_serving.edge.objects import envoy_gateway_chart_values
 
     gateway = envoy_gateway_chart_values(inference_extension=True)["config"]["envoyGateway"]
     assert set(gateway["extensionManager"]) <= {"resources", "policyResources", "backendResources", "hooks",
@@ -249,7 +251,7 @@ def test_picker_alerts_page_when_no_picker_is_up(rendered):
 
 def _lines(edge: dict[str, Any] | None = None, route: dict[str, Any] | None = None, **top: Any) -> list[str]:
     model = {**BASE["models"][0], "route": {**BASE["models"][0].get("route", {}), **(route or {})}}
-    config = StackConfig.model_validate(
+    config = validate(ServingStackArgs,
         {**BASE, **top, "edge": {**BASE["edge"], **(edge or {})}, "models": [model]})
     return [p.line() for p in checks.check(config)]
 
@@ -279,13 +281,13 @@ def test_one_picker_is_refused_outside_dev():
 
 def test_a_ttft_objective_below_the_pickers_smallest_bucket_is_refused_for_a_pooled_model():
     model = {**BASE["models"][0], "route": {"routing": "inferencePool"}, "slo": {"ttftP95Seconds": 0.001}}
-    config = StackConfig.model_validate({**BASE, "models": [model]})
+    config = validate(ServingStackArgs, {**BASE, "models": [model]})
     assert [p.line() for p in checks.check(config)] == [
         "llm-serving:models[qwen-7b].slo.ttftP95Seconds: below the endpoint picker's smallest time-to-first-token "
         "bucket: the edge cannot tell a first token within it from a slower one (got 0.001; expected >= 0.005)"]
     # Routed to its Service, the model has no edge TTFT alert and needs no such bucket.
     served = {**model, "route": {"routing": "service"}}
-    assert checks.check(StackConfig.model_validate({**BASE, "models": [served]})) == []
+    assert checks.check(validate(ServingStackArgs, {**BASE, "models": [served]})) == []
 
 
 def test_a_picker_memory_limit_below_its_request_is_refused():
@@ -303,13 +305,13 @@ def test_unset_routing_picks_a_pool_only_where_it_can_help_and_work(edge, autosc
     from stacks.checks.planning import routing_mode
 
     model = {**BASE["models"][0], "autoscaling": autoscaling}
-    config = StackConfig.model_validate({**BASE, "edge": {**BASE["edge"], **edge}, "models": [model]})
+    config = validate(ServingStackArgs, {**BASE, "edge": {**BASE["edge"], **edge}, "models": [model]})
     assert routing_mode(config, config.models[0]).value == expected
 
 
 def test_a_negative_priority_makes_the_models_requests_sheddable_through_its_objective():
-    from components.edge.objects import Route, _route_objects
-    from components.routing import OBJECTIVE_HEADER, RoutedModel, inference_objective
+    from llm_serving.edge.objects import Route, _route_objects
+    from llm_serving.routing import OBJECTIVE_HEADER, RoutedModel, inference_objective
     from tests.components.edge.test_objects import SETTINGS
 
     batch = RoutedModel(name="batch-8b", namespace="llm-serving", pod_selector={}, port=8000, drain_seconds=900,

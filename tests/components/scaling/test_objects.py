@@ -1,4 +1,4 @@
-"""Tests for components/scaling/objects.py: KEDA ScaledObjects, adapter-mode HPAs and chart values.
+"""Tests for llm_serving/scaling/objects.py: KEDA ScaledObjects, adapter-mode HPAs and chart values.
 
 They pin the exact prod-like manifests, validate them against the pinned CRDs, OpenAPI schemas and
 chart values, and check the HPA arithmetic each trigger's metric type implies.
@@ -15,8 +15,8 @@ from pathlib import Path
 import promql_parser
 import pytest
 
-from components.scaling import objects as autoscaling
-from components.scaling.objects import (
+from llm_serving.scaling import objects as autoscaling
+from llm_serving.scaling.objects import (
     ScalingTarget,
     horizontal_pod_autoscaler,
     hpa_behavior,

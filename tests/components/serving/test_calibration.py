@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from components.serving import capacity
+from llm_serving.serving import capacity
 from tools import planner_tables
 
 ROWS = planner_tables.startup_logs()

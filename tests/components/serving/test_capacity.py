@@ -10,9 +10,9 @@ import re
 
 import pytest
 
-from components.gpu.catalog import instance_type_from_spec, lookup_instance_type
-from components.serving import capacity
-from components.serving.capacity import (
+from llm_serving.gpu.catalog import instance_type_from_spec, lookup_instance_type
+from llm_serving.serving import capacity
+from llm_serving.serving.capacity import (
     GIB,
     CapacityError,
     GpuSpec,
@@ -27,7 +27,7 @@ from components.serving.capacity import (
     startup_probe_budget_seconds,
     weight_bytes_per_gpu,
 )
-from components.serving.models import MODELS, ModelArchitecture
+from llm_serving.serving.models import MODELS, ModelArchitecture
 
 LLAMA_8B = MODELS["meta-llama/Llama-3.1-8B-Instruct"]
 LLAMA_70B = MODELS["meta-llama/Llama-3.1-70B-Instruct"]
@@ -527,7 +527,7 @@ def test_a_model_larger_than_a_node_spreads_as_tp_per_node_and_pp_across_nodes()
 
 def test_the_end_stages_carry_the_embedding_and_lm_head() -> None:
     # 3 stages: (W - 2E) / 3 + E per stage, more than W / 3.
-    from components.serving.capacity import embedding_bytes, weight_bytes_per_gpu
+    from llm_serving.serving.capacity import embedding_bytes, weight_bytes_per_gpu
 
     embedding = embedding_bytes(LLAMA_405B)
     assert embedding == 128_256 * 16_384 * 2

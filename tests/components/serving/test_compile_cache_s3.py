@@ -15,8 +15,8 @@ import pytest
 from botocore.response import StreamingBody
 from botocore.stub import ANY, Stubber
 
-from components.serving import CompileCacheKey, cache_sync
-from components.storage import buckets
+from llm_serving.serving import CompileCacheKey, cache_sync
+from llm_serving.storage import buckets
 
 SHA = "1605565b47bb9346c5515c34102e054115b4f98b"
 BUCKET = "llm-prod-weights-123456789012-us-east-1"

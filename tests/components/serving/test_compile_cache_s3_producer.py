@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from components.serving import Footprint, Strategy, Supply, producer_room
-from components.serving.compile_cache import producer_script, seed_script, sync_function
-from components.storage import buckets
+from llm_serving.serving import Footprint, Strategy, Supply, producer_room
+from llm_serving.serving.compile_cache import producer_script, seed_script, sync_function
+from llm_serving.storage import buckets
 from tests.components.serving.test_compile_cache_s3 import BUCKET, PREFIX, SHA, key
 
 # --- the shell around it, under a real /bin/sh --------------------------------------------------------------

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from components.serving import engine as vllm_engine
-from components.serving import weights
+from llm_serving.serving import engine as vllm_engine
+from llm_serving.serving import weights
 from tests.support import reference
 
 WRITABLE_PATH_ENV = (

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from components.serving import engine as vllm_engine
-from components.serving.engine import EngineSettings
+from llm_serving.serving import engine as vllm_engine
+from llm_serving.serving.engine import EngineSettings
 from tests.support import reference
 
 PROD = EngineSettings(

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from components.serving import models as model_catalog
-from components.serving.models import MODELS, ModelArchitecture, known_model_ids, lookup_model
+from llm_serving.serving import models as model_catalog
+from llm_serving.serving.models import MODELS, ModelArchitecture, known_model_ids, lookup_model
 
 REQUIRED = [
     "meta-llama/Llama-3.1-8B-Instruct",

@@ -1,4 +1,4 @@
-"""components/serving/performance.py: the roofline against published vLLM benchmarks, with the error.
+"""llm_serving/serving/performance.py: the roofline against published vLLM benchmarks, with the error.
 
 The rows live in tests/fixtures/calibration/vllm-benchmarks.json (source URL, setting, the published
 figure; facts only) and docs/capacity-planner.md shows them with our figure (tools/planner_tables.py).
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from components.serving import performance as perf
-from components.serving.models import lookup_model
+from llm_serving.serving import performance as perf
+from llm_serving.serving.models import lookup_model
 from tools import planner_tables
 
 H100 = perf.GPU_PERFORMANCE["NVIDIA-H100-80GB-HBM3"]

@@ -1,11 +1,11 @@
-"""components/serving/rollout.py: packing, the strategy decision, node-update timing and scale-up time."""
+"""llm_serving/serving/rollout.py: packing, the strategy decision, node-update timing and scale-up time."""
 
 from __future__ import annotations
 
 import pytest
 
-from components.serving import rollout
-from components.serving.rollout import Footprint, RolloutError, Strategy, Supply, Timing
+from llm_serving.serving import rollout
+from llm_serving.serving.rollout import Footprint, RolloutError, Strategy, Supply, Timing
 
 TIMING = Timing(node_ready_seconds=300, image_pull_seconds=300)
 LLAMA_70B = Footprint("llama-70b", tensor_parallel_size=4, min_replicas=2, max_replicas=4, cold_start_seconds=1317)

@@ -15,7 +15,7 @@ import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 
-from components.serving import stage_verify, weights
+from llm_serving.serving import stage_verify, weights
 
 BUCKET = "llm-prod-weights-123456789012-us-east-1"
 PREFIX = "org/model/0123456789abcdef0123456789abcdef01234567/"

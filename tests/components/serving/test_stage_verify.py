@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from components.serving import stage_verify, weights
+from llm_serving.serving import stage_verify, weights
 
 SHARDS = {"model-00001-of-00002.safetensors": b"\x00shard-one" * 4096,
           "model-00002-of-00002.safetensors": b"\x01shard-two" * 4096}

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from components import serving
-from components.routing import objects as routing_objects
-from components.serving import timing
+from llm_serving import serving
+from llm_serving.routing import objects as routing_objects
+from llm_serving.serving import timing
 
 
 @pytest.mark.parametrize(("max_model_len", "itl", "ttft", "bound"), [

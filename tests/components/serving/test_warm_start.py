@@ -10,11 +10,11 @@ import time
 
 import pytest
 
-from components.serving import CompileCacheKey, Footprint, Timing, image_pull_term, plan, prepull_daemonset
-from components.serving.capacity import compile_cache_hit_seconds
-from components.serving.compile_cache import producer_args, producer_script, seed_script
-from components.serving.rollout import replica_add_seconds
-from components.storage.objects import file_system_policy
+from llm_serving.serving import CompileCacheKey, Footprint, Timing, image_pull_term, plan, prepull_daemonset
+from llm_serving.serving.capacity import compile_cache_hit_seconds
+from llm_serving.serving.compile_cache import producer_args, producer_script, seed_script
+from llm_serving.serving.rollout import replica_add_seconds
+from llm_serving.storage.objects import file_system_policy
 
 SHA = "1605565b47bb9346c5515c34102e054115b4f98b"
 CACHE = ("/var/lib/llm-serving/compile-cache/meta-llama/Llama-3.1-70B-Instruct/"
@@ -124,7 +124,7 @@ def test_adding_a_replica_on_a_warm_node_with_a_cache_hit_takes_the_cold_start_a
 
 
 def _p5():
-    from components.gpu import lookup_instance_type
+    from llm_serving.gpu import lookup_instance_type
 
     return lookup_instance_type("p5.48xlarge")
 
@@ -321,8 +321,8 @@ def test_shared_compile_cache_with_an_unpinned_revision_is_refused_at_preview():
 
 
 def test_the_producer_job_ignores_the_node_generation_so_a_node_update_leaves_it_alone(rendered):
-    from components.gpu.scheduling import NODE_GENERATION_LABEL
-    from components.serving import deployment
+    from llm_serving.gpu.scheduling import NODE_GENERATION_LABEL
+    from llm_serving.serving import deployment
 
     assert deployment.NODE_GENERATION_LABEL == NODE_GENERATION_LABEL
     prod = rendered["prod"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from components import serving
-from components.storage import buckets
+from llm_serving import serving
+from llm_serving.storage import buckets
 
 
 def test_the_bucket_name_is_the_cluster_account_and_region_within_63_characters():

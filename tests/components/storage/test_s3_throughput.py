@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from components.storage import s3_read_estimate, streamer_mib_per_second
+from llm_serving.storage import s3_read_estimate, streamer_mib_per_second
 
 
 @pytest.mark.parametrize(("concurrency", "mib_per_second"), [

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from components.gpu import node_network
-from components.serving import engine
-from components.storage import objects as storage_objects
+from llm_serving.gpu import node_network
+from llm_serving.serving import engine
+from llm_serving.storage import objects as storage_objects
 from tests.support import reference
 
 GROUP = "gpu-p5-48xlarge"

@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
-from components.serving import weights
-from components.storage import EFS_READ_MIB_PER_SECOND, mount_target_subnets
-from components.storage import objects as storage_objects
+from llm_serving.platform.args import validate
+from llm_serving.serving import weights
+from llm_serving.storage import EFS_READ_MIB_PER_SECOND, mount_target_subnets
+from llm_serving.storage import objects as storage_objects
 from stacks import checks
 from stacks.checks import planning
-from stacks.config import StackConfig
+from stacks.config import ServingStackArgs
 from tests.conftest import render_file
 from tests.stacks.checks.test_model_checks import BASE, LLAMA_70B
 from tests.support import reference, stack_variants
@@ -130,8 +131,8 @@ def test_job_in_the_render_runs_that_script(rendered):
 SIZED = {**LLAMA_70B, "storage": {"sizeGib": 300}}  # an existing class needs the claim's size
 
 
-def config(**top: Any) -> StackConfig:
-    return StackConfig.model_validate({**BASE, "models": [LLAMA_70B], **top})
+def config(**top: Any) -> ServingStackArgs:
+    return validate(ServingStackArgs, {**BASE, "models": [LLAMA_70B], **top})
 
 
 def lines(**top: Any) -> list[str]:
@@ -169,7 +170,7 @@ def test_backend_settings_that_cannot_work_are_rejected():
         "expected unset, or backend existingStorageClass)"
     ]
     sized = {**LLAMA_70B, "storage": {"sizeGib": 200}}
-    assert [p.line() for p in checks.check(StackConfig.model_validate({**BASE, "models": [sized]}))] == [
+    assert [p.line() for p in checks.check(validate(ServingStackArgs, {**BASE, "models": [sized]}))] == [
         "llm-serving:models[llama-70b].storage.sizeGib: EFS ignores a claim's size (it grows with its data); a size "
         "here would only risk a shrink (got 200; expected unset)"
     ]
@@ -379,7 +380,7 @@ def test_dev_without_a_staging_role_has_no_policy_and_says_so(rendered):
 
 
 def test_a_trust_policy_without_its_source_conditions_cannot_be_built():
-    from components.platform import pod_identity_trust_policy
+    from llm_serving.platform import pod_identity_trust_policy
 
     with pytest.raises(ValueError, match="needs the account id and the cluster ARN"):
         pod_identity_trust_policy("", "arn:aws:eks:us-east-1:123456789012:cluster/llm-prod")

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from components.platform import versions
-from components.verification import AWAIT_SLACK_SECONDS, PROBE_SOURCE, network_policy
+from llm_serving.platform import versions
+from llm_serving.verification import AWAIT_SLACK_SECONDS, PROBE_SOURCE, network_policy
 
 JOB = "kubernetes:batch/v1:Job"
 CONFIGMAP = "kubernetes:core/v1:ConfigMap"

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from components.verification import Settings, Target, probe
-from components.verification.probe import FAIL, PASS, SKIP
+from llm_serving.verification import Settings, Target, probe
+from llm_serving.verification.probe import FAIL, PASS, SKIP
 from tests.support import waiting_runs
 from tests.support.openai_server import KEY
 from tests.support.probe_runs import MODEL

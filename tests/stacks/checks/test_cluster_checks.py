@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from components import cluster
+from llm_serving import cluster
+from llm_serving.platform.args import validate
 from stacks import checks
 from stacks.checks import cluster as cluster_checks
-from stacks.config import StackConfig
+from stacks.config import ServingStackArgs
 
 BASE: dict[str, Any] = {
     "environment": "dev",
@@ -35,7 +36,7 @@ BASE: dict[str, Any] = {
 }
 
 
-def config(**changes: Any) -> StackConfig:
+def config(**changes: Any) -> ServingStackArgs:
     values = copy.deepcopy(BASE)
     for path, value in changes.items():
         node = values
@@ -43,7 +44,7 @@ def config(**changes: Any) -> StackConfig:
         for part in parents:
             node = node[part]
         node[last] = value
-    return StackConfig.model_validate(values)
+    return validate(ServingStackArgs, values)
 
 
 def lines(**changes: Any) -> list[str]:
@@ -120,7 +121,7 @@ def test_gpu_subnets_must_be_zones_of_the_created_vpc_without_ids():
 @pytest.mark.parametrize(("version", "expected"), [
     ("1.30", 'llm-serving:cluster.kubernetesVersion: EKS does not offer this version for a new cluster (got "1.30"; '
              "expected 1.32, 1.33, 1.34, 1.35)"),
-    ("1.35", "llm-serving:cluster.kubernetesVersion: no add-on versions are pinned for it (components/platform/"
+    ("1.35", "llm-serving:cluster.kubernetesVersion: no add-on versions are pinned for it (llm_serving/platform/"
              'versions.py ADDON_VERSIONS) (got "1.35"; expected 1.33, 1.34)'),
 ])
 def test_rejects_a_version_eks_does_not_offer_or_without_pinned_addons(version, expected):

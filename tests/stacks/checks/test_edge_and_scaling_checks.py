@@ -8,16 +8,17 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from llm_serving.platform.args import validate
 from stacks import checks
-from stacks.config import StackConfig
+from stacks.config import ServingStackArgs
 from tests.stacks.checks.test_gpu_node_group_checks import BASE
 
 ACM = "arn:aws:acm:us-east-1:123456789012:certificate/0a1b2c3d-0000-4000-8000-000000000000"
 ALB_SUBNETS = ["subnet-0aaa1111", "subnet-0bbb2222"]
 
 
-def config(edge: dict[str, Any] | None = None, models: list[dict[str, Any]] | None = None) -> StackConfig:
-    return StackConfig.model_validate(
+def config(edge: dict[str, Any] | None = None, models: list[dict[str, Any]] | None = None) -> ServingStackArgs:
+    return validate(ServingStackArgs,
         {**BASE, "edge": {**BASE["edge"], **(edge or {})}, "models": models or BASE["models"]}
     )
 
@@ -201,7 +202,7 @@ def test_rejects_max_replicas_beyond_node_group_gpus():
 def test_rejects_prometheus_url_in_another_namespace_than_the_scrape_namespace():
     observability = {**BASE["observability"], "prometheus": {
         "mode": "existing", "namespace": "observability", "url": "http://prometheus-operated.monitoring.svc:9090"}}
-    cfg = StackConfig.model_validate({**BASE, "observability": observability})
+    cfg = validate(ServingStackArgs, {**BASE, "observability": observability})
     assert [p.line() for p in checks.check(cfg)] == [
         'llm-serving:observability.prometheus.namespace: the URL points at namespace monitoring (got "observability"; '
         "expected monitoring)"

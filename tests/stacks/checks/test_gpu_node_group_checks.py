@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
+from llm_serving.platform.args import validate
 from stacks import checks
-from stacks.config import StackConfig
+from stacks.config import ServingStackArgs
 
 BASE: dict[str, Any] = {
     "environment": "prod",
@@ -44,7 +45,7 @@ BASE: dict[str, Any] = {
 
 def lines(**group_changes: Any) -> list[str]:
     group = {**BASE["gpuNodeGroup"], **group_changes}
-    config = StackConfig.model_validate({**BASE, "gpuNodeGroup": group})
+    config = validate(ServingStackArgs, {**BASE, "gpuNodeGroup": group})
     return [p.line() for p in checks.check(config)]
 
 
@@ -140,7 +141,7 @@ def test_rejects_more_efa_interfaces_than_the_instance_has():
 
 
 def test_rejects_existing_prometheus_without_url():
-    config = StackConfig.model_validate(
+    config = validate(ServingStackArgs,
         {**BASE, "observability": {"prometheus": {"mode": "existing"}, "runbookBaseUrl": "https://r.example.com"}}
     )
     assert [p.line() for p in checks.check(config)] == [

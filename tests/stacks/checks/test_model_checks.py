@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from llm_serving.platform.args import validate
 from stacks import checks
-from stacks.config import StackConfig
+from stacks.config import ServingStackArgs
 from tests.stacks.checks.test_gpu_node_group_checks import BASE
 
 SHA = "1605565b47bb9346c5515c34102e054115b4f98b"
@@ -20,7 +21,7 @@ LLAMA_70B = {
 
 def lines(environment: str = "prod", max_nodes: int = 2, **model: Any) -> list[str]:
     group = {**BASE["gpuNodeGroup"], "scaling": {"minNodes": 1, "maxNodes": max_nodes, "desiredNodes": 1}}
-    config = StackConfig.model_validate(
+    config = validate(ServingStackArgs,
         {**BASE, "environment": environment, "gpuNodeGroup": group, "models": [{**LLAMA_70B, **model}]}
     )
     return [p.line() for p in checks.check(config)]
@@ -163,7 +164,7 @@ def test_rejects_utilisation_outside_the_allowed_range():
 
     for value in (0, 0.99):
         try:
-            StackConfig.model_validate({**BASE, "models": [{**LLAMA_70B, "gpuMemoryUtilization": value}]})
+            validate(ServingStackArgs, {**BASE, "models": [{**LLAMA_70B, "gpuMemoryUtilization": value}]})
         except ValidationError as error:
             assert error.errors()[0]["loc"] == ("models", 0, "gpuMemoryUtilization")
         else:

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 import yaml
 
+from llm_serving.platform.args import validate
 from policies import rules
 from stacks import checks
-from stacks.config import StackConfig
+from stacks.config import ServingStackArgs
 from stacks.config.files import PROJECT_DIR
 from stacks.offline import render
 from tests.conftest import render_file
@@ -164,7 +165,7 @@ def _lines(edit) -> list[str]:
     config = {k.removeprefix("llm-serving:"): v for k, v in raw.items() if k.startswith("llm-serving:")}
     config = {k: v for k, v in config.items() if k not in ("apiKey", "hfToken")}
     edit(config)
-    valid = StackConfig.model_validate({**config, "apiKey": "k" * 32, "hfToken": "hf_" + "t" * 34})
+    valid = validate(ServingStackArgs, {**config, "apiKey": "k" * 32, "hfToken": "hf_" + "t" * 34})
     return [p.line() for p in checks.check(valid)]
 
 

@@ -6,13 +6,14 @@ import json
 
 import pytest
 
+from llm_serving.platform.args import validate
 from stacks.checks.platform import network_policy_enforcement_problem
-from stacks.config import StackConfig
+from stacks.config import ServingStackArgs
 from tests.stacks.checks.test_gpu_node_group_checks import BASE
 
 
-def config(**cluster) -> StackConfig:
-    return StackConfig.model_validate({**BASE, "cluster": {**BASE["cluster"], **cluster}})
+def config(**cluster) -> ServingStackArgs:
+    return validate(ServingStackArgs, {**BASE, "cluster": {**BASE["cluster"], **cluster}})
 
 
 @pytest.mark.parametrize("values", ['{"enableNetworkPolicy": "true"}', '{"enableNetworkPolicy": true, "x": 1}'])

@@ -5,15 +5,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from llm_serving.platform.args import validate
 from stacks import checks
 from stacks.checks import planning
 from stacks.checks import platform as platform_checks
-from stacks.config import StackConfig
+from stacks.config import ServingStackArgs
 from tests.stacks.checks.test_gpu_node_group_checks import BASE
 
 
-def config(**top: Any) -> StackConfig:
-    return StackConfig.model_validate({**BASE, **top})
+def config(**top: Any) -> ServingStackArgs:
+    return validate(ServingStackArgs, {**BASE, **top})
 
 
 def lines(**top: Any) -> list[str]:
@@ -70,7 +71,7 @@ def test_cluster_autoscaler_needs_an_image_for_the_clusters_minor():
                  "weightsStorage": {"efs": {**BASE["weightsStorage"]["efs"], "installCsiDriver": False}}}
     assert lines(cluster={"name": "llm-prod", "kubernetesVersion": "1.35"}, **no_addons) == [
         'llm-serving:cluster.kubernetesVersion: no Cluster Autoscaler image is pinned for Kubernetes 1.35 (pinned: '
-        "1.33, 1.34); add the matching release to components/platform/versions.py (got \"1.35\"; expected 1.33, "
+        "1.33, 1.34); add the matching release to llm_serving/platform/versions.py (got \"1.35\"; expected 1.33, "
         "1.34)"
     ]
     # Without our autoscaler the version is not ours to match.

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from llm_serving.platform.args import validate
 from stacks.checks import prerequisites
-from stacks.config import StackConfig
+from stacks.config import ServingStackArgs
 from stacks.config.files import PROJECT_DIR
 from tests.stacks.checks.test_gpu_node_group_checks import BASE
 
 
 def keys(**top: Any) -> list[str]:
-    return [item.key for item in prerequisites.required(StackConfig.model_validate({**BASE, **top}))]
+    return [item.key for item in prerequisites.required(validate(ServingStackArgs, {**BASE, **top}))]
 
 
 def test_the_efs_backend_needs_the_pod_identity_agent_even_without_our_autoscaler():
@@ -40,7 +41,7 @@ def test_conditional_items_follow_their_settings():
 
 
 def test_described_items_name_the_stacks_values():
-    lines = prerequisites.describe(StackConfig.model_validate(BASE))
+    lines = prerequisites.describe(validate(ServingStackArgs, BASE))
     (versions,) = [line for line in lines if line.startswith("addon-versions")]
     assert versions.startswith(
         "addon-versions (eks-node-monitoring-agent v1.7.0-eksbuild.1, aws-efs-csi-driver v3.4.1-eksbuild.1): ")

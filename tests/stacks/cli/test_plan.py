@@ -212,7 +212,7 @@ def test_stack_plan_is_exactly_what_prod_deploys(rendered) -> None:
     assert data["storage_read_mib_per_second"] == 500.0
     assert data["cost"] == {
         "usd_per_replica_hour": 27.52, "usd_per_node_hour": 55.04,
-        "price_source": "On-Demand, us-east-1, 2026-07-20, components/gpu/prices.json",
+        "price_source": "On-Demand, us-east-1, 2026-07-20, llm_serving/gpu/prices.json",
         "stack_nodes_at_min_replicas": 2, "stack_nodes_at_max_replicas": 2,
         "stack_usd_per_hour_at_min": 110.08, "stack_usd_per_hour_at_max": 110.08,
         "stack_price_note": "On-Demand, us-east-1, 2026-07-20",

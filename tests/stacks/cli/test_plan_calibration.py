@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from components.serving import GPU_PERFORMANCE, latency, lookup_model
+from llm_serving.serving import GPU_PERFORMANCE, latency, lookup_model
 from stacks.cli import plan as plan_cli
 
 PLAN = ["--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "p5.4xlarge", "--max-model-len", "8192"]

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from components.gpu import known_instance_type_names
-from components.serving import known_model_ids
+from llm_serving.gpu import known_instance_type_names
+from llm_serving.serving import known_model_ids
 from stacks.cli import plan as plan_cli
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 
@@ -112,7 +113,7 @@ def test_the_mode_defaults_by_environment_and_off_removes_the_job(stack, overrid
     from stacks import program  # the Pulumi program's mapping (imports pulumi)
 
     _, config = load_stack_file(PROJECT_DIR / f"Pulumi.{stack}.yaml")
-    config = config.model_copy(update={"verification": config.verification.model_copy(update=override)})
+    config = replace(config, **{"verification": replace(config.verification, **override)})
     assert [v.mode for v in program.model_verifications(config)] == modes
 
 

@@ -170,7 +170,7 @@ def test_a_helm_release_in_another_namespace_is_a_replacement(repo):
 def test_a_reworded_security_group_is_replaced_with_its_ingress_rule(repo):
     reworded = ('f"NFS from the GPU nodes of {args.cluster_name} to the weights file system"',
                 'f"NFS to the weights of {args.cluster_name}"')
-    with edited(repo, "components/storage/efs.py", reworded):
+    with edited(repo, "llm_serving/storage/efs.py", reworded):
         result = run_diff(repo, "staging", "--base", "main")
     assert result.returncode == 1, result.stderr
     out = result.stdout
@@ -184,7 +184,7 @@ def test_a_reworded_security_group_is_replaced_with_its_ingress_rule(repo):
 
 
 def test_a_new_efs_performance_mode_replaces_the_file_system_its_mount_targets_and_storage_class(repo):
-    with edited(repo, "components/storage/efs.py", ('performance_mode="generalPurpose"', 'performance_mode="maxIO"')):
+    with edited(repo, "llm_serving/storage/efs.py", ('performance_mode="generalPurpose"', 'performance_mode="maxIO"')):
         result = run_diff(repo, "staging", "--base", "main")
     assert result.returncode == 1, result.stderr
     out = result.stdout

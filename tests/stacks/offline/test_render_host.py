@@ -24,7 +24,7 @@ GOLDEN = PROJECT_DIR / "tests" / "golden"
 FAKE_MAIN = textwrap.dedent("""\
     import json, os, sys
     import stacks
-    loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("components", "policies", "tools"))
+    loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("llm_serving", "policies", "tools"))
     print(json.dumps({"stacks": stacks.__file__, "argv": sys.argv[1:], "cwd": os.getcwd(),
                       "path0": sys.path[0], "env": os.environ.get("SIDE_MARK"), "loaded": loaded,
                       "no_bytecode": sys.dont_write_bytecode}))

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from components import gpu
+from llm_serving import gpu
 from stacks.config import CapacityType
 from stacks.preflight import catalog
 from stacks.preflight.context import guarded

@@ -72,7 +72,7 @@ def test_readable_revision_whose_patterns_keep_the_weights_passes(server):
 
 
 def test_staged_files_follow_the_jobs_allow_and_ignore_patterns():
-    from components import serving
+    from llm_serving import serving
 
     kept = hub.staged_files(LLAMA_FILES, serving.ALLOW_PATTERNS, serving.IGNORE_PATTERNS)
     assert "original/params.json" not in kept and "original/consolidated.00.pth" not in kept

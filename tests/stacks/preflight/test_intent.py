@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
-from components import serving
+from llm_serving import serving
 from stacks import environment
 from stacks.config.files import stack_file_path
 from stacks.preflight import intent
@@ -57,8 +58,8 @@ def test_peak_nodes_add_the_node_update_group_to_the_bound():
 
 def test_a_tokenizer_revision_is_a_second_download_of_tokenizer_files_only():
     _, config = environment.load_stack_file(stack_file_path("prod"))
-    model = config.models[0].model_copy(update={"tokenizer_revision": "a" * 40})
-    found = intent("prod", "us-east-1", config.model_copy(update={"models": [model]}))
+    model = replace(config.models[0], **{"tokenizer_revision": "a" * 40})
+    found = intent("prod", "us-east-1", replace(config, **{"models": [model]}))
     assert [(s.revision, s.key, s.needs_weights) for s in found.sources] == [
         ("1605565b47bb9346c5515c34102e054115b4f98b", "models[llama-70b].revision", True),
         ("a" * 40, "models[llama-70b].tokenizerRevision", False),

@@ -1,0 +1,60 @@
+"""The streaming-safe edge: Envoy Gateway (default), an AWS ALB or legacy ingress-nginx in front of
+each model's OpenAI API, and the NetworkPolicies around the vLLM pods."""
+
+from .alerts import ENVOY_METRIC_TYPES, edge_alert_groups, envoy_pod_monitor
+from .args import (
+    ControllerMode,
+    EdgeArgs,
+    EdgeAuth,
+    EdgeMode,
+    InferenceRoutingArgs,
+    JwtArgs,
+    LoadBalancerScheme,
+    OverloadArgs,
+    TlsArgs,
+)
+from .edge import Edge, EdgeSpec
+from .load_balancer import NAMESPACE as LOAD_BALANCER_NAMESPACE
+from .load_balancer import POLICY_SOURCE as LOAD_BALANCER_POLICY_SOURCE
+from .load_balancer_controller import LoadBalancerController, LoadBalancerControllerArgs
+from .objects import (
+    NLB_TCP_IDLE_SECONDS,
+    PROMETHEUS_POD_LABELS,
+    EdgeSettings,
+    Route,
+    edge_pod_selector,
+    gateway_injects_upstream_key,
+    network_policies,
+    object_storage_egress,
+    v1_path,
+)
+
+__all__ = [
+    "ControllerMode",
+    "EdgeArgs",
+    "EdgeAuth",
+    "EdgeMode",
+    "InferenceRoutingArgs",
+    "JwtArgs",
+    "LoadBalancerScheme",
+    "OverloadArgs",
+    "TlsArgs",
+    "ENVOY_METRIC_TYPES",
+    "NLB_TCP_IDLE_SECONDS",
+    "PROMETHEUS_POD_LABELS",
+    "Edge",
+    "EdgeSpec",
+    "EdgeSettings",
+    "LOAD_BALANCER_NAMESPACE",
+    "LOAD_BALANCER_POLICY_SOURCE",
+    "LoadBalancerController",
+    "LoadBalancerControllerArgs",
+    "Route",
+    "edge_alert_groups",
+    "edge_pod_selector",
+    "envoy_pod_monitor",
+    "gateway_injects_upstream_key",
+    "network_policies",
+    "object_storage_egress",
+    "v1_path",
+]

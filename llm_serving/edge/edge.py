@@ -1,0 +1,276 @@
+"""Edge: publishes each model's OpenAI API through Envoy Gateway, an AWS ALB or ingress-nginx.
+
+Installs the controller's chart when asked and declares the streaming-safe objects that
+`edge_objects` builds (the NetworkPolicies around the pods are the ServingStack's, created first).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+import pulumi_tls as tls
+
+from llm_serving.platform import RESTRICTED, crd_chart, crd_manifests, helm_release, manifest_resource, namespace
+
+from . import alerts, objects
+from .load_balancer_controller import LoadBalancerController, LoadBalancerControllerArgs
+from .objects import EdgeSettings, Route
+
+# `restricted`, checked against gateway-helm v1.9.0 rendered by `helm template` with our values
+# (the controller and its certgen hook Job: non-root UID 65532, seccomp RuntimeDefault, drop ALL)
+# and against the Envoy proxy Deployment the controller creates at run time in this namespace
+# (envoyproxy/gateway v1.9.0 internal/infrastructure/kubernetes/resource DefaultSecurityContext for
+# the envoy and shutdown-manager containers; our EnvoyProxy sets no pod or container overrides).
+EDGE_POD_SECURITY = RESTRICTED
+# `restricted`: ai-gateway-helm v1.1.0 rendered with our values runs its controller as UID 65532 with
+# seccomp RuntimeDefault and drops ALL capabilities (checked with `helm template`).
+AI_GATEWAY_POD_SECURITY = RESTRICTED
+# Dev's self-signed certificate: a year, renewed by any `pulumi up` in its last 30 days.
+SELF_SIGNED_VALIDITY_HOURS = 365 * 24
+SELF_SIGNED_EARLY_RENEWAL_HOURS = 30 * 24
+
+
+@dataclass(frozen=True)
+class EdgeSpec:
+    mode: str  # "gateway" | "alb" | "ingress-nginx"
+    install_controller: bool
+    settings: EdgeSettings
+    routes: tuple[Route, ...]
+    envoy_gateway_chart_version: str
+    alb_controller_chart_version: str
+    alb_controller_values: dict  # clusterName, region, vpcId, service account role
+    # alb mode: the subnets the ALB is placed in, and their CIDRs (the ALB reaches the pods directly).
+    load_balancer_subnet_ids: tuple[str, ...] = ()
+    load_balancer_cidrs: tuple[pulumi.Input[str], ...] = ()
+    # The key the gateway accepts (gateway mode, API-key auth): the clients' key, or vLLM's own.
+    client_api_key: pulumi.Input[str] | None = None
+    # Where the gateway authenticates clients itself: vLLM's own key, injected on every routed request.
+    upstream_api_key: pulumi.Input[str] | None = None
+    # Envoy AI Gateway as Envoy Gateway's extension, so routes can name InferencePools (gateway mode
+    # with an installed controller only; the stack refuses it otherwise).
+    inference_extension: bool = False
+    ai_gateway_chart_version: str = ""
+    ai_gateway_crds_chart_version: str = ""
+    inference_pool_crds_file: str = ""  # the InferencePool CRD manifest (a file of platform/crds/)
+    # Dev: the host a self-signed certificate is made for, stored as settings.tls_secret_name; None: the
+    # certificate comes from cert-manager or an existing Secret.
+    self_signed_host: str | None = None
+    # prod: the CRDs this edge applies are protected as well as retained (`crd_options`).
+    protect_crds: bool = False
+    # The AWS Load Balancer Controller with its Pod Identity role, installed before anything of the edge
+    # (a created cluster, or `cluster.loadBalancerController: install`); None: the cluster runs one, or
+    # alb mode installs its own release from `alb_controller_values`.
+    load_balancer_controller: LoadBalancerControllerArgs | None = None
+
+
+class Edge(pulumi.ComponentResource):
+    """The load balancer, routes and policies in front of the vLLM Services."""
+
+    def __init__(self, name: str, args: EdgeSpec, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("llmserving:edge:Edge", name, None, opts)
+        routes = list(args.routes)
+        controller: list[pulumi.Resource] = []
+        # What the endpoint pickers need before they start (the pool CRD, the gateway and its extension).
+        self.inference_prerequisites: list[pulumi.Resource] = []
+        # The load balancer controller first: every object below waits for it (through `controller`).
+        balancer: list[pulumi.Resource] = []
+        if args.load_balancer_controller is not None:
+            balancer.append(LoadBalancerController(
+                f"{name}-load-balancer-controller", args.load_balancer_controller, pulumi.ResourceOptions(parent=self)
+            ).release)
+            controller.extend(balancer)
+        if args.mode == "gateway":
+            if args.install_controller:
+                # Only an installed controller's namespace is ours; an existing one is left alone. It
+                # depends on the load balancer controller for destroy's sake: Pulumi deletes the
+                # namespace first and waits until it is gone, and it is gone only once the Envoy
+                # Service in it is, which the load balancer controller's finalizer holds until it has
+                # deleted the NLB; only then is the controller uninstalled. The Gateway alone would
+                # not do: it has no finalizer, and Envoy Gateway deletes the Service after it returns.
+                ns = namespace(
+                    f"{name}-namespace", args.settings.namespace, parent=self, pod_security=EDGE_POD_SECURITY,
+                    depends_on=balancer,
+                )
+                controller.append(ns)
+                # The CRDs first, from their own chart at the controller's version, so a bump
+                # upgrades them; gateway-helm then skips its own (crds.enabled: false).
+                crds = crd_chart(
+                    f"{name}-gateway-crds",
+                    chart="gateway-crds-helm",
+                    version=args.envoy_gateway_chart_version,
+                    values=objects.gateway_crds_chart_values(),
+                    parent=self,
+                    protect=args.protect_crds,
+                )
+                controller.append(crds)
+                pool_prerequisites = self._inference_pool_prerequisites(name, args) if args.inference_extension else []
+                envoy_gateway = helm_release(
+                    f"{name}-envoy-gateway",
+                    chart="gateway-helm",
+                    version=args.envoy_gateway_chart_version,
+                    release_namespace=ns.metadata.name,
+                    values=objects.envoy_gateway_chart_values(args.inference_extension),
+                    parent=self,
+                    depends_on=[crds, *pool_prerequisites],
+                )
+                controller.append(envoy_gateway)
+                if args.self_signed_host is not None:
+                    controller.append(self._self_signed_certificate(name, args, ns))
+                if args.inference_extension:
+                    ai_gateway = self._ai_gateway(name, args, envoy_gateway)
+                    controller.append(ai_gateway)
+                    self.inference_prerequisites = [crds, *pool_prerequisites, envoy_gateway, ai_gateway]
+            manifests = objects.gateway_objects(args.settings, routes)
+            if args.settings.api_key_secret:
+                # Envoy Gateway's apiKeyAuth reads client id -> key pairs from this Secret.
+                k8s.core.v1.Secret(
+                    f"{name}-client-keys",
+                    metadata={"name": args.settings.api_key_secret, "namespace": args.settings.namespace},
+                    type="Opaque",
+                    string_data={"llm-serving": pulumi.Output.secret(args.client_api_key)},
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=controller),
+                )
+            if objects.gateway_injects_upstream_key(args.settings):
+                # What the HTTPRouteFilter injects, next to each route (a filter names a Secret in
+                # its own namespace). Envoy Gateway watches it: a rotated key is sent at once.
+                for namespace_name in sorted({route.namespace for route in routes}):
+                    k8s.core.v1.Secret(
+                        f"{name}-upstream-key-{namespace_name}",
+                        metadata={"name": objects.UPSTREAM_CREDENTIAL_SECRET, "namespace": namespace_name},
+                        type="Opaque",
+                        string_data={"credential": pulumi.Output.concat(
+                            "Bearer ", pulumi.Output.secret(args.upstream_api_key))},
+                        opts=pulumi.ResourceOptions(parent=self, depends_on=controller),
+                    )
+        elif args.mode == "alb":
+            # An Ingress holds the controller's finalizer until its ALB is deleted: its delete waits for
+            # that, and the controller (a dependency) is uninstalled after it.
+            if args.install_controller and args.load_balancer_controller is None:
+                controller.append(
+                    helm_release(
+                        f"{name}-alb-controller",
+                        chart="aws-load-balancer-controller",
+                        version=args.alb_controller_chart_version,
+                        release_namespace=args.settings.namespace,
+                        values=args.alb_controller_values,
+                        parent=self,
+                    )
+                )
+            manifests = objects.alb_ingress(args.settings, routes, args.load_balancer_subnet_ids)
+        else:
+            # ingress-nginx was retired in March 2026: no releases or security fixes since.
+            pulumi.log.warn(
+                "edge.mode ingress-nginx: ingress-nginx is retired (no security fixes since March 2026); "
+                "move to mode gateway",
+                resource=self,
+            )
+            manifests = objects.nginx_ingress(args.settings, routes)
+
+        # Custom resources wait for the chart that brings their CRDs (and the namespace they live in).
+        self._name, self._controller = name, controller
+        self._mode, self._settings = args.mode, args.settings
+        pooled = {r.model_name for r in routes if r.inference_pool}
+        self._pool_routes = [o for o in manifests if _route_of(o) in pooled]
+        after = pulumi.ResourceOptions(parent=self, depends_on=controller)
+        for obj in manifests:
+            if _route_of(obj) not in pooled:
+                metadata = obj["metadata"]
+                manifest_resource(f"{name}-{obj['kind'].lower()}-{metadata['name']}", obj, after)
+        self.register_outputs({})
+
+    def add_monitoring(self, monitor_labels: dict[str, str], runbook_base_url: str,
+                       crds: list[pulumi.Resource]) -> None:
+        """Gateway mode: scrape the Envoy proxies and alert on the errors users see there; `crds` bring the
+        PodMonitor and PrometheusRule kinds (an installed Prometheus Operator), else they already exist."""
+        if self._mode != "gateway":
+            return
+        settings = self._settings
+        after = pulumi.ResourceOptions(parent=self, depends_on=[*self._controller, *crds])
+        manifest_resource(f"{self._name}-envoy-podmonitor",
+                          alerts.envoy_pod_monitor(settings.gateway_name, settings.namespace, monitor_labels), after)
+        manifest_resource(f"{self._name}-alerts", {
+            "apiVersion": alerts.MONITORING_API, "kind": "PrometheusRule",
+            "metadata": {"name": "edge-alerts", "namespace": settings.namespace,
+                         "labels": {"app.kubernetes.io/part-of": "llm-serving", **monitor_labels}},
+            "spec": {"groups": alerts.edge_alert_groups(settings.gateway_name, settings.namespace, runbook_base_url)},
+        }, after)
+
+    def publish_pool_routes(self, pickers: list[pulumi.Resource]) -> None:
+        """The routes that name an InferencePool, once its picker is Ready: the gateway fails closed, so
+        a route switched before its picker answers would fail every request of the model."""
+        after = pulumi.ResourceOptions(parent=self, depends_on=[*self._controller, *pickers])
+        for obj in self._pool_routes:
+            metadata = obj["metadata"]
+            manifest_resource(f"{self._name}-{obj['kind'].lower()}-{metadata['name']}", obj, after)
+
+    def _inference_pool_prerequisites(self, name: str, args: EdgeSpec) -> list[pulumi.Resource]:
+        """What Envoy Gateway needs before it starts with InferencePool as a backend resource: the CRD
+        (its watch on a missing kind fails cache sync after 2 minutes and the controller stops) and
+        the right to list pools (else the sync is forbidden and the release never turns ready)."""
+        pool_crd = crd_manifests(f"{name}-inference-pool-crds", args.inference_pool_crds_file, parent=self,
+                                 protect=args.protect_crds)
+        reader = [
+            manifest_resource(f"{name}-{obj['kind'].lower()}-pool-reader", obj, pulumi.ResourceOptions(parent=self))
+            for obj in objects.inference_pool_reader(args.settings.namespace)
+        ]
+        return [pool_crd, *reader]
+
+    def _self_signed_certificate(self, name: str, args: EdgeSpec, ns: pulumi.Resource) -> pulumi.Resource:
+        """Dev's certificate, so the HTTPS listener is programmed on the first up: a P-256 key and a
+        one-year self-signed certificate for the host, in the Secret the Gateway names. Both live in
+        the stack's state as secrets; a host change makes a new certificate (its inputs change)."""
+        child = pulumi.ResourceOptions(parent=self)
+        key = tls.PrivateKey(f"{name}-tls-key", algorithm="ECDSA", ecdsa_curve="P256", opts=child)
+        certificate = tls.SelfSignedCert(
+            f"{name}-tls-certificate",
+            private_key_pem=key.private_key_pem,
+            subject={"common_name": args.self_signed_host, "organization": "llm-serving (self-signed)"},
+            dns_names=[args.self_signed_host],
+            validity_period_hours=SELF_SIGNED_VALIDITY_HOURS,
+            # Renewed by the next `pulumi up` in the certificate's last month.
+            early_renewal_hours=SELF_SIGNED_EARLY_RENEWAL_HOURS,
+            allowed_uses=["digital_signature", "key_encipherment", "server_auth"],
+            opts=child,
+        )
+        return k8s.core.v1.Secret(
+            f"{name}-tls-secret",
+            metadata={"name": args.settings.tls_secret_name, "namespace": args.settings.namespace},
+            type="kubernetes.io/tls",
+            string_data={"tls.crt": certificate.cert_pem, "tls.key": pulumi.Output.secret(key.private_key_pem)},
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]),
+        )
+
+    def _ai_gateway(self, name: str, args: EdgeSpec, envoy_gateway: pulumi.Resource) -> pulumi.Resource:
+        """Envoy AI Gateway after Envoy Gateway (its install order, facts.md T2.10): the CRD chart, then
+        the controller, whose extension server Envoy Gateway calls for every route translation."""
+        ns = namespace(f"{name}-ai-gateway-namespace", objects.AI_GATEWAY_NAMESPACE, parent=self,
+                       pod_security=AI_GATEWAY_POD_SECURITY)
+        crds = helm_release(
+            f"{name}-ai-gateway-crds",
+            chart="ai-gateway-crds-helm",
+            version=args.ai_gateway_crds_chart_version,
+            release_namespace=ns.metadata.name,
+            values={},
+            parent=self,
+            depends_on=[envoy_gateway],
+            crds_only=True,
+            protect=args.protect_crds,
+        )
+        return helm_release(
+            f"{name}-ai-gateway",
+            chart="ai-gateway-helm",
+            version=args.ai_gateway_chart_version,
+            release_namespace=ns.metadata.name,
+            values=objects.ai_gateway_chart_values(args.settings.namespace),
+            parent=self,
+            depends_on=[crds],
+        )
+
+
+def _route_of(obj: dict) -> str | None:
+    """The model a gateway route object belongs to (HTTPRoute and its BackendTrafficPolicy)."""
+    if obj["kind"] in ("HTTPRoute", "BackendTrafficPolicy"):
+        return obj["metadata"]["name"]
+    return None

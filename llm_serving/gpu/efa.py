@@ -1,0 +1,47 @@
+"""EfaDevicePlugin: AWS's EFA device plugin, so pods on the GPU nodes can request their EFA interfaces.
+
+The EKS accelerated AMIs carry the host EFA driver but not the plugin (EKS user guide,
+device-management-efa; facts.md T2.5). The chart's DaemonSet runs privileged with hostNetwork and
+hostPath mounts, so it goes to kube-system, where AWS documents it and `system-node-critical` is
+allowed; its node affinity already lists the EFA instance types (p4d, p5, p5e, p5en, ...).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+
+from llm_serving.platform import helm_release
+
+from . import scheduling
+
+EFA_NAMESPACE = "kube-system"
+
+
+def efa_device_plugin_values() -> dict[str, Any]:
+    """aws-efa-k8s-device-plugin v0.5.30 values: tolerate the GPU taint (the chart tolerates only
+    CriticalAddonsOnly, so it would never run on the tainted GPU nodes)."""
+    return {"tolerations": scheduling.gpu_tolerations()}
+
+
+@dataclass(frozen=True)
+class EfaDevicePluginArgs:
+    chart_version: str
+
+
+class EfaDevicePlugin(pulumi.ComponentResource):
+    """Advertises `vpc.amazonaws.com/efa` on the GPU nodes."""
+
+    def __init__(self, name: str, args: EfaDevicePluginArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("llmserving:gpu:EfaDevicePlugin", name, None, opts)
+        self.release = helm_release(
+            f"{name}-release",
+            chart="aws-efa-k8s-device-plugin",
+            version=args.chart_version,
+            release_namespace=EFA_NAMESPACE,
+            values=efa_device_plugin_values(),
+            parent=self,
+        )
+        self.register_outputs({})

@@ -1,0 +1,81 @@
+"""InferenceRouting: per routed model, its InferencePool and endpoint picker, their fence and alerts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+
+from llm_serving.platform import crd_manifests, manifest_resource
+
+from .alerts import picker_alert_groups
+from .objects import (
+    PickerSettings,
+    RoutedModel,
+    inference_objective,
+    inference_pool,
+    network_policy,
+    picker_objects,
+)
+
+
+@dataclass(frozen=True)
+class RoutingSpec:
+    namespace: str  # the serving namespace: pools select pods in their own namespace
+    edge_namespace: str  # where the gateway's Envoy proxies run (they call the pickers)
+    prometheus_namespace: str
+    vllm_selector: dict[str, str]  # every vLLM pod (the pickers scrape their /metrics)
+    vllm_port: int
+    models: tuple[RoutedModel, ...]
+    picker: PickerSettings
+    runbook_base_url: str
+    monitor_labels: dict[str, str]
+    objective_crds_file: str  # the llm-d.ai CRDs (InferenceObjective) the pickers read, a file of platform/crds/
+    protect_crds: bool = False  # prod: the CRDs are protected as well as retained (`crd_options`)
+    # The gateway's proxy pods and the Prometheus pods, by label (None: the whole namespace).
+    edge_pod_selector: dict[str, str] | None = None
+    prometheus_pod_selector: dict[str, str] | None = None
+
+
+class InferenceRouting(pulumi.ComponentResource):
+    """Prefix-cache- and load-aware routing for the models behind InferencePools."""
+
+    def __init__(self, name: str, args: RoutingSpec, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("llmserving:routing:InferenceRouting", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        manifest_resource(
+            f"{name}-netpol",
+            network_policy(args.namespace, args.edge_namespace, args.prometheus_namespace, args.vllm_selector,
+                           args.vllm_port, edge_pod_selector=args.edge_pod_selector,
+                           prometheus_pod_selector=args.prometheus_pod_selector),
+            child,
+        )
+        # Before the pickers: a picker looks for these CRDs once, at startup.
+        objective_crds = crd_manifests(f"{name}-objective-crds", args.objective_crds_file, parent=self,
+                                       protect=args.protect_crds)
+        after_crds = pulumi.ResourceOptions(parent=self, depends_on=[objective_crds])
+        for model in args.models:
+            for obj in picker_objects(model, args.picker, args.monitor_labels):
+                opts = after_crds
+                if obj["kind"] == "Deployment" and model.delete_timeout_seconds is not None:
+                    # A deleted picker drains its streams for drain_seconds; the 10-minute default
+                    # delete timeout would fail a routing switch or a destroy first.
+                    opts = pulumi.ResourceOptions.merge(after_crds, pulumi.ResourceOptions(
+                        custom_timeouts=pulumi.CustomTimeouts(delete=f"{model.delete_timeout_seconds}s")))
+                manifest_resource(f"{model.name}-epp-{obj['kind'].lower()}", obj, opts)
+            manifest_resource(f"{model.name}-inferencepool", inference_pool(model), child)
+            objective = inference_objective(model)
+            if objective is not None:
+                manifest_resource(f"{model.name}-inferenceobjective", objective, after_crds)
+        manifest_resource(
+            f"{name}-alerts",
+            {
+                "apiVersion": "monitoring.coreos.com/v1",
+                "kind": "PrometheusRule",
+                "metadata": {"name": "endpoint-picker-alerts", "namespace": args.namespace,
+                             "labels": {"app.kubernetes.io/part-of": "llm-serving", **args.monitor_labels}},
+                "spec": {"groups": picker_alert_groups(args.models, args.picker.replicas, args.runbook_base_url)},
+            },
+            child,
+        )
+        self.register_outputs({"pools": [m.name for m in args.models]})

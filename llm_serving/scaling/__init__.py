@@ -1,0 +1,11 @@
+"""Autoscaling of each model on queue depth first and KV-cache usage second, through KEDA (default)
+or prometheus-adapter and an HPA."""
+
+from .args import (
+    AutoscalingArgs,
+    AutoscalingMode,
+)
+from .autoscaling import AutoscalingSpec, ModelAutoscaling
+from .objects import ScalingTarget
+
+__all__ = ["AutoscalingArgs", "AutoscalingMode", "AutoscalingSpec", "ModelAutoscaling", "ScalingTarget"]

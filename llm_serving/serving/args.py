@@ -1,0 +1,262 @@
+"""What a stack says about each model it serves, the way its users think of it: the Hugging Face model and its
+pinned revisions, the context it must serve, its latency objectives and replicas, the engine knobs worth
+setting, its route and its scaling. The planner derives the rest (tensor parallelism, KV room, probes,
+drains, rollout). Shapes and ranges only; relations are the stack's rules (llm_serving.stack.rules)."""
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from llm_serving.platform import versions
+from llm_serving.platform.args import DNS_LABEL, HOSTNAME, IMAGE_DIGEST, IMAGE_TAG, PATH_PREFIX, args_type, check_each
+
+from .capacity import DEFAULT_MAX_NUM_SEQS
+
+MODEL_ID = {"pattern": r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$"}
+REVISION = {"pattern": r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$"}
+ENGINE_FLAG = {"pattern": r"^--[a-z0-9][a-z0-9-]*(\.[a-z0-9-]+)*(=.*)?$"}
+
+
+class WeightsFormat(StrEnum):
+    """How a checkpoint's weights are stored on the Hub."""
+
+    SAFETENSORS = "safetensors"
+    PYTORCH = "pytorch"
+    GGUF = "gguf"
+
+
+class KvCacheDtype(StrEnum):
+    """KV cache storage type; fp8 halves KV memory but needs evidence that quality holds."""
+
+    AUTO = "auto"
+    BFLOAT16 = "bfloat16"
+    FP8 = "fp8"
+    FP8_E4M3 = "fp8_e4m3"
+    FP8_E5M2 = "fp8_e5m2"
+
+
+@args_type
+class VllmImageArgs:
+    """The vLLM server image, pinned by tag and optionally by digest."""
+
+    repository: str = versions.VLLM_IMAGE_REPOSITORY
+    """Image repository."""
+    tag: str = Field(default=versions.VLLM_IMAGE_TAG, **IMAGE_TAG)
+    """Image tag; never `latest`."""
+    digest: str | None = Field(default=None, **IMAGE_DIGEST)
+    """Image digest (`sha256:...`); when set the image is pulled by digest."""
+    efa_capable: bool = False
+    """The image carries libfabric and aws-ofi-nccl, so NCCL can use EFA (the `vllm/vllm-openai` image does not; e.g.
+    AWS's vLLM Deep Learning Container does). Multi-node models over EFA need it."""
+    s3_streamer: bool | None = None
+    """The image carries the Run:ai Model Streamer with its S3 backend (`runai-model-streamer[s3]`), which
+    `weightsStorage.backend: s3` loads with. Unset: true for `vllm/vllm-openai` (its Dockerfile installs it), false
+    for any other repository until you say so."""
+
+
+class CompileCacheMode(StrEnum):
+    """Whether replicas share one torch.compile cache per (model, revision, engine, layout, GPU)."""
+
+    AUTO = "auto"
+    SHARED = "shared"
+    OFF = "off"
+
+
+@args_type
+class ModelArchitectureArgs:
+    """Architecture facts for a model the built-in catalog does not know."""
+
+    parameters_billion: float = Field(gt=0)
+    """Total parameters, in billions."""
+    num_layers: int = Field(ge=1)
+    """Transformer layers holding a KV cache."""
+    num_attention_heads: int = Field(ge=1)
+    """Query heads."""
+    num_kv_heads: int = Field(ge=1)
+    """Key/value heads (GQA)."""
+    head_dim: int = Field(ge=1)
+    """Dimension of one attention head."""
+    hidden_size: int = Field(ge=1)
+    """Hidden size."""
+    weight_gib: float = Field(gt=0)
+    """Size of the checkpoint's weights, in GiB."""
+    max_context_tokens: int = Field(ge=1)
+    """Longest context the model supports, in tokens."""
+    native_dtype: str = "bfloat16"
+    """Storage type of the weights."""
+    is_moe: bool = False
+    """Whether the model is a mixture of experts."""
+
+
+class RoutingMode(StrEnum):
+    """How the gateway picks a replica: by the engine's state, or at random through the Service."""
+
+    INFERENCE_POOL = "inferencePool"
+    SERVICE = "service"
+
+
+@args_type
+class RouteArgs:
+    """Where the edge publishes a model's OpenAI API (`<pathPrefix>/v1/...`)."""
+
+    host: str | None = Field(default=None, **HOSTNAME)
+    """Hostname; unset uses `edge.host`."""
+    path_prefix: str = Field(default="/", **PATH_PREFIX)
+    """Path prefix before `/v1`, e.g. `/` or `/llama-70b`."""
+    max_stream_seconds: int | None = Field(default=None, ge=600, le=3600)
+    """The longest a request may run at the edge, in seconds: the route's request timeout, and what every drain on the
+    path (vLLM's shutdown timeout, grace periods, the endpoint picker, Envoy, the load balancer's deregistration
+    delay) lets a running stream finish through a rollout, scale-down or node replacement; unset: `maxModelLen`
+    tokens at `slo.itlP95Seconds` after `slo.ttftP95Seconds`, plus 10 %, within 600..3600 (the load balancers'
+    longest deregistration delay)."""
+    priority: int | None = Field(default=None, ge=-1000, le=1000)
+    """InferenceObjective priority of all the model's requests (routing `inferencePool`): higher leaves the picker's
+    overload queue first; negative marks them sheddable, refused first (429) while the pool is saturated; unset:
+    none (priority 0)."""
+    routing: RoutingMode | None = None
+    """`inferencePool` (an endpoint picker scores replicas on prefix cache, queue and KV-cache usage) or `service` (the
+    Service spreads requests at random); unset: `inferencePool` in gateway mode with an installed controller when
+    the model can run more than one replica, else `service`."""
+
+
+@args_type
+class ModelScalingArgs:
+    """How one model scales: queue depth first, KV-cache usage second, never CPU or GPU utilisation."""
+
+    min_replicas: int | None = Field(default=None, ge=1, le=64)
+    """Fewest replicas; unset: `replicas`. No scale-to-zero: at zero replicas no pod reports the queue, so nothing
+    could wake the model."""
+    max_replicas: int | None = Field(default=None, ge=1, le=64)
+    """Most replicas; unset: `replicas`."""
+    waiting_per_replica_target: float = Field(default=5, gt=0, le=10000)
+    """Waiting requests per replica the autoscaler aims for."""
+    waiting_activation: float = Field(default=1, ge=0, le=10000)
+    """Waiting requests at which the queue trigger becomes active."""
+    kv_usage_target: float = Field(default=0.8, gt=0, le=1)
+    """Mean KV-cache usage (0..1) across replicas the autoscaler aims for."""
+    kv_usage_activation: float = Field(default=0.5, ge=0, le=1)
+    """KV-cache usage that activates scaling."""
+    scale_down_window_seconds: int | None = Field(default=None, ge=60, le=3600)
+    """Load must stay low this long before a replica is removed (then one per 2 minutes); unset: the time to add a
+    replica (a new GPU node, the image pull, the cold start and `minReadySeconds`; at least 300, at most 3600).
+    Shorter than adding a replica takes is rejected: a burst would pay for a replica and lose it before it served."""
+    scale_up_window_seconds: int = Field(default=0, ge=0, le=600)
+    """Stabilization before scaling up; 0 reacts at once."""
+    ttft_target_fraction: float = Field(default=0.8, gt=0, le=1)
+    """Scale out when p95 time to first token passes this fraction of `slo.ttftP95Seconds`: the queue only grows once a
+    replica is saturated, so latency would break the SLO before it."""
+
+
+@args_type
+class SloArgs:
+    """Latency objectives the serving alerts check."""
+
+    ttft_p95_seconds: float = Field(default=2.0, gt=0, le=600)
+    """Time to first token, p95, in seconds."""
+    itl_p95_seconds: float = Field(default=0.1, gt=0, le=60)
+    """Inter-token latency, p95, in seconds."""
+
+
+class AccessMode(StrEnum):
+    """How the weights volume is shared: many replicas need ReadWriteMany (e.g. EFS)."""
+
+    READ_WRITE_MANY = "ReadWriteMany"
+    READ_WRITE_ONCE = "ReadWriteOnce"
+
+
+@args_type
+class ModelStorageArgs:
+    """One model's weights claim on the stack's weights storage (`weightsStorage`)."""
+
+    access_mode: AccessMode = AccessMode.READ_WRITE_MANY
+    """ReadWriteMany lets every replica, on any node, mount the same weights. ReadWriteOnce (an EBS class under
+    `existingStorageClass`) allows one replica, pinned to the node group's first zone."""
+    size_gib: int | None = Field(default=None, ge=1, le=65536)
+    """Claim size in GiB, required with `existingStorageClass` (EFS ignores it; FSx uses the file system's capacity).
+    Size it for two revisions; never lower it for an existing claim: Kubernetes refuses."""
+
+
+@args_type
+class ModelArgs:
+    """One served model: its pinned artifacts, engine settings and replicas."""
+
+    name: str = Field(**DNS_LABEL)
+    """Name of the model's Kubernetes objects and its served model name."""
+    model_id: str = Field(**MODEL_ID)
+    """Hugging Face repository, e.g. `meta-llama/Llama-3.1-70B-Instruct`."""
+    revision: str = Field(**REVISION)
+    """Model revision; a 40-character commit SHA in prod and staging."""
+    tokenizer_revision: str | None = Field(default=None, **REVISION)
+    """Tokenizer revision when it differs from the model's; a commit SHA in prod."""
+    architecture: ModelArchitectureArgs | None = None
+    """Architecture facts for a model missing from the catalog; required only then."""
+    replicas: int = Field(default=1, ge=1, le=64)
+    """Serving replicas (pods), each one TP group."""
+    max_model_len: int = Field(ge=256, le=10000000)
+    """`--max-model-len` in tokens: what the product needs, no default."""
+    gpu_memory_utilization: float = Field(default=0.92, gt=0, le=0.98)
+    """`--gpu-memory-utilization`: fraction of GPU memory for vLLM."""
+    tensor_parallel_size: int | None = Field(default=None, ge=1, le=64)
+    """`--tensor-parallel-size`: 1, 2, 4 or 8; unset (or `auto` in a stack file): the smallest that leaves KV room."""
+
+    @field_validator("tensor_parallel_size", mode="before")
+    @classmethod
+    def _auto_is_unset(cls, value: Any) -> Any:
+        # Stack files have always spelled the planner's choice `auto`.
+        return None if value == "auto" else value
+    pipeline_parallel_size: int = Field(default=1, ge=1, le=16)
+    """`--pipeline-parallel-size`: above 1, each replica is a LeaderWorkerSet group of this many nodes, TP = the node's
+    GPUs within each (for a model larger than one node)."""
+    target_concurrency: int = Field(default=1, ge=1, le=100000)
+    """Requests at max-model-len the KV cache must hold (for `auto`)."""
+    kv_cache_dtype: KvCacheDtype = KvCacheDtype.AUTO
+    """`--kv-cache-dtype`."""
+    weights_format: WeightsFormat = WeightsFormat.SAFETENSORS
+    """How the checkpoint's weights are stored on the Hub: `safetensors` (what the staging Job fetches and the Run:ai
+    Model Streamer reads), `pytorch` (.bin/.pt) or `gguf`; weightsStorage.backend s3 needs safetensors."""
+    quantization: str | None = Field(default=None, pattern=r"^[a-z0-9_-]+$")
+    """`--quantization`; unset lets vLLM read the checkpoint's own config."""
+    quality_eval: str | None = Field(default=None, min_length=3, max_length=500)
+    """The eval (name or URL) showing quality holds with fp8 KV or quantization; required in prod."""
+    max_num_seqs: int = Field(default=DEFAULT_MAX_NUM_SEQS, ge=1, le=65536)
+    """`--max-num-seqs`, set explicitly."""
+    max_num_batched_tokens: int = Field(default=8192, ge=256, le=1048576)
+    """`--max-num-batched-tokens`, set explicitly."""
+    enable_prefix_caching: bool = True
+    """`--enable-prefix-caching` (or disable)."""
+    chat_template: str | None = None
+    """Jinja chat template, mounted from a ConfigMap; unset uses the tokenizer's."""
+    shutdown_timeout_seconds: int | None = Field(default=None, ge=1, le=3600)
+    """`--shutdown-timeout`: seconds vLLM lets in-flight requests finish on SIGTERM; unset: the route's stream bound
+    (`route.maxStreamSeconds`). Shorter than the bound is refused: it would cut streams."""
+    extra_args: list[str] = Field(default_factory=list)
+    """Other `vllm serve` flags as `--flag` or `--flag=value`; flags set by keys above are refused."""
+    storage: ModelStorageArgs = Field(default_factory=ModelStorageArgs)
+    """The pre-staged weights volume."""
+    compile_cache: CompileCacheMode = CompileCacheMode.AUTO
+    """`shared`: one Job compiles the model once per (revision, image, layout, GPU, engine flags) into the weights
+    storage (on S3 an object prefix in the bucket) and every later replica copies it instead of compiling; `auto`:
+    shared where the key is pinned, the producer may write the storage and the node group has room for the producer
+    beside the rollout, else off; `off`: every pod compiles."""
+    cache_volume_gib: int = Field(default=20, ge=1, le=1000)
+    """Per-pod disk emptyDir for HOME and the compile, kernel and Hub caches (the root filesystem is read-only)."""
+    tmp_volume_gib: int = Field(default=8, ge=1, le=1000)
+    """Per-pod disk emptyDir mounted at /tmp."""
+    image: VllmImageArgs = Field(default_factory=VllmImageArgs)
+    """The vLLM image."""
+    route: RouteArgs = Field(default_factory=RouteArgs)
+    """How the edge publishes the model."""
+    autoscaling: ModelScalingArgs = Field(default_factory=ModelScalingArgs)
+    """Replica bounds and scaling targets."""
+    slo: SloArgs = Field(default_factory=SloArgs)
+    """Latency SLOs for the serving alerts."""
+    _check_extra_args = check_each("extra_args", ENGINE_FLAG)
+
+
+@args_type
+class ServingArgs:
+    """Where the models run."""
+
+    namespace: str = Field(default="llm-serving", **DNS_LABEL)
+    """Namespace of the vLLM workloads."""

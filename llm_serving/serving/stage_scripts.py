@@ -1,0 +1,176 @@
+"""What the weights Jobs run (pure): the file patterns vLLM loads, the hashed lock and verifier they
+install, and the two scripts, one staging into a volume (EFS, FSx, a StorageClass), one uploading to
+an S3 bucket. llm_serving/serving/weights.py builds the Jobs around them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import engine
+
+# What vLLM loads from a Hugging Face checkpoint directory: safetensors shards and their index, the
+# model and generation configs, tokenizer files and a chat template (vllm 0.33.0 model loader and
+# transformers' AutoTokenizer/AutoConfig). Everything else is skipped: Meta's repos also carry the
+# original/ consolidated checkpoint (as large again), and some repos duplicate weights as .bin/.pth.
+ALLOW_PATTERNS = (
+    "*.safetensors", "*.safetensors.index.json", "config.json", "generation_config.json",
+    "tokenizer*", "special_tokens_map.json", "added_tokens.json", "vocab*", "merges.txt",
+    "*.jinja", "chat_template.json", "preprocessor_config.json",
+)
+IGNORE_PATTERNS = ("original/*", "*.pth", "*.bin", "*.pt", "*.gguf", "*.onnx")
+# A separate tokenizer revision brings only the tokenizer's files.
+TOKENIZER_PATTERNS = ("tokenizer*", "special_tokens_map.json", "*.jinja", "vocab*", "merges.txt")
+
+# The hashed lock the Job installs from (tools/stage_lock.py writes it): exactly the reviewed wheels.
+STAGE_REQUIREMENTS = (Path(__file__).with_name("stage-requirements.txt")).read_text()
+REQUIREMENTS_DIR = "/etc/stage"
+
+# The module the Job verifies downloads with (standard library only), shipped beside the lock.
+STAGE_VERIFY = (Path(__file__).with_name("stage_verify.py")).read_text()
+
+# Runs in the small pinned Python image: installs huggingface_hub from the hashed lock into HOME (the
+# root filesystem is read-only), then downloads. `snapshot_download` resumes partial files. Before the
+# marker, every downloaded file is checked against the Hub's record of the pinned revision (LFS sha256,
+# git blob id for small files, nothing extra): a tampered or truncated shard or chat template fails the
+# Job (and is deleted, so the retry fetches it again) instead of being served. The marker is written
+# only after every file (model and tokenizer) is in place and verified.
+STAGE_SCRIPT = f"""set -eu
+if [ -f "$TARGET/{engine.COMPLETE_MARKER}" ]; then
+  echo "revision $REVISION of $MODEL_ID already staged in $TARGET"
+  exit 0
+fi
+python3 -m pip install --quiet --no-cache-dir --disable-pip-version-check --require-hashes --only-binary=:all: \\
+  --target "$HOME/lib" -r {REQUIREMENTS_DIR}/requirements.txt
+export PYTHONPATH="$HOME/lib:{REQUIREMENTS_DIR}"
+python3 - <<'PY'
+import os
+import sys
+from pathlib import Path
+
+from huggingface_hub import HfApi, snapshot_download
+
+import stage_verify
+
+# token=None: huggingface_hub reads the token file named by HF_TOKEN_PATH, when one is mounted.
+token = None
+
+
+def listing(revision):
+    info = HfApi().model_info(os.environ["MODEL_ID"], revision=revision, files_metadata=True, token=token)
+    return [{{"rfilename": s.rfilename, "size": s.size, "blob_id": s.blob_id,
+              "lfs": {{"sha256": s.lfs.sha256, "size": s.lfs.size}} if s.lfs else None}} for s in info.siblings]
+
+
+def stage(revision, target, allow, ignore):
+    snapshot_download(os.environ["MODEL_ID"], revision=revision, local_dir=target, token=token,
+                      allow_patterns=allow, ignore_patterns=ignore)
+    expected = stage_verify.expected_files(listing(revision), allow, ignore)
+    bad = stage_verify.problems(Path(target), expected, allow, ignore)
+    for path, why in sorted(bad.items()):
+        print(f"refused {{path}}: {{why}}", file=sys.stderr)
+    if bad:
+        stage_verify.discard(Path(target), bad)
+        sys.exit(f"{{len(bad)}} of {{len(expected)}} files do not match the Hub's record; no marker written")
+    print(f"verified {{len(expected)}} files of {{revision}} against the Hub's record")
+
+
+stage(os.environ["REVISION"], os.environ["TARGET"], {list(ALLOW_PATTERNS)!r}, {list(IGNORE_PATTERNS)!r})
+if os.environ.get("TOKENIZER_TARGET"):
+    stage(os.environ["TOKENIZER_REVISION"], os.environ["TOKENIZER_TARGET"], {list(TOKENIZER_PATTERNS)!r}, [])
+PY
+date -u +%Y-%m-%dT%H:%M:%SZ > "$TARGET/{engine.COMPLETE_MARKER}"
+echo "staged $MODEL_ID@$REVISION in $TARGET"
+"""
+
+# The S3 backend's Job: the same hashed lock (boto3 beside huggingface_hub), one file at a time so the
+# node's disk holds one shard, not the checkpoint. Each file is downloaded from the pinned revision,
+# checked against the Hub's record (stage_verify, as on EFS), uploaded under the revision's prefix with
+# S3's own SHA-256 checksum and the Hub digest as object metadata, then deleted locally. A retried or
+# re-run Job skips every object whose size and recorded digest already match (resumable); an object
+# under the prefix that the Hub does not list fails the Job (the writer role cannot delete). The marker
+# object is written last, after every file of the model and the tokenizer is in place.
+# boto3's multipart upload: parts of 64 MiB (S3 allows 5 MiB-5 GiB per part and 10,000 parts, so a
+# 64 MiB part covers files up to 625 GiB) with 8 parts of a file in flight.
+UPLOAD_PART_MIB = 64
+UPLOAD_CONCURRENCY = 8
+STAGE_S3_SCRIPT = f"""set -eu
+python3 -m pip install --quiet --no-cache-dir --disable-pip-version-check --require-hashes --only-binary=:all: \\
+  --target "$HOME/lib" -r {REQUIREMENTS_DIR}/requirements.txt
+export PYTHONPATH="$HOME/lib:{REQUIREMENTS_DIR}"
+python3 - <<'PY'
+import os
+import sys
+from pathlib import Path
+
+import boto3
+from boto3.s3.transfer import TransferConfig
+from botocore.exceptions import ClientError
+from huggingface_hub import HfApi, hf_hub_download
+
+import stage_verify
+
+token = None
+bucket = os.environ["BUCKET"]
+s3 = boto3.client("s3")
+transfer = TransferConfig(multipart_chunksize={UPLOAD_PART_MIB} * 1024 * 1024,
+                          max_concurrency={UPLOAD_CONCURRENCY})
+marker = os.environ["PREFIX"] + "{engine.COMPLETE_MARKER}"
+work = Path(os.environ["SCRATCH"])
+
+
+def head(key):
+    try:
+        return s3.head_object(Bucket=bucket, Key=key)
+    except ClientError as error:
+        if error.response["Error"]["Code"] in ("404", "NoSuchKey", "NotFound"):
+            return None
+        raise
+
+
+def listing(revision):
+    info = HfApi().model_info(os.environ["MODEL_ID"], revision=revision, files_metadata=True, token=token)
+    return [{{"rfilename": s.rfilename, "size": s.size, "blob_id": s.blob_id,
+              "lfs": {{"sha256": s.lfs.sha256, "size": s.lfs.size}} if s.lfs else None}} for s in info.siblings]
+
+
+def stage(revision, prefix, allow, ignore):
+    expected = stage_verify.expected_files(listing(revision), allow, ignore)
+    present = {{}}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        present.update({{o["Key"][len(prefix):]: o["Size"] for o in page.get("Contents", [])}})
+    extra = sorted(set(present) - set(expected) - {{"{engine.COMPLETE_MARKER}"}})
+    if extra:
+        sys.exit(f"s3://{{bucket}}/{{prefix}} holds objects the Hub does not list for {{revision}}: {{extra[:5]}}")
+    for path, want in sorted(expected.items()):
+        key = prefix + path
+        digest = stage_verify.recorded_digest(want)
+        if present.get(path) == want.size:
+            found = head(key)
+            if found and found.get("Metadata", {{}}).get("llm-serving-digest") == digest:
+                continue
+        local = Path(hf_hub_download(os.environ["MODEL_ID"], path, revision=revision, local_dir=work, token=token))
+        problem = stage_verify.file_problem(local, want)
+        if problem is not None:
+            local.unlink(missing_ok=True)
+            sys.exit(f"refused {{path}}: {{problem}}; nothing uploaded for it, no marker written")
+        s3.upload_file(str(local), bucket, key, Config=transfer,
+                       ExtraArgs={{"Metadata": {{"llm-serving-digest": digest}}, "ChecksumAlgorithm": "SHA256"}})
+        local.unlink()
+    print(f"verified and uploaded {{len(expected)}} files of {{revision}} to s3://{{bucket}}/{{prefix}}")
+
+
+if head(marker):
+    print(f"revision {{os.environ['REVISION']}} already staged in s3://{{bucket}}/{{os.environ['PREFIX']}}")
+    sys.exit(0)
+stage(os.environ["REVISION"], os.environ["PREFIX"], {list(ALLOW_PATTERNS)!r}, {list(IGNORE_PATTERNS)!r})
+if os.environ.get("TOKENIZER_PREFIX"):
+    stage(os.environ["TOKENIZER_REVISION"], os.environ["TOKENIZER_PREFIX"], {list(TOKENIZER_PATTERNS)!r}, [])
+s3.put_object(Bucket=bucket, Key=marker, Body=b"complete\\n", ChecksumAlgorithm="SHA256")
+print(f"staged {{os.environ['MODEL_ID']}}@{{os.environ['REVISION']}} in s3://{{bucket}}/{{os.environ['PREFIX']}}")
+PY
+"""
+# Scratch for one file at a time (the largest shard of a catalog checkpoint is a few GiB; 64 GiB leaves
+# room for repositories with single-file checkpoints of tens of GiB). Requested, so the Job lands on a
+# node with that much ephemeral storage instead of being evicted mid-upload.
+S3_SCRATCH_GIB = 64

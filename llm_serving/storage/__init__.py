@@ -1,0 +1,68 @@
+"""Where model weights live: an EFS file system the program owns, FSx for Lustre, an S3 bucket the pods
+stream from (or a StorageClass the operator vouches for), with the throughput cold starts are planned on."""
+
+from .args import (
+    EfsArgs,
+    ExistingStorageClassArgs,
+    FsxLustreArgs,
+    S3Args,
+    StorageBackend,
+    WeightsStorageArgs,
+)
+from .buckets import model_prefix, model_uri
+from .efs import ServingMount, WeightsFileSystem, WeightsFileSystemArgs
+from .fsx import WeightsLustre, WeightsLustreArgs
+from .objects import (
+    COMPILE_CACHE_CLAIM,
+    COMPILE_CACHE_ROOT,
+    CSI_ADDON,
+    EFS_CLAIM_PLACEHOLDER_GIB,
+    EFS_READ_MIB_PER_SECOND,
+    FSX_CSI_ADDON,
+    LUSTRE_THROUGHPUTS,
+    compile_cache_claim,
+    compile_cache_volume,
+    lustre_capacity_problem,
+    lustre_read_mib_per_second,
+    mount_target_subnets,
+    storage_class,
+)
+from .s3 import BucketAccess, WeightsBucket, WeightsBucketArgs
+from .s3_throughput import NODE_S3_GBPS, S3ReadEstimate, S3ReadTerm, s3_read_estimate, streamer_mib_per_second
+
+__all__ = [
+    "EfsArgs",
+    "ExistingStorageClassArgs",
+    "FsxLustreArgs",
+    "S3Args",
+    "StorageBackend",
+    "WeightsStorageArgs",
+    "BucketAccess",
+    "NODE_S3_GBPS",
+    "S3ReadEstimate",
+    "S3ReadTerm",
+    "s3_read_estimate",
+    "streamer_mib_per_second",
+    "WeightsBucket",
+    "WeightsBucketArgs",
+    "model_prefix",
+    "model_uri",
+    "COMPILE_CACHE_CLAIM",
+    "COMPILE_CACHE_ROOT",
+    "compile_cache_claim",
+    "compile_cache_volume",
+    "CSI_ADDON",
+    "FSX_CSI_ADDON",
+    "EFS_CLAIM_PLACEHOLDER_GIB",
+    "EFS_READ_MIB_PER_SECOND",
+    "LUSTRE_THROUGHPUTS",
+    "ServingMount",
+    "WeightsFileSystem",
+    "WeightsFileSystemArgs",
+    "WeightsLustre",
+    "WeightsLustreArgs",
+    "lustre_capacity_problem",
+    "lustre_read_mib_per_second",
+    "mount_target_subnets",
+    "storage_class",
+]

@@ -1,0 +1,267 @@
+"""WeightsFileSystem: an encrypted EFS file system with Elastic throughput for the model weights.
+
+Mount targets in every AZ of the GPU node group, a security group admitting NFS only from the GPU and
+staging nodes' own groups, the EFS CSI driver add-on with its IAM through Pod Identity, a Retain
+StorageClass the staging Jobs write through, and per model a read-only access point, volume and claim
+the serving pods mount. The file system is never deleted by `pulumi destroy`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+
+from llm_serving.platform import addon_settings, pod_identity_trust
+
+from . import objects
+
+
+@dataclass(frozen=True)
+class ServingMount:
+    """One model's read-only way in: an access point on the directory its staging claim writes."""
+
+    key: str  # the model's name: names the child resources
+    namespace: str
+    staging_claim_name: str  # the StorageClass claim the staging Job writes (its directory)
+    claim_name: str  # the serving pods' claim
+    volume_name: str  # the static PersistentVolume (cluster-scoped)
+
+
+@dataclass(frozen=True)
+class WeightsFileSystemArgs:
+    cluster_name: str
+    vpc_id: pulumi.Input[str]
+    # (label, security group id) of every node group that may open NFS to the mount targets: the GPU
+    # nodes' own group and the staging nodes' (never the cluster security group, which every node and
+    # the control plane carry, unless a dev stack names no staging group).
+    nfs_client_security_groups: tuple[tuple[str, pulumi.Input[str]], ...]
+    subnets: tuple[tuple[str, str], ...]  # (subnet id, availability zone) of the GPU node group
+    storage_class_name: str
+    owner_uid: int
+    owner_gid: int
+    protect: bool  # prod: `pulumi destroy` and replacements stop at the file system
+    install_csi_driver: bool
+    kubernetes_version: str  # the cluster's minor: the CSI driver add-on's version is pinned for it
+    tags: dict[str, str]
+    # The file-system policy's principals (mounts are signed with the node's role, `iam` option): the
+    # GPU nodes' role may only mount, the staging nodes' role may also write. None: no policy (dev).
+    reader_role_arns: tuple[pulumi.Input[str], ...] = ()
+    writer_role_arn: pulumi.Input[str] | None = None
+    serving_mounts: tuple[ServingMount, ...] = ()
+    # The serving namespace's name as an output of the Namespace, so the claims wait for it.
+    serving_namespace: pulumi.Input[str] | None = None
+    # A shared compile cache: its own access point and a static volume on it; with a file-system policy the
+    # GPU nodes may write through that access point only (objects.file_system_policy).
+    compile_cache: bool = False
+
+
+class WeightsFileSystem(pulumi.ComponentResource):
+    storage_class_name: pulumi.Output[str]
+    file_system_id: pulumi.Output[str]
+    serving_claim_names: dict[str, pulumi.Output[str]]
+    """Per model (ServingMount.key): the read-only claim its serving pods mount."""
+
+    def __init__(self, name: str, args: WeightsFileSystemArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("llmserving:storage:WeightsFileSystem", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        file_system = aws.efs.FileSystem(
+            f"{name}-file-system",
+            encrypted=True,
+            performance_mode="generalPurpose",
+            # Elastic: reads scale with demand (60 GiBps per file system in us-east-1); Bursting
+            # would fall to 50 KiBps per GiB stored once credits run out, hours per cold start.
+            throughput_mode="elastic",
+            tags={**args.tags, "Name": f"{args.cluster_name}-{name}"},
+            opts=pulumi.ResourceOptions(parent=self, protect=args.protect, retain_on_delete=True),
+        )
+        group = aws.ec2.SecurityGroup(
+            f"{name}-nfs",
+            vpc_id=args.vpc_id,
+            description=f"NFS from the GPU nodes of {args.cluster_name} to the weights file system",
+            tags=args.tags,
+            opts=child,
+        )
+        rules = [
+            aws.vpc.SecurityGroupIngressRule(
+                # New names, not the old `-nfs-from-nodes` (the cluster security group) edited in place:
+                # the old rule is deleted only at the end of the update, after the GPU nodes carrying the
+                # new group have replaced those that do not (docs/operations.md).
+                f"{name}-nfs-from-{label}",
+                security_group_id=group.id,
+                referenced_security_group_id=source,
+                ip_protocol="tcp",
+                from_port=objects.NFS_PORT,
+                to_port=objects.NFS_PORT,
+                description=f"NFS from the {label}",
+                opts=child,
+            )
+            for label, source in args.nfs_client_security_groups
+        ]
+        targets = [
+            aws.efs.MountTarget(
+                f"{name}-mount-{zone}",
+                file_system_id=file_system.id,
+                subnet_id=subnet_id,
+                security_groups=[group.id],
+                # EFS allows one mount target per AZ per file system, and a new subnet in a zone replaces
+                # the zone's target: created first, the new one fails with MountTargetConflict part-way
+                # through an update that also replaces the node group. Deleted first, the zone has no
+                # target for a minute or two; mounts in it stall until the new target's DNS answers
+                # (docs/operations.md, "Changing the GPU node group's subnets").
+                opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True, depends_on=rules),
+            )
+            for zone, subnet_id in objects.mount_target_subnets(list(args.subnets)).items()
+        ]
+        driver: list[pulumi.Resource] = []
+        if args.install_csi_driver:
+            partition = aws.get_partition_output(opts=pulumi.InvokeOptions(parent=self)).partition
+            role = aws.iam.Role(
+                f"{name}-csi-role",
+                assume_role_policy=pod_identity_trust(args.cluster_name, self),
+                description=f"EFS CSI driver controller of {args.cluster_name}",
+                tags=args.tags,
+                opts=child,
+            )
+            attachment = aws.iam.RolePolicyAttachment(
+                f"{name}-csi-policy",
+                role=role.name,
+                policy_arn=pulumi.Output.concat("arn:", partition, ":iam::aws:policy/", objects.CSI_MANAGED_POLICY),
+                opts=child,
+            )
+            driver.append(aws.eks.Addon(
+                f"{name}-csi-driver",
+                cluster_name=args.cluster_name,
+                **addon_settings(objects.CSI_ADDON, args.kubernetes_version),
+                pod_identity_associations=[{
+                    "role_arn": role.arn, "service_account": objects.CSI_CONTROLLER_SERVICE_ACCOUNT}],
+                tags=args.tags,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[attachment]),
+            ))
+        # The serving pods' own access points: same directory as the staging claim, but a separate
+        # identity in the file-system policy, which lets the GPU nodes mount only through these.
+        access_points = {
+            mount.key: aws.efs.AccessPoint(
+                f"{name}-serving-{mount.key}",
+                file_system_id=file_system.id,
+                **objects.serving_access_point(objects.claim_directory(mount.namespace, mount.staging_claim_name),
+                                               uid=args.owner_uid, gid=args.owner_gid),
+                tags={**args.tags, "Name": f"{args.cluster_name}-{mount.key}-serving"},
+                opts=child,
+            )
+            for mount in args.serving_mounts
+        }
+        cache_point: aws.efs.AccessPoint | None = None
+        if args.compile_cache:
+            cache_point = aws.efs.AccessPoint(
+                f"{name}-compile-cache",
+                file_system_id=file_system.id,
+                # Every client is the pods' own identity here too, and the directory is created owned by it.
+                posix_user={"uid": args.owner_uid, "gid": args.owner_gid},
+                root_directory={"path": objects.COMPILE_CACHE_ROOT, "creation_info": {
+                    "owner_uid": args.owner_uid, "owner_gid": args.owner_gid, "permissions": "0750"}},
+                tags={**args.tags, "Name": f"{args.cluster_name}-{name}-compile-cache"},
+                opts=child,
+            )
+        guards: list[pulumi.Resource] = []
+        if args.writer_role_arn is not None:
+            # Before any claim binds: a pod must never mount the weights while they are unguarded.
+            # EFS evaluates the policy when a client connects (iam-access-control-nfs-efs): mounts made
+            # under the previous policy keep their access until they reconnect.
+            arns = [point.arn for point in access_points.values()]
+            readers = list(args.reader_role_arns)
+            guards.append(aws.efs.FileSystemPolicy(
+                f"{name}-policy",
+                file_system_id=file_system.id,
+                policy=pulumi.Output.all(file_system.arn, args.writer_role_arn,
+                                         cache_point.arn if cache_point is not None else "", *readers, *arns).apply(
+                    lambda values: json.dumps(objects.file_system_policy(
+                        values[0], writer_role_arn=values[1], reader_role_arns=list(values[3:3 + len(readers)]),
+                        serving_access_point_arns=list(values[3 + len(readers):]),
+                        compile_cache_access_point_arn=values[2] or None))),
+                opts=child,
+            ))
+        else:
+            pulumi.log.warn(
+                "weights file system without a file-system policy: any node that reaches a mount target may "
+                "rewrite the weights; set weightsStorage.efs.stagingNodeRoleArn", resource=self)
+        parameters = file_system.id.apply(
+            lambda fs: objects.storage_class_parameters(
+                file_system_id=fs, uid=args.owner_uid, gid=args.owner_gid, base_path=objects.WEIGHTS_BASE_PATH
+            )
+        )
+        manifest = objects.storage_class(args.storage_class_name, {})
+        storage_class = k8s.storage.v1.StorageClass(
+            f"{name}-storage-class",
+            metadata=manifest["metadata"],
+            provisioner=manifest["provisioner"],
+            reclaim_policy=manifest["reclaimPolicy"],
+            volume_binding_mode=manifest["volumeBindingMode"],
+            mount_options=manifest["mountOptions"],
+            parameters=parameters,
+            # Claims bind only once the driver runs, the file system can be mounted in every zone and
+            # its policy is in force.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[*targets, *driver, *guards]),
+        )
+        ready = [*targets, *driver, *guards]
+        self.serving_claim_names = {
+            mount.key: self._serving_claim(name, mount, file_system.id, access_points[mount.key].id, args, ready)
+            for mount in args.serving_mounts
+        }
+        self.storage_class_name = storage_class.metadata.name
+        self.file_system_id = file_system.id
+        self.compile_cache_volume_name: pulumi.Output[str] | None = None
+        if cache_point is not None:
+            volume = pulumi.Output.all(file_system.id, cache_point.id).apply(
+                lambda ids: objects.compile_cache_volume(f"{args.storage_class_name}-compile-cache",
+                                                         file_system_id=ids[0], access_point_id=ids[1]))
+            persistent_volume = k8s.core.v1.PersistentVolume(
+                f"{name}-compile-cache-volume",
+                metadata=volume["metadata"], spec=volume["spec"],
+                # Mounted only once the policy that scopes the GPU nodes' writes is in force.
+                # Retained (a compile is minutes of GPU time per key) but never protected: a lost cache is
+                # rebuilt by its producer Job, so turning the cache off must not stop at a protected volume.
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[*targets, *driver, *guards],
+                                            retain_on_delete=True),
+            )
+            self.compile_cache_volume_name = persistent_volume.metadata.name
+        self.register_outputs({"storage_class_name": self.storage_class_name, "file_system_id": self.file_system_id,
+                               "serving_claim_names": self.serving_claim_names})
+
+    def _serving_claim(self, name: str, mount: ServingMount, file_system_id: pulumi.Output[str],
+                       access_point_id: pulumi.Output[str], args: WeightsFileSystemArgs,
+                       ready: list[pulumi.Resource]) -> pulumi.Output[str]:
+        """The static read-only volume through the model's access point, and the claim bound to it.
+        New names beside the staging claim: switching the Deployments to them creates both first and
+        deletes nothing (docs/operations.md, "The serving pods' own access point")."""
+        handle = pulumi.Output.all(file_system_id, access_point_id).apply(lambda ids: f"{ids[0]}::{ids[1]}")
+        capacity = objects.EFS_CLAIM_PLACEHOLDER_GIB
+        volume_spec = handle.apply(lambda h: objects.serving_volume(
+            mount.volume_name, volume_handle=h, namespace=mount.namespace, claim_name=mount.claim_name,
+            capacity_gib=capacity)["spec"])
+        volume_manifest = objects.serving_volume(mount.volume_name, volume_handle="", namespace=mount.namespace,
+                                                 claim_name=mount.claim_name, capacity_gib=capacity)
+        # After the driver, every zone's mount target and the policy: the volume is mountable, and only
+        # as the policy says.
+        # Retained and protected in prod like every weights volume (policy pack): they hold no data, but
+        # a mistaken delete would leave new serving pods without a volume while the finalizer waits.
+        kept = {"retain_on_delete": True, "protect": args.protect}
+        volume = k8s.core.v1.PersistentVolume(
+            f"{name}-serving-{mount.key}-volume",
+            metadata=volume_manifest["metadata"],
+            spec=volume_spec,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=ready, **kept),
+        )
+        claim_manifest = objects.serving_claim(mount.claim_name, namespace=mount.namespace,
+                                               volume_name=mount.volume_name, capacity_gib=capacity)
+        claim = k8s.core.v1.PersistentVolumeClaim(
+            f"{name}-serving-{mount.key}-claim",
+            metadata={**claim_manifest["metadata"],
+                      "namespace": args.serving_namespace if args.serving_namespace is not None else mount.namespace},
+            spec=claim_manifest["spec"],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[volume, *ready], **kept),
+        )
+        return claim.metadata.name

@@ -1,0 +1,47 @@
+"""The deploy gate: the probe (smoke checks and an SLO load test, standard library only), its
+manifests, and per model the VerificationJob that Pulumi awaits after the model is Ready and routed."""
+
+from . import probe
+from .args import (
+    VerificationArgs,
+    VerificationMode,
+)
+from .job import AWAIT_SLACK_SECONDS, VerificationJob, VerificationJobArgs, await_seconds
+from .objects import PROBE_SOURCE, SELECTOR, network_policy
+from .probe import (
+    EXIT_FAIL,
+    EXIT_PASS,
+    EXIT_USAGE,
+    Check,
+    LoadPlan,
+    Settings,
+    Target,
+    UsageError,
+    read_key,
+    render_text,
+    run,
+)
+
+__all__ = [
+    "VerificationArgs",
+    "VerificationMode",
+    "EXIT_FAIL",
+    "EXIT_PASS",
+    "EXIT_USAGE",
+    "UsageError",
+    "read_key",
+    "render_text",
+    "run",
+    "AWAIT_SLACK_SECONDS",
+    "Check",
+    "LoadPlan",
+    "PROBE_SOURCE",
+    "SELECTOR",
+    "Settings",
+    "Target",
+    "VerificationJob",
+    "VerificationJobArgs",
+    "await_seconds",
+    "network_policy",
+    "probe",
+]

@@ -1,0 +1,115 @@
+"""Manifests of the deploy gate (pure): per model a ConfigMap holding the probe and its settings and
+the Job that runs them, and one NetworkPolicy fencing every verification pod to DNS, the edge and
+the vLLM pods. llm_serving/verification/job.py declares them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from . import probe
+
+NAMESPACE_LABEL = "kubernetes.io/metadata.name"  # set on every namespace by the API server
+
+PROBE_SOURCE = Path(probe.__file__).read_text()
+SELECTOR = {"app.kubernetes.io/component": "verify"}
+CONFIG_DIR = "/etc/verify"
+KEY_DIR = "/var/run/secrets/llm-serving"
+TERMINATION_LOG = "/dev/termination-log"
+# `nobody` in the Debian-based python image: any non-root UID works, the probe writes nothing but
+# its termination message (a file the kubelet mounts writable).
+RUN_AS_UID = 65534
+EDGE_PORT = 443
+
+
+def fingerprint(*parts: str) -> str:
+    """Ten hex digits naming what a Job verifies: a new probe, new settings or a new deploy of the
+    model is a new Job (its pod template is immutable, and a Job runs once)."""
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:10]
+
+
+def configmap(name: str, namespace: str, model_name: str, settings: probe.Settings) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace,
+                     "labels": {"app.kubernetes.io/name": model_name, **SELECTOR}},
+        "data": {"probe.py": PROBE_SOURCE, "settings.json": json.dumps(settings.to_json(), indent=2, sort_keys=True)},
+    }
+
+
+def job_spec(*, model_name: str, configmap_name: str, image: str, mode: str, api_key_secret: str,
+             deadline_seconds: int) -> dict[str, Any]:
+    """One attempt (backoffLimit 0): a gate that retried would hide a flaky endpoint, and a second run
+    would only repeat a load test. The Job is kept after it ends (no TTL): its log and termination
+    message are the record of the deploy until the next one replaces it."""
+    labels = {"app.kubernetes.io/name": model_name, **SELECTOR}
+    return {
+        "backoffLimit": 0,
+        "activeDeadlineSeconds": deadline_seconds,
+        "template": {
+            "metadata": {"labels": labels},
+            "spec": {
+                "restartPolicy": "Never",
+                "automountServiceAccountToken": False,
+                "enableServiceLinks": False,
+                "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS_UID, "runAsGroup": RUN_AS_UID,
+                                    "fsGroup": RUN_AS_UID, "seccompProfile": {"type": "RuntimeDefault"}},
+                "nodeSelector": {"kubernetes.io/os": "linux"},
+                "containers": [{
+                    "name": "verify",
+                    "image": image,
+                    # Pinned by digest, so Always costs one manifest check and runs the same bytes.
+                    "imagePullPolicy": "Always",
+                    "command": ["python3", f"{CONFIG_DIR}/probe.py", "--settings", f"{CONFIG_DIR}/settings.json",
+                                "--api-key-file", f"{KEY_DIR}/api-key", "--mode", mode,
+                                "--termination-log", TERMINATION_LOG],
+                    "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
+                            {"name": "PYTHONUNBUFFERED", "value": "1"}],
+                    # The failing lines, where pulumi-kubernetes' Job await prints them when the Job fails.
+                    "terminationMessagePath": TERMINATION_LOG,
+                    "terminationMessagePolicy": "FallbackToLogsOnError",
+                    # One thread per concurrent stream: CPU for parsing a few thousand events a second.
+                    "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}},
+                    "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                                        "privileged": False, "readOnlyRootFilesystem": True, "runAsNonRoot": True},
+                    "volumeMounts": [{"name": "probe", "mountPath": CONFIG_DIR, "readOnly": True},
+                                     {"name": "api-key", "mountPath": KEY_DIR, "readOnly": True}],
+                }],
+                "volumes": [
+                    {"name": "probe", "configMap": {"name": configmap_name}},
+                    # The key as a file: never in the pod spec, the environment or an argument.
+                    {"name": "api-key", "secret": {"secretName": api_key_secret,
+                                                   "items": [{"key": "api-key", "path": "api-key"}],
+                                                   "defaultMode": 0o440}},
+                ],
+            },
+        },
+    }
+
+
+def network_policy(*, namespace: str, edge_namespace: str, model_selector: dict[str, str], port: int) -> dict[str, Any]:
+    """Nothing in; out only to DNS, the edge's HTTPS listener and the vLLM pods' API port.
+
+    The edge is reached as clients reach it, through its load balancer, whose addresses AWS assigns
+    (an NLB's or ALB's IPs, public for internet-facing): no selector can name them, so HTTPS goes to
+    any address; the edge's own pods also match, for a Gateway address that resolves inside.
+    """
+    dns = {"to": [{"namespaceSelector": {"matchLabels": {NAMESPACE_LABEL: "kube-system"}},
+                   "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+           "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}
+    edge = {"to": [{"namespaceSelector": {"matchLabels": {NAMESPACE_LABEL: edge_namespace}}},
+                   {"ipBlock": {"cidr": "0.0.0.0/0"}}, {"ipBlock": {"cidr": "::/0"}}],
+            "ports": [{"protocol": "TCP", "port": EDGE_PORT}]}
+    service = {"to": [{"podSelector": {"matchLabels": dict(model_selector)}}],
+               "ports": [{"protocol": "TCP", "port": port}]}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "verification", "namespace": namespace},
+        "spec": {"podSelector": {"matchLabels": dict(SELECTOR)}, "policyTypes": ["Ingress", "Egress"],
+                 "ingress": [], "egress": [dns, edge, service]},
+    }
