@@ -161,7 +161,7 @@ class StackSpec:
     node_group_name: str
     node_group: NodeGroupSpec
     # How long a replaced node group's deletion waits for its last pods' drain: the longest vLLM
-    # terminationGracePeriodSeconds (stacks/checks/timing.py, node_drain_wait_seconds).
+    # terminationGracePeriodSeconds (llm_serving/stack/timing.py, node_drain_wait_seconds).
     node_drain_wait_seconds: int
     cluster_autoscaler: ClusterAutoscalerArgs | None  # None: an existing autoscaler, or none
     install_node_monitoring_agent: bool  # the auto-repair agent add-on (False: the cluster has it, or no repair)

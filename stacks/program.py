@@ -56,11 +56,11 @@ from llm_serving.serving_stack import (
     ServingStack,
     StackSpec,
 )
-from stacks import checks, environment
-from stacks.checks import cluster as cluster_checks
-from stacks.checks import planning, timing, verification
-from stacks.checks import platform as platform_checks
-from stacks.checks.admission import model_admission, routed_admission
+from llm_serving.stack import planning, timing, verification
+from llm_serving.stack.admission import model_admission, routed_admission
+from llm_serving.stack.rules import cluster as cluster_checks
+from llm_serving.stack.rules import platform as platform_checks
+from stacks import environment
 from stacks.config import (
     SECRET_KEYS,
     AccessMode,
@@ -297,8 +297,8 @@ def weights_bucket_args(config: ServingStackArgs, tags: dict[str, str]) -> stora
 def alb_idle_timeout(config: ServingStackArgs) -> int:
     """Long enough for the longest non-streamed generation (the ALB sees no byte until the end), and so
     for the longest stream the edge admits."""
-    longest = max(max(checks.edge_timeout_floor(config, m), timing.stream_seconds(m)) for m in config.models)
-    return min(checks.ALB_MAX_IDLE_TIMEOUT_SECONDS, max(longest, config.edge.stream_idle_timeout_seconds))
+    longest = max(max(planning.edge_timeout_floor(config, m), timing.stream_seconds(m)) for m in config.models)
+    return min(planning.ALB_MAX_IDLE_TIMEOUT_SECONDS, max(longest, config.edge.stream_idle_timeout_seconds))
 
 
 # Bytes of request body per token of context: JSON, chat-message framing and multi-byte text,
@@ -324,7 +324,7 @@ def vllm_api_key(config: ServingStackArgs) -> pulumi.Output[str]:
 def edge_args(config: ServingStackArgs, cluster: EksCluster) -> EdgeSpec:
     edge = config.edge
     settings = EdgeSettings(
-        namespace=checks.edge_namespace(config),
+        namespace=planning.edge_namespace(config),
         gateway_name="llm-serving",
         # A self-signed certificate lands in a Secret the edge creates under the name cert-manager would use.
         tls_secret_name="llm-serving-tls" if edge.tls.self_signed else edge.tls.secret_name,
@@ -347,7 +347,7 @@ def edge_args(config: ServingStackArgs, cluster: EksCluster) -> EdgeSpec:
             model_name=m.name,
             namespace=config.serving.namespace,
             port=serving.PORT,
-            host=checks.route_host(config, m),
+            host=planning.route_host(config, m),
             path_prefix=m.route.path_prefix,
             request_timeout_seconds=timing.model_drains(config, m).route_timeout_seconds,
             stream_idle_timeout_seconds=edge.stream_idle_timeout_seconds,

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from stacks.checks import timing as stack_timing
+from llm_serving.stack import timing as stack_timing
 from stacks.config.files import PROJECT_DIR, stack_file_path
 from tools import alert_figures, planner_tables, storage_figures
 from tools.doc_facts import PROD, Facts
@@ -93,7 +93,7 @@ def prod_read_speed(facts: Facts) -> str:
 
 
 def prod_weights_gb(facts: Facts) -> str:
-    from stacks.checks import planning
+    from llm_serving.stack import planning
 
     return f"{planning.model_architecture(facts.prod_model).weight_bytes / 1e9:.0f} GB"
 
@@ -124,7 +124,7 @@ def deploy_timeout(facts: Facts) -> str:
 
 
 def prod_longest_generation(facts: Facts) -> str:
-    from stacks.checks import planning
+    from llm_serving.stack import planning
 
     model = facts.prod_model
     return (f"{planning.generation_seconds(facts.prod, model):,} s, {model.max_model_len:,} tokens at "
@@ -141,7 +141,7 @@ def prod_cost_per_million(facts: Facts) -> str:
 def prod_max_replicas_fit(facts: Facts) -> str:
     """The most replicas of prod's model its node group can hold, as the preview's packing check says."""
     from llm_serving import serving
-    from stacks.checks import planning
+    from llm_serving.stack import planning
 
     config, model = facts.prod, facts.prod_model
     most = 0
@@ -159,7 +159,7 @@ def prod_max_replicas_fit(facts: Facts) -> str:
 
 
 def vcpu_quotas(facts: Facts) -> str:
-    from stacks.checks import planning
+    from llm_serving.stack import planning
 
     parts = []
     for stack in ("prod", "staging", "dev"):
@@ -172,7 +172,7 @@ def vcpu_quotas(facts: Facts) -> str:
 
 def prod_claim_size(facts: Facts) -> str:
     from llm_serving import serving
-    from stacks.checks import planning
+    from llm_serving.stack import planning
 
     return f"{serving.weights_volume_gib(planning.model_architecture(facts.prod_model).weight_bytes)} GiB"
 
@@ -218,7 +218,7 @@ def prod_drain(facts: Facts) -> str:
 
 
 def multi_node_example_cost(facts: Facts) -> str:
-    from stacks.checks import planning
+    from llm_serving.stack import planning
 
     config = facts.config(MULTI_NODE_EXAMPLE)
     total = planning.stack_cost(config)
@@ -284,7 +284,7 @@ def helm_timeout(facts: Facts) -> str:
 def prod_timeouts(facts: Facts) -> str:
     """request-path.md's table of every timeout on prod's path, each value read from prod's render."""
     from llm_serving.edge import NLB_TCP_IDLE_SECONDS
-    from stacks.checks import planning
+    from llm_serving.stack import planning
 
     name = facts.prod_model.name
     client = facts.manifest(PROD, "ClientTrafficPolicy", "llm-serving")["spec"]

@@ -66,14 +66,14 @@ def cold_start_by_backend(facts: Facts) -> str:
 
 
 def _s3_speed(config: Any) -> float:
-    from stacks.checks import planning
+    from llm_serving.stack import planning
 
     return planning.storage_read_mib_per_second(config, config.models[0])
 
 
 def s3_read_bounds(facts: Facts) -> str:
     """The three bounds of S3's per-pod read figure for the prod-s3 example's model, each with its source."""
-    from stacks.checks import planning
+    from llm_serving.stack import planning
 
     config = facts.config(S3_EXAMPLE)
     estimate = planning.s3_read_estimate(config, config.models[0])
@@ -88,7 +88,7 @@ def s3_read_bounds(facts: Facts) -> str:
 
 def s3_goal(facts: Facts) -> str:
     """S3 with a warm node (image pre-pulled) and a compile-cache hit, against issue 29's 3-minute goal."""
-    from stacks.checks import planning
+    from llm_serving.stack import planning
 
     config = facts.config(S3_EXAMPLE)
     model = config.models[0]
@@ -108,7 +108,7 @@ def s3_goal(facts: Facts) -> str:
 def add_replica_cell(index: int) -> Callable[[Facts], str]:
     """README's backends table: adding a replica of prod's 70B on backend `index` of _backend_variants."""
     def cell(facts: Facts) -> str:
-        from stacks.checks import planning
+        from llm_serving.stack import planning
 
         _, config = _backend_variants(facts)[index]
         model = config.models[0]
@@ -130,7 +130,7 @@ def _backend_variants(facts: Facts) -> list[tuple[str, Any]]:
 def add_replica_by_backend(facts: Facts) -> str:
     """Adding one replica of prod's 70B on each backend, term by term (stacks/checks/planning.cold_starts), and
     what follows from it: the startup probe, the scale-down window and the rollout's await."""
-    from stacks.checks import planning, timing
+    from llm_serving.stack import planning, timing
 
     lines = ["", "| backend | read speed | node | image pull | weights | engine init | compile | ready | free node "
              "| new node | startup budget | scale-down window | rollout await |", "|---|" + "---:|" * 12]
@@ -158,7 +158,7 @@ def nat_cold_start(facts: Facts) -> str:
 
 
 def _weights_gb(facts: Facts) -> float:
-    from stacks.checks import planning
+    from llm_serving.stack import planning
 
     architecture = planning.model_architecture(facts.prod_model)
     assert architecture is not None

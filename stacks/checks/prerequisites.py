@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from llm_serving import serving
 from llm_serving.platform import versions
-from stacks.checks.planning import edge_namespace, installs_load_balancer_controller
+from llm_serving.stack.planning import edge_namespace, installs_load_balancer_controller
 from stacks.config import (
     ControllerMode,
     EdgeMode,

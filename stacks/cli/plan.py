@@ -589,7 +589,7 @@ def stack_cost_summary(config: object) -> str:
     """The render summary's cost block: the stack's GPU nodes and On-Demand $/hour at minimum and
     maximum replicas, and per model the $/million output tokens at its ITL objective's concurrency
     (1,024 prompt and 256 output tokens per request, as `plan` assumes by default)."""
-    from stacks.checks import planning  # the stack layer, only in this mode
+    from llm_serving.stack import planning  # the stack layer, only in this mode
 
     total = planning.stack_cost(config)  # type: ignore[arg-type]
     low, high = total.at(total.nodes_at_min), total.at(total.nodes_at_max)
@@ -617,7 +617,7 @@ def stack_cost_summary(config: object) -> str:
 def stack_model_performance(config: object, model: object, result: CapacityPlan, cost: dict[str, object], *,
                             prompt_tokens: int, output_tokens: int) -> dict[str, object]:
     """`performance` for one of a stack's models: on the stack's GPU, against the model's own SLOs."""
-    from stacks.checks import planning  # the stack layer, only in this mode
+    from llm_serving.stack import planning  # the stack layer, only in this mode
 
     architecture = planning.model_architecture(model)  # type: ignore[arg-type]
     instance = planning.resolve_instance_type(config)  # type: ignore[arg-type]
@@ -644,7 +644,7 @@ def _print(result: CapacityPlan, found: dict[str, object], cost: dict[str, objec
            perf: dict[str, object], as_json: bool, out: TextIO,
            overridden: dict[str, dict[str, object]] | None = None,
            timing_rows: list[tuple[str, str, str]] | None = None) -> int:
-    """The plan; with a stack, also its timing rules (stacks/checks/timing.py) as rule, numbers, verdict,
+    """The plan; with a stack, also its timing rules (llm_serving/stack/timing.py) as rule, numbers, verdict,
     and the values the command line set over the stack's."""
     if as_json:
         document = {**result.to_json(), "dynamics": found, "cost": cost, "performance": perf}
@@ -726,9 +726,9 @@ def _stack_overrides(explicit: dict[str, object], model: object) -> list[overrid
 def _stack_plan(args: argparse.Namespace, explicit: dict[str, object], out: TextIO, err: TextIO) -> int:
     """The plan, dynamics and cost of one model as `args.stack` deploys it, with the options the
     command line set overriding the stack's values (and said so)."""
+    from llm_serving.stack import planning
+    from llm_serving.stack import timing as stack_timing
     from stacks import environment
-    from stacks.checks import planning
-    from stacks.checks import timing as stack_timing
     from stacks.config import files as stack_files  # the stack layer, only in this mode
 
     refused = [f"python -m stacks plan: argument {option}: not a stack setting with --stack; {fix}"

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import TextIO
 
 from llm_serving import verification
+from llm_serving.stack import verification as stack_verification
 from llm_serving.verification import Settings, Target
 from stacks import environment
-from stacks.checks import verification as stack_verification
 from stacks.cli.arguments import positive
 from stacks.config.problems import CommandLineParser, ConfigError
 

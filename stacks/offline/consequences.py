@@ -1,6 +1,6 @@
 """What a diff costs while `pulumi up` runs: the consequence lines the offline diff adds per workload.
 
-From the planner's own timing model (llm_serving.serving rollout planner, stacks.checks.planning):
+From the planner's own timing model (llm_serving.serving rollout planner, llm_serving.stack.planning):
 for every changed vLLM Deployment whose pod template changes, how many replicas roll with which
 strategy, minutes per replica and in total, the GPUs or node the surge needs, and whether the
 longest stream fits the drain; for a node group that is replaced or rolls its nodes, how long the
@@ -13,8 +13,8 @@ import math
 from typing import Any
 
 from llm_serving import gpu, serving
-from stacks.checks import planning
-from stacks.checks import timing as stack_timing
+from llm_serving.stack import planning
+from llm_serving.stack import timing as stack_timing
 from stacks.config import ServingStackArgs
 
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
@@ -68,7 +68,7 @@ def rollout_lines(config: ServingStackArgs, model_name: str) -> list[str]:
                  else f"they fit on the {running} running node(s)")
         lines.append(f"surge: {gpus} free GPUs for {strategy.max_surge} extra replica(s); {where}")
     # A replaced pod gets SIGTERM; vLLM lets requests run for --shutdown-timeout, then stops them. The
-    # stream bound (stacks/checks/timing.py) is the longest request the edge admits.
+    # stream bound (llm_serving/stack/timing.py) is the longest request the edge admits.
     drains = stack_timing.model_drains(config, model)
     stream, drain = drains.stream_seconds, drains.vllm_shutdown_seconds
     if stream <= drain:

@@ -20,9 +20,9 @@ from pulumi.runtime import settings as pulumi_settings
 from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
+from llm_serving.stack.rules import cluster as cluster_checks
+from llm_serving.stack.rules import platform as platform_checks
 from stacks import environment, program
-from stacks.checks import cluster as cluster_checks
-from stacks.checks import platform as platform_checks
 from stacks.config import ClusterMode
 from stacks.config import files as stack_files
 from stacks.config.problems import ConfigError

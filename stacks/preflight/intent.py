@@ -15,7 +15,7 @@ from llm_serving import cluster as created_cluster
 from llm_serving import edge as edge_package
 from llm_serving import gpu, serving, storage
 from llm_serving.platform import versions
-from stacks.checks import planning, timing
+from llm_serving.stack import planning, timing
 from stacks.config import (
     AutoscalingMode,
     CapacityType,

@@ -7,7 +7,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from stacks.checks import platform
+from llm_serving.stack.rules import platform
 from stacks.preflight.context import ClusterUnknown, Context
 from stacks.preflight.result import Finding, failed, passed
 

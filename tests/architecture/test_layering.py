@@ -77,17 +77,17 @@ WRONG_IMPORTS = [
     ("policies/rules.py", "from llm_serving import serving",
      ["policies is not allowed to import llm_serving"]),
     # stacks reaching past a package's public names.
-    ("stacks/checks/rules.py", "from llm_serving.edge.objects import Route",
+    ("llm_serving/stack/rules/models.py", "from llm_serving.edge.objects import Route",
      ["Illegal imports of protected package llm_serving.edge.objects"]),
     # The schema reaching up into the checks, and the checks into the offline tools.
     ("stacks/config/files.py", "from stacks import checks",
      ["stacks.config is not allowed to import stacks.checks"]),
-    ("stacks/checks/planning.py", "from stacks.offline import awaits",
-     ["stacks.checks is not allowed to import stacks.offline"]),
+    ("llm_serving/stack/planning.py", "from stacks.offline import awaits",
+     ["llm_serving.stack is not allowed to import stacks"]),
     # The program (or any layer but preflight) growing its own path to the account.
     ("stacks/program.py", "import boto3",
      ["stacks.program is not allowed to import boto3"]),
-    ("stacks/checks/planning.py", "from stacks.preflight import intent",
+    ("stacks/checks/prerequisites.py", "from stacks.preflight import intent",
      ["stacks.checks is not allowed to import stacks.preflight"]),
     # The verification probe, which runs alone on a bare Python image, importing the project.
     ("llm_serving/verification/probe.py", "from llm_serving.platform import versions",
@@ -179,11 +179,11 @@ def test_no_module_imports_itself_through_others() -> None:
 
 
 def test_the_cycle_finder_reports_a_two_module_cycle(tree: Path) -> None:
-    # The shape issue 21 removed: planning importing the checks that import planning.
-    path = _break(tree, "stacks/checks/planning.py", "from stacks.checks import rules")
-    original = (PROJECT_DIR / "stacks/checks/planning.py").read_text(encoding="utf-8")
+    # The shape issue 21 removed: a planner's helper importing the planner that imports it.
+    path = _break(tree, "llm_serving/stack/memo.py", "from llm_serving.stack import planning")
+    original = (PROJECT_DIR / "llm_serving/stack/memo.py").read_text(encoding="utf-8")
     try:
         cycles = _import_cycles(_import_edges(tree))
     finally:
         path.write_text(original, encoding="utf-8")
-    assert cycles == [["stacks.checks.planning", "stacks.checks.rules"]]
+    assert cycles == [["llm_serving.stack.memo", "llm_serving.stack.planning"]]

@@ -10,7 +10,7 @@ import pytest
 from llm_serving.gpu import monitoring_agent, scheduling
 from llm_serving.platform import addon_settings, addon_version, versions
 from llm_serving.platform.args import validate
-from stacks.checks.platform import addon_version_rules
+from llm_serving.stack.rules.platform import addon_version_rules
 from stacks.config import ServingStackArgs
 from tests.conftest import render_file
 from tests.stacks.checks.test_gpu_node_group_checks import BASE

@@ -14,7 +14,7 @@ from llm_serving.gpu.counters import COUNTERS
 from llm_serving.observability.serving_alerts import KUBE_STATE_METRICS
 from llm_serving.routing import PICKER_METRICS, pool_problems
 from llm_serving.routing.alerts import PICKER_KUBE_STATE_METRICS
-from stacks import checks
+from llm_serving.stack import planning
 from stacks.config import EdgeAuth, EdgeMode
 from stacks.config.files import PROJECT_DIR
 from stacks.environment import load_stack_file
@@ -120,7 +120,7 @@ def test_request_path_reaches_the_model_pods_in_every_mode(prod_in_mode, mode):
 
 def test_gateway_path_never_buffers_or_times_out_a_long_generation(prod_in_mode):
     result, config = prod_in_mode["gateway"]
-    needed = checks.generation_seconds(config, config.models[0])
+    needed = planning.generation_seconds(config, config.models[0])
     route = result.manifest("HTTPRoute", MODEL)
     # Bounded at the stream bound every drain covers: 16,384 tokens at 0.1 s after 2 s, plus 10 %.
     assert route["spec"]["rules"][0]["timeouts"] == {"request": "1805s"}

@@ -20,7 +20,7 @@ import pytest
 from llm_serving.edge.alerts import ENVOY_METRIC_TYPES
 from llm_serving.routing.alerts import PICKER_KUBE_STATE_METRICS
 from llm_serving.routing.metrics import PICKER_TTFT_BUCKETS
-from stacks.checks import planning, timing
+from llm_serving.stack import planning, timing
 from stacks.config.files import PROJECT_DIR
 from stacks.environment import load_stack_file
 from tests.support import promql

@@ -156,8 +156,8 @@ def test_calibration_and_benchmark_tables_are_the_planners_real_figures():
 
 @pytest.mark.parametrize("stack", ["prod", "dev"])
 def test_readme_cost_figures_are_the_stacks_own(stack):
+    from llm_serving.stack import planning
     from stacks import environment
-    from stacks.checks import planning
     from stacks.cli.plan import _replica_cost, stack_model_performance
     from stacks.config import files as stack_files
 
@@ -182,8 +182,8 @@ def test_readme_cost_figures_are_the_stacks_own(stack):
 
 def test_rotation_table_states_each_stacks_full_rollout():
     """How long a rotated-out API key keeps working on not-yet-rolled pods is the planner's figure."""
+    from llm_serving.stack import planning
     from stacks import environment
-    from stacks.checks import planning
     from stacks.config import files as stack_files
 
     page = (DOCS / "operations.md").read_text()

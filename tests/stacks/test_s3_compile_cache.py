@@ -10,8 +10,8 @@ import pytest
 
 from llm_serving.serving import cache_sync
 from llm_serving.serving.compile_cache import SYNC_SOURCE, producer_script, seed_script, sync_configmap_name
+from llm_serving.stack import planning
 from stacks import environment
-from stacks.checks import planning
 from stacks.cli import plan as plan_cli
 from stacks.config.files import PROJECT_DIR
 from stacks.offline import render

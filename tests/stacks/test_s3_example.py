@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from llm_serving.serving import weights
+from llm_serving.stack import planning
+from llm_serving.stack.rules import platform
 from stacks import checks, environment
-from stacks.checks import planning, platform
 from stacks.config import ServingStackArgs, StorageBackend
 from stacks.config.files import PROJECT_DIR
 from stacks.offline import render

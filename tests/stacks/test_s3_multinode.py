@@ -19,9 +19,9 @@ from llm_serving.gpu import lookup_instance_type
 from llm_serving.platform.args import validate
 from llm_serving.serving import engine, lookup_model
 from llm_serving.serving.capacity import plan
+from llm_serving.stack import planning
 from policies import rules
 from stacks import checks, environment
-from stacks.checks import planning
 from stacks.config import ServingStackArgs
 from stacks.config.files import PROJECT_DIR
 from stacks.offline import render

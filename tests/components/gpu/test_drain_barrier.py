@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from llm_serving import gpu, serving
 from llm_serving.gpu import drain
-from stacks.checks import timing
+from llm_serving.stack import timing
 from stacks.config.files import stack_file_path
 from stacks.environment import load_stack_file
 

@@ -13,8 +13,8 @@ from llm_serving.edge.objects import overload_response
 from llm_serving.platform.args import validate
 from llm_serving.routing import PICKER_METRIC_TYPES, Admission
 from llm_serving.routing.objects import picker_config
+from llm_serving.stack.admission import model_admission
 from stacks import checks
-from stacks.checks.admission import model_admission
 from stacks.config import ServingStackArgs
 from stacks.config.problems import from_validation_error
 from tests.stacks.checks.test_gpu_node_group_checks import BASE

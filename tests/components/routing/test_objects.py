@@ -302,7 +302,7 @@ def test_a_picker_memory_limit_below_its_request_is_refused():
     ({"controller": "existing"}, {"minReplicas": 1, "maxReplicas": 3}, "service"),
 ])
 def test_unset_routing_picks_a_pool_only_where_it_can_help_and_work(edge, autoscaling, expected):
-    from stacks.checks.planning import routing_mode
+    from llm_serving.stack.planning import routing_mode
 
     model = {**BASE["models"][0], "autoscaling": autoscaling}
     config = validate(ServingStackArgs, {**BASE, "edge": {**BASE["edge"], **edge}, "models": [model]})

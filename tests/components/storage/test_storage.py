@@ -11,10 +11,10 @@ import pytest
 
 from llm_serving.platform.args import validate
 from llm_serving.serving import weights
+from llm_serving.stack import planning
 from llm_serving.storage import EFS_READ_MIB_PER_SECOND, mount_target_subnets
 from llm_serving.storage import objects as storage_objects
 from stacks import checks
-from stacks.checks import planning
 from stacks.config import ServingStackArgs
 from tests.conftest import render_file
 from tests.stacks.checks.test_model_checks import BASE, LLAMA_70B

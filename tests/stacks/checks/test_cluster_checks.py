@@ -11,8 +11,8 @@ import pytest
 
 from llm_serving import cluster
 from llm_serving.platform.args import validate
+from llm_serving.stack.rules import cluster as cluster_checks
 from stacks import checks
-from stacks.checks import cluster as cluster_checks
 from stacks.config import ServingStackArgs
 
 BASE: dict[str, Any] = {

@@ -9,6 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from llm_serving.platform.args import validate
+from llm_serving.stack import planning
 from stacks import checks
 from stacks.config import ServingStackArgs
 from tests.stacks.checks.test_gpu_node_group_checks import BASE
@@ -212,5 +213,5 @@ def test_rejects_prometheus_url_in_another_namespace_than_the_scrape_namespace()
 @pytest.mark.parametrize(("mode", "namespace"), [("gateway", "envoy-gateway-system"), ("alb", "kube-system"),
                                                  ("ingress-nginx", "ingress-nginx")])
 def test_each_edge_mode_has_its_own_default_namespace(mode, namespace):
-    assert checks.edge_namespace(config(edge={"mode": mode})) == namespace
-    assert checks.edge_namespace(config(edge={"mode": mode, "namespace": "edge"})) == "edge"
+    assert planning.edge_namespace(config(edge={"mode": mode})) == namespace
+    assert planning.edge_namespace(config(edge={"mode": mode, "namespace": "edge"})) == "edge"

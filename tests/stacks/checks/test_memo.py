@@ -7,7 +7,7 @@ import concurrent.futures
 
 import pytest
 
-from stacks.checks import memo, planning
+from llm_serving.stack import memo, planning
 from stacks.config.files import PROJECT_DIR
 from stacks.environment import load_stack_file
 

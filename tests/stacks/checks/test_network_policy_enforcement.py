@@ -7,7 +7,7 @@ import json
 import pytest
 
 from llm_serving.platform.args import validate
-from stacks.checks.platform import network_policy_enforcement_problem
+from llm_serving.stack.rules.platform import network_policy_enforcement_problem
 from stacks.config import ServingStackArgs
 from tests.stacks.checks.test_gpu_node_group_checks import BASE
 

@@ -6,9 +6,9 @@ import dataclasses
 from typing import Any
 
 from llm_serving.platform.args import validate
+from llm_serving.stack import planning
+from llm_serving.stack.rules import platform as platform_checks
 from stacks import checks
-from stacks.checks import planning
-from stacks.checks import platform as platform_checks
 from stacks.config import ServingStackArgs
 from tests.stacks.checks.test_gpu_node_group_checks import BASE
 

@@ -287,7 +287,7 @@ def test_enforce_eager_and_speculative_config_are_plan_options() -> None:
 
 
 def test_stack_plan_follows_engine_flags_passed_through_extra_args() -> None:
-    from stacks.checks.planning import extra_arg_knobs
+    from llm_serving.stack.planning import extra_arg_knobs
     assert extra_arg_knobs(["--enforce-eager", "--block-size=32", '--speculative-config={"method":"ngram"}']) == {
         "enforce_eager": True, "block_size": 32, "speculative_decoding": True,
     }

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from stacks.checks import verification
+from llm_serving.stack import verification
 from stacks.cli import main, verify
 from stacks.config import VerificationMode
 from stacks.config.files import PROJECT_DIR

@@ -1,6 +1,6 @@
 """Cross-field rules of the edge: certificate sources, authentication modes, idle timeouts against
 the load balancer in front, and each model's route (distinct host/path, timeouts that do not cut
-the longest generation short). Pure; stacks/checks/__init__.py runs them with the other rules.
+the longest generation short). Pure; rules/__init__.py runs them with the other rules.
 """
 
 from __future__ import annotations
@@ -9,26 +9,19 @@ import math
 from collections.abc import Iterator
 
 from llm_serving import routing, serving
-from stacks.checks import planning
-from stacks.checks.planning import MIN_EDGE_TIMEOUT_SECONDS, generation_seconds, route_host
-from stacks.config import (
-    ClusterMode,
-    ControllerMode,
-    EdgeAuth,
-    EdgeMode,
-    Environment,
-    LoadBalancerControllerMode,
-    RoutingMode,
-    ServingStackArgs,
+from llm_serving.cluster import ClusterMode, LoadBalancerControllerMode
+from llm_serving.edge import ControllerMode, EdgeAuth, EdgeMode
+from llm_serving.platform.args import Environment
+from llm_serving.platform.problems import Problem
+from llm_serving.serving import RoutingMode
+from llm_serving.stack import planning
+from llm_serving.stack.args import ServingStackArgs
+from llm_serving.stack.planning import (
+    ALB_MAX_IDLE_TIMEOUT_SECONDS,
+    MIN_EDGE_TIMEOUT_SECONDS,
+    generation_seconds,
+    route_host,
 )
-from stacks.config.problems import Problem
-
-# AWS NLB TCP idle timeout (Network Load Balancer guide, "update-idle-timeout": 350 s default).
-NLB_IDLE_SECONDS = 350
-
-# ALB idle timeout upper bound (Elastic Load Balancing API, LoadBalancerAttribute
-# idle_timeout.timeout_seconds: 1-4000).
-ALB_MAX_IDLE_TIMEOUT_SECONDS = 4000
 
 
 def _certificate_rules(config: ServingStackArgs) -> Iterator[Problem]:
@@ -82,7 +75,7 @@ def edge_rules(config: ServingStackArgs) -> Iterator[Problem]:
     if edge.auth is not EdgeAuth.VLLM_API_KEY and edge.mode is not EdgeMode.GATEWAY:
         yield Problem("edge.auth", f"gateway authentication needs mode gateway, not {edge.mode.value}",
                       edge.auth.value, "vllm-api-key")
-    # The stream idle timeout against the NLB's is a timing rule (stacks/checks/timing.py).
+    # The stream idle timeout against the NLB's is a timing rule (llm_serving/stack/timing.py).
     if edge.auth is EdgeAuth.JWT and edge.jwt is None:
         yield Problem("edge.jwt", "auth jwt needs an issuer and a JWKS URI", None, "jwt.issuer and jwt.jwksUri")
     seen: dict[tuple[str, str], str] = {}

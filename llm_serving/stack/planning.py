@@ -1,7 +1,7 @@
 """What the planners decide for a stack: instance facts, each model's capacity plan, replica bounds,
 the GPUs a rollout can count on, each model's rollout strategy and scale-down window (pure).
 
-stacks/checks/rules.py turns their failures into problems; stacks/program.py feeds their results to the
+llm_serving/stack/rules/ turns their failures into problems; ServingStack feeds their results to the
 components. Both read the same functions, so a preview and a deploy can never disagree.
 
 Length: every planner input a stack decides (instance, storage speed, image pre-pull, compile cache)
@@ -17,22 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from llm_serving import gpu, serving, storage
-from llm_serving.serving import ModelArchitecture, lookup_model
-from stacks.checks.memo import per_config
-from stacks.config import (
-    AccessMode,
-    ClusterMode,
-    CompileCacheMode,
-    ControllerMode,
-    EdgeMode,
-    ImagePrePull,
-    LoadBalancerControllerMode,
-    ModelArgs,
-    NodeAutoscalingMode,
-    RoutingMode,
-    ServingStackArgs,
-    StorageBackend,
-)
+from llm_serving.cluster import ClusterMode, LoadBalancerControllerMode
+from llm_serving.edge import ControllerMode, EdgeMode
+from llm_serving.gpu import ImagePrePull, NodeAutoscalingMode
+from llm_serving.serving import AccessMode, CompileCacheMode, ModelArchitecture, ModelArgs, RoutingMode, lookup_model
+from llm_serving.stack.args import ServingStackArgs
+from llm_serving.stack.memo import per_config
+from llm_serving.storage import StorageBackend
 
 # Where each mode's controller conventionally runs: Envoy Gateway's quickstart namespace, the
 # ALB controller's documented install namespace, and the ingress-nginx chart's usual namespace.
@@ -65,6 +56,13 @@ def installs_load_balancer_controller(config: ServingStackArgs) -> bool:
 def route_host(config: ServingStackArgs, model: ModelArgs) -> str:
     return model.route.host or config.edge.host
 
+
+# AWS NLB TCP idle timeout (Network Load Balancer guide, "update-idle-timeout": 350 s default).
+NLB_IDLE_SECONDS = 350
+
+# ALB idle timeout upper bound (Elastic Load Balancing API, LoadBalancerAttribute
+# idle_timeout.timeout_seconds: 1-4000).
+ALB_MAX_IDLE_TIMEOUT_SECONDS = 4000
 
 # No edge timeout below 10 minutes, whatever the arithmetic says: queueing and prefill under load
 # come on top of decode time. The policy pack's `edge-non-buffering` rule enforces the same floor.

@@ -1,6 +1,6 @@
 """Rules for `cluster.mode` (pure): what a created cluster needs from its config, what the looked-up
 state of the account allows (a name taken by another cluster, a skipped minor), and the order a
-control-plane upgrade runs in. stacks/checks/ runs `cluster_rules`; the program runs the others
+control-plane upgrade runs in. rules/__init__.py runs `cluster_rules`; the program runs the others
 with what it reads from the account before any resource is registered.
 """
 
@@ -10,9 +10,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from llm_serving import cluster
+from llm_serving.cluster import ClusterMode, NatGateways
 from llm_serving.platform import versions
-from stacks.config import ClusterMode, Environment, NatGateways, ServingStackArgs
-from stacks.config.problems import Problem
+from llm_serving.platform.args import Environment
+from llm_serving.platform.problems import Problem
+from llm_serving.stack.args import ServingStackArgs
 
 C = "cluster.create"
 # Tag on the created control plane naming the Pulumi stack that owns it: a cluster of the same name

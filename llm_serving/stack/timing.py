@@ -11,10 +11,14 @@ import math
 from collections.abc import Iterator
 
 from llm_serving import serving
-from stacks.checks.admission import model_admission
-from stacks.checks.edge import NLB_IDLE_SECONDS
-from stacks.checks.planning import (
+from llm_serving.edge import EdgeMode
+from llm_serving.platform.problems import Problem
+from llm_serving.serving import ModelArgs, RoutingMode
+from llm_serving.stack.admission import model_admission
+from llm_serving.stack.args import ServingStackArgs
+from llm_serving.stack.planning import (
     MAX_SCALE_DOWN_WINDOW_SECONDS,
+    NLB_IDLE_SECONDS,
     footprint,
     model_plan,
     replica_add_seconds,
@@ -25,8 +29,6 @@ from stacks.checks.planning import (
     scale_down_window,
     timing,
 )
-from stacks.config import EdgeMode, ModelArgs, RoutingMode, ServingStackArgs
-from stacks.config.problems import Problem
 
 
 def stream_seconds(model: ModelArgs) -> int:

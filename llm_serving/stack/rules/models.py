@@ -1,7 +1,7 @@
 """Cross-field rules of the node group, capacity, instance, observability and model sections.
 
 Each rule returns problems instead of raising, so a stack file with three mistakes gets three
-lines at once, and each names the key to change. stacks/checks/__init__.py lists every rule.
+lines at once, and each names the key to change. rules/__init__.py lists every rule.
 """
 
 from __future__ import annotations
@@ -12,7 +12,13 @@ from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 from llm_serving import gpu, serving
-from stacks.checks.planning import (
+from llm_serving.gpu import AmiType, CapacityType, ContainerStorage, NodeAutoscalingMode, PlacementStrategy
+from llm_serving.observability import PrometheusMode
+from llm_serving.platform.args import Environment
+from llm_serving.platform.problems import Problem
+from llm_serving.serving import AccessMode, KvCacheDtype, ModelArgs
+from llm_serving.stack.args import ServingStackArgs
+from llm_serving.stack.planning import (
     model_architecture,
     model_plan,
     replica_bounds,
@@ -20,22 +26,8 @@ from stacks.checks.planning import (
     rollout_strategies,
     storage_backend_label,
 )
-from stacks.checks.platform import NG
-from stacks.config import (
-    AccessMode,
-    AmiType,
-    CapacityType,
-    ContainerStorage,
-    Environment,
-    KvCacheDtype,
-    ModelArgs,
-    NodeAutoscalingMode,
-    PlacementStrategy,
-    PrometheusMode,
-    ServingStackArgs,
-    StorageBackend,
-)
-from stacks.config.problems import Problem
+from llm_serving.stack.rules.platform import NG
+from llm_serving.storage import StorageBackend
 
 # The vLLM image is about 10 GB compressed; containerd keeps the compressed layers while it unpacks
 # them, and the node also pulls the device plugin, DCGM exporter and system images. Below this an
@@ -261,4 +253,4 @@ def _scaling_bounds(config: ServingStackArgs, model: ModelArgs, plan: serving.Ca
         yield Problem(f"{at}.autoscaling.minReplicas", "must not exceed maxReplicas", low, f"<= maxReplicas ({high})")
     elif not low <= model.replicas <= high:
         yield Problem(f"{at}.replicas", "must lie between the autoscaling bounds", model.replicas, f"{low}..{high}")
-    # The scale-down window against the time to add a replica is a timing rule (stacks/checks/timing.py).
+    # The scale-down window against the time to add a replica is a timing rule (llm_serving/stack/timing.py).

@@ -7,26 +7,20 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from llm_serving.serving import CapacityError
-from stacks.checks.planning import (
+from llm_serving.edge import ControllerMode, EdgeMode
+from llm_serving.gpu import NodeAutoscalingMode, PlacementStrategy
+from llm_serving.platform.args import Environment
+from llm_serving.platform.problems import Problem
+from llm_serving.serving import CapacityError, CompileCacheMode, RoutingMode
+from llm_serving.stack.args import ServingStackArgs
+from llm_serving.stack.planning import (
     compile_cache_key,
     compile_cache_writer_problem,
     producer_room,
     resolve_instance_type,
     routing_mode,
 )
-from stacks.checks.platform import NG
-from stacks.config import (
-    CompileCacheMode,
-    ControllerMode,
-    EdgeMode,
-    Environment,
-    NodeAutoscalingMode,
-    PlacementStrategy,
-    RoutingMode,
-    ServingStackArgs,
-)
-from stacks.config.problems import Problem
+from llm_serving.stack.rules.platform import NG
 
 
 def routing_rules(config: ServingStackArgs) -> Iterator[Problem]:

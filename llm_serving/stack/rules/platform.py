@@ -1,5 +1,5 @@
 """Cross-field rules about the platform under the models: cluster version, node autoscaling, weights
-storage (pure). stacks/checks/ runs them with its own rules; each returns problems, never raises.
+storage (pure). rules/__init__.py runs them with the other rules; each returns problems, never raises.
 """
 
 from __future__ import annotations
@@ -8,18 +8,13 @@ import json
 from collections.abc import Iterator
 
 from llm_serving import gpu, storage
+from llm_serving.cluster import ClusterMode, NetworkPolicyEnforcement
+from llm_serving.gpu import AmiType, ExistingAutoscaler, NodeAutoscalingMode
 from llm_serving.platform import addon_version, versions
-from stacks.config import (
-    AmiType,
-    ClusterMode,
-    Environment,
-    ExistingAutoscaler,
-    NetworkPolicyEnforcement,
-    NodeAutoscalingMode,
-    ServingStackArgs,
-    StorageBackend,
-)
-from stacks.config.problems import Problem
+from llm_serving.platform.args import Environment
+from llm_serving.platform.problems import Problem
+from llm_serving.stack.args import ServingStackArgs
+from llm_serving.storage import StorageBackend
 
 NG = "gpuNodeGroup"
 

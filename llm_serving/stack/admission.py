@@ -14,10 +14,11 @@ import math
 from collections.abc import Iterator
 from dataclasses import replace
 
+from llm_serving.platform.problems import Problem
 from llm_serving.routing import Admission
-from stacks.checks.planning import model_plan, replica_add_seconds, routing_mode
-from stacks.config import ModelArgs, RoutingMode, ServingStackArgs
-from stacks.config.problems import Problem
+from llm_serving.serving import ModelArgs, RoutingMode
+from llm_serving.stack.args import ServingStackArgs
+from llm_serving.stack.planning import model_plan, replica_add_seconds, routing_mode
 
 OVERLOAD = "edge.inferenceRouting.overload"
 
@@ -51,7 +52,7 @@ def admission_rules(config: ServingStackArgs) -> Iterator[Problem]:
             continue
         admission = model_admission(config, model)
         scaling = model.autoscaling
-        # The queue wait against Envoy's stream idle timeout is a timing rule (stacks/checks/timing.py).
+        # The queue wait against Envoy's stream idle timeout is a timing rule (llm_serving/stack/timing.py).
         if admission.queue_depth_per_replica <= scaling.waiting_per_replica_target:
             yield Problem(f"{OVERLOAD}.queueDepthPerReplica", f"the picker would hold {model.name}'s requests "
                           f"before vLLM's queue reaches the autoscaler's {scaling.waiting_per_replica_target:g} "

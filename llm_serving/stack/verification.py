@@ -9,10 +9,11 @@ import math
 from dataclasses import dataclass
 
 from llm_serving import serving
-from llm_serving.edge import v1_path
-from llm_serving.verification import LoadPlan, Settings, Target
-from stacks.checks import planning
-from stacks.config import EdgeAuth, ModelArgs, ServingStackArgs, VerificationMode
+from llm_serving.edge import EdgeAuth, v1_path
+from llm_serving.serving import ModelArgs
+from llm_serving.stack import planning
+from llm_serving.stack.args import ServingStackArgs
+from llm_serving.verification import LoadPlan, Settings, Target, VerificationMode
 
 # Without a roofline (multi-node groups, a GPU without figures) the ramp is this long.
 DEFAULT_RAMP_SECONDS = 5.0

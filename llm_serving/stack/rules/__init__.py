@@ -1,0 +1,37 @@
+"""A stack's rules: the relations between its args that their types cannot say, checked before anything is
+created (by ServingStack, by a preview and by every command that loads a stack file).
+
+`check(args)` runs every rule, grouped by concern; each returns problems, never raises.
+"""
+
+from collections.abc import Callable, Iterator
+
+from llm_serving.platform.problems import Problem
+from llm_serving.stack import admission, timing
+from llm_serving.stack.args import ServingStackArgs
+from llm_serving.stack.rules import cluster, edge, models, platform, routing
+
+__all__ = ["RULES", "check"]
+
+RULES: tuple[Callable[[ServingStackArgs], Iterator[Problem]], ...] = (
+    models.scaling_rules,
+    cluster.cluster_rules,
+    platform.weights_storage_rules,
+    platform.node_autoscaling_rules,
+    platform.addon_version_rules,
+    models.capacity_rules,
+    models.instance_rules,
+    models.observability_rules,
+    models.models_rules,
+    edge.edge_rules,
+    routing.routing_rules,
+    admission.admission_rules,
+    routing.multinode_rules,
+    routing.compile_cache_rules,
+    timing.timing_rules,
+)
+
+
+def check(args: ServingStackArgs) -> list[Problem]:
+    """Every cross-field problem of structurally valid args."""
+    return [problem for rule in RULES for problem in rule(args)]
