@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import runpy
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -249,23 +250,32 @@ def _render_stack(stack_file: Path, cluster_version: str | None) -> RenderResult
     if problem is not None:
         raise ConfigError([problem])
     config, secret_keys = engine_values(own)
-
-    mocks = RenderMocks(cluster_version, clusters)
-    monitor = RecordingMonitor(mocks)
-    pulumi_settings.reset_options()
-    pulumi.runtime.set_mocks(mocks, project=stack_files.PROJECT, stack=own.stack, preview=False, monitor=monitor)
-    pulumi.runtime.set_all_config(config, secret_keys)
     previous_dir = program.stack_dir
     program.stack_dir = stack_file.parent
     try:
-        pulumi_settings.SETTINGS.rpc_manager.clear()
-        pulumi_settings.SETTINGS.outputs.clear()
-        with render_overhead.no_source_positions():
-            _sync_await(run_pulumi_func(lambda: runpy.run_path(str(PROGRAM), run_name="__main__")))
+        return record(lambda: runpy.run_path(str(PROGRAM), run_name="__main__"), stack=own.stack,
+                      mocks=RenderMocks(cluster_version, clusters), config=config, secret_keys=secret_keys)
     finally:
         program.stack_dir = previous_dir
 
-    names = {r.urn: r for r in monitor.recorded}
+
+def record(program_function: Callable[[], Any], *, stack: str, mocks: pulumi.runtime.Mocks,
+           config: dict[str, str] | None = None, secret_keys: list[str] | None = None) -> RenderResult:
+    """Run `program_function` under Pulumi's mock runtime (the whole program, or one component a test builds)
+    and return every resource it registered, with its inputs and options, as a render."""
+    monitor = RecordingMonitor(mocks)
+    pulumi_settings.reset_options()
+    pulumi.runtime.set_mocks(mocks, project=stack_files.PROJECT, stack=stack, preview=False, monitor=monitor)
+    pulumi.runtime.set_all_config(config or {}, secret_keys or [])
+    pulumi_settings.SETTINGS.rpc_manager.clear()
+    pulumi_settings.SETTINGS.outputs.clear()
+    with render_overhead.no_source_positions():
+        _sync_await(run_pulumi_func(program_function))
+    return _result(stack, monitor.recorded)
+
+
+def _result(stack: str, recorded: list[Recorded]) -> RenderResult:
+    names = {r.urn: r for r in recorded}
 
     def label(urn: str) -> str:
         found = names.get(urn)
@@ -294,13 +304,13 @@ def _render_stack(stack_file: Path, cluster_version: str | None) -> RenderResult
         }
 
     resources = []
-    for r in monitor.recorded:
+    for r in recorded:
         parent = names.get(r.parent_urn)
         resources.append(
             {
                 "type": r.type,
                 "name": r.name,
-                "urn": f"urn:pulumi:{own.stack}::{stack_files.PROJECT}::{qualified_type(r)}::{r.name}",
+                "urn": f"urn:pulumi:{stack}::{stack_files.PROJECT}::{qualified_type(r)}::{r.name}",
                 "parent": f"{parent.type}::{parent.name}" if parent else None,
                 "inputs": _clean(r.inputs),
                 "options": options(r),
@@ -308,10 +318,10 @@ def _render_stack(stack_file: Path, cluster_version: str | None) -> RenderResult
         )
     resources.sort(key=lambda r: (r["type"], r["name"]))
     manifests = sorted(
-        (_clean(r.inputs) for r in monitor.recorded if _is_kubernetes_object(r)), key=_manifest_key
+        (_clean(r.inputs) for r in recorded if _is_kubernetes_object(r)), key=_manifest_key
     )
     wiring = {f"{r['type']}::{r['name']}": r["options"] for r in resources}
-    return RenderResult(own.stack, resources, manifests, wiring)
+    return RenderResult(stack, resources, manifests, wiring)
 
 
 # libyaml's C emitter when PyYAML was built with it (the wheels are): the same bytes, several times

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from llm_serving.platform import credential_revision, derived_upstream_key
-from llm_serving.serving_stack import API_KEY_REVISION_ANNOTATION, HF_TOKEN_REVISION_ANNOTATION
+from llm_serving.stack.stack import API_KEY_REVISION_ANNOTATION, HF_TOKEN_REVISION_ANNOTATION
 from stacks.config import files as stack_files
 from stacks.offline import render
 

@@ -4,7 +4,6 @@ with an existing cluster, the created CPU nodes where a created cluster's file i
 from __future__ import annotations
 
 import re
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -12,7 +11,9 @@ from pydantic import ValidationError
 
 from llm_serving.platform import EksCluster
 from llm_serving.platform.args import validate
-from stacks import checks, program
+from llm_serving.stack import ClusterFacts, site
+from llm_serving.stack.site import StagingNodes
+from stacks import checks
 from stacks.config import ServingStackArgs
 from tests.stacks.checks.test_model_checks import BASE, LLAMA_70B
 
@@ -20,8 +21,12 @@ CLUSTER = EksCluster(name="llm-prod", endpoint="https://e", certificate_authorit
                      cluster_security_group_id="sg-0123456789abcdef0", region="us-east-1",  # type: ignore[arg-type]
                      vpc_id="vpc-1", vpc_cidr="10.0.0.0/16")  # type: ignore[arg-type]
 ROLE = "arn:aws:iam::123456789012:role/llm-prod-cpu-nodes"
-CREATED = SimpleNamespace(system_node_role_arn="arn:aws:iam::123456789012:role/cluster-system-node-role",
-                          system_node_security_group_id="cluster-system-nodes-id")
+# What the program hands over for a cluster it created (stacks/program.py created_facts).
+CREATED = ClusterFacts(vpc_id="vpc-1", cluster_security_group_id="sg-0123456789abcdef0", region="us-east-1",
+                       gpu_subnet_ids={"us-east-1a": "subnet-created-a", "us-east-1b": "subnet-created-b"},
+                       staging_node_role_arn="arn:aws:iam::123456789012:role/cluster-system-node-role",
+                       staging_node_security_group_id="cluster-system-nodes-id",
+                       staging_node_selector={"llm-serving/node-role": "system"})
 
 
 def config(efs: dict[str, Any], **top: Any) -> ServingStackArgs:
@@ -29,36 +34,35 @@ def config(efs: dict[str, Any], **top: Any) -> ServingStackArgs:
 
 
 def test_an_existing_cluster_admits_the_stack_files_staging_groups():
-    staging = program.staging_nodes(config({"stagingNodeRoleArn": ROLE,
-                                            "stagingNodeSecurityGroupIds": ["sg-0cc00000000000001"],
-                                            "stagingNodeSelector": {"pool": "cpu"}}), CLUSTER)
-    assert staging == program.StagingNodes(ROLE, (("staging-nodes-sg-0cc00000000000001", "sg-0cc00000000000001"),),
-                                           {"pool": "cpu"})
+    staging = site.resolve(config({"stagingNodeRoleArn": ROLE,
+                                   "stagingNodeSecurityGroupIds": ["sg-0cc00000000000001"],
+                                   "stagingNodeSelector": {"pool": "cpu"}}), CLUSTER).staging
+    assert staging == StagingNodes(ROLE, (("staging-nodes-sg-0cc00000000000001", "sg-0cc00000000000001"),),
+                                   {"pool": "cpu"})
 
 
 def test_a_created_cluster_stands_in_its_cpu_nodes_where_the_file_is_silent():
-    staging = program.staging_nodes(config({}), CLUSTER, CREATED)  # type: ignore[arg-type]
-    assert staging == program.StagingNodes(CREATED.system_node_role_arn,
-                                           (("staging-nodes", "cluster-system-nodes-id"),),
-                                           {"llm-serving/node-role": "system"})
+    staging = site.resolve(config({}, clusterFacts=CREATED), None).staging
+    assert staging == StagingNodes(CREATED.staging_node_role_arn, (("staging-nodes", "cluster-system-nodes-id"),),
+                                   {"llm-serving/node-role": "system"})
     # What the file names wins.
-    named = program.staging_nodes(
-        config({"stagingNodeRoleArn": ROLE, "stagingNodeSecurityGroupIds": ["sg-0cc00000000000001"]}),
-        CLUSTER, CREATED)  # type: ignore[arg-type]
+    named = site.resolve(
+        config({"stagingNodeRoleArn": ROLE, "stagingNodeSecurityGroupIds": ["sg-0cc00000000000001"]},
+               clusterFacts=CREATED), None).staging
     assert (named.role_arn, named.security_groups) == (ROLE, (("staging-nodes-sg-0cc00000000000001",
                                                                "sg-0cc00000000000001"),))
 
 
 def test_a_dev_stack_without_staging_groups_falls_back_to_the_cluster_group_and_warns(monkeypatch):
     warned: list[str] = []
-    monkeypatch.setattr(program.pulumi.log, "warn", lambda message, *_, **__: warned.append(message))
-    staging = program.staging_nodes(config({}, environment="dev"), CLUSTER)
+    monkeypatch.setattr(site.pulumi.log, "warn", lambda message, *_, **__: warned.append(message))
+    staging = site.resolve(config({}, environment="dev"), CLUSTER).staging
     assert staging.security_groups == (("cluster-security-group", "sg-0123456789abcdef0"),)
     assert staging.role_arn is None
     assert warned == ["weightsStorage.efs.stagingNodeSecurityGroupIds is empty: the mount targets admit NFS from the "
                       "cluster security group, i.e. from every node"]
     # FSx and existing classes have no mount targets to warn about.
-    program.staging_nodes(config({}, environment="dev", weightsStorage={"backend": "fsxLustre"}), CLUSTER)
+    site.resolve(config({}, environment="dev", weightsStorage={"backend": "fsxLustre"}), CLUSTER)
     assert len(warned) == 1
 
 

@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 
 from llm_serving.edge import load_balancer
-from llm_serving.platform import EksCluster
+from llm_serving.platform import versions
 from llm_serving.platform.args import validate
-from stacks import checks, program
+from llm_serving.stack import parts
+from llm_serving.stack.site import Site, StagingNodes
+from stacks import checks
 from stacks.config import ServingStackArgs
 from stacks.config.files import PROJECT_DIR
 from tests.conftest import render_file
@@ -162,13 +164,13 @@ def _existing(edge: dict[str, Any] | None = None, opt_in: bool = True) -> Servin
 
 
 def test_an_existing_cluster_opts_in_with_no_node_selector():
-    opted = _existing()
-    found = program.load_balancer_controller_args(opted, EksCluster(
-        name="llm-prod", endpoint=None, certificate_authority=None, cluster_security_group_id=None,
-        region="eu-west-1", vpc_id="vpc-0abc", vpc_cidr=None))
+    where = Site(vpc_id="vpc-0abc", cluster_security_group_id="sg-0123456789abcdef0", region="eu-west-1",
+                 subnets=[], subnet_keys=(), staging=StagingNodes(None, (), {}))
+    found = parts.load_balancer_controller(_existing(), where)
+    assert found is not None
     assert (found.cluster_name, found.region, found.vpc_id, found.node_selector, found.chart_version) == (
-        "llm-prod", "eu-west-1", "vpc-0abc", {}, "3.5.0")
-    assert program.load_balancer_controller_args(_existing(opt_in=False), None) is None
+        "llm-prod", "eu-west-1", "vpc-0abc", {}, versions.AWS_LOAD_BALANCER_CONTROLLER.version)
+    assert parts.load_balancer_controller(_existing(opt_in=False), where) is None
 
 
 def _lines(config: ServingStackArgs) -> list[str]:

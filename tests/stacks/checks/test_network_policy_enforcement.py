@@ -49,5 +49,5 @@ def test_a_preview_against_a_cluster_without_enforcement_stops_before_any_resour
         return original(self, args)
 
     monkeypatch.setattr(render.RenderMocks, "call", no_enforcement)
-    with pytest.raises(Exception, match="relies on NetworkPolicies nothing enforces"):
+    with pytest.raises(Exception, match="rely on NetworkPolicies nothing enforces"):
         render.render_stack(stack_files.stack_file_path("dev"))

@@ -103,18 +103,28 @@ def test_the_planned_load_follows_the_stack_and_its_overrides():
     assert verification.verification_mode(config).value == "gate"
 
 
-@pytest.mark.parametrize(("stack", "override", "modes"), [
-    ("dev", {}, ["report"]),
-    ("prod", {}, ["gate"]),
-    ("prod", {"mode": VerificationMode.REPORT}, ["report"]),
-    ("prod", {"mode": VerificationMode.OFF}, []),
+@pytest.mark.parametrize(("stack", "override", "mode"), [
+    ("dev", {}, VerificationMode.REPORT),
+    ("prod", {}, VerificationMode.GATE),
+    ("prod", {"mode": VerificationMode.REPORT}, VerificationMode.REPORT),
+    ("prod", {"mode": VerificationMode.OFF}, VerificationMode.OFF),
 ])
-def test_the_mode_defaults_by_environment_and_off_removes_the_job(stack, override, modes):
-    from stacks import program  # the Pulumi program's mapping (imports pulumi)
-
+def test_the_mode_defaults_by_environment(stack, override, mode):
     _, config = load_stack_file(PROJECT_DIR / f"Pulumi.{stack}.yaml")
-    config = replace(config, **{"verification": replace(config.verification, **override)})
-    assert [v.mode for v in program.model_verifications(config)] == modes
+    config = replace(config, verification=replace(config.verification, **override))
+    assert verification.verification_mode(config) is mode
+
+
+def test_mode_off_creates_no_job_and_no_fence_for_one(rendered):
+    from llm_serving.stack import ServingStack
+    from tests.support.components import run
+
+    _, config = load_stack_file(PROJECT_DIR / "Pulumi.dev.yaml")
+    off = run(lambda: ServingStack("llm-serving", replace(config, verification=replace(
+        config.verification, mode=VerificationMode.OFF))))
+    assert [r["name"] for r in rendered["dev"].resources if r["type"] == "llmserving:verification:VerificationJob"]
+    assert [r for r in off.resources if r["type"] == "llmserving:verification:VerificationJob"] == []
+    assert [m for m in off.manifests if m["metadata"]["name"] == "verification"] == []
 
 
 # The two load tests last: their runs started with the module's first test, so its other tests ran while

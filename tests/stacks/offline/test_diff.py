@@ -696,8 +696,8 @@ def test_replacements_options_and_consequences_on_real_history(repo):
                 ("  llm-serving:weightsStorage:\n", existing),
                 ("      maxNumBatchedTokens: 8192\n", "      maxNumBatchedTokens: 8192\n      storage:\n"
                  "        sizeGib: 300\n")), \
-            edited(repo, "stacks/program.py", ("protect_weights=config.environment is Environment.PROD",
-                                               "protect_weights=False")):
+            edited(repo, "llm_serving/stack/stack.py", ("protect=args.environment is Environment.PROD,",
+                                                        "protect=False,")):
         text = run_diff(repo, "prod", "--base", "main")
         markdown = run_diff(repo, "prod", "--base", "main", "--format", "markdown")
     assert text.returncode == 1, text.stderr
@@ -736,7 +736,7 @@ def test_replacements_options_and_consequences_on_real_history(repo):
 def test_a_renamed_component_type_recreates_every_descendant_with_warnings(repo):
     # A component's type is in every descendant's URN (a name is only in its own): moving
     # ServingStack to another type token is the re-nesting a refactor causes.
-    with edited(repo, "llm_serving/serving_stack.py", ('"llmserving:stack:ServingStack"',
+    with edited(repo, "llm_serving/stack/stack.py", ('"llmserving:stack:ServingStack"',
                                                       '"llmserving:serving:ServingStack"')):
         result = run_diff(repo, "prod", "--base", "main")
     assert result.returncode == 1, result.stderr

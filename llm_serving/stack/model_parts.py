@@ -1,0 +1,131 @@
+"""What each model of a stack is served with, derived from its intent (ModelArgs) and the stack's plan: the
+pinned image, vLLM's flags, the pods' environment, the autoscaler's target and the serving alerts' objectives.
+
+Pure: ServingStack reads these when it creates the model's weights, workload, scaling object and alerts.
+"""
+
+import math
+
+import pulumi
+
+from llm_serving import serving
+from llm_serving.edge import EdgeMode
+from llm_serving.observability import ModelSlo
+from llm_serving.scaling import ScalingTarget
+from llm_serving.serving import EngineSettings, ModelArgs
+from llm_serving.stack import planning, timing
+from llm_serving.stack.args import ServingStackArgs
+from llm_serving.stack.parts import alb_idle_timeout
+from llm_serving.storage import StorageBackend
+
+# A conservative sustained download rate from the Hugging Face Hub; the staging Job's deadline is
+# twice the time the weights take at this rate, and never under 30 minutes.
+HUB_DOWNLOAD_MIB_PER_SECOND = 50
+MIN_DOWNLOAD_DEADLINE_SECONDS = 1800
+
+
+def image(model: ModelArgs) -> str:
+    """The vLLM image by tag, and by digest once the stack pins one."""
+    pinned = f"{model.image.repository}:{model.image.tag}"
+    return f"{pinned}@{model.image.digest}" if model.image.digest else pinned
+
+
+def tokenizer_revision(model: ModelArgs) -> str | None:
+    """The tokenizer's own revision, when it differs from the model's (a second download)."""
+    return model.tokenizer_revision if model.tokenizer_revision != model.revision else None
+
+
+def streams_from_s3(args: ServingStackArgs) -> bool:
+    return args.weights_storage.backend is StorageBackend.S3
+
+
+def engine_settings(args: ServingStackArgs, model: ModelArgs) -> EngineSettings:
+    """vLLM's flags: the model's own knobs, TP and PP from the plan, the shutdown timeout from the one clock,
+    the staged paths (on S3, ServingStack replaces the model path with the bucket's)."""
+    plan = planning.model_plan(args, model)
+    s3 = args.weights_storage.s3 if streams_from_s3(args) else None
+    tokenizer = tokenizer_revision(model)
+    return EngineSettings(
+        model_path=serving.staged_model_path(model.model_id, model.revision),
+        served_model_name=model.name,
+        max_model_len=model.max_model_len,
+        gpu_memory_utilization=model.gpu_memory_utilization,
+        tensor_parallel_size=plan.tensor_parallel_size,
+        pipeline_parallel_size=plan.pipeline_parallel_size,
+        kv_cache_dtype=model.kv_cache_dtype.value,
+        max_num_seqs=model.max_num_seqs,
+        max_num_batched_tokens=model.max_num_batched_tokens,
+        enable_prefix_caching=model.enable_prefix_caching,
+        shutdown_timeout_seconds=timing.model_drains(args, model).vllm_shutdown_seconds,
+        quantization=model.quantization,
+        tokenizer_path=serving.staged_tokenizer_path(model.model_id, tokenizer) if tokenizer else None,
+        chat_template_path=serving.CHAT_TEMPLATE_PATH if model.chat_template is not None else None,
+        extra_args=tuple(model.extra_args),
+        load_format=serving.RUNAI_STREAMER if s3 is not None else None,
+        # A pod of several ranks reads the checkpoint once, split over its ranks, instead of once per
+        # rank (engine.streamer_extra_config).
+        model_loader_extra_config=serving.streamer_extra_config(
+            s3.streamer_concurrency, s3.streamer_memory_limit_gib,
+            distributed=plan.tensor_parallel_size > 1) if s3 is not None else None,
+    )
+
+
+def extra_env(args: ServingStackArgs, region: pulumi.Input[str]) -> tuple[dict, ...]:
+    """Environment the serving pods need from the platform around them."""
+    found: tuple[dict, ...] = ()
+    if args.edge.mode is EdgeMode.ALB:
+        # An ALB reuses idle backend connections for up to its idle timeout; uvicorn's 5 s keep-alive
+        # would close them first and the ALB answers 502 (ELB guide: backend keep-alive must exceed
+        # the idle timeout).
+        found = ({"name": "VLLM_HTTP_TIMEOUT_KEEP_ALIVE", "value": str(alb_idle_timeout(args) + 5)},)
+    if streams_from_s3(args):
+        # The streamer's S3 client resolves the bucket's endpoint from the region; Pod Identity gives
+        # credentials only (AWS_CONTAINER_CREDENTIALS_FULL_URI), not a region.
+        found += ({"name": "AWS_REGION", "value": region}, {"name": "AWS_DEFAULT_REGION", "value": region})
+    return found
+
+
+def download_deadline_seconds(model: ModelArgs) -> int:
+    architecture = planning.model_architecture(model)
+    assert architecture is not None  # the rules refuse a model without one
+    download_seconds = architecture.weight_bytes / (HUB_DOWNLOAD_MIB_PER_SECOND * 1024**2)
+    return max(MIN_DOWNLOAD_DEADLINE_SECONDS, math.ceil(2 * download_seconds))
+
+
+def scaling_target(args: ServingStackArgs, model: ModelArgs) -> ScalingTarget:
+    plan = planning.model_plan(args, model)
+    low, high = planning.replica_bounds(model)
+    scaling = model.autoscaling
+    return ScalingTarget(
+        deployment_name=model.name,
+        namespace=args.serving.namespace,
+        served_model_name=model.name,
+        min_replicas=low,
+        max_replicas=high,
+        waiting_per_replica_target=scaling.waiting_per_replica_target,
+        waiting_activation=scaling.waiting_activation,
+        kv_usage_target=scaling.kv_usage_target,
+        kv_usage_activation=scaling.kv_usage_activation,
+        scale_down_window_seconds=planning.scale_down_window(args, model, plan),
+        scale_up_window_seconds=scaling.scale_up_window_seconds,
+        # Only consulted when scaling to zero, which this stack does not do.
+        cooldown_seconds=max(300, 2 * plan.cold_start_seconds),
+        ttft_target_seconds=round(model.slo.ttft_p95_seconds * scaling.ttft_target_fraction, 3),
+        workload_kind="LeaderWorkerSet" if plan.pipeline_parallel_size > 1 else "Deployment",
+    )
+
+
+def slo(args: ServingStackArgs, model: ModelArgs) -> ModelSlo:
+    plan = planning.model_plan(args, model)
+    low, high = planning.replica_bounds(model)
+    return ModelSlo(
+        served_model_name=model.name,
+        deployment_name=model.name,
+        namespace=args.serving.namespace,
+        max_replicas=high,
+        min_replicas=low,
+        ttft_p95_seconds=model.slo.ttft_p95_seconds,
+        itl_p95_seconds=model.slo.itl_p95_seconds,
+        group_size=plan.pipeline_parallel_size,
+        group_ready_minutes=math.ceil(plan.startup_budget_seconds / 60),
+    )

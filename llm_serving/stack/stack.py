@@ -1,0 +1,590 @@
+"""ServingStack: one environment of LLM serving on EKS, built from the intent its args state.
+
+It checks the args against the stack's rules, plans every model (tensor parallelism, KV room, cold start,
+probes, drains, rollout, cost) and creates the GPU capacity, its add-ons, the weights storage, each model's
+weights and workload, the edge, routing, autoscaling, observability and the deploy gate. It receives the
+cluster's Kubernetes provider through `opts` and passes it on by parenting; it builds no provider.
+
+Length: the composition root: the order and the dependencies between the domain packages (CRDs before
+controllers, workloads before routes, routes before the verification gate) are read here in one place;
+what each child is built from lives in parts.py and model_parts.py.
+"""
+
+import dataclasses
+from typing import Any
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+
+from llm_serving import serving
+from llm_serving.cluster import NetworkPolicyEnforcement
+from llm_serving.edge import PROMETHEUS_POD_LABELS, Edge, edge_pod_selector, network_policies, object_storage_egress
+from llm_serving.gpu import (
+    SAFE_TO_EVICT_ANNOTATION,
+    ClusterAutoscaler,
+    DcgmExporter,
+    EfaDevicePlugin,
+    EfaDevicePluginArgs,
+    GpuNodeGroup,
+    ImagePrePull,
+    NodeDrainBarrier,
+    NodeDrainBarrierArgs,
+    NvidiaDevicePlugin,
+    drain_barrier_name,
+    exported_metric_names,
+    node_monitoring_agent,
+)
+from llm_serving.observability import PrometheusStack, ServingObservability, ServingObservabilityArgs
+from llm_serving.platform import (
+    RESTRICTED,
+    cluster_version,
+    credential_revision,
+    lookup_cluster,
+    manifest_resource,
+    namespace,
+    versions,
+    vpc_cni_configuration,
+)
+from llm_serving.platform.args import Environment, validate
+from llm_serving.platform.problems import Problem, from_validation_error
+from llm_serving.routing import InferenceRouting, RoutedModel, RoutingSpec, picker_selector
+from llm_serving.scaling import AutoscalingSpec, ModelAutoscaling
+from llm_serving.serving import (
+    PORT,
+    WORKER_COMPONENT,
+    LeaderWorkerSetController,
+    LeaderWorkerSetControllerArgs,
+    ModelArgs,
+    ModelWeights,
+    ModelWeightsArgs,
+    VllmDeployment,
+    VllmDeploymentArgs,
+    container_security_context,
+    prepull_daemonset,
+    prepull_network_policy,
+    producer_network_policy,
+    staging_claim_name,
+    sync_configmap,
+)
+from llm_serving.stack import model_parts, parts, planning, rules, site, timing, verification
+from llm_serving.stack.admission import routed_admission
+from llm_serving.stack.args import ServingStackArgs
+from llm_serving.stack.rules import platform as platform_rules
+from llm_serving.storage import (
+    ServingMount,
+    StorageBackend,
+    WeightsBucket,
+    WeightsFileSystem,
+    WeightsLustre,
+    compile_cache_claim,
+)
+from llm_serving.verification import SELECTOR as VERIFY_POD_SELECTOR
+from llm_serving.verification import VerificationJob, VerificationJobArgs, VerificationMode
+from llm_serving.verification import network_policy as verification_network_policy
+
+TYPE = "llmserving:stack:ServingStack"
+
+# Labels every vLLM pod and every staging Job pod carries (NetworkPolicies and the PodMonitor).
+VLLM_POD_SELECTOR = {"app.kubernetes.io/component": "vllm"}
+STAGING_POD_SELECTOR = {"app.kubernetes.io/component": "stage-weights"}
+
+API_KEY_SECRET = "vllm-api-key"
+HF_TOKEN_SECRET = "hf-token"
+# On the pod templates of the pods that read a credential: a keyed digest of it (never the value), so
+# a rotated key or token changes the template and rolls the pods. vLLM reads VLLM_API_KEY once at
+# start: without a roll, running pods would keep accepting a revoked key until they restart.
+API_KEY_REVISION_ANNOTATION = "llm-serving.dev/api-key-revision"
+HF_TOKEN_REVISION_ANNOTATION = "llm-serving.dev/hf-token-revision"
+
+
+def checked(name: str, args: Any) -> ServingStackArgs:
+    """`args` (an instance, or the mapping the package's provider hands over) validated, with every rule of
+    the stack held; otherwise each problem is logged on its own line and nothing is created."""
+    import pydantic
+
+    try:
+        found = validate(ServingStackArgs, args)
+    except pydantic.ValidationError as error:
+        refuse(name, from_validation_error(error, ServingStackArgs, args if isinstance(args, dict) else {}),
+               "are not valid")
+    refuse(name, rules.check(found), "break the stack's rules")
+    return found
+
+
+def refuse(name: str, problems: list[Problem], what: str) -> None:
+    if problems:
+        for problem in problems:
+            pulumi.log.error(problem.line())
+        raise pulumi.RunError(f"the args of ServingStack {name} {what} ({len(problems)} problem(s)); nothing was "
+                              "created")
+
+
+class ServingStack(pulumi.ComponentResource):
+    """Everything one environment of LLM serving creates: GPU nodes and their add-ons, pre-staged weights, a
+    planned vLLM workload per model, the streaming-safe edge, routing, autoscaling, alerts, dashboards and the
+    deploy gate, each created or taken as the cluster's own as its args say."""
+
+    gpu_node_selector: pulumi.Output[dict[str, str]]
+    """The labels GPU workloads select the stack's GPU nodes by."""
+    gpu_tolerations: pulumi.Output[list[dict[str, str]]]
+    """The tolerations GPU workloads carry for the GPU nodes' taint."""
+    gpus_per_node: pulumi.Output[int]
+    """GPUs on one node of the instance type."""
+    max_gpus: pulumi.Output[int]
+    """GPUs at the node group's most nodes."""
+    prometheus_url: pulumi.Output[str]
+    """Where Prometheus answers queries (installed, or the existing one)."""
+    endpoints: pulumi.Output[dict[str, str]]
+    """Each model's in-cluster OpenAI base URL (its Service), by model name."""
+
+    def __init__(self, name: str, args: ServingStackArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(TYPE, name, None, opts)
+        args = checked(name, args)
+        self._check_account(name, args)
+        self._args = args
+        looked_up = (lookup_cluster(args.cluster.name, pulumi.InvokeOptions(parent=self))
+                     if args.cluster_facts is None else None)
+        self._site = site.resolve(args, looked_up, self)
+        child = pulumi.ResourceOptions(parent=self)
+        group = args.gpu_node_group
+
+        self.gpu_node_group = GpuNodeGroup(parts.node_group_name(args), parts.node_group(args, self._site), child)
+        autoscaler = parts.cluster_autoscaler(args, self._site)
+        if autoscaler is not None:
+            ClusterAutoscaler("cluster-autoscaler", autoscaler, child)
+        if group.auto_repair.enabled and group.auto_repair.install_monitoring_agent:
+            node_monitoring_agent(
+                "node-monitoring-agent", args.cluster.name, args.cluster.kubernetes_version,
+                planning.resource_tags(args),
+                pulumi.ResourceOptions(parent=self, depends_on=[self.gpu_node_group]),
+            )
+        prometheus_args = parts.prometheus(args)
+        prometheus = PrometheusStack("prometheus", prometheus_args, child) if prometheus_args is not None else None
+        NvidiaDevicePlugin("nvidia-device-plugin", parts.device_plugin(args), child)
+        self._group_prerequisites: list[pulumi.Resource] = []
+        if group.efa_interfaces:
+            self._group_prerequisites.append(EfaDevicePlugin(
+                "efa-device-plugin", EfaDevicePluginArgs(versions.EFA_DEVICE_PLUGIN.version), child))
+        if any(planning.model_plan(args, m).pipeline_parallel_size > 1 for m in args.models):
+            self._group_prerequisites.append(LeaderWorkerSetController(
+                "leaderworkerset", LeaderWorkerSetControllerArgs(versions.LWS.version), child))
+        crds = [prometheus.release] if prometheus else []
+        DcgmExporter("dcgm-exporter", parts.dcgm_exporter(args), child, crds_from=crds or None)
+        edge_spec = parts.edge(args, self._site)
+        self.endpoints = self._models(args, edge_spec, child)
+        settings = args.observability.prometheus
+        monitor_labels = dict(settings.monitor_selector_labels)
+        ServingObservability(
+            "serving-observability",
+            ServingObservabilityArgs(
+                serving_namespace=args.serving.namespace,
+                prometheus_namespace=settings.namespace,
+                pod_selector=VLLM_POD_SELECTOR,
+                port_name="http",
+                monitor_labels=monitor_labels,
+                runbook_base_url=args.observability.runbook_base_url,
+                models=tuple(model_parts.slo(args, m) for m in args.models),
+                gpu_metric_names=exported_metric_names(),
+            ),
+            child,
+            crds_from=crds,
+        )
+        ModelAutoscaling("autoscaling", AutoscalingSpec(
+            mode=args.autoscaling.mode.value,
+            namespace=args.autoscaling.namespace,
+            keda_chart_version=args.autoscaling.keda_chart_version,
+            prometheus_adapter_chart_version=args.autoscaling.prometheus_adapter_chart_version,
+            prometheus_url=parts.prometheus_query_url(args),
+            targets=tuple(model_parts.scaling_target(args, m) for m in args.models),
+        ), child, workloads=self._deployments)
+        edge = Edge("edge", edge_spec, child)
+        edge.add_monitoring(monitor_labels, args.observability.runbook_base_url, crds)
+        routed = self._routed_models(args)
+        if routed:
+            # After the edge: it installs the InferencePool CRD and the gateway extension that calls the pickers.
+            routing = InferenceRouting(
+                "inference-routing",
+                RoutingSpec(
+                    namespace=args.serving.namespace,
+                    edge_namespace=edge_spec.settings.namespace,
+                    prometheus_namespace=settings.namespace,
+                    vllm_selector=VLLM_POD_SELECTOR,
+                    vllm_port=PORT,
+                    models=routed,
+                    picker=parts.picker(args),
+                    runbook_base_url=args.observability.runbook_base_url,
+                    monitor_labels=monitor_labels,
+                    objective_crds_file=versions.LLM_D_ROUTER_CRDS_FILE,
+                    protect_crds=edge_spec.protect_crds,
+                    edge_pod_selector=edge_pod_selector(edge_spec.mode, edge_spec.settings),
+                    prometheus_pod_selector=dict(PROMETHEUS_POD_LABELS),
+                ),
+                pulumi.ResourceOptions(parent=self, depends_on=[*edge.inference_prerequisites, *crds]),
+            )
+            edge.publish_pool_routes([routing])
+        # Last: each model's Job waits for its workload and for the edge with every route it publishes.
+        self._verify(args, [edge])
+        self.gpu_node_selector = self.gpu_node_group.node_selector
+        self.gpu_tolerations = self.gpu_node_group.tolerations
+        self.gpus_per_node = self.gpu_node_group.gpus_per_node
+        self.max_gpus = self.gpu_node_group.max_gpus
+        self.prometheus_url = prometheus.url if prometheus else pulumi.Output.from_input(settings.url or "")
+        self.register_outputs(
+            {
+                "gpu_node_selector": self.gpu_node_selector,
+                "gpu_tolerations": self.gpu_tolerations,
+                "gpus_per_node": self.gpus_per_node,
+                "max_gpus": self.max_gpus,
+                "prometheus_url": self.prometheus_url,
+                "endpoints": self.endpoints,
+            }
+        )
+
+    def _check_account(self, name: str, args: ServingStackArgs) -> None:
+        """Before any child, what only the account knows: a looked-up cluster's Kubernetes minor and whether its
+        VPC CNI enforces NetworkPolicies (a created cluster's are the program's own), and that an existing
+        weights bucket is there, in the stack's region."""
+        if args.cluster_facts is None:
+            found = platform_rules.cluster_version_problem(args, cluster_version(args.cluster.name))
+            refuse(name, [found] if found else [], "do not match the cluster's Kubernetes version")
+            if args.cluster.network_policy_enforcement is NetworkPolicyEnforcement.VPC_CNI:
+                enforcement = platform_rules.network_policy_enforcement_problem(
+                    args, vpc_cni_configuration(args.cluster.name))
+                refuse(name, [enforcement] if enforcement else [], "rely on NetworkPolicies nothing enforces")
+        bucket = args.weights_storage.s3.bucket_name
+        if args.weights_storage.backend is StorageBackend.S3 and bucket is not None:
+            try:
+                region: str | None = aws.s3.get_bucket(bucket=bucket).region
+            except Exception:  # noqa: BLE001 - the provider reports a missing (or unreadable) bucket as a failed invoke
+                region = None
+            refuse(name, platform_rules.existing_bucket_problems(bucket, region, aws.get_region().region),
+                   "name a weights bucket the stack cannot use")
+
+    def _routed_models(self, args: ServingStackArgs) -> tuple[RoutedModel, ...]:
+        """The models routed through an InferencePool, with their pickers' drains and admission."""
+        ttft = {m.name: m.slo.ttft_p95_seconds for m in args.models}
+        routed = []
+        for model in args.models:
+            drains = timing.model_drains(args, model)
+            if drains.picker_drain_seconds is None:  # routed through its Service
+                continue
+            routed.append(RoutedModel(
+                name=model.name,
+                namespace=args.serving.namespace,
+                # The Deployment's own pod selector: the pool picks exactly its replicas.
+                pod_selector=self._pod_selectors[model.name],
+                port=PORT,
+                drain_seconds=drains.picker_drain_seconds,
+                delete_timeout_seconds=drains.delete_timeout_seconds,
+                priority=model.route.priority,
+                admission=routed_admission(args, model),
+                # The edge's TTFT alerts hold the model to its own objective.
+                ttft_objective_seconds=ttft[model.name],
+            ))
+        return tuple(routed)
+
+    def _models(self, args: ServingStackArgs, edge_spec: Any, child: pulumi.ResourceOptions) -> dict[str, Any]:
+        """Serving namespace, its secrets and fences, and per model the weights and the workload."""
+        serving_namespace = args.serving.namespace
+        prometheus_namespace = args.observability.prometheus.namespace
+        s3 = args.weights_storage.backend is StorageBackend.S3
+        # Only our own pods run here, all under the restricted profile.
+        ns = namespace("serving-namespace", serving_namespace, parent=self, pod_security=RESTRICTED)
+        vllm_key = parts.vllm_api_key(args)
+        api_key = k8s.core.v1.Secret(
+            "vllm-api-key",
+            metadata={"name": API_KEY_SECRET, "namespace": ns.metadata.name},
+            type="Opaque",
+            string_data={"api-key": pulumi.Output.secret(vllm_key)},
+            opts=child,
+        )
+        hf_token_secret = None
+        hf_token_revision = None
+        if args.hf_token is not None:
+            k8s.core.v1.Secret(
+                "hf-token",
+                metadata={"name": HF_TOKEN_SECRET, "namespace": ns.metadata.name},
+                type="Opaque",
+                string_data={"token": pulumi.Output.secret(args.hf_token)},
+                opts=child,
+            )
+            hf_token_secret = HF_TOKEN_SECRET
+            # Secret outputs: the digests stay encrypted in state and masked in previews.
+            hf_token_revision = pulumi.Output.secret(args.hf_token).apply(credential_revision)
+        api_key_revision = pulumi.Output.secret(vllm_key).apply(credential_revision)
+        # The fences go up before anything runs in the namespace: the staging Job holds the HF token.
+        after_namespace = pulumi.ResourceOptions(parent=self, depends_on=[ns])
+        generation = self.gpu_node_group.replaced_generation
+        stage_image = f"{versions.STAGE_IMAGE}@{args.weights_storage.stage_image_digest}"
+        if generation is not None:
+            # A node update replaces the group: the old generation's barrier is deleted before the old
+            # group and holds it until the last replaced vLLM pod has drained (llm_serving/gpu/drain.py).
+            NodeDrainBarrier(drain_barrier_name(generation), NodeDrainBarrierArgs(
+                generation=generation, namespace=ns.metadata.name, wait_seconds=timing.node_drain_wait_seconds(args),
+                image=stage_image, container_security=container_security_context(),
+                node_group=self.gpu_node_group.node_group,
+            ), after_namespace)
+        routed = any(timing.model_drains(args, m).picker_drain_seconds is not None for m in args.models)
+        gates = verification.verification_mode(args) is not VerificationMode.OFF
+        multinode = any(planning.model_plan(args, m).pipeline_parallel_size > 1 for m in args.models)
+        fences = [
+            manifest_resource(f"serving-netpol-{policy['metadata']['name']}", policy, after_namespace)
+            for policy in network_policies(
+                serving_namespace=serving_namespace,
+                model_selector=VLLM_POD_SELECTOR,
+                port=PORT,
+                edge_namespace=edge_spec.settings.namespace,
+                edge_pod_selector=edge_pod_selector(edge_spec.mode, edge_spec.settings),
+                prometheus_namespace=prometheus_namespace,
+                prometheus_pod_selector=dict(PROMETHEUS_POD_LABELS),
+                staging_job_selector=STAGING_POD_SELECTOR,
+                load_balancer_cidrs=edge_spec.load_balancer_cidrs,
+                picker_selector=picker_selector() if routed else None,
+                verification_selector=VERIFY_POD_SELECTOR if gates else None,
+                weights_from_s3=s3,
+                # The headless ranks of multi-node groups stream from the bucket as well.
+                worker_selector={"app.kubernetes.io/component": WORKER_COMPONENT} if multinode else None,
+            )
+        ]
+        if gates:
+            fences.append(manifest_resource("serving-netpol-verification", verification_network_policy(
+                namespace=serving_namespace, edge_namespace=edge_spec.settings.namespace,
+                model_selector=VLLM_POD_SELECTOR, port=PORT), after_namespace))
+        self._fences = fences
+        self._api_key_secret = api_key
+        endpoints: dict[str, Any] = {}
+        self._deployments: list[pulumi.Resource] = []
+        self._pod_selectors: dict[str, dict[str, str]] = {}
+        self._workloads: dict[str, pulumi.Resource] = {}
+        storage_class: pulumi.Output[str] | None = None
+        serving_claims: dict[str, pulumi.Output[str]] = {}
+        cache_claim: list[pulumi.Resource] = []
+        if args.weights_storage.backend is StorageBackend.EFS:
+            # Claims name the class through its output, so they wait for the file system to be mountable.
+            # The GPU nodes (the serving identity) read through access points of their own; NFS comes
+            # from their own security group, never the cluster's.
+            efs = parts.weights_file_system(args, self._site)
+            efs = dataclasses.replace(
+                efs,
+                reader_role_arns=(self.gpu_node_group.node_role_arn,),
+                nfs_client_security_groups=(("gpu-nodes", self.gpu_node_group.security_group_id),
+                                            *efs.nfs_client_security_groups),
+                serving_mounts=tuple(
+                    ServingMount(key=m.name, namespace=serving_namespace,
+                                 staging_claim_name=staging_claim_name(m.name), claim_name=f"{m.name}-weights-ro",
+                                 volume_name=f"{serving_namespace}-{m.name}-weights-ro")
+                    for m in args.models),
+                serving_namespace=ns.metadata.name,
+            )
+            file_system = WeightsFileSystem("weights-storage", efs, child)
+            storage_class = file_system.storage_class_name
+            serving_claims = file_system.serving_claim_names
+            if file_system.compile_cache_volume_name is not None:
+                claim = file_system.compile_cache_volume_name.apply(
+                    lambda volume: compile_cache_claim(serving_namespace, volume))
+                cache_claim.append(k8s.core.v1.PersistentVolumeClaim(
+                    "compile-cache-claim", metadata=claim["metadata"], spec=claim["spec"],
+                    # Retained like the weights: a compile is minutes of GPU time per key.
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[ns], retain_on_delete=True)))
+        shared_claim: pulumi.Output[str] | None = None
+        if args.weights_storage.backend is StorageBackend.FSX_LUSTRE:
+            # The shared claim lives in the serving namespace, behind the same fences as the Jobs.
+            shared_claim = WeightsLustre(
+                "weights-storage", parts.weights_lustre(args, self._site),
+                pulumi.ResourceOptions(parent=self, depends_on=[ns]),
+            ).claim_name
+        bucket: WeightsBucket | None = None
+        if s3:
+            bucket = WeightsBucket("weights-storage", parts.weights_bucket(args), child)
+        # Through the node group's name, so a Deployment waits for its node group: after a node
+        # update the pods roll only once the new generation's group exists.
+        node_selector = pulumi.Output.all(
+            self.gpu_node_group.node_group_name, self.gpu_node_group.node_selector
+        ).apply(lambda values: values[1])
+        if args.gpu_node_group.image_pre_pull is ImagePrePull.DAEMON_SET:
+            # On the GPU nodes the Deployments select (through the node group's name, so a new generation
+            # of nodes pulls as soon as it exists), restricted like every pod in the namespace.
+            images = sorted({model_parts.image(m) for m in args.models})
+            prepull = prepull_daemonset(namespace=serving_namespace, images=images,
+                                        node_selector=node_selector,  # type: ignore[arg-type]
+                                        tolerations=self.gpu_node_group.tolerations)  # type: ignore[arg-type]
+            k8s.apps.v1.DaemonSet("image-prepull", metadata=prepull["metadata"], spec=prepull["spec"],
+                                  opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]))
+            fence = prepull_network_policy(serving_namespace)
+            k8s.networking.v1.NetworkPolicy("image-prepull-network-policy", metadata=fence["metadata"],
+                                            spec=fence["spec"],
+                                            opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]))
+        producer_fence: list[pulumi.Resource] = []
+        if any(planning.compile_cache_wiring(args, m) is not None for m in args.models):
+            # The producer Jobs wait for it (their `after`): a producer pod never runs unfenced. On S3 the
+            # producers stream the weights and upload the cache like the serving pods reach the bucket.
+            fence = producer_network_policy(serving_namespace, object_storage_egress() if bucket is not None else None)
+            producer_fence.append(k8s.networking.v1.NetworkPolicy(
+                "compile-cache-network-policy", metadata=fence["metadata"], spec=fence["spec"],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[ns])))
+            if bucket is not None:
+                # The seed and the producer run cache_sync.py from it; the pods wait for it like the fence.
+                sync = sync_configmap(serving_namespace)
+                producer_fence.append(k8s.core.v1.ConfigMap(
+                    "compile-cache-sync", metadata=sync["metadata"], data=sync["data"], immutable=True,
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[ns])))
+        instance = planning.resolve_instance_type(args)
+        assert instance is not None  # the rules refuse an unknown instance type
+        for model in args.models:
+            plan = planning.model_plan(args, model)
+            architecture = planning.model_architecture(model)
+            assert architecture is not None  # the rules refuse a model without one
+            tokenizer = model_parts.tokenizer_revision(model)
+            # A ReadWriteOnce (EBS) volume lives in one zone: the Job and the replica go to the node group's
+            # first zone, where the volume is created.
+            zone = (args.gpu_node_group.subnets[0].availability_zone
+                    if model.storage.access_mode is serving.AccessMode.READ_WRITE_ONCE else None)
+            s3_prefix = serving.s3_model_prefix(model.model_id, model.revision) if s3 else None
+            s3_tokenizer_prefix = serving.s3_tokenizer_prefix(model.model_id, tokenizer) if s3 and tokenizer else None
+            weights = ModelWeights(
+                f"{model.name}-weights",
+                ModelWeightsArgs(
+                    namespace=ns.metadata.name,
+                    model_name=model.name,
+                    model_id=model.model_id,
+                    revision=model.revision,
+                    tokenizer_revision=tokenizer,
+                    stage_image=stage_image,
+                    storage_class=storage_class if storage_class is not None else planning.weights_storage_class(args),
+                    shared_claim=shared_claim,
+                    zone=zone,
+                    # EFS mount targets exist only in the GPU node group's zones (llm_serving/storage/efs.py).
+                    stage_zones=tuple(sorted({s.availability_zone for s in args.gpu_node_group.subnets}))
+                    if args.weights_storage.backend is StorageBackend.EFS else (),
+                    access_mode=model.storage.access_mode.value,
+                    size_gib=planning.claim_size_gib(args, model, architecture.weight_bytes),
+                    download_deadline_seconds=model_parts.download_deadline_seconds(model),
+                    hf_token_secret=hf_token_secret,
+                    pod_annotations=(
+                        {HF_TOKEN_REVISION_ANNOTATION: hf_token_revision} if hf_token_revision is not None else {}
+                    ),
+                    node_selector=self._site.staging.node_selector
+                    if args.weights_storage.backend is StorageBackend.EFS else None,
+                    protect=args.environment is Environment.PROD,
+                    after=tuple(fences) + ((bucket.associations[f"{model.name}-stage"],) if bucket else ()),
+                    bucket=bucket.bucket_name if bucket else None,
+                    s3_prefix=s3_prefix,
+                    s3_tokenizer_prefix=s3_tokenizer_prefix,
+                    service_account=planning.stage_service_account(model) if s3 else None,
+                    region=self._site.region if s3 else None,
+                ),
+                child,
+            )
+            deployment = self._workload(args, model, plan, ns, weights, bucket, api_key, node_selector,
+                                        serving_claims, cache_claim, producer_fence, api_key_revision,
+                                        s3_tokenizer_prefix, zone)
+            self._deployments.append(deployment.deployment)
+            self._workloads[model.name] = deployment.deployment
+            self._pod_selectors[model.name] = deployment.pod_selector
+            endpoints[model.name] = pulumi.Output.concat(
+                "http://", deployment.service_name, ".", serving_namespace, ".svc:", str(PORT)
+            )
+        return endpoints
+
+    def _workload(self, args: ServingStackArgs, model: ModelArgs, plan: serving.CapacityPlan, ns: k8s.core.v1.Namespace,
+                  weights: ModelWeights, bucket: WeightsBucket | None, api_key: pulumi.Resource,
+                  node_selector: pulumi.Output[Any], serving_claims: dict[str, pulumi.Output[str]],
+                  cache_claim: list[pulumi.Resource], producer_fence: list[pulumi.Resource],
+                  api_key_revision: pulumi.Output[str], s3_tokenizer_prefix: str | None,
+                  zone: str | None) -> VllmDeployment:
+        """The model's vLLM Deployment (or LeaderWorkerSet), Service and PDB, with its service accounts on S3."""
+        instance = planning.resolve_instance_type(args)
+        assert instance is not None  # the rules refuse an unknown instance type
+        settings = model_parts.engine_settings(args, model)
+        compile_cache = planning.compile_cache_wiring(args, model)
+        after_namespace = pulumi.ResourceOptions(parent=self, depends_on=[ns])
+        serving_after: tuple[pulumi.Resource, ...] = ()
+        service_account = planning.serving_service_account(model) if bucket is not None else None
+        compile_account = planning.compile_cache_service_account(model) if bucket is not None else None
+        if bucket is not None and service_account is not None:
+            # The pods read as their own account, which Pod Identity maps to the prefix's read-only role.
+            serving_after = (bucket.associations[f"{model.name}-read"], k8s.core.v1.ServiceAccount(
+                f"{model.name}-serving-account",
+                metadata={"name": service_account, "namespace": ns.metadata.name,
+                          "labels": {"app.kubernetes.io/name": model.name}},
+                automount_service_account_token=False, opts=after_namespace))
+            settings = dataclasses.replace(settings, model_path=weights.model_path, tokenizer_path=(
+                pulumi.Output.concat("s3://", bucket.bucket_name, "/", s3_tokenizer_prefix)
+                if s3_tokenizer_prefix else None))
+            if compile_cache is not None and compile_account:
+                # The producer Job uploads as its own account, mapped to the role that writes only the
+                # cache's prefix; the Job waits for the association (the Deployment's `after`).
+                serving_after += (bucket.associations[f"{model.name}-compile"], k8s.core.v1.ServiceAccount(
+                    f"{model.name}-compile-cache-account",
+                    metadata={"name": compile_account, "namespace": ns.metadata.name,
+                              "labels": {"app.kubernetes.io/name": model.name}},
+                    automount_service_account_token=False, opts=after_namespace))
+        dynamics = planning.timing(args)
+        return VllmDeployment(
+            model.name,
+            VllmDeploymentArgs(
+                namespace=ns.metadata.name,
+                model_name=model.name,
+                image=model_parts.image(model),
+                replicas=model.replicas,
+                settings=settings,
+                startup_budget_seconds=plan.startup_budget_seconds,
+                resources=serving.pod_resources(instance.vcpus, instance.memory_gib, instance.gpu_count,
+                                                plan.tensor_parallel_size),
+                node_selector=node_selector,
+                tolerations=self.gpu_node_group.tolerations,
+                # S3: no volume (the streamer reads the bucket). EFS: the model's read-only claim
+                # through its own access point; otherwise the claim the Job staged into, mounted read-only.
+                claim_name=None if bucket is not None else serving_claims.get(model.name, weights.claim_name),
+                service_account=service_account,
+                api_key_secret=API_KEY_SECRET,
+                extra_env=model_parts.extra_env(args, self._site.region),
+                strategy=planning.rollout_strategies(args)[model.name].manifest(),
+                rollout_timeout_seconds=timing.rollout_await_seconds(args, model),
+                delete_timeout_seconds=timing.model_drains(args, model).delete_timeout_seconds,
+                pre_start_seconds=dynamics.node_ready_seconds + dynamics.image_pull_seconds,
+                pod_annotations={SAFE_TO_EVICT_ANNOTATION: "false", API_KEY_REVISION_ANNOTATION: api_key_revision},
+                zone=zone,
+                # A multi-node rank takes every EFA interface of its node (a stage is the whole node).
+                efa_interfaces=args.gpu_node_group.efa_interfaces if plan.pipeline_parallel_size > 1 else 0,
+                cache_gib=model.cache_volume_gib,
+                tmp_gib=model.tmp_volume_gib,
+                chat_template=model.chat_template,
+                compile_cache=compile_cache,
+                compile_timeouts=timing.producer_timeouts(args, model),
+                compile_cache_bucket=bucket.bucket_name if bucket is not None else None,
+                compile_cache_service_account=compile_account,
+                # Serving starts only once its revision is fully staged (and a group once its
+                # operator and the EFA device plugin run).
+                after=(weights.job, api_key, *serving_after,
+                       *((*cache_claim, *producer_fence) if compile_cache is not None else ()),
+                       *(self._group_prerequisites if plan.pipeline_parallel_size > 1 else ())),
+            ),
+            pulumi.ResourceOptions(parent=self),
+        )
+
+    def _verify(self, args: ServingStackArgs, routes: list[pulumi.Resource]) -> None:
+        """Each model's deploy gate (none with `verification.mode: off`)."""
+        mode = verification.verification_mode(args)
+        if mode is VerificationMode.OFF:
+            return
+        for model in args.models:
+            checks = verification.settings(args, model)
+            VerificationJob(
+                f"{model.name}-verify",
+                VerificationJobArgs(
+                    namespace=args.serving.namespace,
+                    model_name=model.name,
+                    settings=checks,
+                    mode=mode.value,
+                    image=versions.VERIFY_IMAGE,
+                    api_key_secret=API_KEY_SECRET,
+                    deadline_seconds=verification.deadline_seconds(checks),
+                    # Image, revision, engine flags and replicas: a deploy that changes them is verified again.
+                    deployed=repr((model_parts.image(model), model.revision, model_parts.tokenizer_revision(model),
+                                   model_parts.engine_settings(args, model), model.replicas, model.chat_template)),
+                    after=(self._workloads[model.name], *routes, self._api_key_secret, *self._fences),
+                ),
+                pulumi.ResourceOptions(parent=self),
+            )

@@ -1,0 +1,56 @@
+"""The component tier: one component (or any function that creates resources) run under Pulumi's mock runtime,
+and what it registered, as CDK's `Template.fromStack(stack)` gives it.
+
+    result = run(lambda: NvidiaDevicePlugin("plugin", args))
+    assert_has(result, "kubernetes:helm.sh/v3:Release", {"chart": "nvidia-device-plugin"})
+
+`run` returns the offline render's RenderResult (resources with type, name, parent, inputs and options;
+Kubernetes objects as manifests), from the same recorder `make render` uses. `assert_has` matches a subset of
+a resource's inputs, the way a test names only the properties under test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pulumi
+
+from stacks.config import ServingStackArgs, validate
+from stacks.offline.mocks import RenderMocks
+from stacks.offline.render import RenderResult, record
+
+DEFAULT_CLUSTER_VERSION = "1.34"
+
+
+def run(build: Callable[[], Any], *, mocks: pulumi.runtime.Mocks | None = None, stack: str = "test") -> RenderResult:
+    """Everything `build` registers under the mock runtime (data sources answer with the render's placeholders)."""
+    return record(build, stack=stack, mocks=mocks or RenderMocks(DEFAULT_CLUSTER_VERSION))
+
+
+def matches(actual: Any, expected: Any) -> bool:
+    """Whether `expected` is a subset of `actual`: mappings by key, lists item by item, values equal."""
+    if isinstance(expected, dict):
+        return isinstance(actual, dict) and all(k in actual and matches(actual[k], v) for k, v in expected.items())
+    if isinstance(expected, list):
+        return isinstance(actual, list) and len(actual) == len(expected) and all(
+            matches(a, e) for a, e in zip(actual, expected, strict=True))
+    return actual == expected
+
+
+def find(result: RenderResult, type_: str, properties: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The resources of `type_` whose inputs include `properties`."""
+    return [r for r in result.resources if r["type"] == type_ and matches(r["inputs"], properties or {})]
+
+
+def assert_has(result: RenderResult, type_: str, properties: dict[str, Any]) -> dict[str, Any]:
+    """The one resource of `type_` whose inputs include `properties` (fails naming what there was)."""
+    found = find(result, type_, properties)
+    assert len(found) == 1, (f"{len(found)} {type_} with {properties}; there are "
+                             f"{[r['name'] for r in result.resources if r['type'] == type_]}")
+    return found[0]
+
+
+def stack_args(values: dict[str, Any], **overrides: Any) -> ServingStackArgs:
+    """ServingStackArgs from stack-file values (camelCase), with top-level keys replaced."""
+    return validate(ServingStackArgs, {**values, **overrides})
