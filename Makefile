@@ -21,7 +21,7 @@ SCAN_STAMP := $(SCAN_VENV)/.installed
 # create it for a local pack (`--policy-pack policies`).
 POLICY_STAMP := policies/.venv/.installed
 
-.PHONY: help bench render test lint scan locks golden reference-fixtures docs config-docs planner-docs preflight-docs secrets-set preflight preview up node-group-guard clean policy-check diff
+.PHONY: help bench render test lint scan locks golden schema reference-fixtures docs config-docs planner-docs preflight-docs secrets-set preflight preview up node-group-guard clean policy-check diff
 
 help:
 	@echo "make render STACK=dev     offline render of a stack into build/<stack>/ (no cloud, no CLI)"
@@ -31,6 +31,7 @@ help:
 	@echo "make scan                 Checkov (renders, workflows) and zizmor (workflows), with the reviewed lists"
 	@echo "make locks                re-lock the hashed *.lock files after a change to a requirements file"
 	@echo "make golden               refresh tests/golden/ after an intended change"
+	@echo "make schema               rewrite provider/schema.json, the multi-language package's schema"
 	@echo "make docs                 regenerate every generated figure and table in README.md and docs/"
 	@echo "make config-docs          regenerate docs/configuration.md and the first-up checklist in docs/operations.md"
 	@echo "make planner-docs         regenerate the planner tables (docs/capacity-planner.md, docs/verification.md)"
@@ -89,6 +90,9 @@ lint: $(STAMP)
 	@echo "==> lint: ruff, then the layering contracts (import-linter)"
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports --no-cache
+
+schema: $(STAMP)
+	$(BIN)/python -m tools.package_schema
 
 golden: $(STAMP)
 	@echo "==> golden: refreshing tests/golden/ from the current renders"

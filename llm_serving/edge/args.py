@@ -120,6 +120,18 @@ class InferenceRoutingArgs:
 
 
 @args_type
+class ExistingGatewayArgs:
+    """A Gateway (Envoy Gateway) the cluster already runs, that the stack attaches its routes to."""
+
+    name: str = Field(**DNS_LABEL)
+    """The Gateway's name."""
+    namespace: str = Field(**DNS_LABEL)
+    """The Gateway's namespace (its proxies run in `edge.namespace`, Envoy Gateway's own)."""
+    listener: str | None = Field(default=None, **DNS_LABEL)
+    """The listener the routes attach to (`sectionName`); unset: every listener whose hostname matches."""
+
+
+@args_type
 class EdgeArgs:
     """The streaming-safe edge in front of the models."""
 
@@ -127,6 +139,10 @@ class EdgeArgs:
     """`gateway` (default), `alb` or `ingress-nginx`."""
     controller: ControllerMode = ControllerMode.INSTALL
     """Install the controller's chart, or use an existing one."""
+    gateway: ExistingGatewayArgs | None = None
+    """Gateway mode: an existing Envoy Gateway `Gateway` the routes attach to (with `controller: existing`); its
+    listeners, certificate and load balancer are its owner's, and the stack authenticates its own routes. Unset:
+    the stack creates its Gateway, GatewayClass, EnvoyProxy and listener policy."""
     namespace: str | None = Field(default=None, **DNS_LABEL)
     """Namespace of the edge controller (and its proxies); unset: `envoy-gateway-system` (gateway), `kube-system`
     (alb), `ingress-nginx` (ingress-nginx)."""

@@ -124,10 +124,12 @@ class Edge(pulumi.ComponentResource):
                     self.inference_prerequisites = [crds, *pool_prerequisites, envoy_gateway, ai_gateway]
             manifests = objects.gateway_objects(args.settings, routes)
             if args.settings.api_key_secret:
-                # Envoy Gateway's apiKeyAuth reads client id -> key pairs from this Secret.
+                # Envoy Gateway's apiKeyAuth reads client id -> key pairs from this Secret, in the SecurityPolicy's
+                # namespace: the edge's, or with an existing Gateway the routes' (objects._security_policy).
+                keys_namespace = (routes[0].namespace if args.settings.existing_gateway else args.settings.namespace)
                 k8s.core.v1.Secret(
                     f"{name}-client-keys",
-                    metadata={"name": args.settings.api_key_secret, "namespace": args.settings.namespace},
+                    metadata={"name": args.settings.api_key_secret, "namespace": keys_namespace},
                     type="Opaque",
                     string_data={"llm-serving": pulumi.Output.secret(args.client_api_key)},
                     opts=pulumi.ResourceOptions(parent=self, depends_on=controller),
@@ -184,8 +186,8 @@ class Edge(pulumi.ComponentResource):
                        crds: list[pulumi.Resource]) -> None:
         """Gateway mode: scrape the Envoy proxies and alert on the errors users see there; `crds` bring the
         PodMonitor and PrometheusRule kinds (an installed Prometheus Operator), else they already exist."""
-        if self._mode != "gateway":
-            return
+        if self._mode != "gateway" or self._settings.existing_gateway:
+            return  # an existing Gateway's proxies are its owner's to scrape and alert on
         settings = self._settings
         after = pulumi.ResourceOptions(parent=self, depends_on=[*self._controller, *crds])
         manifest_resource(f"{self._name}-envoy-podmonitor",

@@ -82,6 +82,15 @@ class EdgeSettings:
     jwt_jwks_uri: str | None
     acm_certificate_arn: str | None  # alb mode
     alb_idle_timeout_seconds: int  # alb mode
+    # Gateway mode with an existing Gateway (`gateway_name` in `gateway_namespace`): the stack creates only
+    # its routes and their policies, and authenticates each route instead of the Gateway, which is shared.
+    existing_gateway: bool = False
+    gateway_namespace: str | None = None  # None: the stack's own Gateway, in `namespace`
+    listener: str | None = None  # the existing Gateway's listener the routes attach to; None: by hostname
+
+    @property
+    def owning_gateway_namespace(self) -> str:
+        return self.gateway_namespace or self.namespace
 
 
 # --------------------------------------------------------------------------------------------
@@ -195,7 +204,7 @@ def edge_pod_selector(mode: str, settings: EdgeSettings) -> dict[str, str] | Non
     """The pods that forward client traffic to vLLM; None in alb mode, where the ALB itself connects
     to the pod IPs (target type ip) and only its subnets' CIDRs identify it."""
     if mode == "gateway":
-        return envoy_proxy_selector(settings.gateway_name, settings.namespace)
+        return envoy_proxy_selector(settings.gateway_name, settings.owning_gateway_namespace)
     if mode == "ingress-nginx":
         return dict(NGINX_CONTROLLER_LABELS)
     if mode == "alb":
@@ -301,6 +310,15 @@ def gateway_objects(settings: EdgeSettings, routes: list[Route]) -> list[Manifes
     """EnvoyProxy, GatewayClass, Gateway, ClientTrafficPolicy, optional SecurityPolicy, then per route
     an HTTPRoute and a BackendTrafficPolicy. Routes live in the Service's namespace (no ReferenceGrant)."""
     _check(settings, routes)
+    if settings.existing_gateway:
+        # The Gateway, its class, proxies, listeners and their policy are its owner's: only ours attaches.
+        namespaces = sorted({route.namespace for route in routes})
+        objects = [_security_policy(settings, routes)]
+        if gateway_injects_upstream_key(settings):
+            objects.extend(_upstream_credential_filter(namespace) for namespace in namespaces)
+        for route in routes:
+            objects.extend(_route_objects(settings, route))
+        return objects
     secret = _tls_secret(settings)
     for route in routes:
         if route.stream_idle_timeout_seconds >= NLB_TCP_IDLE_SECONDS:
@@ -444,7 +462,7 @@ def _upstream_credential_filter(namespace: str) -> Manifest:
     }
 
 
-def _security_policy(settings: EdgeSettings) -> Manifest:
+def _security_policy(settings: EdgeSettings, routes: list[Route] | None = None) -> Manifest:
     """Every request is authenticated at the gateway, before anything behind it runs: Envoy Gateway
     orders its api_key_auth and jwt_authn filters (7 and 10) ahead of ext_proc and the credential
     injector (envoyproxy/gateway v1.9.0 internal/xds/translator/httpfilters.go), and Envoy AI Gateway
@@ -471,12 +489,33 @@ def _security_policy(settings: EdgeSettings) -> Manifest:
         spec = {"jwt": {"providers": [
             {"name": "default", "issuer": settings.jwt_issuer, "remoteJWKS": {"uri": settings.jwt_jwks_uri}}
         ]}}
+    if settings.existing_gateway and routes:
+        # A shared Gateway's other routes are not ours to authenticate: the policy targets our routes, in their
+        # namespace, where its credential Secret lives too (a SecurityPolicy reads Secrets of its own namespace).
+        (namespace,) = {route.namespace for route in routes}
+        return {
+            "apiVersion": ENVOY_API,
+            "kind": "SecurityPolicy",
+            "metadata": _meta(f"{settings.gateway_name}-auth", namespace),
+            "spec": {"targetRefs": [{"group": GATEWAY_GROUP, "kind": "HTTPRoute", "name": route.model_name}
+                                    for route in routes], **spec},
+        }
     return {
         "apiVersion": ENVOY_API,
         "kind": "SecurityPolicy",
         "metadata": _meta(f"{settings.gateway_name}-auth", settings.namespace),
         "spec": {"targetRefs": [{"group": GATEWAY_GROUP, "kind": "Gateway", "name": settings.gateway_name}], **spec},
     }
+
+
+def _parent_ref(settings: EdgeSettings, route: Route) -> dict[str, Any]:
+    """The Gateway listener a route attaches to: our own Gateway's listener for its host, or the existing
+    Gateway's named listener (without one, every listener whose hostname matches the route's)."""
+    ref = {"group": GATEWAY_GROUP, "kind": "Gateway", "name": settings.gateway_name,
+           "namespace": settings.owning_gateway_namespace}
+    if not settings.existing_gateway:
+        return {**ref, "sectionName": f"https-{_slug(route.host)}"}
+    return {**ref, "sectionName": settings.listener} if settings.listener else ref
 
 
 def _route_objects(settings: EdgeSettings, route: Route) -> list[Manifest]:
@@ -509,8 +548,7 @@ def _route_objects(settings: EdgeSettings, route: Route) -> list[Manifest]:
         "kind": "HTTPRoute",
         "metadata": _meta(route.model_name, route.namespace),
         "spec": {
-            "parentRefs": [{"group": GATEWAY_GROUP, "kind": "Gateway", "name": settings.gateway_name,
-                            "namespace": settings.namespace, "sectionName": f"https-{_slug(route.host)}"}],
+            "parentRefs": [_parent_ref(settings, route)],
             "hostnames": [route.host],
             "rules": [rule],
         },

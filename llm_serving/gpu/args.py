@@ -12,10 +12,13 @@ from llm_serving.platform.args import (
     CAPACITY_RESERVATION_ID,
     CHART_VERSION,
     DNS_LABEL,
+    IAM_ROLE_ARN,
     INSTANCE_TYPE_NAME,
     LABEL_KEY,
     LABEL_VALUE,
+    SECURITY_GROUP_ID,
     SUBNET_ID,
+    InstallMode,
     args_type,
     check_labels,
 )
@@ -149,10 +152,74 @@ class AutoRepairArgs:
     exists fails)."""
 
 
+class GpuNodesMode(StrEnum):
+    """Who provides the GPU nodes: a managed node group the stack creates, or nodes the cluster already has."""
+
+    CREATE = "create"
+    """An EKS managed node group of the stack's own, with its launch template, taint, labels, repair and updates."""
+    EXISTING = "existing"
+    """Nodes the cluster provides (Karpenter, EKS Auto Mode, another team's node group), chosen by labels."""
+
+
+class TolerationOperator(StrEnum):
+    """How a toleration matches a taint's value."""
+
+    EXISTS = "Exists"
+    EQUAL = "Equal"
+
+
+class TaintEffect(StrEnum):
+    """What a taint does to pods that do not tolerate it."""
+
+    NO_SCHEDULE = "NoSchedule"
+    PREFER_NO_SCHEDULE = "PreferNoSchedule"
+    NO_EXECUTE = "NoExecute"
+
+
+@args_type
+class TolerationArgs:
+    """One toleration the GPU workloads carry for the existing nodes' taints."""
+
+    key: str = Field(**LABEL_KEY)
+    """The taint's key, e.g. `nvidia.com/gpu`."""
+    operator: TolerationOperator = TolerationOperator.EXISTS
+    """`Exists` (any value) or `Equal` (`value`)."""
+    value: str | None = Field(default=None, **LABEL_VALUE)
+    """The taint's value, with operator `Equal`."""
+    effect: TaintEffect | None = None
+    """The taint's effect; unset tolerates every effect of the key."""
+
+
+@args_type
+class ExistingGpuNodesArgs:
+    """GPU nodes the cluster already provides, and what the stack must know about them."""
+
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    """Labels that select the nodes the models run on; empty: `node.kubernetes.io/instance-type: <instanceType>`,
+    the label every node carries."""
+    tolerations: list[TolerationArgs] = Field(default_factory=list)
+    """Tolerations for the nodes' taints; empty: any `nvidia.com/gpu` taint, the one GPU node pools use."""
+    max_nodes: int = Field(ge=1, le=100)
+    """The most of these nodes the stack's models may occupy (the node pool's limit): rollouts, peaks and cost
+    are planned on it."""
+    node_role_arn: str | None = Field(default=None, **IAM_ROLE_ARN)
+    """The nodes' IAM role: with `weightsStorage.backend: efs`, the file system's read-only principal."""
+    security_group_id: str | None = Field(default=None, **SECURITY_GROUP_ID)
+    """A security group the nodes carry: with `weightsStorage.backend: efs`, what the mount targets admit NFS
+    from."""
+
+    _check_node_selector = check_labels("node_selector", LABEL_KEY, LABEL_VALUE)
+
+
 @args_type
 class GpuNodeGroupArgs:
-    """The EKS managed node group of GPU instances that serves the models."""
+    """The GPU nodes that serve the models: a managed node group the stack creates, or the cluster's own."""
 
+    mode: GpuNodesMode = GpuNodesMode.CREATE
+    """`create`: an EKS managed node group of the stack's own (the keys below); `existing`: nodes the cluster
+    provides (`existing`), for Karpenter or EKS Auto Mode: no node group, no Cluster Autoscaler."""
+    existing: ExistingGpuNodesArgs | None = None
+    """With mode `existing`: how the stack finds and tolerates the nodes."""
     instance_type: str = Field(**INSTANCE_TYPE_NAME)
     """EC2 instance type, e.g. `p5.48xlarge`, from the catalog in `llm_serving/gpu/catalog.py` (else give
     `customInstance`)."""
@@ -167,10 +234,11 @@ class GpuNodeGroupArgs:
     """ON_DEMAND, SPOT or CAPACITY_BLOCK."""
     capacity_reservation_id: str | None = Field(default=None, **CAPACITY_RESERVATION_ID)
     """Capacity reservation (`cr-...`) to launch into; required for CAPACITY_BLOCK."""
-    subnets: list[SubnetArgs] = Field(min_length=1)
-    """Private subnets for the GPU nodes, each with its availability zone."""
-    scaling: NodeScalingArgs
-    """Node counts: min, max and desired."""
+    subnets: list[SubnetArgs] = Field(default_factory=list)
+    """Private subnets for the GPU nodes, each with its availability zone (mode `create`; with mode `existing`,
+    the zones the nodes run in, where EFS and FSx mount targets go)."""
+    scaling: NodeScalingArgs | None = None
+    """Node counts: min, max and desired (mode `create`, required there)."""
     root_volume_gib: int = Field(default=200, ge=20, le=16384)
     """Root EBS volume (gp3) size in GiB; with `ebs` container storage it holds images too."""
     container_storage: ContainerStorage = ContainerStorage.INSTANCE_NVME
@@ -200,8 +268,11 @@ class GpuNodeGroupArgs:
 
 @args_type
 class DevicePluginAddonArgs:
-    """Where and at which chart version the NVIDIA device plugin is installed."""
+    """Where and at which chart version the NVIDIA device plugin is installed, or that the cluster runs one."""
 
+    mode: InstallMode = InstallMode.INSTALL
+    """`install`: the stack installs the chart (with GPU feature discovery); `existing`: the cluster's GPU nodes
+    already advertise `nvidia.com/gpu` (the NVIDIA GPU Operator, EKS Auto Mode, or a plugin of its own)."""
     namespace: str = Field(default="nvidia-device-plugin", **DNS_LABEL)
     """Namespace the chart is installed into."""
     chart_version: str = Field(default=versions.NVIDIA_DEVICE_PLUGIN.version, **CHART_VERSION)
@@ -210,8 +281,11 @@ class DevicePluginAddonArgs:
 
 @args_type
 class DcgmExporterAddonArgs:
-    """Where and at which chart version the DCGM exporter is installed."""
+    """Where and at which chart version the DCGM exporter is installed, or that the cluster runs one."""
 
+    mode: InstallMode = InstallMode.INSTALL
+    """`install`: the stack installs the chart with its counters, its ServiceMonitor and the GPU health alerts;
+    `existing`: the cluster runs an exporter (and GPU alerts) of its own, and the stack installs none of them."""
     namespace: str = Field(default="gpu-monitoring", **DNS_LABEL)
     """Namespace the chart is installed into."""
     chart_version: str = Field(default=versions.DCGM_EXPORTER.version, **CHART_VERSION)

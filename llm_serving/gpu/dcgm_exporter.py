@@ -48,9 +48,13 @@ class DcgmExporterArgs:
     monitor_labels: dict[str, str] = field(default_factory=dict)
     scrape_interval_seconds: int = 15
     auto_repair: bool = True  # the node group's EKS auto repair: the alerts say what it fixes
+    # Existing GPU nodes: their selector and tolerations; None: the created group's (scheduling.py).
+    node_selector: dict[str, str] | None = None
+    tolerations: list[dict[str, str]] | None = None
 
 
-def chart_values() -> dict[str, object]:
+def chart_values(node_selector: dict[str, str] | None = None,
+                 tolerations: list[dict[str, str]] | None = None) -> dict[str, object]:
     """Helm values: our counters file instead of the default one, GPU nodes only, and no chart
     ServiceMonitor (ours below relabels the node name and is validated against the CRD)."""
     counters_path = f"{COUNTERS_DIR}/{counters.COUNTERS_FILE_NAME}"
@@ -79,8 +83,8 @@ def chart_values() -> dict[str, object]:
         "serviceMonitor": {"enabled": False},
         # The chart tolerates only the control-plane taint and has no node selector: by default it
         # lands on CPU nodes and never on tainted GPU nodes (chart values.yaml).
-        "nodeSelector": scheduling.addon_node_selector(),
-        "tolerations": scheduling.gpu_tolerations(),
+        "nodeSelector": node_selector if node_selector is not None else scheduling.addon_node_selector(),
+        "tolerations": tolerations if tolerations is not None else scheduling.gpu_tolerations(),
     }
 
 
@@ -111,7 +115,7 @@ class DcgmExporter(pulumi.ComponentResource):
             chart="dcgm-exporter",
             version=args.chart_version,
             release_namespace=ns.metadata.name,
-            values=chart_values(),
+            values=chart_values(args.node_selector, args.tolerations),
             parent=self,
             depends_on=[counters_file],
         )

@@ -26,6 +26,9 @@ DEVICE_PLUGIN_POD_SECURITY = PodSecurity(
 class NvidiaDevicePluginArgs:
     namespace: str
     chart_version: str
+    # Existing GPU nodes: their selector and tolerations; None: the created group's (scheduling.py).
+    node_selector: dict[str, str] | None = None
+    tolerations: list[dict[str, str]] | None = None
 
 
 class NvidiaDevicePlugin(pulumi.ComponentResource):
@@ -44,7 +47,7 @@ class NvidiaDevicePlugin(pulumi.ComponentResource):
             chart="nvidia-device-plugin",
             version=args.chart_version,
             release_namespace=ns.metadata.name,
-            values=scheduling.device_plugin_values(),
+            values=scheduling.device_plugin_values(args.node_selector, args.tolerations),
             parent=self,
         )
         self.namespace = ns.metadata.name

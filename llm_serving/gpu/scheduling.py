@@ -77,8 +77,10 @@ def workload_node_selector(node_group: str, generation: str | None, gpu_product:
     return {NODE_GROUP_LABEL: node_group, NODE_GENERATION_LABEL: generation, GPU_PRODUCT_LABEL: gpu_product}
 
 
-def device_plugin_values() -> dict[str, Any]:
-    """Helm values for nvidia-device-plugin that schedule it, GFD and NFD exactly on GPU nodes.
+def device_plugin_values(node_selector: dict[str, str] | None = None,
+                         tolerations: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    """Helm values for nvidia-device-plugin that schedule it, GFD and NFD exactly on GPU nodes (the created
+    group's, or existing nodes chosen by `node_selector` and `tolerations`).
 
     The chart's bundled NFD worker tolerates only `nvidia.com/gpu=present:NoSchedule` (chart
     values.yaml `nfd.worker.tolerations`, operator Equal), so on nodes tainted
@@ -86,15 +88,17 @@ def device_plugin_values() -> dict[str, Any]:
     `nvidia.com/gpu.product` selector matches nothing. Helm replaces lists, so the toleration
     lists below are the effective ones.
     """
+    selector = node_selector if node_selector is not None else addon_node_selector()
+    tolerated = tolerations if tolerations is not None else gpu_tolerations()
     return {
         # GFD labels nvidia.com/gpu.product, .count, .memory; it brings NFD as a subchart.
         "gfd": {"enabled": True},
-        "nodeSelector": addon_node_selector(),
-        "tolerations": gpu_tolerations(),
+        "nodeSelector": selector,
+        "tolerations": tolerated,
         "nfd": {
             "worker": {
-                "nodeSelector": addon_node_selector(),
-                "tolerations": gpu_tolerations(),
+                "nodeSelector": selector,
+                "tolerations": tolerated,
             },
         },
     }

@@ -13,10 +13,10 @@ from .serving_alerts import ModelSlo
 
 __all__ = [
     "GpuAlertsArgs",
+    "ModelSlo",
     "ObservabilityArgs",
     "PrometheusArgs",
     "PrometheusMode",
-    "ModelSlo",
     "PrometheusStack",
     "PrometheusStackArgs",
     "ServingObservability",

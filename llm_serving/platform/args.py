@@ -64,6 +64,15 @@ def fields_of(cls: type) -> dict[str, Any]:
     return dict(getattr(cls, "__pydantic_fields__", {}))
 
 
+class InstallMode(StrEnum):
+    """Whether the stack installs a platform part from its chart, or uses the one the cluster already runs."""
+
+    INSTALL = "install"
+    """The stack installs it, at the version pinned in llm_serving/platform/versions.py, and owns it."""
+    EXISTING = "existing"
+    """The cluster runs it already; the stack installs nothing and checks what it relies on in preflight."""
+
+
 class Environment(StrEnum):
     """Which rules apply: prod and staging must pin everything; only prod protects data."""
 

@@ -8,4 +8,10 @@ from .args import (
 from .autoscaling import AutoscalingSpec, ModelAutoscaling
 from .objects import ScalingTarget
 
-__all__ = ["AutoscalingArgs", "AutoscalingMode", "AutoscalingSpec", "ModelAutoscaling", "ScalingTarget"]
+__all__ = [
+    "AutoscalingArgs",
+    "AutoscalingMode",
+    "AutoscalingSpec",
+    "ModelAutoscaling",
+    "ScalingTarget",
+]

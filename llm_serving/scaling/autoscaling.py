@@ -31,6 +31,8 @@ class AutoscalingSpec:
     prometheus_adapter_chart_version: str
     prometheus_url: str
     targets: tuple[ScalingTarget, ...]
+    # False: the cluster runs KEDA (or prometheus-adapter) already; only the per-model objects are created.
+    install: bool = True
 
 
 def adapter_values(prometheus_url: str) -> dict:
@@ -56,19 +58,21 @@ class ModelAutoscaling(pulumi.ComponentResource):
         workloads: list[pulumi.Resource] | None = None,
     ):
         super().__init__("llmserving:autoscaling:ModelAutoscaling", name, None, opts)
-        ns = namespace(f"{name}-namespace", args.namespace, parent=self, pod_security=SCALING_POD_SECURITY)
         keda = args.mode == "keda"
-        release = helm_release(
-            f"{name}-{'keda' if keda else 'prometheus-adapter'}",
-            chart="keda" if keda else "prometheus-adapter",
-            version=args.keda_chart_version if keda else args.prometheus_adapter_chart_version,
-            release_namespace=ns.metadata.name,
-            values=objects.keda_chart_values() if keda else adapter_values(args.prometheus_url),
-            parent=self,
-        )
+        installed: list[pulumi.Resource] = []
+        if args.install:
+            ns = namespace(f"{name}-namespace", args.namespace, parent=self, pod_security=SCALING_POD_SECURITY)
+            installed.append(helm_release(
+                f"{name}-{'keda' if keda else 'prometheus-adapter'}",
+                chart="keda" if keda else "prometheus-adapter",
+                version=args.keda_chart_version if keda else args.prometheus_adapter_chart_version,
+                release_namespace=ns.metadata.name,
+                values=objects.keda_chart_values() if keda else adapter_values(args.prometheus_url),
+                parent=self,
+            ))
         # ScaledObjects need KEDA's CRD and their target Deployment; an HPA on adapter metrics needs
-        # the metrics API to answer.
-        after = pulumi.ResourceOptions(parent=self, depends_on=[release, *(workloads or [])])
+        # the metrics API to answer (an existing installation's: a checked prerequisite).
+        after = pulumi.ResourceOptions(parent=self, depends_on=[*installed, *(workloads or [])])
         for target in args.targets:
             if keda:
                 manifest = objects.scaled_object(

@@ -2,6 +2,6 @@
 planners and rules over it, and the ServingStack component that builds it."""
 
 from .args import ClusterFacts, ServingStackArgs
-from .stack import ServingStack
+from .stack import ModelPlan, ServingStack
 
-__all__ = ["ClusterFacts", "ServingStack", "ServingStackArgs"]
+__all__ = ["ClusterFacts", "ModelPlan", "ServingStack", "ServingStackArgs"]

@@ -28,7 +28,7 @@ from llm_serving.serving import RoutingMode
 from llm_serving.stack import planning, timing
 from llm_serving.stack.admission import model_admission
 from llm_serving.stack.args import ServingStackArgs
-from llm_serving.stack.site import Site
+from llm_serving.stack.site import GpuNodes, Site
 
 # Bytes of request body per token of context: JSON, chat-message framing and multi-byte text,
 # generously; a prompt that fills max-model-len must never meet a 413 at the edge (the usual 1 MB
@@ -90,12 +90,13 @@ def cluster_autoscaler(args: ServingStackArgs, site: Site) -> gpu.ClusterAutosca
     )
 
 
-def device_plugin(args: ServingStackArgs) -> gpu.NvidiaDevicePluginArgs:
+def device_plugin(args: ServingStackArgs, nodes: GpuNodes) -> gpu.NvidiaDevicePluginArgs:
     return gpu.NvidiaDevicePluginArgs(namespace=args.addons.nvidia_device_plugin.namespace,
-                                      chart_version=args.addons.nvidia_device_plugin.chart_version)
+                                      chart_version=args.addons.nvidia_device_plugin.chart_version,
+                                      node_selector=nodes.addon_node_selector, tolerations=nodes.addon_tolerations)
 
 
-def dcgm_exporter(args: ServingStackArgs) -> gpu.DcgmExporterArgs:
+def dcgm_exporter(args: ServingStackArgs, nodes: GpuNodes) -> gpu.DcgmExporterArgs:
     alerts = args.observability.gpu_alerts
     return gpu.DcgmExporterArgs(
         namespace=args.addons.dcgm_exporter.namespace,
@@ -105,7 +106,9 @@ def dcgm_exporter(args: ServingStackArgs) -> gpu.DcgmExporterArgs:
         throttle_minutes=alerts.throttle_minutes,
         exporter_absent_minutes=alerts.exporter_absent_minutes,
         monitor_labels=dict(args.observability.prometheus.monitor_selector_labels),
-        auto_repair=args.gpu_node_group.auto_repair.enabled,
+        auto_repair=planning.creates_nodes(args) and args.gpu_node_group.auto_repair.enabled,
+        node_selector=nodes.addon_node_selector,
+        tolerations=nodes.addon_tolerations,
     )
 
 
@@ -212,9 +215,13 @@ def vllm_api_key(args: ServingStackArgs) -> pulumi.Output[str]:
 
 def edge(args: ServingStackArgs, site: Site) -> EdgeSpec:
     settings_ = args.edge
+    existing = settings_.gateway
     settings = EdgeSettings(
         namespace=planning.edge_namespace(args),
-        gateway_name="llm-serving",
+        gateway_name=existing.name if existing else "llm-serving",
+        existing_gateway=existing is not None,
+        gateway_namespace=existing.namespace if existing else None,
+        listener=existing.listener if existing else None,
         # A self-signed certificate lands in a Secret the edge creates under the name cert-manager would use.
         tls_secret_name="llm-serving-tls" if settings_.tls.self_signed else settings_.tls.secret_name,
         cert_manager_issuer=settings_.tls.cert_manager_issuer,

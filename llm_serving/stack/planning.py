@@ -19,7 +19,7 @@ from typing import Any
 from llm_serving import gpu, serving, storage
 from llm_serving.cluster import ClusterMode, LoadBalancerControllerMode
 from llm_serving.edge import ControllerMode, EdgeMode
-from llm_serving.gpu import ImagePrePull, NodeAutoscalingMode
+from llm_serving.gpu import GpuNodesMode, ImagePrePull, NodeAutoscalingMode
 from llm_serving.serving import AccessMode, CompileCacheMode, ModelArchitecture, ModelArgs, RoutingMode, lookup_model
 from llm_serving.stack.args import ServingStackArgs
 from llm_serving.stack.memo import per_config
@@ -267,14 +267,50 @@ def scale_down_window(config: ServingStackArgs, model: ModelArgs, plan: serving.
     return min(MAX_SCALE_DOWN_WINDOW_SECONDS, max(MIN_SCALE_DOWN_WINDOW_SECONDS, needed))
 
 
+def creates_nodes(config: ServingStackArgs) -> bool:
+    """Whether the stack creates its GPU node group (else the cluster provides the nodes)."""
+    return config.gpu_node_group.mode is GpuNodesMode.CREATE
+
+
+@dataclass(frozen=True)
+class NodeCounts:
+    """The GPU nodes the stack plans with, and the key each count is set by."""
+
+    min_nodes: int
+    max_nodes: int
+    desired_nodes: int
+    max_key: str  # e.g. gpuNodeGroup.scaling.maxNodes
+    desired_key: str
+
+
+def node_counts(config: ServingStackArgs) -> NodeCounts:
+    """A created group's scaling; existing nodes: none kept, `existing.maxNodes` at most (and, without a node
+    autoscaler, the fixed count)."""
+    group = config.gpu_node_group
+    if creates_nodes(config):
+        assert group.scaling is not None  # the rules require it with mode create
+        scaling = group.scaling
+        return NodeCounts(scaling.min_nodes, scaling.max_nodes, scaling.desired_nodes,
+                          "gpuNodeGroup.scaling.maxNodes", "gpuNodeGroup.scaling.desiredNodes")
+    assert group.existing is not None  # the rules require it with mode existing
+    most = group.existing.max_nodes
+    return NodeCounts(0, most, most, "gpuNodeGroup.existing.maxNodes", "gpuNodeGroup.existing.maxNodes")
+
+
+def supply_key(config: ServingStackArgs) -> tuple[str, int]:
+    """The key (and its value) that sets the GPU nodes a rollout or a peak can count on."""
+    counts = node_counts(config)
+    if config.node_autoscaling.mode is NodeAutoscalingMode.NONE:
+        return counts.desired_key, counts.desired_nodes
+    return counts.max_key, counts.max_nodes
+
+
 def supply(config: ServingStackArgs) -> serving.Supply:
     """GPU nodes a rollout or a peak can count on: maxNodes with a node autoscaler, else desiredNodes."""
     instance = resolve_instance_type(config)
     assert instance is not None
-    scaling = config.gpu_node_group.scaling
     autoscaled = config.node_autoscaling.mode is not NodeAutoscalingMode.NONE
-    return serving.Supply(gpus_per_node=instance.gpu_count,
-                          nodes=scaling.max_nodes if autoscaled else scaling.desired_nodes,
+    return serving.Supply(gpus_per_node=instance.gpu_count, nodes=supply_key(config)[1],
                           instance_type=instance.name, autoscaled=autoscaled)
 
 
@@ -400,6 +436,14 @@ def full_rollout_seconds(config: ServingStackArgs, model: ModelArgs) -> int:
                                    steps) + steps.node_ready_seconds
 
 
+def usd_per_replica_hour(plan: serving.CapacityPlan) -> float | None:
+    """The On-Demand price of the GPUs one replica occupies (its share of a node); None without a price."""
+    price = gpu.instance_price(plan.gpu)
+    if price is None or price.usd_per_hour is None:
+        return None
+    return round(price.usd_per_hour * plan.gpus_per_replica / plan.gpus_per_node, 2)
+
+
 def resource_tags(config: ServingStackArgs) -> dict[str, str]:
     """Tags on every AWS resource the stack creates; `stacks preflight` tells its own add-ons by them."""
     return {"app.kubernetes.io/part-of": "llm-serving", "llm-serving/environment": config.environment.value}
@@ -481,21 +525,21 @@ class StackCost:
 def stack_cost(config: ServingStackArgs) -> StackCost:
     """GPU nodes, and their On-Demand cost, with every model at its minimum and at its maximum replicas
     (packed as the rollout planner packs them; never fewer than minNodes, or desiredNodes without an
-    autoscaler)."""
+    autoscaler; existing nodes: the ones the models occupy)."""
     instance = resolve_instance_type(config)
     assert instance is not None
-    scaling = config.gpu_node_group.scaling
+    counts = node_counts(config)
     plans = {m.name: model_plan(config, m) for m in config.models}
     bounds = [replica_bounds(m) for m in config.models]
     low = [plans[m.name].tensor_parallel_size for m, (lo, _) in zip(config.models, bounds, strict=True)
            for _ in range(lo * plans[m.name].nodes_per_replica)]
     high = [plans[m.name].tensor_parallel_size for m, (_, hi) in zip(config.models, bounds, strict=True)
             for _ in range(hi * plans[m.name].nodes_per_replica)]
-    if config.node_autoscaling.mode is NodeAutoscalingMode.NONE:
-        at_min = at_max = scaling.desired_nodes
+    if creates_nodes(config) and config.node_autoscaling.mode is NodeAutoscalingMode.NONE:
+        at_min = at_max = counts.desired_nodes
     else:
-        at_min = max(scaling.min_nodes, serving.nodes_needed(low, instance.gpu_count))
-        at_max = max(scaling.min_nodes, serving.nodes_needed(high, instance.gpu_count))
+        at_min = max(counts.min_nodes, serving.nodes_needed(low, instance.gpu_count))
+        at_max = max(counts.min_nodes, serving.nodes_needed(high, instance.gpu_count))
     price = gpu.instance_price(instance.name)
     capacity = config.gpu_node_group.capacity_type.value
     note = ""
@@ -506,6 +550,6 @@ def stack_cost(config: ServingStackArgs) -> StackCost:
     else:
         note = f"On-Demand, {price.region}, {price.date}"
     room = producer_room(config)
-    producing = max(scaling.min_nodes, room.nodes_needed) if room is not None and room.producers else None
+    producing = max(counts.min_nodes, room.nodes_needed) if room is not None and room.producers else None
     return StackCost(instance.name, at_min, at_max, price.usd_per_hour if price else None, note,
                      nodes_producing=producing, producers=len(room.producers) if room is not None else 0)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import pulumi
 
+from llm_serving import gpu
 from llm_serving.platform import EksCluster
 from llm_serving.stack.args import ServingStackArgs
 from llm_serving.stack.rules import cluster as cluster_rules
@@ -69,3 +70,48 @@ def resolve(args: ServingStackArgs, looked_up: EksCluster | None, parent: pulumi
                             "the cluster security group, i.e. from every node", resource=parent)
         groups = (("cluster-security-group", security_group),)
     return Site(vpc_id, security_group, region, subnets, subnet_keys, StagingNodes(role, groups, selector))
+
+
+# The label every node carries with its EC2 instance type (Kubernetes well-known labels,
+# node.kubernetes.io/instance-type): existing nodes of the stack's type, whoever launched them.
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+
+
+@dataclass(frozen=True)
+class GpuNodes:
+    """What the stack's workloads and add-ons need of the GPU nodes, whether the stack created them or not."""
+
+    node_selector: pulumi.Output[dict[str, str]]
+    tolerations: pulumi.Output[list[dict[str, str]]]
+    gpus_per_node: pulumi.Output[int]
+    max_gpus: pulumi.Output[int]
+    # The add-ons' selector and tolerations on existing nodes (None: the created group's own labels).
+    addon_node_selector: dict[str, str] | None = None
+    addon_tolerations: list[dict[str, str]] | None = None
+    # A created group only: what a Deployment waits for, the EFS identity, and the node update's drain barrier.
+    node_group_name: pulumi.Output[str] | None = None
+    node_role_arn: pulumi.Input[str] | None = None
+    security_group_id: pulumi.Input[str] | None = None
+    node_group: pulumi.Resource | None = None
+    replaced_generation: str | None = None
+
+
+def created_gpu_nodes(group: gpu.GpuNodeGroup) -> GpuNodes:
+    return GpuNodes(group.node_selector, group.tolerations, group.gpus_per_node, group.max_gpus,
+                    node_group_name=group.node_group_name, node_role_arn=group.node_role_arn,
+                    security_group_id=group.security_group_id, node_group=group.node_group,
+                    replaced_generation=group.replaced_generation)
+
+
+def existing_gpu_nodes(args: ServingStackArgs, gpu_count: int) -> GpuNodes:
+    """Existing nodes (gpuNodeGroup.mode existing), chosen by their labels and tolerated by their taints."""
+    existing = args.gpu_node_group.existing
+    assert existing is not None  # the rules require it with mode existing
+    selector = dict(existing.node_selector) or {INSTANCE_TYPE_LABEL: args.gpu_node_group.instance_type}
+    tolerations = [{k: v for k, v in (("key", t.key), ("operator", t.operator.value), ("value", t.value),
+                                      ("effect", t.effect.value if t.effect else None)) if v is not None}
+                   for t in existing.tolerations] or gpu.gpu_tolerations()
+    return GpuNodes(pulumi.Output.from_input(selector), pulumi.Output.from_input(tolerations),
+                    pulumi.Output.from_input(gpu_count), pulumi.Output.from_input(gpu_count * existing.max_nodes),
+                    addon_node_selector=selector, addon_tolerations=tolerations,
+                    node_role_arn=existing.node_role_arn, security_group_id=existing.security_group_id)

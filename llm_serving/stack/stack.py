@@ -11,7 +11,7 @@ what each child is built from lives in parts.py and model_parts.py.
 """
 
 import dataclasses
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import pulumi
 import pulumi_aws as aws
@@ -46,7 +46,7 @@ from llm_serving.platform import (
     versions,
     vpc_cni_configuration,
 )
-from llm_serving.platform.args import Environment, validate
+from llm_serving.platform.args import Environment, InstallMode, validate
 from llm_serving.platform.problems import Problem, from_validation_error
 from llm_serving.routing import InferenceRouting, RoutedModel, RoutingSpec, picker_selector
 from llm_serving.scaling import AutoscalingSpec, ModelAutoscaling
@@ -120,6 +120,45 @@ def refuse(name: str, problems: list[Problem], what: str) -> None:
                               "created")
 
 
+class ModelPlan(TypedDict):
+    """What the planner decided for one model, from its intent and the stack's GPUs and storage."""
+
+    tensor_parallel_size: int
+    """GPUs one replica shards the model over (`--tensor-parallel-size`)."""
+    pipeline_parallel_size: int
+    """Nodes one replica spans (`--pipeline-parallel-size`; 1: one node)."""
+    kv_cache_tokens: int
+    """Tokens of KV cache one replica holds."""
+    max_concurrency: float
+    """Requests at `maxModelLen` one replica's KV cache holds at once."""
+    cold_start_seconds: int
+    """Adding a replica on a node that has the image: weights, engine start and compile."""
+    startup_budget_seconds: int
+    """What the startup probe allows before it restarts a replica."""
+    min_replicas: int
+    """Fewest replicas."""
+    max_replicas: int
+    """Most replicas."""
+    rollout: str
+    """How a new revision rolls out: `RollingUpdate` (surge where the GPUs allow) or `Recreate` (dev only)."""
+    usd_per_replica_hour: NotRequired[float]
+    """On-Demand price of the GPUs one replica occupies; absent without a published price."""
+
+
+def model_plan(args: ServingStackArgs, model: ModelArgs) -> ModelPlan:
+    plan = planning.model_plan(args, model)
+    low, high = planning.replica_bounds(model)
+    found = ModelPlan(
+        tensor_parallel_size=plan.tensor_parallel_size, pipeline_parallel_size=plan.pipeline_parallel_size,
+        kv_cache_tokens=plan.kv_cache_tokens, max_concurrency=plan.max_concurrency,
+        cold_start_seconds=plan.cold_start_seconds, startup_budget_seconds=plan.startup_budget_seconds,
+        min_replicas=low, max_replicas=high, rollout=planning.rollout_strategies(args)[model.name].type)
+    price = planning.usd_per_replica_hour(plan)
+    if price is not None:
+        found["usd_per_replica_hour"] = price
+    return found
+
+
 class ServingStack(pulumi.ComponentResource):
     """Everything one environment of LLM serving creates: GPU nodes and their add-ons, pre-staged weights, a
     planned vLLM workload per model, the streaming-safe edge, routing, autoscaling, alerts, dashboards and the
@@ -137,6 +176,8 @@ class ServingStack(pulumi.ComponentResource):
     """Where Prometheus answers queries (installed, or the existing one)."""
     endpoints: pulumi.Output[dict[str, str]]
     """Each model's in-cluster OpenAI base URL (its Service), by model name."""
+    models: pulumi.Output[dict[str, ModelPlan]]
+    """What the planner decided for each model, by model name."""
 
     def __init__(self, name: str, args: ServingStackArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(TYPE, name, None, opts)
@@ -149,19 +190,25 @@ class ServingStack(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         group = args.gpu_node_group
 
-        self.gpu_node_group = GpuNodeGroup(parts.node_group_name(args), parts.node_group(args, self._site), child)
+        instance = planning.resolve_instance_type(args)
+        assert instance is not None  # the rules refuse an unknown instance type
+        if planning.creates_nodes(args):
+            node_group = GpuNodeGroup(parts.node_group_name(args), parts.node_group(args, self._site), child)
+            self.gpu_nodes = site.created_gpu_nodes(node_group)
+            if group.auto_repair.enabled and group.auto_repair.install_monitoring_agent:
+                node_monitoring_agent(
+                    "node-monitoring-agent", args.cluster.name, args.cluster.kubernetes_version,
+                    planning.resource_tags(args), pulumi.ResourceOptions(parent=self, depends_on=[node_group]),
+                )
+        else:
+            self.gpu_nodes = site.existing_gpu_nodes(args, instance.gpu_count)
         autoscaler = parts.cluster_autoscaler(args, self._site)
         if autoscaler is not None:
             ClusterAutoscaler("cluster-autoscaler", autoscaler, child)
-        if group.auto_repair.enabled and group.auto_repair.install_monitoring_agent:
-            node_monitoring_agent(
-                "node-monitoring-agent", args.cluster.name, args.cluster.kubernetes_version,
-                planning.resource_tags(args),
-                pulumi.ResourceOptions(parent=self, depends_on=[self.gpu_node_group]),
-            )
         prometheus_args = parts.prometheus(args)
         prometheus = PrometheusStack("prometheus", prometheus_args, child) if prometheus_args is not None else None
-        NvidiaDevicePlugin("nvidia-device-plugin", parts.device_plugin(args), child)
+        if args.addons.nvidia_device_plugin.mode is InstallMode.INSTALL:
+            NvidiaDevicePlugin("nvidia-device-plugin", parts.device_plugin(args, self.gpu_nodes), child)
         self._group_prerequisites: list[pulumi.Resource] = []
         if group.efa_interfaces:
             self._group_prerequisites.append(EfaDevicePlugin(
@@ -170,7 +217,8 @@ class ServingStack(pulumi.ComponentResource):
             self._group_prerequisites.append(LeaderWorkerSetController(
                 "leaderworkerset", LeaderWorkerSetControllerArgs(versions.LWS.version), child))
         crds = [prometheus.release] if prometheus else []
-        DcgmExporter("dcgm-exporter", parts.dcgm_exporter(args), child, crds_from=crds or None)
+        if args.addons.dcgm_exporter.mode is InstallMode.INSTALL:
+            DcgmExporter("dcgm-exporter", parts.dcgm_exporter(args, self.gpu_nodes), child, crds_from=crds or None)
         edge_spec = parts.edge(args, self._site)
         self.endpoints = self._models(args, edge_spec, child)
         settings = args.observability.prometheus
@@ -197,6 +245,7 @@ class ServingStack(pulumi.ComponentResource):
             prometheus_adapter_chart_version=args.autoscaling.prometheus_adapter_chart_version,
             prometheus_url=parts.prometheus_query_url(args),
             targets=tuple(model_parts.scaling_target(args, m) for m in args.models),
+            install=args.autoscaling.controller is InstallMode.INSTALL,
         ), child, workloads=self._deployments)
         edge = Edge("edge", edge_spec, child)
         edge.add_monitoring(monitor_labels, args.observability.runbook_base_url, crds)
@@ -225,11 +274,12 @@ class ServingStack(pulumi.ComponentResource):
             edge.publish_pool_routes([routing])
         # Last: each model's Job waits for its workload and for the edge with every route it publishes.
         self._verify(args, [edge])
-        self.gpu_node_selector = self.gpu_node_group.node_selector
-        self.gpu_tolerations = self.gpu_node_group.tolerations
-        self.gpus_per_node = self.gpu_node_group.gpus_per_node
-        self.max_gpus = self.gpu_node_group.max_gpus
+        self.gpu_node_selector = self.gpu_nodes.node_selector
+        self.gpu_tolerations = self.gpu_nodes.tolerations
+        self.gpus_per_node = self.gpu_nodes.gpus_per_node
+        self.max_gpus = self.gpu_nodes.max_gpus
         self.prometheus_url = prometheus.url if prometheus else pulumi.Output.from_input(settings.url or "")
+        self.models = pulumi.Output.from_input({m.name: model_plan(args, m) for m in args.models})
         self.register_outputs(
             {
                 "gpu_node_selector": self.gpu_node_selector,
@@ -238,6 +288,7 @@ class ServingStack(pulumi.ComponentResource):
                 "max_gpus": self.max_gpus,
                 "prometheus_url": self.prometheus_url,
                 "endpoints": self.endpoints,
+                "models": self.models,
             }
         )
 
@@ -315,7 +366,7 @@ class ServingStack(pulumi.ComponentResource):
         api_key_revision = pulumi.Output.secret(vllm_key).apply(credential_revision)
         # The fences go up before anything runs in the namespace: the staging Job holds the HF token.
         after_namespace = pulumi.ResourceOptions(parent=self, depends_on=[ns])
-        generation = self.gpu_node_group.replaced_generation
+        generation = self.gpu_nodes.replaced_generation
         stage_image = f"{versions.STAGE_IMAGE}@{args.weights_storage.stage_image_digest}"
         if generation is not None:
             # A node update replaces the group: the old generation's barrier is deleted before the old
@@ -323,7 +374,7 @@ class ServingStack(pulumi.ComponentResource):
             NodeDrainBarrier(drain_barrier_name(generation), NodeDrainBarrierArgs(
                 generation=generation, namespace=ns.metadata.name, wait_seconds=timing.node_drain_wait_seconds(args),
                 image=stage_image, container_security=container_security_context(),
-                node_group=self.gpu_node_group.node_group,
+                node_group=self.gpu_nodes.node_group,
             ), after_namespace)
         routed = any(timing.model_drains(args, m).picker_drain_seconds is not None for m in args.models)
         gates = verification.verification_mode(args) is not VerificationMode.OFF
@@ -365,10 +416,11 @@ class ServingStack(pulumi.ComponentResource):
             # The GPU nodes (the serving identity) read through access points of their own; NFS comes
             # from their own security group, never the cluster's.
             efs = parts.weights_file_system(args, self._site)
+            assert self.gpu_nodes.node_role_arn is not None and self.gpu_nodes.security_group_id is not None
             efs = dataclasses.replace(
                 efs,
-                reader_role_arns=(self.gpu_node_group.node_role_arn,),
-                nfs_client_security_groups=(("gpu-nodes", self.gpu_node_group.security_group_id),
+                reader_role_arns=(self.gpu_nodes.node_role_arn,),
+                nfs_client_security_groups=(("gpu-nodes", self.gpu_nodes.security_group_id),
                                             *efs.nfs_client_security_groups),
                 serving_mounts=tuple(
                     ServingMount(key=m.name, namespace=serving_namespace,
@@ -399,8 +451,8 @@ class ServingStack(pulumi.ComponentResource):
             bucket = WeightsBucket("weights-storage", parts.weights_bucket(args), child)
         # Through the node group's name, so a Deployment waits for its node group: after a node
         # update the pods roll only once the new generation's group exists.
-        node_selector = pulumi.Output.all(
-            self.gpu_node_group.node_group_name, self.gpu_node_group.node_selector
+        node_selector = self.gpu_nodes.node_selector if self.gpu_nodes.node_group_name is None else pulumi.Output.all(
+            self.gpu_nodes.node_group_name, self.gpu_nodes.node_selector
         ).apply(lambda values: values[1])
         if args.gpu_node_group.image_pre_pull is ImagePrePull.DAEMON_SET:
             # On the GPU nodes the Deployments select (through the node group's name, so a new generation
@@ -408,7 +460,7 @@ class ServingStack(pulumi.ComponentResource):
             images = sorted({model_parts.image(m) for m in args.models})
             prepull = prepull_daemonset(namespace=serving_namespace, images=images,
                                         node_selector=node_selector,  # type: ignore[arg-type]
-                                        tolerations=self.gpu_node_group.tolerations)  # type: ignore[arg-type]
+                                        tolerations=self.gpu_nodes.tolerations)  # type: ignore[arg-type]
             k8s.apps.v1.DaemonSet("image-prepull", metadata=prepull["metadata"], spec=prepull["spec"],
                                   opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]))
             fence = prepull_network_policy(serving_namespace)
@@ -429,8 +481,6 @@ class ServingStack(pulumi.ComponentResource):
                 producer_fence.append(k8s.core.v1.ConfigMap(
                     "compile-cache-sync", metadata=sync["metadata"], data=sync["data"], immutable=True,
                     opts=pulumi.ResourceOptions(parent=self, depends_on=[ns])))
-        instance = planning.resolve_instance_type(args)
-        assert instance is not None  # the rules refuse an unknown instance type
         for model in args.models:
             plan = planning.model_plan(args, model)
             architecture = planning.model_architecture(model)
@@ -439,7 +489,8 @@ class ServingStack(pulumi.ComponentResource):
             # A ReadWriteOnce (EBS) volume lives in one zone: the Job and the replica go to the node group's
             # first zone, where the volume is created.
             zone = (args.gpu_node_group.subnets[0].availability_zone
-                    if model.storage.access_mode is serving.AccessMode.READ_WRITE_ONCE else None)
+                    if model.storage.access_mode is serving.AccessMode.READ_WRITE_ONCE and args.gpu_node_group.subnets
+                    else None)
             s3_prefix = serving.s3_model_prefix(model.model_id, model.revision) if s3 else None
             s3_tokenizer_prefix = serving.s3_tokenizer_prefix(model.model_id, tokenizer) if s3 and tokenizer else None
             weights = ModelWeights(
@@ -533,7 +584,7 @@ class ServingStack(pulumi.ComponentResource):
                 resources=serving.pod_resources(instance.vcpus, instance.memory_gib, instance.gpu_count,
                                                 plan.tensor_parallel_size),
                 node_selector=node_selector,
-                tolerations=self.gpu_node_group.tolerations,
+                tolerations=self.gpu_nodes.tolerations,
                 # S3: no volume (the streamer reads the bucket). EFS: the model's read-only claim
                 # through its own access point; otherwise the claim the Job staged into, mounted read-only.
                 claim_name=None if bucket is not None else serving_claims.get(model.name, weights.claim_name),

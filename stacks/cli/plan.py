@@ -20,6 +20,7 @@ from typing import Any, TextIO
 from llm_serving import serving, storage
 from llm_serving.gpu import instance_price, known_instance_type_names, lookup_instance_type
 from llm_serving.serving import DEFAULT_MAX_NUM_SEQS, CapacityError, CapacityPlan, known_model_ids, lookup_model
+from llm_serving.stack import planning
 from stacks.cli import calibration
 from stacks.cli.arguments import non_negative, positive
 from stacks.config import overrides
@@ -589,7 +590,6 @@ def stack_cost_summary(config: object) -> str:
     """The render summary's cost block: the stack's GPU nodes and On-Demand $/hour at minimum and
     maximum replicas, and per model the $/million output tokens at its ITL objective's concurrency
     (1,024 prompt and 256 output tokens per request, as `plan` assumes by default)."""
-    from llm_serving.stack import planning  # the stack layer, only in this mode
 
     total = planning.stack_cost(config)  # type: ignore[arg-type]
     low, high = total.at(total.nodes_at_min), total.at(total.nodes_at_max)
@@ -617,7 +617,6 @@ def stack_cost_summary(config: object) -> str:
 def stack_model_performance(config: object, model: object, result: CapacityPlan, cost: dict[str, object], *,
                             prompt_tokens: int, output_tokens: int) -> dict[str, object]:
     """`performance` for one of a stack's models: on the stack's GPU, against the model's own SLOs."""
-    from llm_serving.stack import planning  # the stack layer, only in this mode
 
     architecture = planning.model_architecture(model)  # type: ignore[arg-type]
     instance = planning.resolve_instance_type(config)  # type: ignore[arg-type]
@@ -634,8 +633,7 @@ def _replica_cost(result: CapacityPlan) -> dict[str, object]:
     price = instance_price(result.gpu)
     if price is None or price.usd_per_hour is None:
         return {"usd_per_replica_hour": None, "price_source": price.note if price else "no price in the catalog"}
-    share = result.gpus_per_replica / result.gpus_per_node
-    return {"usd_per_replica_hour": round(price.usd_per_hour * share, 2),
+    return {"usd_per_replica_hour": planning.usd_per_replica_hour(result),
             "usd_per_node_hour": price.usd_per_hour,
             "price_source": f"On-Demand, {price.region}, {price.date}, llm_serving/gpu/prices.json"}
 

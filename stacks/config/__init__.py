@@ -21,6 +21,7 @@ from llm_serving.edge import (
     EdgeArgs,
     EdgeAuth,
     EdgeMode,
+    ExistingGatewayArgs,
     InferenceRoutingArgs,
     JwtArgs,
     LoadBalancerScheme,
@@ -37,17 +38,30 @@ from llm_serving.gpu import (
     DcgmExporterAddonArgs,
     DevicePluginAddonArgs,
     ExistingAutoscaler,
+    ExistingGpuNodesArgs,
     GpuNodeGroupArgs,
+    GpuNodesMode,
     ImagePrePull,
     NodeAutoscalingArgs,
     NodeAutoscalingMode,
     NodeScalingArgs,
     PlacementStrategy,
     SubnetArgs,
+    TaintEffect,
+    TolerationArgs,
+    TolerationOperator,
 )
-from llm_serving.observability import GpuAlertsArgs, ObservabilityArgs, PrometheusArgs, PrometheusMode
-from llm_serving.platform.args import Environment, fields_of, to_values, validate
-from llm_serving.scaling import AutoscalingArgs, AutoscalingMode
+from llm_serving.observability import (
+    GpuAlertsArgs,
+    ObservabilityArgs,
+    PrometheusArgs,
+    PrometheusMode,
+)
+from llm_serving.platform.args import Environment, InstallMode, fields_of, to_values, validate
+from llm_serving.scaling import (
+    AutoscalingArgs,
+    AutoscalingMode,
+)
 from llm_serving.serving import (
     AccessMode,
     CompileCacheMode,
@@ -72,13 +86,13 @@ from llm_serving.storage import (
     StorageBackend,
     WeightsStorageArgs,
 )
-from llm_serving.verification import VerificationArgs, VerificationMode
+from llm_serving.verification import (
+    VerificationArgs,
+    VerificationMode,
+)
 from stacks.config.stack import LOADER_KEYS, PROGRAM_KEYS, SECRET_KEYS
 
 __all__ = [
-    "LOADER_KEYS",
-    "PROGRAM_KEYS",
-    "SECRET_KEYS",
     "AccessMode",
     "AddonsArgs",
     "AmiType",
@@ -103,14 +117,19 @@ __all__ = [
     "EfsArgs",
     "Environment",
     "ExistingAutoscaler",
+    "ExistingGatewayArgs",
+    "ExistingGpuNodesArgs",
     "ExistingStorageClassArgs",
     "FsxLustreArgs",
     "GpuAlertsArgs",
     "GpuNodeGroupArgs",
+    "GpuNodesMode",
     "ImagePrePull",
     "InferenceRoutingArgs",
+    "InstallMode",
     "JwtArgs",
     "KvCacheDtype",
+    "LOADER_KEYS",
     "LoadBalancerControllerMode",
     "LoadBalancerScheme",
     "ModelArchitectureArgs",
@@ -124,25 +143,29 @@ __all__ = [
     "NodeScalingArgs",
     "ObservabilityArgs",
     "OverloadArgs",
+    "PROGRAM_KEYS",
     "PlacementStrategy",
     "PrometheusArgs",
     "PrometheusMode",
     "RouteArgs",
     "RoutingMode",
     "S3Args",
+    "SECRET_KEYS",
     "ServingArgs",
     "ServingStackArgs",
     "SloArgs",
     "StorageBackend",
     "SubnetArgs",
     "SystemNodesArgs",
+    "TaintEffect",
     "TlsArgs",
+    "TolerationArgs",
+    "TolerationOperator",
     "VerificationArgs",
     "VerificationMode",
     "VllmImageArgs",
     "WeightsFormat",
     "WeightsStorageArgs",
-    "EfsArgs",
     "fields_of",
     "to_values",
     "validate",

@@ -260,21 +260,22 @@ def _render_stack(stack_file: Path, cluster_version: str | None) -> RenderResult
 
 
 def record(program_function: Callable[[], Any], *, stack: str, mocks: pulumi.runtime.Mocks,
-           config: dict[str, str] | None = None, secret_keys: list[str] | None = None) -> RenderResult:
+           config: dict[str, str] | None = None, secret_keys: list[str] | None = None,
+           project: str = stack_files.PROJECT) -> RenderResult:
     """Run `program_function` under Pulumi's mock runtime (the whole program, or one component a test builds)
     and return every resource it registered, with its inputs and options, as a render."""
     monitor = RecordingMonitor(mocks)
     pulumi_settings.reset_options()
-    pulumi.runtime.set_mocks(mocks, project=stack_files.PROJECT, stack=stack, preview=False, monitor=monitor)
+    pulumi.runtime.set_mocks(mocks, project=project, stack=stack, preview=False, monitor=monitor)
     pulumi.runtime.set_all_config(config or {}, secret_keys or [])
     pulumi_settings.SETTINGS.rpc_manager.clear()
     pulumi_settings.SETTINGS.outputs.clear()
     with render_overhead.no_source_positions():
         _sync_await(run_pulumi_func(program_function))
-    return _result(stack, monitor.recorded)
+    return _result(stack, project, monitor.recorded)
 
 
-def _result(stack: str, recorded: list[Recorded]) -> RenderResult:
+def _result(stack: str, project: str, recorded: list[Recorded]) -> RenderResult:
     names = {r.urn: r for r in recorded}
 
     def label(urn: str) -> str:
@@ -310,7 +311,7 @@ def _result(stack: str, recorded: list[Recorded]) -> RenderResult:
             {
                 "type": r.type,
                 "name": r.name,
-                "urn": f"urn:pulumi:{stack}::{stack_files.PROJECT}::{qualified_type(r)}::{r.name}",
+                "urn": f"urn:pulumi:{stack}::{project}::{qualified_type(r)}::{r.name}",
                 "parent": f"{parent.type}::{parent.name}" if parent else None,
                 "inputs": _clean(r.inputs),
                 "options": options(r),

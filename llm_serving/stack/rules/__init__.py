@@ -11,7 +11,10 @@ from llm_serving.stack import admission, timing
 from llm_serving.stack.args import ServingStackArgs
 from llm_serving.stack.rules import cluster, edge, models, platform, routing
 
-__all__ = ["RULES", "check"]
+__all__ = ["RULES", "SHAPE_RULES", "check"]
+
+# What every planner reads first (the GPU nodes' shape): while these fail, the other rules are not asked.
+SHAPE_RULES: tuple[Callable[[ServingStackArgs], Iterator[Problem]], ...] = (platform.gpu_nodes_rules,)
 
 RULES: tuple[Callable[[ServingStackArgs], Iterator[Problem]], ...] = (
     models.scaling_rules,
@@ -34,4 +37,5 @@ RULES: tuple[Callable[[ServingStackArgs], Iterator[Problem]], ...] = (
 
 def check(args: ServingStackArgs) -> list[Problem]:
     """Every cross-field problem of structurally valid args."""
-    return [problem for rule in RULES for problem in rule(args)]
+    shape = [problem for rule in SHAPE_RULES for problem in rule(args)]
+    return shape or [problem for rule in RULES for problem in rule(args)]

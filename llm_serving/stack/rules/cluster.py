@@ -15,6 +15,7 @@ from llm_serving.platform import versions
 from llm_serving.platform.args import Environment
 from llm_serving.platform.problems import Problem
 from llm_serving.stack.args import ServingStackArgs
+from llm_serving.stack.planning import creates_nodes
 
 C = "cluster.create"
 # Tag on the created control plane naming the Pulumi stack that owns it: a cluster of the same name
@@ -48,7 +49,7 @@ def cluster_rules(config: ServingStackArgs) -> Iterator[Problem]:
     if mode is ClusterMode.EXISTING:
         if create is not None:
             yield Problem("cluster.create", "only read with cluster.mode create", "set", "unset, or mode create")
-        if not subnets:
+        if not subnets and creates_nodes(config):
             yield Problem("gpuNodeGroup.subnets", "mode existing needs the cluster's private subnets", [],
                           "at least one {id, availabilityZone}")
         for i, subnet in enumerate(subnets):

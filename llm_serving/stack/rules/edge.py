@@ -53,6 +53,23 @@ def _certificate_rules(config: ServingStackArgs) -> Iterator[Problem]:
                       "existing with the Secret in that controller's namespace")
 
 
+def _existing_gateway_rules(config: ServingStackArgs) -> Iterator[Problem]:
+    """Routes attached to a Gateway the cluster runs: its controller is the cluster's, and its listeners hold
+    the certificate, so nothing of the stack's own Gateway may be asked for."""
+    edge = config.edge
+    if edge.mode is not EdgeMode.GATEWAY:
+        yield Problem("edge.gateway", f"only gateway mode attaches to a Gateway, not {edge.mode.value}", "set",
+                      "unset, or edge.mode gateway")
+    if edge.controller is ControllerMode.INSTALL:
+        yield Problem("edge.controller", "an existing Gateway runs under the cluster's Envoy Gateway, not one the "
+                      "stack installs", "install", "existing")
+    tls = edge.tls
+    for key, value in (("secretName", tls.secret_name), ("certManagerIssuer", tls.cert_manager_issuer),
+                       ("selfSigned", tls.self_signed or None)):
+        if value is not None:
+            yield Problem(f"edge.tls.{key}", "the existing Gateway's listeners hold its certificate", value, "unset")
+
+
 def edge_rules(config: ServingStackArgs) -> Iterator[Problem]:
     edge = config.edge
     tls = edge.tls
@@ -70,8 +87,10 @@ def edge_rules(config: ServingStackArgs) -> Iterator[Problem]:
                 and not planning.installs_load_balancer_controller(config)):
             yield Problem("edge.albControllerRoleArn", "installing the ALB controller needs its IAM role", None,
                           "the ARN of a role with the controller's IAM policy")
-    else:
+    elif edge.gateway is None:
         yield from _certificate_rules(config)
+    if edge.gateway is not None:
+        yield from _existing_gateway_rules(config)
     if edge.auth is not EdgeAuth.VLLM_API_KEY and edge.mode is not EdgeMode.GATEWAY:
         yield Problem("edge.auth", f"gateway authentication needs mode gateway, not {edge.mode.value}",
                       edge.auth.value, "vllm-api-key")

@@ -12,19 +12,21 @@ from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 from llm_serving import gpu, serving
-from llm_serving.gpu import AmiType, CapacityType, ContainerStorage, NodeAutoscalingMode, PlacementStrategy
+from llm_serving.gpu import AmiType, CapacityType, ContainerStorage, PlacementStrategy
 from llm_serving.observability import PrometheusMode
 from llm_serving.platform.args import Environment
 from llm_serving.platform.problems import Problem
 from llm_serving.serving import AccessMode, KvCacheDtype, ModelArgs
 from llm_serving.stack.args import ServingStackArgs
 from llm_serving.stack.planning import (
+    creates_nodes,
     model_architecture,
     model_plan,
     replica_bounds,
     resolve_instance_type,
     rollout_strategies,
     storage_backend_label,
+    supply_key,
 )
 from llm_serving.stack.rules.platform import NG
 from llm_serving.storage import StorageBackend
@@ -39,6 +41,8 @@ MIN_ROOT_VOLUME_FOR_IMAGES_GIB = 100
 
 def scaling_rules(config: ServingStackArgs) -> Iterator[Problem]:
     s = config.gpu_node_group.scaling
+    if s is None:
+        return  # gpu_nodes_rules reports a created group without it
     if s.min_nodes > s.max_nodes:
         yield Problem(f"{NG}.scaling.minNodes", "must not exceed maxNodes", s.min_nodes,
                       f"<= maxNodes ({s.max_nodes})")
@@ -49,6 +53,8 @@ def scaling_rules(config: ServingStackArgs) -> Iterator[Problem]:
 
 def capacity_rules(config: ServingStackArgs) -> Iterator[Problem]:
     group = config.gpu_node_group
+    if not creates_nodes(config):
+        return  # how existing nodes are bought is their owner's
     if group.capacity_type is CapacityType.CAPACITY_BLOCK:
         if group.capacity_reservation_id is None:
             yield Problem(f"{NG}.capacityReservationId", "CAPACITY_BLOCK needs the capacity block's "
@@ -86,6 +92,8 @@ def instance_rules(config: ServingStackArgs) -> Iterator[Problem]:
                       "in gpuNodeGroup.customInstance if it has GPUs", group.instance_type,
                       "one of " + ", ".join(gpu.known_instance_type_names()))
         return
+    if not creates_nodes(config):
+        return  # existing nodes boot and store what their owner chose
     if (group.container_storage is ContainerStorage.INSTANCE_NVME
             and group.ami_type is AmiType.BOTTLEROCKET_X86_64_NVIDIA):
         # Our NVMe setup is an AL2023 nodeadm NodeConfig; Bottlerocket is configured differently.
@@ -141,13 +149,9 @@ def _rollouts(config: ServingStackArgs) -> Iterator[Problem]:
     try:
         rollout_strategies(config)
     except serving.RolloutError as error:
-        scaling = config.gpu_node_group.scaling
-        if config.node_autoscaling.mode is NodeAutoscalingMode.NONE:
-            key, nodes = "desiredNodes", scaling.desired_nodes
-        else:
-            key, nodes = "maxNodes", scaling.max_nodes
+        key, nodes = supply_key(config)
         expected = f">= {error.nodes_needed}" if error.nodes_needed else "a setting the message names"
-        yield Problem(f"{NG}.scaling.{key}", str(error), nodes, expected)
+        yield Problem(key, str(error), nodes, expected)
 
 
 def _each_model(config: ServingStackArgs) -> Iterator[Problem]:

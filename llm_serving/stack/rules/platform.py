@@ -14,6 +14,7 @@ from llm_serving.platform import addon_version, versions
 from llm_serving.platform.args import Environment
 from llm_serving.platform.problems import Problem
 from llm_serving.stack.args import ServingStackArgs
+from llm_serving.stack.planning import creates_nodes
 from llm_serving.storage import StorageBackend
 
 NG = "gpuNodeGroup"
@@ -56,14 +57,19 @@ def node_autoscaling_rules(config: ServingStackArgs) -> Iterator[Problem]:
         if autoscaling.existing is None:
             yield Problem("nodeAutoscaling.existing", "mode existing needs the autoscaler the cluster runs", None,
                           "cluster-autoscaler")
-        elif autoscaling.existing is ExistingAutoscaler.KARPENTER:
+        elif autoscaling.existing is ExistingAutoscaler.KARPENTER and creates_nodes(config):
             yield Problem("nodeAutoscaling.existing", "Karpenter launches its own nodes and never resizes an EKS "
                           "managed node group, so this program's GPU group would not grow", "karpenter",
-                          "cluster-autoscaler, or mode none (the group's fixed desiredNodes)")
+                          "cluster-autoscaler, mode none (the group's fixed desiredNodes), or the nodes Karpenter "
+                          "launches: gpuNodeGroup.mode existing")
     elif autoscaling.existing is not None:
         yield Problem("nodeAutoscaling.existing", f"only read with mode existing, not {autoscaling.mode.value}",
                       autoscaling.existing.value, "unset")
-    if autoscaling.mode is NodeAutoscalingMode.CLUSTER_AUTOSCALER:
+    if autoscaling.mode is NodeAutoscalingMode.CLUSTER_AUTOSCALER and not creates_nodes(config):
+        yield Problem("nodeAutoscaling.mode", "the stack installs Cluster Autoscaler for a node group of its own; "
+                      "existing GPU nodes grow with the cluster's own autoscaler", autoscaling.mode.value,
+                      "existing (with existing: karpenter or cluster-autoscaler), or none")
+    elif autoscaling.mode is NodeAutoscalingMode.CLUSTER_AUTOSCALER:
         try:
             gpu.image_tag_for(minor, versions.CLUSTER_AUTOSCALER_IMAGE_TAGS)
         except ValueError as error:
@@ -71,11 +77,47 @@ def node_autoscaling_rules(config: ServingStackArgs) -> Iterator[Problem]:
                           ", ".join(sorted(versions.CLUSTER_AUTOSCALER_IMAGE_TAGS)))
     release = config.gpu_node_group.ami_release_version
     al2023 = config.gpu_node_group.ami_type is AmiType.AL2023_X86_64_NVIDIA
-    if al2023 and release is not None and not release.startswith(f"{minor}."):
+    if creates_nodes(config) and al2023 and release is not None and not release.startswith(f"{minor}."):
         # EKS AL2023 AMI releases are named <kubernetes minor>.<patch>-<date>; CreateNodegroup rejects
         # a release of another minor. Bottlerocket releases carry the OS version (e.g. 1.47.0-6154605b).
         yield Problem(f"{NG}.amiReleaseVersion", f"not a release for Kubernetes {minor} (cluster.kubernetesVersion)",
                       release, f"a {minor}.x release, or unset")
+
+
+def gpu_nodes_rules(config: ServingStackArgs) -> Iterator[Problem]:
+    """A created group needs its scaling; existing nodes need what the stack cannot find out about them, and
+    cannot host what only a created group provides (EFA and one placement group for multi-node replicas)."""
+    group = config.gpu_node_group
+    if creates_nodes(config):
+        if group.scaling is None:
+            yield Problem(f"{NG}.scaling", "mode create needs the node counts", None,
+                          "{minNodes: <n>, maxNodes: <n>, desiredNodes: <n>}")
+        if group.existing is not None:
+            yield Problem(f"{NG}.existing", "only read with mode existing", "set", "unset, or mode existing")
+        return
+    if group.existing is None:
+        yield Problem(f"{NG}.existing", "mode existing needs the most nodes the models may occupy", None,
+                      "{maxNodes: <n>} (nodeSelector and tolerations have defaults)")
+        return
+    if group.scaling is not None:
+        yield Problem(f"{NG}.scaling", "only read with mode create (existing nodes: existing.maxNodes)", "set",
+                      "unset")
+    backend = config.weights_storage.backend
+    if backend in (StorageBackend.EFS, StorageBackend.FSX_LUSTRE) and not group.subnets:
+        yield Problem(f"{NG}.subnets", f"{backend.value} puts a mount target in each zone the GPU nodes run in",
+                      [], "the nodes' subnets, each {id, availabilityZone}")
+    if backend is StorageBackend.EFS:
+        for key, value in (("nodeRoleArn", group.existing.node_role_arn),
+                           ("securityGroupId", group.existing.security_group_id)):
+            if value is None:
+                yield Problem(f"{NG}.existing.{key}", "EFS admits the GPU nodes by their role (the file-system "
+                              "policy) and a security group of theirs (the mount targets)", None,
+                              "the nodes' IAM role ARN and one of their security groups")
+    for model in config.models:
+        if model.pipeline_parallel_size > 1:
+            yield Problem(f"models[{model.name}].pipelineParallelSize", "a replica over several nodes needs EFA and "
+                          "one placement group, which only a node group the stack creates provides",
+                          model.pipeline_parallel_size, "1, or gpuNodeGroup.mode create")
 
 
 def weights_storage_rules(config: ServingStackArgs) -> Iterator[Problem]:
@@ -169,7 +211,7 @@ def addon_version_rules(config: ServingStackArgs) -> Iterator[Problem]:
     weights = config.weights_storage
     installed = {
         "eks-node-monitoring-agent": (f"{NG}.autoRepair.installMonitoringAgent",
-                                      config.gpu_node_group.auto_repair.enabled
+                                      creates_nodes(config) and config.gpu_node_group.auto_repair.enabled
                                       and config.gpu_node_group.auto_repair.install_monitoring_agent),
         storage.CSI_ADDON: ("weightsStorage.efs.installCsiDriver",
                             weights.backend is StorageBackend.EFS and weights.efs.install_csi_driver),

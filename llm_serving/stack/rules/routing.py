@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from llm_serving.edge import ControllerMode, EdgeMode
-from llm_serving.gpu import NodeAutoscalingMode, PlacementStrategy
+from llm_serving.gpu import PlacementStrategy
 from llm_serving.platform.args import Environment
 from llm_serving.platform.problems import Problem
 from llm_serving.serving import CapacityError, CompileCacheMode, RoutingMode
@@ -19,6 +19,7 @@ from llm_serving.stack.planning import (
     producer_room,
     resolve_instance_type,
     routing_mode,
+    supply_key,
 )
 from llm_serving.stack.rules.platform import NG
 
@@ -98,9 +99,6 @@ def compile_cache_rules(config: ServingStackArgs) -> Iterator[Problem]:
         room = None if found else producer_room(config)
         if room is not None and model.name in room.refused:
             why, needed = room.refused[model.name]
-            scaling = config.gpu_node_group.scaling
-            key_name, nodes = (("desiredNodes", scaling.desired_nodes)
-                               if config.node_autoscaling.mode is NodeAutoscalingMode.NONE
-                               else ("maxNodes", scaling.max_nodes))
-            yield Problem(f"{NG}.scaling.{key_name}", f"models[{model.name}].compileCache shared: {why}",
+            key, nodes = supply_key(config)
+            yield Problem(key, f"models[{model.name}].compileCache shared: {why}",
                           nodes, f">= {needed}, or compileCache auto or off")

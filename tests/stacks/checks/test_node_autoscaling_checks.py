@@ -53,8 +53,8 @@ def test_existing_mode_names_its_autoscaler_and_refuses_karpenter():
     ]
     assert lines(nodeAutoscaling={"mode": "existing", "existing": "karpenter"}) == [
         "llm-serving:nodeAutoscaling.existing: Karpenter launches its own nodes and never resizes an EKS managed "
-        'node group, so this program\'s GPU group would not grow (got "karpenter"; expected cluster-autoscaler, or '
-        "mode none (the group's fixed desiredNodes))"
+        'node group, so this program\'s GPU group would not grow (got "karpenter"; expected cluster-autoscaler, '
+        "mode none (the group's fixed desiredNodes), or the nodes Karpenter launches: gpuNodeGroup.mode existing)"
     ]
     assert lines(nodeAutoscaling={"mode": "existing", "existing": "cluster-autoscaler"}) == []
     assert lines(nodeAutoscaling={"mode": "none", "existing": "cluster-autoscaler"}) == [
@@ -122,3 +122,43 @@ def test_scale_down_window_defaults_to_the_cold_start_and_refuses_less():
     slow = dataclasses.replace(plan, cold_start_seconds=5000)
     assert planning.scale_down_window(quick, cfg.models[0], fast) == 300
     assert planning.scale_down_window(cfg, cfg.models[0], slow) == 3600
+
+
+KARPENTER_NODES = {"mode": "existing", "instanceType": "p5.48xlarge", "existing": {"maxNodes": 3},
+                   "subnets": BASE["gpuNodeGroup"]["subnets"]}
+EXISTING_EFS_NODES = {"nodeRoleArn": "arn:aws:iam::123456789012:role/karpenter-gpu",
+                      "securityGroupId": "sg-0dd00000000000001"}
+
+
+def test_existing_gpu_nodes_grow_with_the_clusters_own_autoscaler_karpenter_included():
+    nodes = {**KARPENTER_NODES, "existing": {"maxNodes": 3, **EXISTING_EFS_NODES}}
+    assert lines(gpuNodeGroup=nodes, nodeAutoscaling={"mode": "existing", "existing": "karpenter"}) == []
+    assert lines(gpuNodeGroup=nodes) == [
+        "llm-serving:nodeAutoscaling.mode: the stack installs Cluster Autoscaler for a node group of its own; "
+        "existing GPU nodes grow with the cluster's own autoscaler (got \"clusterAutoscaler\"; expected existing "
+        "(with existing: karpenter or cluster-autoscaler), or none)"]
+    # The pool's limit is what rollouts and peaks are planned on, named by its own key.
+    supply = planning.supply(config(gpuNodeGroup=nodes, nodeAutoscaling={"mode": "existing", "existing": "karpenter"}))
+    assert (supply.nodes, supply.autoscaled) == (3, True)
+    crowded = [{**BASE["models"][0], "replicas": 30}]
+    assert [p.path for p in checks.check(config(gpuNodeGroup=nodes, models=crowded, nodeAutoscaling={
+        "mode": "existing", "existing": "karpenter"}))] == ["gpuNodeGroup.existing.maxNodes"]
+
+
+def test_existing_gpu_nodes_name_what_only_their_owner_knows():
+    karpenter = {"nodeAutoscaling": {"mode": "existing", "existing": "karpenter"}}
+    assert [p.path for p in checks.check(config(gpuNodeGroup={**KARPENTER_NODES, "existing": None}, **karpenter))] == [
+        "gpuNodeGroup.existing"]
+    # EFS admits GPU nodes by their role and a security group of theirs; S3 needs neither.
+    assert [p.path for p in checks.check(config(gpuNodeGroup=KARPENTER_NODES, **karpenter))] == [
+        "gpuNodeGroup.existing.nodeRoleArn", "gpuNodeGroup.existing.securityGroupId"]
+    scaled = {**KARPENTER_NODES, "scaling": BASE["gpuNodeGroup"]["scaling"]}
+    assert [p.path for p in checks.check(config(gpuNodeGroup={**scaled, "existing": {"maxNodes": 3,
+                                                                                      **EXISTING_EFS_NODES}},
+                                                **karpenter))] == ["gpuNodeGroup.scaling"]
+
+
+def test_a_created_group_needs_its_node_counts():
+    assert [p.line() for p in checks.check(config(gpuNodeGroup={**BASE["gpuNodeGroup"], "scaling": None}))] == [
+        "llm-serving:gpuNodeGroup.scaling: mode create needs the node counts (got null; expected {minNodes: <n>, "
+        "maxNodes: <n>, desiredNodes: <n>})"]

@@ -55,9 +55,8 @@ def test_rejects_misspelt_key_with_suggestion(stack_dir):
     assert problems(path) == [
         'llm-serving:gpuNodeGroup.instanceTyp: unknown key; did you mean "instanceType"? '
         '(got "p5.48xlarge"; expected one of amiReleaseVersion, amiType, autoRepair, capacityReservationId, '
-        "capacityType, containerStorage, customInstance, efaInterfaces, imagePrePull, imagePullSeconds, instanceType, "
-        "labels, "
-        "nodeReadySeconds, placement, rootVolumeGib, scaling, ssmAccess, subnets)"
+        "capacityType, containerStorage, customInstance, efaInterfaces, existing, imagePrePull, imagePullSeconds, "
+        "instanceType, labels, mode, nodeReadySeconds, placement, rootVolumeGib, scaling, ssmAccess, subnets)"
     ]
 
 
