@@ -73,7 +73,8 @@ def test_the_routes_attach_to_the_existing_gateway_and_are_authenticated_one_by_
     assert [(m["metadata"]["namespace"]) for m in adopted.manifests
             if m["kind"] == "Secret" and m["metadata"]["name"] == keys] == [policy["metadata"]["namespace"]]
     # The vLLM pods admit the existing Gateway's proxies (Envoy Gateway's owning-gateway labels).
-    (fence,) = [m for m in adopted.manifests if m["kind"] == "NetworkPolicy" and m["metadata"]["name"] == "vllm-serving"]
+    (fence,) = [m for m in adopted.manifests
+                if m["kind"] == "NetworkPolicy" and m["metadata"]["name"] == "vllm-serving"]
     proxies = fence["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"]
     assert (proxies["gateway.envoyproxy.io/owning-gateway-name"],
             proxies["gateway.envoyproxy.io/owning-gateway-namespace"]) == ("shared", "gateways")
@@ -105,10 +106,10 @@ def test_each_part_is_installed_again_when_asked_for_by_name():
 
 
 def test_existing_nodes_take_their_own_labels_and_taints():
-    nodes = {"existing": {"maxNodes": 2, "nodeSelector": {"karpenter.sh/nodepool": "gpu"},
-                          "tolerations": [{"key": "gpu", "operator": "Equal", "value": "h100", "effect": "NoSchedule"}]}}
+    taint = {"key": "gpu", "operator": "Equal", "value": "h100", "effect": "NoSchedule"}
+    nodes = {"existing": {"maxNodes": 2, "nodeSelector": {"karpenter.sh/nodepool": "gpu"}, "tolerations": [taint]}}
     result = run(lambda: ServingStack("llm", stack_args(with_changes(gpuNodeGroup=nodes))))
     (deployment,) = [m for m in result.manifests if m["kind"] == "Deployment"]
     pod = deployment["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"karpenter.sh/nodepool": "gpu"}
-    assert pod["tolerations"] == [{"key": "gpu", "operator": "Equal", "value": "h100", "effect": "NoSchedule"}]
+    assert pod["tolerations"] == [taint]
