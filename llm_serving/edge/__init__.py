@@ -14,7 +14,7 @@ from .args import (
     OverloadArgs,
     TlsArgs,
 )
-from .edge import Edge, EdgeSpec
+from .edge import Edge, EdgeMonitoring, EdgeSpec
 from .load_balancer import NAMESPACE as LOAD_BALANCER_NAMESPACE
 from .load_balancer import POLICY_SOURCE as LOAD_BALANCER_POLICY_SOURCE
 from .load_balancer_controller import LoadBalancerController, LoadBalancerControllerArgs
@@ -38,6 +38,7 @@ __all__ = [
     "EdgeAuth",
     "EdgeMode",
     "EdgeSettings",
+    "EdgeMonitoring",
     "EdgeSpec",
     "ExistingGatewayArgs",
     "InferenceRoutingArgs",

@@ -7,6 +7,7 @@ Installs the controller's chart when asked and declares the streaming-safe objec
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, assert_never
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -15,6 +16,7 @@ import pulumi_tls as tls
 from llm_serving.platform import RESTRICTED, crd_chart, crd_manifests, helm_release, manifest_resource, namespace
 
 from . import alerts, objects
+from .args import EdgeMode
 from .load_balancer_controller import LoadBalancerController, LoadBalancerControllerArgs
 from .objects import EdgeSettings, Route
 
@@ -33,8 +35,16 @@ SELF_SIGNED_EARLY_RENEWAL_HOURS = 30 * 24
 
 
 @dataclass(frozen=True)
+class EdgeMonitoring:
+    """Where the edge's PodMonitor and alerts go: the labels Prometheus selects them by, and the runbooks."""
+
+    monitor_labels: dict[str, str]
+    runbook_base_url: str
+
+
+@dataclass(frozen=True)
 class EdgeSpec:
-    mode: str  # "gateway" | "alb" | "ingress-nginx"
+    mode: EdgeMode
     install_controller: bool
     settings: EdgeSettings
     routes: tuple[Route, ...]
@@ -63,149 +73,160 @@ class EdgeSpec:
     # (a created cluster, or `cluster.loadBalancerController: install`); None: the cluster runs one, or
     # alb mode installs its own release from `alb_controller_values`.
     load_balancer_controller: LoadBalancerControllerArgs | None = None
+    # Gateway mode: scrape the proxies and alert on what clients see (None: no Prometheus rules here).
+    monitoring: EdgeMonitoring | None = None
 
 
 class Edge(pulumi.ComponentResource):
-    """The load balancer, routes and policies in front of the vLLM Services."""
+    """The load balancer, routes and policies in front of the vLLM Services, and the alerts on what clients see.
 
-    def __init__(self, name: str, args: EdgeSpec, opts: pulumi.ResourceOptions | None = None):
+    Routes that name an InferencePool are not created here: the gateway fails closed, so such a route may only go
+    up once its endpoint picker answers, and the routing component creates it after the picker
+    (`pool_route_manifests`, with what it must wait for in `controller`)."""
+
+    def __init__(self, name: str, args: EdgeSpec, opts: pulumi.ResourceOptions | None = None,
+                 crds_from: list[pulumi.Resource] | None = None):
         super().__init__("llmserving:edge:Edge", name, None, opts)
         routes = list(args.routes)
-        controller: list[pulumi.Resource] = []
+        # What every object of the edge waits for: the load balancer controller first, then the edge's own.
+        self.controller: list[pulumi.Resource] = []
         # What the endpoint pickers need before they start (the pool CRD, the gateway and its extension).
         self.inference_prerequisites: list[pulumi.Resource] = []
-        # The load balancer controller first: every object below waits for it (through `controller`).
         balancer: list[pulumi.Resource] = []
         if args.load_balancer_controller is not None:
             balancer.append(LoadBalancerController(
                 f"{name}-load-balancer-controller", args.load_balancer_controller, pulumi.ResourceOptions(parent=self)
             ).release)
-            controller.extend(balancer)
-        if args.mode == "gateway":
-            if args.install_controller:
-                # Only an installed controller's namespace is ours; an existing one is left alone. It
-                # depends on the load balancer controller for destroy's sake: Pulumi deletes the
-                # namespace first and waits until it is gone, and it is gone only once the Envoy
-                # Service in it is, which the load balancer controller's finalizer holds until it has
-                # deleted the NLB; only then is the controller uninstalled. The Gateway alone would
-                # not do: it has no finalizer, and Envoy Gateway deletes the Service after it returns.
-                ns = namespace(
-                    f"{name}-namespace", args.settings.namespace, parent=self, pod_security=EDGE_POD_SECURITY,
-                    depends_on=balancer,
+            self.controller.extend(balancer)
+        match args.mode:
+            case EdgeMode.GATEWAY:
+                manifests = self._gateway(name, args, routes, balancer)
+            case EdgeMode.ALB:
+                manifests = self._alb(name, args, routes)
+            case EdgeMode.INGRESS_NGINX:
+                # ingress-nginx was retired in March 2026: no releases or security fixes since.
+                pulumi.log.warn(
+                    "edge.mode ingress-nginx: ingress-nginx is retired (no security fixes since March 2026); "
+                    "move to mode gateway",
+                    resource=self,
                 )
-                controller.append(ns)
-                # The CRDs first, from their own chart at the controller's version, so a bump
-                # upgrades them; gateway-helm then skips its own (crds.enabled: false).
-                crds = crd_chart(
-                    f"{name}-gateway-crds",
-                    chart="gateway-crds-helm",
-                    version=args.envoy_gateway_chart_version,
-                    values=objects.gateway_crds_chart_values(),
-                    parent=self,
-                    protect=args.protect_crds,
-                )
-                controller.append(crds)
-                pool_prerequisites = self._inference_pool_prerequisites(name, args) if args.inference_extension else []
-                envoy_gateway = helm_release(
-                    f"{name}-envoy-gateway",
-                    chart="gateway-helm",
-                    version=args.envoy_gateway_chart_version,
-                    release_namespace=ns.metadata.name,
-                    values=objects.envoy_gateway_chart_values(args.inference_extension),
-                    parent=self,
-                    depends_on=[crds, *pool_prerequisites],
-                )
-                controller.append(envoy_gateway)
-                if args.self_signed_host is not None:
-                    controller.append(self._self_signed_certificate(name, args, ns))
-                if args.inference_extension:
-                    ai_gateway = self._ai_gateway(name, args, envoy_gateway)
-                    controller.append(ai_gateway)
-                    self.inference_prerequisites = [crds, *pool_prerequisites, envoy_gateway, ai_gateway]
-            manifests = objects.gateway_objects(args.settings, routes)
-            if args.settings.api_key_secret:
-                # Envoy Gateway's apiKeyAuth reads client id -> key pairs from this Secret, in the SecurityPolicy's
-                # namespace: the edge's, or with an existing Gateway the routes' (objects._security_policy).
-                keys_namespace = (routes[0].namespace if args.settings.existing_gateway else args.settings.namespace)
-                k8s.core.v1.Secret(
-                    f"{name}-client-keys",
-                    metadata={"name": args.settings.api_key_secret, "namespace": keys_namespace},
-                    type="Opaque",
-                    string_data={"llm-serving": pulumi.Output.secret(args.client_api_key)},
-                    opts=pulumi.ResourceOptions(parent=self, depends_on=controller),
-                )
-            if objects.gateway_injects_upstream_key(args.settings):
-                # What the HTTPRouteFilter injects, next to each route (a filter names a Secret in
-                # its own namespace). Envoy Gateway watches it: a rotated key is sent at once.
-                for namespace_name in sorted({route.namespace for route in routes}):
-                    k8s.core.v1.Secret(
-                        f"{name}-upstream-key-{namespace_name}",
-                        metadata={"name": objects.UPSTREAM_CREDENTIAL_SECRET, "namespace": namespace_name},
-                        type="Opaque",
-                        string_data={"credential": pulumi.Output.concat(
-                            "Bearer ", pulumi.Output.secret(args.upstream_api_key))},
-                        opts=pulumi.ResourceOptions(parent=self, depends_on=controller),
-                    )
-        elif args.mode == "alb":
-            # An Ingress holds the controller's finalizer until its ALB is deleted: its delete waits for
-            # that, and the controller (a dependency) is uninstalled after it.
-            if args.install_controller and args.load_balancer_controller is None:
-                controller.append(
-                    helm_release(
-                        f"{name}-alb-controller",
-                        chart="aws-load-balancer-controller",
-                        version=args.alb_controller_chart_version,
-                        release_namespace=args.settings.namespace,
-                        values=args.alb_controller_values,
-                        parent=self,
-                    )
-                )
-            manifests = objects.alb_ingress(args.settings, routes, args.load_balancer_subnet_ids)
-        else:
-            # ingress-nginx was retired in March 2026: no releases or security fixes since.
-            pulumi.log.warn(
-                "edge.mode ingress-nginx: ingress-nginx is retired (no security fixes since March 2026); "
-                "move to mode gateway",
-                resource=self,
-            )
-            manifests = objects.nginx_ingress(args.settings, routes)
-
+                manifests = objects.nginx_ingress(args.settings, routes)
+            case _:
+                assert_never(args.mode)
         # Custom resources wait for the chart that brings their CRDs (and the namespace they live in).
-        self._name, self._controller = name, controller
-        self._mode, self._settings = args.mode, args.settings
         pooled = {r.model_name for r in routes if r.inference_pool}
-        self._pool_routes = [o for o in manifests if _route_of(o) in pooled]
-        after = pulumi.ResourceOptions(parent=self, depends_on=controller)
+        self.pool_route_manifests = [o for o in manifests if _route_of(o) in pooled]
+        after = pulumi.ResourceOptions(parent=self, depends_on=self.controller)
         for obj in manifests:
             if _route_of(obj) not in pooled:
                 metadata = obj["metadata"]
                 manifest_resource(f"{name}-{obj['kind'].lower()}-{metadata['name']}", obj, after)
+        if args.mode is EdgeMode.GATEWAY and args.monitoring is not None and not args.settings.existing_gateway:
+            # An existing Gateway's proxies are its owner's to scrape and alert on.
+            self._monitoring(name, args.settings, args.monitoring, crds_from or [])
         self.register_outputs({})
 
-    def add_monitoring(self, monitor_labels: dict[str, str], runbook_base_url: str,
-                       crds: list[pulumi.Resource]) -> None:
+    def _gateway(self, name: str, args: EdgeSpec, routes: list[Route],
+                 balancer: list[pulumi.Resource]) -> list[dict[str, Any]]:
+        """Envoy Gateway (installed, or the cluster's), its Gateway and routes, and the credentials they read."""
+        controller = self.controller
+        if args.install_controller:
+            # Only an installed controller's namespace is ours; an existing one is left alone. It
+            # depends on the load balancer controller for destroy's sake: Pulumi deletes the
+            # namespace first and waits until it is gone, and it is gone only once the Envoy
+            # Service in it is, which the load balancer controller's finalizer holds until it has
+            # deleted the NLB; only then is the controller uninstalled. The Gateway alone would
+            # not do: it has no finalizer, and Envoy Gateway deletes the Service after it returns.
+            ns = namespace(
+                f"{name}-namespace", args.settings.namespace, parent=self, pod_security=EDGE_POD_SECURITY,
+                depends_on=balancer,
+            )
+            controller.append(ns)
+            # The CRDs first, from their own chart at the controller's version, so a bump
+            # upgrades them; gateway-helm then skips its own (crds.enabled: false).
+            crds = crd_chart(
+                f"{name}-gateway-crds",
+                chart="gateway-crds-helm",
+                version=args.envoy_gateway_chart_version,
+                values=objects.gateway_crds_chart_values(),
+                parent=self,
+                protect=args.protect_crds,
+            )
+            controller.append(crds)
+            pool_prerequisites = self._inference_pool_prerequisites(name, args) if args.inference_extension else []
+            envoy_gateway = helm_release(
+                f"{name}-envoy-gateway",
+                chart="gateway-helm",
+                version=args.envoy_gateway_chart_version,
+                release_namespace=ns.metadata.name,
+                values=objects.envoy_gateway_chart_values(args.inference_extension),
+                parent=self,
+                depends_on=[crds, *pool_prerequisites],
+            )
+            controller.append(envoy_gateway)
+            if args.self_signed_host is not None:
+                controller.append(self._self_signed_certificate(name, args, ns))
+            if args.inference_extension:
+                ai_gateway = self._ai_gateway(name, args, envoy_gateway)
+                controller.append(ai_gateway)
+                self.inference_prerequisites = [crds, *pool_prerequisites, envoy_gateway, ai_gateway]
+        if args.settings.api_key_secret:
+            # Envoy Gateway's apiKeyAuth reads client id -> key pairs from this Secret, in the SecurityPolicy's
+            # namespace: the edge's, or with an existing Gateway the routes' (objects._security_policy).
+            keys_namespace = routes[0].namespace if args.settings.existing_gateway else args.settings.namespace
+            k8s.core.v1.Secret(
+                f"{name}-client-keys",
+                metadata={"name": args.settings.api_key_secret, "namespace": keys_namespace},
+                type="Opaque",
+                string_data={"llm-serving": pulumi.Output.secret(args.client_api_key)},
+                opts=pulumi.ResourceOptions(parent=self, depends_on=controller),
+            )
+        if objects.gateway_injects_upstream_key(args.settings):
+            # What the HTTPRouteFilter injects, next to each route (a filter names a Secret in
+            # its own namespace). Envoy Gateway watches it: a rotated key is sent at once.
+            for namespace_name in sorted({route.namespace for route in routes}):
+                k8s.core.v1.Secret(
+                    f"{name}-upstream-key-{namespace_name}",
+                    metadata={"name": objects.UPSTREAM_CREDENTIAL_SECRET, "namespace": namespace_name},
+                    type="Opaque",
+                    string_data={"credential": pulumi.Output.concat(
+                        "Bearer ", pulumi.Output.secret(args.upstream_api_key))},
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=controller),
+                )
+        return objects.gateway_objects(args.settings, routes)
+
+    def _alb(self, name: str, args: EdgeSpec, routes: list[Route]) -> list[dict[str, Any]]:
+        """The ALB controller when this mode installs its own, and one Ingress per route."""
+        # An Ingress holds the controller's finalizer until its ALB is deleted: its delete waits for
+        # that, and the controller (a dependency) is uninstalled after it.
+        if args.install_controller and args.load_balancer_controller is None:
+            self.controller.append(
+                helm_release(
+                    f"{name}-alb-controller",
+                    chart="aws-load-balancer-controller",
+                    version=args.alb_controller_chart_version,
+                    release_namespace=args.settings.namespace,
+                    values=args.alb_controller_values,
+                    parent=self,
+                )
+            )
+        return objects.alb_ingress(args.settings, routes, args.load_balancer_subnet_ids)
+
+    def _monitoring(self, name: str, settings: EdgeSettings, monitoring: EdgeMonitoring,
+                    crds: list[pulumi.Resource]) -> None:
         """Gateway mode: scrape the Envoy proxies and alert on the errors users see there; `crds` bring the
         PodMonitor and PrometheusRule kinds (an installed Prometheus Operator), else they already exist."""
-        if self._mode != "gateway" or self._settings.existing_gateway:
-            return  # an existing Gateway's proxies are its owner's to scrape and alert on
-        settings = self._settings
-        after = pulumi.ResourceOptions(parent=self, depends_on=[*self._controller, *crds])
-        manifest_resource(f"{self._name}-envoy-podmonitor",
-                          alerts.envoy_pod_monitor(settings.gateway_name, settings.namespace, monitor_labels), after)
-        manifest_resource(f"{self._name}-alerts", {
+        after = pulumi.ResourceOptions(parent=self, depends_on=[*self.controller, *crds])
+        labels = dict(monitoring.monitor_labels)
+        manifest_resource(f"{name}-envoy-podmonitor",
+                          alerts.envoy_pod_monitor(settings.gateway_name, settings.namespace, labels), after)
+        manifest_resource(f"{name}-alerts", {
             "apiVersion": alerts.MONITORING_API, "kind": "PrometheusRule",
             "metadata": {"name": "edge-alerts", "namespace": settings.namespace,
-                         "labels": {"app.kubernetes.io/part-of": "llm-serving", **monitor_labels}},
-            "spec": {"groups": alerts.edge_alert_groups(settings.gateway_name, settings.namespace, runbook_base_url)},
+                         "labels": {"app.kubernetes.io/part-of": "llm-serving", **labels}},
+            "spec": {"groups": alerts.edge_alert_groups(settings.gateway_name, settings.namespace,
+                                                        monitoring.runbook_base_url)},
         }, after)
-
-    def publish_pool_routes(self, pickers: list[pulumi.Resource]) -> None:
-        """The routes that name an InferencePool, once its picker is Ready: the gateway fails closed, so
-        a route switched before its picker answers would fail every request of the model."""
-        after = pulumi.ResourceOptions(parent=self, depends_on=[*self._controller, *pickers])
-        for obj in self._pool_routes:
-            metadata = obj["metadata"]
-            manifest_resource(f"{self._name}-{obj['kind'].lower()}-{metadata['name']}", obj, after)
 
     def _inference_pool_prerequisites(self, name: str, args: EdgeSpec) -> list[pulumi.Resource]:
         """What Envoy Gateway needs before it starts with InferencePool as a backend resource: the CRD

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, assert_never
+
+from .args import EdgeAuth, EdgeMode, LoadBalancerScheme
 
 Manifest = dict[str, Any]
 
@@ -21,8 +23,6 @@ GATEWAY_GROUP = "gateway.networking.k8s.io"
 # The controller name gateway-helm 1.9.0 configures by default (values.yaml config.envoyGateway.gateway).
 CONTROLLER_NAME = "gateway.envoyproxy.io/gatewayclass-controller"
 NAMESPACE_LABEL = "kubernetes.io/metadata.name"  # set on every namespace by the API server
-AUTH_MODES = ("vllm-api-key", "gateway-api-key", "jwt")
-SCHEMES = ("internet-facing", "internal")
 
 # AWS NLB: "The default idle timeout value for TCP flows is 350 seconds" (docs.aws.amazon.com/
 # elasticloadbalancing/latest/network/update-idle-timeout.html). A silent stream longer than this is
@@ -73,8 +73,8 @@ class EdgeSettings:
     gateway_name: str  # e.g. "llm-serving"
     tls_secret_name: str | None  # existing Secret in the edge namespace (nginx: in the route's namespace)
     cert_manager_issuer: str | None  # ClusterIssuer name; cert-manager creates "<gateway>-tls"
-    load_balancer_scheme: str  # "internet-facing" | "internal"
-    auth: str  # "vllm-api-key" (vLLM checks the key itself) | "gateway-api-key" | "jwt"
+    load_balancer_scheme: LoadBalancerScheme
+    auth: EdgeAuth  # vllm-api-key: vLLM checks the key itself; gateway-api-key or jwt: the gateway checks clients
     # gateway mode: Secret in the edge namespace holding the keys the gateway accepts (auth vllm-api-key:
     # vLLM's own key, checked again by vLLM; gateway-api-key: the clients' keys)
     api_key_secret: str | None
@@ -136,10 +136,6 @@ def _slug(host: str) -> str:
 
 
 def _check(settings: EdgeSettings, routes: list[Route]) -> None:
-    if settings.load_balancer_scheme not in SCHEMES:
-        raise ValueError(f"load balancer scheme {settings.load_balancer_scheme!r} is not one of {SCHEMES}")
-    if settings.auth not in AUTH_MODES:
-        raise ValueError(f"auth {settings.auth!r} is not one of {AUTH_MODES}")
     if not routes:
         raise ValueError("at least one route is required")
     seen: dict[tuple[str, str], str] = {}
@@ -200,21 +196,23 @@ def envoy_proxy_selector(gateway_name: str, edge_namespace: str) -> dict[str, st
             OWNING_GATEWAY_NAMESPACE_LABEL: edge_namespace}
 
 
-def edge_pod_selector(mode: str, settings: EdgeSettings) -> dict[str, str] | None:
+def edge_pod_selector(mode: EdgeMode, settings: EdgeSettings) -> dict[str, str] | None:
     """The pods that forward client traffic to vLLM; None in alb mode, where the ALB itself connects
     to the pod IPs (target type ip) and only its subnets' CIDRs identify it."""
-    if mode == "gateway":
-        return envoy_proxy_selector(settings.gateway_name, settings.owning_gateway_namespace)
-    if mode == "ingress-nginx":
-        return dict(NGINX_CONTROLLER_LABELS)
-    if mode == "alb":
-        return None
-    raise ValueError(f"edge mode {mode!r} is not one of ('gateway', 'alb', 'ingress-nginx')")
+    match mode:
+        case EdgeMode.GATEWAY:
+            return envoy_proxy_selector(settings.gateway_name, settings.owning_gateway_namespace)
+        case EdgeMode.INGRESS_NGINX:
+            return dict(NGINX_CONTROLLER_LABELS)
+        case EdgeMode.ALB:
+            return None
+        case _:
+            assert_never(mode)
 
 
 def gateway_injects_upstream_key(settings: EdgeSettings) -> bool:
     """Whether the gateway replaces the client's credential with vLLM's own key on the way in."""
-    return settings.auth in ("gateway-api-key", "jwt")
+    return settings.auth in (EdgeAuth.GATEWAY_API_KEY, EdgeAuth.JWT)
 
 
 # Envoy AI Gateway's controller: its namespace, and the extension server's port on its Service.
@@ -360,7 +358,7 @@ def gateway_objects(settings: EdgeSettings, routes: list[Route]) -> list[Manifes
                             # ip targets send straight to Envoy pods (no kube-proxy hop to drain as well).
                             "service.beta.kubernetes.io/aws-load-balancer-type": "external",
                             "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type": "ip",
-                            "service.beta.kubernetes.io/aws-load-balancer-scheme": settings.load_balancer_scheme,
+                            "service.beta.kubernetes.io/aws-load-balancer-scheme": settings.load_balancer_scheme.value,
                             # Keep a removed Envoy pod's flows open as long as Envoy itself drains them.
                             "service.beta.kubernetes.io/aws-load-balancer-target-group-attributes": (
                                 f"deregistration_delay.timeout_seconds={drain}"
@@ -468,7 +466,7 @@ def _security_policy(settings: EdgeSettings, routes: list[Route] | None = None) 
     injector (envoyproxy/gateway v1.9.0 internal/xds/translator/httpfilters.go), and Envoy AI Gateway
     inserts the endpoint picker's ext_proc just before the router (facts.md T2.10), so a request
     without a valid key never reaches a picker."""
-    if settings.auth in ("vllm-api-key", "gateway-api-key"):
+    if settings.auth in (EdgeAuth.VLLM_API_KEY, EdgeAuth.GATEWAY_API_KEY):
         if not settings.api_key_secret:
             raise ValueError(f"auth {settings.auth} needs api_key_secret")
         spec: dict[str, Any] = {
@@ -480,7 +478,7 @@ def _security_policy(settings: EdgeSettings, routes: list[Route] | None = None) 
                 # gateway-api-key: clients' keys never reach vLLM or its logs (vLLM's own key is
                 # injected instead). vllm-api-key: the gateway checks vLLM's own key, and vLLM checks
                 # the same header again, so it must pass through.
-                "sanitize": settings.auth == "gateway-api-key",
+                "sanitize": settings.auth is EdgeAuth.GATEWAY_API_KEY,
             }
         }
     else:
@@ -618,7 +616,7 @@ def overload_response(retry_after_seconds: int) -> dict[str, Any]:
 def _ingress_routes(settings: EdgeSettings, routes: list[Route], mode: str) -> list[Route]:
     """The routes sorted by host; with every prefix "/", _check leaves one route per host."""
     _check(settings, routes)
-    if settings.auth != "vllm-api-key":
+    if settings.auth is not EdgeAuth.VLLM_API_KEY:
         raise ValueError(f"{mode} mode cannot check keys or JWTs at the edge; use auth vllm-api-key or gateway mode")
     for route in routes:
         if route.path_prefix.rstrip("/"):
@@ -668,7 +666,7 @@ def alb_ingress(settings: EdgeSettings, routes: list[Route], subnet_ids: tuple[s
                              f"{route.stream_idle_timeout_seconds}s; the ALB would cut silent streams first")
         annotations = {
             "alb.ingress.kubernetes.io/group.name": settings.gateway_name,
-            "alb.ingress.kubernetes.io/scheme": settings.load_balancer_scheme,
+            "alb.ingress.kubernetes.io/scheme": settings.load_balancer_scheme.value,
             "alb.ingress.kubernetes.io/target-type": "ip",
             # Pinned, not discovered by subnet tags: a newly tagged subnet would move the ALB to
             # addresses the NetworkPolicy does not admit (controller docs, ingress annotations "subnets").

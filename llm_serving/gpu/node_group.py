@@ -15,6 +15,7 @@ import pulumi
 import pulumi_aws as aws
 
 from . import node_autoscaling, node_network, scheduling
+from .args import AmiType, CapacityType
 from .catalog import InstanceType
 
 # Managed policies a worker node needs. The CNI policy sits on the node role because the VPC CNI
@@ -67,9 +68,9 @@ class NodeGroupSpec:
     min_nodes: int
     max_nodes: int
     desired_nodes: int
-    ami_type: str = "AL2023_x86_64_NVIDIA"
+    ami_type: AmiType = AmiType.AL2023_X86_64_NVIDIA
     ami_release_version: str | None = None
-    capacity_type: str = "ON_DEMAND"
+    capacity_type: CapacityType = CapacityType.ON_DEMAND
     capacity_reservation_id: str | None = None
     root_volume_gib: int = 200
     nvme_container_storage: bool = True
@@ -88,7 +89,7 @@ class NodeGroupSpec:
 
 def node_user_data(args: NodeGroupSpec) -> str | None:
     """Base64 user data merged by EKS into the node's bootstrap; None when nothing is needed."""
-    if args.nvme_container_storage and args.ami_type.startswith("AL2023"):
+    if args.nvme_container_storage and args.ami_type is AmiType.AL2023_X86_64_NVIDIA:
         return base64.b64encode(_NODEADM_RAID0.encode()).decode()
     return None
 
@@ -96,7 +97,7 @@ def node_user_data(args: NodeGroupSpec) -> str | None:
 def reserved_capacity(args: NodeGroupSpec) -> bool:
     """A capacity block or targeted reservation holds exactly the reserved nodes: a second group beside
     the first cannot launch, so such a group updates in place (see `GpuNodeGroup`)."""
-    return args.capacity_type == "CAPACITY_BLOCK" or args.capacity_reservation_id is not None
+    return args.capacity_type is CapacityType.CAPACITY_BLOCK or args.capacity_reservation_id is not None
 
 
 def generation(args: NodeGroupSpec) -> str:
@@ -108,10 +109,10 @@ def generation(args: NodeGroupSpec) -> str:
     return scheduling.node_generation({
         "cluster": args.cluster_name,
         "kubernetes": args.kubernetes_version,
-        "amiType": args.ami_type,
+        "amiType": args.ami_type.value,
         "amiRelease": args.ami_release_version,
         "instance": args.instance.name,
-        "capacityType": args.capacity_type,
+        "capacityType": args.capacity_type.value,
         "capacityReservation": args.capacity_reservation_id,
         "rootVolumeGib": args.root_volume_gib,
         "nvme": args.nvme_container_storage,
@@ -271,9 +272,9 @@ class GpuNodeGroup(pulumi.ComponentResource):
             vpc_security_group_ids=node_network.instance_security_groups(args.efa_interfaces, security_groups),
             # A capacity block must name the instance type in the launch template (EKS user guide,
             # capacity-blocks-mng); the node group then may not list instance types itself.
-            instance_type=args.instance.name if args.capacity_type == "CAPACITY_BLOCK" else None,
+            instance_type=args.instance.name if args.capacity_type is CapacityType.CAPACITY_BLOCK else None,
             instance_market_options={"market_type": "capacity-block"}
-            if args.capacity_type == "CAPACITY_BLOCK"
+            if args.capacity_type is CapacityType.CAPACITY_BLOCK
             else None,
             capacity_reservation_specification={
                 "capacity_reservation_target": {"capacity_reservation_id": args.capacity_reservation_id}
@@ -303,9 +304,9 @@ class GpuNodeGroup(pulumi.ComponentResource):
             # disagrees): CreateNodegroup accepts only the control plane's own minor.
             version=args.kubernetes_version,
             release_version=args.ami_release_version,
-            ami_type=args.ami_type,
-            capacity_type=args.capacity_type,
-            instance_types=None if args.capacity_type == "CAPACITY_BLOCK" else [args.instance.name],
+            ami_type=args.ami_type.value,
+            capacity_type=args.capacity_type.value,
+            instance_types=None if args.capacity_type is CapacityType.CAPACITY_BLOCK else [args.instance.name],
             # A pinned template version, not $Latest: $Latest shows a diff on every preview.
             launch_template={"id": template.id, "version": template.latest_version.apply(str)},
             scaling_config={

@@ -1,4 +1,5 @@
-"""InferenceRouting: per routed model, its InferencePool and endpoint picker, their fence and alerts."""
+"""InferenceRouting: per routed model, its InferencePool and endpoint picker, their fence and alerts, and the
+edge's routes that name the pools, once the pickers answer."""
 
 from __future__ import annotations
 
@@ -35,6 +36,13 @@ class RoutingSpec:
     # The gateway's proxy pods and the Prometheus pods, by label (None: the whole namespace).
     edge_pod_selector: dict[str, str] | None = None
     prometheus_pod_selector: dict[str, str] | None = None
+    # The edge's routes (HTTPRoute and its BackendTrafficPolicy) that name a pool: created after the pickers,
+    # since the gateway fails closed; `edge` is the Edge they were children of (their aliases), and `edge_after`
+    # what the edge's own objects wait for (its controller, CRDs and namespace).
+    pool_routes: tuple[dict, ...] = ()
+    edge: pulumi.Resource | None = None
+    edge_name: str = "edge"
+    edge_after: tuple[pulumi.Resource, ...] = ()
 
 
 class InferenceRouting(pulumi.ComponentResource):
@@ -54,6 +62,8 @@ class InferenceRouting(pulumi.ComponentResource):
         objective_crds = crd_manifests(f"{name}-objective-crds", args.objective_crds_file, parent=self,
                                        protect=args.protect_crds)
         after_crds = pulumi.ResourceOptions(parent=self, depends_on=[objective_crds])
+        # What a route to a pool waits for: every picker's objects and the pools themselves.
+        pickers: list[pulumi.Resource] = []
         for model in args.models:
             for obj in picker_objects(model, args.picker, args.monitor_labels):
                 opts = after_crds
@@ -62,11 +72,11 @@ class InferenceRouting(pulumi.ComponentResource):
                     # delete timeout would fail a routing switch or a destroy first.
                     opts = pulumi.ResourceOptions.merge(after_crds, pulumi.ResourceOptions(
                         custom_timeouts=pulumi.CustomTimeouts(delete=f"{model.delete_timeout_seconds}s")))
-                manifest_resource(f"{model.name}-epp-{obj['kind'].lower()}", obj, opts)
-            manifest_resource(f"{model.name}-inferencepool", inference_pool(model), child)
+                pickers.append(manifest_resource(f"{model.name}-epp-{obj['kind'].lower()}", obj, opts))
+            pickers.append(manifest_resource(f"{model.name}-inferencepool", inference_pool(model), child))
             objective = inference_objective(model)
             if objective is not None:
-                manifest_resource(f"{model.name}-inferenceobjective", objective, after_crds)
+                pickers.append(manifest_resource(f"{model.name}-inferenceobjective", objective, after_crds))
         manifest_resource(
             f"{name}-alerts",
             {
@@ -78,4 +88,10 @@ class InferenceRouting(pulumi.ComponentResource):
             },
             child,
         )
+        for obj in args.pool_routes:
+            # Named and aliased as the Edge's children they were: the same objects, not new ones.
+            manifest_resource(f"{args.edge_name}-{obj['kind'].lower()}-{obj['metadata']['name']}", obj,
+                              pulumi.ResourceOptions(
+                                  parent=self, depends_on=[*args.edge_after, *pickers],
+                                  aliases=[pulumi.Alias(parent=args.edge)] if args.edge is not None else None))
         self.register_outputs({"pools": [m.name for m in args.models]})

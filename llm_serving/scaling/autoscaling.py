@@ -14,6 +14,7 @@ import pulumi
 from llm_serving.platform import RESTRICTED, helm_release, manifest_resource, namespace
 
 from . import objects
+from .args import AutoscalingMode
 from .objects import ScalingTarget
 
 # `restricted`: KEDA 2.20.2's three Deployments, rendered by `helm template` with our values, run
@@ -25,7 +26,7 @@ SCALING_POD_SECURITY = RESTRICTED
 
 @dataclass(frozen=True)
 class AutoscalingSpec:
-    mode: str  # "keda" | "prometheus-adapter"
+    mode: AutoscalingMode
     namespace: str
     keda_chart_version: str
     prometheus_adapter_chart_version: str
@@ -58,7 +59,7 @@ class ModelAutoscaling(pulumi.ComponentResource):
         workloads: list[pulumi.Resource] | None = None,
     ):
         super().__init__("llmserving:autoscaling:ModelAutoscaling", name, None, opts)
-        keda = args.mode == "keda"
+        keda = args.mode is AutoscalingMode.KEDA
         installed: list[pulumi.Resource] = []
         if args.install:
             ns = namespace(f"{name}-namespace", args.namespace, parent=self, pod_security=SCALING_POD_SECURITY)

@@ -93,13 +93,15 @@ class EdgeDrains:
     deregistration_delay_seconds: int | None  # the NLB's (gateway) or the ALB's target group; None for nginx
 
 
-def edge_drains(stream_seconds: list[int], mode: str) -> EdgeDrains:
+def edge_drains(stream_seconds: list[int], *, envoy: bool, load_balancer_targets: bool) -> EdgeDrains:
+    """`envoy`: Envoy proxies stand in front (gateway mode); `load_balancer_targets`: an NLB or ALB target group
+    deregisters the pods that serve (gateway and alb modes)."""
     longest = max(stream_seconds)
-    envoy = longest if mode == "gateway" else None
+    drain = longest if envoy else None
     return EdgeDrains(
-        stream_seconds=longest, envoy_drain_seconds=envoy,
-        envoy_grace_seconds=envoy + ENVOY_GRACE_EXTRA_SECONDS if envoy is not None else None,
-        deregistration_delay_seconds=longest if mode in ("gateway", "alb") else None,
+        stream_seconds=longest, envoy_drain_seconds=drain,
+        envoy_grace_seconds=drain + ENVOY_GRACE_EXTRA_SECONDS if drain is not None else None,
+        deregistration_delay_seconds=longest if load_balancer_targets else None,
     )
 
 

@@ -59,9 +59,9 @@ def node_group(args: ServingStackArgs, site: Site) -> gpu.NodeGroupSpec:
         min_nodes=group.scaling.min_nodes,
         max_nodes=group.scaling.max_nodes,
         desired_nodes=group.scaling.desired_nodes,
-        ami_type=group.ami_type.value,
+        ami_type=group.ami_type,
         ami_release_version=group.ami_release_version,
-        capacity_type=group.capacity_type.value,
+        capacity_type=group.capacity_type,
         capacity_reservation_id=group.capacity_reservation_id,
         root_volume_gib=group.root_volume_gib,
         nvme_container_storage=group.container_storage is ContainerStorage.INSTANCE_NVME,
@@ -214,8 +214,8 @@ def vllm_api_key(args: ServingStackArgs) -> pulumi.Output[str]:
 
 
 def edge(args: ServingStackArgs, site: Site) -> EdgeSpec:
-    settings_ = args.edge
-    existing = settings_.gateway
+    edge_args = args.edge
+    existing = edge_args.gateway
     settings = EdgeSettings(
         namespace=planning.edge_namespace(args),
         gateway_name=existing.name if existing else "llm-serving",
@@ -223,19 +223,19 @@ def edge(args: ServingStackArgs, site: Site) -> EdgeSpec:
         gateway_namespace=existing.namespace if existing else None,
         listener=existing.listener if existing else None,
         # A self-signed certificate lands in a Secret the edge creates under the name cert-manager would use.
-        tls_secret_name="llm-serving-tls" if settings_.tls.self_signed else settings_.tls.secret_name,
-        cert_manager_issuer=settings_.tls.cert_manager_issuer,
-        load_balancer_scheme=settings_.scheme.value,
-        auth=settings_.auth.value,
+        tls_secret_name="llm-serving-tls" if edge_args.tls.self_signed else edge_args.tls.secret_name,
+        cert_manager_issuer=edge_args.tls.cert_manager_issuer,
+        load_balancer_scheme=edge_args.scheme,
+        auth=edge_args.auth,
         # The keys the gateway accepts (gateway mode, API-key auth): vLLM's own key in vllm-api-key
         # mode (checked at the gateway, before any picker, and again by vLLM), the clients' key in
         # gateway-api-key mode.
         api_key_secret=GATEWAY_KEYS_SECRET
-        if settings_.mode is EdgeMode.GATEWAY and settings_.auth is not EdgeAuth.JWT
+        if edge_args.mode is EdgeMode.GATEWAY and edge_args.auth is not EdgeAuth.JWT
         else None,
-        jwt_issuer=settings_.jwt.issuer if settings_.jwt else None,
-        jwt_jwks_uri=settings_.jwt.jwks_uri if settings_.jwt else None,
-        acm_certificate_arn=settings_.tls.acm_certificate_arn,
+        jwt_issuer=edge_args.jwt.issuer if edge_args.jwt else None,
+        jwt_jwks_uri=edge_args.jwt.jwks_uri if edge_args.jwt else None,
+        acm_certificate_arn=edge_args.tls.acm_certificate_arn,
         alb_idle_timeout_seconds=alb_idle_timeout(args),
     )
     routes = tuple(
@@ -246,7 +246,7 @@ def edge(args: ServingStackArgs, site: Site) -> EdgeSpec:
             host=planning.route_host(args, m),
             path_prefix=m.route.path_prefix,
             request_timeout_seconds=timing.model_drains(args, m).route_timeout_seconds,
-            stream_idle_timeout_seconds=settings_.stream_idle_timeout_seconds,
+            stream_idle_timeout_seconds=edge_args.stream_idle_timeout_seconds,
             request_body_limit_bytes=max(MIN_BODY_LIMIT_BYTES, m.max_model_len * BODY_BYTES_PER_TOKEN),
             # Envoy's drain and the load balancer's deregistration delay hold the longest stream.
             drain_seconds=timing.edge_drains(args).stream_seconds,
@@ -258,30 +258,30 @@ def edge(args: ServingStackArgs, site: Site) -> EdgeSpec:
         for m in args.models
         for pooled in [planning.routing_mode(args, m) is RoutingMode.INFERENCE_POOL]
     )
-    alb = settings_.mode is EdgeMode.ALB
+    alb = edge_args.mode is EdgeMode.ALB
     return EdgeSpec(
         load_balancer_controller=load_balancer_controller(args, site),
-        mode=settings_.mode.value,
-        install_controller=settings_.controller is ControllerMode.INSTALL,
+        mode=edge_args.mode,
+        install_controller=edge_args.controller is ControllerMode.INSTALL,
         settings=settings,
         routes=routes,
-        envoy_gateway_chart_version=settings_.envoy_gateway_chart_version,
-        alb_controller_chart_version=settings_.alb_controller_chart_version,
+        envoy_gateway_chart_version=edge_args.envoy_gateway_chart_version,
+        alb_controller_chart_version=edge_args.alb_controller_chart_version,
         alb_controller_values={
             "clusterName": args.cluster.name,
             "region": site.region,
             "vpcId": site.vpc_id,
-            "serviceAccount": {"annotations": {"eks.amazonaws.com/role-arn": settings_.alb_controller_role_arn or ""}},
+            "serviceAccount": {"annotations": {"eks.amazonaws.com/role-arn": edge_args.alb_controller_role_arn or ""}},
         },
-        load_balancer_subnet_ids=tuple(settings_.load_balancer_subnet_ids) if alb else (),
-        load_balancer_cidrs=tuple(subnet_cidr(subnet) for subnet in settings_.load_balancer_subnet_ids) if alb else (),
+        load_balancer_subnet_ids=tuple(edge_args.load_balancer_subnet_ids) if alb else (),
+        load_balancer_cidrs=tuple(subnet_cidr(subnet) for subnet in edge_args.load_balancer_subnet_ids) if alb else (),
         client_api_key=pulumi.Output.secret(args.api_key) if settings.api_key_secret else None,
         upstream_api_key=vllm_api_key(args) if gateway_injects_upstream_key(settings) else None,
         inference_extension=any(route.inference_pool for route in routes),
-        ai_gateway_chart_version=settings_.inference_routing.ai_gateway_chart_version,
-        ai_gateway_crds_chart_version=settings_.inference_routing.ai_gateway_crds_chart_version,
+        ai_gateway_chart_version=edge_args.inference_routing.ai_gateway_chart_version,
+        ai_gateway_crds_chart_version=edge_args.inference_routing.ai_gateway_crds_chart_version,
         inference_pool_crds_file=versions.INFERENCE_POOL_CRDS_FILE,
-        self_signed_host=settings_.host if settings_.tls.self_signed else None,
+        self_signed_host=edge_args.host if edge_args.tls.self_signed else None,
         protect_crds=args.environment is Environment.PROD,
     )
 

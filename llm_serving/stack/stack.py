@@ -19,7 +19,14 @@ import pulumi_kubernetes as k8s
 
 from llm_serving import serving
 from llm_serving.cluster import NetworkPolicyEnforcement
-from llm_serving.edge import PROMETHEUS_POD_LABELS, Edge, edge_pod_selector, network_policies, object_storage_egress
+from llm_serving.edge import (
+    PROMETHEUS_POD_LABELS,
+    Edge,
+    EdgeMonitoring,
+    edge_pod_selector,
+    network_policies,
+    object_storage_egress,
+)
 from llm_serving.gpu import (
     SAFE_TO_EVICT_ANNOTATION,
     ClusterAutoscaler,
@@ -239,7 +246,7 @@ class ServingStack(pulumi.ComponentResource):
             crds_from=crds,
         )
         ModelAutoscaling("autoscaling", AutoscalingSpec(
-            mode=args.autoscaling.mode.value,
+            mode=args.autoscaling.mode,
             namespace=args.autoscaling.namespace,
             keda_chart_version=args.autoscaling.keda_chart_version,
             prometheus_adapter_chart_version=args.autoscaling.prometheus_adapter_chart_version,
@@ -247,12 +254,13 @@ class ServingStack(pulumi.ComponentResource):
             targets=tuple(model_parts.scaling_target(args, m) for m in args.models),
             install=args.autoscaling.controller is InstallMode.INSTALL,
         ), child, workloads=self._deployments)
-        edge = Edge("edge", edge_spec, child)
-        edge.add_monitoring(monitor_labels, args.observability.runbook_base_url, crds)
+        edge = Edge("edge", dataclasses.replace(edge_spec, monitoring=EdgeMonitoring(
+            monitor_labels, args.observability.runbook_base_url)), child, crds_from=crds)
         routed = self._routed_models(args)
+        routes: list[pulumi.Resource] = [edge]
         if routed:
             # After the edge: it installs the InferencePool CRD and the gateway extension that calls the pickers.
-            routing = InferenceRouting(
+            routes.append(InferenceRouting(
                 "inference-routing",
                 RoutingSpec(
                     namespace=args.serving.namespace,
@@ -268,12 +276,16 @@ class ServingStack(pulumi.ComponentResource):
                     protect_crds=edge_spec.protect_crds,
                     edge_pod_selector=edge_pod_selector(edge_spec.mode, edge_spec.settings),
                     prometheus_pod_selector=dict(PROMETHEUS_POD_LABELS),
+                    pool_routes=tuple(edge.pool_route_manifests),
+                    edge=edge,
+                    edge_name="edge",
+                    edge_after=tuple(edge.controller),
                 ),
                 pulumi.ResourceOptions(parent=self, depends_on=[*edge.inference_prerequisites, *crds]),
-            )
-            edge.publish_pool_routes([routing])
-        # Last: each model's Job waits for its workload and for the edge with every route it publishes.
-        self._verify(args, [edge])
+            ))
+        # Last: each model's Job waits for its workload and for every route to it (the edge's, and the routing's
+        # to its pool).
+        self._verify(args, routes)
         self.gpu_node_selector = self.gpu_nodes.node_selector
         self.gpu_tolerations = self.gpu_nodes.tolerations
         self.gpus_per_node = self.gpu_nodes.gpus_per_node
@@ -628,7 +640,7 @@ class ServingStack(pulumi.ComponentResource):
                     namespace=args.serving.namespace,
                     model_name=model.name,
                     settings=checks,
-                    mode=mode.value,
+                    mode=mode,
                     image=versions.VERIFY_IMAGE,
                     api_key_secret=API_KEY_SECRET,
                     deadline_seconds=verification.deadline_seconds(checks),

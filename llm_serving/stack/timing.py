@@ -47,7 +47,9 @@ def model_drains(config: ServingStackArgs, model: ModelArgs) -> serving.ModelDra
 
 
 def edge_drains(config: ServingStackArgs) -> serving.EdgeDrains:
-    return serving.edge_drains([stream_seconds(m) for m in config.models], config.edge.mode.value)
+    mode = config.edge.mode
+    return serving.edge_drains([stream_seconds(m) for m in config.models], envoy=mode is EdgeMode.GATEWAY,
+                               load_balancer_targets=mode in (EdgeMode.GATEWAY, EdgeMode.ALB))
 
 
 def progress_deadline_seconds(config: ServingStackArgs, model: ModelArgs) -> int:

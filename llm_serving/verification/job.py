@@ -14,6 +14,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from . import objects
+from .args import VerificationMode
 from .probe import Settings
 
 # Beyond the Job's own deadline, Pulumi allows for scheduling the pod and pulling the slim image.
@@ -25,7 +26,7 @@ class VerificationJobArgs:
     namespace: pulumi.Input[str]
     model_name: str
     settings: Settings
-    mode: str  # "gate" | "report"
+    mode: VerificationMode  # gate or report (off creates no Job)
     image: str  # pinned by digest (versions.VERIFY_IMAGE)
     api_key_secret: str  # a Secret with key `api-key`
     deadline_seconds: int
@@ -45,7 +46,7 @@ class VerificationJob(pulumi.ComponentResource):
     def __init__(self, name: str, args: VerificationJobArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llmserving:verification:VerificationJob", name, None, opts)
         settings_json = json.dumps(args.settings.to_json(), sort_keys=True)
-        digest = objects.fingerprint(objects.PROBE_SOURCE, settings_json, args.mode, args.image, args.deployed)
+        digest = objects.fingerprint(objects.PROBE_SOURCE, settings_json, args.mode.value, args.image, args.deployed)
         manifest = objects.configmap(f"{args.model_name}-verify-{digest}", "", args.model_name, args.settings)
         config = k8s.core.v1.ConfigMap(
             f"{name}-probe",
@@ -65,7 +66,7 @@ class VerificationJob(pulumi.ComponentResource):
                 "annotations": {"pulumi.com/replaceUnready": "true"},
             },
             spec=objects.job_spec(model_name=args.model_name, configmap_name=manifest["metadata"]["name"],
-                                  image=args.image, mode=args.mode, api_key_secret=args.api_key_secret,
+                                  image=args.image, mode=args.mode.value, api_key_secret=args.api_key_secret,
                                   deadline_seconds=args.deadline_seconds),
             opts=pulumi.ResourceOptions(
                 parent=self,

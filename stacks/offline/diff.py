@@ -33,7 +33,7 @@ from llm_serving.serving import lookup_model
 from stacks import environment
 from stacks.config import files as stack_files
 from stacks.config.problems import CommandLineParser
-from stacks.offline import consequences, render, replacements, sides
+from stacks.offline import aliases, consequences, render, replacements, sides
 
 EXIT_UNCHANGED = 0
 EXIT_CHANGED = 1
@@ -224,6 +224,19 @@ def _keyed(
             key = (*key, r.get("parent") or "")
         keyed[key] = r
     return keyed
+
+
+def _aliased(old: dict[tuple[str, ...], Any], new: dict[tuple[str, ...], Any]) -> dict[tuple[str, ...],
+                                                                                   tuple[str, ...]]:
+    """New key -> the removed old key one of its aliases (or its parent's) names."""
+    answers = aliases.answers_to(list(new.values()))
+    found: dict[tuple[str, ...], tuple[str, ...]] = {}
+    for key in sorted(new.keys() - old.keys()):
+        for urn in sorted(answers.get(key[0], ())):
+            if (urn,) in old and (urn,) not in new and (urn,) not in found.values():
+                found[key] = (urn,)
+                break
+    return found
 
 
 def _ambiguous(resources: list[dict[str, Any]]) -> set[tuple[str, str]]:
@@ -506,6 +519,10 @@ def diff_resources(
     by_urn = all("urn" in r for r in base + head)
     ambiguous = set() if by_urn else _ambiguous(base) | _ambiguous(head)
     old, new = _keyed(base, by_urn, ambiguous), _keyed(head, by_urn, ambiguous)
+    # A new URN whose aliases name an old one is that resource, moved: the engine carries its state over.
+    aliased = _aliased(old, new) if by_urn else {}
+    for new_key, old_key in aliased.items():
+        old[new_key] = old.pop(old_key)
     moved = {(r["type"], r["name"]) for k, r in old.items() if k not in new} & {
         (r["type"], r["name"]) for k, r in new.items() if k not in old}
     changes: list[ResourceChange] = []
@@ -523,6 +540,10 @@ def diff_resources(
         changes.append(ResourceChange(r["type"], r["name"], action="create"))
     for key in sorted(old.keys() & new.keys()):
         change = _update(old[key], new[key], by_urn)
+        if key in aliased:
+            kept = f"kept under a new URN: its aliases name {aliased[key][0]}, so the engine moves its state"
+            change = dataclasses.replace(change, notes=(kept, *change.notes)) if change is not None else \
+                ResourceChange(new[key]["type"], new[key]["name"], action="update", notes=(kept,))
         if change is not None:
             changes.append(change)
     changes = _dependents_of_replacements(changes, old, head)

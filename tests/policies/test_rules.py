@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from llm_serving.edge import EdgeAuth, LoadBalancerScheme
 from llm_serving.edge import objects as edge_objects
 from llm_serving.platform import pod_security
 from llm_serving.scaling import objects as autoscaling
@@ -479,8 +480,9 @@ ROUTE = edge_objects.Route(
 )
 SETTINGS = edge_objects.EdgeSettings(
     namespace="ingress-nginx", gateway_name="llm-serving", tls_secret_name="llm-tls", cert_manager_issuer=None,
-    load_balancer_scheme="internal", auth="vllm-api-key", api_key_secret="keys", jwt_issuer=None, jwt_jwks_uri=None,
-    acm_certificate_arn="arn:aws:acm:us-east-1:123456789012:certificate/0000", alb_idle_timeout_seconds=1639,
+    load_balancer_scheme=LoadBalancerScheme.INTERNAL, auth=EdgeAuth.VLLM_API_KEY, api_key_secret="keys",
+    jwt_issuer=None, jwt_jwks_uri=None, acm_certificate_arn="arn:aws:acm:us-east-1:123456789012:certificate/0000",
+    alb_idle_timeout_seconds=1639,
 )
 INGRESS_SUBJECT = "Ingress llm-serving/llm-serving-llm-example-com"
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from llm_serving.edge import EdgeAuth, EdgeMode, LoadBalancerScheme
 from llm_serving.edge import objects as edge
 from llm_serving.edge.objects import EdgeSettings, Route
 from llm_serving.serving.engine import PORT
@@ -39,12 +40,12 @@ INGRESS_ROUTES = [LLAMA, QWEN_OWN_HOST]
 
 SETTINGS = EdgeSettings(
     namespace=EDGE_NS, gateway_name="llm-serving", tls_secret_name="llm-tls", cert_manager_issuer=None,
-    load_balancer_scheme="internet-facing", auth="vllm-api-key", api_key_secret="vllm-keys", jwt_issuer=None,
-    jwt_jwks_uri=None, acm_certificate_arn="arn:aws:acm:us-east-1:123456789012:certificate/0000",
+    load_balancer_scheme=LoadBalancerScheme.INTERNET_FACING, auth=EdgeAuth.VLLM_API_KEY, api_key_secret="vllm-keys",
+    jwt_issuer=None, jwt_jwks_uri=None, acm_certificate_arn="arn:aws:acm:us-east-1:123456789012:certificate/0000",
     alb_idle_timeout_seconds=600,
 )
-API_KEYS = dataclasses.replace(SETTINGS, auth="gateway-api-key", api_key_secret="client-api-keys")
-JWT = dataclasses.replace(SETTINGS, auth="jwt", api_key_secret=None, jwt_issuer="https://auth.example.com",
+API_KEYS = dataclasses.replace(SETTINGS, auth=EdgeAuth.GATEWAY_API_KEY, api_key_secret="client-api-keys")
+JWT = dataclasses.replace(SETTINGS, auth=EdgeAuth.JWT, api_key_secret=None, jwt_issuer="https://auth.example.com",
                           jwt_jwks_uri="https://auth.example.com/.well-known/jwks.json")
 CERT_MANAGER = dataclasses.replace(SETTINGS, tls_secret_name=None, cert_manager_issuer="letsencrypt")
 
@@ -145,7 +146,8 @@ def test_envoy_proxy_is_an_ip_target_nlb_that_drains_as_long_as_the_longest_rout
         },
         "shutdown": {"drainTimeout": "300s"},
     }
-    internal = edge.gateway_objects(dataclasses.replace(SETTINGS, load_balancer_scheme="internal"), ROUTES)
+    internal = edge.gateway_objects(
+        dataclasses.replace(SETTINGS, load_balancer_scheme=LoadBalancerScheme.INTERNAL), ROUTES)
     annotations = internal[0]["spec"]["provider"]["kubernetes"]["envoyService"]["annotations"]
     assert annotations["service.beta.kubernetes.io/aws-load-balancer-scheme"] == "internal"
 
@@ -280,10 +282,8 @@ def test_jwt_mode_verifies_tokens_against_the_remote_jwks() -> None:
 
 
 @pytest.mark.parametrize("settings,message", [
-    (dataclasses.replace(SETTINGS, auth="gateway-api-key", api_key_secret=None), "needs api_key_secret"),
+    (dataclasses.replace(SETTINGS, auth=EdgeAuth.GATEWAY_API_KEY, api_key_secret=None), "needs api_key_secret"),
     (dataclasses.replace(JWT, jwt_jwks_uri=None), "needs jwt_issuer and jwt_jwks_uri"),
-    (dataclasses.replace(SETTINGS, auth="basic"), "is not one of"),
-    (dataclasses.replace(SETTINGS, load_balancer_scheme="public"), "is not one of"),
 ])
 def test_incomplete_settings_are_rejected(settings: EdgeSettings, message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -590,15 +590,16 @@ ALB_SUBNET = "10.0.64.0/20"
 PICKER_LABELS = {"app.kubernetes.io/component": "endpoint-picker"}
 POLICY_ARGS: dict[str, Any] = {
     "serving_namespace": SERVING_NS, "model_selector": {"app.kubernetes.io/component": "vllm"}, "port": PORT,
-    "edge_namespace": EDGE_NS, "edge_pod_selector": edge.edge_pod_selector("gateway", SETTINGS),
+    "edge_namespace": EDGE_NS, "edge_pod_selector": edge.edge_pod_selector(EdgeMode.GATEWAY, SETTINGS),
     "prometheus_namespace": MONITORING_NS, "prometheus_pod_selector": edge.PROMETHEUS_POD_LABELS,
     "staging_job_selector": {"app.kubernetes.io/component": "stage-weights"}, "picker_selector": PICKER_LABELS,
 }
 GATEWAY_POLICIES = edge.network_policies(**POLICY_ARGS)
 ALB_POLICIES = edge.network_policies(**{**POLICY_ARGS, "edge_pod_selector": None, "picker_selector": None},
                                      load_balancer_cidrs=(ALB_SUBNET,))
-NGINX_POLICIES = edge.network_policies(**{**POLICY_ARGS, "edge_namespace": "ingress-nginx",
-                                          "edge_pod_selector": edge.edge_pod_selector("ingress-nginx", SETTINGS)})
+NGINX_POLICIES = edge.network_policies(**{
+    **POLICY_ARGS, "edge_namespace": "ingress-nginx",
+    "edge_pod_selector": edge.edge_pod_selector(EdgeMode.INGRESS_NGINX, SETTINGS)})
 
 
 @dataclass(frozen=True)

@@ -41,18 +41,18 @@ def test_a_shutdown_override_shorter_than_the_bound_is_the_one_broken_rule():
 
 
 @pytest.mark.parametrize(("mode", "envoy", "grace", "deregistration"), [
-    ("gateway", 1805, 2105, 1805),  # Envoy drains, Envoy Gateway adds 300 s to its grace; the NLB keeps flows
-    ("alb", None, None, 1805),  # the ALB's targets are the vLLM pods
-    ("ingress-nginx", None, None, None),  # neither proxy nor load balancer is ours
+    ((True, True), 1805, 2105, 1805),  # gateway: Envoy drains, and adds 300 s to its grace; the NLB keeps flows
+    ((False, True), None, None, 1805),  # alb: the ALB's targets are the vLLM pods
+    ((False, False), None, None, None),  # ingress-nginx: neither proxy nor load balancer is ours
 ])
 def test_the_edge_holds_the_longest_stream_of_any_route(mode, envoy, grace, deregistration):
-    edge = serving.edge_drains([904, 1805], mode)
+    edge = serving.edge_drains([904, 1805], envoy=mode[0], load_balancer_targets=mode[1])
     assert (edge.stream_seconds, edge.envoy_drain_seconds, edge.envoy_grace_seconds,
             edge.deregistration_delay_seconds) == (1805, envoy, grace, deregistration)
 
 
 def test_edge_rules_refuse_an_idle_timeout_the_nlb_would_hit_first_and_keep_alive_above_it():
-    edge = serving.edge_drains([1805], "gateway")
+    edge = serving.edge_drains([1805], envoy=True, load_balancer_targets=True)
     assert serving.timing_problems(serving.edge_relations(edge, 300, 350)) == []
     broken = serving.timing_problems(serving.edge_relations(edge, 10, 350))
     assert [r.text() for r in broken] == ["vLLM --sse-keep-alive-interval 15 s < stream idle timeout 10 s"]
