@@ -18,6 +18,7 @@ from .edge import Edge, EdgeMonitoring, EdgeSpec
 from .load_balancer import NAMESPACE as LOAD_BALANCER_NAMESPACE
 from .load_balancer import POLICY_SOURCE as LOAD_BALANCER_POLICY_SOURCE
 from .load_balancer_controller import LoadBalancerController, LoadBalancerControllerArgs
+from .objects import CONTROLLER_NAME as ENVOY_GATEWAY_CONTROLLER
 from .objects import (
     NLB_TCP_IDLE_SECONDS,
     PROMETHEUS_POD_LABELS,
@@ -32,6 +33,7 @@ from .objects import (
 
 __all__ = [
     "ControllerMode",
+    "ENVOY_GATEWAY_CONTROLLER",
     "ENVOY_METRIC_TYPES",
     "Edge",
     "EdgeArgs",

@@ -38,7 +38,7 @@ from .node_autoscaling import NAMESPACE as CLUSTER_AUTOSCALER_NAMESPACE
 from .node_autoscaling import SAFE_TO_EVICT_ANNOTATION, image_tag_for
 from .node_group import GpuNodeGroup, NodeGroupSpec
 from .prices import Price, instance_price
-from .scheduling import NODE_GENERATION_LABEL, gpu_tolerations
+from .scheduling import GPU_TAINT_KEY, NODE_GENERATION_LABEL, gpu_tolerations
 
 __all__ = [
     "AddonsArgs",
@@ -86,6 +86,7 @@ __all__ = [
     "drain_barrier_name",
     "efa_device_plugin_values",
     "exported_metric_names",
+    "GPU_TAINT_KEY",
     "gpu_tolerations",
     "image_tag_for",
     "instance_price",

@@ -13,6 +13,7 @@ from .helm import (
     crd_options,
     helm_release,
     namespace,
+    namespace_labels,
 )
 from .kubernetes import (
     EksCluster,
@@ -77,5 +78,6 @@ __all__ = [
     "cluster_version",
     "manifest_resource",
     "namespace",
+    "namespace_labels",
     "versions",
 ]

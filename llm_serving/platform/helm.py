@@ -20,6 +20,11 @@ from .versions import CHARTS
 HELM_TIMEOUT_SECONDS = 900
 
 
+def namespace_labels(pod_security: PodSecurity, labels: dict[str, str] | None = None) -> dict[str, str]:
+    """The labels a namespace of ours carries (the API server adds `kubernetes.io/metadata.name`)."""
+    return {"app.kubernetes.io/part-of": "llm-serving", **pod_security_labels(pod_security.level), **(labels or {})}
+
+
 def namespace(
     resource_name: str,
     name: str,
@@ -31,8 +36,7 @@ def namespace(
 ) -> k8s.core.v1.Namespace:
     """A namespace of ours, with Pod Security Admission labels (`pod_security_labels`) and, below
     `restricted`, the reason as an annotation the policy pack requires."""
-    own = {"app.kubernetes.io/part-of": "llm-serving", **pod_security_labels(pod_security.level)}
-    metadata: dict = {"name": name, "labels": {**own, **(labels or {})}}
+    metadata: dict = {"name": name, "labels": namespace_labels(pod_security, labels)}
     if pod_security.level != "restricted":
         metadata["annotations"] = {POD_SECURITY_REASON_ANNOTATION: pod_security.reason}
     return k8s.core.v1.Namespace(

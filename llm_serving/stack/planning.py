@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from llm_serving import gpu, serving, storage
+from llm_serving import gpu, platform, serving, storage
 from llm_serving.cluster import ClusterMode, LoadBalancerControllerMode
 from llm_serving.edge import ControllerMode, EdgeMode
 from llm_serving.gpu import GpuNodesMode, ImagePrePull, NodeAutoscalingMode
@@ -295,6 +295,23 @@ def node_counts(config: ServingStackArgs) -> NodeCounts:
     assert group.existing is not None  # the rules require it with mode existing
     most = group.existing.max_nodes
     return NodeCounts(0, most, most, "gpuNodeGroup.existing.maxNodes", "gpuNodeGroup.existing.maxNodes")
+
+
+# The well-known label every node carries (kubernetes.io/docs/reference/labels-annotations-taints,
+# node.kubernetes.io/instance-type): existing GPU nodes are chosen by it unless the stack names labels.
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+
+
+def existing_node_selector(config: ServingStackArgs) -> dict[str, str]:
+    """The labels that choose existing GPU nodes (gpuNodeGroup.mode existing)."""
+    existing = config.gpu_node_group.existing
+    assert existing is not None  # the rules require it with mode existing
+    return dict(existing.node_selector) or {INSTANCE_TYPE_LABEL: config.gpu_node_group.instance_type}
+
+
+def serving_namespace_labels() -> dict[str, str]:
+    """The labels of the namespace the models run in (ServingStack creates it, restricted profile)."""
+    return platform.namespace_labels(platform.RESTRICTED)
 
 
 def supply_key(config: ServingStackArgs) -> tuple[str, int]:

@@ -10,6 +10,7 @@ import pulumi
 
 from llm_serving import gpu
 from llm_serving.platform import EksCluster
+from llm_serving.stack import planning
 from llm_serving.stack.args import ServingStackArgs
 from llm_serving.stack.rules import cluster as cluster_rules
 from llm_serving.storage import StorageBackend
@@ -72,11 +73,6 @@ def resolve(args: ServingStackArgs, looked_up: EksCluster | None, parent: pulumi
     return Site(vpc_id, security_group, region, subnets, subnet_keys, StagingNodes(role, groups, selector))
 
 
-# The label every node carries with its EC2 instance type (Kubernetes well-known labels,
-# node.kubernetes.io/instance-type): existing nodes of the stack's type, whoever launched them.
-INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
-
-
 @dataclass(frozen=True)
 class GpuNodes:
     """What the stack's workloads and add-ons need of the GPU nodes, whether the stack created them or not."""
@@ -107,7 +103,7 @@ def existing_gpu_nodes(args: ServingStackArgs, gpu_count: int) -> GpuNodes:
     """Existing nodes (gpuNodeGroup.mode existing), chosen by their labels and tolerated by their taints."""
     existing = args.gpu_node_group.existing
     assert existing is not None  # the rules require it with mode existing
-    selector = dict(existing.node_selector) or {INSTANCE_TYPE_LABEL: args.gpu_node_group.instance_type}
+    selector = planning.existing_node_selector(args)
     tolerations = [{k: v for k, v in (("key", t.key), ("operator", t.operator.value), ("value", t.value),
                                       ("effect", t.effect.value if t.effect else None)) if v is not None}
                    for t in existing.tolerations] or gpu.gpu_tolerations()

@@ -19,6 +19,7 @@ from llm_serving.stack.args import ServingStackArgs
 from llm_serving.stack.planning import (
     MAX_SCALE_DOWN_WINDOW_SECONDS,
     NLB_IDLE_SECONDS,
+    creates_nodes,
     footprint,
     model_plan,
     replica_add_seconds,
@@ -47,9 +48,12 @@ def model_drains(config: ServingStackArgs, model: ModelArgs) -> serving.ModelDra
 
 
 def edge_drains(config: ServingStackArgs) -> serving.EdgeDrains:
+    """The proxies and load balancer the stack runs: an existing Gateway's (edge.gateway) are its owner's, and
+    their drains a prerequisite (stacks/checks/prerequisites.py `gateway`)."""
     mode = config.edge.mode
-    return serving.edge_drains([stream_seconds(m) for m in config.models], envoy=mode is EdgeMode.GATEWAY,
-                               load_balancer_targets=mode in (EdgeMode.GATEWAY, EdgeMode.ALB))
+    own_envoy = mode is EdgeMode.GATEWAY and config.edge.gateway is None
+    return serving.edge_drains([stream_seconds(m) for m in config.models], envoy=own_envoy,
+                               load_balancer_targets=own_envoy or mode is EdgeMode.ALB)
 
 
 def progress_deadline_seconds(config: ServingStackArgs, model: ModelArgs) -> int:
@@ -113,7 +117,7 @@ def node_update_timeline(config: ServingStackArgs) -> list[tuple[str, str]]:
 
 def lb_idle_seconds(config: ServingStackArgs) -> int | None:
     """The idle timeout of the load balancer in front of the first proxy we run (None: not ours)."""
-    if config.edge.mode is EdgeMode.GATEWAY:
+    if config.edge.mode is EdgeMode.GATEWAY and config.edge.gateway is None:
         return NLB_IDLE_SECONDS
     return None
 
@@ -128,8 +132,9 @@ def relations(config: ServingStackArgs) -> list[serving.Relation]:
     for model in config.models:
         rows += dynamics_relations(config, model)
     rows += admission_relations(config)
-    rows.append(serving.node_update_relation(node_drain_wait_seconds(config),
-                                             max(model_drains(config, m).vllm_grace_seconds for m in config.models)))
+    if creates_nodes(config):  # existing nodes are updated by their owner, without our drain barrier
+        rows.append(serving.node_update_relation(
+            node_drain_wait_seconds(config), max(model_drains(config, m).vllm_grace_seconds for m in config.models)))
     return rows
 
 

@@ -10,10 +10,11 @@ from dataclasses import dataclass
 
 from llm_serving import serving
 from llm_serving.platform import versions
-from llm_serving.stack.planning import edge_namespace, installs_load_balancer_controller
+from llm_serving.stack.planning import creates_nodes, edge_namespace, installs_load_balancer_controller
 from stacks.config import (
     ControllerMode,
     EdgeMode,
+    InstallMode,
     NodeAutoscalingMode,
     ServingStackArgs,
     StorageBackend,
@@ -48,7 +49,7 @@ def _pod_identity(config: ServingStackArgs) -> bool:
 
 def _monitoring_agent(config: ServingStackArgs) -> bool:
     repair = config.gpu_node_group.auto_repair
-    return repair.enabled and repair.install_monitoring_agent
+    return creates_nodes(config) and repair.enabled and repair.install_monitoring_agent
 
 
 def _installed_addons(config: ServingStackArgs) -> list[str]:
@@ -143,6 +144,44 @@ PREREQUISITES: tuple[Prerequisite, ...] = (
         "Prometheus URL answers from inside the cluster: KEDA's triggers and the alerts read it.",
         "Kubernetes get crd, HTTP GET <url>/-/ready from a pod",
         lambda c: c.observability.prometheus.mode.value == "existing"),
+    Prerequisite(
+        "gpu-nodes", "`gpuNodeGroup.mode: existing`",
+        "The cluster provides GPU nodes of `gpuNodeGroup.instanceType` that carry `gpuNodeGroup.existing.nodeSelector` "
+        "(default: the instance-type label), are tolerated by `existing.tolerations`, advertise `nvidia.com/gpu` "
+        "(a device plugin runs there) and reach the weights storage; a Karpenter NodePool or Auto Mode node pool "
+        "may launch them on demand, up to at least `existing.maxNodes`. The stack creates no node group and no "
+        "Cluster Autoscaler.",
+        "Kubernetes list nodes by label (allocatable nvidia.com/gpu)",
+        lambda c: not creates_nodes(c)),
+    Prerequisite(
+        "device-plugin", "`addons.nvidiaDevicePlugin.mode: existing`",
+        "A device plugin (NVIDIA's chart, the GPU Operator, Auto Mode's own) advertises `nvidia.com/gpu` on the GPU "
+        "nodes; on a node group the stack creates it must tolerate the `nvidia.com/gpu` taint.",
+        "Kubernetes list daemonsets (image k8s-device-plugin, tolerations)",
+        lambda c: c.addons.nvidia_device_plugin.mode is InstallMode.EXISTING),
+    Prerequisite(
+        "dcgm-exporter", "`addons.dcgmExporter.mode: existing`",
+        "A DCGM exporter runs on the GPU nodes and the cluster's Prometheus scrapes it: the stack's GPU alerts and "
+        "dashboards are not installed, and the serving alerts do not read GPU counters.",
+        "left to the operator (the exporter's own ServiceMonitor)",
+        lambda c: c.addons.dcgm_exporter.mode is InstallMode.EXISTING),
+    Prerequisite(
+        "gateway", "`edge.gateway`",
+        "The named Gateway exists, belongs to an Envoy Gateway GatewayClass (the stack attaches Envoy Gateway "
+        "policies to its routes), is Programmed, and a listener for each model's host admits HTTPRoutes from "
+        "`serving.namespace` (`allowedRoutes.namespaces`). Its certificate, proxies and load balancer are its owner's: "
+        "their drain (EnvoyProxy `shutdown.drainTimeout`) and the load balancer's deregistration delay must cover "
+        "the longest stream the routes admit (`python -m stacks plan` prints it), else rolling the proxies cuts "
+        "streams.",
+        "Kubernetes get gateway, gatewayclass",
+        lambda c: c.edge.gateway is not None),
+    Prerequisite(
+        "autoscaler", "`autoscaling.controller: existing`",
+        "KEDA runs (its `scaledobjects.keda.sh` CRD serves v1alpha1) or, with `autoscaling.mode: prometheus-adapter`, "
+        "the `v1beta1.custom.metrics.k8s.io` APIService is Available, and reads the Prometheus the stack's metrics "
+        "go to.",
+        "Kubernetes get crd or apiservice",
+        lambda c: c.autoscaling.controller is InstallMode.EXISTING),
     Prerequisite(
         "secrets", "every stack",
         "`apiKey`, `hfToken` (gated models) and `grafanaAdminPassword` (own Prometheus) are set with "

@@ -757,7 +757,7 @@ def _stack_plan(args: argparse.Namespace, explicit: dict[str, object], out: Text
     timing = planning.timing(config)
     shared_cache, cache_reason = planning.compile_cache_state(config, model)
     stack_args = argparse.Namespace(
-        replicas=low, max_replicas=high, nodes=config.gpu_node_group.scaling.desired_nodes,
+        replicas=low, max_replicas=high, nodes=planning.node_counts(config).desired_nodes,
         max_nodes=supply.nodes, node_ready_seconds=timing.node_ready_seconds,
         image_pull_seconds=timing.image_pull_seconds, drain_wait_seconds=stack_timing.node_drain_wait_seconds(config),
         image_pre_pull="daemonSet" if timing.image_prepulled else "off",

@@ -48,7 +48,7 @@ def rollout_lines(config: ServingStackArgs, model_name: str) -> list[str]:
     strategy = planning.rollout_strategies(config)[model_name]
     timing = planning.timing(config)
     supply = planning.supply(config)
-    running = config.gpu_node_group.scaling.desired_nodes
+    running = planning.node_counts(config).desired_nodes
     needs_node = serving.rollout_needs_node(footprints, footprint, supply.gpus_per_node, running)
     # One rollout step: a pod-template change may bring a new image or a new compile key, so the step pulls and
     # compiles (serving.rollout_seconds), unlike a replica added to a running node.
@@ -84,7 +84,7 @@ def node_group_lines(config: ServingStackArgs) -> list[str]:
     footprints, _ = _single_node_footprints(config)
     strategies = planning.rollout_strategies(config)
     supply = planning.supply(config)
-    running = config.gpu_node_group.scaling.desired_nodes
+    running = planning.node_counts(config).desired_nodes
     update = serving.node_update(footprints, strategies, supply, running, planning.timing(config),
                                  drain_wait_seconds=stack_timing.node_drain_wait_seconds(config))
     peak = update.extra_nodes_at_peak + running

@@ -58,6 +58,18 @@ CHECKS: tuple[Check, ...] = (
     Check("k8s.alb-controller", "where the cluster runs the load balancer controller (gateway mode, or ALB mode "
           "with an existing controller), its CRDs exist", (),
           "get customresourcedefinitions", kube_checks.alb_controller),
+    Check("k8s.gpu-nodes", "with `gpuNodeGroup.mode: existing`, nodes carry the selector's labels and advertise the "
+          "GPUs a serving pod asks for (none yet: could not check, the provisioner launches them)", (),
+          "list nodes (by label)", kube_checks.gpu_nodes),
+    Check("k8s.device-plugin", "with `addons.nvidiaDevicePlugin.mode: existing` on a created node group, a device "
+          "plugin DaemonSet runs and tolerates the group's GPU taint", (), "list daemonsets (all namespaces)",
+          kube_checks.device_plugin),
+    Check("k8s.gateway", "with `edge.gateway`, the Gateway exists, is Envoy Gateway's and programmed, and a listener "
+          "for each host admits HTTPRoutes from the serving namespace", (),
+          "get gateways, gatewayclasses (gateway.networking.k8s.io)", kube_checks.existing_gateway),
+    Check("k8s.autoscaler", "with `autoscaling.controller: existing`, KEDA's ScaledObject CRD (or the custom metrics "
+          "API prometheus-adapter serves) exists", (), "get customresourcedefinitions or apiservices",
+          kube_checks.existing_autoscaler),
     Check("k8s.cert-manager-issuer", "the named cert-manager ClusterIssuer exists and is Ready", (),
           "get clusterissuers.cert-manager.io", kube_checks.cert_manager_issuer),
     Check("k8s.tls-secret", "`edge.tls.secretName` exists in the edge namespace as a kubernetes.io/tls Secret",

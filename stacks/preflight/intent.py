@@ -22,6 +22,7 @@ from stacks.config import (
     ClusterMode,
     ControllerMode,
     EdgeMode,
+    InstallMode,
     NodeAutoscalingMode,
     PrometheusMode,
     ServingStackArgs,
@@ -68,6 +69,15 @@ class ModelSource:
 
 
 @dataclass(frozen=True)
+class ExistingGateway:
+    """The cluster's Gateway the stack attaches its routes to (edge.gateway)."""
+
+    namespace: str
+    name: str
+    listener: str | None  # None: every listener whose hostname matches a route's
+
+
+@dataclass(frozen=True)
 class Intent:
     stack: str
     region: str
@@ -101,6 +111,14 @@ class Intent:
     s3_weights: bool = False  # weightsStorage.backend s3: every cold start streams from S3
     s3_bucket: str | None = None  # an existing bucket the stack stages into (None: the program creates one)
     s3_cold_start_gb: float = 0.0  # the largest checkpoint one cold start streams, in GB
+    # gpuNodeGroup.mode existing: the labels that choose the nodes (else the stack creates its group).
+    gpu_node_selector: dict[str, str] | None = None
+    gpus_per_pod: int = 1  # the most GPUs one serving pod asks for: a node must advertise as many
+    device_plugin_existing: bool = False  # addons.nvidiaDevicePlugin.mode existing
+    existing_gateway: ExistingGateway | None = None
+    route_hosts: tuple[str, ...] = ()  # the hostnames the models' routes carry
+    serving_namespace_labels: dict[str, str] | None = None  # what the stack labels its serving namespace with
+    existing_autoscaler: AutoscalingMode | None = None  # autoscaling.controller existing: KEDA or the adapter
 
 
 def _addons(config: ServingStackArgs) -> tuple[AddonInstall, ...]:
@@ -110,7 +128,7 @@ def _addons(config: ServingStackArgs) -> tuple[AddonInstall, ...]:
         found.extend(AddonInstall(spec.name, spec.configuration, "cluster.mode: existing", spec.name, spec.version)
                      for spec in created_cluster.addon_plan(config.cluster.kubernetes_version))
     repair = config.gpu_node_group.auto_repair
-    if repair.enabled and repair.install_monitoring_agent:
+    if planning.creates_nodes(config) and repair.enabled and repair.install_monitoring_agent:
         found.append(AddonInstall(gpu.MONITORING_AGENT_ADDON, gpu.monitoring_agent_configuration(),
                                   "gpuNodeGroup.autoRepair.installMonitoringAgent: false",
                                   gpu.MONITORING_AGENT_ADDON))
@@ -147,25 +165,26 @@ def _largest_checkpoint_gb(config: ServingStackArgs) -> float:
 def _charts(config: ServingStackArgs) -> tuple[ChartInstall, ...]:
     # A second device plugin advertises the same GPUs twice, a second DCGM exporter doubles every GPU
     # series; the NVIDIA GPU Operator brings both.
-    found = [
-        ChartInstall(versions.NVIDIA_DEVICE_PLUGIN.chart, config.addons.nvidia_device_plugin.namespace,
-                     "no switch skips it: remove the other device plugin (the GPU Operator's too)",
-                     rivals=("gpu-operator",)),
-        ChartInstall(versions.DCGM_EXPORTER.chart, config.addons.dcgm_exporter.namespace,
-                     "no switch skips it: remove the other exporter"),
-    ]
-    if config.node_autoscaling.mode is NodeAutoscalingMode.CLUSTER_AUTOSCALER:
+    found = []
+    if config.addons.nvidia_device_plugin.mode is InstallMode.INSTALL:
+        found.append(ChartInstall(versions.NVIDIA_DEVICE_PLUGIN.chart, config.addons.nvidia_device_plugin.namespace,
+                                  "addons.nvidiaDevicePlugin.mode: existing", rivals=("gpu-operator",)))
+    if config.addons.dcgm_exporter.mode is InstallMode.INSTALL:
+        found.append(ChartInstall(versions.DCGM_EXPORTER.chart, config.addons.dcgm_exporter.namespace,
+                                  "addons.dcgmExporter.mode: existing", rivals=("gpu-operator",)))
+    if planning.creates_nodes(config) and config.node_autoscaling.mode is NodeAutoscalingMode.CLUSTER_AUTOSCALER:
         found.append(ChartInstall(versions.CLUSTER_AUTOSCALER.chart, gpu.CLUSTER_AUTOSCALER_NAMESPACE,
                                   "nodeAutoscaling.mode: existing", rivals=("karpenter",)))
-    if config.autoscaling.mode is AutoscalingMode.KEDA:
+    if config.autoscaling.controller is InstallMode.EXISTING:
+        pass
+    elif config.autoscaling.mode is AutoscalingMode.KEDA:
         found.append(ChartInstall(versions.KEDA.chart, config.autoscaling.namespace,
-                                  "no switch adopts another KEDA (one per cluster): remove it, or "
-                                  "set autoscaling.mode: prometheus-adapter"))
+                                  "autoscaling.controller: existing (KEDA is one per cluster)"))
     else:
         found.append(ChartInstall(versions.PROMETHEUS_ADAPTER.chart, config.autoscaling.namespace,
-                                  "autoscaling.mode: keda"))
+                                  "autoscaling.controller: existing"))
     edge = config.edge
-    if edge.controller is ControllerMode.INSTALL and edge.mode is EdgeMode.GATEWAY:
+    if edge.controller is ControllerMode.INSTALL and edge.mode is EdgeMode.GATEWAY and edge.gateway is None:
         found.append(ChartInstall(versions.ENVOY_GATEWAY.chart, planning.edge_namespace(config),
                                   "edge.controller: existing"))
     if planning.installs_load_balancer_controller(config):
@@ -197,9 +216,12 @@ def _peak_nodes(config: ServingStackArgs) -> tuple[int, str, int]:
     """GPU nodes at the worst moment: the group at its bound while a node-group update runs a second
     group beside it (serving.node_update), and that update's planned duration."""
     supply = planning.supply(config)
+    if not planning.creates_nodes(config):
+        key, _ = planning.supply_key(config)
+        return supply.nodes, f"{supply.nodes} node(s) ({key}), launched by the cluster's own provisioner", 0
     footprints = [planning.footprint(config, m, planning.model_plan(config, m)) for m in config.models]
     update = serving.node_update(footprints, planning.rollout_strategies(config), supply,
-                                 config.gpu_node_group.scaling.desired_nodes, planning.timing(config),
+                                 planning.node_counts(config).desired_nodes, planning.timing(config),
                                  drain_wait_seconds=timing.node_drain_wait_seconds(config))
     bound = "maxNodes" if supply.autoscaled else "desiredNodes"
     reason = (f"{supply.nodes} node(s) ({bound}) plus {update.extra_nodes_at_peak} in the new group a "
@@ -229,7 +251,7 @@ def intent(stack: str, region: str, config: ServingStackArgs) -> Intent:
         capacity_type=group.capacity_type,
         capacity_reservation_id=group.capacity_reservation_id,
         bound_nodes=planning.supply(config).nodes,
-        desired_nodes=group.scaling.desired_nodes,
+        desired_nodes=planning.node_counts(config).desired_nodes,
         peak_nodes=peak,
         peak_reason=peak_reason,
         update_seconds=update_seconds,
@@ -252,6 +274,15 @@ def intent(stack: str, region: str, config: ServingStackArgs) -> Intent:
         s3_bucket=config.weights_storage.s3.bucket_name if config.weights_storage.backend is StorageBackend.S3
         else None,
         s3_cold_start_gb=_largest_checkpoint_gb(config),
+        gpu_node_selector=None if planning.creates_nodes(config) else planning.existing_node_selector(config),
+        gpus_per_pod=max(planning.model_plan(config, m).tensor_parallel_size for m in config.models),
+        device_plugin_existing=config.addons.nvidia_device_plugin.mode is InstallMode.EXISTING,
+        existing_gateway=ExistingGateway(edge.gateway.namespace, edge.gateway.name, edge.gateway.listener)
+        if edge.gateway is not None else None,
+        route_hosts=tuple(sorted({planning.route_host(config, m) for m in config.models})),
+        serving_namespace_labels=planning.serving_namespace_labels(),
+        existing_autoscaler=config.autoscaling.mode if config.autoscaling.controller is InstallMode.EXISTING
+        else None,
     )
 
 

@@ -88,6 +88,24 @@ class KubeApis:
     def helm_daemon_sets(self) -> k8s.V1DaemonSetList:
         return self.apps.list_daemon_set_for_all_namespaces(label_selector=self.HELM, _request_timeout=self.timeout)
 
+    def daemon_sets(self) -> k8s.V1DaemonSetList:
+        return self.apps.list_daemon_set_for_all_namespaces(_request_timeout=self.timeout)
+
+    def nodes(self, label_selector: str) -> k8s.V1NodeList:
+        return self.core.list_node(label_selector=label_selector, _request_timeout=self.timeout)
+
+    def gateway(self, namespace: str, name: str) -> dict[str, Any]:
+        return k8s.CustomObjectsApi(self.api).get_namespaced_custom_object(
+            "gateway.networking.k8s.io", "v1", namespace, "gateways", name, _request_timeout=self.timeout)
+
+    def gateway_class(self, name: str) -> dict[str, Any]:
+        return k8s.CustomObjectsApi(self.api).get_cluster_custom_object(
+            "gateway.networking.k8s.io", "v1", "gatewayclasses", name, _request_timeout=self.timeout)
+
+    def api_service(self, name: str) -> dict[str, Any]:
+        found = k8s.ApiregistrationV1Api(self.api).read_api_service(name, _request_timeout=self.timeout)
+        return self.api.sanitize_for_serialization(found)
+
     def pods(self) -> dict[str, Any]:
         """Every pod of the cluster as `kubectl get pods -A -o json` prints it (camelCase keys)."""
         listed = self.core.list_pod_for_all_namespaces(_request_timeout=self.timeout)

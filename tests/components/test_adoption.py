@@ -10,26 +10,8 @@ from typing import Any
 import pytest
 
 from llm_serving import ServingStack
-from tests.support.components import find, run, stack_args
+from tests.support.components import EXISTING_EVERYTHING, find, run, stack_args
 
-EXISTING_EVERYTHING: dict[str, Any] = {
-    "environment": "dev",
-    "cluster": {"name": "ml-platform"},
-    "gpuNodeGroup": {"mode": "existing", "instanceType": "p5.4xlarge", "existing": {"maxNodes": 2}},
-    "nodeAutoscaling": {"mode": "existing", "existing": "karpenter"},
-    "addons": {"nvidiaDevicePlugin": {"mode": "existing"}, "dcgmExporter": {"mode": "existing"}},
-    "weightsStorage": {"backend": "existingStorageClass",
-                       "existingStorageClass": {"name": "efs-sc", "readMibPerSecond": 300}},
-    "observability": {"prometheus": {"mode": "existing", "url": "http://prometheus-operated.monitoring.svc:9090"},
-                      "runbookBaseUrl": "https://runbooks.example.com/llm"},
-    "edge": {"host": "llm.example.com", "controller": "existing",
-             "gateway": {"name": "shared", "namespace": "gateways"}},
-    "autoscaling": {"controller": "existing"},
-    "models": [{"name": "llama-8b", "modelId": "meta-llama/Llama-3.1-8B-Instruct",
-                "revision": "0e9e39f249a16976918f6564b8830bc894c89659", "maxModelLen": 8192,
-                "storage": {"sizeGib": 40}}],
-    "apiKey": "an-api-key-of-32-characters-----",
-}
 # What a cluster's owner runs that the stack would otherwise install or create.
 PLATFORM_TYPES = (
     "llmserving:gpu:GpuNodeGroup", "llmserving:gpu:ClusterAutoscaler", "llmserving:gpu:NvidiaDevicePlugin",

@@ -21,6 +21,27 @@ from stacks.offline.mocks import RenderMocks
 from stacks.offline.render import RenderResult, record
 
 DEFAULT_CLUSTER_VERSION = "1.34"
+# A stack on a cluster that already runs GPU nodes (Karpenter), the device plugin, a DCGM exporter, an Envoy
+# Gateway, KEDA and Prometheus: it takes every part as existing.
+EXISTING_EVERYTHING: dict[str, Any] = {
+    "environment": "dev",
+    "cluster": {"name": "ml-platform"},
+    "gpuNodeGroup": {"mode": "existing", "instanceType": "p5.4xlarge", "existing": {"maxNodes": 2}},
+    "nodeAutoscaling": {"mode": "existing", "existing": "karpenter"},
+    "addons": {"nvidiaDevicePlugin": {"mode": "existing"}, "dcgmExporter": {"mode": "existing"}},
+    "weightsStorage": {"backend": "existingStorageClass",
+                       "existingStorageClass": {"name": "efs-sc", "readMibPerSecond": 300}},
+    "observability": {"prometheus": {"mode": "existing", "url": "http://prometheus-operated.monitoring.svc:9090"},
+                      "runbookBaseUrl": "https://runbooks.example.com/llm"},
+    "edge": {"host": "llm.example.com", "controller": "existing",
+             "gateway": {"name": "shared", "namespace": "gateways"}},
+    "autoscaling": {"controller": "existing"},
+    "models": [{"name": "llama-8b", "modelId": "meta-llama/Llama-3.1-8B-Instruct",
+                "revision": "0e9e39f249a16976918f6564b8830bc894c89659", "maxModelLen": 8192,
+                "storage": {"sizeGib": 40}}],
+    "apiKey": "an-api-key-of-32-characters-----",
+}
+
 
 
 def run(build: Callable[[], Any], *, mocks: pulumi.runtime.Mocks | None = None, stack: str = "test") -> RenderResult:

@@ -94,7 +94,7 @@ class FakeKube:
         self.services = services or {}
         self.issuers = issuers or {}
         self.deployments = list(deployments)
-        self.daemon_sets = list(daemon_sets)
+        self.helm_daemons = list(daemon_sets)
         self.refuse = set(refuse)
         self.namespaces_status = namespaces_status
 
@@ -143,7 +143,7 @@ class FakeKube:
 
     def helm_daemon_sets(self) -> k8s.V1DaemonSetList:
         self._guard("helm_daemon_sets")
-        return k8s.V1DaemonSetList(items=self.daemon_sets)
+        return k8s.V1DaemonSetList(items=self.helm_daemons)
 
 
 def crd(name: str, versions=("v1",)) -> k8s.V1CustomResourceDefinition:
