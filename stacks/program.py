@@ -177,3 +177,4 @@ def run() -> None:
     pulumi.export("maxGpus", stack.max_gpus)
     pulumi.export("prometheusUrl", stack.prometheus_url)
     pulumi.export("modelEndpoints", stack.endpoints)
+    pulumi.export("modelUrls", stack.urls)

@@ -42,4 +42,5 @@ stack = ls.ServingStack(
 )
 
 pulumi.export("endpoints", stack.endpoints)
+pulumi.export("urls", stack.urls)
 pulumi.export("plan", stack.models)

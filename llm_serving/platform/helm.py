@@ -94,7 +94,10 @@ def crd_options(
 
 
 # What applied these CRDs before they were read from the package: a ConfigFile naming a repository path.
-# The alias keeps its state (and its children's) instead of deleting and recreating the CRDs.
+# The alias keeps its state (and its children's) instead of deleting and recreating the CRDs: the engine
+# aliases each child under its parent's former URN (pulumi/pulumi pkg/resource/deploy/step_generator.go
+# inheritedChildAlias, v3.259.0) and both components name children `<component>:<name>`
+# (pulumi/pulumi-kubernetes provider/pkg/provider/yaml/v2/yaml.go register, v4.32.0).
 FORMER_CRD_MANIFEST_TYPE = "kubernetes:yaml/v2:ConfigFile"
 
 

@@ -2,6 +2,9 @@
 
 Everything a vLLM pod's spec is computed from, as plain functions a table test can check: the
 `vllm serve` arguments, the seed's probe rules, graceful drain, and resources from the node share.
+
+Length: the settings a model's args give (`model_settings`) and the flags they become (`engine_args`) stay in
+one module, so a new engine option is a field in args.py and two lines here.
 """
 
 from __future__ import annotations
@@ -9,6 +12,8 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+
+from .args import ModelArgs
 
 PORT = 8000
 MODELS_MOUNT = "/models"  # the weights volume, read-only in serving pods
@@ -104,6 +109,33 @@ class EngineSettings:
     # default loader reads the staged files from the weights volume.
     load_format: str | None = None
     model_loader_extra_config: str | None = None
+
+
+def model_settings(model: ModelArgs, *, tensor_parallel_size: int, pipeline_parallel_size: int,
+                   shutdown_timeout_seconds: int, tokenizer_revision: str | None = None,
+                   load_format: str | None = None, model_loader_extra_config: str | None = None) -> EngineSettings:
+    """The model's engine settings: its own knobs as the user set them (a new `vllm serve` option is a ModelArgs
+    field read here and a flag in `engine_args`), and what the stack derives (the plan's TP and PP, the drain
+    from the stream bound, the tokenizer's revision, the S3 streamer) as arguments."""
+    return EngineSettings(
+        model_path=staged_model_path(model.model_id, model.revision),
+        served_model_name=model.name,
+        max_model_len=model.max_model_len,
+        gpu_memory_utilization=model.gpu_memory_utilization,
+        tensor_parallel_size=tensor_parallel_size,
+        pipeline_parallel_size=pipeline_parallel_size,
+        kv_cache_dtype=model.kv_cache_dtype.value,
+        max_num_seqs=model.max_num_seqs,
+        max_num_batched_tokens=model.max_num_batched_tokens,
+        enable_prefix_caching=model.enable_prefix_caching,
+        shutdown_timeout_seconds=shutdown_timeout_seconds,
+        quantization=model.quantization,
+        tokenizer_path=staged_tokenizer_path(model.model_id, tokenizer_revision) if tokenizer_revision else None,
+        chat_template_path=CHAT_TEMPLATE_PATH if model.chat_template is not None else None,
+        extra_args=tuple(model.extra_args),
+        load_format=load_format,
+        model_loader_extra_config=model_loader_extra_config,
+    )
 
 
 def staged_model_path(model_id: str, revision: str) -> str:

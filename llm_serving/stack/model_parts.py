@@ -44,23 +44,10 @@ def engine_settings(args: ServingStackArgs, model: ModelArgs) -> EngineSettings:
     the staged paths (on S3, ServingStack replaces the model path with the bucket's)."""
     plan = planning.model_plan(args, model)
     s3 = args.weights_storage.s3 if streams_from_s3(args) else None
-    tokenizer = tokenizer_revision(model)
-    return EngineSettings(
-        model_path=serving.staged_model_path(model.model_id, model.revision),
-        served_model_name=model.name,
-        max_model_len=model.max_model_len,
-        gpu_memory_utilization=model.gpu_memory_utilization,
-        tensor_parallel_size=plan.tensor_parallel_size,
-        pipeline_parallel_size=plan.pipeline_parallel_size,
-        kv_cache_dtype=model.kv_cache_dtype.value,
-        max_num_seqs=model.max_num_seqs,
-        max_num_batched_tokens=model.max_num_batched_tokens,
-        enable_prefix_caching=model.enable_prefix_caching,
+    return serving.model_settings(
+        model, tensor_parallel_size=plan.tensor_parallel_size, pipeline_parallel_size=plan.pipeline_parallel_size,
         shutdown_timeout_seconds=timing.model_drains(args, model).vllm_shutdown_seconds,
-        quantization=model.quantization,
-        tokenizer_path=serving.staged_tokenizer_path(model.model_id, tokenizer) if tokenizer else None,
-        chat_template_path=serving.CHAT_TEMPLATE_PATH if model.chat_template is not None else None,
-        extra_args=tuple(model.extra_args),
+        tokenizer_revision=tokenizer_revision(model),
         load_format=serving.RUNAI_STREAMER if s3 is not None else None,
         # A pod of several ranks reads the checkpoint once, split over its ranks, instead of once per
         # rank (engine.streamer_extra_config).

@@ -183,6 +183,8 @@ class ServingStack(pulumi.ComponentResource):
     """Where Prometheus answers queries (installed, or the existing one)."""
     endpoints: pulumi.Output[dict[str, str]]
     """Each model's in-cluster OpenAI base URL (its Service), by model name."""
+    urls: pulumi.Output[dict[str, str]]
+    """Each model's OpenAI base URL through the edge (`https://<host><pathPrefix>/v1`), by model name."""
     models: pulumi.Output[dict[str, ModelPlan]]
     """What the planner decided for each model, by model name."""
 
@@ -292,6 +294,7 @@ class ServingStack(pulumi.ComponentResource):
         self.max_gpus = self.gpu_nodes.max_gpus
         self.prometheus_url = prometheus.url if prometheus else pulumi.Output.from_input(settings.url or "")
         self.models = pulumi.Output.from_input({m.name: model_plan(args, m) for m in args.models})
+        self.urls = pulumi.Output.from_input({m.name: verification.public_url(args, m) for m in args.models})
         self.register_outputs(
             {
                 "gpu_node_selector": self.gpu_node_selector,
@@ -300,6 +303,7 @@ class ServingStack(pulumi.ComponentResource):
                 "max_gpus": self.max_gpus,
                 "prometheus_url": self.prometheus_url,
                 "endpoints": self.endpoints,
+                "urls": self.urls,
                 "models": self.models,
             }
         )

@@ -38,6 +38,11 @@ def verification_mode(config: ServingStackArgs) -> VerificationMode:
 def edge_url(config: ServingStackArgs, model: ModelArgs) -> str:
     if config.verification.edge_url:
         return config.verification.edge_url.rstrip("/")
+    return public_url(config, model)
+
+
+def public_url(config: ServingStackArgs, model: ModelArgs) -> str:
+    """The model's OpenAI base URL through the edge (the edge terminates TLS for its host)."""
     return f"https://{planning.route_host(config, model)}{v1_path(model.route.path_prefix)}"
 
 
