@@ -29,7 +29,7 @@ stack = ls.ServingStack(
                                          url="http://prometheus-operated.monitoring.svc:9090"),
             runbook_base_url="https://runbooks.example.com/llm"),
         edge=ls.EdgeArgs(host="llm.example.com", controller=ls.ControllerMode.EXISTING,
-                         gateway=ls.ExistingGatewayArgs(name="shared", namespace="gateways")),
+                         gateway=ls.ExistingGatewayArgs(name="shared", namespace="gateways", listener="https")),
         autoscaling=ls.AutoscalingArgs(controller=existing),
         models=[ls.ModelArgs(name="llama-8b", model_id="meta-llama/Llama-3.1-8B-Instruct",
                              revision="0e9e39f249a16976918f6564b8830bc894c89659", max_model_len=8192,

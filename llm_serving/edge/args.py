@@ -127,8 +127,15 @@ class ExistingGatewayArgs:
     """The Gateway's name."""
     namespace: str = Field(**DNS_LABEL)
     """The Gateway's namespace (its proxies run in `edge.namespace`, Envoy Gateway's own)."""
-    listener: str | None = Field(default=None, **DNS_LABEL)
-    """The listener the routes attach to (`sectionName`); unset: every listener whose hostname matches."""
+    listener: str = Field(**DNS_LABEL)
+    """The HTTPS listener the routes attach to (`sectionName`). Named, never implied: without a section a route
+    attaches to every listener that admits it, a plain-HTTP one included, and the API keys would cross in
+    cleartext."""
+    replaces_gateway_policies: bool = False
+    """The stack attaches a SecurityPolicy and BackendTrafficPolicies to its own routes; Envoy Gateway then applies
+    them instead of any the Gateway's owner attached to the Gateway (the more specific target wins, for each kind).
+    Preflight refuses such Gateway-level policies until this is true: set it once you have checked that the model
+    routes need none of them."""
 
 
 @args_type

@@ -86,7 +86,7 @@ class EdgeSettings:
     # its routes and their policies, and authenticates each route instead of the Gateway, which is shared.
     existing_gateway: bool = False
     gateway_namespace: str | None = None  # None: the stack's own Gateway, in `namespace`
-    listener: str | None = None  # the existing Gateway's listener the routes attach to; None: by hostname
+    listener: str | None = None  # the existing Gateway's HTTPS listener the routes attach to (required with one)
 
     @property
     def owning_gateway_namespace(self) -> str:
@@ -508,12 +508,14 @@ def _security_policy(settings: EdgeSettings, routes: list[Route] | None = None) 
 
 def _parent_ref(settings: EdgeSettings, route: Route) -> dict[str, Any]:
     """The Gateway listener a route attaches to: our own Gateway's listener for its host, or the existing
-    Gateway's named listener (without one, every listener whose hostname matches the route's)."""
+    Gateway's named HTTPS listener. Always a section: without one a route attaches to every listener that
+    admits it, a plain-HTTP one included (Gateway API ParentReference.sectionName)."""
     ref = {"group": GATEWAY_GROUP, "kind": "Gateway", "name": settings.gateway_name,
            "namespace": settings.owning_gateway_namespace}
     if not settings.existing_gateway:
         return {**ref, "sectionName": f"https-{_slug(route.host)}"}
-    return {**ref, "sectionName": settings.listener} if settings.listener else ref
+    assert settings.listener is not None  # ExistingGatewayArgs.listener is required
+    return {**ref, "sectionName": settings.listener}
 
 
 def _route_objects(settings: EdgeSettings, route: Route) -> list[Manifest]:

@@ -34,8 +34,8 @@ from .drain import barrier_name as drain_barrier_name
 from .drain_barrier import NodeDrainBarrier, NodeDrainBarrierArgs
 from .efa import EfaDevicePlugin, EfaDevicePluginArgs, efa_device_plugin_values
 from .monitoring_agent import MONITORING_AGENT_ADDON, monitoring_agent_configuration, node_monitoring_agent
+from .node_autoscaling import DO_NOT_DISRUPT_ANNOTATION, SAFE_TO_EVICT_ANNOTATION, image_tag_for
 from .node_autoscaling import NAMESPACE as CLUSTER_AUTOSCALER_NAMESPACE
-from .node_autoscaling import SAFE_TO_EVICT_ANNOTATION, image_tag_for
 from .node_group import GpuNodeGroup, NodeGroupSpec
 from .prices import Price, instance_price
 from .scheduling import GPU_TAINT_KEY, NODE_GENERATION_LABEL, gpu_tolerations
@@ -77,6 +77,7 @@ __all__ = [
     "PlacementStrategy",
     "Price",
     "SAFE_TO_EVICT_ANNOTATION",
+    "DO_NOT_DISRUPT_ANNOTATION",
     "SubnetArgs",
     "TaintEffect",
     "TolerationArgs",

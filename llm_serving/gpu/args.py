@@ -4,7 +4,7 @@ relations are the stack's rules (llm_serving.stack.rules)."""
 
 from enum import StrEnum
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from llm_serving.platform import versions
 from llm_serving.platform.args import (
@@ -189,6 +189,15 @@ class TolerationArgs:
     effect: TaintEffect | None = None
     """The taint's effect; unset tolerates every effect of the key."""
 
+    @model_validator(mode="after")
+    def _value_matches_operator(self) -> "TolerationArgs":
+        # Kubernetes refuses a value with `Exists` (core/v1 Toleration: "If the operator is Exists, the value
+        # should be empty"): the apply would fail after the weights are staged.
+        if self.operator is TolerationOperator.EXISTS and self.value is not None:
+            raise ValueError(f"a toleration of {self.key} with operator Exists takes no value (got {self.value!r}); "
+                             "use operator Equal to match the value")
+        return self
+
 
 @args_type
 class ExistingGpuNodesArgs:
@@ -198,7 +207,8 @@ class ExistingGpuNodesArgs:
     """Labels that select the nodes the models run on; empty: `node.kubernetes.io/instance-type: <instanceType>`,
     the label every node carries."""
     tolerations: list[TolerationArgs] = Field(default_factory=list)
-    """Tolerations for the nodes' taints; empty: any `nvidia.com/gpu` taint, the one GPU node pools use."""
+    """Tolerations for the nodes' taints; empty: the `nvidia.com/gpu` NoSchedule taint GPU node pools use (any
+    value)."""
     max_nodes: int = Field(ge=1, le=100)
     """The most of these nodes the stack's models may occupy (the node pool's limit): rollouts, peaks and cost
     are planned on it."""

@@ -21,6 +21,10 @@ DISCOVERY_TAG = "llm-serving/node-autoscaling"
 # that is loading or serving (a move costs a full cold start); a GPU node is removed only once the
 # pod autoscaler has removed its replicas (FAQ "What types of pods can prevent CA from removing a node").
 SAFE_TO_EVICT_ANNOTATION = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+# Karpenter's (and EKS Auto Mode's) equivalent on existing nodes: a node running such a pod is not
+# consolidated nor replaced for drift (karpenter.sh docs, concepts/disruption "Pod-Level Controls"); the
+# node empties when the pod autoscaler removes its replicas, or its owner drains it.
+DO_NOT_DISRUPT_ANNOTATION = "karpenter.sh/do-not-disrupt"
 
 # Priority of this program's GPU groups for the priority expander (expander/priority/readme.md):
 # least-waste, the default, scores only CPU and memory waste, never GPUs (expander/waste/waste.go).

@@ -35,6 +35,9 @@ ARGS_CONFIG = ConfigDict(
     validate_by_alias=True,
     use_attribute_docstrings=True,
     arbitrary_types_allowed=True,
+    # A ValidationError's text never quotes the input (a secret may be one); the stack's problems
+    # (platform/problems.py) name each value themselves and mask the secrets.
+    hide_input_in_errors=True,
 )
 
 T = TypeVar("T")

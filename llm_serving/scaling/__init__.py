@@ -6,9 +6,10 @@ from .args import (
     AutoscalingMode,
 )
 from .autoscaling import AutoscalingSpec, ModelAutoscaling
-from .objects import ScalingTarget
+from .objects import ADAPTER_METRICS, ScalingTarget
 
 __all__ = [
+    "ADAPTER_METRICS",
     "AutoscalingArgs",
     "AutoscalingMode",
     "AutoscalingSpec",

@@ -29,6 +29,8 @@ TTFT_RATE_WINDOW = "2m"
 # the same for the queue; research facts.md section 7.1).
 ADAPTER_WAITING_METRIC = "vllm_num_requests_waiting"
 ADAPTER_KV_USAGE_METRIC = "vllm_kv_cache_usage_perc"
+# What an HPA reads through the custom metrics API: an adapter of the cluster's own must serve both.
+ADAPTER_METRICS = (ADAPTER_WAITING_METRIC, ADAPTER_KV_USAGE_METRIC)
 
 # Scale-up and scale-down policies from the AWS EKS guide "Autoscaling inference with HPA and KEDA"
 # (awsdocs amazon-eks-user-guide latest/ug/ml/ml-inference-autoscaling-hpa-keda.adoc; facts.md 7.2):

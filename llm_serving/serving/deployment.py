@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from . import compile_cache, engine, multinode, timing
+from . import compile_cache, engine, multinode, timing, weights
 from .multinode import EFA_ENV, efa_resources, leader_worker_set, worker_container
 
 # The node group's generation label (llm_serving/gpu/scheduling.py NODE_GENERATION_LABEL; the layers keep
@@ -50,6 +50,9 @@ class VllmDeploymentArgs:
     pre_start_seconds: int = 600
     pod_annotations: dict[str, pulumi.Input[str]] | None = None
     zone: str | None = None  # ReadWriteOnce weights: the replica must run where the volume is
+    # Shared weights reachable only from some zones (EFS mount targets in the node group's zones) on nodes the
+    # stack does not place itself: a required affinity keeps every pod there. Empty: any zone.
+    zones: tuple[str, ...] = ()
     extra_env: tuple[dict, ...] = ()
     efa_interfaces: int = 0  # multi-node groups: the node's EFA interfaces, all requested by each rank
     # S3 backend: the pods' service account, which Pod Identity maps to the read-only role of the model's
@@ -191,6 +194,7 @@ class VllmDeployment(pulumi.ComponentResource):
                         else selector
                     ),
                     "tolerations": args.tolerations,
+                    **weights.stage_affinity(args.zone, args.zones),
                     # Replicas on different nodes and zones: losing one node or zone loses one replica,
                     # not all. Preferences only (ScheduleAnyway): a replica must never wait for a GPU
                     # node in another zone, and dev runs one zone; nothing moves a placed replica later.

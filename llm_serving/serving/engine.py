@@ -4,7 +4,7 @@ Everything a vLLM pod's spec is computed from, as plain functions a table test c
 `vllm serve` arguments, the seed's probe rules, graceful drain, and resources from the node share.
 
 Length: the settings a model's args give (`model_settings`) and the flags they become (`engine_args`) stay in
-one module, so a new engine option is a field in args.py and two lines here.
+one module, so a new engine option is a field in args.py and its field, reading and flag here.
 """
 
 from __future__ import annotations

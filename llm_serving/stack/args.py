@@ -57,6 +57,9 @@ def _check_secret(field: str, shortest: int) -> Any:
 
     return field_validator(field)(check)
 
+# The args that hold secrets (camelCase, as problems name them): a problem about one never shows its value.
+SECRET_KEYS: tuple[str, ...] = ("apiKey", "grafanaAdminPassword", "hfToken")
+
 
 @args_type
 class ServingStackArgs:

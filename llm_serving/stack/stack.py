@@ -18,7 +18,7 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from llm_serving import serving
-from llm_serving.cluster import NetworkPolicyEnforcement
+from llm_serving.cluster import ClusterMode, NetworkPolicyEnforcement
 from llm_serving.edge import (
     PROMETHEUS_POD_LABELS,
     Edge,
@@ -28,6 +28,7 @@ from llm_serving.edge import (
     object_storage_egress,
 )
 from llm_serving.gpu import (
+    DO_NOT_DISRUPT_ANNOTATION,
     SAFE_TO_EVICT_ANNOTATION,
     ClusterAutoscaler,
     DcgmExporter,
@@ -54,7 +55,7 @@ from llm_serving.platform import (
     vpc_cni_configuration,
 )
 from llm_serving.platform.args import Environment, InstallMode, validate
-from llm_serving.platform.problems import Problem, from_validation_error
+from llm_serving.platform.problems import Problem, from_validation_error, mask_problem
 from llm_serving.routing import InferenceRouting, RoutedModel, RoutingSpec, picker_selector
 from llm_serving.scaling import AutoscalingSpec, ModelAutoscaling
 from llm_serving.serving import (
@@ -76,7 +77,7 @@ from llm_serving.serving import (
 )
 from llm_serving.stack import model_parts, parts, planning, rules, site, timing, verification
 from llm_serving.stack.admission import routed_admission
-from llm_serving.stack.args import ServingStackArgs
+from llm_serving.stack.args import SECRET_KEYS, ServingStackArgs
 from llm_serving.stack.rules import platform as platform_rules
 from llm_serving.storage import (
     ServingMount,
@@ -110,12 +111,19 @@ def checked(name: str, args: Any) -> ServingStackArgs:
     the stack held; otherwise each problem is logged on its own line and nothing is created."""
     import pydantic
 
+    secrets = frozenset(SECRET_KEYS)
     try:
         found = validate(ServingStackArgs, args)
     except pydantic.ValidationError as error:
-        refuse(name, from_validation_error(error, ServingStackArgs, args if isinstance(args, dict) else {}),
+        refuse(name, from_validation_error(error, ServingStackArgs, args if isinstance(args, dict) else {}, secrets),
                "are not valid")
-    refuse(name, rules.check(found), "break the stack's rules")
+    problems = rules.check(found)
+    if found.cluster.mode is ClusterMode.CREATE and found.cluster_facts is None:
+        # The cluster itself is this repository's program's to build (stacks/program.py), before the stack.
+        problems.append(Problem("cluster.mode", "ServingStack does not create a cluster: build it first "
+                                "(llm_serving.cluster.Cluster) and pass its clusterFacts, or look one up",
+                                found.cluster.mode.value, "existing, or create with clusterFacts"))
+    refuse(name, [mask_problem(p, secrets) for p in problems], "break the stack's rules")
     return found
 
 
@@ -507,6 +515,9 @@ class ServingStack(pulumi.ComponentResource):
             zone = (args.gpu_node_group.subnets[0].availability_zone
                     if model.storage.access_mode is serving.AccessMode.READ_WRITE_ONCE and args.gpu_node_group.subnets
                     else None)
+            # EFS mount targets exist only in the GPU node group's zones (llm_serving/storage/efs.py).
+            mount_zones = (tuple(sorted({s.availability_zone for s in args.gpu_node_group.subnets}))
+                           if args.weights_storage.backend is StorageBackend.EFS else ())
             s3_prefix = serving.s3_model_prefix(model.model_id, model.revision) if s3 else None
             s3_tokenizer_prefix = serving.s3_tokenizer_prefix(model.model_id, tokenizer) if s3 and tokenizer else None
             weights = ModelWeights(
@@ -521,9 +532,7 @@ class ServingStack(pulumi.ComponentResource):
                     storage_class=storage_class if storage_class is not None else planning.weights_storage_class(args),
                     shared_claim=shared_claim,
                     zone=zone,
-                    # EFS mount targets exist only in the GPU node group's zones (llm_serving/storage/efs.py).
-                    stage_zones=tuple(sorted({s.availability_zone for s in args.gpu_node_group.subnets}))
-                    if args.weights_storage.backend is StorageBackend.EFS else (),
+                    stage_zones=mount_zones,
                     access_mode=model.storage.access_mode.value,
                     size_gib=planning.claim_size_gib(args, model, architecture.weight_bytes),
                     download_deadline_seconds=model_parts.download_deadline_seconds(model),
@@ -545,7 +554,8 @@ class ServingStack(pulumi.ComponentResource):
             )
             deployment = self._workload(args, model, plan, ns, weights, bucket, api_key, node_selector,
                                         serving_claims, cache_claim, producer_fence, api_key_revision,
-                                        s3_tokenizer_prefix, zone)
+                                        s3_tokenizer_prefix, zone,
+                                        () if planning.creates_nodes(args) else mount_zones)
             self._deployments.append(deployment.deployment)
             self._workloads[model.name] = deployment.deployment
             self._pod_selectors[model.name] = deployment.pod_selector
@@ -559,7 +569,7 @@ class ServingStack(pulumi.ComponentResource):
                   node_selector: pulumi.Output[Any], serving_claims: dict[str, pulumi.Output[str]],
                   cache_claim: list[pulumi.Resource], producer_fence: list[pulumi.Resource],
                   api_key_revision: pulumi.Output[str], s3_tokenizer_prefix: str | None,
-                  zone: str | None) -> VllmDeployment:
+                  zone: str | None, zones: tuple[str, ...]) -> VllmDeployment:
         """The model's vLLM Deployment (or LeaderWorkerSet), Service and PDB, with its service accounts on S3."""
         instance = planning.resolve_instance_type(args)
         assert instance is not None  # the rules refuse an unknown instance type
@@ -611,8 +621,11 @@ class ServingStack(pulumi.ComponentResource):
                 rollout_timeout_seconds=timing.rollout_await_seconds(args, model),
                 delete_timeout_seconds=timing.model_drains(args, model).delete_timeout_seconds,
                 pre_start_seconds=dynamics.node_ready_seconds + dynamics.image_pull_seconds,
-                pod_annotations={SAFE_TO_EVICT_ANNOTATION: "false", API_KEY_REVISION_ANNOTATION: api_key_revision},
+                pod_annotations={SAFE_TO_EVICT_ANNOTATION: "false", API_KEY_REVISION_ANNOTATION: api_key_revision,
+                                 **({} if planning.creates_nodes(args) else {DO_NOT_DISRUPT_ANNOTATION: "true"})},
                 zone=zone,
+                # Existing nodes may run in zones without the weights' mount targets.
+                zones=zones,
                 # A multi-node rank takes every EFA interface of its node (a stage is the whole node).
                 efa_interfaces=args.gpu_node_group.efa_interfaces if plan.pipeline_parallel_size > 1 else 0,
                 cache_gib=model.cache_volume_gib,

@@ -137,7 +137,8 @@ PREREQUISITES: tuple[Prerequisite, ...] = (
         "`aws-load-balancer-type: external`) into an NLB, which nothing else does. Without it the Service "
         "stays pending and the endpoint answers only through `kubectl port-forward`.",
         "Kubernetes get crd targetgroupbindings.elbv2.k8s.aws",
-        lambda c: c.edge.mode is EdgeMode.GATEWAY and not installs_load_balancer_controller(c)),
+        lambda c: (c.edge.mode is EdgeMode.GATEWAY and c.edge.gateway is None
+                   and not installs_load_balancer_controller(c))),
     Prerequisite(
         "prometheus", "`observability.prometheus.mode: existing`",
         "The Prometheus Operator CRDs (ServiceMonitor, PrometheusRule) are installed and the given "
@@ -148,9 +149,11 @@ PREREQUISITES: tuple[Prerequisite, ...] = (
         "gpu-nodes", "`gpuNodeGroup.mode: existing`",
         "The cluster provides GPU nodes of `gpuNodeGroup.instanceType` that carry `gpuNodeGroup.existing.nodeSelector` "
         "(default: the instance-type label), are tolerated by `existing.tolerations`, advertise `nvidia.com/gpu` "
-        "(a device plugin runs there) and reach the weights storage; a Karpenter NodePool or Auto Mode node pool "
-        "may launch them on demand, up to at least `existing.maxNodes`. The stack creates no node group and no "
-        "Cluster Autoscaler.",
+        "(a device plugin runs there) and reach the weights storage (EFS: in the zones of `gpuNodeGroup.subnets`, "
+        "where the pods are kept; FSx for Lustre: carrying the cluster security group); a Karpenter NodePool or Auto "
+        "Mode node pool may launch them on demand, up to at least `existing.maxNodes`. The stack creates no node "
+        "group and no Cluster Autoscaler; its pods carry `karpenter.sh/do-not-disrupt`, so consolidation and drift "
+        "leave their nodes alone until the replicas go.",
         "Kubernetes list nodes by label (allocatable nvidia.com/gpu)",
         lambda c: not creates_nodes(c)),
     Prerequisite(
@@ -168,8 +171,12 @@ PREREQUISITES: tuple[Prerequisite, ...] = (
     Prerequisite(
         "gateway", "`edge.gateway`",
         "The named Gateway exists, belongs to an Envoy Gateway GatewayClass (the stack attaches Envoy Gateway "
-        "policies to its routes), is Programmed, and a listener for each model's host admits HTTPRoutes from "
-        "`serving.namespace` (`allowedRoutes.namespaces`). Its certificate, proxies and load balancer are its owner's: "
+        "policies to its routes), is Programmed, and its HTTPS listener `edge.gateway.listener` serves each model's "
+        "host and admits HTTPRoutes from `serving.namespace` (`allowedRoutes.namespaces`). Its proxies run in "
+        "`edge.namespace` with the Gateway's own labels (no `mergeGateways`): the vLLM pods admit only them. The "
+        "stack's route policies replace the Gateway's own SecurityPolicies and BackendTrafficPolicies for the model "
+        "routes (`edge.gateway.replacesGatewayPolicies` says that is intended). Its certificate, proxies and load "
+        "balancer are its owner's: "
         "their drain (EnvoyProxy `shutdown.drainTimeout`) and the load balancer's deregistration delay must cover "
         "the longest stream the routes admit (`python -m stacks plan` prints it), else rolling the proxies cuts "
         "streams.",
@@ -177,9 +184,10 @@ PREREQUISITES: tuple[Prerequisite, ...] = (
         lambda c: c.edge.gateway is not None),
     Prerequisite(
         "autoscaler", "`autoscaling.controller: existing`",
-        "KEDA runs (its `scaledobjects.keda.sh` CRD serves v1alpha1) or, with `autoscaling.mode: prometheus-adapter`, "
-        "the `v1beta1.custom.metrics.k8s.io` APIService is Available, and reads the Prometheus the stack's metrics "
-        "go to.",
+        "KEDA runs (its `scaledobjects.keda.sh` CRD serves v1alpha1; 2.17 or later, for the ScaledObjects' fallback "
+        "behaviour) or, with `autoscaling.mode: prometheus-adapter`, the `v1beta1.custom.metrics.k8s.io` APIService "
+        "is Available and serves the per-pod metrics each model's HPA reads (the stack's adapter rules, "
+        "`llm_serving.scaling` `prometheus_adapter_values`); either reads the Prometheus the stack's metrics go to.",
         "Kubernetes get crd or apiservice",
         lambda c: c.autoscaling.controller is InstallMode.EXISTING),
     Prerequisite(

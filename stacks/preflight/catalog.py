@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from stacks.preflight import aws_checks, hub, kube_checks, s3_checks
+from stacks.preflight import aws_checks, existing_checks, hub, kube_checks, s3_checks
 from stacks.preflight.context import Context, guarded
 from stacks.preflight.result import Finding
 
@@ -60,16 +60,16 @@ CHECKS: tuple[Check, ...] = (
           "get customresourcedefinitions", kube_checks.alb_controller),
     Check("k8s.gpu-nodes", "with `gpuNodeGroup.mode: existing`, nodes carry the selector's labels and advertise the "
           "GPUs a serving pod asks for (none yet: could not check, the provisioner launches them)", (),
-          "list nodes (by label)", kube_checks.gpu_nodes),
+          "list nodes (by label)", existing_checks.gpu_nodes),
     Check("k8s.device-plugin", "with `addons.nvidiaDevicePlugin.mode: existing` on a created node group, a device "
           "plugin DaemonSet runs and tolerates the group's GPU taint", (), "list daemonsets (all namespaces)",
-          kube_checks.device_plugin),
+          existing_checks.device_plugin),
     Check("k8s.gateway", "with `edge.gateway`, the Gateway exists, is Envoy Gateway's and programmed, and a listener "
           "for each host admits HTTPRoutes from the serving namespace", (),
-          "get gateways, gatewayclasses (gateway.networking.k8s.io)", kube_checks.existing_gateway),
+          "get gateways, gatewayclasses (gateway.networking.k8s.io)", existing_checks.existing_gateway),
     Check("k8s.autoscaler", "with `autoscaling.controller: existing`, KEDA's ScaledObject CRD (or the custom metrics "
           "API prometheus-adapter serves) exists", (), "get customresourcedefinitions or apiservices",
-          kube_checks.existing_autoscaler),
+          existing_checks.existing_autoscaler),
     Check("k8s.cert-manager-issuer", "the named cert-manager ClusterIssuer exists and is Ready", (),
           "get clusterissuers.cert-manager.io", kube_checks.cert_manager_issuer),
     Check("k8s.tls-secret", "`edge.tls.secretName` exists in the edge namespace as a kubernetes.io/tls Secret",

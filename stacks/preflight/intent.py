@@ -13,7 +13,7 @@ from typing import Any
 
 from llm_serving import cluster as created_cluster
 from llm_serving import edge as edge_package
-from llm_serving import gpu, serving, storage
+from llm_serving import gpu, scaling, serving, storage
 from llm_serving.platform import versions
 from llm_serving.stack import planning, timing
 from stacks.config import (
@@ -74,7 +74,9 @@ class ExistingGateway:
 
     namespace: str
     name: str
-    listener: str | None  # None: every listener whose hostname matches a route's
+    listener: str  # the HTTPS listener the routes attach to
+    replaces_policies: bool  # edge.gateway.replacesGatewayPolicies
+    proxy_selector: dict[str, str]  # the labels the vLLM pods' NetworkPolicy admits the Gateway's proxies by
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,7 @@ class Intent:
     route_hosts: tuple[str, ...] = ()  # the hostnames the models' routes carry
     serving_namespace_labels: dict[str, str] | None = None  # what the stack labels its serving namespace with
     existing_autoscaler: AutoscalingMode | None = None  # autoscaling.controller existing: KEDA or the adapter
+    adapter_metrics: tuple[str, ...] = ()  # the per-pod metrics each model's HPA reads (prometheus-adapter)
 
 
 def _addons(config: ServingStackArgs) -> tuple[AddonInstall, ...]:
@@ -258,9 +261,10 @@ def intent(stack: str, region: str, config: ServingStackArgs) -> Intent:
         prometheus_existing=prometheus.mode is PrometheusMode.EXISTING,
         prometheus_namespace=prometheus.namespace,
         # The edge's load balancer comes from a controller the cluster must run: alb mode's own, or
-        # (gateway mode) the one that turns the Envoy Service into an NLB.
+        # (gateway mode) the one that turns the Envoy Service into an NLB; an existing Gateway's load balancer
+        # is its owner's.
         alb_controller_existing=not planning.installs_load_balancer_controller(config) and (
-            edge.mode is EdgeMode.GATEWAY
+            (edge.mode is EdgeMode.GATEWAY and edge.gateway is None)
             or (edge.mode is EdgeMode.ALB and edge.controller is ControllerMode.EXISTING)),
         cert_manager_issuer=edge.tls.cert_manager_issuer,
         tls_secret=edge.tls.secret_name,
@@ -277,12 +281,15 @@ def intent(stack: str, region: str, config: ServingStackArgs) -> Intent:
         gpu_node_selector=None if planning.creates_nodes(config) else planning.existing_node_selector(config),
         gpus_per_pod=max(planning.model_plan(config, m).tensor_parallel_size for m in config.models),
         device_plugin_existing=config.addons.nvidia_device_plugin.mode is InstallMode.EXISTING,
-        existing_gateway=ExistingGateway(edge.gateway.namespace, edge.gateway.name, edge.gateway.listener)
+        existing_gateway=ExistingGateway(
+            edge.gateway.namespace, edge.gateway.name, edge.gateway.listener, edge.gateway.replaces_gateway_policies,
+            edge_package.envoy_proxy_selector(edge.gateway.name, edge.gateway.namespace))
         if edge.gateway is not None else None,
         route_hosts=tuple(sorted({planning.route_host(config, m) for m in config.models})),
         serving_namespace_labels=planning.serving_namespace_labels(),
         existing_autoscaler=config.autoscaling.mode if config.autoscaling.controller is InstallMode.EXISTING
         else None,
+        adapter_metrics=scaling.ADAPTER_METRICS,
     )
 
 

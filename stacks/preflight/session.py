@@ -106,7 +106,20 @@ class KubeApis:
         found = k8s.ApiregistrationV1Api(self.api).read_api_service(name, _request_timeout=self.timeout)
         return self.api.sanitize_for_serialization(found)
 
-    def pods(self) -> dict[str, Any]:
+    def custom_metrics(self) -> list[str]:
+        """The resources the custom metrics API lists, e.g. `pods/vllm_num_requests_waiting`."""
+        listed = k8s.CustomObjectsApi(self.api).get_api_resources("custom.metrics.k8s.io", "v1beta1",
+                                                                  _request_timeout=self.timeout)
+        return [r.name for r in listed.resources or []]
+
+    def envoy_policies(self, namespace: str, plural: str) -> dict[str, Any]:
+        return k8s.CustomObjectsApi(self.api).list_namespaced_custom_object(
+            "gateway.envoyproxy.io", "v1alpha1", namespace, plural, _request_timeout=self.timeout)
+
+    def pods(self, namespace: str, label_selector: str) -> k8s.V1PodList:
+        return self.core.list_namespaced_pod(namespace, label_selector=label_selector, _request_timeout=self.timeout)
+
+    def all_pods(self) -> dict[str, Any]:
         """Every pod of the cluster as `kubectl get pods -A -o json` prints it (camelCase keys)."""
         listed = self.core.list_pod_for_all_namespaces(_request_timeout=self.timeout)
         return self.api.sanitize_for_serialization(listed)
@@ -132,4 +145,4 @@ def cluster_pods(cluster_name: str, region: str) -> dict[str, Any]:
     current kubectl context, which may point at another cluster): what the node-group guard counts."""
     clients = aws_clients(region)
     cluster = clients.eks.describe_cluster(name=cluster_name)["cluster"]
-    return kube_reader(region)(cluster).pods()
+    return kube_reader(region)(cluster).all_pods()

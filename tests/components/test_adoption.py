@@ -42,10 +42,12 @@ def test_a_cluster_that_runs_everything_gets_only_the_model(adopted):
                                                       "PrometheusRule", "PodMonitor"}
 
 
-def test_the_routes_attach_to_the_existing_gateway_and_are_authenticated_one_by_one(adopted):
+def test_the_routes_attach_to_the_existing_gateways_https_listener_and_are_authenticated_one_by_one(adopted):
     (route,) = [m for m in adopted.manifests if m["kind"] == "HTTPRoute"]
+    # Always the named listener: without a section the route would bind a plain-HTTP listener too.
     assert route["spec"]["parentRefs"] == [
-        {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "shared", "namespace": "gateways"}]
+        {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "shared", "namespace": "gateways",
+         "sectionName": EXISTING_EVERYTHING["edge"]["gateway"]["listener"]}]
     (policy,) = [m for m in adopted.manifests if m["kind"] == "SecurityPolicy"]
     # Never the shared Gateway itself: other teams' routes are not ours to authenticate.
     assert policy["metadata"]["namespace"] == route["metadata"]["namespace"]
@@ -67,6 +69,27 @@ def test_existing_nodes_are_found_by_instance_type_and_tolerated_by_the_gpu_tain
     pod = deployment["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": "p5.4xlarge"}
     assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    # Karpenter (and Auto Mode) leave a node that runs a replica alone: a move is a full cold start.
+    assert deployment["spec"]["template"]["metadata"]["annotations"]["karpenter.sh/do-not-disrupt"] == "true"
+
+
+def test_on_efs_existing_nodes_serve_only_from_the_zones_with_mount_targets():
+    efs = with_changes(
+        gpuNodeGroup={"subnets": [{"id": "subnet-0aa00000000000001", "availabilityZone": "us-east-1a"}],
+                      "existing": {"maxNodes": 2, "nodeRoleArn": "arn:aws:iam::123456789012:role/karpenter-gpu",
+                                   "securityGroupId": "sg-0123456789abcdef1"}})
+    efs["weightsStorage"] = {"backend": "efs"}
+    efs["models"] = [{k: v for k, v in model.items() if k != "storage"} for model in efs["models"]]
+    result = run(lambda: ServingStack("llm", stack_args(efs)))
+    (deployment,) = [m for m in result.manifests if m["kind"] == "Deployment"]
+    terms = deployment["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In",
+                                            "values": ["us-east-1a"]}]}]
+    # The staging Job the same zones: what it writes is what the replicas read.
+    (job,) = [m for m in result.manifests if m["kind"] == "Job" and "affinity" in m["spec"]["template"]["spec"]]
+    assert job["spec"]["template"]["spec"]["affinity"]["nodeAffinity"] == \
+        deployment["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
 
 
 def test_the_scaled_object_waits_only_for_its_workload_when_keda_is_the_clusters(adopted):

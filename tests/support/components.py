@@ -34,7 +34,7 @@ EXISTING_EVERYTHING: dict[str, Any] = {
     "observability": {"prometheus": {"mode": "existing", "url": "http://prometheus-operated.monitoring.svc:9090"},
                       "runbookBaseUrl": "https://runbooks.example.com/llm"},
     "edge": {"host": "llm.example.com", "controller": "existing",
-             "gateway": {"name": "shared", "namespace": "gateways"}},
+             "gateway": {"name": "shared", "namespace": "gateways", "listener": "https"}},
     "autoscaling": {"controller": "existing"},
     "models": [{"name": "llama-8b", "modelId": "meta-llama/Llama-3.1-8B-Instruct",
                 "revision": "0e9e39f249a16976918f6564b8830bc894c89659", "maxModelLen": 8192,

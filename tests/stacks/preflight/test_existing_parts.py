@@ -13,7 +13,7 @@ from kubernetes import client as k8s
 from stacks.config import AutoscalingMode
 from stacks.preflight import catalog, intent
 from stacks.preflight.context import guarded
-from stacks.preflight.kube_checks import CUSTOM_METRICS_API, GPU_RESOURCE, KEDA_CRD
+from stacks.preflight.existing_checks import CUSTOM_METRICS_API, GPU_RESOURCE, KEDA_CRD
 from stacks.preflight.result import Outcome
 from tests.stacks.preflight.support import CLUSTER, Aws, FakeKube, context, crd, not_found, stack_intent
 from tests.support.components import EXISTING_EVERYTHING, stack_args
@@ -35,12 +35,16 @@ def adopted():
 class Cluster(FakeKube):
     """FakeKube with nodes, every DaemonSet, Gateways, GatewayClasses and APIServices."""
 
-    def __init__(self, *, nodes=(), daemon_sets=(), gateways=None, classes=None, api_services=None, **rest):
+    def __init__(self, *, nodes=(), daemon_sets=(), gateways=None, classes=None, api_services=None, proxies=(),
+                 policies=None, metrics=(), **rest):
         super().__init__(daemon_sets=daemon_sets, **rest)
         self.node_list = list(nodes)
         self.gateways = gateways or {}
         self.classes = classes or {}
         self.api_services = api_services or {}
+        self.proxies = list(proxies)  # (namespace, labels) of each pod
+        self.policies = policies or {}  # (namespace, plural) -> items
+        self.metrics = list(metrics)
         self.selectors: list[str] = []
 
     def nodes(self, label_selector: str) -> k8s.V1NodeList:
@@ -68,6 +72,18 @@ class Cluster(FakeKube):
 
     def api_service(self, name: str) -> dict:
         return self._get(self.api_services, name)
+
+    def custom_metrics(self) -> list[str]:
+        return self.metrics
+
+    def envoy_policies(self, namespace: str, plural: str) -> dict:
+        return {"items": self.policies.get((namespace, plural), [])}
+
+    def pods(self, namespace: str, label_selector: str) -> k8s.V1PodList:
+        wanted = dict(pair.split("=", 1) for pair in label_selector.split(","))
+        return k8s.V1PodList(items=[k8s.V1Pod(metadata=k8s.V1ObjectMeta(namespace=ns, labels=labels))
+                                    for ns, labels in self.proxies
+                                    if ns == namespace and wanted.items() <= labels.items()])
 
 
 def run(check_id: str, ctx):
@@ -150,8 +166,8 @@ def gateway(listeners: list[dict[str, Any]], programmed: str = "True", class_nam
             "status": {"conditions": [{"type": "Programmed", "status": programmed}]}}
 
 
-def listener(name: str, hostname: str | None, allowed: dict[str, Any] | None) -> dict[str, Any]:
-    found: dict[str, Any] = {"name": name, "protocol": "HTTPS", "port": 443}
+def listener(name: str, hostname: str | None, allowed: dict[str, Any] | None, protocol: str = "HTTPS") -> dict:
+    found: dict[str, Any] = {"name": name, "protocol": protocol, "port": 443 if protocol == "HTTPS" else 80}
     if hostname:
         found["hostname"] = hostname
     if allowed is not None:
@@ -159,14 +175,20 @@ def listener(name: str, hostname: str | None, allowed: dict[str, Any] | None) ->
     return found
 
 
-def check_gateway(aws, adopted, the_gateway, classes=None, the_intent=None):
-    kube = Cluster(gateways={("gateways", "shared"): the_gateway}, classes=classes or {"envoy": ENVOY_CLASS})
-    return one("k8s.gateway", aws, kube, the_intent or adopted)
+EVERYONE = {"namespaces": {"from": "All"}}
 
 
-def test_the_existing_gateway_must_accept_routes_from_the_serving_namespace(aws, adopted):
-    everyone = {"namespaces": {"from": "All"}}
-    assert check_gateway(aws, adopted, gateway([listener("https", "*.example.com", everyone)])).outcome \
+def check_gateway(aws, adopted, the_gateway, classes=None, the_intent=None, **cluster):
+    the_intent = the_intent or adopted
+    proxies = cluster.pop("proxies", [(the_intent.edge_namespace, the_intent.existing_gateway.proxy_selector)])
+    kube = Cluster(gateways={("gateways", "shared"): the_gateway}, classes=classes or {"envoy": ENVOY_CLASS},
+                   proxies=proxies, **cluster)
+    return one("k8s.gateway", aws, kube, the_intent)
+
+
+def test_the_existing_gateways_listener_must_admit_routes_from_the_serving_namespace(aws, adopted):
+    assert adopted.existing_gateway.listener == "https"
+    assert check_gateway(aws, adopted, gateway([listener("https", "*.example.com", EVERYONE)])).outcome \
         is Outcome.PASS
     # Gateway API's default is `from: Same`: the Gateway's own namespace only.
     same = check_gateway(aws, adopted, gateway([listener("https", None, None)]))
@@ -182,20 +204,20 @@ def test_the_existing_gateway_must_accept_routes_from_the_serving_namespace(aws,
     assert "admits only GRPCRoute" in check_gateway(aws, adopted, gateway([listener("https", None, grpc_only)])).reason
 
 
-def test_the_existing_gateway_must_serve_the_host_on_the_named_listener(aws, adopted):
-    everyone = {"namespaces": {"from": "All"}}
-    other_host = check_gateway(aws, adopted, gateway([listener("https", "api.other.com", everyone)]))
-    assert other_host.outcome is Outcome.FAIL and "serves llm.example.com" in other_host.reason
-    named = dataclasses.replace(adopted, existing_gateway=dataclasses.replace(adopted.existing_gateway,
-                                                                              listener="internal"))
-    missing = check_gateway(aws, adopted, gateway([listener("https", None, everyone)]), the_intent=named)
-    assert missing.outcome is Outcome.FAIL and "no listener internal" in missing.reason
-    assert check_gateway(aws, adopted, gateway([listener("internal", None, everyone)]), the_intent=named).outcome \
-        is Outcome.PASS
+def test_the_existing_gateways_listener_must_be_https_for_the_host(aws, adopted):
+    other_host = check_gateway(aws, adopted, gateway([listener("https", "api.other.com", EVERYONE)]))
+    assert other_host.outcome is Outcome.FAIL and "not llm.example.com" in other_host.reason
+    missing = check_gateway(aws, adopted, gateway([listener("web", None, EVERYONE)]))
+    assert missing.outcome is Outcome.FAIL and "no listener https" in missing.reason
+    # The routes name their listener: an HTTP one would carry the keys in cleartext.
+    plain = check_gateway(aws, adopted, gateway([listener("https", None, EVERYONE, protocol="HTTP")]))
+    assert plain.outcome is Outcome.FAIL and "cleartext" in plain.reason
+    tcp = check_gateway(aws, adopted, gateway([listener("https", None, EVERYONE, protocol="TLS")]))
+    assert tcp.outcome is Outcome.FAIL
 
 
 def test_the_existing_gateway_must_be_envoy_gateways_and_programmed(aws, adopted):
-    everyone = [listener("https", None, {"namespaces": {"from": "All"}})]
+    everyone = [listener("https", None, EVERYONE)]
     istio = check_gateway(aws, adopted, gateway(everyone, class_name="istio"),
                           classes={"istio": {"spec": {"controllerName": "istio.io/gateway-controller"}}})
     assert istio.outcome is Outcome.FAIL and "istio.io/gateway-controller" in istio.reason
@@ -206,13 +228,49 @@ def test_the_existing_gateway_must_be_envoy_gateways_and_programmed(aws, adopted
     assert one("k8s.gateway", aws, Cluster(refuse={"gateway"}), adopted).outcome is Outcome.COULD_NOT_CHECK
 
 
+def test_gateway_level_policies_the_routes_replace_are_refused_until_acknowledged(aws, adopted):
+    everyone = gateway([listener("https", None, EVERYONE)])
+    allow_list = {"metadata": {"name": "office-only"}, "spec": {"targetRefs": [
+        {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "shared"}]}}
+    elsewhere = {"metadata": {"name": "other-gateway"}, "spec": {"targetRef": {"kind": "Gateway", "name": "other"}}}
+    policies = {("gateways", "securitypolicies"): [allow_list, elsewhere]}
+    refused = check_gateway(aws, adopted, everyone, policies=policies)
+    assert refused.outcome is Outcome.FAIL
+    assert refused.reason.startswith("SecurityPolicy gateways/office-only target Gateway gateways/shared")
+    assert refused.fix.endswith("edge.gateway.replacesGatewayPolicies: true")
+    acknowledged = dataclasses.replace(adopted, existing_gateway=dataclasses.replace(adopted.existing_gateway,
+                                                                                     replaces_policies=True))
+    passed = check_gateway(aws, adopted, everyone, the_intent=acknowledged, policies=policies)
+    assert passed.outcome is Outcome.PASS and "replaces SecurityPolicy gateways/office-only" in passed.reason
+
+
+def test_the_gateways_proxies_must_carry_the_labels_the_vllm_pods_admit(aws, adopted):
+    everyone = gateway([listener("https", None, EVERYONE)])
+    selector = adopted.existing_gateway.proxy_selector
+    # mergeGateways: the proxies carry the class's label, not the Gateway's name.
+    merged = {k: v for k, v in selector.items() if "owning-gateway" not in k}
+    finding = check_gateway(aws, adopted, everyone, proxies=[(adopted.edge_namespace, merged)])
+    assert finding.outcome is Outcome.FAIL and "mergeGateways" in finding.reason
+    # Proxies in the Gateway's own namespace, not edge.namespace.
+    assert check_gateway(aws, adopted, everyone, proxies=[("gateways", selector)]).outcome is Outcome.FAIL
+
+
+def test_an_existing_gateway_needs_no_load_balancer_controller_of_the_stacks(adopted):
+    assert adopted.alb_controller_existing is False
+
+
 def test_an_existing_autoscaler_must_be_there(aws, adopted):
     assert one("k8s.autoscaler", aws, Cluster(crds=[crd(KEDA_CRD, versions=("v1alpha1",))]), adopted).outcome \
         is Outcome.PASS
     assert one("k8s.autoscaler", aws, Cluster(), adopted).outcome is Outcome.FAIL
     adapter = dataclasses.replace(adopted, existing_autoscaler=AutoscalingMode.PROMETHEUS_ADAPTER)
     available = {"status": {"conditions": [{"type": "Available", "status": "True"}]}}
-    assert one("k8s.autoscaler", aws, Cluster(api_services={CUSTOM_METRICS_API: available}), adapter).outcome \
-        is Outcome.PASS
+    served = [f"pods/{metric}" for metric in adapter.adapter_metrics]
+    assert one("k8s.autoscaler", aws, Cluster(api_services={CUSTOM_METRICS_API: available}, metrics=served),
+               adapter).outcome is Outcome.PASS
+    # An adapter without the stack's rules: the API answers, but the HPAs' metrics are not there.
+    bare = one("k8s.autoscaler", aws, Cluster(api_services={CUSTOM_METRICS_API: available}, metrics=served[:1]),
+               adapter)
+    assert bare.outcome is Outcome.FAIL and adapter.adapter_metrics[1] in bare.reason
     assert one("k8s.autoscaler", aws, Cluster(), adapter).outcome is Outcome.FAIL
     assert run("k8s.autoscaler", context(aws, stack_intent("dev"), kube=Cluster(), cluster=CLUSTER)) == []

@@ -100,7 +100,7 @@ def test_without_the_aws_cli_the_reader_says_so(monkeypatch):
 
 
 def test_pods_are_read_in_kubectls_json_shape_for_the_node_group_guard(reader):
-    pods = reader.pods()
+    pods = reader.all_pods()
     (pod,) = pods["items"]
     assert pod["spec"]["nodeSelector"] == {"llm-serving/node-generation": "0da3900dc4"}
     assert pod["status"]["phase"] == "Running" and pod["metadata"]["namespace"] == "llm-serving"
