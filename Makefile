@@ -1,16 +1,6 @@
-# One command each, on a fresh machine with Python 3.11+: every target bootstraps .venv first.
-# The interpreter .venv (the tests', renders' and tools') is created with: PYTHON when given, else
-# tools/pick_python.py's choice, run once and only when .venv is created: python3, unless it is a
-# shared-libpython build without --enable-optimizations and PATH has a faster build of the same minor
-# version (a fifth less CPU for make test here). The scanners' and the policy pack's virtualenvs use
-# PYTHON (default python3): the scan lock pins packages that need a newer patch release than a
-# distribution's build may be (soupsieve 4.1.3: Requires-Python >=3.11.5).
-ifeq ($(origin PYTHON),undefined)
-PYTHON := python3
-VENV_PYTHON = $(eval VENV_PYTHON := $$(or $$(shell python3 -I tools/pick_python.py),python3))$(VENV_PYTHON)
-else
-VENV_PYTHON = $(PYTHON)
-endif
+# One command each, on a fresh machine with Python 3.11+: every target bootstraps .venv first, with
+# PYTHON (default python3).
+PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STACK ?= dev
@@ -47,9 +37,9 @@ help:
 # First run only (about two minutes): pip prints each package as it collects and installs it (no
 # filter in between: a pipe would hide pip's exit status from make).
 $(STAMP): requirements.txt requirements-dev.txt
-	@$(VENV_PYTHON) -c 'import sys; sys.exit("Python 3.11+ is required, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
-	@echo "==> [1/2] creating $(VENV) with $$($(VENV_PYTHON) --version) ($(VENV_PYTHON))"
-	@$(VENV_PYTHON) -m venv $(VENV)
+	@$(PYTHON) -c 'import sys; sys.exit("Python 3.11+ is required, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
+	@echo "==> [1/2] creating $(VENV) with $$($(PYTHON) --version) ($(PYTHON))"
+	@$(PYTHON) -m venv $(VENV)
 	@echo "==> [2/2] installing the pinned packages of requirements-dev.txt into $(VENV) (first run only)"
 	@$(BIN)/python -m pip install --disable-pip-version-check --progress-bar off -r requirements-dev.txt
 	@touch $(STAMP)

@@ -27,7 +27,6 @@ from stacks import environment, program
 from stacks.config import ClusterMode
 from stacks.config import files as stack_files
 from stacks.config.problems import ConfigError
-from stacks.offline import render_overhead
 from stacks.offline.mocks import RenderMocks
 
 SECRET = "[secret]"
@@ -226,11 +225,6 @@ def render_stack(stack_file: Path, cluster_version: str | None = None) -> Render
     For a stack that creates its cluster the account has none of that name, unless `cluster_version`
     is given: then the stack's own cluster exists at that version, as on an upgrade.
     """
-    with render_overhead.fewer_collections():
-        return _render_stack(stack_file, cluster_version)
-
-
-def _render_stack(stack_file: Path, cluster_version: str | None) -> RenderResult:
     stack_file = stack_file.resolve()
     own = stack_files.read_stack_file(stack_file)
     _, validated = environment.load_stack_file(stack_file)  # raises ConfigError before anything is registered
@@ -270,8 +264,7 @@ def record(program_function: Callable[[], Any], *, stack: str, mocks: pulumi.run
     pulumi.runtime.set_all_config(config or {}, secret_keys or [])
     pulumi_settings.SETTINGS.rpc_manager.clear()
     pulumi_settings.SETTINGS.outputs.clear()
-    with render_overhead.no_source_positions():
-        _sync_await(run_pulumi_func(program_function))
+    _sync_await(run_pulumi_func(program_function))
     return _result(stack, project, monitor.recorded)
 
 

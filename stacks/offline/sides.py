@@ -8,9 +8,7 @@ same input (tests/components/test_serving_stack.py). So when a side's code is by
 code this process runs, rendering it here gives the resources a subprocess would write, without a
 second interpreter importing Pulumi and both providers first (about 4 s of CPU per side, most of a
 stack-file-only diff). A side whose code differs (a refactor, a base before a change to a component)
-runs `python -m stacks render` with PYTHONPATH at its directory, importing its own code: forked from
-a host that has the program's packages imported already (stacks/offline/render_host.py, about 1 s
-of CPU instead of 3-4 s), or where the host cannot run (not Linux), in a new subprocess.
+runs `python -m stacks render` in a subprocess with PYTHONPATH at its directory, importing its own code.
 
 Renders are remembered for the process by (code, stack files, stack file): two sides with the same
 code and stack files (a diff with no change) render once, and `diff` of every stack re-renders nothing
@@ -35,18 +33,13 @@ from typing import Any
 
 from stacks.config import files as stack_files
 from stacks.config.problems import ConfigError
-from stacks.offline import render, render_host
+from stacks.offline import render
 
 RENDER_TIMEOUT_SECONDS = 300
 ERROR_TAIL_LINES = 20
 # Never read by the program, and absent from an exported base's comparison on purpose: the suite's
 # scratch repositories leave them out, and a change to a test changes no render.
 _NOT_RENDER_INPUTS = ("tests/",)
-
-# What a render imports besides the project (the program's runtime in requirements.txt, without the
-# preflight's AWS and Kubernetes clients): the render host imports these before it forks a side's
-# render. A package missing here costs each forked render its import, never a different result.
-PROGRAM_PACKAGES = ("pulumi", "pulumi_aws", "pulumi_kubernetes", "pulumi_tls", "pydantic", "yaml")
 
 Resources = list[dict[str, Any]]
 # As JSON text: each caller parses its own copy, so nothing it changes reaches the next diff.
@@ -97,24 +90,10 @@ def _running_code() -> str | None:
     return found[0] if found else None
 
 
-def _start(side: Side, stack_file: str, out_dir: Path) -> subprocess.Popen[str] | render_host.Forked:
+def _start(side: Side, stack_file: str, out_dir: Path) -> subprocess.Popen[str]:
     """Render in a process whose imports resolve to the side's directory only (its own code)."""
     env = {**os.environ, "PYTHONPATH": str(side.directory), "PYTHONDONTWRITEBYTECODE": "1"}
     argv = ["render", stack_file, "--out", str(out_dir), "--quiet"]
-    if render_host.available():
-        try:
-            host = render_host.default_host(PROGRAM_PACKAGES)
-            # Their modules this process has imported by now (after a render here: all a render
-            # needs), so the host imports them once instead of every forked render.
-            loaded = render_host.loaded_modules(PROGRAM_PACKAGES)
-            return host.start("stacks", argv, side.directory, env, out_dir.with_name(f"{out_dir.name}-output"),
-                              preload=loaded)
-        except OSError:  # no host (it could not start, or died): a subprocess does the same
-            render_host.forget_default()
-    return _subprocess(side, argv, env)
-
-
-def _subprocess(side: Side, argv: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "stacks", *argv],
         cwd=side.directory, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -125,21 +104,13 @@ def _failed(side: Side, tail: list[str]) -> list[str]:
     return [f"diff: {side.label} does not render:", *(f"  {line}" for line in tail[-ERROR_TAIL_LINES:])]
 
 
-def _finish(process: subprocess.Popen[str] | render_host.Forked, out_dir: Path,
-            side: Side) -> tuple[Resources, list[str]]:
+def _finish(process: subprocess.Popen[str], out_dir: Path, side: Side) -> tuple[Resources, list[str]]:
     """The rendered resources, or the lines explaining why the render failed."""
     try:
         _, stderr = process.communicate(timeout=RENDER_TIMEOUT_SECONDS)
-    except render_host.HostFailed:  # the host, not the side: render it in a subprocess after all
-        render_host.forget_default()
-        return _finish(_subprocess(side, process.argv, process.env), out_dir, side)
     except subprocess.TimeoutExpired:
         process.kill()
-        if isinstance(process, render_host.Forked) and process.pid is None:
-            # The host never forked this render (stuck before its fork): stopping it closes the pipe.
-            render_host.forget_default()
-        with contextlib.suppress(render_host.HostFailed):
-            process.communicate()
+        process.communicate()
         return [], [f"diff: rendering {side.label} took longer than {RENDER_TIMEOUT_SECONDS} s"]
     resources_file = out_dir / "resources.json"
     if process.returncode != 0 or not resources_file.is_file():

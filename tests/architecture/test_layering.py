@@ -93,9 +93,6 @@ WRONG_IMPORTS = [
     # The verification probe, which runs alone on a bare Python image, importing the project.
     ("llm_serving/verification/probe.py", "from llm_serving.platform import versions",
      ["llm_serving.verification.probe is not allowed to import llm_serving.platform"]),
-    # The Makefile's interpreter picker, which runs before any virtualenv exists, importing the project.
-    ("tools/pick_python.py", "from stacks.config import files",
-     ["tools.pick_python is not allowed to import stacks"]),
     # One domain section of the schema importing the root that composes it.
     ("stacks/config/problems.py", "from stacks.config.files import PROJECT_DIR",
      ["stacks.config.problems is not allowed to import stacks.config.files"]),

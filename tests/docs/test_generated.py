@@ -19,7 +19,6 @@ from stacks.config import files as stack_files
 from stacks.config.files import PROJECT_DIR
 from stacks.preflight import CHECKS
 from tests.conftest import render_file
-from tests.support import shared_renders
 from tools import config_reference, doc_figures, docs
 
 PAGES = docs.pages_text()
@@ -215,8 +214,7 @@ def test_every_command_in_a_fence_runs_offline(page, command, stack_dir, monkeyp
     for line in recipe:
         if line[:3] in STACKS_COMMANDS:
             # A render command's render is the session's of the same stack file (the subject is the command).
-            with shared_renders.from_the_session():
-                assert _run_stacks(line[3:], stack_dir, monkeypatch) == expected, capsys.readouterr()
+            assert _run_stacks(line[3:], stack_dir, monkeypatch) == expected, capsys.readouterr()
         elif line[0] != "echo":  # a target saying what it does
             # The suite itself is the one command a test cannot run; anything else needs a runner here,
             # or the block's first line `# needs the cloud`.

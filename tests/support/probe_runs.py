@@ -33,9 +33,8 @@ def _run(behaviour: Behaviour, load: LoadPlan | None = None, check_auth: bool = 
 
 # Each test's probe run against its own server. A run spends its time waiting on the server's sleeps
 # (the slow one about 1.9 s, the others 0.15-1.2 s) and almost none computing, so they all start
-# together, in the session's waiting-runs process (tests/support/waiting_runs.py) or at the module's
-# first test, and each test reads its own report. Each run has its own server, port and threads; none
-# reads another's state.
+# together at the module's first test, and each test reads its own report. Each run has its own server,
+# port and threads; none reads another's state.
 # name: (the server's behaviour, the load test's changes to _load() or None for the smoke checks alone,
 # whether the auth check runs)
 SCENARIOS: dict[str, tuple[Behaviour, dict[str, object] | None, bool]] = {

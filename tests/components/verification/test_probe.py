@@ -4,6 +4,7 @@ malformed event, one that is slow; each check's verdict and message."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import socket
 import threading
@@ -14,19 +15,21 @@ import pytest
 
 from llm_serving.verification import Settings, Target, probe
 from llm_serving.verification.probe import FAIL, PASS, SKIP
-from tests.support import waiting_runs
+from tests.support import probe_runs
 from tests.support.openai_server import KEY
 from tests.support.probe_runs import MODEL
 
 
 @pytest.fixture(scope="module")
-def reports(tmp_path_factory) -> Iterator[waiting_runs.Runs]:
-    """Every scenario's report (tests/support/probe_runs.py): all runs start at once."""
-    with waiting_runs.outcomes("probe", tmp_path_factory.mktemp("probe-runs")) as outcomes:
-        yield outcomes
+def reports(tmp_path_factory) -> Iterator[dict[str, concurrent.futures.Future]]:
+    """Every scenario's report (tests/support/probe_runs.py). The runs mostly wait on their servers' sleeps,
+    so they all start together, in threads, at the module's first test; each has its own server."""
+    jobs = probe_runs.jobs(tmp_path_factory.mktemp("probe-runs"))
+    with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
+        yield {name: pool.submit(job) for name, job in jobs.items()}
 
 
-def _report(reports: waiting_runs.Runs, name: str) -> dict:
+def _report(reports: dict[str, concurrent.futures.Future], name: str) -> dict:
     return reports[name].result(timeout=120)
 
 

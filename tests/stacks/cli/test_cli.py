@@ -11,7 +11,6 @@ import yaml
 
 from stacks.config.files import PROJECT_DIR
 from stacks.offline import render
-from tests.support import shared_renders
 from tests.support.cli import Ran, run_stacks
 
 
@@ -22,8 +21,7 @@ def run(*args: str, cwd: Path = PROJECT_DIR) -> Ran:
 
 
 def test_render_dev_writes_both_files_and_a_summary(tmp_path):
-    with shared_renders.from_the_session():  # what the command writes and prints, of the session's render
-        result = run("render", "dev", "--out", str(tmp_path))
+    result = run("render", "dev", "--out", str(tmp_path))
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "manifests.yaml").stat().st_size > 0
     assert (tmp_path / "resources.json").stat().st_size > 0
@@ -55,8 +53,7 @@ def test_render_summary_prices_prod_at_min_and_max_replicas():
 
 def test_render_quiet_writes_both_files_and_prints_only_their_paths(tmp_path):
     # Render speed is measured by `make bench`, not asserted here: CI machines are shared and noisy.
-    with shared_renders.from_the_session():
-        result = run("render", "prod", "--out", str(tmp_path), "--quiet")
+    result = run("render", "prod", "--out", str(tmp_path), "--quiet")
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "manifests.yaml").stat().st_size > 0
     assert (tmp_path / "resources.json").stat().st_size > 0

@@ -3,6 +3,7 @@ exit 0/1/2, one line per failure, the key never an argument, --json for machines
 
 from __future__ import annotations
 
+import concurrent.futures
 import io
 import json
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ from stacks.cli import main, verify
 from stacks.config import VerificationMode
 from stacks.config.files import PROJECT_DIR
 from stacks.environment import load_stack_file
-from tests.support import waiting_runs
+from tests.support import verify_runs
 from tests.support.cli import run_stacks
 from tests.support.openai_server import KEY, Behaviour, OpenAIServer
 
@@ -26,12 +27,12 @@ def key(monkeypatch):
 
 
 @pytest.fixture(scope="module", autouse=True)
-def load_runs(tmp_path_factory) -> Iterator[waiting_runs.Runs]:
-    """The two runs with a load test (tests/support/verify_runs.py): they wait on their servers, so under
-    xdist they run in the session's waiting-runs process from its start, else in threads from the
-    module's first test."""
-    with waiting_runs.outcomes("verify", tmp_path_factory.mktemp("verify-runs")) as outcomes:
-        yield outcomes
+def load_runs(tmp_path_factory) -> Iterator[dict[str, concurrent.futures.Future]]:
+    """The two runs with a load test (tests/support/verify_runs.py): they wait on their servers, so they start
+    together, in threads, at the module's first test, while its other tests run."""
+    jobs = verify_runs.jobs(tmp_path_factory.mktemp("verify-runs"))
+    with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
+        yield {name: pool.submit(job) for name, job in jobs.items()}
 
 
 def test_a_buffering_server_fails_with_one_line_naming_buffering(key, capsys):

@@ -22,7 +22,6 @@ import pytest
 
 from stacks.config.files import PROJECT_DIR
 from stacks.offline import diff as diff_module
-from stacks.offline import render_host, sides
 from stacks.offline.diff import (
     ABSENT,
     FieldChange,
@@ -35,7 +34,6 @@ from stacks.offline.diff import (
     format_text,
 )
 from stacks.offline.diff import main as diff_main
-from tests.support import shared_renders
 from tests.support.cli import Ran, run_main
 
 # --- the field diff ------------------------------------------------------------------------------
@@ -394,35 +392,16 @@ def git(repo: Path, *args: str) -> str:
 
 def run_diff(repo: Path, *args: str) -> Ran:
     """`python -m stacks diff *args` run in `repo`, in this process (tests/support/cli.py): a side whose
-    code is this project's renders here, one whose code the test edited renders in a subprocess.
-
-    A side rendered here is a function of this project's code and the side's stack files, so it comes
-    from the session's renders (tests/support/shared_renders.py): the base's unchanged prod is the
-    render other tests of prod made."""
-    with shared_renders.from_the_session():
-        return run_main(lambda: diff_main(list(args), project_dir=repo), ("diff", *args), cwd=repo)
+    code is this project's renders here, one whose code the test edited renders in a subprocess."""
+    return run_main(lambda: diff_main(list(args), project_dir=repo), ("diff", *args), cwd=repo)
 
 
 def run_diff_process(repo: Path, *args: str, scratch: Path) -> subprocess.CompletedProcess[str]:
-    """`python -m stacks diff` in a process of its own importing `repo`'s code, as CI runs it: forked from
-    the render host (stacks/offline/render_host.py, a process that imported only the installed packages,
-    so every project import resolves to `repo`), or where there is none, a new interpreter."""
+    """`python -m stacks diff` in a process of its own importing `repo`'s code, as CI runs it."""
     env = {**os.environ, "PYTHONPATH": str(repo), "PYTHONDONTWRITEBYTECODE": "1"}
-    argv = ["diff", *args]
-    if render_host.available():
-        host = render_host.default_host(sides.PROGRAM_PACKAGES)
-        forked = host.start("stacks", argv, repo, env, scratch,
-                            preload=render_host.loaded_modules(sides.PROGRAM_PACKAGES))
-        try:
-            stdout, stderr = forked.communicate(timeout=120)
-        except subprocess.TimeoutExpired:  # as subprocess.run does: the process goes with the timeout
-            forked.kill()
-            forked.communicate()
-            raise
-        return subprocess.CompletedProcess(forked.args, forked.returncode or 0, stdout, stderr)
     return subprocess.run(
-        [sys.executable, "-m", "stacks", *argv], cwd=repo, env=env, capture_output=True, text=True, timeout=120
-    )
+        [sys.executable, "-m", "stacks", "diff", *args], cwd=repo, env=env, capture_output=True, text=True,
+        timeout=120)
 
 
 @pytest.fixture(scope="module")
