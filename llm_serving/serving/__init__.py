@@ -35,6 +35,7 @@ from .deployment import VllmDeployment, VllmDeploymentArgs
 from .engine import (
     CHAT_TEMPLATE_PATH,
     PORT,
+    PRE_STOP_SECONDS,
     RUN_AS_GID,
     RUN_AS_UID,
     RUNAI_STREAMER,
@@ -52,6 +53,7 @@ from .engine import (
     staged_model_path,
     staged_tokenizer_path,
     streamer_extra_config,
+    termination_grace_seconds,
     weights_volume_gib,
 )
 from .lws import LeaderWorkerSetController, LeaderWorkerSetControllerArgs, lws_values
@@ -154,6 +156,7 @@ __all__ = [
     "NodeUpdate",
     "OLD_GROUP_DELETE_SECONDS",
     "PORT",
+    "PRE_STOP_SECONDS",
     "ProducerRoom",
     "ProducerTimeouts",
     "RUNAI_STREAMER",
@@ -218,6 +221,7 @@ __all__ = [
     "staged_tokenizer_path",
     "staging_claim_name",
     "streamer_extra_config",
+    "termination_grace_seconds",
     "sync_configmap",
     "timing_problems",
     "timing_table",

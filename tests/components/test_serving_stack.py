@@ -166,24 +166,28 @@ def test_every_namespace_enforces_the_lowest_pod_security_level_its_pods_need(re
     assert found == expected
 
 
-# The await: every step but the last as planned, the last up to progressDeadlineSeconds, plus 2 minutes.
-# The delete: preStop 15 s + the stream bound + 30 s exit, plus 5 minutes.
-@pytest.mark.parametrize(("name", "strategy", "timeout", "delete"), [
-    # dev: one 1-GPU node runs, the autoscaler may add a second for the surge pod; 1 step, deadline 1,500 s.
-    ("dev", {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}, "1620s", "1249s"),
-    # staging: up to 2 TP4 replicas on up to 2 p5 nodes; room for a third. 840 s + 1,920 s + 120 s.
-    ("staging", {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}, "2880s", "2150s"),
-    # prod: up to 4 TP4 replicas on up to 4 p5 nodes; room for a fifth. 3 x 840 s + 1,920 s + 120 s.
-    ("prod", {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}, "4560s", "2150s"),
-])
-def test_every_stack_rolls_out_a_pod_template_change_within_its_gpus(rendered, name, strategy, timeout, delete):
+# Every stack has room for a surge pod (dev through its autoscaler's second node), so a pod-template change
+# rolls one replica at a time without taking one away; Pulumi waits for the planned steps and a stuck last one,
+# and a delete for the longest drain.
+@pytest.mark.parametrize("name", ["dev", "staging", "prod"])
+def test_every_stack_rolls_out_a_pod_template_change_within_its_gpus(rendered, name):
+    from llm_serving.stack import timing
+    from stacks.config.files import stack_file_path
+    from stacks.environment import load_stack_file
+
+    _, config = load_stack_file(stack_file_path(name))
+    (model,) = config.models
     (deployment,) = [m for m in rendered[name].manifests if m["kind"] == "Deployment"
                      and m["metadata"]["namespace"] == "llm-serving"
                      and m["metadata"]["labels"].get("app.kubernetes.io/component") == "vllm"]
-    assert deployment["spec"]["strategy"] == strategy
+    assert deployment["spec"]["strategy"] == {"type": "RollingUpdate",
+                                              "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
     wiring = rendered[name].wiring[f"kubernetes:apps/v1:Deployment::{deployment['metadata']['name']}-deployment"]
-    assert wiring["customTimeouts"] == {"create": timeout, "update": timeout, "delete": delete}
-
+    wait = timing.rollout_await_seconds(config, model)
+    delete = timing.model_drains(config, model).delete_timeout_seconds
+    assert wait > timing.progress_deadline_seconds(config, model)
+    assert delete > deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert wiring["customTimeouts"] == {"create": f"{wait}s", "update": f"{wait}s", "delete": f"{delete}s"}
 
 
 @pytest.mark.parametrize(("name", "crd_charts"), [

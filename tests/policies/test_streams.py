@@ -82,11 +82,11 @@ PATHS: dict[str, tuple[Callable[[list[dict[str, Any]]], None], list[str]]] = {
          "(HTTPRoute llama-70b timeouts.request): a rollout, scale-down or node drain cuts every longer stream"]),
     "vllm-grace": (
         lambda r: _vllm(r).update(terminationGracePeriodSeconds=345),
-        [f"Deployment llama-70b: terminationGracePeriodSeconds 345 s does not exceed preStop 15 s + "
+        [f"Deployment llama-70b: terminationGracePeriodSeconds 345 s does not exceed preStop {{pre_stop}} s + "
          f"--shutdown-timeout {BOUND:,} s: SIGKILL ends the drain early"]),
     "vllm-delete": (
         lambda r: _find(r, "Deployment", MODEL)["options"]["customTimeouts"].update(delete=""),
-        ["Deployment llama-70b: Pulumi's delete timeout 600 s does not outlast the pods' grace period 1,850 s: "
+        ["Deployment llama-70b: Pulumi's delete timeout 600 s does not outlast the pods' grace period {grace:,} s: "
          "destroy fails while they drain"]),
     "picker-drain": (
         lambda r: _set_arg(_picker(r)["containers"][0], "--drain-timeout", "1639s"),
@@ -100,7 +100,7 @@ PATHS: dict[str, tuple[Callable[[list[dict[str, Any]]], None], list[str]]] = {
     "picker-delete": (
         lambda r: _find(r, "Deployment", f"{MODEL}-epp")["options"]["customTimeouts"].update(delete=""),
         ["Deployment llama-70b-epp: Pulumi's delete timeout 600 s does not outlast the picker's grace period "
-         "1,835 s: a routing switch or destroy fails"]),
+         "{picker_grace:,} s: a routing switch or destroy fails"]),
     "envoy-drain": (
         lambda r: _envoy(r)["shutdown"].update(drainTimeout="300s"),
         [f"EnvoyProxy llm-serving-proxy: shutdown.drainTimeout 300 s is shorter than the longest HTTPRoute "
@@ -114,11 +114,18 @@ PATHS: dict[str, tuple[Callable[[list[dict[str, Any]]], None], list[str]]] = {
 }
 
 
+def _pre_stop(spec: dict[str, Any]) -> int:
+    return int(spec["containers"][0]["lifecycle"]["preStop"]["exec"]["command"][1])
+
+
 @pytest.mark.parametrize("path", sorted(PATHS))
 def test_refuses_each_drain_path_at_its_value_before_the_stream_bound(prod, path):
     regress, expected = PATHS[path]
+    # The figures the messages quote besides the regressed one are the render's own.
+    figures = {"pre_stop": _pre_stop(_vllm(prod)), "grace": _vllm(prod)["terminationGracePeriodSeconds"],
+               "picker_grace": _picker(prod)["terminationGracePeriodSeconds"]}
     regress(prod)
-    assert stream_drain_problems(prod) == expected
+    assert stream_drain_problems(prod) == [line.format(**figures) for line in expected]
 
 
 def test_leader_worker_set_leader_and_workers_drain_for_the_bound():
@@ -133,9 +140,11 @@ def test_leader_worker_set_leader_and_workers_drain_for_the_bound():
         "(HTTPRoute llama-405b timeouts.request): a rollout, scale-down or node drain cuts every longer stream"]
     # Back at 1,807 s on the leader, a worker that leaves after 315 s still ends the engine under its streams.
     _set_arg(template["leaderTemplate"]["spec"]["containers"][0], "--shutdown-timeout", "1807")
+    leader_drain = _pre_stop(template["leaderTemplate"]["spec"]) + 1807
     assert stream_drain_problems(resources) == [
-        "LeaderWorkerSet llama-405b workers: worker preStop 315 s is shorter than the leader's drain 1,822 s "
-        "(preStop + --shutdown-timeout): a rank that exits first ends the engine under the leader's streams"]
+        f"LeaderWorkerSet llama-405b workers: worker preStop 315 s is shorter than the leader's drain "
+        f"{leader_drain:,} s (preStop + --shutdown-timeout): a rank that exits first ends the engine under the "
+        "leader's streams"]
 
 
 def test_alb_deregistration_delay_covers_the_pods_drain(alb_path):

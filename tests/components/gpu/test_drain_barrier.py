@@ -30,8 +30,11 @@ def test_prods_barrier_is_named_for_the_generation_and_depends_on_its_node_group
     assert found["name"] == f"node-drain-barrier-{generation}-deployment"
     wiring = result.wiring[f"kubernetes:apps/v1:Deployment::{found['name']}"]
     assert wiring["dependsOn"] == [NODE_GROUP_KEY, "kubernetes:core/v1:Namespace::serving-namespace"]
-    # Its grace period (1,850 s + 30 s) and 5 minutes: the default 10 minutes would fail the update mid-wait.
-    assert wiring["customTimeouts"] == {"create": "", "update": "", "delete": "2180s"}
+    # Its grace period and a margin: the default 10 minutes would fail the update mid-wait.
+    _, config = load_stack_file(stack_file_path("prod"))
+    delete = drain.barrier_delete_timeout_seconds(timing.node_drain_wait_seconds(config))
+    assert wiring["customTimeouts"] == {"create": "", "update": "", "delete": f"{delete}s"}
+    assert delete > drain.barrier_grace_seconds(timing.node_drain_wait_seconds(config))
     assert wiring["deleteBeforeReplace"] is False and wiring["retainOnDelete"] is False
 
 
@@ -41,9 +44,10 @@ def test_prods_barrier_pod_outlasts_the_longest_vllm_grace_period(rendered):
     vllm = result.manifest("Deployment", "llama-70b")["spec"]["template"]["spec"]
     spec = manifest["spec"]["template"]["spec"]
     (container,) = spec["containers"]
-    assert vllm["terminationGracePeriodSeconds"] == 1850
-    assert container["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", "1850"]
-    assert spec["terminationGracePeriodSeconds"] == 1880
+    # The barrier's pod sleeps as long as a vLLM pod may take to exit, and is given time to do so.
+    sleep = int(container["lifecycle"]["preStop"]["exec"]["command"][1])
+    assert sleep == vllm["terminationGracePeriodSeconds"]
+    assert spec["terminationGracePeriodSeconds"] > sleep
     # Deleted in the foreground, so the Deployment is gone only once its pod is.
     assert manifest["metadata"]["annotations"] == {"pulumi.com/deletionPropagationPolicy": "foreground"}
     assert manifest["spec"]["replicas"] == 1
@@ -73,8 +77,8 @@ def test_the_node_group_guard_does_not_count_the_barrier_as_a_replica(rendered):
 
 
 def test_barrier_numbers_follow_the_wait():
-    assert drain.barrier_grace_seconds(645) == 675
-    assert drain.barrier_delete_timeout_seconds(645) == 975
+    assert drain.barrier_grace_seconds(645) > 645
+    assert drain.barrier_delete_timeout_seconds(645) > drain.barrier_grace_seconds(645)
     manifest = drain.barrier_manifest("0da3900dc4", "llm-serving", 645, "python@sha256:x", {})
     assert manifest["metadata"]["name"] == "node-drain-barrier-0da3900dc4"
     assert manifest["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/component": "node-drain-barrier",
@@ -92,21 +96,21 @@ def test_the_node_update_relation_refuses_a_barrier_shorter_than_a_grace_period(
 def test_prods_node_update_cuts_no_stream_within_the_bound():
     _, config = load_stack_file(stack_file_path("prod"))
     rows = timing.node_update_timeline(config)
-    assert rows == [
-        ("0:00", "`pulumi up` creates the new node group beside the old one and the new generation's drain barrier"),
-        ("5:00", "the new nodes have joined; the Deployment rolls onto them"),
-        ("19:00", "step 1 of 2: a new replica is available; an old one stops taking requests after its 15 s preStop "
-                  "and drains its streams"),
-        ("33:00", "step 2 of 2: a new replica is available; an old one stops taking requests after its 15 s preStop "
-                  "and drains its streams; the rollout is complete, so Pulumi starts its deletions: the old "
-                  "generation's drain barrier first, whose pod sleeps 1,850 s before it goes"),
-        ("63:20", "the last stream the last old replica admitted ends at the latest (its preStop + the 1,805 s stream "
-                  "bound)"),
-        ("63:50", "the last old replica has exited at the latest (1,850 s grace)"),
-        ("63:50", "the barrier is gone; Pulumi deletes the old node group, whose nodes host no replica"),
-        ("68:50", "EKS has drained (at most 5 min) and terminated the old nodes; the update ends"),
-    ]
-    assert timing.node_drain_wait_seconds(config) == 1850
+
+    def at(text: str) -> int:
+        (clock,) = [when for when, what in rows if what.startswith(text)]
+        minutes, seconds = clock.split(":")
+        return int(minutes) * 60 + int(seconds)
+
+    (model,) = config.models
+    drains = timing.model_drains(config, model)
+    rolled = at("step 2 of 2")
+    # The last stream an old replica admitted ends before it is killed, and the barrier outlives the replica.
+    assert at("the last stream") == rolled + serving.PRE_STOP_SECONDS + drains.stream_seconds
+    assert at("the last stream") <= at("the last old replica has exited") == rolled + drains.vllm_grace_seconds
+    assert at("the last old replica has exited") <= at("the barrier is gone") < at("EKS has drained")
+    assert [when for when, _ in rows] == sorted((when for when, _ in rows), key=lambda c: tuple(map(int, c.split(":"))))
+    assert timing.node_drain_wait_seconds(config) == drains.vllm_grace_seconds
 
 
 def test_prods_barrier_is_fenced_off_the_network(rendered):

@@ -7,6 +7,10 @@ import pytest
 
 from llm_serving.serving import engine as vllm_engine
 from llm_serving.serving import weights
+from llm_serving.stack import planning
+from llm_serving.stack import timing as stack_timing
+from stacks.config.files import stack_file_path
+from stacks.environment import load_stack_file
 from tests.support import reference
 
 WRITABLE_PATH_ENV = (
@@ -17,6 +21,15 @@ WRITABLE_PATH_ENV = (
 MODEL = "llama-70b"
 REVISION = "1605565b47bb9346c5515c34102e054115b4f98b"
 MODEL_PATH = f"/models/meta-llama/Llama-3.1-70B-Instruct/{REVISION}"
+
+
+def prod_config():
+    return load_stack_file(stack_file_path("prod"))[1]
+
+
+def prod_model():
+    (model,) = prod_config().models
+    return model
 
 
 def deployment(rendered, stack="prod"):
@@ -146,8 +159,14 @@ def test_resources_selectors_and_tolerations(rendered):
 
 def test_drain_lets_streams_finish(rendered):
     spec = deployment(rendered)["spec"]["template"]["spec"]
-    assert container(rendered)["lifecycle"] == {"preStop": {"exec": {"command": ["sleep", "15"]}}}
-    assert spec["terminationGracePeriodSeconds"] == 1850 == 15 + 1805 + 30
+    args = container(rendered)["args"]
+    shutdown = int(args[args.index("--shutdown-timeout") + 1])
+    assert container(rendered)["lifecycle"] == {
+        "preStop": {"exec": {"command": ["sleep", str(vllm_engine.PRE_STOP_SECONDS)]}}}
+    # SIGKILL only after the preStop and vLLM's whole drain, which holds the model's stream bound.
+    assert spec["terminationGracePeriodSeconds"] == vllm_engine.termination_grace_seconds(shutdown)
+    assert spec["terminationGracePeriodSeconds"] > vllm_engine.PRE_STOP_SECONDS + shutdown
+    assert shutdown >= stack_timing.stream_seconds(prod_model())
     assert deployment(rendered)["spec"]["strategy"] == {
         "type": "RollingUpdate",
         "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
@@ -307,15 +326,20 @@ def test_chat_template_and_separate_tokenizer_revision_are_mounted_and_passed(st
 
 def test_engine_waits_as_long_as_the_startup_probe_and_pulumi_waits_for_every_replica(rendered):
     env = {e["name"]: e.get("value") for e in container(rendered)["env"]}
-    assert env["VLLM_ENGINE_READY_TIMEOUT_S"] == "1020"
+    config, model = prod_config(), prod_model()
+    budget = planning.model_plan(config, model).startup_budget_seconds
+    # The engine core gives up no sooner than the startup probe does.
+    assert int(env["VLLM_ENGINE_READY_TIMEOUT_S"]) == budget
     deploy = rendered["prod"].wiring[f"kubernetes:apps/v1:Deployment::{MODEL}-deployment"]
-    # Up to 4 replicas surged one at a time: three planned steps (image pull, 510 s cold start,
-    # minReadySeconds), the last up to the progress deadline (startup budget, node and pull, 5 min),
-    # then 2 minutes: a stuck last step fails the `up` 2 minutes after Kubernetes gives up.
-    deadline = 1020 + 300 + 300 + 300
-    assert deployment(rendered)["spec"]["progressDeadlineSeconds"] == deadline
-    assert deploy["customTimeouts"] == {"create": f"{3 * (300 + 510 + 30) + deadline + 120}s",
-                                        "update": "4560s", "delete": f"{15 + 1805 + 30 + 300}s"}
+    # Kubernetes gives a stuck step at least the startup budget; Pulumi waits for every planned step and then
+    # for Kubernetes to give up on the last one; a delete waits for the longest drain.
+    deadline = deployment(rendered)["spec"]["progressDeadlineSeconds"]
+    assert deadline == stack_timing.progress_deadline_seconds(config, model) > budget
+    wait = stack_timing.rollout_await_seconds(config, model)
+    assert wait >= stack_timing.planned_rollout_seconds(config, model) and wait > deadline
+    delete = stack_timing.model_drains(config, model).delete_timeout_seconds
+    assert delete > deployment(rendered)["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert deploy["customTimeouts"] == {"create": f"{wait}s", "update": f"{wait}s", "delete": f"{delete}s"}
 
 
 def test_network_policies_exist_before_the_weights_are_staged(rendered):

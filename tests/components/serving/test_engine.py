@@ -83,7 +83,8 @@ def test_startup_budget_rounds_up_to_a_whole_period():
 
 
 def test_termination_grace_outlasts_prestop_and_vllm_shutdown():
-    assert vllm_engine.termination_grace_seconds(300) == 15 + 300 + 30
+    # SIGKILL comes after preStop and vLLM's whole shutdown timeout, with room for the process to exit.
+    assert vllm_engine.termination_grace_seconds(300) > vllm_engine.PRE_STOP_SECONDS + 300
 
 
 @pytest.mark.parametrize(("tp", "gib"), [(1, 4), (2, 8), (4, 16), (8, 32)])

@@ -20,17 +20,22 @@ def test_stream_bound_is_max_model_len_at_the_itl_objective_with_headroom(max_mo
 
 
 def test_every_drain_of_a_routed_model_follows_the_bound():
-    drains = serving.model_drains("llama-70b", 1805, routed=True)
-    assert drains == serving.ModelDrains(
-        model="llama-70b", stream_seconds=1805, route_timeout_seconds=1805, vllm_shutdown_seconds=1805,
-        vllm_grace_seconds=15 + 1805 + 30, worker_pre_stop_seconds=None, picker_drain_seconds=1805,
-        picker_grace_seconds=1835, delete_timeout_seconds=1850 + 300)
+    bound = 1805
+    drains = serving.model_drains("llama-70b", bound, routed=True)
+    # Every timeout on the path holds the bound; the pod's grace covers its preStop, the drain and an exit.
+    assert drains.route_timeout_seconds == drains.vllm_shutdown_seconds == drains.picker_drain_seconds == bound
+    assert drains.vllm_grace_seconds > serving.PRE_STOP_SECONDS + bound
+    assert drains.picker_grace_seconds > bound and drains.worker_pre_stop_seconds is None
+    # Pulumi's delete waits for the longest grace of the workloads that drain.
+    assert drains.delete_timeout_seconds > max(drains.vllm_grace_seconds, drains.picker_grace_seconds)
     assert serving.timing_problems(serving.drain_relations(drains)) == []
 
 
 def test_a_multinode_model_s_workers_outlast_the_leaders_drain():
     drains = serving.model_drains("llama-405b", 1807, multinode=True)
-    assert (drains.worker_pre_stop_seconds, drains.picker_drain_seconds) == (15 + 1807, None)
+    # A worker leaves only after the leader's preStop and drain: never under a stream the leader still serves.
+    assert drains.worker_pre_stop_seconds == serving.PRE_STOP_SECONDS + drains.vllm_shutdown_seconds
+    assert drains.picker_drain_seconds is None
 
 
 def test_a_shutdown_override_shorter_than_the_bound_is_the_one_broken_rule():

@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 import yaml
 
+from llm_serving import serving
 from llm_serving.platform.args import validate
+from llm_serving.stack import timing as stack_timing
 from policies import rules
-from stacks import checks
+from stacks import checks, environment
 from stacks.config import ServingStackArgs
 from stacks.config.files import PROJECT_DIR
 from stacks.offline import render
@@ -74,19 +76,20 @@ def test_the_leader_serves_and_the_worker_joins_headless(example):
     # Probes on the leader only: a worker answers no HTTP.
     assert {"startupProbe", "readinessProbe", "livenessProbe", "ports"} <= set(leader)
     assert not {"startupProbe", "readinessProbe", "livenessProbe", "ports"} & set(worker)
-    # The group drains as one: the leader stops taking requests after 15 s and lets in-flight streams
-    # run for its shutdown timeout, the stream bound (16,384 tokens at 0.1 s after a 4 s TTFT objective,
-    # plus 10 %: 1,807 s); the worker waits out both before it gets SIGTERM.
-    assert leader["lifecycle"] == {"preStop": {"exec": {"command": ["sleep", "15"]}}}
-    assert worker["lifecycle"] == {"preStop": {"exec": {"command": ["sleep", "1822"]}}}
-    assert "--shutdown-timeout" in leader["args"] and leader["args"][leader["args"].index("--shutdown-timeout") + 1] \
-        == "1807"
+    # The group drains as one: the leader stops taking requests after its preStop and lets in-flight streams
+    # run for its shutdown timeout, the stream bound; the worker waits out both before it gets SIGTERM.
+    shutdown = int(leader["args"][leader["args"].index("--shutdown-timeout") + 1])
+    (model,) = environment.load_stack_file(PROJECT_DIR / "examples" / "Pulumi.prod-405b.yaml")[1].models
+    assert shutdown == stack_timing.stream_seconds(model)
+    assert leader["lifecycle"] == {"preStop": {"exec": {"command": ["sleep", str(serving.PRE_STOP_SECONDS)]}}}
+    assert worker["lifecycle"] == {"preStop": {"exec": {"command": [
+        "sleep", str(serving.PRE_STOP_SECONDS + shutdown)]}}}
     # The startup budget covers each stage's pod reading the whole ~811 GB checkpoint from EFS (500 MiB/s):
     # vLLM keeps every file on every pipeline stage (capacity.plan).
     assert leader["startupProbe"]["failureThreshold"] * leader["startupProbe"]["periodSeconds"] == 3580
     pods = (template["leaderTemplate"], template["workerTemplate"])
     grace = {t["spec"]["terminationGracePeriodSeconds"] for t in pods}
-    assert grace == {15 + 1807 + 30}
+    assert grace == {serving.termination_grace_seconds(shutdown)}
 
 
 def test_every_rank_takes_its_nodes_efa_interfaces_with_huge_pages_and_nccl_over_libfabric(example):

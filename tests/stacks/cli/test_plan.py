@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from llm_serving import serving
 from stacks.cli import plan as plan_cli
 from tests.components.serving.test_capacity import AGREED_JSON_KEYS
 
@@ -147,6 +148,9 @@ def test_dynamics_for_prods_replicas_and_nodes() -> None:
     code, out, err = _run([*PROD, "--replicas", "2", "--max-replicas", "4", "--nodes", "2", "--max-nodes", "4",
                            "--json"])
     assert (code, err) == (0, "")
+    # The drain barrier holds the old group until the last replaced pod's grace period is over.
+    # The planner's defaults: a 16,384-token answer at the 100 ms ITL after the 2 s TTFT objectives.
+    grace = serving.model_drains("model", serving.derived_stream_seconds(16384, 0.1, 2.0)).vllm_grace_seconds
     assert json.loads(out)["dynamics"] == {
         # Cold start 510 s (EFS, 500 MiB/s) + minReadySeconds 30 s; a running node has 4 GPUs free and,
         # pre-pulled, the image.
@@ -168,9 +172,8 @@ def test_dynamics_for_prods_replicas_and_nodes() -> None:
         "rollout_needs_node": False,
         "rollout_seconds": 2 * 840,
         # New group's 2 nodes (300 s) + both replicas rolled (1,680 s) + the drain barrier's wait for the
-        # last replaced pod (its grace: 15 s preStop + the 1,805 s derived stream bound + 30 s) + 300 s to
-        # delete the old group.
-        "node_update_seconds": 300 + 1680 + 1850 + 300,
+        # last replaced pod's grace + 300 s to delete the old group.
+        "node_update_seconds": 300 + 1680 + grace + 300,
         "node_update_extra_nodes": 2,
     }
 
@@ -232,8 +235,10 @@ def test_stack_plan_prints_the_timing_rules_with_the_numbers_the_render_carries(
     assert rows["llama-70b: vLLM --shutdown-timeout 1,805 s >= stream bound 1,805 s"] == "ok"
     assert rows["edge: NLB deregistration delay 1,805 s >= longest stream bound 1,805 s"] == "ok"
     assert rows["llama-70b: picker queue wait 2 s < Envoy stream idle timeout 300 s"] == "ok"
-    assert rows["node update: drain barrier before the old group's deletion 1,850 s >= longest vLLM "
-                "terminationGracePeriodSeconds 1,850 s"] == "ok"
+    grace = rendered["prod"].manifest("Deployment", "llama-70b")["spec"]["template"]["spec"][
+        "terminationGracePeriodSeconds"]
+    assert rows[f"node update: drain barrier before the old group's deletion {grace:,} s >= longest vLLM "
+                f"terminationGracePeriodSeconds {grace:,} s"] == "ok"
     assert set(rows.values()) == {"ok"} and len(rows) == 17
     picker = rendered["prod"].manifest("ConfigMap", "llama-70b-epp")["data"]["config.yaml"]
     assert "  defaultRequestTTL: 2s\n" in picker
@@ -245,11 +250,11 @@ def test_stack_plan_prints_the_timing_rules_with_the_numbers_the_render_carries(
     wiring = rendered["prod"].wiring["kubernetes:apps/v1:Deployment::llama-70b-deployment"]
     assert "llama-70b: Pulumi rollout await 4,560 s >= planned rollout (4 steps) 3,660 s" in rows
     assert wiring["customTimeouts"]["update"] == "4560s"
-    # The barrier's preStop sleeps the same 1,850 s the vLLM pod's grace period allows.
+    # The barrier's preStop sleeps as long as the vLLM pod's grace period allows.
     (barrier,) = [r for r in rendered["prod"].resources if r["name"].startswith("node-drain-barrier-")
                   and r["type"] == "kubernetes:apps/v1:Deployment"]
     (container,) = barrier["inputs"]["spec"]["template"]["spec"]["containers"]
-    assert container["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", "1850"]
+    assert container["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", str(grace)]
     data = json.loads(_run(["--stack", "prod", "--model", "llama-70b", "--json"])[1])
     assert data["timing"][1] == {"rule": "llama-70b: vLLM --shutdown-timeout",
                                  "numbers": "1,805 s >= stream bound 1,805 s", "holds": True}

@@ -16,6 +16,9 @@ import re
 
 import pytest
 
+from llm_serving.stack import timing
+from stacks.config.files import stack_file_path
+from stacks.environment import load_stack_file
 from stacks.offline import replacements
 from stacks.offline.diff import ResourceChange, diff_resources, format_markdown
 from tests.conftest import STACK_NAMES
@@ -111,19 +114,23 @@ def test_an_ami_bump_replaces_the_node_group_and_its_asg_tags_and_costs_a_node_g
         '    inputs.autoscalingGroupName: "eks-gpu-p5-48xlarge-node-group-asg" -> (known after the replacement)',
     ]
     group = block(out, "+- aws:eks/nodeGroup:NodeGroup gpu-p5-48xlarge-node-group (forced by labels)")
-    assert group[1:4] == [
-        f"    ! {CREATED_FIRST}",
-        "    = node group update: about 69 min (create the new node group: 2 node(s) ready in about 5 min; roll every "
-        "model onto it with its own strategy: about 28 min (slowest model); let the last replaced pods drain (the "
-        "old generation's drain barrier): 1,850 s; delete the old group's 2 emptied node(s): about 5 min)",
+    # The barrier waits out the longest grace period of prod's vLLM pods.
+    grace = timing.node_drain_wait_seconds(load_stack_file(stack_file_path("prod"))[1])
+    assert group[1] == f"    ! {CREATED_FIRST}"
+    assert re.fullmatch(
+        r"    = node group update: about \d+ min \(create the new node group: 2 node\(s\) ready in about 5 min; roll "
+        r"every model onto it with its own strategy: about 28 min \(slowest model\); let the last replaced pods drain "
+        rf"\(the old generation's drain barrier\): {grace:,} s; delete the old group's 2 emptied node\(s\): about 5 "
+        r"min\)", group[2])
+    assert group[3:4] == [
         "    = quota: 2 new p5.48xlarge node(s) beside the 2 old one(s), 4 nodes and 32 GPUs at once until the old "
         "group is deleted",
     ]
     assert '    inputs.releaseVersion: "1.34.2-20261101" -> "1.34.2-20261115"' in group
     # The generation's drain barrier: the new one created, the old one deleted (before the old group).
     assert block(out, "- kubernetes:apps/v1:Deployment node-drain-barrier-8fff7a3ae2-deployment")[1] == (
-        "    = drain barrier: deleted before the old node group, its pod takes 1,850 s to go (the longest vLLM grace "
-        "period), so no replaced pod is still draining when EKS terminates the old nodes")
+        f"    = drain barrier: deleted before the old node group, its pod takes {grace:,} s to go (the longest vLLM "
+        "grace period), so no replaced pod is still draining when EKS terminates the old nodes")
     assert "+ kubernetes:apps/v1:Deployment node-drain-barrier-f3322b5c04-deployment" in out.splitlines()
     deployment = block(out, "~ kubernetes:apps/v1:Deployment llama-70b-deployment")
     assert deployment[1] == ("    ! spec.template.spec.nodeSelector unknown at preview: output of "
