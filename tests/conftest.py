@@ -10,34 +10,49 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from stacks.config.files import PROJECT_DIR
-from stacks.offline import render
+if TYPE_CHECKING:  # imported where used: the xdist controller loads this file too and runs no test
+    from stacks.offline.render import RenderResult
 
+PROJECT_DIR = Path(__file__).resolve().parent.parent  # stacks.config.files.PROJECT_DIR
 STACK_FILES = sorted(PROJECT_DIR.glob("Pulumi.*.yaml"))
 STACK_NAMES = [p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in STACK_FILES]
 
 
 @functools.cache
-def _render(path: Path) -> render.RenderResult:
+def _render(path: Path) -> RenderResult:
+    from stacks.offline import render
+
     return render.render_stack(path)
 
 
-def render_file(path: Path) -> render.RenderResult:
+def render_file(path: Path) -> RenderResult:
     """A stack file's render, once per test process (a render takes about a second)."""
     return _render(path.resolve())
 
 
 @pytest.fixture(scope="session")
-def rendered() -> dict[str, render.RenderResult]:
+def rendered() -> dict[str, RenderResult]:
     return {name: render_file(path) for name, path in zip(STACK_NAMES, STACK_FILES, strict=True)}
+
+
+def _copy_project(directory: Path) -> Path:
+    for path in (*STACK_FILES, PROJECT_DIR / "Pulumi.yaml"):
+        (directory / path.name).write_text(path.read_text())
+    return directory
 
 
 @pytest.fixture
 def stack_dir(tmp_path: Path) -> Path:
     """A scratch project directory holding copies of the repo's project and stack files."""
-    for path in (*STACK_FILES, PROJECT_DIR / "Pulumi.yaml"):
-        (tmp_path / path.name).write_text(path.read_text())
-    return tmp_path
+    return _copy_project(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def variants_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One project directory for the session's variants of the committed stacks (tests/support/stack_variants.py):
+    a variant written by two modules is one path, so it is rendered once per process."""
+    return _copy_project(tmp_path_factory.mktemp("variants"))

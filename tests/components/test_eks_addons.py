@@ -19,16 +19,16 @@ from tests.support import reference, stack_variants
 ADDON = "aws:eks/addon:Addon"
 
 
-def _fsx_variant(stack_dir):
-    return render_file(stack_variants.prod_on_fsx(stack_dir))
+def _fsx_variant(variants_dir):
+    return render_file(stack_variants.prod_on_fsx(variants_dir))
 
 
 def _addons(result) -> list[dict]:
     return [r for r in result.resources if r["type"] == ADDON]
 
 
-def test_every_rendered_addon_configuration_is_valid_against_its_schema(rendered, stack_dir):
-    results = {**rendered, "fsx": _fsx_variant(stack_dir)}
+def test_every_rendered_addon_configuration_is_valid_against_its_schema(rendered, variants_dir):
+    results = {**rendered, "fsx": _fsx_variant(variants_dir)}
     seen: set[str] = set()
     for stack, result in results.items():
         for addon in _addons(result):
@@ -41,8 +41,8 @@ def test_every_rendered_addon_configuration_is_valid_against_its_schema(rendered
     assert seen == set(versions.EKS_ADDON_VERSIONS)
 
 
-def test_every_rendered_addon_is_pinned_for_the_cluster_minor_with_deliberate_conflict_modes(rendered, stack_dir):
-    results = {**rendered, "fsx": _fsx_variant(stack_dir)}
+def test_every_rendered_addon_is_pinned_for_the_cluster_minor_with_deliberate_conflict_modes(rendered, variants_dir):
+    results = {**rendered, "fsx": _fsx_variant(variants_dir)}
     for stack, result in results.items():
         # The node group runs the cluster's minor (CreateNodegroup accepts no other).
         (minor,) = {r["inputs"]["version"] for r in result.resources if r["type"] == "aws:eks/nodeGroup:NodeGroup"}

@@ -19,7 +19,7 @@ from stacks.config import EdgeAuth, EdgeMode
 from stacks.config.files import PROJECT_DIR
 from stacks.environment import load_stack_file
 from stacks.offline import render
-from tests.conftest import STACK_FILES, STACK_NAMES, render_file
+from tests.conftest import STACK_NAMES, render_file
 from tests.support import promql, reference, stack_variants
 
 MODEL = "llama-70b"
@@ -30,10 +30,8 @@ INGRESS_NGINX = {"mode": "ingress-nginx", "namespace": "ingress-nginx", "control
 
 
 @pytest.fixture(scope="module")
-def prod_in_mode(tmp_path_factory) -> dict[str, Any]:
-    directory = tmp_path_factory.mktemp("modes")
-    for path in STACK_FILES:
-        (directory / path.name).write_text(path.read_text())
+def prod_in_mode(variants_dir) -> dict[str, Any]:
+    directory = variants_dir
     paths = {"gateway": PROJECT_DIR / "Pulumi.prod.yaml",
              "alb": stack_variants.prod_behind_an_alb(directory),
              "ingress-nginx": stack_variants.write(directory, "prod-ingress-nginx", {"edge": INGRESS_NGINX})}

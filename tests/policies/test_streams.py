@@ -13,7 +13,7 @@ import pytest
 
 from policies.streams import stream_drain_problems
 from stacks.config.files import PROJECT_DIR
-from tests.conftest import STACK_FILES, render_file
+from tests.conftest import render_file
 from tests.support import stack_variants
 
 MODEL = "llama-70b"
@@ -30,11 +30,8 @@ def prod() -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def alb_path(tmp_path_factory) -> Path:
-    directory = tmp_path_factory.mktemp("alb")
-    for path in STACK_FILES:
-        (directory / path.name).write_text(path.read_text())
-    return stack_variants.prod_behind_an_alb(directory)
+def alb_path(variants_dir) -> Path:
+    return stack_variants.prod_behind_an_alb(variants_dir)
 
 
 def _find(resources: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:

@@ -16,7 +16,9 @@ from typing import Any
 
 import pulumi
 
+from llm_serving.stack.site import Site, StagingNodes
 from stacks.config import ServingStackArgs, validate
+from stacks.config.files import deep_merge, read_stack_file, resolve, stack_file_path
 from stacks.offline.mocks import RenderMocks
 from stacks.offline.render import RenderResult, record
 
@@ -75,3 +77,21 @@ def assert_has(result: RenderResult, type_: str, properties: dict[str, Any]) -> 
 def stack_args(values: dict[str, Any], **overrides: Any) -> ServingStackArgs:
     """ServingStackArgs from stack-file values (camelCase), with top-level keys replaced."""
     return validate(ServingStackArgs, {**values, **overrides})
+
+
+def committed_args(stack: str, **sections: Any) -> ServingStackArgs:
+    """A committed stack's args (`extends` resolved), with top-level sections deep-merged as a stack file that
+    extends it would (lists of named items by name)."""
+    path = stack_file_path(stack)
+    values = resolve(read_stack_file(path), path.parent).values
+    secrets = {key: "placeholder-secret-of-32-characters" for key in ("apiKey", "hfToken", "grafanaAdminPassword")
+               if key in values}
+    return validate(ServingStackArgs, deep_merge({**values, **secrets}, sections))
+
+
+def site(args: ServingStackArgs) -> Site:
+    """The cluster facts the platform parts are built on, as the render's placeholder cluster gives them."""
+    return Site(vpc_id="vpc-0abc0000000000001", cluster_security_group_id="sg-0123456789abcdef0", region="us-east-1",
+                subnets=[(s.id, s.availability_zone) for s in args.gpu_node_group.subnets], subnet_keys=(),
+                staging=StagingNodes(None, (), {}))
+

@@ -1,12 +1,8 @@
 """Variants of prod that several test modules render: written here, byte for byte the same for each.
 
-The run shares a render between tests and workers when the stack file's name and bytes and the files
-it extends are the same (tests/support/shared_renders.py). A variant that two modules each wrote their
-own way (other placeholder secrets, another key order, another role name) was rendered once per module,
-about half a second of CPU each time; written once here, it is rendered once per run.
-
-Each writer takes a directory holding copies of the project's stack files (the `stack_dir` fixture,
-or a module's own copy of them) and returns the path of the variant it wrote there.
+Each writer takes a directory holding copies of the project's stack files and returns the path of the
+variant it wrote there. Written into the session's `variants_dir` (tests/conftest.py), a variant two modules
+use is one path, and `render_file` renders it once per test process.
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
-from tests.conftest import render_file
+from llm_serving.gpu import GpuNodeGroup
+from llm_serving.stack import parts, planning
+from tests.support.components import committed_args, run, site
 from tests.support.reference import helm_value_errors
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -94,57 +96,49 @@ def test_autoscaler_starts_only_with_its_permissions_in_place(rendered):
             "aws:iam/rolePolicy:RolePolicy::cluster-autoscaler-policy"} <= set(wiring["dependsOn"])
 
 
-def _variant(stack_dir, name: str, config: dict) -> object:
-    path = stack_dir / f"Pulumi.{name}.yaml"
-    path.write_text(json.dumps({"config": {
-        "aws:region": "us-east-1", "llm-serving:extends": "prod", "llm-serving:apiKey": {"secure": "v1:abc"},
-        "llm-serving:hfToken": {"secure": "v1:def"}, **config}}))
-    return path
+def node_group(args) -> object:
+    """The stack's GPU node group alone, under the mocks (the component tier)."""
+    return run(lambda: GpuNodeGroup(parts.node_group_name(args), parts.node_group(args, site(args))))
 
 
-def test_without_an_autoscaler_nothing_is_installed_and_desired_nodes_apply(stack_dir):
-    result = render_file(_variant(stack_dir, "fixed", {
-        "llm-serving:nodeAutoscaling": {"mode": "none"},
-        "llm-serving:gpuNodeGroup": {"scaling": {"minNodes": 3, "maxNodes": 3, "desiredNodes": 3}},
-    }))
-    assert not [r for r in result.resources if "cluster-autoscaler" in r["name"]]
+def test_without_an_autoscaler_nothing_is_installed_and_desired_nodes_apply():
+    args = committed_args("prod", nodeAutoscaling={"mode": "none"},
+                          gpuNodeGroup={"scaling": {"minNodes": 3, "maxNodes": 3, "desiredNodes": 3}})
+    assert parts.cluster_autoscaler(args, site(args)) is None
+    result = node_group(args)
     wiring = result.wiring["aws:eks/nodeGroup:NodeGroup::gpu-p5-48xlarge-node-group"]
     # Nobody else owns the size: a change of desiredNodes must reach the group.
     assert wiring["ignoreChanges"] == []
+    assert result.resource("aws:eks/nodeGroup:NodeGroup", "gpu-p5-48xlarge-node-group")["inputs"][
+        "scalingConfig"]["desiredSize"] == 3
 
 
-def test_an_existing_autoscaler_gets_the_tags_it_reads_and_nothing_else(stack_dir):
-    result = render_file(_variant(stack_dir, "existing", {
-        "llm-serving:nodeAutoscaling": {"mode": "existing", "existing": "cluster-autoscaler"},
-    }))
-    assert not [r for r in result.resources if r["name"].startswith("cluster-autoscaler")]
+def test_an_existing_autoscaler_gets_the_tags_it_reads_and_nothing_else():
+    args = committed_args("prod", nodeAutoscaling={"mode": "existing", "existing": "cluster-autoscaler"})
+    assert parts.cluster_autoscaler(args, site(args)) is None
+    result = node_group(args)
     tags = {r["inputs"]["tag"]["key"] for r in result.by_type()["aws:autoscaling/tag:Tag"]}
     assert "k8s.io/cluster-autoscaler/node-template/resources/nvidia.com/gpu" in tags
+    # The group's size is the autoscaler's after creation, as with the stack's own.
+    assert result.wiring["aws:eks/nodeGroup:NodeGroup::gpu-p5-48xlarge-node-group"]["ignoreChanges"] == [
+        "scalingConfig.desiredSize"]
 
 
-def test_node_group_and_autoscaler_follow_the_clusters_version(stack_dir):
+def test_node_group_and_autoscaler_follow_the_clusters_version():
     generations = {}
-    for minor, image in (("1.33", "v1.33.6"), ("1.34", "v1.34.5")):
-        result = render_file(_variant(stack_dir, f"k{minor.replace('.', '')}", {
-            "llm-serving:cluster": {"name": "llm-prod", "kubernetesVersion": minor},
-            "llm-serving:gpuNodeGroup": {"amiReleaseVersion": None},
-        }))
-        group = inputs(result, "aws:eks/nodeGroup:NodeGroup", "gpu-p5-48xlarge-node-group")
+    for minor in ("1.33", "1.34"):
+        args = committed_args("prod", cluster={"kubernetesVersion": minor}, gpuNodeGroup={"amiReleaseVersion": None})
+        group = node_group(args).resource("aws:eks/nodeGroup:NodeGroup", "gpu-p5-48xlarge-node-group")["inputs"]
         assert group["version"] == minor
         assert "releaseVersion" not in group
-        assert inputs(result, RELEASE, "cluster-autoscaler-release")["values"]["image"]["tag"] == image
+        # Cluster Autoscaler's image is the release for the cluster's minor.
+        assert parts.cluster_autoscaler(args, site(args)).image_tag.startswith(f"v{minor}.")
         generations[minor] = group["labels"]["llm-serving/node-generation"]
     # Another version is another node generation: a new group, and the pods follow it.
     assert generations["1.33"] != generations["1.34"]
 
 
-def test_dev_without_an_autoscaler_replaces_its_single_replica_in_place(stack_dir):
-    path = stack_dir / "Pulumi.dev-fixed.yaml"
-    path.write_text(json.dumps({"config": {
-        "aws:region": "us-east-1", "llm-serving:extends": "dev", "llm-serving:apiKey": {"secure": "v1:abc"},
-        "llm-serving:hfToken": {"secure": "v1:def"}, "llm-serving:grafanaAdminPassword": {"secure": "v1:ghi"},
-        "llm-serving:nodeAutoscaling": {"mode": "none"}}}))
-    result = render_file(path)
-    (deployment,) = [m for m in result.manifests if m["kind"] == "Deployment" and m["metadata"]["name"] == "llama-8b"]
+def test_dev_without_an_autoscaler_replaces_its_single_replica_in_place():
+    args = committed_args("dev", nodeAutoscaling={"mode": "none"})
     # One 1-GPU node and no autoscaler: no room for a surge pod, so dev accepts a cold start's outage.
-    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert planning.rollout_strategies(args)["llama-8b"].manifest() == {"type": "Recreate"}

@@ -205,8 +205,8 @@ def test_a_read_write_once_claim_pins_its_job_and_replica_to_one_zone(stack_dir)
     assert not [r for r in result.resources if r["type"].startswith("aws:efs/")]
 
 
-def test_fsx_for_lustre_gives_one_retained_file_system_and_a_shared_claim(stack_dir):
-    result = render_file(stack_variants.prod_on_fsx(stack_dir))
+def test_fsx_for_lustre_gives_one_retained_file_system_and_a_shared_claim(variants_dir):
+    result = render_file(stack_variants.prod_on_fsx(variants_dir))
     fs = result.resource("aws:fsx/lustreFileSystem:LustreFileSystem", "weights-storage-file-system")
     assert fs["inputs"] == {
         "deploymentType": "PERSISTENT_2", "storageCapacity": 2400, "perUnitStorageThroughput": 500,
@@ -287,9 +287,9 @@ def test_stage_affinity_is_left_to_a_pinned_zone_or_a_reachable_claim():
     assert weights.stage_affinity(None, ()) == {}
 
 
-def test_the_lustre_security_group_allows_lnet_out_as_well_as_in(stack_dir):
+def test_the_lustre_security_group_allows_lnet_out_as_well_as_in(variants_dir):
     # The provider strips the default allow-all egress, and Lustre servers connect back on LNET.
-    result = render_file(stack_variants.prod_on_fsx(stack_dir))
+    result = render_file(stack_variants.prod_on_fsx(variants_dir))
     egress = sorted((r["inputs"]["fromPort"], r["inputs"]["toPort"], r["inputs"]["referencedSecurityGroupId"],
                      r["inputs"]["ipProtocol"])
                     for r in result.by_type()["aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule"])

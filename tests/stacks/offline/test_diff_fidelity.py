@@ -174,10 +174,13 @@ def test_a_helm_release_in_another_namespace_is_a_replacement(repo):
     ]
 
 
-def test_a_reworded_security_group_is_replaced_with_its_ingress_rule(repo):
-    reworded = ('f"NFS from the GPU nodes of {args.cluster_name} to the weights file system"',
-                'f"NFS to the weights of {args.cluster_name}"')
-    with edited(repo, "llm_serving/storage/efs.py", reworded):
+def test_a_weights_file_system_change_in_the_code_replaces_what_it_must_in_order(repo):
+    # Two edits of the EFS component in one diff (a refactor a reviewer reads): the NFS group's description
+    # (ForceNew on a security group) and the file system's performance mode (ForceNew on the file system).
+    with edited(repo, "llm_serving/storage/efs.py",
+                ('f"NFS from the GPU nodes of {args.cluster_name} to the weights file system"',
+                 'f"NFS to the weights of {args.cluster_name}"'),
+                ('performance_mode="generalPurpose"', 'performance_mode="maxIO"')):
         result = run_diff(repo, "staging", "--base", "main")
     assert result.returncode == 1, result.stderr
     out = result.stdout
@@ -185,22 +188,15 @@ def test_a_reworded_security_group_is_replaced_with_its_ingress_rule(repo):
     rule = block(out, "+- aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule weights-storage-nfs-from-gpu-nodes "
                       "(forced by securityGroupId)")
     assert rule[1] == "    ! securityGroupId unknown at preview: output of weights-storage-nfs, which is replaced"
-    # A mount target's security groups change in place (ModifyMountTargetSecurityGroups).
-    mount = block(out, "~ aws:efs/mountTarget:MountTarget weights-storage-mount-us-east-1a")
-    assert mount[-1] == '    inputs.securityGroups[0]: "weights-storage-nfs-id" -> (known after the replacement)'
-
-
-def test_a_new_efs_performance_mode_replaces_the_file_system_its_mount_targets_and_storage_class(repo):
-    with edited(repo, "llm_serving/storage/efs.py", ('performance_mode="generalPurpose"', 'performance_mode="maxIO"')):
-        result = run_diff(repo, "staging", "--base", "main")
-    assert result.returncode == 1, result.stderr
-    out = result.stdout
     assert "+- aws:efs/fileSystem:FileSystem weights-storage-file-system (forced by performanceMode)" in out
-    assert block(out, "+- aws:efs/mountTarget:MountTarget weights-storage-mount-us-east-1a (forced by "
-                      "fileSystemId)")[1:3] == [
-        "    ! fileSystemId unknown at preview: output of weights-storage-file-system, which is replaced",
-        # One mount target per zone: the program replaces it delete-before-replace (issue 22).
-        f"    ! {DELETED_FIRST}"]
+    mount = block(out, "+- aws:efs/mountTarget:MountTarget weights-storage-mount-us-east-1a (forced by fileSystemId)")
+    assert {"    ! fileSystemId unknown at preview: output of weights-storage-file-system, which is replaced",
+            "    ! securityGroups unknown at preview: output of weights-storage-nfs, which is replaced",
+            # One mount target per zone: the program replaces it delete-before-replace (issue 22).
+            f"    ! {DELETED_FIRST}"} <= set(mount)
+    # Its security groups alone would change in place (ModifyMountTargetSecurityGroups): not a forcing path.
+    assert '    inputs.securityGroups[0]: "weights-storage-nfs-id" -> (known after the replacement)' in mount
+    assert not replacements.replacing_paths("aws:efs/mountTarget:MountTarget", ["securityGroups[0]"], [])
     # The StorageClass keeps its name, so pulumi-kubernetes deletes it before creating the new one.
     assert block(out, "+- kubernetes:storage.k8s.io/v1:StorageClass weights-storage-storage-class (forced by "
                       "parameters.fileSystemId)")[2] == f"    ! {DELETED_FIRST}"
