@@ -119,16 +119,23 @@ def test_node_role_trusts_ec2_and_carries_worker_policies(rendered):
     ]  # no AmazonSSMManagedInstanceCore: shells on GPU nodes only with gpuNodeGroup.ssmAccess
 
 
-def test_ssm_on_gpu_nodes_is_opt_in(stack_dir):
-    from tests.conftest import render_file
+def node_group(args):
+    """The stack's GPU node group alone, under the mocks (the component tier)."""
+    from llm_serving.gpu import GpuNodeGroup
+    from llm_serving.stack import parts
+    from tests.support.components import run, site
 
-    path = stack_dir / "Pulumi.prod-ssm.yaml"
-    prod = yaml.safe_load((stack_dir / "Pulumi.prod.yaml").read_text())["config"]
-    group = {**prod["llm-serving:gpuNodeGroup"], "ssmAccess": True}
-    path.write_text(yaml.safe_dump({"config": {
-        "aws:region": "us-east-1", "llm-serving:extends": "prod", "llm-serving:gpuNodeGroup": group,
-        **{f"llm-serving:{k}": {"secure": "v1:x"} for k in ("apiKey", "hfToken")}}}))
-    attachments = {r["name"]: r["inputs"]["policyArn"] for r in render_file(path).by_type()[
+    seen = {}
+    result = run(lambda: seen.update(group=GpuNodeGroup(parts.node_group_name(args), parts.node_group(args,
+                                                                                                     site(args)))))
+    return result, seen["group"]
+
+
+def test_ssm_on_gpu_nodes_is_opt_in():
+    from tests.support.components import committed_args
+
+    result, _ = node_group(committed_args("prod", gpuNodeGroup={"ssmAccess": True}))
+    attachments = {r["name"]: r["inputs"]["policyArn"] for r in result.by_type()[
         "aws:iam/rolePolicyAttachment:RolePolicyAttachment"] if r["inputs"]["role"] == f"{GROUP}-node-role"}
     assert attachments[f"{GROUP}-node-ssm"] == "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
 
@@ -154,28 +161,16 @@ def test_autoscaler_can_scale_the_group_from_zero(rendered):
     assert asgs == {f"eks-{GROUP}-node-group-asg"}
 
 
-def test_capacity_block_group_launches_into_the_reservation(stack_dir):
-    (stack_dir / "Pulumi.cb.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "config": {
-                    "aws:region": "us-east-1",
-                    "llm-serving:extends": "prod",
-                    "llm-serving:apiKey": {"secure": "v1:abc"},
-                    "llm-serving:hfToken": {"secure": "v1:def"},
-                    "llm-serving:gpuNodeGroup": {
-                        "capacityType": "CAPACITY_BLOCK",
-                        "capacityReservationId": "cr-0123456789abcdef0",
-                        "subnets": [{"id": "subnet-0bb00000000000001", "availabilityZone": "us-east-1a"}],
-                        "efaInterfaces": 32,
-                        "placement": "cluster",
-                        "scaling": {"minNodes": 0, "maxNodes": 3, "desiredNodes": 0},
-                    },
-                }
-            }
-        )
-    )
-    result = render_file(stack_dir / "Pulumi.cb.yaml")
+def test_capacity_block_group_launches_into_the_reservation():
+    from pulumi.runtime.sync_await import _sync_await
+
+    from tests.support.components import committed_args
+
+    result, group_component = node_group(committed_args("prod", gpuNodeGroup={
+        "capacityType": "CAPACITY_BLOCK", "capacityReservationId": "cr-0123456789abcdef0",
+        "subnets": [{"id": "subnet-0bb00000000000001", "availabilityZone": "us-east-1a"}],
+        "efaInterfaces": 32, "placement": "cluster", "scaling": {"minNodes": 0, "maxNodes": 3, "desiredNodes": 0}}))
+
     template = result.resource("aws:ec2/launchTemplate:LaunchTemplate", f"{GROUP}-launch-template")["inputs"]
     group = result.resource("aws:eks/nodeGroup:NodeGroup", f"{GROUP}-node-group")["inputs"]
     assert template["instanceType"] == "p5.48xlarge"
@@ -209,14 +204,12 @@ def test_capacity_block_group_launches_into_the_reservation(stack_dir):
         "strategy"
     ] == "cluster"
     # Updated in place, node by node: a replica evicted from an old node must fit the new one, so the
-    # selector names the group, not its generation (which the new nodes carry and the old ones lose).
-    selectors = [m["spec"]["template"]["spec"]["nodeSelector"] for m in result.manifests
-                 if m["kind"] == "Deployment" and "llm-serving/node-group" in
-                 m["spec"]["template"]["spec"].get("nodeSelector", {})]
-    assert selectors and all(s == {"llm-serving/node-group": GROUP, "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
-                             for s in selectors)
-    # No second group, so no old group to hold back: no drain barrier.
-    assert [r["name"] for r in result.resources if r["type"] == "llmserving:gpu:NodeDrainBarrier"] == []
+    # selector the workloads get names the group, not its generation (which the new nodes carry and the old
+    # ones lose).
+    assert _sync_await(group_component.node_selector.future()) == {
+        "llm-serving/node-group": GROUP, "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    # No second group, so no old group to hold back: no generation replaced, so no drain barrier.
+    assert group_component.replaced_generation is None
 
 
 def release_values(rendered, chart):
