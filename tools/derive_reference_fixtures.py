@@ -78,7 +78,7 @@ def _load_yaml(path: Path) -> Any:
     # CSafeLoader: the Envoy and LWS CRDs are over a megabyte and the pure-Python loader is slow.
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     with path.open(encoding="utf-8") as handle:
-        return yaml.load(handle, Loader=loader)
+        return yaml.load(handle, Loader=loader)  # noqa: S506 - CSafeLoader or SafeLoader, both safe
 
 
 def _dump(data: Any, compact: bool = False) -> str:

@@ -266,8 +266,9 @@ class Edge(pulumi.ComponentResource):
         )
 
     def _ai_gateway(self, name: str, args: EdgeSpec, envoy_gateway: pulumi.Resource) -> pulumi.Resource:
-        """Envoy AI Gateway after Envoy Gateway (its install order, facts.md T2.10): the CRD chart, then
-        the controller, whose extension server Envoy Gateway calls for every route translation."""
+        """Envoy AI Gateway after Envoy Gateway (its install order: envoyproxy/ai-gateway v1.1.0
+        site/versioned_docs/version-1.1/getting-started/prerequisites.md, installation.md): the CRD
+        chart, then the controller, whose extension server Envoy Gateway calls for every route translation."""
         ns = namespace(f"{name}-ai-gateway-namespace", objects.AI_GATEWAY_NAMESPACE, parent=self,
                        pod_security=AI_GATEWAY_POD_SECURITY)
         crds = helm_release(

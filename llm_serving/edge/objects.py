@@ -35,7 +35,8 @@ CLIENT_CONNECTION_IDLE_SECONDS = 300
 # (vllm/envs.py). A POST sent on a connection uvicorn is closing fails ("upstream connect error ...
 # connection termination"), and with retries off the client sees it: Envoy must close idle ones first.
 UPSTREAM_CONNECTION_IDLE_SECONDS = 4
-# ALB idle timeout range 1-4000 s (anchors.md §5; facts.md §6.2 marks the range UNVERIFIED).
+# ALB idle timeout range 1-4000 s (ELB API reference, LoadBalancerAttribute `idle_timeout.timeout_seconds`:
+# https://docs.aws.amazon.com/elasticloadbalancing/latest/APIReference/API_LoadBalancerAttribute.html).
 ALB_IDLE_RANGE = (1, 4000)
 # Gateway API Duration (GEP-2257) allows at most 5 digits per unit.
 _MAX_DURATION_SECONDS = 99_999
@@ -124,7 +125,9 @@ def v1_path(path_prefix: str) -> str:
     """The only path published per model: the OpenAI API under the prefix ("/" -> "/v1").
 
     vLLM's --api-key guards only paths starting with /v1; /health and /metrics stay open
-    (facts.md §1.3), so publishing anything else would expose them to the internet.
+    (vllm-project/vllm vllm/entrypoints/openai/server_utils.py `AuthenticationMiddleware` @ 029329a8,
+    formerly the `authentication` middleware in api_server.py), so publishing anything else would
+    expose them to the internet.
     """
     if not _PREFIX.match(path_prefix) or "//" in path_prefix:
         raise ValueError(f"path prefix {path_prefix!r} must be an absolute path like '/' or '/llama-70b'")
@@ -229,9 +232,11 @@ def envoy_gateway_chart_values(inference_extension: bool = False) -> dict[str, A
     and without the chart's own CRDs (`crds/`, never upgraded by Helm): gateway-crds-helm owns them.
 
     `inference_extension`: Envoy AI Gateway as Envoy Gateway's extension server, so an HTTPRoute can
-    name an InferencePool (Envoy Gateway alone has no InferencePool support: facts.md T2.4). The keys
-    are AI Gateway v1.1.0's manifests/envoy-gateway-values.yaml plus its inference-pool add-on
-    (facts.md T2.10), each checked against EG v1.9.0's EnvoyGateway API types.
+    name an InferencePool (Envoy Gateway alone has no InferencePool support: envoyproxy/gateway v1.9.0
+    has no InferencePool code outside its tests). The keys are AI Gateway v1.1.0's
+    manifests/envoy-gateway-values.yaml plus its inference-pool add-on
+    (examples/inference-pool/envoy-gateway-values-addon.yaml), each checked against EG v1.9.0's
+    EnvoyGateway API types.
     """
     envoy_gateway: dict[str, Any] = {"gateway": {"controllerName": CONTROLLER_NAME}}
     if inference_extension:
@@ -300,7 +305,8 @@ def inference_pool_reader(edge_namespace: str) -> list[Manifest]:
 
 def gateway_crds_chart_values() -> dict[str, Any]:
     """gateway-crds-helm 1.9.0 values: Gateway API's standard channel and Envoy Gateway's CRDs (the
-    chart's defaults render nothing; facts.md T2.2). Standard, not experimental: only GA kinds."""
+    chart's defaults render nothing: envoyproxy/gateway v1.9.0 charts/gateway-crds-helm/values.yaml).
+    Standard, not experimental: only GA kinds."""
     return {"crds": {"gatewayAPI": {"enabled": True, "channel": "standard"}, "envoyGateway": {"enabled": True}}}
 
 
@@ -464,7 +470,8 @@ def _security_policy(settings: EdgeSettings, routes: list[Route] | None = None) 
     """Every request is authenticated at the gateway, before anything behind it runs: Envoy Gateway
     orders its api_key_auth and jwt_authn filters (7 and 10) ahead of ext_proc and the credential
     injector (envoyproxy/gateway v1.9.0 internal/xds/translator/httpfilters.go), and Envoy AI Gateway
-    inserts the endpoint picker's ext_proc just before the router (facts.md T2.10), so a request
+    inserts the endpoint picker's ext_proc just before the router (envoyproxy/ai-gateway v1.1.0
+    internal/extensionserver/inferencepool.go, post_translate_modify.go), so a request
     without a valid key never reaches a picker."""
     if settings.auth in (EdgeAuth.VLLM_API_KEY, EdgeAuth.GATEWAY_API_KEY):
         if not settings.api_key_secret:
@@ -541,7 +548,7 @@ def _route_objects(settings: EdgeSettings, route: Route) -> list[Manifest]:
     else:
         rule["backendRefs"] = [{"group": "", "kind": "Service", "name": route.model_name, "port": route.port}]
     # Failure: Envoy Gateway's default request timeout is 15 s, so any generation longer than that is
-    # cut mid-stream (https://gateway.envoyproxy.io/latest/tasks/traffic/http-timeouts/; facts.md §6.3).
+    # cut mid-stream (https://gateway.envoyproxy.io/latest/tasks/traffic/http-timeouts/).
     rule["timeouts"] = {"request": request_timeout}
     http_route = {
         "apiVersion": GATEWAY_API,
@@ -565,7 +572,7 @@ def _route_objects(settings: EdgeSettings, route: Route) -> list[Manifest]:
                     # timeouts.request and fall back to 15 s (envoyproxy/gateway#4091): repeat it here.
                     "requestTimeout": request_timeout,
                     # Failure: with request timeout 0s, Envoy Gateway 1.9.1 also drops the default stream
-                    # idle deadline unless one is set (nextjs/adapter-k8s#88; anchors.md §5), so a hung
+                    # idle deadline unless one is set (nextjs/adapter-k8s#88), so a hung
                     # engine would hold the stream forever. Set it per route (envoyproxy/gateway#8454).
                     "streamIdleTimeout": _duration(route.stream_idle_timeout_seconds),
                     "connectionIdleTimeout": _duration(UPSTREAM_CONNECTION_IDLE_SECONDS),
@@ -675,11 +682,13 @@ def alb_ingress(settings: EdgeSettings, routes: list[Route], subnet_ids: tuple[s
             "alb.ingress.kubernetes.io/subnets": ",".join(subnet_ids),
             "alb.ingress.kubernetes.io/listen-ports": '[{"HTTPS": 443}]',
             "alb.ingress.kubernetes.io/certificate-arn": settings.acm_certificate_arn,
-            # Failure: the ALB closes a connection silent for 60 s by default (facts.md §6.2), which cuts
-            # a queued or slow stream, and is the whole budget of a non-streamed generation.
+            # Failure: the ALB closes a connection silent for 60 s by default (ELB API reference,
+            # LoadBalancerAttribute `idle_timeout.timeout_seconds`), which cuts a queued or slow stream,
+            # and is the whole budget of a non-streamed generation.
             "alb.ingress.kubernetes.io/load-balancer-attributes": f"idle_timeout.timeout_seconds={idle}",
             "alb.ingress.kubernetes.io/backend-protocol-version": "HTTP1",  # uvicorn speaks HTTP/1.1
-            "alb.ingress.kubernetes.io/healthcheck-path": "/health",  # facts.md §6.2, §1.3
+            # /health answers 503 once the engine is dead (vllm-project/vllm#24897).
+            "alb.ingress.kubernetes.io/healthcheck-path": "/health",
             # Failure: a deregistered pod's in-flight streams are cut when the delay ends; match vLLM's drain.
             "alb.ingress.kubernetes.io/target-group-attributes": (
                 f"deregistration_delay.timeout_seconds={route.drain_seconds}"
@@ -690,7 +699,7 @@ def alb_ingress(settings: EdgeSettings, routes: list[Route], subnet_ids: tuple[s
 
 
 # --------------------------------------------------------------------------------------------
-# ingress-nginx: retired (kubernetes.io/blog/2025/11/11/ingress-nginx-retirement/; facts.md §6.1).
+# ingress-nginx: retired (kubernetes.io/blog/2025/11/11/ingress-nginx-retirement/).
 # Only for clusters that already run it; new stacks use gateway_objects.
 
 
@@ -700,17 +709,18 @@ def nginx_ingress(settings: EdgeSettings, routes: list[Route]) -> list[Manifest]
     objects = []
     for route in _ingress_routes(settings, routes, "nginx"):
         # nginx has no "disabled": proxy_read_timeout is the gap between two reads, not the whole response,
-        # so it is the stream idle timeout (default 60 s, facts.md §6.1). There is no whole-request cap.
+        # so it is the stream idle timeout (default 60 s, kubernetes/ingress-nginx
+        # docs/user-guide/nginx-configuration/configmap.md). There is no whole-request cap.
         idle = str(route.stream_idle_timeout_seconds)
         annotations = {
             # Failure: buffered responses arrive all at once at the end instead of token by token.
             "nginx.ingress.kubernetes.io/proxy-buffering": "off",
-            # Default "on" holds the whole prompt before vLLM sees a byte (facts.md §6.1).
+            # Default "on" holds the whole prompt before vLLM sees a byte (ingress-nginx configmap.md).
             "nginx.ingress.kubernetes.io/proxy-request-buffering": "off",
             "nginx.ingress.kubernetes.io/proxy-http-version": "1.1",
             "nginx.ingress.kubernetes.io/proxy-read-timeout": idle,
             "nginx.ingress.kubernetes.io/proxy-send-timeout": idle,
-            # Failure: the default "1m" answers 413 to long prompts (facts.md §6.1).
+            # Failure: the default "1m" answers 413 to long prompts (ingress-nginx configmap.md).
             "nginx.ingress.kubernetes.io/proxy-body-size": _nginx_size(route.request_body_limit_bytes),
             # No retry to another pod: a second attempt re-runs the generation.
             "nginx.ingress.kubernetes.io/proxy-next-upstream": "off",

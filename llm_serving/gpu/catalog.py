@@ -24,7 +24,8 @@ from types import MappingProxyType
 #             the NVML device name with characters outside [A-Za-z0-9-_. ] dropped and each run of
 #             whitespace turned into "-" (`sanitise`). Drivers before the "NVIDIA " name prefix (e.g.
 #             455, docs/gpu-feature-discovery/README.md) gave "A100-SXM4-40GB"; the EKS AL2023 NVIDIA
-#             AMI ships driver 580 (facts.md §1.1), which prefixes "NVIDIA ".
+#             AMI ships driver 580 (awsdocs/amazon-eks-user-guide latest/ug/ml/ml-eks-optimized-ami.adoc),
+#             which prefixes "NVIDIA ".
 #   [DQ]      thamada/nvidia-smi gls/<GPU>_deviceQuery.py @ c4c8a463: CUDA deviceQuery output, i.e.
 #             cudaDeviceProp.totalGlobalMem — the same number torch's total_memory returns.
 #   [VLLM-FP8] docs.vllm.ai/en/v0.32.0/features/quantization/llm_compressor/fp8/: FP8 compute needs
@@ -141,7 +142,7 @@ class InstanceType:
 
 H100_80GB_HBM3 = GpuModel(
     # NVML/CUDA name "NVIDIA H100 80GB HBM3" ([DQ] H100SXMx8; nvidia-smi in vllm-project/vllm#55169 on
-    # driver 580.105.08) -> [GFD] label; facts.md §3 has the same value in use.
+    # driver 580.105.08) -> [GFD] label.
     product_label="NVIDIA-H100-80GB-HBM3",
     # [DQ] H100SXMx8_deviceQuery.py, driver 565.57.01: 81106 MiB (85045477376 bytes); nvidia-smi on
     # that box shows 81559 MiB. torch reports 81082-81090 MiB on other drivers (corroboration only).
@@ -170,8 +171,7 @@ A100_SXM4_40GB = GpuModel(
     # gives this value, which stored node-label listings show verbatim.
     product_label="NVIDIA-A100-SXM4-40GB",
     # 40536 MiB * 2**20 (same Paddle docstring, total_memory=40536MB, floored to MiB, old driver).
-    # Newer drivers report a little less: vLLM logged 39.50 GiB total on A100 40GB (vllm#12330,
-    # facts.md §2.2).
+    # Newer drivers report a little less: vLLM logged 39.50 GiB total on A100 40GB (vllm#12330).
     memory_bytes=40_536 * MIB,
     architecture="ampere",  # compute capability 8.0 (same docstring: major=8, minor=0)
     supports_fp8=False,  # [VLLM-FP8]: Ampere runs FP8 checkpoints weight-only (Marlin), no FP8 compute
@@ -232,7 +232,8 @@ _CATALOG = (
     # p5.4xlarge: smallest H100 (launched 2025). [AWS-AC] lists it (16 vCPU, 256 GiB, 1 x H100 80 GiB,
     # EFA yes on 1 network card, 1 x 3800 GB); [KARP] gives MaximumEfaInterfaces 1.
     _entry("p5.4xlarge", H100_80GB_HBM3, 1, 16, 256, 1, 1, 3800),
-    # p5.48xlarge: 32 EFA also in facts.md §5 (torchx aws_p5_48xlarge, AWS EFA guide).
+    # p5.48xlarge: 32 EFA also in pytorch/torchx torchx/specs/named_resources_aws.py (aws_p5_48xlarge) and
+    # the AWS EFA guide (docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html).
     _entry("p5.48xlarge", H100_80GB_HBM3, 8, 192, 2048, 32, 8, 3800),
     _entry("p5e.48xlarge", H200, 8, 192, 2048, 32, 8, 3800),
     # p5en: half the EFA interfaces of p5/p5e ([KARP] 16; [AWS-AC] 16 network cards vs 32).

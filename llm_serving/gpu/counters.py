@@ -107,7 +107,7 @@ COUNTERS: tuple[Counter, ...] = (
     Counter("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "1 when the GPU could not remap a failing memory row"),
     # --- Throttling. Current name of field 112; DCGM_FI_DEV_CLOCK_THROTTLE_REASONS is only a
     # deprecated alias, and whether the exporter accepts the alias depends on the go-dcgm version
-    # (research facts.md section 4). Not in any upstream CSV line; a bitmask, hence gauge. Bits per
+    # (NVIDIA/go-dcgm pkg/dcgm/const_fields.go). Not in any upstream CSV line; a bitmask, hence gauge. Bits per
     # DCGM dcgm_fields.h: 0x8 HW slowdown, 0x20 SW thermal, 0x40 HW thermal, 0x80 HW power brake.
     Counter("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "gauge", "Bitmask of reasons the clocks are held down now"),
     # Cumulative time (ns per DCGM dcgm_fields.h; older CSVs said us) spent below application clocks.

@@ -79,7 +79,8 @@ def chart_values(node_selector: dict[str, str] | None = None,
             }
         ],
         # The chart enables its ServiceMonitor by default, which fails the install on a cluster
-        # without the CRD (facts.md §4); ours is created after the CRD's owner instead.
+        # without the CRD (NVIDIA/dcgm-exporter deployment/values.yaml @ 4.5.3-4.8.2); ours is created
+        # after the CRD's owner instead.
         "serviceMonitor": {"enabled": False},
         # The chart tolerates only the control-plane taint and has no node selector: by default it
         # lands on CPU nodes and never on tainted GPU nodes (chart values.yaml).

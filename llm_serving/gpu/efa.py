@@ -1,7 +1,7 @@
 """EfaDevicePlugin: AWS's EFA device plugin, so pods on the GPU nodes can request their EFA interfaces.
 
 The EKS accelerated AMIs carry the host EFA driver but not the plugin (EKS user guide,
-device-management-efa; facts.md T2.5). The chart's DaemonSet runs privileged with hostNetwork and
+device-management-efa). The chart's DaemonSet runs privileged with hostNetwork and
 hostPath mounts, so it goes to kube-system, where AWS documents it and `system-node-critical` is
 allowed; its node affinity already lists the EFA instance types (p4d, p5, p5e, p5en, ...).
 """

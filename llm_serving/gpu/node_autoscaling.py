@@ -1,7 +1,7 @@
 """Cluster Autoscaler for this program's GPU node groups: chart values and IAM (pure, no Pulumi import).
 
 Facts: kubernetes/autoscaler cluster-autoscaler 1.34.5 (cloudprovider/aws/README.md, FAQ.md) and
-chart 9.53.0 values; summarised in research facts.md section T2.1.
+chart 9.53.0 values (charts/cluster-autoscaler/values.yaml @ cluster-autoscaler-chart-9.53.0).
 """
 
 from __future__ import annotations

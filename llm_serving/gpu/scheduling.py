@@ -11,7 +11,8 @@ import json
 from typing import Any
 
 # The taint keeps every pod that does not ask for a GPU off the most expensive nodes. Value "true"
-# is the EKS convention (facts.md §5); the NVIDIA charts' defaults assume other values, see below.
+# is the EKS convention (e.g. clowdhaus/cookiecluster cookiecluster/templates/node-group-accel.tpl
+# @ 0a519c10); the NVIDIA charts' defaults assume other values, see below.
 GPU_TAINT_KEY = "nvidia.com/gpu"
 GPU_TAINT_VALUE = "true"
 GPU_TAINT_EFFECT = "NoSchedule"

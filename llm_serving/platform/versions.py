@@ -84,13 +84,15 @@ AWS_LOAD_BALANCER_CONTROLLER = ChartPin(
 )
 
 # Gateway API (standard channel, v1.6.1) and Envoy Gateway CRDs from Envoy's CRD-only chart, published
-# with gateway-helm and at its version (envoyproxy/gateway v1.9.0 install-helm.md; facts.md T2.2).
+# with gateway-helm and at its version (envoyproxy/gateway v1.9.0 install-helm.md).
 GATEWAY_CRDS = ChartPin(chart="gateway-crds-helm", version="v1.9.0", repository="oci://docker.io/envoyproxy/gateway-crds-helm")
 
 # prometheus-community prometheus-operator-crds 31.0.1 = prometheus-operator v0.93.1, the operator
-# kube-prometheus-stack 88.5.3 runs (facts.md T2.3); installed with it, in its place for the CRDs.
+# kube-prometheus-stack 88.5.3 runs (prometheus-community/helm-charts charts/prometheus-operator-crds/Chart.yaml
+# @ tag prometheus-operator-crds-31.0.1); installed with it, in its place for the CRDs.
 # Envoy AI Gateway v1.1.0 (envoyproxy/ai-gateway tag v1.1.0, commit c217da8a5395, 2026-08-21): the
-# extension server that lets Envoy Gateway route an HTTPRoute to an InferencePool (facts.md T2.10).
+# extension server that lets Envoy Gateway route an HTTPRoute to an InferencePool (its
+# site/versioned_docs/version-1.1/capabilities/inference/httproute-inferencepool.md).
 # Its CRD chart keeps the CRDs in templates/, so a release upgrades them. Tested upstream with Envoy
 # Gateway v1.8.1 and Gateway API v1.5.1; our v1.9.0 / v1.6.1 fall under its "v1.8.1+" wording (docs/decisions.md).
 AI_GATEWAY = ChartPin(chart="ai-gateway-helm", version="v1.1.0", repository="oci://docker.io/envoyproxy/ai-gateway-helm")
@@ -106,11 +108,12 @@ AI_GATEWAY_CRDS = ChartPin(
 # The files ship inside this package (llm_serving/platform/crds/, package data) and are applied from
 # their content (platform.crd_manifests), so an installed library needs no checkout and no path.
 # The InferencePool CRD (inference.networking.k8s.io/v1) with InferencePoolImport, the two CRDs the
-# Gateway API Inference Extension's v1.6.0 release manifest carries (GIE README @v1.6.0; facts.md T2.4).
+# Gateway API Inference Extension's v1.6.0 release manifest carries (GIE README @v1.6.0).
 INFERENCE_POOL_CRDS_VERSION = "v1.6.0"
 INFERENCE_POOL_CRDS_FILE = f"gateway-api-inference-extension-{INFERENCE_POOL_CRDS_VERSION}.yaml"
 # The endpoint picker (EPP) moved from GIE (last: v1.5.0) to llm-d's router; v0.10.0 (2026-08-17,
-# llm-d/llm-d-router commit 71f4f0999f95) is its maintained successor (facts.md T2.4). We deploy it
+# llm-d/llm-d-router commit 71f4f0999f95) is its maintained successor (GIE README @v1.6.0; llm-d-router
+# README.md, "API & Code Consolidation"). We deploy it
 # from our own manifests, not its chart: the chart sets no securityContext, no PDB and a Recreate
 # strategy (checked with `helm template` at v0.10.0), all of which the picker needs in a fail-closed path.
 ENDPOINT_PICKER_IMAGE = "ghcr.io/llm-d/llm-d-router-endpoint-picker:v0.10.0"
@@ -154,7 +157,7 @@ EKS_ADDON_RESOLVE_CONFLICTS_ON_UPDATE = "OVERWRITE"
 EFA_DEVICE_PLUGIN = ChartPin(
     chart="aws-efa-k8s-device-plugin", version="v0.5.30", repository="https://aws.github.io/eks-charts"
 )
-# LeaderWorkerSet v0.10.0 (kubernetes-sigs/lws, 2026-08-11; facts.md T2.7): one group of pods per
+# LeaderWorkerSet v0.10.0 (kubernetes-sigs/lws tag v0.10.0, 2026-08-11): one group of pods per
 # replica of a model larger than one node.
 # The chart is pushed with the git tag as its version (hack/push-chart.sh), so the OCI tag is "v0.10.0".
 LWS = ChartPin(chart="lws", version="v0.10.0", repository="oci://registry.k8s.io/lws/charts/lws")
@@ -174,7 +177,7 @@ PROMETHEUS_ADAPTER = ChartPin(
 # kubernetes/autoscaler chart 9.53.0 (2025-12-03), the newest chart whose appVersion is 1.34; later
 # charts ship 1.35. Cluster Autoscaler's minor must equal the cluster's (its README, "Releases"), so
 # the image tag is chosen per cluster minor: the newest patch of each in the reference snapshot
-# (tags cluster-autoscaler-1.34.5 and -1.33.6, 2026-07-22; facts.md T2.1). Chart 9.47.0+ supports 1.33.
+# (tags cluster-autoscaler-1.34.5 and -1.33.6, 2026-07-22). Chart 9.47.0+ supports 1.33.
 CLUSTER_AUTOSCALER = ChartPin(
     chart="cluster-autoscaler", version="9.53.0", repository="https://kubernetes.github.io/autoscaler"
 )

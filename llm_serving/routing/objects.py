@@ -1,9 +1,10 @@
 """Per-model inference routing: an InferencePool and its endpoint picker (pure, no Pulumi import).
 
 The gateway asks the picker (EPP) which replica serves each request; the picker scores replicas on
-their queue, KV-cache usage and the prompt prefixes they already hold (facts.md T2.4). Envoy AI
-Gateway runs the picker as an external-processing filter on the model's route, and at v1.1.0 that
-filter fails closed whatever the pool says (facts.md T2.10, envoyproxy/ai-gateway#2502): a picker
+their queue, KV-cache usage and the prompt prefixes they already hold (llm-d/llm-d-router v0.10.0,
+its chart's default-plugins.yaml). Envoy AI Gateway runs the picker as an external-processing filter
+on the model's route, and at v1.1.0 that filter fails closed whatever the pool says
+(envoyproxy/ai-gateway v1.1.0 internal/extensionserver/inferencepool.go, envoyproxy/ai-gateway#2502): a picker
 outage is the model's outage. Hence the shape below: two or more active replicas (no leader
 election, so every replica is Ready and a rollout never waits on a standby), a PodDisruptionBudget,
 spread over nodes and zones, fast gRPC readiness, and a drain window as long as the longest stream,
@@ -45,7 +46,7 @@ STREAMED_BODY_MODE = "duplex"
 TERMINATION_MARGIN_SECONDS = 30
 
 # The scorers and their weights: llm-d-router v0.10.0's default profile (its chart's
-# default-plugins.yaml, facts.md T2.4): prefix affinity weighs most, queue and KV-cache usage
+# default-plugins.yaml): prefix affinity weighs most, queue and KV-cache usage
 # keep a hot replica from taking every conversation.
 SCORER_WEIGHTS: tuple[tuple[str, int], ...] = (
     ("queue-scorer", 2),

@@ -25,15 +25,15 @@ TTFT_BUCKET_METRIC = "vllm:time_to_first_token_seconds_bucket"
 TTFT_RATE_WINDOW = "2m"
 
 # prometheus-adapter exposes custom metrics under Kubernetes-style names; ':' is not allowed there,
-# so the vLLM names are renamed with `name.as` (vllm-project/production-stack prom-adapter.yaml does
-# the same for the queue; research facts.md section 7.1).
+# so the vLLM names are renamed with `name.as` (vllm-project/production-stack
+# observability/prom-adapter.yaml does the same for the queue).
 ADAPTER_WAITING_METRIC = "vllm_num_requests_waiting"
 ADAPTER_KV_USAGE_METRIC = "vllm_kv_cache_usage_perc"
 # What an HPA reads through the custom metrics API: an adapter of the cluster's own must serve both.
 ADAPTER_METRICS = (ADAPTER_WAITING_METRIC, ADAPTER_KV_USAGE_METRIC)
 
 # Scale-up and scale-down policies from the AWS EKS guide "Autoscaling inference with HPA and KEDA"
-# (awsdocs amazon-eks-user-guide latest/ug/ml/ml-inference-autoscaling-hpa-keda.adoc; facts.md 7.2):
+# (awsdocs amazon-eks-user-guide latest/ug/ml/ml-inference-autoscaling-hpa-keda.adoc):
 # up by 2 pods per 60 s with selectPolicy Max, down by 1 pod per 120 s with selectPolicy Min, because
 # GPU pods are slow to start. We add a 100 %/60 s policy so a larger fleet can double per minute.
 SCALE_UP_PODS = 2

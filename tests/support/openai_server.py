@@ -55,7 +55,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(401, {"error": "Unauthorized"})
         return False
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         if self.path == "/metrics" and self.behaviour.kv_cache_blocks is not None:
             # vLLM 0.33.0's info gauge (labels abridged), open like vLLM's own /metrics.
             data = ('# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size="16",engine="0",'
@@ -72,7 +72,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif self._authorised():
             self._json(200, {"object": "list", "data": [{"id": self.behaviour.served_name, "object": "model"}]})
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
         if self.path != "/v1/chat/completions":
             self._json(404, {"error": "not found"})

@@ -103,7 +103,7 @@ def evaluate(expr: str, store: Store, t: float) -> Vector:
     return _eval(_parse(expr), store, t)
 
 
-def _eval(node: promql_parser.Expr, store: Store, t: float) -> Vector | float:  # noqa: C901 - one node type per branch
+def _eval(node: promql_parser.Expr, store: Store, t: float) -> Vector | float:
     if isinstance(node, promql_parser.NumberLiteral):
         return float(node.val)
     if isinstance(node, promql_parser.ParenExpr):

@@ -11,7 +11,7 @@ from tests.support.local_http import serving
 
 
 class _Hello(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+    def do_GET(self) -> None:
         self.send_response(200)
         self.send_header("Content-Length", "5")
         self.end_headers()

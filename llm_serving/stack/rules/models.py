@@ -33,8 +33,9 @@ from llm_serving.storage import StorageBackend
 
 # The vLLM image is about 10 GB compressed; containerd keeps the compressed layers while it unpacks
 # them, and the node also pulls the device plugin, DCGM exporter and system images. Below this an
-# EBS-only node hits DiskPressure and evicts pods during the first pull (facts.md §5: community GPU
-# templates use 200-256 GiB gp3 when instance storage is not used).
+# EBS-only node hits DiskPressure and evicts pods during the first pull (community GPU templates use
+# 200-256 GiB gp3 when instance storage is not used, e.g. 256 GiB in clowdhaus/cookiecluster
+# cookiecluster/templates/node-group-accel.tpl @ 0a519c10).
 MIN_ROOT_VOLUME_FOR_IMAGES_GIB = 100
 
 

@@ -53,7 +53,8 @@ CERT_MANAGER = dataclasses.replace(SETTINGS, tls_secret_name=None, cert_manager_
 SERVICES = {(SERVING_NS, "llama-70b"): {PORT}, (SERVING_NS, "qwen-7b"): {PORT}}
 ALB_SUBNETS = ("subnet-0a1b2c3d", "subnet-1a2b3c4d")
 # Paths vLLM 0.33.0 serves without checking --api-key (its middleware guards only paths under /v1,
-# facts.md §1.3): POST /invocations dispatches to chat/completions, the rest expose tokenizer, pooling,
+# vllm/entrypoints/openai/server_utils.py `AuthenticationMiddleware`): POST /invocations dispatches to
+# chat/completions, the rest expose tokenizer, pooling,
 # metrics and admin endpoints. None may be reachable through any edge.
 UNGUARDED_PATHS = ("/invocations", "/tokenize", "/detokenize", "/pooling", "/classify", "/score", "/rerank",
                    "/metrics", "/health", "/ping", "/version", "/load", "/v2/rerank", "/v1x", "/v10/models")

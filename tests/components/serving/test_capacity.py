@@ -1,5 +1,5 @@
 """Capacity planner: KV bytes per token, overhead estimate, TP choice and rejections, checked against
-hand arithmetic (tables in comments) and against vLLM's own log lines (facts.md §2.2).
+hand arithmetic (tables in comments) and against vLLM's own log lines (the issues cited per test).
 
 Length: planner tables, one row per model, GPU and context length.
 """
@@ -74,10 +74,11 @@ ONE_80GIB_GPU = GpuSpec(name="gpu-80gib", memory_bytes=80 * GIB, gpus_per_node=1
 
 # --- KV bytes per token -----------------------------------------------------------------------------------
 # 2 (K,V) x layers x max(1, kv_heads // TP) x head_dim x bytes
+# (vllm/v1/kv_cache_interface.py `AttentionSpec.real_page_size_bytes`, vllm/config/model.py `get_num_kv_heads`)
 #   Llama-3.1-70B TP1: 2 x 80 x 8 x 128 x 2 = 327,680
-#   Llama-3.1-70B TP4: 2 x 80 x 2 x 128 x 2 =  81,920   (facts.md §2.1 example)
+#   Llama-3.1-70B TP4: 2 x 80 x 2 x 128 x 2 =  81,920
 #   Llama-3.1-70B TP8: 2 x 80 x 1 x 128 x 2 =  40,960
-#   Llama-3.1-405B TP8: 2 x 126 x 1 x 128 x 2 = 64,512  (8 KV heads / 8 ranks = 1, facts.md §2.2 ex. 6)
+#   Llama-3.1-405B TP8: 2 x 126 x 1 x 128 x 2 = 64,512  (8 KV heads / 8 ranks = 1; the vllm#6746 model)
 
 
 @pytest.mark.parametrize(("tp", "expected"), [(1, 327_680), (2, 163_840), (4, 81_920), (8, 40_960)])
@@ -185,7 +186,7 @@ def test_moe_models_get_fused_moe_scratch() -> None:
 
 
 def test_overhead_is_conservative_against_vllm_log_of_llama_8b_on_h100() -> None:
-    # vllm#19996 (facts.md §2.2 ex. 4, V1): Llama-3.1-8B (+ an EAGLE head) on H100 at util 0.90 had
+    # vllm#19996 (V1): Llama-3.1-8B (+ an EAGLE head) on H100 at util 0.90 had
     # "Available KV cache memory: 51.63 GiB". Our estimate for the plain model must not promise more.
     available = available_kv_bytes_per_gpu(H100_BYTES, 0.90, LLAMA_8B, 1, 8192)
     assert available / GIB == pytest.approx(50.85, abs=0.01)
@@ -193,7 +194,7 @@ def test_overhead_is_conservative_against_vllm_log_of_llama_8b_on_h100() -> None
 
 
 def test_405b_fp8_at_tp8_against_the_only_public_log_a_v0_one() -> None:
-    # vllm#6746 (ex. 6, the V0 engine of 0.5.x): 8 x H100, TP8, util 0.90 -> "KV cache (79392)" tokens,
+    # vllm#6746 (the V0 engine of 0.5.x): 8 x H100, TP8, util 0.90 -> "KV cache (79392)" tokens,
     # and vLLM refused max_model_len 131072. The V1 fit plans more (116,240 tokens): V0's profiler
     # reported ~1.2 GiB more overhead than this fit gives at TP8 and hidden 16,384, and no V1 log of
     # a 405B is public. docs/capacity-planner.md says to pin such a plan with --available-kv-gib.
@@ -211,7 +212,7 @@ def test_405b_fp8_at_tp8_against_the_only_public_log_a_v0_one() -> None:
 
 
 def test_available_kv_gib_reproduces_vllm_log_for_qwen3_14b() -> None:
-    # LMCache#1739 (facts.md §2.2 ex. 3): "Available KV cache memory: 6.51 GiB", "GPU KV cache size:
+    # LMCache/LMCache#1739: "Available KV cache memory: 6.51 GiB", "GPU KV cache size:
     # 42,656 tokens", "Maximum concurrency for 32,768 tokens per request: 1.30x".
     #   6.51 GiB = 6,990,059,274 B; per token 2 x 40 x 8 x 128 x 2 = 163,840 B
     #   6,990,059,274 // (163,840 x 16) = 2,666 blocks -> 42,656 tokens; 42,656 / 32,768 = 1.30
@@ -224,7 +225,7 @@ def test_available_kv_gib_reproduces_vllm_log_for_qwen3_14b() -> None:
 
 
 def test_available_kv_gib_reproduces_vllm_log_with_a_draft_layer() -> None:
-    # vllm#19996 (ex. 4): Llama-3.1-8B + EAGLE (one extra KV layer -> 33), 51.63 GiB available,
+    # vllm#19996: Llama-3.1-8B + EAGLE (one extra KV layer -> 33), 51.63 GiB available,
     # "410,128 tokens", "3.13x" at 131,072.
     #   per token 2 x 33 x 8 x 128 x 2 = 135,168 B; int(51.63 x 2^30) = 55,437,290,373 B
     #   55,437,290,373 // (135,168 x 16) = 25,633 blocks -> 410,128 tokens; / 131,072 = 3.13
@@ -418,7 +419,8 @@ def test_fp8_support_of_a_gpu_described_only_in_config_is_unknown() -> None:
 
 
 def test_sampler_rows_follow_vllm_max_num_seqs_defaults() -> None:
-    # facts.md §1.5: 1024 on >= 70 GiB GPUs except A100, else 256; never above the batch budget.
+    # vllm/engine/arg_utils.py `get_batch_defaults` @ 99d7eb5d: 1024 on >= 70 GiB GPUs except A100, else 256;
+    # never above the batch budget.
     assert plan(LLAMA_8B, P5, 8_192).max_num_seqs == 1024
     assert plan(LLAMA_8B, lookup_instance_type("p4de.24xlarge"), 8_192).max_num_seqs == 256
     assert plan(LLAMA_8B, lookup_instance_type("g6e.xlarge"), 8_192).max_num_seqs == 256

@@ -175,7 +175,7 @@ def _read_held_up(events: list[bytes], gap_seconds: float, every_lines: int = 16
 
     writer = threading.Thread(target=write)
     writer.start()
-    response = probe._TimedResponse(client)  # noqa: SLF001
+    response = probe._TimedResponse(client)
     response.begin()
     readline, lines = response.readline, iter(range(1, 1 << 20))
 
@@ -187,7 +187,7 @@ def _read_held_up(events: list[bytes], gap_seconds: float, every_lines: int = 16
 
     response.readline = held_up_readline  # type: ignore[method-assign]
     result = probe.Stream()
-    probe._read_events(response, result, response.arrived)  # noqa: SLF001
+    probe._read_events(response, result, response.arrived)
     writer.join()
     server.close()
     client.close()

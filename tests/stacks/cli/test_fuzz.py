@@ -36,7 +36,7 @@ VALID: dict[str, tuple[Callable[[], argparse.ArgumentParser], list[str]]] = {
 def _value_options() -> list[tuple[str, str]]:
     found = []
     for command, (parser, _) in VALID.items():
-        for action in parser()._actions:  # noqa: SLF001 - the parser's own option list
+        for action in parser()._actions:
             if action.option_strings and action.nargs != 0:
                 found.append((command, max(action.option_strings, key=len)))
     return found

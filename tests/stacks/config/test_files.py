@@ -14,7 +14,7 @@ COMMITTED = sorted([*PROJECT_DIR.glob("Pulumi.*.yaml"), *(PROJECT_DIR / "example
 
 def test_the_installed_pyyaml_has_libyaml_so_stack_files_take_the_fast_parser():
     # PyYAML's wheels for Linux and macOS ship libyaml; without it parse_yaml is safe_load itself.
-    assert files._FAST_LOADER is yaml.CSafeLoader  # noqa: SLF001
+    assert files._FAST_LOADER is yaml.CSafeLoader
 
 
 @pytest.mark.parametrize("path", COMMITTED, ids=lambda p: str(p.relative_to(PROJECT_DIR)))

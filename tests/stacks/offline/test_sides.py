@@ -37,7 +37,7 @@ def _side(directory: Path, stack_text: str, code: str = "print('program')\n") ->
 
 
 def _running(monkeypatch, side: sides.Side) -> None:
-    code, _ = sides._digests(side.directory, in_git=False)  # noqa: SLF001
+    code, _ = sides._digests(side.directory, in_git=False)
     monkeypatch.setattr(sides, "_running_code", lambda: code)
 
 

@@ -25,7 +25,7 @@ class Hub(BaseHTTPRequestHandler):
     routes: dict[str, tuple[int, dict]] = {}
     seen: list[tuple[str, str | None]] = []
 
-    def do_GET(self):  # noqa: N802 - http.server's name
+    def do_GET(self):
         type(self).seen.append((self.path, self.headers.get("Authorization")))
         status, body = type(self).routes.get(self.path, (404, {"error": "Repository not found"}))
         if status == 401 and self.headers.get("Authorization") == "Bearer hf_good":

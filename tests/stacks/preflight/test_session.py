@@ -28,7 +28,7 @@ POD = {"metadata": {"name": "llama-70b-5d9c-abcde", "namespace": "llm-serving",
 class ApiServer(BaseHTTPRequestHandler):
     seen: list[str] = []
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         type(self).seen.append(self.path)
         if self.path == "/version/":
             status, body = 200, VERSION
