@@ -249,7 +249,7 @@ def main(argv: list[str], s3: Any, now: float | None = None) -> int:
     if command == "seed":
         try:
             seed(s3, bucket, prefix, Path(rest[0]))
-        except Exception as error:  # noqa: BLE001 - a cache is an optimisation: a failed seed never stops a replica
+        except Exception as error:  # a cache is an optimisation: a failed seed must never stop a replica
             _say(f"compile cache not seeded ({type(error).__name__}: {error_code(error) or error}); vLLM compiles")
         return 0
     raise SystemExit(f"unknown command {command!r}")
