@@ -17,7 +17,7 @@ help:
 	@echo "make render STACK=dev     offline render of a stack into build/<stack>/ (no cloud, no CLI)"
 	@echo "make test                 the whole test suite"
 	@echo "make bench [SUITE=1]      render time per stack and per model count (figures, not a test); SUITE=1 also times make test"
-	@echo "make lint                 ruff, and the layering contracts (import-linter, pyproject.toml)"
+	@echo "make lint                 ruff, mypy, and the layering contracts (import-linter, pyproject.toml)"
 	@echo "make scan                 Checkov (renders, workflows) and zizmor (workflows), with the reviewed lists"
 	@echo "make locks                re-lock the hashed *.lock files after a change to a requirements file"
 	@echo "make golden               refresh tests/golden/ after an intended change"
@@ -76,9 +76,11 @@ bench: $(STAMP)
 	@echo "==> bench: render time per stack and per model count"
 	$(BIN)/python -m tools.bench $(if $(SUITE),--suite)
 
+# mypy reads [tool.mypy] in pyproject.toml; its first run over the SDKs takes minutes, .mypy_cache the later ones.
 lint: $(STAMP)
-	@echo "==> lint: ruff, then the layering contracts (import-linter)"
+	@echo "==> lint: ruff, then the type checker (mypy), then the layering contracts (import-linter)"
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
 
 schema: $(STAMP)

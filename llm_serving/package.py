@@ -72,7 +72,9 @@ class LlmServingProvider(ComponentProvider):
             type_def = self.get_type_definition(items) if items is not None and items.ref else None
             if schema_name in state and type_def is not None and not type_def.enum:
                 state[schema_name] = pulumi.Output.from_input(state[schema_name]).apply(
-                    lambda values, t=type_def: {k: self.map_complex_output(v, t) for k, v in values.items()})
+                    # (A default argument binds this type; mypy cannot type a lambda with one.)
+                    lambda values, t=type_def: {k: self.map_complex_output(v, t)  # type: ignore[misc]
+                                                for k, v in values.items()})
         return state
 
 
@@ -82,7 +84,9 @@ def provider(version: str = __version__) -> LlmServingProvider:
 
 def schema(version: str = __version__) -> dict[str, Any]:
     """The package's schema, as `pulumi package get-schema provider/` prints it for this version."""
-    return json.loads(provider(version).schema)
+    text = provider(version).schema
+    assert text is not None  # the component provider always builds one from the components
+    return json.loads(text)
 
 
 def main() -> None:

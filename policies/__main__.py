@@ -4,7 +4,7 @@ The CLI runs `python policies/`, so this directory is on sys.path and `pack` imp
 module; the policies themselves are built in pack.py, where tests can import them without the engine.
 """
 
-from pack import build_policies
+from pack import build_policies  # type: ignore[import-not-found]  # (the CLI's sys.path, above)
 from pulumi_policy import EnforcementLevel, PolicyPack
 
 PolicyPack("llm-serving", enforcement_level=EnforcementLevel.MANDATORY, policies=build_policies())

@@ -7,7 +7,7 @@ same ResourceValidationArgs the analyzer builds (pulumi-policy 1.21.0).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pulumi
@@ -31,7 +31,7 @@ from pulumi_policy.proxy import (
 try:  # imported as the package `policies` (tests, check.py)
     from . import rules
 except ImportError:  # run by the Pulumi CLI, which puts only this directory on sys.path
-    import rules  # type: ignore[no-redef]
+    import rules  # type: ignore[no-redef, import-not-found]  # (the CLI's sys.path; mypy sees the package)
 
 PROJECT = "llm-serving"
 LEVELS = {"mandatory": EnforcementLevel.MANDATORY, "advisory": EnforcementLevel.ADVISORY}
@@ -52,7 +52,7 @@ def plain(value: Any) -> Any:
         target = value if isinstance(value, dict) else value["__target"]
         return {key: plain(item) for key, item in target.items()}
     if isinstance(value, Sequence) and not isinstance(value, str | bytes):
-        target = value if isinstance(value, list | tuple) else value["__target"]
+        target = value if isinstance(value, list | tuple) else value["__target"]  # type: ignore[call-overload]
         return [plain(item) for item in target]
     if isinstance(value, float) and value.is_integer():
         # Protobuf's Struct carries every number as a double; the manifest (and the render) has integers.
@@ -64,6 +64,7 @@ def first_unknown(value: Any, path: tuple[str, ...] = ()) -> tuple[str, list[str
     """(sentinel, property path) of the first value not known until an earlier resource exists."""
     if isinstance(value, str) and value in UNKNOWNS:
         return value, list(path)
+    items: Iterable[tuple[Any, Any]]
     if isinstance(value, Mapping):
         items = value.items()
     elif isinstance(value, list):
@@ -103,7 +104,7 @@ def _validator(rule: rules.Rule, environment: str | None) -> Any:
             # fails the rule: the engine reports this as advisory and `pulumi up` re-runs it when known.
             raise UnknownValueError(*unknown)
         for message in messages:
-            report_violation(message)
+            report_violation(message, None)  # no urn: the resource under validation
 
     return validate
 

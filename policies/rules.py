@@ -345,7 +345,7 @@ def check_probes_present_lenient_liveness(
     resource_type: str, inputs: Mapping[str, Any], context: RuleContext
 ) -> list[str]:
     subject = _subject(resource_type, inputs, context)
-    messages = []
+    messages: list[str] = []
     if resource_type in (JOB, CRON_JOB):
         # A run-to-completion GPU pod (the compile cache's producer) holds no endpoint and no requests; its
         # activeDeadlineSeconds bounds a hung engine instead.

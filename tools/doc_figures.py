@@ -95,7 +95,9 @@ def prod_read_speed(facts: Facts) -> str:
 def prod_weights_gb(facts: Facts) -> str:
     from llm_serving.stack import planning
 
-    return f"{planning.model_architecture(facts.prod_model).weight_bytes / 1e9:.0f} GB"
+    architecture = planning.model_architecture(facts.prod_model)
+    assert architecture is not None  # prod serves a catalog model
+    return f"{architecture.weight_bytes / 1e9:.0f} GB"
 
 
 
@@ -165,6 +167,7 @@ def vcpu_quotas(facts: Facts) -> str:
     for stack in ("prod", "staging", "dev"):
         config = facts.config(stack_file_path(stack))
         instance = planning.resolve_instance_type(config)
+        assert instance is not None  # the committed stacks name catalog instance types
         nodes = config.gpu_node_group.scaling.max_nodes
         parts.append(f"{stack} {instance.vcpus * nodes:,} ({nodes} x {instance.name} at {instance.vcpus} vCPUs)")
     return "; ".join(parts)
@@ -174,7 +177,9 @@ def prod_claim_size(facts: Facts) -> str:
     from llm_serving import serving
     from llm_serving.stack import planning
 
-    return f"{serving.weights_volume_gib(planning.model_architecture(facts.prod_model).weight_bytes)} GiB"
+    architecture = planning.model_architecture(facts.prod_model)
+    assert architecture is not None  # prod serves a catalog model
+    return f"{serving.weights_volume_gib(architecture.weight_bytes)} GiB"
 
 
 def pipeline_split(facts: Facts) -> str:
@@ -222,6 +227,7 @@ def multi_node_example_cost(facts: Facts) -> str:
 
     config = facts.config(MULTI_NODE_EXAMPLE)
     total = planning.stack_cost(config)
+    assert total.usd_per_hour is not None  # the catalog prices the example's instance type
     plan = planning.model_plan(config, config.models[0])
     per_replica = total.usd_per_hour * plan.nodes_per_replica
     return (f"${per_replica:,.2f} an hour per replica, ${total.at(total.nodes_at_min):,.2f} for its "

@@ -59,8 +59,10 @@ def checkable_logs() -> list[dict[str, Any]]:
 def plan_logged_boot(row: dict[str, Any]) -> serving.CapacityPlan:
     """The planner's estimate for one logged boot, with that boot's settings; CapacityError if refused."""
     instance = lookup_instance_type(LOG_GPUS["H100" if "H100" in row["gpu"] else "A100"])
+    model = lookup_model(row["model"])
+    assert model is not None  # checkable_logs keeps the catalog's models only
     return serving.plan(
-        lookup_model(row["model"]), instance, row["max_model_len"] or 4096, tp=row["tp"],
+        model, instance, row["max_model_len"] or 4096, tp=row["tp"],
         gpu_memory_utilization=row["gpu_memory_utilization"],
         kv_cache_dtype="fp8" if "fp8" in str(row["kv_cache_dtype"]) else "auto",
         max_num_batched_tokens=row["max_num_batched_tokens"] or serving.DEFAULT_MAX_NUM_BATCHED_TOKENS,
@@ -86,6 +88,7 @@ def benchmark_result(row: dict[str, Any]) -> BenchmarkResult:
     """The roofline's figure for a published row: the decode step, or TPOT (with interleaved prefills),
     as the row's `compare` says."""
     model = lookup_model(row["model"])
+    assert model is not None  # the benchmark rows name catalog models
     at = serving.latency(model, serving.GPU_PERFORMANCE[row["gpu"]], row["tp"], row["concurrency"],
                       row["prompt_tokens"], row["output_tokens"])
     seconds = at.itl_seconds if row["compare"] == "decode step" else at.tpot_seconds

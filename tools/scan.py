@@ -98,8 +98,9 @@ def parse_skips(document: Any, known_stacks: tuple[str, ...]) -> list[Skip]:
         if not isinstance(reason, str) or len(reason.strip()) < MIN_REASON_CHARS:
             problems.append(f"{where}.reason: must say why the finding is accepted (at least {MIN_REASON_CHARS} "
                             "characters)")
-        if not problems:
-            skips.append(Skip(check, tuple(stacks), tuple(resources), " ".join(reason.split())))
+        if not problems:  # (so each field passed its check above, which the type checker cannot follow)
+            skips.append(Skip(check, tuple(stacks), tuple(resources),  # type: ignore[arg-type]
+                              " ".join(reason.split())))  # type: ignore[union-attr]
     if problems:
         raise SkipListError("\n".join(problems))
     return skips
@@ -207,8 +208,9 @@ def parse_zizmor_ignores(document: Any) -> list[ZizmorIgnore]:
         if not isinstance(reason, str) or len(reason.strip()) < MIN_REASON_CHARS:
             problems.append(f"{where}.reason: must say why the finding is accepted (at least {MIN_REASON_CHARS} "
                             "characters)")
-        if len(problems) == before:
-            entries.append(ZizmorIgnore(audit, file, tuple(patterns), " ".join(reason.split())))
+        if len(problems) == before:  # (so each field passed its check above, which the type checker cannot follow)
+            entries.append(ZizmorIgnore(audit, file, tuple(patterns),  # type: ignore[arg-type]
+                                        " ".join(reason.split())))  # type: ignore[union-attr]
     if problems:
         raise SkipListError("\n".join(problems))
     return entries

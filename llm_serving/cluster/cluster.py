@@ -13,6 +13,7 @@ workloads must wait for.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 
 import pulumi
 import pulumi_aws as aws
@@ -293,8 +294,9 @@ class Cluster(pulumi.ComponentResource):
         self.eks = EksCluster(
             name=args.cluster_name,
             endpoint=cluster.endpoint,
-            certificate_authority=cluster.certificate_authority.apply(lambda ca: ca.data if ca else ""),
-            cluster_security_group_id=cluster.vpc_config.apply(lambda v: v.cluster_security_group_id),
+            # EKS reports both for a created cluster; the SDK types them Optional.
+            certificate_authority=cluster.certificate_authority.apply(lambda ca: cast(str, ca.data) if ca else ""),
+            cluster_security_group_id=cluster.vpc_config.apply(lambda v: cast(str, v.cluster_security_group_id)),
             region=region,
             vpc_id=vpc.id,
             vpc_cidr=vpc.cidr_block,
@@ -348,7 +350,8 @@ class Cluster(pulumi.ComponentResource):
                 "ebs": {"volume_size": args.system_nodes.root_volume_gib, "volume_type": "gp3",
                         "encrypted": "true", "delete_on_termination": "true"},
             }],
-            vpc_security_group_ids=[cluster.vpc_config.apply(lambda v: v.cluster_security_group_id), group.id],
+            vpc_security_group_ids=[cluster.vpc_config.apply(lambda v: cast(str, v.cluster_security_group_id)),
+                                    group.id],
             tag_specifications=[{"resource_type": "instance",
                                  "tags": {**tags, "Name": f"{args.cluster_name}-system"}}],
             tags=tags,

@@ -19,9 +19,9 @@ MAX_ZONES = 3
 LARGEST_PREFIX = 20
 SMALLEST_PREFIX = 16
 # Docker's default bridge; EKS warns against a VPC in this range (EKS user guide, network-reqs).
-DOCKER_BRIDGE = ipaddress.ip_network("172.17.0.0/16")
+DOCKER_BRIDGE = ipaddress.IPv4Network("172.17.0.0/16")
 # Private ranges a VPC and the service CIDR may use (RFC 1918; the service CIDR must lie in one).
-PRIVATE_RANGES = tuple(ipaddress.ip_network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
+PRIVATE_RANGES = tuple(ipaddress.IPv4Network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
 
 # Subnet discovery tags of the AWS Load Balancer Controller (its docs, "Subnet auto-discovery"):
 # internet-facing load balancers go to subnets tagged role/elb, internal ones to role/internal-elb.
@@ -58,11 +58,11 @@ class NetworkPlan:
 def cidr_problems(vpc_cidr: str, service_cidr: str) -> list[tuple[str, str]]:
     """What is wrong with the VPC and service CIDRs: (key, reason) pairs, empty when nothing is."""
     try:
-        vpc = ipaddress.ip_network(vpc_cidr)
+        vpc = ipaddress.IPv4Network(vpc_cidr)
     except ValueError:
         return [("vpcCidr", "not a network address (host bits set, or not IPv4)")]
     try:
-        service = ipaddress.ip_network(service_cidr)
+        service = ipaddress.IPv4Network(service_cidr)
     except ValueError:
         return [("serviceCidr", "not a network address (host bits set, or not IPv4)")]
     problems = []
@@ -85,7 +85,7 @@ def plan_network(vpc_cidr: str, zones: list[str] | tuple[str, ...], nat_per_zone
     """Subnets for up to three zones; call `cidr_problems` first (a bad CIDR raises ValueError here)."""
     if not 2 <= len(zones) <= MAX_ZONES:
         raise ValueError(f"2 to {MAX_ZONES} zones, got {len(zones)}")
-    vpc = ipaddress.ip_network(vpc_cidr)
+    vpc = ipaddress.IPv4Network(vpc_cidr)
     quarters = list(vpc.subnets(prefixlen_diff=2))
     publics = list(quarters[3].subnets(prefixlen_diff=2))
     private = tuple(SubnetPlan(z, str(quarters[i]), False) for i, z in enumerate(zones))

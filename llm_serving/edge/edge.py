@@ -174,6 +174,7 @@ class Edge(pulumi.ComponentResource):
             # Envoy Gateway's apiKeyAuth reads client id -> key pairs from this Secret, in the SecurityPolicy's
             # namespace: the edge's, or with an existing Gateway the routes' (objects._security_policy).
             keys_namespace = routes[0].namespace if args.settings.existing_gateway else args.settings.namespace
+            assert args.client_api_key is not None  # the stack passes it with the Secret's name (stack/parts.py)
             k8s.core.v1.Secret(
                 f"{name}-client-keys",
                 metadata={"name": args.settings.api_key_secret, "namespace": keys_namespace},
@@ -184,6 +185,7 @@ class Edge(pulumi.ComponentResource):
         if objects.gateway_injects_upstream_key(args.settings):
             # What the HTTPRouteFilter injects, next to each route (a filter names a Secret in
             # its own namespace). Envoy Gateway watches it: a rotated key is sent at once.
+            assert args.upstream_api_key is not None  # the stack passes it in this case (stack/parts.py)
             for namespace_name in sorted({route.namespace for route in routes}):
                 k8s.core.v1.Secret(
                     f"{name}-upstream-key-{namespace_name}",
@@ -244,6 +246,7 @@ class Edge(pulumi.ComponentResource):
         """Dev's certificate, so the HTTPS listener is programmed on the first up: a P-256 key and a
         one-year self-signed certificate for the host, in the Secret the Gateway names. Both live in
         the stack's state as secrets; a host change makes a new certificate (its inputs change)."""
+        assert args.self_signed_host is not None  # the caller's condition
         child = pulumi.ResourceOptions(parent=self)
         key = tls.PrivateKey(f"{name}-tls-key", algorithm="ECDSA", ecdsa_curve="P256", opts=child)
         certificate = tls.SelfSignedCert(
@@ -261,7 +264,9 @@ class Edge(pulumi.ComponentResource):
             f"{name}-tls-secret",
             metadata={"name": args.settings.tls_secret_name, "namespace": args.settings.namespace},
             type="kubernetes.io/tls",
-            string_data={"tls.crt": certificate.cert_pem, "tls.key": pulumi.Output.secret(key.private_key_pem)},
+            # (mypy solves `Output.secret` of an Output[str] to Output[Never], through pulumi's Input union.)
+            string_data={"tls.crt": certificate.cert_pem,
+                         "tls.key": pulumi.Output.secret(key.private_key_pem)},  # type: ignore[arg-type]
             opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]),
         )
 

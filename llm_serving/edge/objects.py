@@ -560,7 +560,7 @@ def _route_objects(settings: EdgeSettings, route: Route) -> list[Manifest]:
             "rules": [rule],
         },
     }
-    backend_policy = {
+    backend_policy: dict[str, Any] = {
         "apiVersion": ENVOY_API,
         "kind": "BackendTrafficPolicy",
         "metadata": _meta(route.model_name, route.namespace),

@@ -237,7 +237,7 @@ class GpuNodeGroupArgs:
     """GPU facts for an instance type missing from the catalog; required only then."""
     ami_type: AmiType = AmiType.AL2023_X86_64_NVIDIA
     """EKS AMI type; the NVIDIA variants ship the driver, container toolkit and fabric manager."""
-    ami_release_version: str | None = Field(default=None, **dict(pattern="^[0-9][0-9A-Za-z.\\-_]*$"))
+    ami_release_version: str | None = Field(default=None, pattern="^[0-9][0-9A-Za-z.\\-_]*$")
     """Pinned EKS AMI release version (e.g. `1.34.2-20261101`); unset follows the newest release for the Kubernetes
     version at node-group creation."""
     capacity_type: CapacityType = CapacityType.ON_DEMAND

@@ -35,7 +35,7 @@ class NvidiaDevicePlugin(pulumi.ComponentResource):
     """Device plugin + GFD + NFD, tolerating the GPU taint and selecting the GPU nodes."""
 
     namespace: pulumi.Output[str]
-    release_name: pulumi.Output[str]
+    release_name: pulumi.Output[str | None]  # as the SDK types a Release's name (helm_release always sets it)
 
     def __init__(
         self, name: str, args: NvidiaDevicePluginArgs, opts: pulumi.ResourceOptions | None = None

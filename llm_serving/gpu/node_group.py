@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import re
 from dataclasses import dataclass, field
+from typing import cast
 
 import pulumi
 import pulumi_aws as aws
@@ -121,7 +122,8 @@ def generation(args: NodeGroupSpec) -> str:
         "securityGroups": list(node_network.SECURITY_GROUP_ROLES),
         # Subnets, instance, AMI and capacity type replace the group in EKS anyway; hashing them too
         # makes every replacement a generation change, so the pods always move before deletion.
-        "subnets": sorted(args.subnet_keys or args.subnet_ids),
+        # (Without keys the ids are known strings: the stack's existing subnets, llm_serving/stack/site.py.)
+        "subnets": sorted(args.subnet_keys or cast(list[str], args.subnet_ids)),
         # Launch-template tag specifications and the node labels: a change of either would otherwise
         # update the group in place (a new template version drains every node under the PDB).
         "tags": args.tags,
@@ -224,7 +226,7 @@ class GpuNodeGroup(pulumi.ComponentResource):
             for suffix, policy in [*NODE_POLICIES.items(), *([SSM_POLICY] if args.ssm_access else [])]
         ]
 
-        placement = None
+        placement: aws.ec2.LaunchTemplatePlacementArgsDict | None = None
         warning = placement_update_warning(args)
         if warning is not None:
             pulumi.log.warn(warning, resource=self)
@@ -268,7 +270,9 @@ class GpuNodeGroup(pulumi.ComponentResource):
                     },
                 }
             ],
-            network_interfaces=node_network.efa_interfaces(args.efa_interfaces, security_groups),
+            # The interfaces' keys are the SDK's own (node_network is pure, so it cannot name the type).
+            network_interfaces=cast(list[aws.ec2.LaunchTemplateNetworkInterfaceArgsDict] | None,
+                                    node_network.efa_interfaces(args.efa_interfaces, security_groups)),
             vpc_security_group_ids=node_network.instance_security_groups(args.efa_interfaces, security_groups),
             # A capacity block must name the instance type in the launch template (EKS user guide,
             # capacity-blocks-mng); the node group then may not list instance types itself.
@@ -355,7 +359,8 @@ class GpuNodeGroup(pulumi.ComponentResource):
         )
 
         # Copy the node-template tags onto the Auto Scaling group EKS created for the node group.
-        asg_name = node_group.resources.apply(lambda r: r[0].autoscaling_groups[0].name)
+        asg_name = node_group.resources.apply(
+            lambda r: r[0].autoscaling_groups[0].name)  # type: ignore[index]  # EKS creates one per group
         asg_tags = []
         for key, value in sorted(autoscaler_tags(name, args, args.cluster_name).items()):
             suffix = re.sub(r"[^a-z0-9]+", "-", key.split("/node-template/", 1)[-1].lower())

@@ -27,7 +27,7 @@ from .kubernetes import (
     subnet_cidr,
     vpc_cni_configuration,
 )
-from .manifests import manifest_resource
+from .manifests import ManifestFields, manifest_resource
 from .pod_security import RESTRICTED, PodSecurity
 from .prometheus import (
     BURN_FOR_MINUTES,
@@ -76,6 +76,7 @@ __all__ = [
     "pod_identity_trust",
     "pod_identity_trust_policy",
     "cluster_version",
+    "ManifestFields",
     "manifest_resource",
     "namespace",
     "namespace_labels",

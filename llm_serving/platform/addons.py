@@ -4,7 +4,18 @@ every add-on of this program is created with (pure). Pins and the reasons live i
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from . import versions
+
+
+class AddonSettings(TypedDict):
+    """Keyword arguments of `aws.eks.Addon`, named as its parameters so a type checker matches them."""
+
+    addon_name: str
+    addon_version: str
+    resolve_conflicts_on_create: str
+    resolve_conflicts_on_update: str
 
 
 def addon_version(addon: str, kubernetes_minor: str) -> str:
@@ -21,7 +32,7 @@ def addon_version(addon: str, kubernetes_minor: str) -> str:
     return pins[kubernetes_minor]
 
 
-def addon_settings(addon: str, kubernetes_minor: str) -> dict[str, str]:
+def addon_settings(addon: str, kubernetes_minor: str) -> AddonSettings:
     """The `aws.eks.Addon` arguments every add-on shares: name, pinned version, conflict modes."""
     return {
         "addon_name": addon,

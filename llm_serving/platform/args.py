@@ -16,7 +16,7 @@ analyzer reads annotations as objects (pulumi.provider.experimental.analyzer, `i
 import re
 from collections.abc import Awaitable, Callable
 from enum import StrEnum
-from typing import Any, TypeVar, dataclass_transform
+from typing import Any, Required, TypedDict, TypeVar, cast, dataclass_transform
 
 import pydantic
 from pulumi import Output
@@ -46,7 +46,8 @@ T = TypeVar("T")
 @dataclass_transform(kw_only_default=True, frozen_default=True, field_specifiers=(Field,))
 def args_type(cls: type[T]) -> type[T]:
     """A component's args, or a part of them (see the module docstring)."""
-    return pydantic.dataclasses.dataclass(frozen=True, kw_only=True, config=ARGS_CONFIG)(cls)
+    # (pydantic types the class it returns as its PydanticDataclass protocol: it is `cls`, with validation added.)
+    return cast(type[T], pydantic.dataclasses.dataclass(frozen=True, kw_only=True, config=ARGS_CONFIG)(cls))
 
 
 def validate(cls: type[T], values: Any) -> T:
@@ -84,33 +85,46 @@ class Environment(StrEnum):
     PROD = "prod"
 
 
+class Constraint(TypedDict, total=False):
+    """A constrained string, as keyword arguments of `Field(...)` (the names of pydantic's parameters, so a
+    type checker matches each `Field(**CONSTRAINT)` against them); `check_each` and `check_labels` read it too."""
+
+    pattern: Required[str]
+    max_length: int
+
+
 # Constrained strings, as keyword arguments of `Field(...)`.
-DNS_LABEL = {"pattern": r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", "max_length": 63}
-KUBERNETES_VERSION = {"pattern": r"^1\.(2[89]|3[0-9])$"}
-CHART_VERSION = {"pattern": r"^v?\d+\.\d+\.\d+([-+][0-9A-Za-z.-]+)?$"}
-SUBNET_ID = {"pattern": r"^subnet-[0-9a-f]{8,17}$"}
-SECURITY_GROUP_ID = {"pattern": r"^sg-[0-9a-f]{8,17}$"}
-AVAILABILITY_ZONE = {"pattern": r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$"}
-CAPACITY_RESERVATION_ID = {"pattern": r"^cr-[0-9a-f]{8,17}$"}
-LABEL_KEY = {"pattern": r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"}
-LABEL_VALUE = {"pattern": r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"}
-INSTANCE_TYPE_NAME = {"pattern": r"^[a-z][a-z0-9-]*\.[a-z0-9]+$"}
-HTTPS_URL = {"pattern": r"^https?://[^\s]+$"}
-IMAGE_TAG = {"pattern": r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$"}
-IMAGE_DIGEST = {"pattern": r"^sha256:[0-9a-f]{64}$"}
-HOSTNAME = {"pattern": r"^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)+[a-z]([-a-z0-9]{0,61}[a-z0-9])?$", "max_length": 253}
-PATH_PREFIX = {"pattern": r"^/([a-z0-9][-a-z0-9._]*(/[a-z0-9][-a-z0-9._]*)*)?$"}
-ACM_CERTIFICATE_ARN = {"pattern": r"^arn:aws[a-z-]*:acm:[a-z0-9-]+:\d{12}:certificate/[0-9a-f-]+$"}
-IAM_ROLE_ARN = {"pattern": r"^arn:aws[a-z-]*:iam::\d{12}:role/.+$"}
+DNS_LABEL: Constraint = {"pattern": r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", "max_length": 63}
+KUBERNETES_VERSION: Constraint = {"pattern": r"^1\.(2[89]|3[0-9])$"}
+CHART_VERSION: Constraint = {"pattern": r"^v?\d+\.\d+\.\d+([-+][0-9A-Za-z.-]+)?$"}
+SUBNET_ID: Constraint = {"pattern": r"^subnet-[0-9a-f]{8,17}$"}
+SECURITY_GROUP_ID: Constraint = {"pattern": r"^sg-[0-9a-f]{8,17}$"}
+AVAILABILITY_ZONE: Constraint = {"pattern": r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$"}
+CAPACITY_RESERVATION_ID: Constraint = {"pattern": r"^cr-[0-9a-f]{8,17}$"}
+LABEL_KEY: Constraint = {
+    "pattern": r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$",
+}
+LABEL_VALUE: Constraint = {"pattern": r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"}
+INSTANCE_TYPE_NAME: Constraint = {"pattern": r"^[a-z][a-z0-9-]*\.[a-z0-9]+$"}
+HTTPS_URL: Constraint = {"pattern": r"^https?://[^\s]+$"}
+IMAGE_TAG: Constraint = {"pattern": r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$"}
+IMAGE_DIGEST: Constraint = {"pattern": r"^sha256:[0-9a-f]{64}$"}
+HOSTNAME: Constraint = {
+    "pattern": r"^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)+[a-z]([-a-z0-9]{0,61}[a-z0-9])?$",
+    "max_length": 253,
+}
+PATH_PREFIX: Constraint = {"pattern": r"^/([a-z0-9][-a-z0-9._]*(/[a-z0-9][-a-z0-9._]*)*)?$"}
+ACM_CERTIFICATE_ARN: Constraint = {"pattern": r"^arn:aws[a-z-]*:acm:[a-z0-9-]+:\d{12}:certificate/[0-9a-f-]+$"}
+IAM_ROLE_ARN: Constraint = {"pattern": r"^arn:aws[a-z-]*:iam::\d{12}:role/.+$"}
 # S3 general purpose bucket names (S3 user guide, bucketnamingrules.html): 3-63 characters, lower-case
 # letters, digits, dots and hyphens, starting and ending with a letter or digit. Dots are refused here:
 # a dotted name breaks virtual-hosted-style TLS (the wildcard certificate covers one label).
-S3_BUCKET_NAME = {"pattern": r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$"}
-AWS_REGION = {"pattern": r"^[a-z]{2}(-[a-z]+)+-\d$"}
-CIDR_BLOCK = {"pattern": r"^\d{1,3}(\.\d{1,3}){3}/\d{1,2}$"}
+S3_BUCKET_NAME: Constraint = {"pattern": r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$"}
+AWS_REGION: Constraint = {"pattern": r"^[a-z]{2}(-[a-z]+)+-\d$"}
+CIDR_BLOCK: Constraint = {"pattern": r"^\d{1,3}(\.\d{1,3}){3}/\d{1,2}$"}
 
 
-def _matcher(constraint: dict[str, Any]) -> Callable[[Any], bool]:
+def _matcher(constraint: Constraint) -> Callable[[Any], bool]:
     pattern = re.compile(constraint["pattern"])
     longest = constraint.get("max_length")
     return lambda value: isinstance(value, str) and bool(pattern.match(value)) and (
@@ -122,7 +136,7 @@ def pydantic_core_error(message: str, pattern: str) -> Exception:
     return PydanticCustomError("string_pattern_mismatch", message, {"pattern": pattern})
 
 
-def check_each(field: str, constraint: dict[str, Any]) -> Any:
+def check_each(field: str, constraint: Constraint) -> Any:
     """A validator of `field` (a list of strings): each item matches `constraint`."""
     ok = _matcher(constraint)
 
@@ -135,7 +149,7 @@ def check_each(field: str, constraint: dict[str, Any]) -> Any:
     return field_validator(field)(check)
 
 
-def check_labels(field: str, key: dict[str, Any] | None, value: dict[str, Any] | None) -> Any:
+def check_labels(field: str, key: Constraint | None, value: Constraint | None) -> Any:
     """A validator of `field` (a mapping of Kubernetes labels): keys and values match their constraints."""
     key_ok = _matcher(key) if key else (lambda _: True)
     value_ok = _matcher(value) if value else (lambda _: True)
@@ -143,9 +157,10 @@ def check_labels(field: str, key: dict[str, Any] | None, value: dict[str, Any] |
     def check(cls: type, labels: dict[str, Any]) -> dict[str, Any]:
         for k, v in labels.items():
             if not key_ok(k):
-                raise pydantic_core_error(f"key {k!r} is not valid", (key or {}).get("pattern", ""))
+                raise pydantic_core_error(f"key {k!r} is not valid", key.get("pattern", "") if key else "")
             if not value_ok(v):
-                raise pydantic_core_error(f"value {v!r} of {k!r} is not valid", (value or {}).get("pattern", ""))
+                raise pydantic_core_error(f"value {v!r} of {k!r} is not valid",
+                                          value.get("pattern", "") if value else "")
         return labels
 
     return field_validator(field)(check)

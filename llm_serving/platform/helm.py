@@ -36,7 +36,7 @@ def namespace(
 ) -> k8s.core.v1.Namespace:
     """A namespace of ours, with Pod Security Admission labels (`pod_security_labels`) and, below
     `restricted`, the reason as an annotation the policy pack requires."""
-    metadata: dict = {"name": name, "labels": namespace_labels(pod_security, labels)}
+    metadata: k8s.meta.v1.ObjectMetaArgsDict = {"name": name, "labels": namespace_labels(pod_security, labels)}
     if pod_security.level != "restricted":
         metadata["annotations"] = {POD_SECURITY_REASON_ANNOTATION: pod_security.reason}
     return k8s.core.v1.Namespace(
@@ -50,7 +50,7 @@ def helm_release(
     chart: str,
     version: str,
     release_namespace: pulumi.Input[str],
-    values: dict[str, Any],
+    values: pulumi.Input[dict[str, Any]],
     parent: pulumi.Resource,
     depends_on: list[pulumi.Resource] | None = None,
     crds_only: bool = False,

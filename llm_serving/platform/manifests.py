@@ -11,6 +11,12 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+# A manifest's metadata or body in the Kubernetes API's own camelCase, as the pure builders write it: the
+# provider takes it as it is, but pulumi_kubernetes types each input as an `...ArgsDict` with snake_case keys,
+# which such a dict is not. A typed resource gets it as `cast(ManifestFields, fields)`, which the type checker
+# leaves alone (the tests validate the rendered objects against the Kubernetes schemas instead).
+ManifestFields = Any
+
 
 def manifest_resource(resource_name: str, manifest: dict[str, Any], opts: pulumi.ResourceOptions) -> pulumi.Resource:
     """A resource for `manifest`: typed for ConfigMaps (whose body is `data`), generic for every
@@ -39,7 +45,7 @@ def _rbac_resource(resource_name: str, manifest: dict[str, Any], opts: pulumi.Re
         cls = k8s.rbac.v1.Role if kind == "Role" else k8s.rbac.v1.ClusterRole
         return cls(resource_name, metadata=metadata, rules=manifest.get("rules"), opts=opts)
     if kind in ("RoleBinding", "ClusterRoleBinding"):
-        cls = k8s.rbac.v1.RoleBinding if kind == "RoleBinding" else k8s.rbac.v1.ClusterRoleBinding
-        return cls(resource_name, metadata=metadata, role_ref=manifest["roleRef"], subjects=manifest.get("subjects"),
-                   opts=opts)
+        binding = k8s.rbac.v1.RoleBinding if kind == "RoleBinding" else k8s.rbac.v1.ClusterRoleBinding
+        return binding(resource_name, metadata=metadata, role_ref=manifest["roleRef"],
+                       subjects=manifest.get("subjects"), opts=opts)
     raise ValueError(f"{kind} {resource_name}: unsupported RBAC kind")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from llm_serving.platform.args import fields_of, is_args_type
 
@@ -143,7 +144,7 @@ _EXPECTED_BY_TYPE = {
 }
 
 
-def _expected(err: dict[str, Any]) -> str:
+def _expected(err: ErrorDetails) -> str:
     kind = err["type"]
     ctx = err.get("ctx") or {}
     if kind in _EXPECTED_BY_TYPE:

@@ -182,8 +182,8 @@ def picker_objects(model: RoutedModel, settings: PickerSettings,
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
     }
-    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(name, ns, labels),
-              "data": {CONFIG_FILE: picker_config(model.admission)}}
+    config: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(name, ns, labels),
+                              "data": {CONFIG_FILE: picker_config(model.admission)}}
     container = {
         "name": "epp",
         "image": settings.image,

@@ -9,13 +9,22 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from llm_serving.platform import versions
-from llm_serving.platform.args import DNS_LABEL, HOSTNAME, IMAGE_DIGEST, IMAGE_TAG, PATH_PREFIX, args_type, check_each
+from llm_serving.platform.args import (
+    DNS_LABEL,
+    HOSTNAME,
+    IMAGE_DIGEST,
+    IMAGE_TAG,
+    PATH_PREFIX,
+    Constraint,
+    args_type,
+    check_each,
+)
 
 from .capacity import DEFAULT_MAX_NUM_SEQS
 
-MODEL_ID = {"pattern": r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$"}
-REVISION = {"pattern": r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$"}
-ENGINE_FLAG = {"pattern": r"^--[a-z0-9][a-z0-9-]*(\.[a-z0-9-]+)*(=.*)?$"}
+MODEL_ID: Constraint = {"pattern": r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$"}
+REVISION: Constraint = {"pattern": r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$"}
+ENGINE_FLAG: Constraint = {"pattern": r"^--[a-z0-9][a-z0-9-]*(\.[a-z0-9-]+)*(=.*)?$"}
 
 
 class WeightsFormat(StrEnum):

@@ -60,7 +60,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 from .models import ModelArchitecture, lookup_model
 
@@ -159,7 +159,7 @@ def _tokens(value: int) -> str:
     return f"{value:,}"
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

@@ -7,9 +7,12 @@ lets open streams finish, and a rollout strategy sized from the GPUs the node gr
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import pulumi
 import pulumi_kubernetes as k8s
+
+from llm_serving.platform import ManifestFields
 
 from . import compile_cache, engine, multinode, timing, weights
 from .multinode import EFA_ENV, efa_resources, leader_worker_set, worker_container
@@ -227,6 +230,7 @@ class VllmDeployment(pulumi.ComponentResource):
             # Pods drain for the stream bound before they go; the 10-minute default would fail first.
             delete=f"{args.delete_timeout_seconds}s",
         )
+        deployment: pulumi.CustomResource  # a LeaderWorkerSet, or a Deployment
         if multi:
             # One LeaderWorkerSet group of pipeline-parallel-size pods per replica. The leader keeps
             # the labels the Service, the pool, the PodMonitor and the NetworkPolicies select.
@@ -259,7 +263,7 @@ class VllmDeployment(pulumi.ComponentResource):
             deployment = k8s.apps.v1.Deployment(
                 f"{name}-deployment",
                 metadata={"name": args.model_name, "namespace": args.namespace, "labels": labels},
-                spec={
+                spec=cast(ManifestFields, {
                     "replicas": args.replicas,
                     "selector": {"matchLabels": selector},
                     "strategy": args.strategy or {"type": "RollingUpdate",
@@ -273,7 +277,7 @@ class VllmDeployment(pulumi.ComponentResource):
                                                                                 args.pre_start_seconds),
                     "revisionHistoryLimit": 5,
                     "template": pod_template(labels, [container]),
-                },
+                }),
                 opts=pulumi.ResourceOptions(
                     parent=self,
                     depends_on=list(args.after),
@@ -289,11 +293,11 @@ class VllmDeployment(pulumi.ComponentResource):
         service = k8s.core.v1.Service(
             f"{name}-service",
             metadata={"name": args.model_name, "namespace": args.namespace, "labels": labels},
-            spec={
+            spec=cast(ManifestFields, {
                 "type": "ClusterIP",
                 "selector": selector,
                 "ports": [{"name": "http", "port": engine.PORT, "targetPort": "http", "protocol": "TCP"}],
-            },
+            }),
             opts=child,
         )
         k8s.policy.v1.PodDisruptionBudget(
@@ -301,8 +305,8 @@ class VllmDeployment(pulumi.ComponentResource):
             metadata={"name": args.model_name, "namespace": args.namespace, "labels": labels},
             # Node drains take one replica at a time; a single-replica model can still be drained.
             # For groups, one pod of any group: a group is down as soon as one of its pods is.
-            spec={"maxUnavailable": 1, "selector": {"matchLabels": (
-                {multinode.LWS_NAME_LABEL: args.model_name} if multi else selector)}},
+            spec=cast(ManifestFields, {"maxUnavailable": 1, "selector": {"matchLabels": (
+                {multinode.LWS_NAME_LABEL: args.model_name} if multi else selector)}}),
             opts=child,
         )
         self.deployment = deployment
@@ -359,7 +363,7 @@ class VllmDeployment(pulumi.ComponentResource):
             metadata={"name": key.job_name(args.model_name), "namespace": args.namespace, "labels": labels,
                       # A failed producer (a node lost mid-compile) is replaced on the next `pulumi up`.
                       "annotations": {"pulumi.com/replaceUnready": "true"}},
-            spec={
+            spec=cast(ManifestFields, {
                 "backoffLimit": 2,
                 # A replacement pod only once the failed one has gone: never two writers at once.
                 "podReplacementPolicy": "Failed",
@@ -373,7 +377,7 @@ class VllmDeployment(pulumi.ComponentResource):
                                                                 compile_cache.SYNC_VOLUME)),
                                          *key.volumes(writable=True)]},
                 },
-            },
+            }),
             opts=pulumi.ResourceOptions(
                 parent=self, depends_on=list(args.after),
                 custom_timeouts=pulumi.CustomTimeouts(create=f"{args.compile_timeouts.await_seconds}s",

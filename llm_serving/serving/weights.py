@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pulumi
 import pulumi_kubernetes as k8s
+
+from llm_serving.platform import ManifestFields
 
 from . import engine
 from .stage_scripts import (  # noqa: F401  (re-exported: tests and the package read them here)
@@ -146,11 +148,11 @@ class ModelWeights(pulumi.ComponentResource):
                 # pod mounts it; awaiting Bound here would deadlock. The Job's await covers it.
                 "annotations": {"pulumi.com/skipAwait": "true"},
             },
-            spec={
+            spec=cast(ManifestFields, {
                 "accessModes": [args.access_mode],
                 "storageClassName": args.storage_class,
                 "resources": {"requests": {"storage": f"{args.size_gib}Gi"}},
-            },
+            }),
             opts=pulumi.ResourceOptions(
                 parent=self,
                 depends_on=list(args.after),
@@ -226,7 +228,7 @@ class ModelWeights(pulumi.ComponentResource):
                 # instead of failing every later update until someone deletes it by hand.
                 "annotations": {"pulumi.com/replaceUnready": "true"},
             },
-            spec={
+            spec=cast(ManifestFields, {
                 "backoffLimit": 4,
                 "activeDeadlineSeconds": args.download_deadline_seconds,
                 "template": {
@@ -262,7 +264,7 @@ class ModelWeights(pulumi.ComponentResource):
                         "volumes": volumes,
                     },
                 },
-            },
+            }),
             opts=pulumi.ResourceOptions(
                 parent=self,
                 depends_on=[*claim_after, requirements, *args.after],
@@ -325,7 +327,7 @@ class ModelWeights(pulumi.ComponentResource):
             metadata={"name": job_name(args.model_name, args.revision, args.tokenizer_revision),
                       "namespace": args.namespace, "labels": labels,
                       "annotations": {"pulumi.com/replaceUnready": "true"}},
-            spec={
+            spec=cast(ManifestFields, {
                 "backoffLimit": 4,
                 "activeDeadlineSeconds": args.download_deadline_seconds,
                 "template": {
@@ -353,7 +355,7 @@ class ModelWeights(pulumi.ComponentResource):
                         "volumes": volumes,
                     },
                 },
-            },
+            }),
             opts=pulumi.ResourceOptions(
                 parent=self,
                 depends_on=[account, requirements, *args.after],

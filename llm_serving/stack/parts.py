@@ -49,6 +49,7 @@ def node_group(args: ServingStackArgs, site: Site) -> gpu.NodeGroupSpec:
     group = args.gpu_node_group
     instance = planning.resolve_instance_type(args)
     assert instance is not None  # the rules refuse an unknown instance type
+    assert group.scaling is not None  # the rules require it with mode create
     return gpu.NodeGroupSpec(
         cluster_name=args.cluster.name,
         cluster_security_group_id=site.cluster_security_group_id,
@@ -117,6 +118,7 @@ def prometheus(args: ServingStackArgs) -> observability.PrometheusStackArgs | No
     settings = args.observability.prometheus
     if settings.mode is not PrometheusMode.INSTALL:
         return None
+    assert args.grafana_admin_password is not None  # the rules require it with mode install
     return observability.PrometheusStackArgs(
         protect_crds=args.environment is Environment.PROD,
         namespace=settings.namespace,

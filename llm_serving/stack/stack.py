@@ -233,11 +233,12 @@ class ServingStack(pulumi.ComponentResource):
         if any(planning.model_plan(args, m).pipeline_parallel_size > 1 for m in args.models):
             self._group_prerequisites.append(LeaderWorkerSetController(
                 "leaderworkerset", LeaderWorkerSetControllerArgs(versions.LWS.version), child))
-        crds = [prometheus.release] if prometheus else []
+        crds: list[pulumi.Resource] = [prometheus.release] if prometheus else []
         if args.addons.dcgm_exporter.mode is InstallMode.INSTALL:
             DcgmExporter("dcgm-exporter", parts.dcgm_exporter(args, self.gpu_nodes), child, crds_from=crds or None)
         edge_spec = parts.edge(args, self._site)
-        self.endpoints = self._models(args, edge_spec, child)
+        # A map of Outputs, which Pulumi resolves; the annotation is the schema's type (a map of strings).
+        self.endpoints = self._models(args, edge_spec, child)  # type: ignore[assignment]
         settings = args.observability.prometheus
         monitor_labels = dict(settings.monitor_selector_labels)
         ServingObservability(
@@ -367,11 +368,13 @@ class ServingStack(pulumi.ComponentResource):
         # Only our own pods run here, all under the restricted profile.
         ns = namespace("serving-namespace", serving_namespace, parent=self, pod_security=RESTRICTED)
         vllm_key = parts.vllm_api_key(args)
+        # (mypy solves `Output.secret` of an Output[str] to Output[Never], through pulumi's Input union: the two
+        # calls on vllm_key below ignore that.)
         api_key = k8s.core.v1.Secret(
             "vllm-api-key",
             metadata={"name": API_KEY_SECRET, "namespace": ns.metadata.name},
             type="Opaque",
-            string_data={"api-key": pulumi.Output.secret(vllm_key)},
+            string_data={"api-key": pulumi.Output.secret(vllm_key)},  # type: ignore[arg-type]
             opts=child,
         )
         hf_token_secret = None
@@ -387,12 +390,13 @@ class ServingStack(pulumi.ComponentResource):
             hf_token_secret = HF_TOKEN_SECRET
             # Secret outputs: the digests stay encrypted in state and masked in previews.
             hf_token_revision = pulumi.Output.secret(args.hf_token).apply(credential_revision)
-        api_key_revision = pulumi.Output.secret(vllm_key).apply(credential_revision)
+        api_key_revision = pulumi.Output.secret(vllm_key).apply(credential_revision)  # type: ignore[arg-type]
         # The fences go up before anything runs in the namespace: the staging Job holds the HF token.
         after_namespace = pulumi.ResourceOptions(parent=self, depends_on=[ns])
         generation = self.gpu_nodes.replaced_generation
         stage_image = f"{versions.STAGE_IMAGE}@{args.weights_storage.stage_image_digest}"
         if generation is not None:
+            assert self.gpu_nodes.node_group is not None  # a replaced generation is a created group's
             # A node update replaces the group: the old generation's barrier is deleted before the old
             # group and holds it until the last replaced vLLM pod has drained (llm_serving/gpu/drain.py).
             NodeDrainBarrier(drain_barrier_name(generation), NodeDrainBarrierArgs(
@@ -586,9 +590,12 @@ class ServingStack(pulumi.ComponentResource):
                 metadata={"name": service_account, "namespace": ns.metadata.name,
                           "labels": {"app.kubernetes.io/name": model.name}},
                 automount_service_account_token=False, opts=after_namespace))
-            settings = dataclasses.replace(settings, model_path=weights.model_path, tokenizer_path=(
-                pulumi.Output.concat("s3://", bucket.bucket_name, "/", s3_tokenizer_prefix)
-                if s3_tokenizer_prefix else None))
+            # The bucket's paths are Outputs, which EngineSettings types as the str they resolve to:
+            # engine_args passes them through into the container's args.
+            tokenizer_path = (pulumi.Output.concat("s3://", bucket.bucket_name, "/", s3_tokenizer_prefix)
+                              if s3_tokenizer_prefix else None)
+            settings = dataclasses.replace(settings, model_path=weights.model_path,  # type: ignore[arg-type]
+                                           tokenizer_path=tokenizer_path)  # type: ignore[arg-type]
             if compile_cache is not None and compile_account:
                 # The producer Job uploads as its own account, mapped to the role that writes only the
                 # cache's prefix; the Job waits for the association (the Deployment's `after`).

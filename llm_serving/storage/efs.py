@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import cast
 
 import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from llm_serving.platform import addon_settings, pod_identity_trust
+from llm_serving.platform import ManifestFields, addon_settings, pod_identity_trust
 
 from . import objects
 
@@ -39,7 +40,7 @@ class WeightsFileSystemArgs:
     # nodes' own group and the staging nodes' (never the cluster security group, which every node and
     # the control plane carry, unless a dev stack names no staging group).
     nfs_client_security_groups: tuple[tuple[str, pulumi.Input[str]], ...]
-    subnets: tuple[tuple[str, str], ...]  # (subnet id, availability zone) of the GPU node group
+    subnets: tuple[tuple[pulumi.Input[str], str], ...]  # (subnet id, availability zone) of the GPU node group
     storage_class_name: str
     owner_uid: int
     owner_gid: int
@@ -248,20 +249,21 @@ class WeightsFileSystem(pulumi.ComponentResource):
         # as the policy says.
         # Retained and protected in prod like every weights volume (policy pack): they hold no data, but
         # a mistaken delete would leave new serving pods without a volume while the finalizer waits.
-        kept = {"retain_on_delete": True, "protect": args.protect}
         volume = k8s.core.v1.PersistentVolume(
             f"{name}-serving-{mount.key}-volume",
             metadata=volume_manifest["metadata"],
             spec=volume_spec,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=ready, **kept),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=ready, retain_on_delete=True, protect=args.protect),
         )
         claim_manifest = objects.serving_claim(mount.claim_name, namespace=mount.namespace,
                                                volume_name=mount.volume_name, capacity_gib=capacity)
         claim = k8s.core.v1.PersistentVolumeClaim(
             f"{name}-serving-{mount.key}-claim",
-            metadata={**claim_manifest["metadata"],
-                      "namespace": args.serving_namespace if args.serving_namespace is not None else mount.namespace},
+            metadata=cast(ManifestFields, {
+                **claim_manifest["metadata"],
+                "namespace": args.serving_namespace if args.serving_namespace is not None else mount.namespace}),
             spec=claim_manifest["spec"],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[volume, *ready], **kept),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[volume, *ready], retain_on_delete=True,
+                                        protect=args.protect),
         )
         return claim.metadata.name

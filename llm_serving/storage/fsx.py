@@ -9,12 +9,13 @@ provisioning makes no AWS API call, so the driver needs no IAM role. Never delet
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from llm_serving.platform import addon_settings
+from llm_serving.platform import ManifestFields, addon_settings
 
 from . import objects
 
@@ -24,7 +25,7 @@ class WeightsLustreArgs:
     cluster_name: str
     vpc_id: pulumi.Input[str]
     node_security_group_id: pulumi.Input[str]
-    subnet_id: str  # the node group's first subnet: a Lustre file system lives in one subnet
+    subnet_id: pulumi.Input[str]  # the node group's first subnet: a Lustre file system lives in one subnet
     capacity_gib: int
     per_unit_throughput: int  # MB/s per TiB
     namespace: pulumi.Input[str]  # where the shared claim lives (the serving namespace)
@@ -49,7 +50,7 @@ class WeightsLustre(pulumi.ComponentResource):
             tags=args.tags,
             opts=child,
         )
-        rules = []
+        rules: list[pulumi.Resource] = []
         for source, referenced in (("nodes", args.node_security_group_id), ("self", group.id)):
             for low, high in objects.LUSTRE_PORTS:
                 rules.append(aws.vpc.SecurityGroupIngressRule(
@@ -109,12 +110,12 @@ class WeightsLustre(pulumi.ComponentResource):
             f"{name}-claim",
             metadata={"name": args.claim_name, "namespace": args.namespace,
                       "labels": {"app.kubernetes.io/component": "weights"}},
-            spec={
+            spec=cast(ManifestFields, {
                 "accessModes": ["ReadWriteMany"],
                 "storageClassName": "",
                 "volumeName": args.volume_name,
                 "resources": {"requests": {"storage": f"{args.capacity_gib}Gi"}},
-            },
+            }),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[volume], retain_on_delete=True,
                                         protect=args.protect),
         )

@@ -6,7 +6,7 @@ Facts: kubernetes-sigs/aws-efs-csi-driver 4.4.1 (docs/parameters.md, README) and
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from llm_serving.platform import check_dns_label
 
@@ -31,10 +31,13 @@ CSI_MANAGED_POLICY = "service-role/AmazonEFSCSIDriverPolicy"
 EFS_CLAIM_PLACEHOLDER_GIB = 1024
 
 
-def mount_target_subnets(subnets: list[tuple[str, str]]) -> dict[str, str]:
+SubnetId = TypeVar("SubnetId")  # a plain id, or one the stack creates (pulumi.Input[str])
+
+
+def mount_target_subnets(subnets: list[tuple[SubnetId, str]]) -> dict[str, SubnetId]:
     """AZ -> the first node subnet in it: EFS allows one mount target per AZ per file system, and
     nodes in every AZ of the node group must reach one in their own AZ."""
-    chosen: dict[str, str] = {}
+    chosen: dict[str, SubnetId] = {}
     for subnet_id, zone in subnets:
         chosen.setdefault(zone, subnet_id)
     return dict(sorted(chosen.items()))

@@ -111,7 +111,8 @@ class WeightsBucket(pulumi.ComponentResource):
             self.associations[access.name] = pod_identity_role(
                 f"{name}-{access.name}", cluster_name=args.cluster_name, namespace=access.namespace,
                 service_account=access.service_account,
-                policy=arn.apply(lambda a, entry=access: json.dumps(entry.policy(a))),
+                # (A default argument binds this entry; mypy cannot type a lambda with one.)
+                policy=arn.apply(lambda a, entry=access: json.dumps(entry.policy(a))),  # type: ignore[misc]
                 description=(f"{access.purpose} in the bucket for "
                              f"{access.namespace}/{access.service_account} of {args.cluster_name}"),
                 tags=args.tags, parent=self, association_after=list(guards),

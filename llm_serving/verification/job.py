@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import cast
 
 import pulumi
 import pulumi_kubernetes as k8s
+
+from llm_serving.platform import ManifestFields
 
 from . import objects
 from .args import VerificationMode
@@ -65,9 +68,9 @@ class VerificationJob(pulumi.ComponentResource):
                 # A failed gate is replaced (run again) on the next `pulumi up` instead of blocking it.
                 "annotations": {"pulumi.com/replaceUnready": "true"},
             },
-            spec=objects.job_spec(model_name=args.model_name, configmap_name=manifest["metadata"]["name"],
-                                  image=args.image, mode=args.mode.value, api_key_secret=args.api_key_secret,
-                                  deadline_seconds=args.deadline_seconds),
+            spec=cast(ManifestFields, objects.job_spec(
+                model_name=args.model_name, configmap_name=manifest["metadata"]["name"], image=args.image,
+                mode=args.mode.value, api_key_secret=args.api_key_secret, deadline_seconds=args.deadline_seconds)),
             opts=pulumi.ResourceOptions(
                 parent=self,
                 depends_on=[config, *args.after],

@@ -392,9 +392,10 @@ def _breakdown_rows(found: dict[str, object]) -> list[tuple[str, str]]:
     ]
 
 
+# (`found` holds dynamics()'s figures typed as object: the ignores below take them as the ints and dict they are.)
 def _dynamics_rows(found: dict[str, object]) -> list[tuple[str, str]]:
     node = " (needs a new node)" if found["replica_add_needs_node"] else " (fits on a running node)"
-    rows = [("add one replica", _minutes(int(found["replica_add_seconds"])) + node)]
+    rows = [("add one replica", _minutes(int(found["replica_add_seconds"])) + node)]  # type: ignore[call-overload]
     breakdown = _breakdown_rows(found)
     if isinstance(found.get("cold_start"), dict):
         # A stack's plan: the image and compile rows, then adding a replica term by term (its own rows).
@@ -404,12 +405,12 @@ def _dynamics_rows(found: dict[str, object]) -> list[tuple[str, str]]:
     rollout = found["rollout"]
     if isinstance(rollout, str):
         return [*rows, ("rollout", rollout)]
-    surge = rollout.get("rollingUpdate", {})
+    surge = rollout.get("rollingUpdate", {})  # type: ignore[attr-defined]
     kind = (f"maxSurge {surge['maxSurge']}, maxUnavailable {surge['maxUnavailable']}" if surge else "Recreate")
     rows += [
-        ("rollout", f"{kind}: {_minutes(int(found['rollout_seconds']))}"
+        ("rollout", f"{kind}: {_minutes(int(found['rollout_seconds']))}"  # type: ignore[call-overload]
                     + (", surge pod needs a new node" if found["rollout_needs_node"] else "")),
-        ("node-group update", f"{_minutes(int(found['node_update_seconds']))}, "
+        ("node-group update", f"{_minutes(int(found['node_update_seconds']))}, "  # type: ignore[call-overload]
                               f"{found['node_update_extra_nodes']} extra node(s) while pods move"),
     ]
     return rows
@@ -598,7 +599,7 @@ def stack_cost_summary(config: object) -> str:
              + (f" ${low:,.2f}/hour" if low is not None else "")
              + f"; {total.nodes_at_max} at max" + (f" ${high:,.2f}/hour" if high is not None else "")]
     for model in config.models:  # type: ignore[attr-defined]
-        result = planning.model_plan(config, model)  # type: ignore[arg-type]
+        result = planning.model_plan(config, model)
         cost = _replica_cost(result)
         found = stack_model_performance(config, model, result, cost, prompt_tokens=1024, output_tokens=256)
         if "usd_per_million_output_tokens" in found:

@@ -181,7 +181,7 @@ def resolve(own: StackFile, project_dir: Path) -> ResolvedConfig:
                         "extends",
                         f"base stack file {base_path.name} not found",
                         base_name,
-                        "one of " + ", ".join(STACK_FILE.match(k)["stack"] for k in known),
+                        "one of " + ", ".join(m["stack"] for k in known if (m := STACK_FILE.match(k))),
                     )
                 ]
             )

@@ -55,7 +55,7 @@ def parse(text: str, option: str = "--set") -> Override:
         namespace, key = found["namespace"], found["rest"]
         if namespace == PROJECT:
             namespace = None
-    segments = []
+    segments: list[Segment] = []
     for part in key.split(".") if sep and key else []:
         match = _SEGMENT.match(part)
         if match is None or (namespace is not None and match["name"]):

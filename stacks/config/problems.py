@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import IO, NoReturn, TextIO
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from llm_serving.platform.problems import (
     MISSING,
@@ -18,6 +18,9 @@ from llm_serving.platform.problems import (
     show,
     suggest,
 )
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 __all__ = [
     "MISSING",
@@ -57,7 +60,7 @@ class CommandLineParser(argparse.ArgumentParser):
         self._out, self._err = out, err
         return self
 
-    def _print_message(self, message: str, file: IO[str] | None = None) -> None:
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
         # argparse passes sys.stdout for --help and sys.stderr for usage errors.
         if file is sys.stdout and self._out is not None:
             file = self._out

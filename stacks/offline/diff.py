@@ -360,7 +360,9 @@ def _outputs_of(resource: dict[str, Any]) -> tuple[set[str], set[tuple[str, str]
     The computed strings are what the render's mock answered for it (its id and provider-computed
     outputs such as a node group's Auto Scaling group name): stacks.offline.render.RenderMocks."""
     asked = SimpleNamespace(typ=resource["type"], name=resource["name"], inputs=resource.get("inputs") or {})
-    resource_id, state = render.RenderMocks("").new_resource(asked)  # the version only answers getCluster
+    # The version only answers getCluster. (`asked` stands in for MockResourceArgs: new_resource reads its typ,
+    # name and inputs only.)
+    resource_id, state = render.RenderMocks("").new_resource(asked)  # type: ignore[arg-type]
     computed = {resource_id}
     inputs = resource.get("inputs") or {}
 
@@ -498,7 +500,7 @@ def _old_revision_notes(changes: list[ResourceChange], base: dict[tuple[str, ...
     for change in changes:
         resource = by_name.get((change.type, change.name))
         labels = ((resource or {}).get("inputs", {}).get("metadata") or {}).get("labels") or {}
-        if change.action == "delete" and change.type == "kubernetes:batch/v1:Job" and \
+        if resource is not None and change.action == "delete" and change.type == "kubernetes:batch/v1:Job" and \
                 labels.get("app.kubernetes.io/component") == "stage-weights":
             containers = resource["inputs"]["spec"]["template"]["spec"]["containers"]
             env = {e["name"]: e.get("value") for e in containers[0].get("env", [])}
@@ -827,7 +829,9 @@ def diff_stack(target: str, base: str | None = None, project_dir: Path = stack_f
     """Render `target` at `base` (default: the merge base with main) and in the working tree, then compare.
     `trees`: base trees exported by earlier diffs of the same run (else this diff exports its own)."""
     stack_file = _stack_file(target, project_dir)
-    stack = stack_files.STACK_FILE.match(Path(stack_file).name)["stack"]
+    named = stack_files.STACK_FILE.match(Path(stack_file).name)
+    assert named is not None  # _stack_file refuses any other name
+    stack = named["stack"]
     if _git(project_dir, "rev-parse", "--git-dir").returncode != 0:
         raise DiffError([f"diff: {project_dir} is not in a git repository"])
     ref, chosen = (base, base) if base else default_base(project_dir)

@@ -232,7 +232,7 @@ def render_stack(stack_file: Path, cluster_version: str | None = None) -> Render
     if validated.cluster.mode is ClusterMode.CREATE:
         owner = f"{stack_files.PROJECT}/{own.stack}"
         clusters = {validated.cluster.name: (cluster_version, owner)} if cluster_version else {}
-    if clusters:
+    if clusters and cluster_version:
         # What the program refuses for the stack's own cluster (a skipped or backwards minor), as the
         # one-line problems a real preview logs, before anything runs.
         problems = cluster_checks.existing_cluster_problems(

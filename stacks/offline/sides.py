@@ -155,7 +155,8 @@ def render_sides(sides: list[Side | None], stack_file: str, scratch: Path) -> li
         digests = _digests(side.directory, side.in_git)
         key = (*digests, stack_file) if digests else None
         if key in _renders:
-            pending.append((None, lambda key=key: (json.loads(_renders[key]), [])))
+            # (A default argument binds the key; mypy cannot type a lambda with one.)
+            pending.append((None, lambda key=key: (json.loads(_renders[key]), [])))  # type: ignore[misc]
         elif key in first_with:
             # The same code and stack files as an earlier side rendered here (a diff with no change): its
             # render, copied (finished first, as the pending list runs in order); if that one failed, this

@@ -85,7 +85,7 @@ class Intent:
     region: str
     cluster_name: str
     kubernetes_version: str
-    subnets: tuple[tuple[str, str], ...]  # (subnet id, zone) as configured
+    subnets: tuple[tuple[str | None, str], ...]  # (subnet id, zone) as configured (no id: cluster mode create)
     tags: dict[str, str]
     addons: tuple[AddonInstall, ...]
     pod_identity_users: tuple[str, ...]  # what needs the Pod Identity agent, named for the reason
@@ -125,7 +125,7 @@ class Intent:
 
 
 def _addons(config: ServingStackArgs) -> tuple[AddonInstall, ...]:
-    found = []
+    found: list[AddonInstall] = []
     if config.cluster.mode is ClusterMode.CREATE:
         # A created cluster's add-ons at their pins, vpc-cni with the configuration it is created with.
         found.extend(AddonInstall(spec.name, spec.configuration, "cluster.mode: existing", spec.name, spec.version)

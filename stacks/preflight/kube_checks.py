@@ -164,7 +164,9 @@ def chart_conflicts(ctx: Context) -> list[Finding]:
     kube = ctx.kube()
     workloads = list(kube.helm_deployments().items) + list(kube.helm_daemon_sets().items)
     found = []
-    wanted = [(c.chart, c.namespace, c.switch, c.rivals) for c in ctx.intent.charts]
+    # (chart, its namespace or None for an EKS add-on, switch, rivals)
+    wanted: list[tuple[str, str | None, str, tuple[str, ...]]] = [
+        (c.chart, c.namespace, c.switch, c.rivals) for c in ctx.intent.charts]
     wanted += [(a.helm_twin, None, a.switch, ()) for a in ctx.intent.addons]
     for chart, namespace, switch, rivals in wanted:
         others = set()

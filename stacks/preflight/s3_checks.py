@@ -85,11 +85,11 @@ def s3_gateway_endpoint(ctx: Context) -> list[Finding]:
         {"Name": "vpc-endpoint-type", "Values": ["Gateway"]}])["VpcEndpoints"]
     routed = {t for e in endpoints if e.get("State", "").lower() == "available" for t in e.get("RouteTableIds", [])}
     tables = ctx.ec2.describe_route_tables(Filters=[{"Name": "vpc-id", "Values": [vpc]}])["RouteTables"]
-    subnets = [subnet for subnet, _ in i.subnets]
+    subnets = [subnet for subnet, _ in i.subnets if subnet is not None]  # (ids are set with an existing cluster)
     missing = {s: t for s, t in _subnet_route_tables(tables, subnets).items() if t not in routed}
     if not missing:
         return [passed(check, f"{len(endpoints)} S3 gateway endpoint(s) in {vpc} route every GPU subnet "
-                       f"({', '.join(sorted(set(_subnet_route_tables(tables, subnets).values())))})")]
+                       f"({', '.join(sorted({t for t in _subnet_route_tables(tables, subnets).values() if t}))})")]
     found = ", ".join(f"{s} uses {t or 'no route table'}" for s, t in sorted(missing.items()))
     cost = i.s3_cold_start_gb * NAT_USD_PER_GB_PROCESSED
     ids = " ".join(sorted({t for t in missing.values() if t}))

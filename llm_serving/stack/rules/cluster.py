@@ -6,7 +6,7 @@ with what it reads from the account before any resource is registered.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from llm_serving import cluster
@@ -153,7 +153,7 @@ def upgrade_steps(current: str, target: str) -> list[str]:
     ]
 
 
-def zone_problems(config: ServingStackArgs, region: str, offered: list[str]) -> list[Problem]:
+def zone_problems(config: ServingStackArgs, region: str, offered: Sequence[str]) -> list[Problem]:
     """The zones against the region the program runs in and the zones the account can use there."""
     create = config.cluster.create
     assert create is not None

@@ -236,6 +236,7 @@ def _streamer_memory(config: ServingStackArgs, model: ModelArgs, plan: serving.C
     if config.weights_storage.backend is not StorageBackend.S3:
         return
     instance = resolve_instance_type(config)
+    assert instance is not None  # the caller skips a stack without one
     pod_gib = serving.pod_memory_gib(instance.memory_gib, instance.gpu_count, plan.tensor_parallel_size)
     limit = config.weights_storage.s3.streamer_memory_limit_gib
     allowed = math.floor(pod_gib * STREAMER_MEMORY_SHARE / plan.tensor_parallel_size)

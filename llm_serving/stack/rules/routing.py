@@ -99,6 +99,6 @@ def compile_cache_rules(config: ServingStackArgs) -> Iterator[Problem]:
         room = None if found else producer_room(config)
         if room is not None and model.name in room.refused:
             why, needed = room.refused[model.name]
-            key, nodes = supply_key(config)
-            yield Problem(key, f"models[{model.name}].compileCache shared: {why}",
+            supply, nodes = supply_key(config)
+            yield Problem(supply, f"models[{model.name}].compileCache shared: {why}",
                           nodes, f">= {needed}, or compileCache auto or off")
