@@ -56,3 +56,12 @@ def variants_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One project directory for the session's variants of the committed stacks (tests/support/stack_variants.py):
     a variant written by two modules is one path, so it is rendered once per process."""
     return _copy_project(tmp_path_factory.mktemp("variants"))
+
+
+@pytest.fixture(scope="session")
+def dev_awake(variants_dir: Path) -> RenderResult:
+    """dev with its model at one replica all day: a model routed through its Service, no picker."""
+    from tests.support import stack_variants
+
+    return render_file(stack_variants.dev_awake(variants_dir))
+

@@ -174,7 +174,12 @@ class EdgeArgs:
     jwt: JwtArgs | None = None
     """JWT provider (auth `jwt`)."""
     stream_idle_timeout_seconds: int = Field(default=300, ge=10, le=3600)
-    """Longest silence allowed inside a response stream."""
+    """Longest silence allowed inside a response stream (Envoy's stream idle timeout): also the longest a request
+    may wait in the endpoint picker, for a replica or for a model waking from zero, with no byte sent."""
+    load_balancer_idle_timeout_seconds: int | None = Field(default=None, ge=60, le=6000)
+    """Gateway mode: the NLB's TCP idle timeout (listener attribute `tcp.idle_timeout.seconds`, 60..6000 s); it must
+    exceed `streamIdleTimeoutSeconds`, or the NLB drops a silent stream first. Unset: the NLB's default, 350 s
+    (raise it for a model that scales to zero and wakes for longer)."""
     min_decode_tokens_per_second: float = Field(default=10, gt=0, le=10000)
     """Slowest decode speed to allow for: timeouts must cover max-model-len tokens at this speed."""
     inference_routing: InferenceRoutingArgs = Field(default_factory=InferenceRoutingArgs)

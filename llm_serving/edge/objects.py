@@ -88,6 +88,12 @@ class EdgeSettings:
     existing_gateway: bool = False
     gateway_namespace: str | None = None  # None: the stack's own Gateway, in `namespace`
     listener: str | None = None  # the existing Gateway's HTTPS listener the routes attach to (required with one)
+    # The NLB's TCP idle timeout when the stack sets one (listener attribute); None: the NLB's default.
+    nlb_idle_timeout_seconds: int | None = None
+
+    @property
+    def nlb_idle_seconds(self) -> int:
+        return self.nlb_idle_timeout_seconds or NLB_TCP_IDLE_SECONDS
 
     @property
     def owning_gateway_namespace(self) -> str:
@@ -96,6 +102,19 @@ class EdgeSettings:
 
 # --------------------------------------------------------------------------------------------
 # Shared helpers
+
+
+# The AWS Load Balancer Controller's per-listener attributes annotation, `<protocol>-<port>` (kubernetes-sigs/
+# aws-load-balancer-controller docs/guide/service/annotations.md, "Listener Attributes"); the NLB's TCP listener
+# for the Gateway's HTTPS port takes `tcp.idle_timeout.seconds`, 60..6000 s (Elastic Load Balancing API reference,
+# ListenerAttribute).
+NLB_LISTENER_ATTRIBUTES = "service.beta.kubernetes.io/aws-load-balancer-listener-attributes.TCP-443"
+
+
+def _nlb_listener_attributes(settings: EdgeSettings) -> dict[str, str]:
+    if settings.nlb_idle_timeout_seconds is None:
+        return {}
+    return {NLB_LISTENER_ATTRIBUTES: f"tcp.idle_timeout.seconds={settings.nlb_idle_timeout_seconds}"}
 
 
 def _duration(seconds: int) -> str:
@@ -325,10 +344,10 @@ def gateway_objects(settings: EdgeSettings, routes: list[Route]) -> list[Manifes
         return objects
     secret = _tls_secret(settings)
     for route in routes:
-        if route.stream_idle_timeout_seconds >= NLB_TCP_IDLE_SECONDS:
+        if route.stream_idle_timeout_seconds >= settings.nlb_idle_seconds:
             raise ValueError(
                 f"{route.model_name}: stream idle timeout {route.stream_idle_timeout_seconds}s must be below the "
-                f"NLB's {NLB_TCP_IDLE_SECONDS}s TCP idle timeout, or the NLB drops silent streams first"
+                f"NLB's {settings.nlb_idle_seconds}s TCP idle timeout, or the NLB drops silent streams first"
             )
     name, edge = settings.gateway_name, settings.namespace
     drain = max(route.drain_seconds for route in routes)
@@ -369,6 +388,7 @@ def gateway_objects(settings: EdgeSettings, routes: list[Route]) -> list[Manifes
                             "service.beta.kubernetes.io/aws-load-balancer-target-group-attributes": (
                                 f"deregistration_delay.timeout_seconds={drain}"
                             ),
+                            **_nlb_listener_attributes(settings),
                         },
                     },
                 },

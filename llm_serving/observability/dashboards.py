@@ -307,6 +307,17 @@ def serving_dashboard() -> dict[str, Any]:
             "Pickers up, healthy against their disruption budget's floor, and the vLLM replicas each one can "
             "pick; the gateway fails closed, so no picker up is the model's outage.",
         ),
+        _panel(
+            "Idle and waking (scale to zero)",
+            "short",
+            [
+                (f"sum by (deployment) (kube_deployment_spec_replicas{{{_KSM}}}) == 0", "{{deployment}} idle at zero"),
+                (f"sum by (inference_pool) (llm_d_epp_flow_control_queue_size{{{_PICKER}}})",
+                 "{{inference_pool}} held in the picker"),
+            ],
+            "A model at zero replicas is idle; requests held in its picker with no replica ready mean it is waking "
+            "(ModelWakeSlow pages when that outlasts the planned wake).",
+        ),
     ]
     return _dashboard("llm-serving-vllm", "LLM serving / vLLM", ["llm-serving", "vllm"], variables, panels)
 

@@ -7,6 +7,7 @@ each alert naming the model and linking to a runbook anchor, in the house style 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +65,8 @@ class ModelSlo:
     # <name>-<g>-<i>); the Deployment series do not exist, pod readiness stands in for them.
     group_size: int = 1
     group_ready_minutes: int = 60  # how long a group's pod may stay unready: its cold start budget
+    # A model that scales to zero: its planned wake; a replica wanted but not yet available is normal that long.
+    wake_seconds: int | None = None
 
     def __post_init__(self) -> None:
         check_label_value("served_model_name", self.served_model_name)
@@ -105,6 +108,8 @@ def _model_rules(m: ModelSlo, runbook_base_url: str) -> list[dict[str, Any]]:
     by = f"{NAMESPACE_LABEL}, model_name"
     where = f"model {model} in namespace {m.namespace}"
     where_first = f"Model {model} in namespace {m.namespace}"  # at the start of a sentence
+    # Waking from zero, the wanted replica is unavailable for the whole planned wake.
+    no_replica_minutes = max(NO_REPLICA_FOR_MINUTES, math.ceil((m.wake_seconds or 0) / 60))
 
     def latency(series: str) -> str:
         return f"histogram_quantile(0.95, sum by ({by}, le) (rate({series}{{{vllm}}}[{LATENCY_RATE_WINDOW}])))"
@@ -189,13 +194,13 @@ def _model_rules(m: ModelSlo, runbook_base_url: str) -> list[dict[str, Any]]:
                 f"(kube_deployment_status_replicas_available{{{deploy}}} == 0)"
                 f" and on (namespace, deployment) (kube_deployment_spec_replicas{{{deploy}}} > 0)"
             ),
-            for_minutes=NO_REPLICA_FOR_MINUTES,
+            for_minutes=no_replica_minutes,
             severity="critical",
             model=model,
             summary=f"{where_first} has no available replica: every request to it fails",
             description=(
                 f"Deployment {m.deployment_name} wants replicas but none has been available for "
-                f"{NO_REPLICA_FOR_MINUTES} minutes. Check pod events (pending GPUs, image pull, weights "
+                f"{no_replica_minutes} minutes. Check pod events (pending GPUs, image pull, weights "
                 "volume) and the vLLM logs of the starting pods."
             ),
             runbook_base_url=runbook_base_url,

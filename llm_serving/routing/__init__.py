@@ -2,7 +2,7 @@
 
 from .admission import Admission
 from .alerts import TTFT_OBJECTIVE_SHARE, picker_alert_groups
-from .metrics import PICKER_METRIC_TYPES, PICKER_METRICS, PICKER_TTFT_BUCKETS
+from .metrics import PICKER_METRIC_TYPES, PICKER_METRICS, PICKER_TTFT_BUCKETS, held_requests_query
 from .objects import (
     OBJECTIVE_HEADER,
     PickerSettings,
@@ -22,6 +22,7 @@ __all__ = [
     "PICKER_METRIC_TYPES",
     "PICKER_METRICS",
     "PICKER_TTFT_BUCKETS",
+    "held_requests_query",
     "InferenceRouting",
     "RoutingSpec",
     "PickerSettings",

@@ -182,7 +182,7 @@ def picker_alert_groups(models: tuple[RoutedModel, ...], replicas: int, runbook_
                 runbook_base_url=runbook_base_url,
                 labels=labels,
             ),
-            alert_rule(
+            *(_waking_rules(m, job, labels, runbook_base_url) if m.wake_seconds is not None else [alert_rule(
                 alert="InferencePoolNoReadyEndpoints",
                 expr=f"max(llm_d_epp_ready_endpoints{{{job}}}) == 0",
                 for_minutes=2,
@@ -191,7 +191,7 @@ def picker_alert_groups(models: tuple[RoutedModel, ...], replicas: int, runbook_
                 description="The picker sees no ready vLLM pod matching the pool's selector on its target port.",
                 runbook_base_url=runbook_base_url,
                 labels=labels,
-            ),
+            )]),
         ]
         if m.admission is not None and m.admission.flow_control:
             rules += _overload_rules(m, job, labels, runbook_base_url)
@@ -199,6 +199,42 @@ def picker_alert_groups(models: tuple[RoutedModel, ...], replicas: int, runbook_
         if m.ttft_objective_seconds is not None:
             groups.append(ttft_alert_group(m, runbook_base_url))
     return groups
+
+
+def _waking_rules(m: RoutedModel, job: str, labels: dict[str, str], runbook_base_url: str) -> list[dict[str, Any]]:
+    """A model that scales to zero has no ready replica on purpose; what is a fault is a wake longer than
+    planned, and requests the picker drops while it waits (its hold expired, or its queue was full)."""
+    assert m.wake_seconds is not None
+    none_ready = f"(max(llm_d_epp_ready_endpoints{{{job}}}) == 0)"
+    held = f"(sum(llm_d_epp_flow_control_queue_size{{{job}}}) > 0)"
+    wake_minutes = math.ceil(m.wake_seconds / 60)
+    return [
+        alert_rule(
+            alert="ModelWakeSlow",
+            expr=f"{none_ready} and on () {held}",
+            for_minutes=wake_minutes,
+            severity="critical",
+            summary=(f"{m.name} has held requests at zero replicas for longer than its planned wake "
+                     f"({m.wake_seconds} s)"),
+            description=("The first requests after an idle spell are waiting for a replica that has not come: no GPU "
+                         "node can be added, the pod does not start, or the autoscaler does not see the held "
+                         "requests. Their clients are about to time out."),
+            runbook_base_url=runbook_base_url,
+            labels=labels,
+        ),
+        alert_rule(
+            alert="ModelDroppedWhileWaking",
+            expr=(f'(sum(increase(llm_d_epp_flow_control_requests_total{{{job}, outcome=~"{SHED_OUTCOMES}"}}[5m])) '
+                  f"> 0) and on () {none_ready}"),
+            for_minutes=0,
+            severity="warning",
+            summary=f"{m.name} dropped requests while waking from zero",
+            description=("The picker answered 503 or 429 to requests it held while no replica was ready: the hold "
+                         "(defaultRequestTTL) ended before the model woke, or its queue was full."),
+            runbook_base_url=runbook_base_url,
+            labels=labels,
+        ),
+    ]
 
 
 def _overload_rules(m: RoutedModel, job: str, labels: dict[str, str], runbook_base_url: str) -> list[dict[str, Any]]:

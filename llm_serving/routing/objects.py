@@ -81,6 +81,9 @@ class RoutedModel:
     # The model's time-to-first-token objective (slo.ttftP95Seconds): 95 % of streamed requests get their
     # first token within it at the edge. None: no TTFT burn-rate alerts for the model.
     ttft_objective_seconds: float | None = None
+    # A model that scales to zero: its planned wake, how long the picker may hold a request at zero replicas
+    # before that is a fault. None: zero ready replicas is a fault at once.
+    wake_seconds: int | None = None
 
 
 def picker_name(model: str) -> str:

@@ -91,6 +91,10 @@ class ScalingTarget:
     # A multi-node model scales whole LeaderWorkerSet groups through the LWS scale subresource
     # (specReplicasPath .spec.replicas; its selector picks the leaders: LWS v0.10.0 CRD).
     workload_kind: str = "Deployment"
+    # Scale to zero (min_replicas 0): the query of the requests the endpoint picker holds for the model, which
+    # exists while no replica does (vLLM's own series vanish with the pods), and how many wake it.
+    wake_query: str | None = None
+    wake_on_waiting: int = 1
 
     @property
     def scale_target_ref(self) -> dict[str, str]:
@@ -114,6 +118,10 @@ class ScalingTarget:
         _check_int("cooldown_seconds", self.cooldown_seconds, 0, 7 * 24 * 3600)
         _check_number("ttft_target_seconds", self.ttft_target_seconds, low=0, high=600, low_open=True)
         _check_int("polling_interval_seconds", self.polling_interval_seconds, 1, 3600)
+        if self.min_replicas == 0 and self.wake_query is None:
+            raise ValueError(f"{self.deployment_name}: min_replicas=0 needs a wake query: at zero replicas vLLM "
+                             "reports no queue, so only the picker's held requests can wake the model")
+        _check_int("wake_on_waiting", self.wake_on_waiting, 1, 1000)
 
 
 def _selector(t: ScalingTarget) -> str:
@@ -184,6 +192,25 @@ def hpa_behavior(t: ScalingTarget) -> dict[str, Any]:
     }
 
 
+def _wake_trigger(t: ScalingTarget, prometheus_url: str) -> list[dict[str, Any]]:
+    """Scale to zero: the requests the picker holds, per replica like the queue; active above wake_on_waiting - 1
+    (KEDA activates strictly above the threshold, keda.sh docs concepts/scaling-deployments "Activating and
+    Scaling thresholds"), which is what takes the model from 0 to 1."""
+    if t.wake_query is None:
+        return []
+    return [{
+        "type": "prometheus",
+        "name": "held_requests",
+        "metricType": "AverageValue",
+        "metadata": {
+            "serverAddress": prometheus_url,
+            "query": t.wake_query,
+            "threshold": _number(t.waiting_per_replica_target),
+            "activationThreshold": _number(t.wake_on_waiting - 1),
+        },
+    }]
+
+
 def scaled_object(t: ScalingTarget, *, prometheus_url: str, name: str) -> dict[str, Any]:
     """keda.sh/v1alpha1 ScaledObject for the target's Deployment; KEDA creates and owns the HPA."""
     check_dns_label("name", name)
@@ -235,6 +262,7 @@ def scaled_object(t: ScalingTarget, *, prometheus_url: str, name: str) -> dict[s
                         "activationThreshold": _number(t.kv_usage_activation),
                     },
                 },
+                *_wake_trigger(t, prometheus_url),
                 # Value: latency is not divided by replicas; the HPA wants ceil(replicas * p95 / target).
                 # The queue grows only once a replica is saturated, and TTFT rises before that.
                 {

@@ -130,12 +130,28 @@ class RouteArgs:
 
 
 @args_type
+class ScaleToZeroArgs:
+    """An idle model gives its GPUs back: KEDA scales it to zero after `idleSeconds` without load, and the endpoint
+    picker holds the first requests (instead of refusing them) while it wakes; its waiting requests wake it."""
+
+    idle_seconds: int = Field(default=1800, ge=300, le=86400)
+    """How long the model must go without a request before it scales to zero (KEDA's cooldownPeriod)."""
+    wake_on_waiting: int = Field(default=1, ge=1, le=1000)
+    """Requests held in the picker's queue that wake the model (KEDA's activation: more than this minus one)."""
+    in_production: bool = False
+    """Allow scale to zero in prod and staging, where a first request after an idle hour waits for the wake:
+    refused there unless set."""
+
+
+@args_type
 class ModelScalingArgs:
     """How one model scales: queue depth first, KV-cache usage second, never CPU or GPU utilisation."""
 
-    min_replicas: int | None = Field(default=None, ge=1, le=64)
-    """Fewest replicas; unset: `replicas`. No scale-to-zero: at zero replicas no pod reports the queue, so nothing
-    could wake the model."""
+    min_replicas: int | None = Field(default=None, ge=0, le=64)
+    """Fewest replicas; unset: `replicas`. 0 (scale to zero) needs `scaleToZero`: at zero replicas no vLLM pod reports
+    a queue, so the picker's queue of held requests wakes the model."""
+    scale_to_zero: ScaleToZeroArgs | None = None
+    """With `minReplicas: 0`: the idle time before zero and what wakes the model; unset: no scale to zero."""
     max_replicas: int | None = Field(default=None, ge=1, le=64)
     """Most replicas; unset: `replicas`."""
     waiting_per_replica_target: float = Field(default=5, gt=0, le=10000)

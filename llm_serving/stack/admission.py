@@ -18,7 +18,7 @@ from llm_serving.platform.problems import Problem
 from llm_serving.routing import Admission
 from llm_serving.serving import ModelArgs, RoutingMode
 from llm_serving.stack.args import ServingStackArgs
-from llm_serving.stack.planning import model_plan, replica_add_seconds, routing_mode
+from llm_serving.stack.planning import model_plan, replica_add_seconds, routing_mode, scales_to_zero, wake
 
 OVERLOAD = "edge.inferenceRouting.overload"
 
@@ -27,6 +27,10 @@ def model_admission(config: ServingStackArgs, model: ModelArgs) -> Admission:
     overload = config.edge.inference_routing.overload
     scaling = model.autoscaling
     wait = overload.queue_wait_seconds if overload.queue_wait_seconds is not None else model.slo.ttft_p95_seconds
+    retry_after = overload.retry_after_seconds or max(1, math.ceil(wait))
+    if scales_to_zero(model):
+        # At zero replicas the picker holds the first requests until the model is up: as long as the wake.
+        wait = max(wait, wake(config, model).total_seconds)
     depth = overload.queue_depth_per_replica or math.ceil(
         round(scaling.waiting_per_replica_target / scaling.ttft_target_fraction, 6))
     kv = overload.kv_cache_usage or min(1.0, round(scaling.kv_usage_target / scaling.ttft_target_fraction, 3))
@@ -36,7 +40,7 @@ def model_admission(config: ServingStackArgs, model: ModelArgs) -> Admission:
         queue_depth_per_replica=depth,
         kv_cache_usage=kv,
         sheddable_queue_requests=overload.sheddable_queue_requests or depth,
-        retry_after_seconds=overload.retry_after_seconds or max(1, math.ceil(wait)),
+        retry_after_seconds=retry_after,
     )
 
 

@@ -8,9 +8,10 @@ import math
 
 import pulumi
 
-from llm_serving import serving
+from llm_serving import routing, serving
 from llm_serving.edge import EdgeMode
 from llm_serving.observability import ModelSlo
+from llm_serving.platform import NAMESPACE_LABEL
 from llm_serving.scaling import ScalingTarget
 from llm_serving.serving import EngineSettings, ModelArgs
 from llm_serving.stack import planning, timing
@@ -83,6 +84,7 @@ def scaling_target(args: ServingStackArgs, model: ModelArgs) -> ScalingTarget:
     plan = planning.model_plan(args, model)
     low, high = planning.replica_bounds(model)
     scaling = model.autoscaling
+    idle = scaling.scale_to_zero if low == 0 else None
     return ScalingTarget(
         deployment_name=model.name,
         namespace=args.serving.namespace,
@@ -95,10 +97,13 @@ def scaling_target(args: ServingStackArgs, model: ModelArgs) -> ScalingTarget:
         kv_usage_activation=scaling.kv_usage_activation,
         scale_down_window_seconds=planning.scale_down_window(args, model, plan),
         scale_up_window_seconds=scaling.scale_up_window_seconds,
-        # Only consulted when scaling to zero, which this stack does not do.
-        cooldown_seconds=max(300, 2 * plan.cold_start_seconds),
+        # KEDA consults it only on the way to zero: the idle time a model at minReplicas 0 waits for.
+        cooldown_seconds=idle.idle_seconds if idle is not None else max(300, 2 * plan.cold_start_seconds),
         ttft_target_seconds=round(model.slo.ttft_p95_seconds * scaling.ttft_target_fraction, 3),
         workload_kind="LeaderWorkerSet" if plan.pipeline_parallel_size > 1 else "Deployment",
+        wake_query=routing.held_requests_query(NAMESPACE_LABEL, args.serving.namespace, model.name)
+        if idle is not None else None,
+        wake_on_waiting=idle.wake_on_waiting if idle is not None else 1,
     )
 
 
@@ -115,4 +120,5 @@ def slo(args: ServingStackArgs, model: ModelArgs) -> ModelSlo:
         itl_p95_seconds=model.slo.itl_p95_seconds,
         group_size=plan.pipeline_parallel_size,
         group_ready_minutes=math.ceil(plan.startup_budget_seconds / 60),
+        wake_seconds=planning.wake(args, model).total_seconds if planning.scales_to_zero(model) else None,
     )

@@ -257,6 +257,28 @@ def cold_starts(config: ServingStackArgs, model: ModelArgs,
     return (serving.cold_start(*terms, steps, needs_node=False), serving.cold_start(*terms, steps, needs_node=True))
 
 
+def scales_to_zero(model: ModelArgs) -> bool:
+    """Whether the model goes to zero replicas when idle (`autoscaling.minReplicas: 0`)."""
+    return replica_bounds(model)[0] == 0
+
+
+def wake(config: ServingStackArgs, model: ModelArgs) -> serving.ColdStart:
+    """From the first request to a model at zero replicas to its first token, term by term: a new GPU node when
+    the group may be empty (its minimum is zero nodes), the image pull, the weights, engine start and compile, and
+    readiness. The picker holds the request meanwhile, so every timeout on its path must outlast the total."""
+    free, new_node = cold_starts(config, model, model_plan(config, model))
+    return new_node if node_counts(config).min_nodes == 0 else free
+
+
+def idle_usd_per_hour(config: ServingStackArgs, model: ModelArgs) -> float | None:
+    """What an idle hour at zero saves: the GPUs of the replicas it would otherwise keep (`replicas`, at least one),
+    at the instance's On-Demand price; None without a published price."""
+    per_replica = usd_per_replica_hour(model_plan(config, model))
+    if per_replica is None:
+        return None
+    return round(per_replica * max(1, model.replicas), 2)
+
+
 def scale_down_window(config: ServingStackArgs, model: ModelArgs, plan: serving.CapacityPlan) -> int:
     """The configured window, else the time to add a replica within [300, 3600] s: removing a replica
     sooner than a new one takes to arrive turns every short burst into a wasted node and cold start."""
@@ -342,17 +364,22 @@ def _shape(config: ServingStackArgs, model: ModelArgs) -> serving.Footprint:
     plan = model_plan(config, model)
     low, high = replica_bounds(model)
     return serving.Footprint(
-        name=model.name, tensor_parallel_size=plan.tensor_parallel_size, min_replicas=low, max_replicas=high,
+        name=model.name, tensor_parallel_size=plan.tensor_parallel_size, min_replicas=_rolled(low), max_replicas=high,
         cold_start_seconds=plan.cold_start_seconds,
         shared_weights=model.storage.access_mode is AccessMode.READ_WRITE_MANY,
         nodes_per_replica=plan.nodes_per_replica)
+
+
+def _rolled(low: int) -> int:
+    """The replicas a rollout or node update moves: a model at zero that is awake when it rolls has one."""
+    return max(1, low)
 
 
 def footprint(config: ServingStackArgs, model: ModelArgs, plan: serving.CapacityPlan) -> serving.Footprint:
     low, high = replica_bounds(model)
     shared, _ = compile_cache_state(config, model)
     return serving.Footprint(
-        name=model.name, tensor_parallel_size=plan.tensor_parallel_size, min_replicas=low, max_replicas=high,
+        name=model.name, tensor_parallel_size=plan.tensor_parallel_size, min_replicas=_rolled(low), max_replicas=high,
         cold_start_seconds=plan.cold_start_seconds,
         shared_weights=model.storage.access_mode is AccessMode.READ_WRITE_MANY,
         nodes_per_replica=plan.nodes_per_replica,
@@ -476,11 +503,13 @@ def replica_bounds(model: ModelArgs) -> tuple[int, int]:
 
 def routing_mode(config: ServingStackArgs, model: ModelArgs) -> RoutingMode:
     """The model's routing: as configured, else an InferencePool where the gateway can run one (gateway
-    mode, controller installed here) and the model can have more than one replica to choose from."""
+    mode, controller installed here) and the model can have more than one replica to choose from, or none."""
     if model.route.routing is not None:
         return model.route.routing
     can = config.edge.mode is EdgeMode.GATEWAY and config.edge.controller is ControllerMode.INSTALL
-    return RoutingMode.INFERENCE_POOL if can and replica_bounds(model)[1] > 1 else RoutingMode.SERVICE
+    # A model at zero replicas needs the picker too: it holds the first requests while the model wakes.
+    choose = replica_bounds(model)[1] > 1 or scales_to_zero(model)
+    return RoutingMode.INFERENCE_POOL if can and choose else RoutingMode.SERVICE
 
 
 def shared_claim_name(config: ServingStackArgs) -> str | None:

@@ -357,6 +357,7 @@ class ServingStack(pulumi.ComponentResource):
                 admission=routed_admission(args, model),
                 # The edge's TTFT alerts hold the model to its own objective.
                 ttft_objective_seconds=ttft[model.name],
+                wake_seconds=planning.wake(args, model).total_seconds if planning.scales_to_zero(model) else None,
             ))
         return tuple(routed)
 

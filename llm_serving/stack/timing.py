@@ -28,7 +28,9 @@ from llm_serving.stack.planning import (
     rollout_strategies,
     routing_mode,
     scale_down_window,
+    scales_to_zero,
     timing,
+    wake,
 )
 
 
@@ -118,7 +120,7 @@ def node_update_timeline(config: ServingStackArgs) -> list[tuple[str, str]]:
 def lb_idle_seconds(config: ServingStackArgs) -> int | None:
     """The idle timeout of the load balancer in front of the first proxy we run (None: not ours)."""
     if config.edge.mode is EdgeMode.GATEWAY and config.edge.gateway is None:
-        return NLB_IDLE_SECONDS
+        return config.edge.load_balancer_idle_timeout_seconds or NLB_IDLE_SECONDS
     return None
 
 
@@ -140,16 +142,32 @@ def relations(config: ServingStackArgs) -> list[serving.Relation]:
 
 def admission_relations(config: ServingStackArgs) -> list[serving.Relation]:
     """A request held in the picker sends nothing: Envoy's stream idle timeout must not answer before
-    the picker's 429 does (it would answer with a bare 504, no Retry-After)."""
+    the picker's 429 does (it would answer with a bare 504, no Retry-After). A model at zero: the picker holds
+    its first requests for the whole wake, so the hold must cover the wake, and Envoy's stream idle timeout (and,
+    through the edge relations, the NLB's) must outlast the hold."""
     if not config.edge.inference_routing.overload.flow_control:
         return []
-    return [
-        serving.Relation(f"{m.name}: picker queue wait", math.ceil(model_admission(config, m).queue_wait_seconds),
-                         "<", config.edge.stream_idle_timeout_seconds, "Envoy stream idle timeout",
-                         "a request waiting for a replica is cut with a 504 instead of refused with 429",
-                         "edge.inferenceRouting.overload.queueWaitSeconds")
-        for m in config.models if routing_mode(config, m) is RoutingMode.INFERENCE_POOL
-    ]
+    rows = []
+    idle = config.edge.stream_idle_timeout_seconds
+    for m in config.models:
+        if routing_mode(config, m) is not RoutingMode.INFERENCE_POOL:
+            continue
+        hold = math.ceil(model_admission(config, m).queue_wait_seconds)
+        if scales_to_zero(m):
+            rows += [
+                serving.Relation(f"{m.name}: picker hold while waking", hold, ">=", wake(config, m).total_seconds,
+                                 "planned wake from zero", "the first request after an idle spell gets a 503 "
+                                 "before the model is up", "edge.inferenceRouting.overload.queueWaitSeconds"),
+                serving.Relation("edge: Envoy stream idle timeout", idle, ">", hold,
+                                 f"{m.name}'s picker hold while waking",
+                                 "the first request after an idle spell is cut with a 504 while the model wakes",
+                                 "edge.streamIdleTimeoutSeconds"),
+            ]
+        else:
+            rows.append(serving.Relation(f"{m.name}: picker queue wait", hold, "<", idle, "Envoy stream idle timeout",
+                                         "a request waiting for a replica is cut with a 504 instead of refused with "
+                                         "429", "edge.inferenceRouting.overload.queueWaitSeconds"))
+    return rows
 
 
 def dynamics_relations(config: ServingStackArgs, model: ModelArgs) -> list[serving.Relation]:

@@ -74,7 +74,8 @@ def planned_load(config: ServingStackArgs, model: ModelArgs, *, concurrency: int
     settings = config.verification
     prompt = prompt_tokens or settings.prompt_tokens
     output = output_tokens or settings.output_tokens
-    replicas = planning.replica_bounds(model)[0]
+    # A model at zero is woken by the first request: the test meets one replica.
+    replicas = max(1, planning.replica_bounds(model)[0])
     objectives = {"ttft_p95_ms": model.slo.ttft_p95_seconds * 1000, "itl_p95_ms": model.slo.itl_p95_seconds * 1000}
     plan = planning.model_plan(config, model)
     architecture = planning.model_architecture(model)
@@ -120,12 +121,16 @@ def settings(config: ServingStackArgs, model: ModelArgs) -> Settings:
     """What the model's Job checks: both addresses, then the load test through the Service (the
     figures the plan models are the engine's; the edge's share is in the smoke checks)."""
     load = planned_load(config, model).plan
+    wake = planning.wake(config, model).total_seconds if planning.scales_to_zero(model) else None
     return Settings(model=model.name, targets=targets(config, model), load=load, load_target="service",
-                    request_timeout_seconds=request_timeout_seconds(config, load.output_tokens))
+                    request_timeout_seconds=request_timeout_seconds(config, load.output_tokens),
+                    wake_seconds=float(wake) if wake is not None else None)
 
 
 def deadline_seconds(checked: Settings) -> int:
-    """The Job's activeDeadlineSeconds: the smoke checks, the ramp, the test, and its last requests."""
+    """The Job's activeDeadlineSeconds: a wake from zero, the smoke checks, the ramp, the test, and its last
+    requests."""
     load = checked.load
     test = (load.ramp_seconds + load.duration_seconds) if load else 0
-    return math.ceil(SMOKE_SECONDS * len(checked.targets) + test + checked.request_timeout_seconds)
+    wake = (checked.wake_seconds + checked.request_timeout_seconds) if checked.wake_seconds is not None else 0
+    return math.ceil(wake + SMOKE_SECONDS * len(checked.targets) + test + checked.request_timeout_seconds)

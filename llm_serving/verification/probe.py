@@ -96,6 +96,8 @@ class Settings:
     load: LoadPlan | None = None
     load_target: str | None = None  # which target carries the load test (default: the last)
     request_timeout_seconds: float = 120.0
+    # A model that scales to zero: the planned wake, which the first request through the edge may take.
+    wake_seconds: float | None = None
 
     @staticmethod
     def from_json(document: dict[str, Any]) -> Settings:
@@ -108,6 +110,7 @@ class Settings:
                 load=LoadPlan(**load) if load else None,
                 load_target=document.get("load_target"),
                 request_timeout_seconds=float(document.get("request_timeout_seconds", 120.0)),
+                wake_seconds=float(document["wake_seconds"]) if document.get("wake_seconds") is not None else None,
             )
         except (KeyError, TypeError, ValueError) as error:
             raise UsageError(f"settings: {error!r}; expected model, targets[] and optionally load") from None
@@ -398,6 +401,23 @@ def check_stream(target: Target, model: str, key: str, timeout: float) -> tuple[
                  f"{last * 1000:.0f} ms, ending in [DONE]", measured), got
 
 
+def check_wake(target: Target, model: str, key: str, wake_seconds: float, timeout: float) -> Check:
+    """A model that scales to zero: one streamed request through the edge, whose first token must come within the
+    planned wake (the picker holds it while the model starts; an awake model answers in seconds)."""
+    body = chat_body(model, "Say hello.", 8, stream=True)
+    got = stream_chat(f"{target.base_url}/chat/completions", key, body, wake_seconds + timeout)
+    if not got.token_times:
+        return Check(target.name, "wake", FAIL, f"no token within the planned wake of {wake_seconds:.0f} s "
+                     f"(+{timeout:.0f} s): {got.error or 'the stream ended empty'}")
+    first = got.token_times[0] - got.sent_at
+    measured = {"first_token_seconds": round(first, 3), "planned_wake_seconds": wake_seconds}
+    if first > wake_seconds:
+        return Check(target.name, "wake", FAIL, f"first token after {first:.0f} s, beyond the planned wake of "
+                     f"{wake_seconds:.0f} s: the clients' requests would time out first", measured)
+    return Check(target.name, "wake", PASS, f"first token after {first:.1f} s, within the planned wake of "
+                 f"{wake_seconds:.0f} s (seconds: the model was awake)", measured)
+
+
 def check_completion(target: Target, model: str, key: str, timeout: float) -> tuple[Check, dict | None]:
     body = chat_body(model, "Say hello.", 16, stream=False)
     try:
@@ -650,6 +670,11 @@ def run(settings: Settings, key: str) -> dict[str, Any]:
     if not settings.targets:
         raise UsageError("settings: no target to verify")
     checks: list[Check] = []
+    if settings.wake_seconds is not None:
+        # First, through the edge: at zero replicas only the picker holds a request while the model wakes (the
+        # in-cluster Service has no endpoint to connect to until then).
+        edge = next((t for t in settings.targets if t.name == "edge"), settings.targets[0])
+        checks.append(check_wake(edge, settings.model, key, settings.wake_seconds, settings.request_timeout_seconds))
     for target in settings.targets:
         checks += smoke(target, settings.model, key, settings.request_timeout_seconds)
     report: dict[str, Any] = {"model": settings.model, "targets": {t.name: t.base_url for t in settings.targets}}

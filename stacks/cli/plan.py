@@ -402,6 +402,15 @@ def _dynamics_rows(found: dict[str, object]) -> list[tuple[str, str]]:
         rows += breakdown[:2] + _cold_start_rows(found["cold_start"])  # type: ignore[arg-type]
     else:
         rows += breakdown
+    idle = found.get("scale_to_zero")
+    if isinstance(idle, dict):
+        wake = idle["wake"]
+        parts = " + ".join(f"{key.removesuffix('_seconds').replace('_', ' ')} {value:,} s"
+                           for key, value in wake.items() if key != "total_seconds" and value)
+        saved = idle["usd_saved_per_idle_hour"]
+        rows += [("wake from zero", f"{_minutes(wake['total_seconds'])}: {parts}"),
+                 ("idle to zero", f"after {idle['idle_seconds']:,} s without a request"
+                  + (f"; saves ${saved:,.2f} per idle hour" if saved else ""))]
     rollout = found["rollout"]
     if isinstance(rollout, str):
         return [*rows, ("rollout", rollout)]
@@ -612,7 +621,21 @@ def stack_cost_summary(config: object) -> str:
             price = (f"${cost['usd_per_replica_hour']}/replica-hour; " if cost.get("usd_per_replica_hour") is not None
                      else "")
             lines.append(f"  {model.name}: {price}{found.get('note') or cost.get('price_source')}")
+        lines += _idle_lines(config, model)
     return "\n".join(lines) + "\n"
+
+
+def _idle_lines(config: object, model: object) -> list[str]:
+    """A model that scales to zero: what an idle hour saves, and how long its first request then waits."""
+    if not planning.scales_to_zero(model):  # type: ignore[arg-type]
+        return []
+    wake = planning.wake(config, model)  # type: ignore[arg-type]
+    saved = planning.idle_usd_per_hour(config, model)  # type: ignore[arg-type]
+    idle = model.autoscaling.scale_to_zero  # type: ignore[attr-defined]
+    terms = ", ".join(f"{name} {seconds:,} s" for name, seconds in wake.terms() if seconds)
+    savings = f": saves ${saved:,.2f} per idle hour" if saved else ""
+    return [f"    at zero after {idle.idle_seconds:,} s idle{savings}; the first request then waits "
+            f"{wake.total_seconds:,} s to wake it ({terms})"]
 
 
 def stack_model_performance(config: object, model: object, result: CapacityPlan, cost: dict[str, object], *,
@@ -758,7 +781,7 @@ def _stack_plan(args: argparse.Namespace, explicit: dict[str, object], out: Text
     timing = planning.timing(config)
     shared_cache, cache_reason = planning.compile_cache_state(config, model)
     stack_args = argparse.Namespace(
-        replicas=low, max_replicas=high, nodes=planning.node_counts(config).desired_nodes,
+        replicas=max(1, low), max_replicas=high, nodes=planning.node_counts(config).desired_nodes,
         max_nodes=supply.nodes, node_ready_seconds=timing.node_ready_seconds,
         image_pull_seconds=timing.image_pull_seconds, drain_wait_seconds=stack_timing.node_drain_wait_seconds(config),
         image_pre_pull="daemonSet" if timing.image_prepulled else "off",
@@ -769,6 +792,11 @@ def _stack_plan(args: argparse.Namespace, explicit: dict[str, object], out: Text
     if found:  # multi-node groups have no dynamics yet (dynamics())
         found["cold_start"] = {"free_node": _terms(free), "new_node": _terms(new),
                                "storage": planning.storage_backend_label(config, model)}
+        if planning.scales_to_zero(model):
+            idle = model.autoscaling.scale_to_zero
+            assert idle is not None  # the rules require it at minReplicas 0
+            found["scale_to_zero"] = {"wake": _terms(planning.wake(config, model)), "idle_seconds": idle.idle_seconds,
+                                      "usd_saved_per_idle_hour": planning.idle_usd_per_hour(config, model)}
     cost = _replica_cost(result)
     total = planning.stack_cost(config)
     cost.update({"stack_nodes_at_min_replicas": total.nodes_at_min, "stack_nodes_at_max_replicas": total.nodes_at_max,

@@ -55,8 +55,10 @@ def _raw_template_annotations(monkeypatch, placeholder: str) -> dict[str, dict]:
     found = {}
     for recorded in monitor.recorded:
         workload = recorded.type in ("kubernetes:apps/v1:Deployment", "kubernetes:batch/v1:Job")
-        # The compile cache's producer reads neither credential (no API key, no Hub): it never rolls for them.
-        if workload and "llama-8b" in recorded.name and not {"verify", "compile"} & set(recorded.name.split("-")):
+        # The compile cache's producer and the endpoint picker read neither credential (no API key, no Hub):
+        # they never roll for them.
+        if workload and "llama-8b" in recorded.name and not {"verify", "compile", "epp"} & set(
+                recorded.name.split("-")):
             found[recorded.type] = recorded.inputs["spec"]["template"]["metadata"]["annotations"]
     deployment = result.manifest("Deployment", "llama-8b")
     assert deployment["spec"]["template"]["metadata"]["annotations"][API_KEY_REVISION_ANNOTATION] == "[secret]"

@@ -158,11 +158,12 @@ def test_every_namespace_enforces_the_lowest_pod_security_level_its_pods_need(re
         "keda": ("restricted", None),
         "nvidia-device-plugin": ("privileged", DEVICE_PLUGIN_REASON),
         "gpu-monitoring": ("privileged", DCGM_REASON),
+        # Every stack routes through InferencePools: prod's and staging's models scale past one replica,
+        # dev's scales to zero (its picker holds the first request while it wakes).
+        "envoy-ai-gateway-system": ("restricted", None),
     }
     if name == "dev":  # dev installs kube-prometheus-stack; staging and prod use the cluster's Prometheus
         expected["monitoring"] = ("privileged", NODE_EXPORTER_REASON)
-    else:  # their models scale past one replica, so they route through InferencePools
-        expected["envoy-ai-gateway-system"] = ("restricted", None)
     assert found == expected
 
 

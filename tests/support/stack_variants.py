@@ -37,6 +37,14 @@ def write(directory: Path, name: str, config: dict[str, Any], extends: str = "pr
     return path
 
 
+def dev_awake(directory: Path) -> Path:
+    """dev with its model kept at one replica (no scale to zero): it routes through its Service, no picker."""
+    return write(directory, "dev-awake", {
+        "grafanaAdminPassword": {"secure": "v1:x"},
+        "models": [{"name": "llama-8b", "autoscaling": {"minReplicas": None, "maxReplicas": None,
+                                                        "scaleToZero": None}}]}, extends="dev")
+
+
 def prod_on_fsx(directory: Path) -> Path:
     """prod with its weights on FSx for Lustre."""
     return write(directory, "prod-fsx", {"weightsStorage": {"backend": "fsxLustre"}})

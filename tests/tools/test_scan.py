@@ -155,8 +155,9 @@ def test_every_skip_pattern_matches_only_vllm_deployments_and_staging_jobs_in_th
         assert set(matched) <= set(workloads)
     model = {"dev": "llama-8b", "staging": "llama-70b", "prod": "llama-70b"}[stack]
     # The Job's name ends in a hash of its template.
-    # staging and prod route through an InferencePool, so they also run the model's endpoint picker.
-    pickers = [] if stack == "dev" else [f"Deployment.llm-serving.{model}-epp"]
+    # Every stack routes through an InferencePool (dev's model scales to zero and its picker holds the first
+    # request), so each runs the model's endpoint picker.
+    pickers = [f"Deployment.llm-serving.{model}-epp"]
     # dev's 1-GPU nodes leave no room for a compile-cache producer beside the surge replica (cache off).
     producers = [] if stack == "dev" else [f"Job.llm-serving.{model}-compile-<hash>"]
     # The node generation's drain barrier (llm_serving/gpu/drain.py) passes the checks these entries skip.

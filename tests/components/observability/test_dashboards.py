@@ -143,6 +143,7 @@ def test_serving_dashboard_has_the_variables_and_panels_operators_need() -> None
         "Endpoint picker: scheduling latency",
         "Endpoint picker: replica chosen",
         "Endpoint picker: health",
+        "Idle and waking (scale to zero)",
     ]
     used = {name for query in panel_queries(dashboard) for name in promql.metric_names(_as_promql(query))}
     assert used == {
@@ -171,6 +172,7 @@ def test_serving_dashboard_has_the_variables_and_panels_operators_need() -> None
         "up",
         "kube_poddisruptionbudget_status_current_healthy",
         "kube_poddisruptionbudget_status_desired_healthy",
+        "llm_d_epp_flow_control_queue_size",
     }
 
 

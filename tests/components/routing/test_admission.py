@@ -109,9 +109,9 @@ def test_prods_429_carries_retry_after_and_an_openai_error_body(rendered):
     assert "Upstream" in reference.custom_resource_errors(bad)[0]
 
 
-def test_a_route_through_its_service_gets_no_override(rendered):
-    # dev routes through the Service (one replica): vLLM's own answers, no picker, nothing to rewrite.
-    for obj in rendered["dev"].manifests:
+def test_a_route_through_its_service_gets_no_override(dev_awake):
+    # A model of one replica routes through its Service: vLLM's own answers, no picker, nothing to rewrite.
+    for obj in dev_awake.manifests:
         if obj["kind"] == "BackendTrafficPolicy":
             assert "responseOverride" not in obj["spec"]
 

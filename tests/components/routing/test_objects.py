@@ -127,15 +127,15 @@ def test_prods_picker_scores_queue_kv_cache_and_prefix_from_vllm_metrics(rendere
     )
 
 
-def test_prods_route_names_the_pool_and_keeps_every_streaming_setting(rendered):
-    prod, dev = rendered["prod"], rendered["dev"]
+def test_prods_route_names_the_pool_and_keeps_every_streaming_setting(rendered, dev_awake):
+    prod, dev = rendered["prod"], dev_awake
     (rule,) = _by(prod, "HTTPRoute", MODEL)["spec"]["rules"]
     assert rule["backendRefs"] == [{"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": MODEL}]
     assert rule["timeouts"] == {"request": "1805s"}
     policy = _by(prod, "BackendTrafficPolicy", MODEL)["spec"]
     assert policy["retry"] == {"numRetries": 0} and "requestBuffer" not in policy
     assert policy["timeout"]["http"]["requestTimeout"] == "1805s"
-    # dev has one replica: its route keeps the Service, and no AI Gateway is installed.
+    # A model of one replica all day: its route keeps the Service, and no AI Gateway is installed.
     (dev_rule,) = _by(dev, "HTTPRoute", "llama-8b")["spec"]["rules"]
     assert dev_rule["backendRefs"] == [{"group": "", "kind": "Service", "name": "llama-8b", "port": 8000}]
     assert not [r for r in dev.resources if r["name"].startswith("edge-ai-gateway")]
@@ -190,7 +190,7 @@ def test_extension_manager_keys_are_fields_of_envoy_gateways_api():
     }
 
 
-def test_pickers_are_fenced_and_admitted_to_the_vllm_pods(rendered):
+def test_pickers_are_fenced_and_admitted_to_the_vllm_pods(dev_awake, rendered):
     prod = rendered["prod"]
     serving = _by(prod, "NetworkPolicy", "vllm-serving")["spec"]["ingress"][0]["from"]
     assert {"podSelector": {"matchLabels": {"app.kubernetes.io/component": "endpoint-picker"}}} in serving
@@ -209,9 +209,9 @@ def test_pickers_are_fenced_and_admitted_to_the_vllm_pods(rendered):
                                                    "app.kubernetes.io/managed-by": "prometheus-operator"}}}],
          "ports": [{"protocol": "TCP", "port": 9090}]},
     ]
-    # dev routes through its Service: no picker to admit; the proxies and Prometheus by label, and its
+    # A model routed through its Service: no picker to admit; the proxies and Prometheus by label, and its
     # verification Job (same namespace), as in prod.
-    dev_sources = _by(rendered["dev"], "NetworkPolicy", "vllm-serving")["spec"]["ingress"][0]["from"]
+    dev_sources = _by(dev_awake, "NetworkPolicy", "vllm-serving")["spec"]["ingress"][0]["from"]
     assert fence["ingress"][0]["from"][0] in dev_sources and fence["ingress"][1]["from"][0] in dev_sources
     assert [s for s in dev_sources if "namespaceSelector" not in s] == [
         {"podSelector": {"matchLabels": {"app.kubernetes.io/component": "verify"}}}]
@@ -343,7 +343,7 @@ def test_a_priority_on_a_service_route_is_refused():
         "uses its Service (got -1; expected unset, or route.routing inferencePool)"]
 
 
-def test_the_route_switches_to_the_pool_only_once_its_picker_is_ready(rendered):
+def test_the_route_switches_to_the_pool_only_once_its_picker_is_ready(rendered, dev_awake):
     # Pulumi waits for a Deployment to be Ready; the gateway fails closed, so the route must wait too.
     prod = rendered["prod"]
     for kind, name in (("gateway.networking.k8s.io/v1:HTTPRoute", "edge-httproute-llama-70b"),
@@ -351,6 +351,6 @@ def test_the_route_switches_to_the_pool_only_once_its_picker_is_ready(rendered):
         depends = prod.resource(f"kubernetes:{kind}", name)["options"]["dependsOn"]
         assert "kubernetes:apps/v1:Deployment::llama-70b-epp-deployment" in depends
         assert "kubernetes:inference.networking.k8s.io/v1:InferencePool::llama-70b-inferencepool" in depends
-    # dev's Service route waits for nothing of the kind.
-    dev_route = rendered["dev"].resource("kubernetes:gateway.networking.k8s.io/v1:HTTPRoute", "edge-httproute-llama-8b")
+    # A Service route waits for nothing of the kind.
+    dev_route = dev_awake.resource("kubernetes:gateway.networking.k8s.io/v1:HTTPRoute", "edge-httproute-llama-8b")
     assert not any("epp" in d for d in dev_route["options"]["dependsOn"])

@@ -137,12 +137,30 @@ def test_scaled_object_validates_against_the_keda_crd() -> None:
     assert custom_resource_errors(scaled_object(PROD, prometheus_url=PROMETHEUS, name="llama-70b")) == []
 
 
-def test_scale_to_zero_scaled_object_validates_too() -> None:
-    dev = replace(PROD, min_replicas=0, max_replicas=1, polling_interval_seconds=30)
+WAKE = 'sum(llm_d_epp_flow_control_queue_size{namespace="llm-serving", inference_pool="llama-70b"}) or vector(0)'
+
+
+def test_scale_to_zero_wakes_on_the_pickers_held_requests_and_validates() -> None:
+    dev = replace(PROD, min_replicas=0, max_replicas=1, polling_interval_seconds=30, cooldown_seconds=1800,
+                  wake_query=WAKE, wake_on_waiting=2)
     obj = scaled_object(dev, prometheus_url=PROMETHEUS, name="llama-70b")
-    assert obj["spec"]["minReplicaCount"] == 0
+    assert (obj["spec"]["minReplicaCount"], obj["spec"]["cooldownPeriod"]) == (0, 1800)
     assert obj["spec"]["pollingInterval"] == 30
+    (held,) = [t for t in obj["spec"]["triggers"] if t["name"] == "held_requests"]
+    # The only trigger that exists at zero replicas; active once more than wake_on_waiting - 1 requests wait.
+    assert held["metadata"]["query"] == WAKE and held["metadata"]["activationThreshold"] == "1"
+    assert held["metricType"] == "AverageValue"
     assert custom_resource_errors(obj) == []
+    ast_root = promql_parser.parse(WAKE)
+    assert isinstance(ast_root.lhs, promql_parser.AggregateExpr) and ast_root.lhs.modifier is None
+    # An awake-only model has no such trigger.
+    assert "held_requests" not in {t["name"] for t in scaled_object(PROD, prometheus_url=PROMETHEUS,
+                                                                    name="llama-70b")["spec"]["triggers"]}
+
+
+def test_zero_replicas_without_a_wake_is_refused() -> None:
+    with pytest.raises(ValueError, match="needs a wake query"):
+        replace(PROD, min_replicas=0)
 
 
 def test_queries_name_the_model_and_its_namespace() -> None:
@@ -264,7 +282,7 @@ def test_hpa_quantities_keep_fractional_targets() -> None:
 
 def test_hpa_refuses_scale_to_zero() -> None:
     with pytest.raises(ValueError, match="needs KEDA"):
-        horizontal_pod_autoscaler(replace(PROD, min_replicas=0), name="x")
+        horizontal_pod_autoscaler(replace(PROD, min_replicas=0, wake_query=WAKE), name="x")
 
 
 def test_hpa_metric_names_are_the_ones_the_adapter_exposes() -> None:

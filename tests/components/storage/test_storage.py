@@ -189,7 +189,9 @@ def test_a_read_write_once_claim_pins_its_job_and_replica_to_one_zone(stack_dir)
         "llm-serving:hfToken": {"secure": "v1:def"}, "llm-serving:grafanaAdminPassword": {"secure": "v1:ghi"},
         "llm-serving:weightsStorage": {"backend": "existingStorageClass",
                                        "existingStorageClass": {"name": "gp3", "readMibPerSecond": 125}},
-        "llm-serving:models": [{"name": "llama-8b", "storage": {"accessMode": "ReadWriteOnce", "sizeGib": 40}}],
+        # Kept at one replica: a wake from zero at 125 MiB/s would outlast dev's edge timeouts (refused).
+        "llm-serving:models": [{"name": "llama-8b", "storage": {"accessMode": "ReadWriteOnce", "sizeGib": 40},
+                                "autoscaling": {"minReplicas": None, "maxReplicas": None, "scaleToZero": None}}],
     }}))
     result = render_file(path)
     claim = result.manifest("PersistentVolumeClaim", "llama-8b-weights")

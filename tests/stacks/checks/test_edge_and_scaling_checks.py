@@ -178,10 +178,10 @@ def test_rejects_min_replicas_above_max():
     ]
 
 
-def test_rejects_scale_to_zero():
-    with pytest.raises(ValidationError) as caught:
-        config(models=[model(autoscaling={"minReplicas": 0})])
-    assert caught.value.errors()[0]["loc"] == ("models", 0, "autoscaling", "minReplicas")
+def test_zero_replicas_need_an_idle_policy():
+    assert [line for line in lines(models=[model(autoscaling={"minReplicas": 0})])
+            if "scaleToZero" in line][0].startswith(
+        "llm-serving:models[qwen-7b].autoscaling.scaleToZero: required with minReplicas 0")
 
 
 @pytest.mark.parametrize(("field", "value"), [("kvUsageTarget", 1.5), ("kvUsageTarget", 0),

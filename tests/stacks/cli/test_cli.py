@@ -31,10 +31,13 @@ def test_render_dev_writes_both_files_and_a_summary(tmp_path):
     # The cost block: the stack's GPU nodes at min and max replicas, and $/1M output tokens per model.
     assert (
         "\ncost (On-Demand, us-east-1, 2026-07-20):\n"
-        "  GPU nodes (p5.4xlarge): 1 at min replicas $6.88/hour; 1 at max $6.88/hour\n"
+        "  GPU nodes (p5.4xlarge): 0 at min replicas $0.00/hour; 1 at max $6.88/hour\n"
         "  llama-8b: $6.88/replica-hour; $0.43 per 1M output tokens at 256 requests (56.9 ms per token <= 100 ms; "
         "1,024 in / 256 out)\n"
     ) in result.stdout
+    # dev's model scales to zero: the idle saving, and the wake its first request then waits, term by term.
+    (idle,) = [line for line in result.stdout.splitlines() if line.startswith("    at zero after 1,800 s idle")]
+    assert ": saves $6.88 per idle hour; the first request then waits " in idle and "(node 300 s, " in idle
 
 
 def test_render_summary_prices_prod_at_min_and_max_replicas():
