@@ -17,8 +17,8 @@ from llm_serving.stack import planning, rules
 from llm_serving.stack import timing as stack_timing
 from llm_serving.verification import Settings, Target, probe
 from llm_serving.verification.probe import FAIL, PASS
-from stacks.config.problems import ConfigError
 from stacks.config.files import stack_file_path
+from stacks.config.problems import ConfigError
 from stacks.environment import load_stack_file
 from tests.support.components import committed_args
 from tests.support.openai_server import KEY, Behaviour, OpenAIServer
