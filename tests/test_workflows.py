@@ -14,7 +14,9 @@ import click.testing
 import pytest
 import yaml
 
-from stacks.config.files import PROJECT_DIR, parse_yaml
+from llm_serving.stack import timing
+from stacks.config.files import PROJECT_DIR, parse_yaml, stack_file_path
+from stacks.environment import load_stack_file
 from stacks.offline import awaits
 from tests.conftest import STACK_NAMES
 
@@ -176,13 +178,19 @@ def test_deploy_job_outlasts_the_longest_await_of_every_stack(rendered, name):
 def test_longest_await_of_prod_is_the_weights_job_then_every_rollout_then_the_gate(rendered):
     seconds, chain = awaits.longest_await(rendered["prod"].resources)
     waiting = [(key, awaits.await_seconds(rendered["prod"].resource(*key.split("::", 1)))) for key in chain]
+    config = load_stack_file(stack_file_path("prod"))[1]
+    model = config.models[0]
+    steps, step = timing.rollout_steps(config, model)
+    rollout = timing.rollout_await_seconds(config, model)
+    # The rollout await: three planned steps, the last up to the progress deadline, + 2 min.
+    assert steps == 4
+    assert rollout == 3 * step + timing.progress_deadline_seconds(config, model) + 120
     assert [(key, s) for key, s in waiting if s] == [
         ("kubernetes:batch/v1:Job::llama-70b-weights-stage", 5683),
-        # The rollout await: three planned 840 s steps, the last up to the 1,920 s progress deadline, + 2 min.
-        ("kubernetes:apps/v1:Deployment::llama-70b-deployment", 4560),
+        ("kubernetes:apps/v1:Deployment::llama-70b-deployment", rollout),
         ("kubernetes:batch/v1:Job::llama-70b-verify-job", 710),
     ]
-    assert seconds == 5683 + 4560 + 710
+    assert seconds == 5683 + rollout + 710
 
 
 def test_pull_requests_from_forks_never_run_a_preview_with_the_stacks_role():

@@ -308,6 +308,14 @@ def serving_dashboard() -> dict[str, Any]:
             "pick; the gateway fails closed, so no picker up is the model's outage.",
         ),
         _panel(
+            "Prefix-cache hits by tier",
+            "short",
+            [(f"sum by (model_name, source) (rate(vllm:prompt_tokens_cached_by_source_total{{{_VLLM}}}[{_RATE}]))",
+              "{{model_name}} {{source}}")],
+            "Prompt tokens served from a cache instead of prefilled, by the tier that held them: device (the GPUs) "
+            "and host (the CPU KV tier, models[].kvOffload).",
+        ),
+        _panel(
             "Idle and waking (scale to zero)",
             "short",
             [

@@ -23,8 +23,12 @@ KUBE_STATE_METRICS: frozenset[str] = frozenset(
         "kube_deployment_status_replicas_available",
         "kube_pod_container_status_restarts_total",
         "kube_pod_status_ready",
+        "kube_pod_container_resource_limits",
     }
 )
+# The kubelet's cAdvisor series (Kubernetes docs, "Resource metrics pipeline": the working set is what the
+# kubelet compares with the memory limit before an OOM kill).
+CONTAINER_METRICS: frozenset[str] = frozenset({"container_memory_working_set_bytes"})
 
 # Thresholds that are policy rather than per-model configuration.
 KV_CACHE_FULL_FRACTION = 0.9  # above this vLLM starts preempting and recomputing running requests
@@ -36,6 +40,12 @@ NO_REPLICA_FOR_MINUTES = 5
 AT_MAX_FOR_MINUTES = 30
 RESTART_WINDOW = "15m"
 METRICS_MISSING_FOR_MINUTES = 10
+# A CPU KV tier that serves almost none of the prefixes it is asked for, for this long, costs host memory for
+# nothing; a pod this close to its memory limit is an OOM kill away from a cold start.
+OFFLOAD_HIT_FLOOR = 0.01
+OFFLOAD_FOR_MINUTES = 60
+MEMORY_NEAR_LIMIT_FRACTION = 0.9
+MEMORY_FOR_MINUTES = 10
 
 
 # A Deployment's pods are named <deployment>-<pod-template-hash>-<5 random characters>, both drawn
@@ -67,6 +77,8 @@ class ModelSlo:
     group_ready_minutes: int = 60  # how long a group's pod may stay unready: its cold start budget
     # A model that scales to zero: its planned wake; a replica wanted but not yet available is normal that long.
     wake_seconds: int | None = None
+    # A CPU tier of the KV cache (GiB per replica; 0: none): its hit rate and the pods' memory are watched.
+    kv_offload_gib: int = 0
 
     def __post_init__(self) -> None:
         check_label_value("served_model_name", self.served_model_name)
@@ -258,6 +270,8 @@ def _model_rules(m: ModelSlo, runbook_base_url: str) -> list[dict[str, Any]]:
             runbook_base_url=runbook_base_url,
         ),
     ]
+    if m.kv_offload_gib:
+        rules += _offload_rules(m, runbook_base_url, vllm=vllm, pods=pods, where_first=where_first)
     if m.min_replicas == m.max_replicas or group:
         # A LeaderWorkerSet's replica count is in no kube-state-metrics series: left out for groups.
         rules = [rule for rule in rules if rule["alert"] != "VllmReplicasAtMax"]
@@ -283,6 +297,45 @@ def _model_rules(m: ModelSlo, runbook_base_url: str) -> list[dict[str, Any]]:
             runbook_base_url=runbook_base_url,
         ))
     return rules
+
+
+def _offload_rules(m: ModelSlo, runbook_base_url: str, *, vllm: str, pods: str,
+                   where_first: str) -> list[dict[str, Any]]:
+    """The CPU tier: prefix hits it serves (vLLM's external prefix cache series count the connector's hits), and
+    the pods' memory against their limit (the tier sits in /dev/shm, charged to the pod from the start)."""
+    model = m.served_model_name
+    window = f"{OFFLOAD_FOR_MINUTES // 2}m"
+    queries = f"sum(rate(vllm:external_prefix_cache_queries_total{{{vllm}}}[{window}]))"
+    hits = f"sum(rate(vllm:external_prefix_cache_hits_total{{{vllm}}}[{window}]))"
+    container = f'{pods}, container="vllm"'
+    return [
+        _rule(
+            alert="VllmKvOffloadNotHit",
+            expr=f"({queries} > 0) and ({hits} / {queries} < {_number(OFFLOAD_HIT_FLOOR)})",
+            for_minutes=OFFLOAD_FOR_MINUTES,
+            severity="warning",
+            model=model,
+            summary=(f"{where_first}'s CPU KV tier ({m.kv_offload_gib} GiB per replica) serves under "
+                     f"{OFFLOAD_HIT_FLOOR:.0%} of the prefix tokens looked up in it"),
+            description=("The tier holds host memory but the workload rarely comes back to a prefix the GPUs "
+                         "evicted: shrink it (models[].kvOffload.sizeGib) or turn it off (0)."),
+            runbook_base_url=runbook_base_url,
+        ),
+        _rule(
+            alert="VllmPodMemoryNearLimit",
+            expr=(f"max(container_memory_working_set_bytes{{{container}}} / on (namespace, pod) "
+                  f'kube_pod_container_resource_limits{{{container}, resource="memory"}}) > '
+                  f"{_number(MEMORY_NEAR_LIMIT_FRACTION)}"),
+            for_minutes=MEMORY_FOR_MINUTES,
+            severity="warning",
+            model=model,
+            summary=f"A pod of {model} uses over {MEMORY_NEAR_LIMIT_FRACTION:.0%} of its memory limit",
+            description=("Its CPU KV tier, /dev/shm and the engine are close to the limit: an OOM kill restarts the "
+                         "replica cold. Lower models[].kvOffload.sizeGib, or compare the engine's working set with "
+                         "the planner's allowance (python -m stacks plan --stack <stack> --model <model>)."),
+            runbook_base_url=runbook_base_url,
+        ),
+    ]
 
 
 def serving_rule_groups(models: list[ModelSlo], *, runbook_base_url: str) -> list[dict[str, Any]]:

@@ -6,6 +6,7 @@ from .args import (
     AccessMode,
     CompileCacheMode,
     KvCacheDtype,
+    KvOffloadArgs,
     ModelArchitectureArgs,
     ModelArgs,
     ModelScalingArgs,
@@ -20,6 +21,7 @@ from .args import (
 )
 from .capacity import (
     DEFAULT_BLOCK_SIZE,
+    DEFAULT_ENGINE_STARTUP_SECONDS,
     DEFAULT_GPU_MEMORY_UTILIZATION,
     DEFAULT_MAX_NUM_BATCHED_TOKENS,
     DEFAULT_MAX_NUM_SEQS,
@@ -51,12 +53,14 @@ from .engine import (
     pod_security_context,
     s3_model_prefix,
     s3_tokenizer_prefix,
+    shm_size_gib,
     staged_model_path,
     staged_tokenizer_path,
     streamer_extra_config,
     termination_grace_seconds,
     weights_volume_gib,
 )
+from .host_memory import HostMemory, auto_tier_gib, cpu_kv_tokens, engine_gib, offload_init_seconds
 from .lws import LeaderWorkerSetController, LeaderWorkerSetControllerArgs, lws_values
 from .models import ModelArchitecture, known_model_ids, lookup_model
 from .multinode import WORKER_COMPONENT
@@ -116,6 +120,13 @@ from .weights import (
 )
 
 __all__ = [
+    "DEFAULT_ENGINE_STARTUP_SECONDS",
+    "shm_size_gib",
+    "HostMemory",
+    "auto_tier_gib",
+    "cpu_kv_tokens",
+    "engine_gib",
+    "offload_init_seconds",
     "ALLOW_PATTERNS",
     "AWAIT_MARGIN_SECONDS",
     "AccessMode",
@@ -141,6 +152,7 @@ __all__ = [
     "IGNORE_PATTERNS",
     "KV_CACHE_DTYPE_BYTES",
     "KvCacheDtype",
+    "KvOffloadArgs",
     "Latency",
     "LeaderWorkerSetController",
     "LeaderWorkerSetControllerArgs",

@@ -203,6 +203,17 @@ class ModelStorageArgs:
 
 
 @args_type
+class KvOffloadArgs:
+    """A tier of the KV cache in host memory: blocks evicted from the GPUs stay there and a later request with the
+    same prefix loads them instead of running its prefill again (vLLM's native offloading)."""
+
+    size_gib: int | None = Field(default=None, ge=0, le=16384)
+    """GiB of host memory per replica, summed over its TP ranks (vLLM `--kv-offloading-size`), held in the pod's
+    `/dev/shm`; 0: no CPU tier; unset: the planner's size: none in dev, elsewhere half of the host memory the
+    pod's share of the node leaves after the engine, `/dev/shm`'s transport and the S3 streamer."""
+
+
+@args_type
 class ModelArgs:
     """One served model: its pinned artifacts, engine settings and replicas."""
 
@@ -237,6 +248,8 @@ class ModelArgs:
     """Requests at max-model-len the KV cache must hold (for `auto`)."""
     kv_cache_dtype: KvCacheDtype = KvCacheDtype.AUTO
     """`--kv-cache-dtype`."""
+    kv_offload: KvOffloadArgs = Field(default_factory=KvOffloadArgs)
+    """A CPU tier of the KV cache (`--kv-offloading-size`, native backend)."""
     weights_format: WeightsFormat = WeightsFormat.SAFETENSORS
     """How the checkpoint's weights are stored on the Hub: `safetensors` (what the staging Job fetches and the Run:ai
     Model Streamer reads), `pytorch` (.bin/.pt) or `gguf`; weightsStorage.backend s3 needs safetensors."""

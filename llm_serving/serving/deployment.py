@@ -92,7 +92,8 @@ class VllmDeployment(pulumi.ComponentResource):
         settings = args.settings
         multi = settings.pipeline_parallel_size > 1
 
-        shm_size = f"{engine.shm_size_gib(settings.tensor_parallel_size)}Gi"
+        # The TP workers' transport, and the CPU tier of the KV cache, which vLLM keeps in /dev/shm too.
+        shm_size = f"{engine.shm_size_gib(settings.tensor_parallel_size) + settings.kv_offloading_gib}Gi"
         volumes: list[dict] = [
             {
                 "name": "shm",

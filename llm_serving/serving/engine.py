@@ -32,7 +32,8 @@ MANAGED_FLAGS = frozenset(
         "--tensor-parallel-size", "-tp", "--kv-cache-dtype", "--quantization", "-q", "--max-num-seqs",
         "--max-num-batched-tokens", "--enable-prefix-caching", "--no-enable-prefix-caching",
         "--disable-prefix-caching", "--chat-template", "--tokenizer", "--port", "--host", "--api-key",
-        "--shutdown-timeout", "--sse-keep-alive-interval", "--revision", "--tokenizer-revision", "--download-dir",
+        "--shutdown-timeout", "--sse-keep-alive-interval", "--kv-offloading-size", "--kv-offloading-backend",
+        "--revision", "--tokenizer-revision", "--download-dir",
         "--load-format", "--model-loader-extra-config",
         "--pipeline-parallel-size", "-pp", "--nnodes", "-n", "--node-rank", "-r", "--master-addr",
         "--master-port", "--headless", "--distributed-executor-backend",
@@ -109,11 +110,14 @@ class EngineSettings:
     # default loader reads the staged files from the weights volume.
     load_format: str | None = None
     model_loader_extra_config: str | None = None
+    # A CPU tier of the KV cache, GiB summed over the ranks (native offloading; 0: none): /dev/shm grows by it.
+    kv_offloading_gib: int = 0
 
 
 def model_settings(model: ModelArgs, *, tensor_parallel_size: int, pipeline_parallel_size: int,
                    shutdown_timeout_seconds: int, tokenizer_revision: str | None = None,
-                   load_format: str | None = None, model_loader_extra_config: str | None = None) -> EngineSettings:
+                   load_format: str | None = None, model_loader_extra_config: str | None = None,
+                   kv_offloading_gib: int = 0) -> EngineSettings:
     """The model's engine settings: its own knobs as the user set them (a new `vllm serve` option is a ModelArgs
     field read here and a flag in `engine_args`), and what the stack derives (the plan's TP and PP, the drain
     from the stream bound, the tokenizer's revision, the S3 streamer) as arguments."""
@@ -135,6 +139,7 @@ def model_settings(model: ModelArgs, *, tensor_parallel_size: int, pipeline_para
         extra_args=tuple(model.extra_args),
         load_format=load_format,
         model_loader_extra_config=model_loader_extra_config,
+        kv_offloading_gib=kv_offloading_gib,
     )
 
 
@@ -222,6 +227,10 @@ def engine_args(s: EngineSettings) -> list[str]:
         args += ["--tokenizer", s.tokenizer_path]
     if s.chat_template_path:
         args += ["--chat-template", s.chat_template_path]
+    if s.kv_offloading_gib:
+        # vLLM's own offloading connector (vllm/config/vllm.py turns these into an OffloadingConnector with
+        # CPUOffloadingSpec); the size is GiB summed over the TP ranks (vllm/config/cache.py).
+        args += ["--kv-offloading-size", str(s.kv_offloading_gib), "--kv-offloading-backend", "native"]
     conflicts = managed_flag_conflicts(s.extra_args)
     if conflicts:
         raise ValueError(f"extra args override typed settings: {', '.join(conflicts)}")

@@ -55,6 +55,7 @@ def engine_settings(args: ServingStackArgs, model: ModelArgs) -> EngineSettings:
         model_loader_extra_config=serving.streamer_extra_config(
             s3.streamer_concurrency, s3.streamer_memory_limit_gib,
             distributed=plan.tensor_parallel_size > 1) if s3 is not None else None,
+        kv_offloading_gib=planning.kv_offload_gib(args, model, plan),
     )
 
 
@@ -121,4 +122,5 @@ def slo(args: ServingStackArgs, model: ModelArgs) -> ModelSlo:
         group_size=plan.pipeline_parallel_size,
         group_ready_minutes=math.ceil(plan.startup_budget_seconds / 60),
         wake_seconds=planning.wake(args, model).total_seconds if planning.scales_to_zero(model) else None,
+        kv_offload_gib=planning.kv_offload_gib(args, model, plan),
     )

@@ -20,6 +20,7 @@ from llm_serving import gpu, platform, serving, storage
 from llm_serving.cluster import ClusterMode, LoadBalancerControllerMode
 from llm_serving.edge import ControllerMode, EdgeMode
 from llm_serving.gpu import GpuNodesMode, ImagePrePull, NodeAutoscalingMode
+from llm_serving.platform.args import Environment
 from llm_serving.serving import AccessMode, CompileCacheMode, ModelArchitecture, ModelArgs, RoutingMode, lookup_model
 from llm_serving.stack.args import ServingStackArgs
 from llm_serving.stack.memo import per_config
@@ -195,11 +196,54 @@ def storage_backend_label(config: ServingStackArgs, model: ModelArgs | None = No
 
 @per_config
 def model_plan(config: ServingStackArgs, model: ModelArgs) -> serving.CapacityPlan:
-    """The capacity plan of one model on the node group's GPUs; CapacityError when it cannot work."""
-    return _plan(config, model, storage_read_mib_per_second(config, model))
+    """The capacity plan of one model on the node group's GPUs; CapacityError when it cannot work. A CPU tier
+    of the KV cache lengthens every start by the time vLLM takes to fill it."""
+    read = storage_read_mib_per_second(config, model)
+    base = _plan(config, model, read)
+    tier = kv_offload_gib(config, model, base)
+    if tier == 0:
+        return base
+    return _plan(config, model, read, engine_startup_seconds=serving.DEFAULT_ENGINE_STARTUP_SECONDS
+                 + serving.offload_init_seconds(tier))
 
 
-def _plan(config: ServingStackArgs, model: ModelArgs, read_mib_per_second: float) -> serving.CapacityPlan:
+def host_memory(config: ServingStackArgs, model: ModelArgs, plan: serving.CapacityPlan | None = None,
+                tier_gib: int | None = None) -> serving.HostMemory:
+    """Where one serving pod's memory limit goes: the transport, the engine, the S3 streamer and the CPU tier."""
+    plan = plan or model_plan(config, model)
+    instance = resolve_instance_type(config)
+    assert instance is not None  # the rules refuse an unknown instance type
+    tp = plan.tensor_parallel_size
+    streamer = (config.weights_storage.s3.streamer_memory_limit_gib
+                if config.weights_storage.backend is StorageBackend.S3 else 0)
+    return serving.HostMemory(
+        pod_gib=serving.pod_memory_gib(instance.memory_gib, instance.gpu_count, tp),
+        transport_gib=serving.shm_size_gib(tp), engine_gib=serving.engine_gib(tp), streamer_gib=streamer,
+        tier_gib=kv_offload_gib(config, model, plan) if tier_gib is None else tier_gib)
+
+
+def kv_offload_gib(config: ServingStackArgs, model: ModelArgs, plan: serving.CapacityPlan | None = None) -> int:
+    """The model's CPU KV tier per replica, in GiB: as set, else none in dev and for multi-node groups, and
+    elsewhere the planner's share of what the pod's memory limit leaves free."""
+    if model.kv_offload.size_gib is not None:
+        return model.kv_offload.size_gib
+    if config.environment is Environment.DEV:
+        return 0
+    plan = plan or model_plan(config, model)
+    if plan.pipeline_parallel_size > 1:
+        return 0
+    return serving.auto_tier_gib(host_memory(config, model, plan, tier_gib=0).free_gib)
+
+
+def cpu_kv_tokens(config: ServingStackArgs, model: ModelArgs) -> int:
+    """Tokens the model's CPU tier holds per replica (0 without one)."""
+    plan = model_plan(config, model)
+    return serving.cpu_kv_tokens(kv_offload_gib(config, model, plan), plan.kv_bytes_per_token_per_gpu,
+                                 plan.tensor_parallel_size)
+
+
+def _plan(config: ServingStackArgs, model: ModelArgs, read_mib_per_second: float,
+          engine_startup_seconds: float = serving.DEFAULT_ENGINE_STARTUP_SECONDS) -> serving.CapacityPlan:
     instance = resolve_instance_type(config)
     architecture = model_architecture(model)
     if instance is None or architecture is None:
@@ -217,6 +261,7 @@ def _plan(config: ServingStackArgs, model: ModelArgs, read_mib_per_second: float
         target_concurrency=model.target_concurrency,
         storage_read_mib_per_second=read_mib_per_second,
         pp=model.pipeline_parallel_size,
+        engine_startup_seconds=engine_startup_seconds,
         **extra_arg_knobs(model.extra_args),
     )
 
@@ -392,6 +437,8 @@ def compile_cache_key(config: ServingStackArgs, model: ModelArgs) -> serving.Com
     plan = model_plan(config, model)
     instance = resolve_instance_type(config)
     assert instance is not None  # the stack validated
+    # The KV connector is part of vLLM's own config hash: a tier's size is another cache.
+    tier = kv_offload_gib(config, model, plan)
     return serving.CompileCacheKey(
         model_id=model.model_id, revision=model.revision, image_tag=model.image.tag, image_digest=model.image.digest,
         tensor_parallel_size=plan.tensor_parallel_size, pipeline_parallel_size=plan.pipeline_parallel_size,
@@ -399,7 +446,8 @@ def compile_cache_key(config: ServingStackArgs, model: ModelArgs) -> serving.Com
         # The flags decide vLLM's own hash; a flag change is a new directory rather than a stale one.
         engine_flags=tuple(str(value) for value in (
             model.max_model_len, model.gpu_memory_utilization, model.kv_cache_dtype.value, model.max_num_seqs,
-            model.max_num_batched_tokens, model.enable_prefix_caching, model.quantization, *model.extra_args)),
+            model.max_num_batched_tokens, model.enable_prefix_caching, model.quantization, *model.extra_args,
+            *([f"kv-offloading-size={tier}"] if tier else []))),
     )
 
 

@@ -402,6 +402,17 @@ def _dynamics_rows(found: dict[str, object]) -> list[tuple[str, str]]:
         rows += breakdown[:2] + _cold_start_rows(found["cold_start"])  # type: ignore[arg-type]
     else:
         rows += breakdown
+    tier = found.get("kv_offload")
+    if isinstance(tier, dict):
+        rows += [
+            ("CPU KV tier", f"{tier['size_gib']:,} GiB per replica: {tier['cpu_kv_tokens']:,} tokens beside the GPUs' "
+                            f"{tier['gpu_kv_tokens']:,} ({tier['conversations_of_max_model_len']:,} contexts of "
+                            "max-model-len whose prefixes it keeps)"),
+            ("host memory per pod", f"{tier['pod_memory_gib']:,} GiB: engine {tier['engine_gib']} + transport "
+                                    f"{tier['transport_gib']} + S3 streamer {tier['streamer_gib']} + tier "
+                                    f"{tier['size_gib']:,} + spare {tier['spare_gib']:,}"),
+            ("host memory per node", f"{tier['pods_per_node']} pod(s): {tier['node_memory_gib_used']:,} GiB"),
+        ]
     idle = found.get("scale_to_zero")
     if isinstance(idle, dict):
         wake = idle["wake"]
@@ -792,6 +803,17 @@ def _stack_plan(args: argparse.Namespace, explicit: dict[str, object], out: Text
     if found:  # multi-node groups have no dynamics yet (dynamics())
         found["cold_start"] = {"free_node": _terms(free), "new_node": _terms(new),
                                "storage": planning.storage_backend_label(config, model)}
+        memory = planning.host_memory(config, model, result)
+        if memory.tier_gib:
+            tokens = planning.cpu_kv_tokens(config, model)
+            per_node = result.replicas_per_node or 1
+            found["kv_offload"] = {
+                "size_gib": memory.tier_gib, "cpu_kv_tokens": tokens, "gpu_kv_tokens": result.kv_cache_tokens,
+                "conversations_of_max_model_len": tokens // model.max_model_len,
+                "pod_memory_gib": memory.pod_gib, "engine_gib": memory.engine_gib,
+                "transport_gib": memory.transport_gib, "streamer_gib": memory.streamer_gib,
+                "spare_gib": memory.spare_gib, "pods_per_node": per_node, "node_memory_gib_used": memory.pod_gib
+                * per_node}
         if planning.scales_to_zero(model):
             idle = model.autoscaling.scale_to_zero
             assert idle is not None  # the rules require it at minReplicas 0

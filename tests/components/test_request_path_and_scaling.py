@@ -11,7 +11,7 @@ import pytest
 
 from llm_serving.edge import ENVOY_METRIC_TYPES
 from llm_serving.gpu.counters import COUNTERS
-from llm_serving.observability.serving_alerts import KUBE_STATE_METRICS
+from llm_serving.observability.serving_alerts import CONTAINER_METRICS, KUBE_STATE_METRICS
 from llm_serving.routing import PICKER_METRICS, pool_problems
 from llm_serving.routing.alerts import PICKER_KUBE_STATE_METRICS
 from llm_serving.stack import planning
@@ -238,11 +238,17 @@ def test_prod_scaled_object_scales_on_queue_then_kv(rendered):
         'model_name="llama-70b"}[2m]))) >= 0) or vector(0)'
     )
     behavior = spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+    config = load_stack_file(PROJECT_DIR / "Pulumi.prod.yaml")[1]
+    plan = planning.model_plan(config, config.models[0])
+    adding = planning.cold_starts(config, config.models[0], plan)[1]
+    # Adding a replica: node 300 s + image pull 300 s (a new node: the pre-pull pod races the replica) +
+    # the planned cold start (141 GB at EFS's 500 MiB/s + engine start, which fills the CPU KV tier, torch.compile
+    # loaded from the shared cache) + 30 s minReadySeconds. A replica outlives a burst shorter than its arrival.
+    assert (adding.node_seconds, adding.image_pull_seconds, adding.ready_seconds) == (300, 300, 30)
+    assert (adding.weights_seconds, adding.engine_init_seconds, adding.compile_seconds) == (
+        plan.weights_load_seconds, plan.engine_init_seconds, plan.compile_cached_seconds)
     assert behavior["scaleDown"] == {
-        # Adding a replica: node 300 s + image pull 300 s (a new node: the pre-pull pod races the replica) +
-        # cold start 453 s (141 GB at EFS's 500 MiB/s + engine start, torch.compile loaded from the shared
-        # cache) + 30 s minReadySeconds. A replica outlives a burst shorter than its arrival.
-        "stabilizationWindowSeconds": 1083,
+        "stabilizationWindowSeconds": adding.total_seconds,
         "selectPolicy": "Min",
         "policies": [{"type": "Pods", "value": 1, "periodSeconds": 120}],
     }
@@ -276,6 +282,8 @@ def test_every_promql_expression_parses_and_names_known_metrics(rendered, name):
         reference.vllm_series_names()
         | {c.field for c in COUNTERS}
         | set(KUBE_STATE_METRICS)
+        # The kubelet's cAdvisor working set, which a model with a CPU KV tier compares with its memory limit.
+        | CONTAINER_METRICS
         | {"up"}
         # The endpoint picker's series (llm-d-router v0.10.0); histograms as Prometheus exposes them.
         | {f"{n}{suffix}" for n in PICKER_METRICS for suffix in ("", "_bucket", "_sum", "_count")}

@@ -170,8 +170,12 @@ def test_the_ttft_rules_hold_prod_to_its_own_objective_at_a_bucket_boundary(rend
 
 def test_a_scale_out_that_catches_up_in_the_planned_time_pages_nobody(rendered):
     # A surge: nine in ten streams wait over 2 s until KEDA's new replica is ready, as long after as the
-    # planner gives adding one on a new node.
-    assert (ROLLOUT_STEP, SCALE_OUT) == (840, 1083)
+    # planner gives adding one on a new node: the node (300 s), the image pull (300 s), the cold start with its
+    # torch.compile loaded from the shared cache, and minReadySeconds (30 s). A rollout step has the image pull,
+    # the whole cold start and minReadySeconds.
+    plan = planning.model_plan(_PROD, _MODEL)
+    assert ROLLOUT_STEP == 300 + plan.cold_start_seconds + 30
+    assert SCALE_OUT == 300 + 300 + plan.cold_start_seconds - plan.compile_seconds + plan.compile_cached_seconds + 30
     store = _store(lambda t: 0, lambda t: 2, lambda t: 0, lambda t: 0.9 if 600 <= t < 600 + SCALE_OUT else 0.01)
     rules = _rules(rendered)
     assert firing(rules["EdgeTtftBudgetBurnFast"], store, 0, END, STEP) == []

@@ -110,7 +110,7 @@ def test_readme_is_the_front_door_and_links_every_docs_page():
 def _emitted_alerts() -> set[str]:
     slo = ModelSlo(
         served_model_name="m", deployment_name="m", namespace="n", max_replicas=2, ttft_p95_seconds=2,
-        itl_p95_seconds=0.1,
+        itl_p95_seconds=0.1, kv_offload_gib=428,  # a CPU KV tier: its hit-rate and pod-memory alerts
     )  # fmt: skip
     group = ModelSlo(
         served_model_name="g", deployment_name="g", namespace="n", max_replicas=2, ttft_p95_seconds=2,
@@ -134,7 +134,7 @@ def test_every_alert_has_exactly_one_runbook_section_at_its_link_anchor():
     text = FENCE.sub("", (DOCS / "runbooks.md").read_text(encoding="utf-8"))
     sections = re.findall(r"^### (.+)$", text, re.M)
     emitted = _emitted_alerts()
-    assert len(emitted) == 37
+    assert len(emitted) == 39
     assert sorted(sections) == sorted(emitted)
     # Each alert links to <base>#<alert lowercased>; the section's anchor must be exactly that.
     assert {name.lower() for name in emitted} <= _anchors(DOCS / "runbooks.md")

@@ -88,12 +88,24 @@ def test_plan_console_blocks_are_rewritten_with_the_plans_output():
 
 def test_prod_figures_are_the_planners_and_the_renders(facts: docs.Facts):
     """The figures the issue found contradicted, from the code that deploys them."""
-    assert doc_figures.prod_startup_budget(facts) == "102 × 10 s"
-    assert doc_figures.prod_scale_down_window(facts) == "1,083 s"
-    assert doc_figures.prod_cold_start(facts) == "510 s"
+    from llm_serving.stack import planning
+    from llm_serving.stack import timing as stack_timing
+    from stacks.environment import load_stack_file
+
+    config = load_stack_file(stack_files.stack_file_path("prod"))[1]
+    model = config.models[0]
+    plan = planning.model_plan(config, model)
+    assert doc_figures.prod_startup_budget(facts) == f"{plan.startup_budget_seconds // 10} × 10 s"
+    assert doc_figures.prod_scale_down_window(facts) == f"{planning.scale_down_window(config, model, plan):,} s"
+    assert doc_figures.prod_cold_start(facts) == f"{plan.cold_start_seconds:,} s"
     assert doc_figures.prod_read_speed(facts) == "500 MiB/s"
-    assert doc_figures.prod_node_update(facts) == "about 69 minutes, 2 extra nodes"
-    assert doc_figures.prod_longest_await(facts) == "183 minutes"
+    # The node update ends where the timeline the docs print ends.
+    minutes, seconds = stack_timing.node_update_timeline(config)[-1][0].split(":")
+    assert doc_figures.prod_node_update(facts) == (
+        f"about {round((int(minutes) * 60 + int(seconds)) / 60)} minutes, 2 extra nodes")
+    # The weights Job, then the rollout's await, then the gate's (tests/test_workflows.py).
+    longest = 5683 + stack_timing.rollout_await_seconds(config, model) + 710
+    assert doc_figures.prod_longest_await(facts) == f"{round(longest / 60)} minutes"
     assert "| endpoint picker | `--drain-timeout`; `terminationGracePeriodSeconds` | 1,805 s; 1,835 s |" in (
         doc_figures.prod_timeouts(facts)
     )

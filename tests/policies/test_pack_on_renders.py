@@ -50,12 +50,23 @@ def test_every_stack_passes_every_mandatory_rule(rendered, name):
     assert {rule: found[rule] for rule in MANDATORY} == {rule: [] for rule in MANDATORY}
 
 
+def _producer_job() -> str:
+    from llm_serving.stack import planning
+    from stacks.config.files import stack_file_path
+    from stacks.environment import load_stack_file
+
+    config = load_stack_file(stack_file_path("prod"))[1]
+    key = planning.compile_cache_wiring(config, config.models[0])
+    assert key is not None
+    return key.job_name("llama-70b")  # named after the cache's key
+
+
 VLLM_IMAGE_USERS = (
     "DaemonSet llm-serving/llm-serving-image-prepull container pull-0",
     "DaemonSet llm-serving/llm-serving-image-prepull container hold-0",
     "Deployment llm-serving/llama-70b container compile-cache-seed",
     "Deployment llm-serving/llama-70b container vllm",
-    "Job llm-serving/llama-70b-compile-67a808263e container compile",
+    f"Job llm-serving/{_producer_job()} container compile",
 )
 
 

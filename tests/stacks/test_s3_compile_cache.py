@@ -11,6 +11,7 @@ import pytest
 from llm_serving.serving import cache_sync
 from llm_serving.serving.compile_cache import SYNC_SOURCE, producer_script, seed_script, sync_configmap_name
 from llm_serving.stack import planning
+from llm_serving.stack import timing as stack_timing
 from stacks import environment
 from stacks.cli import plan as plan_cli
 from stacks.config.files import PROJECT_DIR
@@ -21,8 +22,23 @@ EXAMPLE = PROJECT_DIR / "examples" / "Pulumi.prod-s3.yaml"
 BUCKET = "llm-prod-weights-123456789012-us-east-1"
 ARN = f"arn:aws:s3:::{BUCKET}"
 WEIGHTS = "meta-llama/Llama-3.1-70B-Instruct/1605565b47bb9346c5515c34102e054115b4f98b/"
-CACHE = f"compile-cache/{WEIGHTS}vllm-0.33.0/tp4-NVIDIA-H100-80GB-HBM3-e8493d16589d/"
-JOB = "llama-70b-compile-67a808263e"
+
+
+
+def _key():
+    from llm_serving.stack import planning
+    from stacks.environment import load_stack_file
+
+    config = load_stack_file(EXAMPLE)[1]
+    key = planning.compile_cache_wiring(config, config.models[0])
+    assert key is not None
+    return key
+
+
+# Named after everything the cache depends on, the engine flags' digest last (compile_cache.CompileCacheKey).
+CACHE = _key().object_prefix()
+assert CACHE.startswith(f"compile-cache/{WEIGHTS}vllm-0.33.0/tp4-NVIDIA-H100-80GB-HBM3-")
+JOB = _key().job_name("llama-70b")
 ASSOCIATION = "aws:eks/podIdentityAssociation:PodIdentityAssociation::weights-storage-llama-70b-compile-pod-identity"
 SYNC_CONFIGMAP = "kubernetes:core/v1:ConfigMap::compile-cache-sync"
 SYNC_MOUNT = {"name": "compile-cache-sync", "mountPath": "/etc/llm-serving/compile-cache", "readOnly": True}
@@ -50,13 +66,21 @@ def test_auto_shares_the_cache_on_s3_under_the_keys_prefix(key):
 
 def test_the_producer_job_streams_and_uploads_with_its_own_account_on_a_gpu_node(example, key):
     spec = example.manifest("Job", JOB)["spec"]
-    assert (spec["backoffLimit"], spec["podReplacementPolicy"], spec["activeDeadlineSeconds"]) == (2, "Failed", 1200)
+    # A new node (300 s) and an image pull (300 s) at worst, then one start within the startup budget; a lock
+    # outlives its writer by the kubelet's kill (60 s).
+    config = environment.load_stack_file(EXAMPLE)[1]
+    timeouts = stack_timing.producer_timeouts(config, config.models[0])
+    budget = planning.model_plan(config, config.models[0]).startup_budget_seconds
+    assert (timeouts.deadline_seconds, timeouts.stale_lock_seconds) == (600 + budget, 660 + budget)
+    assert (spec["backoffLimit"], spec["podReplacementPolicy"], spec["activeDeadlineSeconds"]) == (
+        2, "Failed", timeouts.deadline_seconds)
     pod = spec["template"]["spec"]
     (writer,) = pod["containers"]
     serving = example.manifest("Deployment", "llama-70b")["spec"]["template"]["spec"]["containers"][0]
     assert pod["serviceAccountName"] == "llama-70b-compile-cache"
     assert writer["resources"]["limits"]["nvidia.com/gpu"] == "4"
-    assert writer["command"] == ["/bin/sh", "-c", producer_script(key, serving["args"], stale_lock_seconds=1260)]
+    assert writer["command"] == ["/bin/sh", "-c", producer_script(key, serving["args"],
+                                                                   stale_lock_seconds=timeouts.stale_lock_seconds)]
     assert f"vllm serve s3://{BUCKET}/{WEIGHTS} " in writer["command"][2]
     assert writer["env"][-3:] == REGION_AND_BUCKET
     assert "VLLM_API_KEY" not in [e["name"] for e in writer["env"]]

@@ -26,6 +26,7 @@ RULES: tuple[Callable[[ServingStackArgs], Iterator[Problem]], ...] = (
     models.instance_rules,
     models.observability_rules,
     models.models_rules,
+    models.kv_offload_rules,
     edge.edge_rules,
     routing.routing_rules,
     idle.scale_to_zero_rules,

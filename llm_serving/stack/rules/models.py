@@ -20,6 +20,7 @@ from llm_serving.serving import AccessMode, KvCacheDtype, ModelArgs
 from llm_serving.stack.args import ServingStackArgs
 from llm_serving.stack.planning import (
     creates_nodes,
+    host_memory,
     model_architecture,
     model_plan,
     replica_bounds,
@@ -260,3 +261,31 @@ def _scaling_bounds(config: ServingStackArgs, model: ModelArgs, plan: serving.Ca
     elif not low <= model.replicas <= high:
         yield Problem(f"{at}.replicas", "must lie between the autoscaling bounds", model.replicas, f"{low}..{high}")
     # The scale-down window against the time to add a replica is a timing rule (llm_serving/stack/timing.py).
+
+
+def kv_offload_rules(config: ServingStackArgs) -> Iterator[Problem]:
+    """A CPU tier of the KV cache must fit the pod's memory limit beside the engine, /dev/shm's transport and the
+    S3 streamer (else vLLM is OOM-killed at start: it fills the whole tier then), on one pod per replica, and be
+    the only KV connector."""
+    for model in config.models:
+        at = f"models[{model.name}].kvOffload.sizeGib"
+        try:
+            plan = model_plan(config, model)
+        except serving.CapacityError:
+            continue  # capacity_rules reports it
+        memory = host_memory(config, model, plan)
+        if memory.tier_gib == 0:
+            continue
+        if plan.pipeline_parallel_size > 1:
+            yield Problem(at, "a multi-node group's pods do not take a CPU KV tier here", memory.tier_gib,
+                          "0, or unset")
+            continue
+        if memory.spare_gib < 0:
+            yield Problem(at, f"the tier does not fit the pod's {memory.pod_gib} GiB memory limit beside the engine "
+                          f"({memory.engine_gib} GiB), /dev/shm's transport ({memory.transport_gib} GiB) and the S3 "
+                          f"streamer ({memory.streamer_gib} GiB): vLLM fills it at start and is OOM-killed",
+                          memory.tier_gib, f"<= {memory.free_gib}")
+        if any(arg.split("=", 1)[0] == "--kv-transfer-config" for arg in model.extra_args):
+            yield Problem(f"models[{model.name}].extraArgs", "a CPU KV tier is vLLM's own KV connector: a second "
+                          "--kv-transfer-config would replace it", "--kv-transfer-config",
+                          "no --kv-transfer-config, or kvOffload.sizeGib: 0")

@@ -20,7 +20,12 @@ from llm_serving.edge import ENVOY_METRIC_TYPES
 from llm_serving.gpu.counters import COUNTERS, exported_metric_names
 from llm_serving.observability import dashboards
 from llm_serving.observability.dashboards import dashboard_configmap, gpu_dashboard, panel_queries, serving_dashboard
-from llm_serving.observability.serving_alerts import KUBE_STATE_METRICS, ModelSlo, serving_rule_groups
+from llm_serving.observability.serving_alerts import (
+    CONTAINER_METRICS,
+    KUBE_STATE_METRICS,
+    ModelSlo,
+    serving_rule_groups,
+)
 from llm_serving.routing import PICKER_METRIC_TYPES, Admission, RoutedModel, picker_alert_groups
 from llm_serving.routing.alerts import PICKER_KUBE_STATE_METRICS
 from llm_serving.scaling.objects import kv_query, prometheus_adapter_values, queue_query, scaled_object
@@ -45,6 +50,8 @@ KSM_LABELS = {
     "kube_deployment_status_replicas_available": {"namespace", "deployment"},
     "kube_pod_container_status_restarts_total": {"namespace", "pod", "container", "uid"},
     "kube_pod_status_ready": {"namespace", "pod", "uid", "condition"},
+    # docs/metrics/workload/pod-metrics.md (STABLE): one series per container and resource, with its unit.
+    "kube_pod_container_resource_limits": {"namespace", "pod", "container", "node", "resource", "unit", "uid"},
     # docs/metrics/policy/poddisruptionbudget-metrics.md (STABLE): the PDB's namespace and name.
     "kube_poddisruptionbudget_status_current_healthy": {"namespace", "poddisruptionbudget"},
     "kube_poddisruptionbudget_status_desired_healthy": {"namespace", "poddisruptionbudget"},
@@ -143,6 +150,7 @@ def test_serving_dashboard_has_the_variables_and_panels_operators_need() -> None
         "Endpoint picker: scheduling latency",
         "Endpoint picker: replica chosen",
         "Endpoint picker: health",
+        "Prefix-cache hits by tier",
         "Idle and waking (scale to zero)",
     ]
     used = {name for query in panel_queries(dashboard) for name in promql.metric_names(_as_promql(query))}
@@ -156,6 +164,7 @@ def test_serving_dashboard_has_the_variables_and_panels_operators_need() -> None
         "vllm:generation_tokens_total",
         "vllm:prefix_cache_hits_total",
         "vllm:prefix_cache_queries_total",
+        "vllm:prompt_tokens_cached_by_source_total",
         "llm_d_epp_request_total",
         "llm_d_epp_request_error_total",
         "llm_d_epp_scheduler_e2e_duration_seconds_bucket",
@@ -321,7 +330,7 @@ def _picker_series() -> dict[str, tuple[str, frozenset[str]]]:
 
 PICKER_SERIES = _picker_series()
 KNOWN = (vllm_series_names() | set(EXPORTED_DCGM) | set(KUBE_STATE_METRICS) | set(PICKER_SERIES)
-         | PICKER_KUBE_STATE_METRICS | set(ENVOY_METRIC_TYPES))
+         | PICKER_KUBE_STATE_METRICS | set(ENVOY_METRIC_TYPES) | CONTAINER_METRICS)
 
 
 def _metric_types() -> dict[str, str]:

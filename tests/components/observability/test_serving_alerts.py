@@ -15,7 +15,12 @@ from pathlib import Path
 import pytest
 
 from llm_serving.observability import serving_alerts
-from llm_serving.observability.serving_alerts import KUBE_STATE_METRICS, ModelSlo, serving_rule_groups
+from llm_serving.observability.serving_alerts import (
+    CONTAINER_METRICS,
+    KUBE_STATE_METRICS,
+    ModelSlo,
+    serving_rule_groups,
+)
 from tests.support import promql
 from tests.support.reference import custom_resource_errors, vllm_metric_labels, vllm_metrics, vllm_series_names
 
@@ -91,6 +96,9 @@ KSM_LABELS = {
     "kube_pod_container_status_restarts_total": {"namespace", "pod", "container", "uid"},
     # kube-state-metrics docs/metrics/workload/pod-metrics.md (STABLE): condition true, false or unknown.
     "kube_pod_status_ready": {"namespace", "pod", "uid", "condition"},
+    # kube-state-metrics docs/metrics/workload/pod-metrics.md (STABLE): one series per container and resource,
+    # with the resource's unit (memory: byte).
+    "kube_pod_container_resource_limits": {"namespace", "pod", "container", "node", "resource", "unit", "uid"},
 }
 
 
@@ -121,8 +129,12 @@ GROUP_RULES = {r["alert"]: r for r in serving_rule_groups([GROUP], runbook_base_
 
 
 def test_kube_state_metrics_list_is_exactly_what_the_rules_use() -> None:
-    used = {name for rule in [*RULES, *GROUP_RULES.values()] for name in promql.metric_names(rule["expr"])}
-    assert used - vllm_series_names() == KUBE_STATE_METRICS == set(KSM_LABELS)
+    # A model with a CPU KV tier adds the rules that read its pods' memory limit (and cAdvisor's working set).
+    tiered = serving_rule_groups([replace(PROD, kv_offload_gib=428)], runbook_base_url=RUNBOOKS)[0]["rules"]
+    rules = [*RULES, *GROUP_RULES.values(), *tiered]
+    used = {name for rule in rules for name in promql.metric_names(rule["expr"])}
+    assert used - vllm_series_names() == KUBE_STATE_METRICS | CONTAINER_METRICS
+    assert KUBE_STATE_METRICS == set(KSM_LABELS)
 
 
 def test_a_group_alerts_on_pod_readiness_and_a_missing_rank() -> None:

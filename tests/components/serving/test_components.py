@@ -57,7 +57,13 @@ def test_prod_container_args_are_the_seeds_flags_with_tp_from_the_planner(render
         # The stream bound: 16,384 tokens at the 0.1 s ITL objective after the 2 s TTFT, plus 10 %.
         "--shutdown-timeout", "1805",
         "--sse-keep-alive-interval", "15",
+        # The planner's CPU KV tier (GiB summed over the 4 ranks): half of what the pod's memory limit leaves
+        # after the engine and /dev/shm's transport, in vLLM's native offloading.
+        "--kv-offloading-size", "428",
+        "--kv-offloading-backend", "native",
     ]
+    config = prod_config()
+    assert planning.kv_offload_gib(config, config.models[0]) == 428
 
 
 def test_every_emitted_flag_exists_in_the_pinned_vllm(rendered):
@@ -77,7 +83,11 @@ def test_image_is_pinned_to_the_reference_vllm_version(rendered):
 def test_probes_startup_budget_from_planner_and_lenient_liveness(rendered):
     c = container(rendered)
     health = {"path": "/health", "port": "http"}
-    assert c["startupProbe"] == {"httpGet": health, "periodSeconds": 10, "failureThreshold": 102, "timeoutSeconds": 5}
+    # The planner's startup budget (its cold start, which includes filling the CPU KV tier, x 2) in 10 s periods.
+    budget = planning.model_plan(prod_config(), prod_model()).startup_budget_seconds
+    assert budget % 10 == 0
+    assert c["startupProbe"] == {"httpGet": health, "periodSeconds": 10, "failureThreshold": budget // 10,
+                                 "timeoutSeconds": 5}
     # A saturated engine answers slowly: 50 s of slow or failed answers before it leaves the pool.
     assert c["readinessProbe"] == {"httpGet": health, "periodSeconds": 10, "failureThreshold": 5,
                                    "timeoutSeconds": 10}
@@ -86,6 +96,11 @@ def test_probes_startup_budget_from_planner_and_lenient_liveness(rendered):
 
 def test_volumes_weights_read_only_cache_per_pod_and_shm_sized_for_tp(rendered):
     spec = deployment(rendered)["spec"]["template"]["spec"]
+    config = prod_config()
+    # /dev/shm holds the TP workers' transport (16 GiB at TP 4) and the CPU KV tier, which vLLM maps from there.
+    tier = planning.kv_offload_gib(config, config.models[0])
+    shm = vllm_engine.shm_size_gib(4) + tier
+    assert (vllm_engine.shm_size_gib(4), tier, planning.host_memory(config, config.models[0]).shm_gib) == (16, 428, shm)
     assert container(rendered)["volumeMounts"] == [
         {"mountPath": "/models", "name": "weights", "readOnly": True},
         {"mountPath": "/var/cache/vllm", "name": "cache"},
@@ -95,7 +110,7 @@ def test_volumes_weights_read_only_cache_per_pod_and_shm_sized_for_tp(rendered):
     assert spec["volumes"] == [
         # EFS: the read-only claim through the model's own access point, not the claim the Job writes.
         {"name": "weights", "persistentVolumeClaim": {"claimName": f"{MODEL}-weights-ro", "readOnly": True}},
-        {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
+        {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm}Gi"}},
         {"name": "cache", "emptyDir": {"sizeLimit": "20Gi"}},
         {"name": "tmp", "emptyDir": {"sizeLimit": "8Gi"}},
         # Only the compile cache's seed mounts it, read-only (test_warm_start.py).

@@ -14,11 +14,28 @@ from llm_serving.serving import CompileCacheKey, Footprint, Timing, image_pull_t
 from llm_serving.serving.capacity import compile_cache_hit_seconds
 from llm_serving.serving.compile_cache import producer_args, producer_script, seed_script
 from llm_serving.serving.rollout import replica_add_seconds
+from llm_serving.stack import planning
+from llm_serving.stack import timing as stack_timing
 from llm_serving.storage.objects import file_system_policy
+from stacks.config.files import stack_file_path
+from stacks.environment import load_stack_file
 
 SHA = "1605565b47bb9346c5515c34102e054115b4f98b"
-CACHE = ("/var/lib/llm-serving/compile-cache/meta-llama/Llama-3.1-70B-Instruct/"
-         f"{SHA}/vllm-0.33.0/tp4-NVIDIA-H100-80GB-HBM3-e8493d16589d")
+
+
+def _prod_key():
+    config = load_stack_file(stack_file_path("prod"))[1]
+    key = planning.compile_cache_wiring(config, config.models[0])
+    assert key is not None
+    return key
+
+
+# The directory is named after everything the cache depends on (compile_cache.CompileCacheKey): the weights,
+# the engine version, TP and GPU, and a digest of the engine flags.
+PROD_KEY = _prod_key()
+CACHE = PROD_KEY.mounted_dir()
+assert CACHE.startswith(f"/var/lib/llm-serving/compile-cache/meta-llama/Llama-3.1-70B-Instruct/{SHA}/vllm-0.33.0/"
+                        "tp4-NVIDIA-H100-80GB-HBM3-")
 RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "privileged": False,
                         "readOnlyRootFilesystem": True, "runAsNonRoot": True}
 RESTRICTED_POD = {"runAsNonRoot": True, "runAsUser": 2000, "runAsGroup": 2000, "fsGroup": 2000,
@@ -250,9 +267,14 @@ def test_prod_seeds_every_replica_from_the_read_only_cache_claim(rendered):
 
 
 def test_prod_produces_the_cache_with_one_job_that_writes_only_the_cache_claim(rendered):
-    job = rendered["prod"].manifest("Job", "llama-70b-compile-67a808263e")
+    job = rendered["prod"].manifest("Job", PROD_KEY.job_name("llama-70b"))
     spec = job["spec"]
-    assert (spec["backoffLimit"], spec["podReplacementPolicy"], spec["activeDeadlineSeconds"]) == (2, "Failed", 1620)
+    # Its deadline: a new node (300 s) and an image pull (300 s) at worst, then one start within the startup budget.
+    config = load_stack_file(stack_file_path("prod"))[1]
+    deadline = stack_timing.producer_timeouts(config, config.models[0]).deadline_seconds
+    assert deadline == 300 + 300 + planning.model_plan(config, config.models[0]).startup_budget_seconds
+    assert (spec["backoffLimit"], spec["podReplacementPolicy"], spec["activeDeadlineSeconds"]) == (2, "Failed",
+                                                                                                  deadline)
     pod = spec["template"]["spec"]
     (writer,) = pod["containers"]
     assert pod["restartPolicy"] == "Never"

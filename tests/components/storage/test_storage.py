@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from llm_serving.platform.args import validate
-from llm_serving.serving import weights
+from llm_serving.serving import offload_init_seconds, weights
 from llm_serving.stack import planning
 from llm_serving.storage import EFS_READ_MIB_PER_SECOND, mount_target_subnets
 from llm_serving.storage import objects as storage_objects
@@ -139,23 +139,32 @@ def lines(**top: Any) -> list[str]:
     return [p.line() for p in checks.check(config(**top))]
 
 
+def tier_fill_seconds(stack: ServingStackArgs) -> int:
+    """What filling the planner's CPU KV tier adds to every start, whatever the storage (the figures below omit it)."""
+    return offload_init_seconds(planning.kv_offload_gib(stack, stack.models[0]))
+
+
 def test_cold_start_follows_the_backends_read_speed():
     efs = config()
     plan = planning.model_plan(efs, efs.models[0])
-    assert (planning.storage_read_mib_per_second(efs), plan.cold_start_seconds) == (EFS_READ_MIB_PER_SECOND, 510)
+    fill = tier_fill_seconds(efs)
+    assert fill > 0
+    assert (planning.storage_read_mib_per_second(efs), plan.cold_start_seconds) == (EFS_READ_MIB_PER_SECOND, 510 + fill)
     slow = config(models=[SIZED], weightsStorage={"backend": "existingStorageClass",
                                                   "existingStorageClass": {"name": "gp3", "readMibPerSecond": 125}})
-    assert planning.model_plan(slow, slow.models[0]).cold_start_seconds == 1317
+    assert tier_fill_seconds(slow) == fill
+    assert planning.model_plan(slow, slow.models[0]).cold_start_seconds == 1317 + fill
     assert planning.storage_backend_label(slow) == "StorageClass gp3, 125 MiB/s per pod (operator's figure)"
 
 
 def test_a_cold_start_above_the_ceiling_is_rejected_with_the_numbers():
     slow = {"backend": "existingStorageClass", "existingStorageClass": {"name": "nfs", "readMibPerSecond": 20},
             "maxColdStartSeconds": 3600}
+    fill = tier_fill_seconds(config(models=[SIZED], weightsStorage=slow))
     assert lines(models=[SIZED], weightsStorage=slow) == [
-        "llm-serving:models[llama-70b]: its planned cold start is 6969 s (141 GB from StorageClass nfs, 20 MiB/s per "
-        "pod (operator's figure), plus engine start), above weightsStorage.maxColdStartSeconds (got 3600; expected "
-        "faster storage, a smaller checkpoint, or a higher ceiling)"
+        f"llm-serving:models[llama-70b]: its planned cold start is {6969 + fill} s (141 GB from StorageClass nfs, "
+        "20 MiB/s per pod (operator's figure), plus engine start), above weightsStorage.maxColdStartSeconds (got "
+        "3600; expected faster storage, a smaller checkpoint, or a higher ceiling)"
     ]
 
 
@@ -251,7 +260,7 @@ def test_fsx_read_speed_is_capacity_times_per_unit_throughput():
     fsx = config(weightsStorage={"backend": "fsxLustre"})
     # 2400 GiB = 2.34 TiB x 500 MB/s/TiB = 1,172 MB/s = 1,117.6 MiB/s.
     assert planning.storage_read_mib_per_second(fsx) == 1117.6
-    assert planning.model_plan(fsx, fsx.models[0]).cold_start_seconds == 361
+    assert planning.model_plan(fsx, fsx.models[0]).cold_start_seconds == 361 + tier_fill_seconds(fsx)
     small = config(weightsStorage={"backend": "fsxLustre",
                                    "fsxLustre": {"storageCapacityGib": 1200, "perUnitStorageThroughput": 125}})
     assert planning.storage_read_mib_per_second(small) == 139.7

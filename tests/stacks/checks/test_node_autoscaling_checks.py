@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any
 
 from llm_serving.platform.args import validate
+from llm_serving.serving import offload_init_seconds
 from llm_serving.stack import planning
 from llm_serving.stack.rules import platform as platform_checks
 from stacks import checks
@@ -106,15 +107,19 @@ def test_scale_down_window_defaults_to_the_cold_start_and_refuses_less():
              "revision": "1605565b47bb9346c5515c34102e054115b4f98b", "maxModelLen": 16384, "replicas": 2}
     cfg = config(models=[llama], gpuNodeGroup=group(scaling={"minNodes": 1, "maxNodes": 2, "desiredNodes": 1}))
     plan = planning.model_plan(cfg, cfg.models[0])
-    assert plan.cold_start_seconds == 510  # 141 GB at EFS's 500 MiB/s, engine start, graph capture
-    # A new node (300 s), the image pull (300 s), the cold start with the compile cache hit (453 s) and 30 s
-    # minReadySeconds.
-    assert planning.scale_down_window(cfg, cfg.models[0], plan) == 1083
+    # 141 GB at EFS's 500 MiB/s, engine start, graph capture (510 s), and filling the planner's CPU KV tier.
+    fill = offload_init_seconds(planning.kv_offload_gib(cfg, cfg.models[0]))
+    assert plan.cold_start_seconds == 510 + fill
+    # A new node (300 s), the image pull (300 s), the cold start with the compile cache hit (10 s of torch.compile
+    # instead of 67 s) and 30 s minReadySeconds.
+    assert (plan.compile_seconds, plan.compile_cached_seconds) == (67, 10)
+    window = 300 + 300 + plan.cold_start_seconds - 67 + 10 + 30
+    assert planning.scale_down_window(cfg, cfg.models[0], plan) == window
     short = {**llama, "autoscaling": {"scaleDownWindowSeconds": 900}}
     assert lines(models=[short]) == [
         "llm-serving:models[llama-70b].autoscaling.scaleDownWindowSeconds: llama-70b: scale-down window must be >= "
-        "adding a replica (a node, the image pull and the cold start) (1,083 s): a burst would pay for a replica and "
-        "lose it before it served (got 900; expected >= 1083)"
+        f"adding a replica (a node, the image pull and the cold start) ({window:,} s): a burst would pay for a "
+        f"replica and lose it before it served (got 900; expected >= {window})"
     ]
     # Bounded to [300, 3600] s: the HPA API's maximum window, and no flapping for a tiny model.
     quick = config(models=[llama], gpuNodeGroup=group(nodeReadySeconds=60, imagePullSeconds=0))

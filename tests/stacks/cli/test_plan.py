@@ -11,7 +11,10 @@ import sys
 from pathlib import Path
 
 from llm_serving import serving
+from llm_serving.stack import planning, timing
 from stacks.cli import plan as plan_cli
+from stacks.config.files import stack_file_path
+from stacks.environment import load_stack_file
 from tests.components.serving.test_capacity import AGREED_JSON_KEYS
 
 PROD = ["--model", "meta-llama/Llama-3.1-70B-Instruct", "--gpu", "p5.48xlarge", "--max-model-len", "16384"]
@@ -211,7 +214,14 @@ def test_stack_plan_is_exactly_what_prod_deploys(rendered) -> None:
     assert str(data["tensor_parallel_size"]) == args[args.index("--tensor-parallel-size") + 1] == "4"
     assert str(data["max_num_seqs"]) == args[args.index("--max-num-seqs") + 1] == "256"
     probe = vllm["startupProbe"]
-    assert data["startup_budget_seconds"] == probe["failureThreshold"] * probe["periodSeconds"] == 1020
+    config = load_stack_file(stack_file_path("prod"))[1]
+    plan = planning.model_plan(config, config.models[0])
+    assert data["startup_budget_seconds"] == probe["failureThreshold"] * probe["periodSeconds"] == (
+        plan.startup_budget_seconds)
+    # The CPU KV tier the plan prints is the one vLLM gets.
+    tier = planning.kv_offload_gib(config, config.models[0])
+    assert data["dynamics"]["kv_offload"]["size_gib"] == tier
+    assert args[args.index("--kv-offloading-size") + 1] == str(tier)
     assert data["storage_read_mib_per_second"] == 500.0
     assert data["cost"] == {
         "usd_per_replica_hour": 27.52, "usd_per_node_hour": 55.04,
@@ -248,8 +258,12 @@ def test_stack_plan_prints_the_timing_rules_with_the_numbers_the_render_carries(
     envoy = rendered["prod"].manifest("EnvoyProxy", "llm-serving-proxy")["spec"]
     assert envoy["shutdown"]["drainTimeout"] == "1805s"
     wiring = rendered["prod"].wiring["kubernetes:apps/v1:Deployment::llama-70b-deployment"]
-    assert "llama-70b: Pulumi rollout await 4,560 s >= planned rollout (4 steps) 3,660 s" in rows
-    assert wiring["customTimeouts"]["update"] == "4560s"
+    config = load_stack_file(stack_file_path("prod"))[1]
+    model = config.models[0]
+    awaited, planned = timing.rollout_await_seconds(config, model), timing.planned_rollout_seconds(config, model)
+    assert timing.rollout_steps(config, model)[0] == 4
+    assert f"llama-70b: Pulumi rollout await {awaited:,} s >= planned rollout (4 steps) {planned:,} s" in rows
+    assert wiring["customTimeouts"]["update"] == f"{awaited}s"
     # The barrier's preStop sleeps as long as the vLLM pod's grace period allows.
     (barrier,) = [r for r in rendered["prod"].resources if r["name"].startswith("node-drain-barrier-")
                   and r["type"] == "kubernetes:apps/v1:Deployment"]

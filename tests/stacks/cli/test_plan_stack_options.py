@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 import pytest
 
 from llm_serving.gpu import known_instance_type_names
-from llm_serving.serving import known_model_ids
+from llm_serving.serving import known_model_ids, offload_init_seconds
+from llm_serving.stack import planning, timing
 from stacks.cli import plan as plan_cli
+from stacks.config.files import PROJECT_DIR, stack_file_path
+from stacks.environment import load_stack_file
 
 
 def _run(*argv: str) -> tuple[int, str, str]:
@@ -23,6 +27,12 @@ def _json(*argv: str) -> dict:
     code, out, err = _run(*argv, "--json")
     assert (code, err) == (0, "")
     return json.loads(out)
+
+
+def _tier_fill_seconds(path: Path) -> int:
+    """What filling the CPU KV tier the planner gives the stack's one model adds to its engine start."""
+    config = load_stack_file(path)[1]
+    return offload_init_seconds(planning.kv_offload_gib(config, config.models[0]))
 
 
 def test_the_issue_command_refuses_the_one_option_a_stack_cannot_take():
@@ -70,7 +80,10 @@ def test_node_group_and_dynamics_options_override_the_stack():
     # the image either way.
     pulls = (base["dynamics"]["image_pull_seconds_new_node"], data["dynamics"]["image_pull_seconds_new_node"])
     assert pulls == (300, 60)
-    assert data["dynamics"]["replica_add_seconds_new_node"] == 600 + 60 + 453 + 30
+    # The cold start (torch.compile from the shared cache) is the stack's own: only the node and the pull change.
+    cold = base["dynamics"]["replica_add_cold_start_seconds"]
+    assert cold == data["dynamics"]["replica_add_cold_start_seconds"] == base["cold_start_cached_seconds"]
+    assert data["dynamics"]["replica_add_seconds_new_node"] == 600 + 60 + cold + 30
     assert base["dynamics"]["replica_add_seconds_running_node"] == \
         data["dynamics"]["replica_add_seconds_running_node"]
 
@@ -123,18 +136,24 @@ def test_replicas_sets_the_models_low_bound():
         "models[llama-70b].replicas": {"option": "--replicas", "value": 3},
         "models[llama-70b].autoscaling.minReplicas": {"option": "--replicas", "value": 3},
     }
-    # prod rolls one replica at a time, 14 minutes each: three take 42 minutes, two took 28.
+    # prod rolls one replica at a time, each step the image pull, the cold start and minReadySeconds (about
+    # 15 minutes): three take three steps, two took two.
+    config = load_stack_file(stack_file_path("prod"))[1]
+    step = timing.rollout_steps(config, config.models[0])[1]
+    assert step == 300 + planning.model_plan(config, config.models[0]).cold_start_seconds + 30
     assert (data["dynamics"]["rollout_seconds"], _json("--stack", "prod", "--model", "llama-70b")["dynamics"][
-        "rollout_seconds"]) == (2520, 1680)
+        "rollout_seconds"]) == (3 * step, 2 * step)
 
 
 def test_plan_stack_breaks_adding_a_replica_into_its_terms_on_a_free_and_a_new_node():
     # EFS with the shared compile cache: a free node holds the pre-pulled image, and the replica loads its
-    # compile from the cache (10 s instead of 67 s of torch.compile).
-    terms = {"weights_seconds": 270, "engine_init_seconds": 173, "compile_seconds": 10, "ready_seconds": 30}
+    # compile from the cache (10 s instead of 67 s of torch.compile). Engine init is 173 s plus filling the CPU
+    # KV tier the planner gives the model.
+    engine = 173 + _tier_fill_seconds(stack_file_path("prod"))
+    terms = {"weights_seconds": 270, "engine_init_seconds": engine, "compile_seconds": 10, "ready_seconds": 30}
     assert _json("--stack", "prod", "--model", "llama-70b")["dynamics"]["cold_start"] == {
-        "free_node": {"node_seconds": 0, "image_pull_seconds": 0, **terms, "total_seconds": 483},
-        "new_node": {"node_seconds": 300, "image_pull_seconds": 300, **terms, "total_seconds": 1083},
+        "free_node": {"node_seconds": 0, "image_pull_seconds": 0, **terms, "total_seconds": 310 + engine},
+        "new_node": {"node_seconds": 300, "image_pull_seconds": 300, **terms, "total_seconds": 910 + engine},
         "storage": "EFS Elastic, 500 MiB/s per pod"}
     code, out, _ = _run("--stack", "examples/Pulumi.prod-s3.yaml", "--model", "llama-70b")
     rows = {line.split("  ", 1)[0]: line.split("  ", 1)[1].strip() for line in out.splitlines() if "  " in line}
@@ -142,8 +161,11 @@ def test_plan_stack_breaks_adding_a_replica_into_its_terms_on_a_free_and_a_new_n
     assert rows["weights read speed"] == ("S3 (a bucket of its own) through the Run:ai Model Streamer at concurrency "
                                           "32, 2,931 MiB/s per pod (cited, bound by the streamer: 15 GB in 4.88 s at "
                                           "concurrency 32)")
-    # S3 shares the compile cache too (its prefix in the bucket): 10 s of torch.compile on either node.
-    assert rows["add a replica, free node"] == ("4 min (259 s): node 0 s + image pull 0 s + weights 46 s + "
-                                                "engine init 173 s + compile 10 s + ready 30 s")
-    assert rows["add a replica, new node"] == ("14 min (859 s): node 300 s + image pull 300 s + weights 46 s + "
-                                               "engine init 173 s + compile 10 s + ready 30 s")
+    # S3 shares the compile cache too (its prefix in the bucket): 10 s of torch.compile on either node. Its tier
+    # is smaller than EFS's by the streamer's buffer, so its fill may be too.
+    engine = 173 + _tier_fill_seconds(PROJECT_DIR / "examples" / "Pulumi.prod-s3.yaml")
+    free, new = 86 + engine, 686 + engine
+    assert rows["add a replica, free node"] == (f"{free / 60:.0f} min ({free} s): node 0 s + image pull 0 s + "
+                                                f"weights 46 s + engine init {engine} s + compile 10 s + ready 30 s")
+    assert rows["add a replica, new node"] == (f"{new / 60:.0f} min ({new} s): node 300 s + image pull 300 s + "
+                                               f"weights 46 s + engine init {engine} s + compile 10 s + ready 30 s")

@@ -9,6 +9,7 @@ templates), both output formats and the command on real history share one scratc
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shutil
@@ -20,7 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from stacks.config.files import PROJECT_DIR
+from llm_serving.stack import planning
+from stacks.config.files import PROJECT_DIR, stack_file_path
+from stacks.environment import load_stack_file
 from stacks.offline import diff as diff_module
 from stacks.offline.diff import (
     ABSENT,
@@ -465,6 +468,27 @@ def test_no_change_against_the_merge_base(repo, tmp_path):
     assert result.stdout == f"prod: no changes against the merge base with main ({main})\n"
 
 
+def prod_rollout_step() -> tuple[int, int]:
+    """prod's llama-70b as the planner times one rollout step: (its cold start, the step: the image pull (300 s),
+    the cold start and minReadySeconds (30 s))."""
+    config = load_stack_file(stack_file_path("prod"))[1]
+    cold = planning.model_plan(config, config.models[0]).cold_start_seconds
+    return cold, 300 + cold + 30
+
+
+def prod_rollout_lines() -> list[str]:
+    """What a rollout of prod's llama-70b costs (TP4, 2 replicas at minReplicas, maxSurge 1): two steps, in
+    minutes rounded up."""
+    cold, step = prod_rollout_step()
+    return [
+        f"    = rollout: 2 replica(s) roll (RollingUpdate maxSurge 1, maxUnavailable 0), about {math.ceil(step / 60)} "
+        f"min each (image pull 300 s + cold start {cold} s + 30 s available), about {math.ceil(2 * step / 60)} min "
+        "in total (at minReplicas: each replica KEDA runs above it adds a step)",
+        "    = surge: 4 free GPUs for 1 extra replica(s); they fit on the 2 running node(s)",
+        "    = streams: every stream the edge admits (1805 s at most) ends inside the 1805 s drain",
+    ]
+
+
 def test_changed_flag_shows_the_container_arg(repo):
     with edited(repo, "Pulumi.prod.yaml", ("maxNumSeqs: 256", "maxNumSeqs: 128")):
         text = run_diff(repo, "prod", "--base", "main")
@@ -482,14 +506,9 @@ def test_changed_flag_shows_the_container_arg(repo):
         "spec.template.spec.volumes.configMap.name)",
         "+- kubernetes:core/v1:ConfigMap llama-70b-verify-probe (forced by data, metadata.name)"]
     deployment = lines.index("~ kubernetes:apps/v1:Deployment llama-70b-deployment")
-    # What the rollout costs, from the planner's timing for prod's llama-70b (TP4, 2 replicas, maxSurge 1).
-    assert lines[deployment + 1:deployment + 4] == [
-        "    = rollout: 2 replica(s) roll (RollingUpdate maxSurge 1, maxUnavailable 0), about 14 min each (image pull "
-        "300 s + cold start 510 s + 30 s available), about 28 min in total (at minReplicas: each replica KEDA runs "
-        "above it adds a step)",
-        "    = surge: 4 free GPUs for 1 extra replica(s); they fit on the 2 running node(s)",
-        "    = streams: every stream the edge admits (1805 s at most) ends inside the 1805 s drain",
-    ]
+    # What the rollout costs, from the planner's timing for prod's llama-70b (TP4, 2 replicas, maxSurge 1): the
+    # cold start does not depend on --max-num-seqs.
+    assert lines[deployment + 1:deployment + 4] == prod_rollout_lines()
     assert re.fullmatch(r'    inputs\.spec\.template\.spec\.containers\[vllm\]\.args\[\d+\]: "256" -> "128"',
                         lines[deployment + 4])
 

@@ -12,6 +12,7 @@ namespace shown as an update, the security group and EFS types missing from the 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 
 import pytest
@@ -22,18 +23,21 @@ from stacks.environment import load_stack_file
 from stacks.offline import replacements
 from stacks.offline.diff import ResourceChange, diff_resources, format_markdown
 from tests.conftest import STACK_NAMES
-from tests.stacks.offline.test_diff import edit_text, edited, git, repo, run_diff, urned  # noqa: F401 - `repo` is a fixture
+from tests.stacks.offline.test_diff import (  # noqa: F401 - `repo` is a fixture
+    edit_text,
+    edited,
+    git,
+    prod_rollout_lines,
+    prod_rollout_step,
+    repo,
+    run_diff,
+    urned,
+)
 
 CREATED_FIRST = "the replacement is created first; the old one is deleted at the end of the update"
 DELETED_FIRST = ("deleted before its replacement is created (same name and namespace, or deleteBeforeReplace): it is "
                  "absent until the new one is ready")
-PROD_ROLLOUT = [
-    "    = rollout: 2 replica(s) roll (RollingUpdate maxSurge 1, maxUnavailable 0), about 14 min each (image pull "
-    "300 s + cold start 510 s + 30 s available), about 28 min in total (at minReplicas: each replica KEDA runs above "
-    "it adds a step)",
-    "    = surge: 4 free GPUs for 1 extra replica(s); they fit on the 2 running node(s)",
-    "    = streams: every stream the edge admits (1805 s at most) ends inside the 1805 s drain",
-]
+PROD_ROLLOUT = prod_rollout_lines()  # what a rollout of prod's llama-70b costs, from the planner's timing
 
 
 def block(out: str, headline: str) -> list[str]:
@@ -117,11 +121,13 @@ def test_an_ami_bump_replaces_the_node_group_and_its_asg_tags_and_costs_a_node_g
     # The barrier waits out the longest grace period of prod's vLLM pods.
     grace = timing.node_drain_wait_seconds(load_stack_file(stack_file_path("prod"))[1])
     assert group[1] == f"    ! {CREATED_FIRST}"
+    # The roll onto the new nodes: prod's two replicas, a rollout step each.
+    roll = math.ceil(2 * prod_rollout_step()[1] / 60)
     assert re.fullmatch(
         r"    = node group update: about \d+ min \(create the new node group: 2 node\(s\) ready in about 5 min; roll "
-        r"every model onto it with its own strategy: about 28 min \(slowest model\); let the last replaced pods drain "
-        rf"\(the old generation's drain barrier\): {grace:,} s; delete the old group's 2 emptied node\(s\): about 5 "
-        r"min\)", group[2])
+        rf"every model onto it with its own strategy: about {roll} min \(slowest model\); let the last replaced pods "
+        rf"drain \(the old generation's drain barrier\): {grace:,} s; delete the old group's 2 emptied node\(s\): "
+        r"about 5 min\)", group[2])
     assert group[3:4] == [
         "    = quota: 2 new p5.48xlarge node(s) beside the 2 old one(s), 4 nodes and 32 GPUs at once until the old "
         "group is deleted",

@@ -294,15 +294,16 @@ def test_capacity_block_active_large_enough_and_long_enough_passes(aws):
 
 def test_capacity_block_ending_within_an_update_or_too_small_fails(aws):
     the_intent = stack_intent(**BLOCK)
-    # prod's node-group update is planned at 4130 s (the drain barrier included); 60 minutes is too short.
+    # prod's node-group update is planned at over an hour (the drain barrier included); 60 minutes is too short.
+    assert the_intent.update_seconds > 60 * 60
     aws.respond("ec2", "describe_capacity_reservations",
                 reservation(EndDate=NOW + timedelta(minutes=60), TotalInstanceCount=2, State="scheduled"))
     (finding,) = run("capacity.reservation", context(aws, the_intent))
     assert finding.outcome is Outcome.FAIL
     assert "it is scheduled, and desiredNodes 2 > 0 makes launches fail until it starts" in finding.reason
     assert "it holds 2 instance(s), the group may grow to 4" in finding.reason
-    assert ("it ends 2026-12-01 11:00 UTC, within the longest planned operation (68 min) plus the 40-min"
-            in finding.reason)
+    assert (f"it ends 2026-12-01 11:00 UTC, within the longest planned operation ({the_intent.update_seconds // 60} "
+            "min) plus the 40-min" in finding.reason)
 
 
 def test_capacity_reservation_missing_fails_and_denied_could_not_check(aws):
