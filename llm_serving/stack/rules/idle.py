@@ -41,7 +41,7 @@ def scale_to_zero_rules(config: ServingStackArgs) -> Iterator[Problem]:
                               config, model).value, "inferencePool (gateway mode with its controller installed)")
         if not config.edge.inference_routing.overload.flow_control:
             yield Problem(f"{OVERLOAD}.flowControl", f"{model.name} scales to zero: without flow control the picker "
-                          "refuses requests at zero replicas instead of holding them", False, True)
+                          "refuses requests at zero replicas instead of holding them", False, "true")
         if config.autoscaling.mode is not AutoscalingMode.KEDA:
             yield Problem("autoscaling.mode", f"{model.name} scales to zero, which an HPA cannot (it keeps at least "
                           "one replica)", config.autoscaling.mode.value, "keda")
