@@ -1,8 +1,11 @@
 # ruff: noqa: F811 - each test takes the `repo` fixture imported from test_diff.py
-"""The offline diff agrees with the engine and the providers: each case on real git history.
+"""The offline diff agrees with the engine and the providers, case by case.
 
-Each test commits nothing to this repository: it edits the scratch repository of test_diff.py (this
-project's files committed as `main`) in its working tree and diffs against `main`. Every case here
+A change to a stack file is diffed on real git history: the test edits the scratch repository of
+test_diff.py (this project's files committed as `main`) in its working tree and diffs against `main`,
+committing nothing to this repository. A change to the code is the session's render with the inputs
+that change edited (a side whose code changed renders in a subprocess: test_diff.py covers that path
+once). Every case here
 was shown wrong by the diff before issue #25 (an ignored input shown as a change, a claim replaced
 for a bigger size, a replaced claim said to be created first, no preview error for a protected
 replace, Auto Scaling group tags kept when their group is replaced, a Helm release moved to another
@@ -11,6 +14,7 @@ namespace shown as an update, the security group and EFS types missing from the 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import re
@@ -21,7 +25,7 @@ from llm_serving.stack import timing
 from stacks.config.files import stack_file_path
 from stacks.environment import load_stack_file
 from stacks.offline import replacements
-from stacks.offline.diff import ResourceChange, diff_resources, format_markdown
+from stacks.offline.diff import ResourceChange, diff_resources, format_markdown, format_text
 from tests.conftest import STACK_NAMES
 from tests.stacks.offline.test_diff import (  # noqa: F401 - `repo` is a fixture
     edit_text,
@@ -180,16 +184,18 @@ def test_a_helm_release_in_another_namespace_is_a_replacement(repo):
     ]
 
 
-def test_a_weights_file_system_change_in_the_code_replaces_what_it_must_in_order(repo):
+def test_a_weights_file_system_change_replaces_what_it_must_in_order(rendered):
     # Two edits of the EFS component in one diff (a refactor a reviewer reads): the NFS group's description
-    # (ForceNew on a security group) and the file system's performance mode (ForceNew on the file system).
-    with edited(repo, "llm_serving/storage/efs.py",
-                ('f"NFS from the GPU nodes of {args.cluster_name} to the weights file system"',
-                 'f"NFS to the weights of {args.cluster_name}"'),
-                ('performance_mode="generalPurpose"', 'performance_mode="maxIO"')):
-        result = run_diff(repo, "staging", "--base", "main")
-    assert result.returncode == 1, result.stderr
-    out = result.stdout
+    # (ForceNew on a security group) and the file system's performance mode (ForceNew on the file system), as
+    # staging's render carries them (the code path of a side whose code changed is test_diff.py's replacements).
+    base = rendered["staging"].resources
+    head = copy.deepcopy(base)
+    for resource in head:
+        if resource["name"] == "weights-storage-nfs" and resource["type"] == "aws:ec2/securityGroup:SecurityGroup":
+            resource["inputs"]["description"] = "NFS to the weights of llm-staging"
+        if resource["type"] == "aws:efs/fileSystem:FileSystem":
+            resource["inputs"]["performanceMode"] = "maxIO"
+    out = format_text(diff_resources(base, head, "staging", "main"))
     assert "+- aws:ec2/securityGroup:SecurityGroup weights-storage-nfs (forced by description)" in out
     rule = block(out, "+- aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule weights-storage-nfs-from-gpu-nodes "
                       "(forced by securityGroupId)")
