@@ -103,8 +103,8 @@ AI_GATEWAY_CRDS = ChartPin(
 # pull request are the bytes preview and up apply. A release URL would be fetched on every preview,
 # unpinned (the provider does not check the HTTP status, so a 404 surfaces as a YAML error), and
 # llm-d-router's release workflow re-uploads assets under an existing tag (`gh release upload
-# --clobber`). `make reference-fixtures` derives the files from the pinned upstream CRDs in
-# ../shared/reference/crds/ (descriptions stripped; schemas and CEL rules as upstream ships them).
+# --clobber`). `make reference-fixtures` derives the files from the pinned upstream CRDs (the release
+# manifest and config/crd/bases named below; descriptions stripped, schemas and CEL rules as shipped).
 # The files ship inside this package (llm_serving/platform/crds/, package data) and are applied from
 # their content (platform.crd_manifests), so an installed library needs no checkout and no path.
 # The InferencePool CRD (inference.networking.k8s.io/v1) with InferencePoolImport, the two CRDs the
@@ -130,7 +130,7 @@ LLM_D_ROUTER_CRDS_FILE = "llm-d-router-v0.10.0.yaml"
 # add-on versions; each pin is the add-on build of the upstream release the rest of this file pins:
 # - eks-node-monitoring-agent v1.7.0: the chart at aws/eks-node-monitoring-agent tag v1.7.0 (commit
 #   c399089, 2026-08-04) sets `nodeAgent.image.tag: v1.7.0-eksbuild.1`, the add-on build EKS ships;
-#   the vendored configuration schema (../shared/reference/aws/addons/, chart 1.7.0) is that chart's.
+#   the vendored configuration schema (tests/fixtures/reference/addons/, chart 1.7.0) is that chart's.
 #   1.6.0 is the first release with the `nodeAgent`/`dcgmAgent` keys our configuration uses.
 # - aws-efs-csi-driver v3.4.1: the driver of the aws-efs-csi-driver chart 4.4.1 in the reference
 #   folder (appVersion 3.4.1); `v3.4.1-eksbuild.1` is the add-on build public EKS configurations pin.
