@@ -14,7 +14,8 @@ import click.testing
 import pytest
 import yaml
 
-from llm_serving.stack import timing
+from llm_serving.stack import timing, verification
+from llm_serving.verification import await_seconds
 from stacks.config.files import PROJECT_DIR, parse_yaml, stack_file_path
 from stacks.environment import load_stack_file
 from stacks.offline import awaits
@@ -185,12 +186,14 @@ def test_longest_await_of_prod_is_the_weights_job_then_every_rollout_then_the_ga
     # The rollout await: three planned steps, the last up to the progress deadline, + 2 min.
     assert steps == 4
     assert rollout == 3 * step + timing.progress_deadline_seconds(config, model) + 120
+    # The gate: its deadline plus the slack for scheduling and the image pull.
+    gate = await_seconds(verification.deadline_seconds(verification.settings(config, model)))
     assert [(key, s) for key, s in waiting if s] == [
         ("kubernetes:batch/v1:Job::llama-70b-weights-stage", 5683),
         ("kubernetes:apps/v1:Deployment::llama-70b-deployment", rollout),
-        ("kubernetes:batch/v1:Job::llama-70b-verify-job", 710),
+        ("kubernetes:batch/v1:Job::llama-70b-verify-job", gate),
     ]
-    assert seconds == 5683 + rollout + 710
+    assert seconds == 5683 + rollout + gate
 
 
 def test_pull_requests_from_forks_never_run_a_preview_with_the_stacks_role():

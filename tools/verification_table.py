@@ -1,7 +1,8 @@
 """The deploy gate per stack in docs/verification.md, computed from the stacks' own settings.
 
-Per stack and model: the mode, the load test's concurrency and lengths, the planned figures and
-objectives it is compared with, the Job's deadline and how long `pulumi up` waits for it.
+Per stack and model: the mode, `verify`'s load test (concurrency, lengths, the planned figures and
+objectives it is compared with), one replica's spare batch and the Job's own load (at most that: the
+Job meets pods that serve users), the Job's deadline and how long `pulumi up` waits for it.
 `python -m tools.verification_table --write docs/verification.md` replaces the text between the
 markers; a test fails when the page is stale.
 """
@@ -25,25 +26,27 @@ STACKS = ("dev", "staging", "prod")
 
 def table() -> str:
     lines = [
-        "| stack | model | mode | concurrency | prompt / output | planned TTFT, ITL, TPOT ms | planned tokens/s "
-        "| objectives TTFT / ITL p95 ms | Job deadline | `pulumi up` waits |",
-        "|---|---|---|---:|---|---|---:|---|---:|---:|",
+        "| stack | model | mode | `verify` load | prompt / output | planned TTFT, ITL, TPOT ms | planned tokens/s "
+        "| objectives TTFT / ITL p95 ms | spare batch per replica | the Job's load | Job deadline "
+        "| `pulumi up` waits |",
+        "|---|---|---|---:|---|---|---:|---|---:|---:|---:|---:|",
     ]
     for stack in STACKS:
         _, config = environment.load_stack_file(stack_files.stack_file_path(stack))
         mode = verification.verification_mode(config)
         for model in config.models:
+            by_hand = verification.planned_load(config, model).plan
             checked = verification.settings(config, model)
-            load = checked.load
-            assert load is not None
-            planned = load.planned
+            planned = by_hand.planned
             figures = (f"{planned['ttft_ms']:g}, {planned['itl_ms']:g}, {planned['tpot_ms']:g}" if planned else "-")
             rate = f"{planned['output_tokens_per_second']:,.0f}" if planned else "-"
             deadline = verification.deadline_seconds(checked)
+            job_load = checked.load.concurrency if checked.load else "none"
             lines.append(
-                f"| {stack} | {model.name} | {mode.value} | {load.concurrency} | {load.prompt_tokens:,} / "
-                f"{load.output_tokens} | {figures} | {rate} | {load.objectives['ttft_p95_ms']:g} / "
-                f"{load.objectives['itl_p95_ms']:g} | {deadline} s | {await_seconds(deadline)} s |")
+                f"| {stack} | {model.name} | {mode.value} | {by_hand.concurrency} | {by_hand.prompt_tokens:,} / "
+                f"{by_hand.output_tokens} | {figures} | {rate} | {by_hand.objectives['ttft_p95_ms']:g} / "
+                f"{by_hand.objectives['itl_p95_ms']:g} | {verification.spare_batch(config, model)} | {job_load} "
+                f"| {deadline} s | {await_seconds(deadline)} s |")
     lines += ["", f"Image: `{versions.VERIFY_IMAGE}` (every stack)."]
     return "\n".join(lines)
 

@@ -63,14 +63,50 @@ def targets(config: ServingStackArgs, model: ModelArgs) -> tuple[Target, ...]:
 @dataclass(frozen=True)
 class PlannedLoad:
     plan: LoadPlan
-    note: str | None  # why no planned figures, when there are none
+    note: str | None  # why no planned figures or objectives, or why the load is capped, when so
+
+
+def _slo_concurrency(config: ServingStackArgs, model: ModelArgs, prompt: int,
+                     output: int) -> tuple[int | None, str | None]:
+    """One replica's SLO-bound concurrency as `plan` computes it (the most requests the ITL and TTFT objectives
+    allow, up to what fits), or None and why there is no roofline to say."""
+    plan = planning.model_plan(config, model)
+    architecture = planning.model_architecture(model)
+    instance = planning.resolve_instance_type(config)
+    gpu = serving.GPU_PERFORMANCE.get(instance.gpu.product_label) if instance else None
+    if architecture is None or gpu is None or plan.pipeline_parallel_size > 1:
+        return None, "no roofline for this model (multi-node, or a GPU without figures): nothing planned to compare"
+    fits = min(plan.max_num_seqs, plan.kv_cache_tokens // max(1, prompt + output))
+    per_replica = serving.slo_concurrency(
+        architecture, gpu, plan.tensor_parallel_size, model.slo.itl_p95_seconds, prompt, output, fits,
+        plan.kv_cache_dtype, model.slo.ttft_p95_seconds, plan.max_num_batched_tokens)
+    if per_replica == 0:
+        return 0, "the plan says even one request misses the objectives"
+    return per_replica, None
+
+
+def spare_batch(config: ServingStackArgs, model: ModelArgs) -> int:
+    """Requests one replica can run beyond its planned SLO-bound load: vLLM's batch (`--max-num-seqs`) minus the
+    concurrency the objectives allow. The most a check may add to pods that serve users: even if the Service
+    sends all of it to one pod, that pod runs no more than its batch with users at the planned load, so no user
+    request waits behind the check. 0 without a roofline (nothing says what the pods can spare)."""
+    settings = config.verification
+    per_replica, _ = _slo_concurrency(config, model, settings.prompt_tokens, settings.output_tokens)
+    if not per_replica:
+        return 0
+    return max(0, planning.model_plan(config, model).max_num_seqs - per_replica)
 
 
 def planned_load(config: ServingStackArgs, model: ModelArgs, *, concurrency: int | None = None,
                  prompt_tokens: int | None = None, output_tokens: int | None = None,
-                 duration_seconds: float | None = None, max_requests: int | None = None) -> PlannedLoad:
-    """The load test at the planned SLO-bound concurrency (per replica, times the minimum replicas),
-    with the roofline's TTFT, ITL, TPOT and throughput at that load; arguments override the config."""
+                 duration_seconds: float | None = None, max_requests: int | None = None,
+                 live: bool = False) -> PlannedLoad:
+    """The load test with the roofline's TTFT, ITL, TPOT and throughput at that load; arguments override the config.
+
+    `live`: the pods under test serve users (the deploy gate of an in-place update): the load is at most one
+    replica's spare batch (`spare_batch`), whatever is asked, and its latency is reported beside the plan but not
+    held to the objectives, since users' requests share the batch. Otherwise (`verify` aimed by hand): the
+    SLO-bound concurrency per replica times the minimum replicas, held to the objectives."""
     settings = config.verification
     prompt = prompt_tokens or settings.prompt_tokens
     output = output_tokens or settings.output_tokens
@@ -82,21 +118,18 @@ def planned_load(config: ServingStackArgs, model: ModelArgs, *, concurrency: int
     instance = planning.resolve_instance_type(config)
     gpu = serving.GPU_PERFORMANCE.get(instance.gpu.product_label) if instance else None
     planned: dict[str, float] = {}
-    note: str | None = None
-    per_replica = 1
-    if architecture is None or gpu is None or plan.pipeline_parallel_size > 1:
-        note = "no roofline for this model (multi-node, or a GPU without figures): nothing planned to compare"
-    else:
-        # As `plan` computes it: the most requests the ITL and TTFT objectives allow, up to what fits.
-        fits = min(plan.max_num_seqs, plan.kv_cache_tokens // max(1, prompt + output))
-        per_replica = serving.slo_concurrency(
-            architecture, gpu, plan.tensor_parallel_size, model.slo.itl_p95_seconds, prompt, output, fits,
-            plan.kv_cache_dtype, model.slo.ttft_p95_seconds, plan.max_num_batched_tokens)
-        if per_replica == 0:
-            note = "the plan says even one request misses the objectives"
-            per_replica = 1
+    found, note = _slo_concurrency(config, model, prompt, output)
+    per_replica = max(1, found or 0)
     chosen = concurrency or settings.concurrency or per_replica * replicas
-    if note is None and architecture is not None and gpu is not None:
+    if live:
+        spare = spare_batch(config, model)
+        asked = chosen
+        chosen = min(chosen, spare)
+        objectives = {}
+        note = (f"load on pods that serve users: at most one replica's spare batch ({spare} = --max-num-seqs "
+                f"{plan.max_num_seqs} - {found or 0} at the SLOs){f', not {asked}' if asked > spare else ''}; "
+                "latency reported, not held to the objectives (users share the batch)")
+    if found is not None and architecture is not None and gpu is not None and chosen > 0:
         # At another concurrency than planned, the roofline at that load per replica is the comparison.
         at = serving.latency(architecture, gpu, plan.tensor_parallel_size, max(1, math.ceil(chosen / replicas)),
                              prompt, output, plan.kv_cache_dtype, plan.max_num_batched_tokens)
@@ -118,13 +151,15 @@ def request_timeout_seconds(config: ServingStackArgs, output_tokens: int) -> int
 
 
 def settings(config: ServingStackArgs, model: ModelArgs) -> Settings:
-    """What the model's Job checks: both addresses, then the load test through the Service (the
-    figures the plan models are the engine's; the edge's share is in the smoke checks)."""
-    load = planned_load(config, model).plan
+    """What the model's Job checks: both addresses, then the load test through the Service. The Job runs on an
+    in-place update, against pods that serve users: its load is `live` (one replica's spare batch at most), and
+    none when the pods have nothing to spare (the smoke checks still run)."""
+    planned = planned_load(config, model, live=True)
+    load = planned.plan
     wake = planning.wake(config, model).total_seconds if planning.scales_to_zero(model) else None
-    return Settings(model=model.name, targets=targets(config, model), load=load, load_target="service",
-                    request_timeout_seconds=request_timeout_seconds(config, load.output_tokens),
-                    wake_seconds=float(wake) if wake is not None else None)
+    return Settings(model=model.name, targets=targets(config, model), load=load if load.concurrency else None,
+                    load_target="service", request_timeout_seconds=request_timeout_seconds(config, load.output_tokens),
+                    wake_seconds=float(wake) if wake is not None else None, note=planned.note)
 
 
 def deadline_seconds(checked: Settings) -> int:

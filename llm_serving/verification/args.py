@@ -32,7 +32,8 @@ class VerificationArgs:
     """Stop the load test after this many requests; unset: no cap."""
     concurrency: int | None = Field(default=None, ge=1, le=4096)
     """Concurrent requests of the load test; unset: the planned SLO-bound concurrency per replica times the minimum
-    replicas."""
+    replicas. The deploy-gate Job runs against pods that serve users, so it never sends more than one replica's spare
+    batch (`--max-num-seqs` minus the SLO-bound concurrency), whatever is set here, and none when there is no spare."""
     prompt_tokens: int = Field(default=1024, ge=16, le=1000000)
     """Prompt length of each load request."""
     output_tokens: int = Field(default=256, ge=8, le=100000)

@@ -98,6 +98,8 @@ class Settings:
     request_timeout_seconds: float = 120.0
     # A model that scales to zero: the planned wake, which the first request through the edge may take.
     wake_seconds: float | None = None
+    # What the report should say about the load (why it is capped, or why there is none).
+    note: str | None = None
 
     @staticmethod
     def from_json(document: dict[str, Any]) -> Settings:
@@ -111,6 +113,7 @@ class Settings:
                 load_target=document.get("load_target"),
                 request_timeout_seconds=float(document.get("request_timeout_seconds", 120.0)),
                 wake_seconds=float(document["wake_seconds"]) if document.get("wake_seconds") is not None else None,
+                note=str(document["note"]) if document.get("note") is not None else None,
             )
         except (KeyError, TypeError, ValueError) as error:
             raise UsageError(f"settings: {error!r}; expected model, targets[] and optionally load") from None
@@ -678,6 +681,8 @@ def run(settings: Settings, key: str) -> dict[str, Any]:
     for target in settings.targets:
         checks += smoke(target, settings.model, key, settings.request_timeout_seconds)
     report: dict[str, Any] = {"model": settings.model, "targets": {t.name: t.base_url for t in settings.targets}}
+    if settings.note:
+        report["note"] = settings.note
     engine = next((found for t in settings.targets if (found := engine_cache(t, settings.request_timeout_seconds))),
                   None)
     if engine:
@@ -715,6 +720,8 @@ def render_text(report: dict[str, Any]) -> str:
                          f"{_cell(row['objective']):>10} {_cell(row['ratio']):>17}")
     if report.get("engine", {}).get("kv_cache_size_tokens"):
         lines += ["", f"engine KV cache: {report['engine']['kv_cache_size_tokens']:,} tokens (vllm:cache_config_info)"]
+    if report.get("note"):
+        lines += ["", f"note: {report['note']}"]
     failures = len(report["failures"])
     lines += ["", f"verdict: {report['verdict'].upper()}" + (f" ({failures} failing check(s))" if failures else "")]
     return "\n".join(lines) + "\n"

@@ -103,5 +103,5 @@ def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = 
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=True), file=out)
     else:
-        out.write(verification.render_text(report) + (f"note: {note}\n" if note else ""))
+        out.write(verification.render_text(report))
     return verification.EXIT_FAIL if report["failures"] else verification.EXIT_PASS

@@ -88,8 +88,9 @@ def test_plan_console_blocks_are_rewritten_with_the_plans_output():
 
 def test_prod_figures_are_the_planners_and_the_renders(facts: docs.Facts):
     """The figures the issue found contradicted, from the code that deploys them."""
-    from llm_serving.stack import planning
+    from llm_serving.stack import planning, verification
     from llm_serving.stack import timing as stack_timing
+    from llm_serving.verification import await_seconds
     from stacks.environment import load_stack_file
 
     config = load_stack_file(stack_files.stack_file_path("prod"))[1]
@@ -104,7 +105,8 @@ def test_prod_figures_are_the_planners_and_the_renders(facts: docs.Facts):
     assert doc_figures.prod_node_update(facts) == (
         f"about {round((int(minutes) * 60 + int(seconds)) / 60)} minutes, 2 extra nodes")
     # The weights Job, then the rollout's await, then the gate's (tests/test_workflows.py).
-    longest = 5683 + stack_timing.rollout_await_seconds(config, model) + 710
+    gate = await_seconds(verification.deadline_seconds(verification.settings(config, model)))
+    longest = 5683 + stack_timing.rollout_await_seconds(config, model) + gate
     assert doc_figures.prod_longest_await(facts) == f"{round(longest / 60)} minutes"
     assert "| endpoint picker | `--drain-timeout`; `terminationGracePeriodSeconds` | 1,805 s; 1,835 s |" in (
         doc_figures.prod_timeouts(facts)

@@ -85,12 +85,56 @@ def test_the_configmap_carries_the_probe_and_the_prod_plan(rendered):
     assert settings["targets"] == [
         {"name": "edge", "base_url": "https://llm.example.com/v1", "check_auth": True},
         {"name": "service", "base_url": "http://llama-70b.llm-serving.svc:8000/v1", "check_auth": True}]
-    # 256 requests per replica at the ITL objective, times the 2 minimum replicas; the planner's figures.
-    assert settings["load"]["concurrency"] == 512
-    assert settings["load"]["planned"] == {"ttft_ms": 130.3, "itl_ms": 37.63, "tpot_ms": 90.28,
-                                           "output_tokens_per_second": 5671.3}
-    assert settings["load"]["objectives"] == {"ttft_p95_ms": 2000.0, "itl_p95_ms": 100.0}
+    # The Job runs against the pods that serve users. Prod plans each replica at its whole batch (256 requests
+    # at the ITL objective = --max-num-seqs 256): nothing to spare, so no load test, and the report says why.
+    assert settings["load"] is None
+    assert settings["note"].startswith("load on pods that serve users: at most one replica's spare batch (0 = "
+                                       "--max-num-seqs 256 - 256 at the SLOs), not 512;")
     assert settings["load_target"] == "service"
+
+
+def _prod_with(**model_changes):
+    from dataclasses import replace
+
+    from stacks.config.files import stack_file_path
+    from stacks.environment import load_stack_file
+
+    config = load_stack_file(stack_file_path("prod"))[1]
+    model = replace(config.models[0], **model_changes)
+    return replace(config, models=(model,)), model
+
+
+@pytest.mark.parametrize("asked", [None, 64, 4096])
+def test_the_gate_never_sends_live_pods_more_than_one_replicas_spare_batch(asked):
+    from dataclasses import replace
+
+    from llm_serving.stack import planning, verification
+
+    # A batch above the SLO-bound concurrency leaves room the users' planned load does not take.
+    config, model = _prod_with(max_num_seqs=384)
+    minimum = planning.replica_bounds(model)[0]
+    slo_bound = verification.planned_load(config, model).plan.concurrency // minimum
+    spare = verification.spare_batch(config, model)
+    assert spare == planning.model_plan(config, model).max_num_seqs - slo_bound > 0
+    config = replace(config, verification=replace(config.verification, concurrency=asked))
+    checked = verification.settings(config, model)
+    # All of it could land on one pod (the Service spreads at random): that pod still runs within its batch.
+    assert checked.load is not None and checked.load.concurrency == min(asked or spare, spare)
+    assert checked.load.objectives == {}  # users share the batch: latency is reported, not gated
+    assert "at most one replica's spare batch" in checked.note
+    # `verify` aimed by hand (not live) keeps the planned SLO load and its objectives.
+    by_hand = verification.planned_load(config, model, concurrency=slo_bound * minimum).plan
+    assert by_hand.concurrency > spare and by_hand.objectives
+
+
+def test_a_gate_with_no_spare_batch_runs_its_smoke_checks_and_a_shorter_deadline():
+    from llm_serving.stack import verification
+
+    config, model = _prod_with()
+    checked = verification.settings(config, model)
+    assert verification.spare_batch(config, model) == 0 and checked.load is None
+    assert verification.deadline_seconds(checked) == (
+        verification.SMOKE_SECONDS * len(checked.targets) + checked.request_timeout_seconds)
 
 
 def test_the_fence_admits_only_dns_the_edge_and_the_vllm_port():
