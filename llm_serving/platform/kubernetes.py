@@ -60,7 +60,8 @@ def pod_identity_role(prefix: str, *, cluster_name: str, namespace: pulumi.Input
     eks-pod-identity-agent add-on (a checked prerequisite); a pod gets credentials only once its
     association exists, so what runs under it depends on `association`."""
     child = pulumi.ResourceOptions(parent=parent)
-    role = aws.iam.Role(f"{prefix}-role", assume_role_policy=pod_identity_trust(cluster_name, parent),
+    role = aws.iam.Role(f"{prefix}-role",
+                        assume_role_policy=pod_identity_trust(cluster_name, namespace, service_account, parent),
                         description=description, tags=tags, opts=child)
     role_policy = aws.iam.RolePolicy(f"{prefix}-policy", role=role.id, policy=policy, opts=child)
     association = aws.eks.PodIdentityAssociation(
@@ -74,8 +75,9 @@ def pod_identity_role(prefix: str, *, cluster_name: str, namespace: pulumi.Input
     return PodIdentityRole(role, role_policy, association)
 
 
-def pod_identity_trust(cluster_name: str, parent: pulumi.Resource) -> pulumi.Output[str]:
-    """The Pod Identity trust policy (JSON) for roles of this account's cluster `cluster_name`."""
+def pod_identity_trust(cluster_name: str, namespace: pulumi.Input[str], service_account: str,
+                       parent: pulumi.Resource) -> pulumi.Output[str]:
+    """The Pod Identity trust policy (JSON) for one service account of this account's cluster `cluster_name`."""
     from .aws_iam import pod_identity_trust_policy
 
     # The cluster's ARN is built, not looked up: with `cluster.mode: create` the cluster does not exist
@@ -85,8 +87,9 @@ def pod_identity_trust(cluster_name: str, parent: pulumi.Resource) -> pulumi.Out
         aws.get_partition_output(opts=invoke).partition,
         aws.get_region_output(opts=invoke).region,
         aws.get_caller_identity_output(opts=invoke).account_id,
+        namespace,
     ).apply(lambda v: json.dumps(pod_identity_trust_policy(
-        v[2], f"arn:{v[0]}:eks:{v[1]}:{v[2]}:cluster/{cluster_name}")))
+        f"arn:{v[0]}:eks:{v[1]}:{v[2]}:cluster/{cluster_name}", v[3], service_account)))
 
 
 def subnet_cidr(subnet_id: str, opts: pulumi.InvokeOptions | None = None) -> pulumi.Output[str]:

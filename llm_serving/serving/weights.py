@@ -329,12 +329,19 @@ class ModelWeights(pulumi.ComponentResource):
                       "annotations": {"pulumi.com/replaceUnready": "true"}},
             spec=cast(ManifestFields, {
                 "backoffLimit": 4,
+                # Each retry in a new pod: EKS injects Pod Identity credentials when it admits a pod, and an
+                # association "may take several seconds to be effective" (EKS API reference,
+                # CreatePodIdentityAssociation), so a pod admitted before that never gets credentials and
+                # OnFailure would retry in that same pod until the deadline. The Job controller's back-off (10 s,
+                # then doubling) gives the association its seconds; a retry starts its copy over (scratch is the
+                # pod's).
+                "podReplacementPolicy": "Failed",
                 "activeDeadlineSeconds": args.download_deadline_seconds,
                 "template": {
                     "metadata": {"labels": labels,
                                  **({"annotations": dict(args.pod_annotations)} if args.pod_annotations else {})},
                     "spec": {
-                        "restartPolicy": "OnFailure",
+                        "restartPolicy": "Never",
                         "serviceAccountName": args.service_account,
                         "nodeSelector": {**(args.node_selector or {}), **ARCH_SELECTOR},
                         "automountServiceAccountToken": False,

@@ -122,7 +122,9 @@ class WeightsFileSystem(pulumi.ComponentResource):
             partition = aws.get_partition_output(opts=pulumi.InvokeOptions(parent=self)).partition
             role = aws.iam.Role(
                 f"{name}-csi-role",
-                assume_role_policy=pod_identity_trust(args.cluster_name, self),
+                # EKS installs the add-on's controller in kube-system.
+                assume_role_policy=pod_identity_trust(args.cluster_name, "kube-system",
+                                                      objects.CSI_CONTROLLER_SERVICE_ACCOUNT, self),
                 description=f"EFS CSI driver controller of {args.cluster_name}",
                 tags=args.tags,
                 opts=child,

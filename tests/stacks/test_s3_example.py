@@ -115,9 +115,10 @@ def test_the_staging_role_may_write_and_the_serving_role_only_read_the_revision_
     trust = json.loads(_resource(example, "aws:iam/role:Role", "weights-storage-llama-70b-read-role")["inputs"]
                        ["assumeRolePolicy"])
     assert trust["Statement"][0]["Principal"] == {"Service": "pods.eks.amazonaws.com"}
-    assert trust["Statement"][0]["Condition"] == {
-        "StringEquals": {"aws:SourceAccount": "123456789012"},
-        "ArnEquals": {"aws:SourceArn": "arn:aws:eks:us-east-1:123456789012:cluster/llm-prod"}}
+    assert trust["Statement"][0]["Condition"] == {"StringEquals": {
+        "aws:RequestTag/eks-cluster-arn": "arn:aws:eks:us-east-1:123456789012:cluster/llm-prod",
+        "aws:RequestTag/kubernetes-namespace": "llm-serving",
+        "aws:RequestTag/kubernetes-service-account": "llama-70b-vllm"}}
 
 
 def test_each_role_is_bound_to_one_service_account_by_pod_identity_after_the_guards(example):
@@ -155,6 +156,10 @@ def test_the_staging_job_uploads_the_revision_with_its_own_account_and_no_volume
     assert "aws:eks/podIdentityAssociation:PodIdentityAssociation::weights-storage-llama-70b-stage-pod-identity" \
         in options["dependsOn"]
     assert not [m for m in example.manifests if m["kind"] == "PersistentVolumeClaim"]
+    # EKS injects Pod Identity credentials at a pod's admission: a pod admitted before the association took
+    # effect never gets them, so every retry is a new pod (never a restart in the same one).
+    assert (spec["restartPolicy"], job["spec"]["podReplacementPolicy"]) == ("Never", "Failed")
+    assert job["spec"]["backoffLimit"] >= 1
 
 
 def test_vllm_streams_from_the_prefix_with_the_streamer_settings_and_mounts_no_weights(example, config):

@@ -115,8 +115,10 @@ def test_controller_role_is_trusted_by_pod_identity_of_this_cluster_only_and_hol
     assert json.loads(role["assumeRolePolicy"])["Statement"] == [{
         "Effect": "Allow", "Principal": {"Service": "pods.eks.amazonaws.com"},
         "Action": ["sts:AssumeRole", "sts:TagSession"],
-        "Condition": {"StringEquals": {"aws:SourceAccount": "123456789012"},
-                      "ArnEquals": {"aws:SourceArn": "arn:aws:eks:us-east-1:123456789012:cluster/llm-sandbox"}},
+        "Condition": {"StringEquals": {
+            "aws:RequestTag/eks-cluster-arn": "arn:aws:eks:us-east-1:123456789012:cluster/llm-sandbox",
+            "aws:RequestTag/kubernetes-namespace": "kube-system",
+            "aws:RequestTag/kubernetes-service-account": "aws-load-balancer-controller"}},
     }]
     policy = _inputs(sandbox, ROLE_POLICY)
     assert _canonical_sha256(json.loads(policy["policy"])) == PUBLISHED_POLICY_SHA256

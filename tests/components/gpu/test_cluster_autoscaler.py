@@ -55,9 +55,11 @@ def test_iam_is_least_privilege_and_bound_to_the_service_account(rendered):
     assert json.loads(role["assumeRolePolicy"]) == {"Version": "2012-10-17", "Statement": [{
         "Effect": "Allow", "Principal": {"Service": "pods.eks.amazonaws.com"},
         "Action": ["sts:AssumeRole", "sts:TagSession"],
-        # Only this account's cluster may have EKS assume it (confused-deputy conditions).
-        "Condition": {"StringEquals": {"aws:SourceAccount": "123456789012"},
-                      "ArnEquals": {"aws:SourceArn": "arn:aws:eks:us-east-1:123456789012:cluster/llm-prod"}}}]}
+        # Only this service account of this cluster: the session tags EKS Pod Identity sets.
+        "Condition": {"StringEquals": {
+            "aws:RequestTag/eks-cluster-arn": "arn:aws:eks:us-east-1:123456789012:cluster/llm-prod",
+            "aws:RequestTag/kubernetes-namespace": "kube-system",
+            "aws:RequestTag/kubernetes-service-account": "cluster-autoscaler"}}}]}
     policy = json.loads(inputs(prod, "aws:iam/rolePolicy:RolePolicy", "cluster-autoscaler-policy")["policy"])
     statements = {s["Sid"]: s for s in policy["Statement"]}
     assert statements["ReadNodeGroups"]["Resource"] == "arn:aws:eks:us-east-1:123456789012:nodegroup/llm-prod/*"

@@ -78,9 +78,11 @@ def test_the_csi_driver_add_on_gets_its_aws_managed_policy_through_pod_identity(
     assert json.loads(role["assumeRolePolicy"])["Statement"] == [{
         "Effect": "Allow", "Principal": {"Service": "pods.eks.amazonaws.com"},
         "Action": ["sts:AssumeRole", "sts:TagSession"],
-        # Only this account's cluster may have EKS assume it (confused-deputy conditions).
-        "Condition": {"StringEquals": {"aws:SourceAccount": "123456789012"},
-                      "ArnEquals": {"aws:SourceArn": "arn:aws:eks:us-east-1:123456789012:cluster/llm-prod"}}}]
+        # Only this service account of this cluster: the session tags EKS Pod Identity sets.
+        "Condition": {"StringEquals": {
+            "aws:RequestTag/eks-cluster-arn": "arn:aws:eks:us-east-1:123456789012:cluster/llm-prod",
+            "aws:RequestTag/kubernetes-namespace": "kube-system",
+            "aws:RequestTag/kubernetes-service-account": "efs-csi-controller-sa"}}}]
     attachment = inputs(prod, "aws:iam/rolePolicyAttachment:RolePolicyAttachment", "weights-storage-csi-policy")
     assert attachment["policyArn"] == "arn:aws:iam::aws:policy/service-role/AmazonEFSCSIDriverPolicy"
 
@@ -388,12 +390,3 @@ def test_a_policy_that_would_lock_out_serving_or_staging_is_refused(overrides, m
 
 def test_dev_without_a_staging_role_has_no_policy_and_says_so(rendered):
     assert not [r for r in rendered["dev"].resources if r["type"] == "aws:efs/fileSystemPolicy:FileSystemPolicy"]
-
-
-def test_a_trust_policy_without_its_source_conditions_cannot_be_built():
-    from llm_serving.platform import pod_identity_trust_policy
-
-    with pytest.raises(ValueError, match="needs the account id and the cluster ARN"):
-        pod_identity_trust_policy("", "arn:aws:eks:us-east-1:123456789012:cluster/llm-prod")
-    with pytest.raises(ValueError, match="needs the account id and the cluster ARN"):
-        pod_identity_trust_policy("123456789012", "llm-prod")
