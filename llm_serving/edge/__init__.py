@@ -21,6 +21,7 @@ from .load_balancer_controller import LoadBalancerController, LoadBalancerContro
 from .objects import CONTROLLER_NAME as ENVOY_GATEWAY_CONTROLLER
 from .objects import (
     NLB_TCP_IDLE_SECONDS,
+    POD_READINESS_GATE_LABEL,
     PROMETHEUS_POD_LABELS,
     EdgeSettings,
     Route,
@@ -52,6 +53,7 @@ __all__ = [
     "LoadBalancerControllerArgs",
     "LoadBalancerScheme",
     "NLB_TCP_IDLE_SECONDS",
+    "POD_READINESS_GATE_LABEL",
     "OverloadArgs",
     "PROMETHEUS_POD_LABELS",
     "Route",

@@ -137,9 +137,14 @@ class Edge(pulumi.ComponentResource):
             # Service in it is, which the load balancer controller's finalizer holds until it has
             # deleted the NLB; only then is the controller uninstalled. The Gateway alone would
             # not do: it has no finalizer, and Envoy Gateway deletes the Service after it returns.
+            # The load balancer controller's pod readiness gate (its docs, deploy/pod_readiness_gate.md, v3.5.0):
+            # an Envoy pod is Ready only once the NLB's target group reports its IP target healthy, so a proxy
+            # rollout (surge first, objects.envoy_proxy) never retires the old pod while the new one is still
+            # an initial target: without it both proxies can be replaced within seconds and the target group
+            # holds only initial or draining targets. The controller's webhook injects the gate at pod creation.
             ns = namespace(
                 f"{name}-namespace", args.settings.namespace, parent=self, pod_security=EDGE_POD_SECURITY,
-                depends_on=balancer,
+                labels={objects.POD_READINESS_GATE_LABEL: "enabled"}, depends_on=balancer,
             )
             controller.append(ns)
             # The CRDs first, from their own chart at the controller's version, so a bump

@@ -19,6 +19,10 @@ Manifest = dict[str, Any]
 
 GATEWAY_API = "gateway.networking.k8s.io/v1"
 ENVOY_API = "gateway.envoyproxy.io/v1alpha1"
+# The namespace label that has the AWS Load Balancer Controller inject its target-health readiness gate into the
+# pods behind an ip-target load balancer (kubernetes-sigs/aws-load-balancer-controller
+# docs/deploy/pod_readiness_gate.md at v3.5.0).
+POD_READINESS_GATE_LABEL = "elbv2.k8s.aws/pod-readiness-gate-inject"
 GATEWAY_GROUP = "gateway.networking.k8s.io"
 # The controller name gateway-helm 1.9.0 configures by default (values.yaml config.envoyGateway.gateway).
 CONTROLLER_NAME = "gateway.envoyproxy.io/gatewayclass-controller"
@@ -363,6 +367,9 @@ def gateway_objects(settings: EdgeSettings, routes: list[Route]) -> list[Manifes
                 "kubernetes": {
                     "envoyDeployment": {
                         "replicas": 2,
+                        # Surge first, one at a time: the new proxy is Ready (its NLB target healthy, through the
+                        # readiness gate on the edge namespace) before an old one is taken out.
+                        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
                         # The two proxies on different nodes and zones, as preferences: dev's one CPU node
                         # in one zone still runs both. Envoy Gateway labels its proxy pods with the
                         # owning Gateway (gateway.envoyproxy.io/owning-gateway-name) and app name envoy.

@@ -20,8 +20,10 @@ import pulumi_kubernetes as k8s
 from llm_serving import serving
 from llm_serving.cluster import ClusterMode, NetworkPolicyEnforcement
 from llm_serving.edge import (
+    POD_READINESS_GATE_LABEL,
     PROMETHEUS_POD_LABELS,
     Edge,
+    EdgeMode,
     EdgeMonitoring,
     edge_pod_selector,
     network_policies,
@@ -367,7 +369,11 @@ class ServingStack(pulumi.ComponentResource):
         prometheus_namespace = args.observability.prometheus.namespace
         s3 = args.weights_storage.backend is StorageBackend.S3
         # Only our own pods run here, all under the restricted profile.
-        ns = namespace("serving-namespace", serving_namespace, parent=self, pod_security=RESTRICTED)
+        # In ALB mode the ALB's ip targets are the vLLM pods themselves: the load balancer controller's readiness
+        # gate keeps an old replica until the new one is healthy in the target group (objects.POD_READINESS_GATE_LABEL).
+        alb = args.edge.mode is EdgeMode.ALB
+        ns = namespace("serving-namespace", serving_namespace, parent=self, pod_security=RESTRICTED,
+                       labels={POD_READINESS_GATE_LABEL: "enabled"} if alb else None)
         vllm_key = parts.vllm_api_key(args)
         # (mypy solves `Output.secret` of an Output[str] to Output[Never], through pulumi's Input union: the two
         # calls on vllm_key below ignore that.)

@@ -296,3 +296,23 @@ def test_every_promql_expression_parses_and_names_known_metrics(rendered, name):
     for query in queries:
         assert promql.parse_errors(query) == [], query
         assert promql.unknown_metric_errors(query, known) == [], query
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_rollout_behind_an_ip_target_load_balancer_waits_for_target_health(prod_in_mode, mode):
+    # The load balancer controller's readiness gate (namespace label) keeps an old pod until its replacement is
+    # healthy in the target group: the Envoy proxies behind the NLB, or in ALB mode the vLLM pods themselves.
+    result, config = prod_in_mode[mode]
+    label = "elbv2.k8s.aws/pod-readiness-gate-inject"
+    namespaces = {m["metadata"]["name"]: m["metadata"].get("labels", {}) for m in result.manifests
+                  if m["kind"] == "Namespace"}
+    gated = {name for name, labels in namespaces.items() if labels.get(label) == "enabled"}
+    expected = {"gateway": {config.edge.namespace or "envoy-gateway-system"}, "alb": {config.serving.namespace},
+                "ingress-nginx": set()}[mode]
+    assert gated == expected
+    if mode == "gateway":
+        proxy = result.manifest("EnvoyProxy", "llm-serving-proxy")["spec"]["provider"]["kubernetes"]
+        strategy = proxy["envoyDeployment"]["strategy"]
+        # Surge first, one at a time: never both proxies out of the target group at once.
+        assert strategy == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+        assert proxy["envoyDeployment"]["replicas"] > strategy["rollingUpdate"]["maxSurge"]

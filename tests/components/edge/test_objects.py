@@ -126,7 +126,9 @@ def test_envoy_proxy_is_an_ip_target_nlb_that_drains_as_long_as_the_longest_rout
         "provider": {
             "type": "Kubernetes",
             "kubernetes": {
-                "envoyDeployment": {"replicas": 2, "pod": {"topologySpreadConstraints": [
+                "envoyDeployment": {"replicas": 2, "strategy": {
+                    "type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+                    "pod": {"topologySpreadConstraints": [
                     {"maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": "ScheduleAnyway",
                      "labelSelector": {"matchLabels": {
                          "app.kubernetes.io/name": "envoy", "gateway.envoyproxy.io/owning-gateway-name": "llm-serving",
