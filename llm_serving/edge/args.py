@@ -16,6 +16,7 @@ from llm_serving.platform.args import (
     IAM_ROLE_ARN,
     IMAGE_DIGEST,
     SUBNET_ID,
+    Constraint,
     args_type,
     check_each,
 )
@@ -64,12 +65,21 @@ class TlsArgs:
     edge namespace, so HTTPS answers on the first `pulumi up`; clients must trust it or skip verification."""
 
 
+# An `aud` value: a non-empty string without whitespace (an application id or URI).
+JWT_AUDIENCE: Constraint = {"pattern": r"^\S{1,256}$"}
+
+
 @args_type
 class JwtArgs:
     issuer: str = Field(**HTTPS_URL)
     """Expected `iss` of client tokens."""
     jwks_uri: str = Field(**HTTPS_URL)
     """Where the gateway fetches the signing keys."""
+    audiences: list[str] = Field(min_length=1, max_length=8)
+    """Accepted `aud` values, at least one (Envoy Gateway's `audiences`, at most 8): without an audience the gateway
+    would accept any token the issuer signs for any application, and then inject vLLM's key for it."""
+
+    _check_audiences = check_each("audiences", JWT_AUDIENCE)
 
 
 @args_type

@@ -85,6 +85,7 @@ class EdgeSettings:
     api_key_secret: str | None
     jwt_issuer: str | None
     jwt_jwks_uri: str | None
+    jwt_audiences: tuple[str, ...]  # jwt: the `aud` values accepted (at least one)
     acm_certificate_arn: str | None  # alb mode
     alb_idle_timeout_seconds: int  # alb mode
     # Gateway mode with an existing Gateway (`gateway_name` in `gateway_namespace`): the stack creates only
@@ -516,10 +517,13 @@ def _security_policy(settings: EdgeSettings, routes: list[Route] | None = None) 
             }
         }
     else:
-        if not (settings.jwt_issuer and settings.jwt_jwks_uri):
-            raise ValueError("auth jwt needs jwt_issuer and jwt_jwks_uri")
+        if not (settings.jwt_issuer and settings.jwt_jwks_uri and settings.jwt_audiences):
+            raise ValueError("auth jwt needs jwt_issuer, jwt_jwks_uri and jwt_audiences")
+        # Envoy's jwt_authn checks `aud` only when the provider lists audiences: without them any token the issuer
+        # signs, for any application, passes (Envoy Gateway JWTProvider `audiences`).
         spec = {"jwt": {"providers": [
-            {"name": "default", "issuer": settings.jwt_issuer, "remoteJWKS": {"uri": settings.jwt_jwks_uri}}
+            {"name": "default", "issuer": settings.jwt_issuer, "audiences": list(settings.jwt_audiences),
+             "remoteJWKS": {"uri": settings.jwt_jwks_uri}}
         ]}}
     if settings.existing_gateway and routes:
         # A shared Gateway's other routes are not ours to authenticate: the policy targets our routes, in their

@@ -237,6 +237,7 @@ def edge(args: ServingStackArgs, site: Site) -> EdgeSpec:
         else None,
         jwt_issuer=edge_args.jwt.issuer if edge_args.jwt else None,
         jwt_jwks_uri=edge_args.jwt.jwks_uri if edge_args.jwt else None,
+        jwt_audiences=tuple(edge_args.jwt.audiences) if edge_args.jwt else (),
         acm_certificate_arn=edge_args.tls.acm_certificate_arn,
         alb_idle_timeout_seconds=alb_idle_timeout(args),
         nlb_idle_timeout_seconds=edge_args.load_balancer_idle_timeout_seconds,

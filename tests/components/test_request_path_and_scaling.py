@@ -189,7 +189,8 @@ def test_vllm_checks_its_own_key_in_every_auth_mode(stack_dir, auth):
     else:
         edge: dict[str, Any] = {"auth": auth}
         if auth == "jwt":
-            edge["jwt"] = {"issuer": "https://auth.example.com", "jwksUri": "https://auth.example.com/jwks.json"}
+            edge["jwt"] = {"issuer": "https://auth.example.com", "jwksUri": "https://auth.example.com/jwks.json",
+                           "audiences": ["llm-serving"]}
         path = stack_variants.write(stack_dir, f"prod-{auth}", {"edge": edge})
     result = render_file(path)
     assert API_KEY_ENV in _container(result)["env"]

@@ -481,7 +481,8 @@ ROUTE = edge_objects.Route(
 SETTINGS = edge_objects.EdgeSettings(
     namespace="ingress-nginx", gateway_name="llm-serving", tls_secret_name="llm-tls", cert_manager_issuer=None,
     load_balancer_scheme=LoadBalancerScheme.INTERNAL, auth=EdgeAuth.VLLM_API_KEY, api_key_secret="keys",
-    jwt_issuer=None, jwt_jwks_uri=None, acm_certificate_arn="arn:aws:acm:us-east-1:123456789012:certificate/0000",
+    jwt_issuer=None, jwt_jwks_uri=None, jwt_audiences=(),
+    acm_certificate_arn="arn:aws:acm:us-east-1:123456789012:certificate/0000",
     alb_idle_timeout_seconds=1639,
 )
 INGRESS_SUBJECT = "Ingress llm-serving/llm-serving-llm-example-com"

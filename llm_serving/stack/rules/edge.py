@@ -96,7 +96,8 @@ def edge_rules(config: ServingStackArgs) -> Iterator[Problem]:
                       edge.auth.value, "vllm-api-key")
     # The stream idle timeout against the NLB's is a timing rule (llm_serving/stack/timing.py).
     if edge.auth is EdgeAuth.JWT and edge.jwt is None:
-        yield Problem("edge.jwt", "auth jwt needs an issuer and a JWKS URI", None, "jwt.issuer and jwt.jwksUri")
+        yield Problem("edge.jwt", "auth jwt needs an issuer, a JWKS URI and the accepted audiences", None,
+                      "jwt.issuer, jwt.jwksUri and jwt.audiences")
     seen: dict[tuple[str, str], str] = {}
     for model in config.models:
         key = (route_host(config, model), model.route.path_prefix)

@@ -41,12 +41,14 @@ INGRESS_ROUTES = [LLAMA, QWEN_OWN_HOST]
 SETTINGS = EdgeSettings(
     namespace=EDGE_NS, gateway_name="llm-serving", tls_secret_name="llm-tls", cert_manager_issuer=None,
     load_balancer_scheme=LoadBalancerScheme.INTERNET_FACING, auth=EdgeAuth.VLLM_API_KEY, api_key_secret="vllm-keys",
-    jwt_issuer=None, jwt_jwks_uri=None, acm_certificate_arn="arn:aws:acm:us-east-1:123456789012:certificate/0000",
+    jwt_issuer=None, jwt_jwks_uri=None, jwt_audiences=(),
+    acm_certificate_arn="arn:aws:acm:us-east-1:123456789012:certificate/0000",
     alb_idle_timeout_seconds=600,
 )
 API_KEYS = dataclasses.replace(SETTINGS, auth=EdgeAuth.GATEWAY_API_KEY, api_key_secret="client-api-keys")
 JWT = dataclasses.replace(SETTINGS, auth=EdgeAuth.JWT, api_key_secret=None, jwt_issuer="https://auth.example.com",
-                          jwt_jwks_uri="https://auth.example.com/.well-known/jwks.json")
+                          jwt_jwks_uri="https://auth.example.com/.well-known/jwks.json",
+                          jwt_audiences=("llm-serving",))
 CERT_MANAGER = dataclasses.replace(SETTINGS, tls_secret_name=None, cert_manager_issuer="letsencrypt")
 
 # The Services VllmDeployment creates: named after the model, on the engine port.
@@ -279,14 +281,15 @@ def test_gateway_api_key_mode_checks_bearer_keys_from_the_secret() -> None:
 def test_jwt_mode_verifies_tokens_against_the_remote_jwks() -> None:
     policy = one(edge.gateway_objects(JWT, ROUTES), "SecurityPolicy", "llm-serving-auth")
     assert policy["spec"]["jwt"] == {"providers": [{
-        "name": "default", "issuer": "https://auth.example.com",
+        "name": "default", "issuer": "https://auth.example.com", "audiences": ["llm-serving"],
         "remoteJWKS": {"uri": "https://auth.example.com/.well-known/jwks.json"},
     }]}
 
 
 @pytest.mark.parametrize("settings,message", [
     (dataclasses.replace(SETTINGS, auth=EdgeAuth.GATEWAY_API_KEY, api_key_secret=None), "needs api_key_secret"),
-    (dataclasses.replace(JWT, jwt_jwks_uri=None), "needs jwt_issuer and jwt_jwks_uri"),
+    (dataclasses.replace(JWT, jwt_jwks_uri=None), "needs jwt_issuer, jwt_jwks_uri and jwt_audiences"),
+    (dataclasses.replace(JWT, jwt_audiences=()), "needs jwt_issuer, jwt_jwks_uri and jwt_audiences"),
 ])
 def test_incomplete_settings_are_rejected(settings: EdgeSettings, message: str) -> None:
     with pytest.raises(ValueError, match=message):

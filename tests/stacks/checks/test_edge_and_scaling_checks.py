@@ -166,8 +166,8 @@ def test_rejects_gateway_auth_outside_gateway_mode_and_jwt_without_provider():
     assert lines(edge={"mode": "ingress-nginx", "controller": "existing", "auth": "jwt"}) == [
         'llm-serving:edge.auth: gateway authentication needs mode gateway, not ingress-nginx (got "jwt"; '
         "expected vllm-api-key)",
-        "llm-serving:edge.jwt: auth jwt needs an issuer and a JWKS URI (got null; expected jwt.issuer and "
-        "jwt.jwksUri)",
+        "llm-serving:edge.jwt: auth jwt needs an issuer, a JWKS URI and the accepted audiences (got null; expected "
+        "jwt.issuer, jwt.jwksUri and jwt.audiences)",
     ]
 
 
@@ -215,3 +215,14 @@ def test_rejects_prometheus_url_in_another_namespace_than_the_scrape_namespace()
 def test_each_edge_mode_has_its_own_default_namespace(mode, namespace):
     assert planning.edge_namespace(config(edge={"mode": mode})) == namespace
     assert planning.edge_namespace(config(edge={"mode": mode, "namespace": "edge"})) == "edge"
+
+
+def test_jwt_needs_the_audiences_the_gateway_accepts():
+    # Without `aud` checks the gateway accepts any token its issuer signs for any application.
+    jwt = {"issuer": "https://auth.example.com", "jwksUri": "https://auth.example.com/jwks.json"}
+    for given, kind in ((jwt, "missing"), ({**jwt, "audiences": []}, "too_short")):
+        with pytest.raises(ValidationError) as error:
+            config(edge={"auth": "jwt", "jwt": given})
+        assert [(e["loc"], e["type"]) for e in error.value.errors()] == [(("edge", "jwt", "audiences"), kind)]
+    assert config(edge={"auth": "jwt", "jwt": {**jwt, "audiences": ["llm-serving"]}}).edge.jwt.audiences == [
+        "llm-serving"]
