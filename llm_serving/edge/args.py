@@ -172,7 +172,8 @@ class EdgeArgs:
     """IAM role for the ALB controller's service account (alb mode with `install`)."""
     load_balancer_subnet_ids: list[str] = Field(default_factory=list)
     """Subnets the ALB is placed in (alb mode, two or more zones): the only addresses the serving pods admit besides
-    Prometheus, since the ALB connects to the pods directly."""
+    Prometheus, since the ALB connects to the pods directly. Never the GPU nodes' subnets (their pods would be
+    admitted too); subnets no node uses."""
     host: str = Field(**HOSTNAME)
     """Default hostname of the model APIs."""
     scheme: LoadBalancerScheme = LoadBalancerScheme.INTERNAL

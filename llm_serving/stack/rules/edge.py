@@ -83,6 +83,14 @@ def edge_rules(config: ServingStackArgs) -> Iterator[Problem]:
             # admit the VPC, whose range every pod shares under the VPC CNI.
             yield Problem("edge.loadBalancerSubnetIds", "an ALB needs its subnets named (two or more zones)",
                           edge.load_balancer_subnet_ids, "two or more subnet ids")
+        # The serving pods' fence admits the ALB's subnets by CIDR: a subnet the GPU nodes also use would admit
+        # every pod on those nodes (under the VPC CNI pods take addresses of their node's subnet).
+        node_subnets = {s.id for s in config.gpu_node_group.subnets if s.id}
+        shared = sorted(set(edge.load_balancer_subnet_ids) & node_subnets)
+        if shared:
+            yield Problem("edge.loadBalancerSubnetIds", "the ALB's subnets must not be the GPU nodes' own: the "
+                          "serving pods admit these subnets' whole ranges, which would admit every pod on the nodes",
+                          shared, "public or dedicated load balancer subnets, none of gpuNodeGroup.subnets[].id")
         if (edge.controller is ControllerMode.INSTALL and edge.alb_controller_role_arn is None
                 and not planning.installs_load_balancer_controller(config)):
             yield Problem("edge.albControllerRoleArn", "installing the ALB controller needs its IAM role", None,

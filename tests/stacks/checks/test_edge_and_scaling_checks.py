@@ -95,6 +95,17 @@ def test_rejects_alb_without_two_named_subnets(subnets):
     ]
 
 
+def test_rejects_alb_subnets_that_the_gpu_nodes_use():
+    # The fence admits the ALB's subnets by CIDR: one of the nodes' own would admit every pod on those nodes.
+    node_subnet = BASE["gpuNodeGroup"]["subnets"][0]["id"]
+    edge = {"mode": "alb", "controller": "existing", "tls": {"acmCertificateArn": ACM},
+            "loadBalancerSubnetIds": [ALB_SUBNETS[0], node_subnet]}
+    (problem,) = lines(edge=edge)
+    assert problem.startswith("llm-serving:edge.loadBalancerSubnetIds: the ALB's subnets must not be the GPU "
+                              "nodes' own")
+    assert f'(got ["{node_subnet}"]; expected public or dedicated load balancer subnets' in problem
+
+
 def test_rejects_a_hostname_that_is_not_a_dns_name():
     with pytest.raises(ValidationError) as caught:
         config(edge={"host": "LLM_example.com"})
