@@ -12,7 +12,14 @@ from .args import (
     NetworkPolicyEnforcement,
     SystemNodesArgs,
 )
-from .cluster import ADMIN_POLICY, SYSTEM_NODE_LABEL, Cluster, ClusterSpec, SystemNodes
+from .cluster import (
+    ADMIN_POLICY,
+    MAX_CLUSTER_NAME_LENGTH,
+    SYSTEM_NODE_LABEL,
+    Cluster,
+    ClusterSpec,
+    SystemNodes,
+)
 from .network import (
     INTERNAL_ELB_TAG,
     MAX_ZONES,
@@ -36,6 +43,7 @@ __all__ = [
     "CreateClusterArgs",
     "INTERNAL_ELB_TAG",
     "LoadBalancerControllerMode",
+    "MAX_CLUSTER_NAME_LENGTH",
     "MAX_ZONES",
     "NatGateways",
     "NetworkPlan",

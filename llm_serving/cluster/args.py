@@ -75,8 +75,10 @@ class CreateClusterArgs:
     """`perZone` or `one`; unset: `perZone` in prod, `one` otherwise."""
     admin_role_arns: list[str] = Field(default_factory=list)
     """IAM roles given cluster admin access entries besides the role running `pulumi up`."""
-    public_access_cidrs: list[str] = Field(default_factory=lambda: ["0.0.0.0/0"], min_length=1)
-    """Source CIDRs allowed to reach the public API endpoint (the deployer runs outside the VPC)."""
+    public_access_cidrs: list[str] = Field(min_length=1)
+    """Source CIDRs allowed to reach the public API endpoint (the deployer runs outside the VPC): your deployers' and CI
+    runners' egress ranges. Required, no default: EKS's own default is the whole internet (`0.0.0.0/0`), which
+    prod and staging refuse and dev must spell out."""
     log_types: list[ControlPlaneLogType] = Field(default_factory=lambda: list(ControlPlaneLogType))
     """Control-plane log types sent to CloudWatch Logs."""
     log_retention_days: int = 30

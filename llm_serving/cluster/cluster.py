@@ -36,6 +36,12 @@ NODE_POLICIES = {
 # Cluster-wide admin for the deployer and the admin roles (EKS access policies, access-policy-permissions).
 ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
 SYSTEM_NODE_LABEL = "llm-serving/node-role"
+# The CPU node group is named `<cluster>-system-` plus the provider's unique suffix: terraform-provider-aws allows a
+# node_group_name_prefix of at most 63 - 26 characters (internal/service/eks/node_group.go, nodeGroupNamePrefix:
+# StringLenBetween(0, 63-id.UniqueIDSuffixLength), with terraform-plugin-sdk's helper/id UniqueIDSuffixLength = 26),
+# so a longer cluster name failed only at preview.
+SYSTEM_NODE_GROUP_SUFFIX = "-system-"
+MAX_CLUSTER_NAME_LENGTH = 63 - 26 - len(SYSTEM_NODE_GROUP_SUFFIX)
 # A managed node group or add-on create waits for its nodes/pods; EKS typically needs 3-6 minutes
 # for a node group and under 2 for an add-on, the defaults of 60 and 20 minutes only hide a stuck one.
 NODE_GROUP_TIMEOUT = "30m"
@@ -63,7 +69,7 @@ class ClusterSpec:
     """The IAM role (or user) running `pulumi up`: it gets the first access entry."""
     system_nodes: SystemNodes
     admin_role_arns: tuple[str, ...] = ()
-    public_access_cidrs: tuple[str, ...] = ("0.0.0.0/0",)
+    public_access_cidrs: tuple[str, ...] = ()  # required: an empty tuple is refused when the cluster is built
     log_types: tuple[str, ...] = ("api", "audit", "authenticator", "controllerManager", "scheduler")
     log_retention_days: int = 30
     key_deletion_window_days: int = 30
@@ -83,6 +89,8 @@ class Cluster(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: ClusterSpec, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llmserving:cluster:Cluster", name, None, opts)
+        if not args.public_access_cidrs:
+            raise ValueError("the cluster's public endpoint needs its allowed CIDRs (public_access_cidrs)")
         child = pulumi.ResourceOptions(parent=self)
         invoke = pulumi.InvokeOptions(parent=self)
         partition = aws.get_partition_output(opts=invoke).partition
@@ -362,7 +370,7 @@ class Cluster(pulumi.ComponentResource):
             f"{name}-system-nodes",
             cluster_name=cluster.name,
             # A prefix, so a change EKS can only make by replacement creates the new group first.
-            node_group_name_prefix=f"{args.cluster_name}-system-",
+            node_group_name_prefix=f"{args.cluster_name}{SYSTEM_NODE_GROUP_SUFFIX}",
             node_role_arn=role.arn,
             subnet_ids=[*self.private_subnet_ids.values()],
             version=args.kubernetes_version,

@@ -107,7 +107,8 @@ def clone_parser() -> CommandLineParser:
     parser.add_argument(
         "--create-cluster", metavar="ZONE,ZONE[,ZONE]",
         help="the clone creates its own VPC and EKS cluster over these zones (cluster.mode create), e.g. for "
-             "a new account or region; combine with --set aws:region=...",
+             "a new account or region; needs --set 'cluster.create.publicAccessCidrs=[<your CIDR>]' and, for "
+             "another region, --set aws:region=...",
     )
     return parser
 

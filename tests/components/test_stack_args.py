@@ -37,7 +37,8 @@ def test_a_toleration_kubernetes_would_refuse_is_refused_here(caplog):
 
 def test_a_cluster_to_create_needs_the_program_that_creates_it(caplog):
     values = copy.deepcopy(EXISTING_EVERYTHING)
-    values["cluster"] = {"name": "ml-platform", "mode": "create", "create": {"zones": ["us-east-1a", "us-east-1b"]}}
+    values["cluster"] = {"name": "ml-platform", "mode": "create", "create": {"zones": ["us-east-1a", "us-east-1b"],
+                                                                       "publicAccessCidrs": ["203.0.113.0/24"]}}
     lines = problems(values, caplog)
     assert [line for line in lines if line.startswith("llm-serving:cluster.mode: ServingStack does not create")]
 

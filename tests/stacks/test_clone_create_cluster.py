@@ -35,7 +35,7 @@ def test_clone_of_prod_creates_its_cluster_in_another_region(stack_dir):
 
 
 def test_a_create_clone_renders_with_its_own_cluster(stack_dir):
-    path = clone.clone("dev", "dev-new-account", [], stack_dir,
+    path = clone.clone("dev", "dev-new-account", ["cluster.create.publicAccessCidrs=[203.0.113.0/24]"], stack_dir,
                        create_zones=["us-east-1a", "us-east-1b", "us-east-1c"]).path
     result = render.render_stack(path)
     assert result.resource("aws:eks/cluster:Cluster", "cluster-control-plane")["inputs"]["name"] == "llm-dev"
@@ -56,6 +56,17 @@ def test_create_cluster_needs_two_or_three_distinct_zones(stack_dir):
 def test_cli_flag_writes_the_create_clone(stack_dir, monkeypatch, capsys):
     monkeypatch.setattr("stacks.config.files.PROJECT_DIR", stack_dir)
     monkeypatch.setattr("stacks.cli.stack_files.PROJECT_DIR", stack_dir)
-    assert main(["clone", "dev", "dev-b", "--create-cluster", "us-east-1a,us-east-1b"]) == 0
+    assert main(["clone", "dev", "dev-b", "--create-cluster", "us-east-1a,us-east-1b",
+                 "--set", "cluster.create.publicAccessCidrs=[203.0.113.0/24]"]) == 0
     config = yaml.safe_load((stack_dir / "Pulumi.dev-b.yaml").read_text())["config"]
-    assert config["llm-serving:cluster"] == {"mode": "create", "create": {"zones": ["us-east-1a", "us-east-1b"]}}
+    assert config["llm-serving:cluster"] == {"mode": "create", "create": {
+        "zones": ["us-east-1a", "us-east-1b"], "publicAccessCidrs": ["203.0.113.0/24"]}}
+
+
+def test_a_create_clone_must_name_who_may_reach_its_api_endpoint(stack_dir):
+    # EKS's default is the whole internet: the clone is refused until the CIDRs are set, and nothing is written.
+    with pytest.raises(ConfigError) as error:
+        clone.clone("dev", "dev-open", [], stack_dir, create_zones=["us-east-1a", "us-east-1b"])
+    assert [p.line() for p in error.value.problems] == [
+        "llm-serving:cluster.create.publicAccessCidrs: required key is missing (got nothing; expected a value)"]
+    assert not (stack_dir / "Pulumi.dev-open.yaml").exists()

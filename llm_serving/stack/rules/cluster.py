@@ -62,6 +62,10 @@ def cluster_rules(config: ServingStackArgs) -> Iterator[Problem]:
                       "{zones: [<zone>, <zone>, <zone>]} (vpcCidr defaults to 10.40.0.0/16)")
         return
     yield from _version_rules(config.cluster.kubernetes_version)
+    if len(config.cluster.name) > cluster.MAX_CLUSTER_NAME_LENGTH:
+        yield Problem("cluster.name", "too long for the CPU node group's name prefix (`<name>-system-` plus the "
+                      "provider's 26-character suffix must fit EKS's 63)", config.cluster.name,
+                      f"at most {cluster.MAX_CLUSTER_NAME_LENGTH} characters")
     zones = create.zones
     if len(set(zones)) != len(zones):
         yield Problem(f"{C}.zones", "lists a zone twice", zones, "distinct zones")

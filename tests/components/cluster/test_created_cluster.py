@@ -109,7 +109,7 @@ def test_control_plane_uses_api_authentication_kms_secrets_and_every_log(sandbox
         "kubernetesNetworkConfig": {"ipFamily": "ipv4", "serviceIpv4Cidr": "172.20.0.0/16"},
         "tags": TAGS,
         "vpcConfig": {
-            "endpointPrivateAccess": True, "endpointPublicAccess": True, "publicAccessCidrs": ["0.0.0.0/0"],
+            "endpointPrivateAccess": True, "endpointPublicAccess": True, "publicAccessCidrs": ["203.0.113.0/24"],
             "subnetIds": [f"cluster-private-{z}-id" for z in ZONES],
         },
     }

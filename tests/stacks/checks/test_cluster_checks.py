@@ -18,7 +18,8 @@ from stacks.config import ServingStackArgs
 BASE: dict[str, Any] = {
     "environment": "dev",
     "cluster": {"name": "llm-sandbox", "kubernetesVersion": "1.34", "mode": "create",
-                "create": {"zones": ["us-east-1a", "us-east-1b", "us-east-1c"]}},
+                "create": {"zones": ["us-east-1a", "us-east-1b", "us-east-1c"],
+                           "publicAccessCidrs": ["203.0.113.0/24"]}},
     "gpuNodeGroup": {
         "instanceType": "p5.4xlarge",
         "subnets": [{"availabilityZone": "us-east-1a"}],
@@ -130,7 +131,8 @@ def test_rejects_a_version_eks_does_not_offer_or_without_pinned_addons(version, 
 
 def test_prod_keeps_the_api_endpoint_off_the_open_internet():
     # (prod's own rules about replicas also apply to this one-node base; only the cluster lines matter here)
-    assert [line for line in lines(environment="prod") if "cluster." in line] == [
+    assert [line for line in lines(environment="prod", cluster__create__publicAccessCidrs=["0.0.0.0/0"])
+            if "cluster." in line] == [
         'llm-serving:cluster.create.publicAccessCidrs: prod opens the API endpoint to the internet (got '
         '["0.0.0.0/0"]; expected the CIDRs of your deployers and CI runners)'
     ]
@@ -183,3 +185,25 @@ def test_network_plan_quarters_a_20_for_two_zones():
     assert [(s.zone, s.cidr) for s in plan.private] == [("eu-west-1a", "10.8.0.0/22"), ("eu-west-1b", "10.8.4.0/22")]
     assert [(s.zone, s.cidr) for s in plan.public] == [("eu-west-1a", "10.8.12.0/24"), ("eu-west-1b", "10.8.13.0/24")]
     assert plan.nat_zone_for("eu-west-1b") == "eu-west-1b"
+
+
+def test_a_created_cluster_name_must_leave_room_for_the_node_group_prefix():
+    from llm_serving import cluster
+
+    fits = "c" * cluster.MAX_CLUSTER_NAME_LENGTH
+    assert not [line for line in lines(cluster__name=fits) if line.startswith("llm-serving:cluster.name:")]
+    (problem,) = [line for line in lines(cluster__name=fits + "x") if line.startswith("llm-serving:cluster.name:")]
+    assert problem.endswith(f"(got \"{fits}x\"; expected at most {cluster.MAX_CLUSTER_NAME_LENGTH} characters)")
+    # `<name>-system-` plus the provider's 26-character unique suffix: EKS's 63-character node group name.
+    assert len(fits + "-system-") + 26 == 63
+
+
+def test_the_public_endpoint_cidrs_have_no_default():
+    from pydantic import ValidationError
+
+    from llm_serving.cluster import CreateClusterArgs
+    from llm_serving.platform.args import validate
+
+    with pytest.raises(ValidationError) as error:
+        validate(CreateClusterArgs, {"zones": ["us-east-1a", "us-east-1b"]})
+    assert [(e["loc"], e["type"]) for e in error.value.errors()] == [(("publicAccessCidrs",), "missing")]
