@@ -487,3 +487,18 @@ def test_dependabot_keeps_actions_and_python_pins_current_and_passes_its_schema(
         "github-actions": ["/"], "pip": ["/", "/policies"]}
     result = check_jsonschema("vendor.dependabot", str(path))
     assert result.exit_code == 0, (result.output, result.exception)
+
+
+def test_the_comment_flags_every_changed_file_that_can_change_a_render():
+    # A pull request touching the staging requirements, a CRD file or the prices changes what the program builds
+    # as surely as a Python file: only tests, docs and Markdown are left unflagged.
+    _, _, find, _ = comment_workflow()
+    (pattern,) = re.findall(r"const notRenderInput = /(.+)/;", find)
+    not_render_input = re.compile(pattern.replace("\\/", "/"))
+    flagged = {f for f in ("llm_serving/serving/stage-requirements.txt", "llm_serving/platform/crds/x.yaml",
+                           "llm_serving/gpu/prices.json", "llm_serving/serving/engine.py", "pyproject.toml",
+                           "Pulumi.yaml", "docs/operations.md", "README.md", "tests/test_x.py")
+               if not not_render_input.search(f)}
+    assert flagged == {"llm_serving/serving/stage-requirements.txt", "llm_serving/platform/crds/x.yaml",
+                       "llm_serving/gpu/prices.json", "llm_serving/serving/engine.py", "pyproject.toml", "Pulumi.yaml"}
+    assert "changed.filter(f => !stackFile.test(f) && !notRenderInput.test(f))" in find
