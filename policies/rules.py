@@ -203,7 +203,7 @@ def _shown(mapping: Mapping[str, Any], field: str, default: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# 1. images-pinned and images-digest-pinned-in-prod
+# 1. images-pinned and images-digest-pinned
 
 MOVING_TAG = "latest"
 _DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
@@ -258,15 +258,20 @@ def check_images_pinned(resource_type: str, inputs: Mapping[str, Any], context: 
     return messages
 
 
-def check_images_digest_pinned_in_prod(
+# Environments that pull only by digest: prod, and staging, which rehearses prod's deploys.
+DIGEST_ENVIRONMENTS = ("prod", "staging")
+
+
+def check_images_digest_pinned(
     resource_type: str, inputs: Mapping[str, Any], context: RuleContext
 ) -> list[str]:
-    if context.environment != "prod":
+    if context.environment not in DIGEST_ENVIRONMENTS:
         return []
     subject = _subject(resource_type, inputs, context)
     return [
-        f"{_where(subject, c)}: image {c['image']} has no digest; a tag can be pushed again, so prod should "
-        "pull exactly the build that was tested: set the digest (for vLLM, models[].image.digest: sha256:...)."
+        f"{_where(subject, c)}: image {c['image']} has no digest; a tag can be pushed again, so {context.environment} "
+        "pulls exactly the build that was tested: for vLLM run `python -m stacks pin-images <stack> --write` "
+        "(models[].image.digest)."
         for c in _all_containers(resource_type, inputs)
         if isinstance(c.get("image"), str) and not _DIGEST.search(c["image"])
     ]
@@ -747,9 +752,9 @@ RULES: list[Rule] = [
     Rule("images-pinned",
          "Container images carry a release tag, never 'latest' (Helm values image.tag too).",
          "mandatory", check_images_pinned, (*WORKLOADS, HELM_RELEASE)),
-    Rule("images-digest-pinned-in-prod",
-         "In prod, container images are also pinned by digest (@sha256:...).",
-         "advisory", check_images_digest_pinned_in_prod, WORKLOADS),
+    Rule("images-digest-pinned",
+         "In prod and staging, container images are also pinned by digest (@sha256:...).",
+         "mandatory", check_images_digest_pinned, WORKLOADS),
     Rule("gpu-pods-select-gpu-nodes",
          "Pods requesting nvidia.com/gpu select GPU nodes and tolerate the nvidia.com/gpu NoSchedule taint.",
          "mandatory", check_gpu_pods_select_gpu_nodes, WORKLOADS),

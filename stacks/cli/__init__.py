@@ -1,4 +1,5 @@
-"""Command line of the environment layer: `python -m stacks render | plan | clone | diff | preflight | verify`.
+"""Command line of the environment layer: `python -m stacks render | plan | clone | diff | preflight | verify |
+pin-images`.
 
 Every command exits 2 on invalid input with one line per problem, never a traceback.
 """
@@ -146,8 +147,14 @@ def _verify(argv: list[str]) -> int:
     return verify.main(argv, stack_path=stack_files.find_stack_file)
 
 
+def _pin_images(argv: list[str]) -> int:
+    from stacks import images
+
+    return images.main(argv, stack_files.find_stack_file)
+
+
 COMMANDS = {"render": _render, "plan": _plan, "clone": _clone, "diff": _diff, "preflight": _preflight,
-            "verify": _verify}
+            "verify": _verify, "pin-images": _pin_images}
 
 
 HELP = """usage: .venv/bin/python -m stacks <command> [options]   (or `source .venv/bin/activate` first)
@@ -163,6 +170,9 @@ commands:
                    a new stack file that extends another, valid for the Pulumi CLI
   diff [<stack>...] what a change does to each stack's render (default: every stack file), as
                    `pulumi preview --diff` would mark it
+  pin-images <stack> [--write]
+                   resolve each model's vLLM image tag to its digest through the registry's API and
+                   (--write) set models[].image.digest in the stack file; prod and staging need it
   preflight <stack>
                    read-only checks of the real account, cluster and Hub before an up (needs AWS credentials)
   verify <stack> --url URL

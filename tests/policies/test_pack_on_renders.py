@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import copy
 import dataclasses
+import json
 import os
 import select
 import subprocess
@@ -28,7 +29,8 @@ ENVIRONMENTS = {name: load_stack_file(path)[1].environment.value for name, path 
 MANDATORY = [r.name for r in rules.RULES if r.enforcement == "mandatory"]
 PICKER_IMAGE = ("ghcr.io/llm-d/llm-d-router-endpoint-picker:v0.10.0"
                 "@sha256:2e516fa1310da7be59b82beb1445362139597d6d553ef04d546716abe3aaaa70")
-DIGEST_RULE = "images-digest-pinned-in-prod"
+DIGEST_RULE = "images-digest-pinned"
+DIGEST = "sha256:" + "ab" * 32
 PVC_KEY = f"{rules.PVC}::llama-70b-weights-claim"
 
 
@@ -44,10 +46,20 @@ def _pods(result: Any) -> dict[str, dict[str, Any]]:
     return found
 
 
+def with_vllm_digest(result: Any) -> Any:
+    """The render as it is once `python -m stacks pin-images` has set models[].image.digest."""
+    text = json.dumps(result.resources).replace('"vllm/vllm-openai:v0.33.0"', f'"vllm/vllm-openai:v0.33.0@{DIGEST}"')
+    return dataclasses.replace(result, resources=json.loads(text))
+
+
 @pytest.mark.parametrize("name", STACK_NAMES)
-def test_every_stack_passes_every_mandatory_rule(rendered, name):
-    found = rules.violations(rendered[name], ENVIRONMENTS[name])
+def test_every_stack_passes_every_mandatory_rule_once_its_vllm_image_is_pinned(rendered, name):
+    # The committed prod and staging carry no digest (this repository cannot read Docker Hub): their previews fail
+    # on images-digest-pinned alone until `pin-images` has run.
+    found = rules.violations(with_vllm_digest(rendered[name]), ENVIRONMENTS[name])
     assert {rule: found[rule] for rule in MANDATORY} == {rule: [] for rule in MANDATORY}
+    unpinned = rules.violations(rendered[name], ENVIRONMENTS[name])
+    assert {rule for rule in MANDATORY if unpinned[rule]} == ({DIGEST_RULE} if name in ("prod", "staging") else set())
 
 
 def _producer_job() -> str:
@@ -70,24 +82,30 @@ VLLM_IMAGE_USERS = (
 )
 
 
-def test_only_prods_vllm_image_misses_a_digest(rendered):
-    found = rules.violations(rendered["prod"], "prod")
-    pods = _pods(rendered["prod"])
+@pytest.mark.parametrize("stack", ["prod", "staging"])
+def test_only_the_vllm_image_misses_a_digest_and_its_preview_names_the_command(rendered, stack):
+    found = rules.violations(rendered[stack], stack)
+    pods = _pods(rendered[stack])
     image = pods["Deployment"]["spec"]["template"]["spec"]["containers"][0]["image"]
     assert image == "vllm/vllm-openai:v0.33.0"
-    tail = ("has no digest; a tag can be pushed again, so prod should pull exactly the build that was tested: set "
-            "the digest (for vLLM, models[].image.digest: sha256:...).")
+    tail = (f"has no digest; a tag can be pushed again, so {stack} pulls exactly the build that was tested: for vLLM "
+            "run `python -m stacks pin-images <stack> --write` (models[].image.digest).")
     stage = pods["Job"]["spec"]["template"]["spec"]["containers"][0]["image"]
     assert stage == ("python:3.12.8-slim-bookworm"
                      "@sha256:2199a62885a12290dc9c5be3ca0681d367576ab7bf037da120e564723292a2f0")
-    (picker,) = [m for m in rendered["prod"].manifests
+    (picker,) = [m for m in rendered[stack].manifests
                  if m["kind"] == "Deployment" and m["metadata"]["name"] == "llama-70b-epp"]
     assert picker["spec"]["template"]["spec"]["containers"][0]["image"] == PICKER_IMAGE
-    # Only the vLLM image lacks one (wherever it runs: the pre-pull pods, the cache seed, the server and the
-    # cache's producer): the staging Job and the pickers are pulled by digest by default.
-    assert found[DIGEST_RULE] == [f"{where}: image {image} {tail}" for where in VLLM_IMAGE_USERS]
-    for name in ("dev", "staging"):
-        assert rules.violations(rendered[name], ENVIRONMENTS[name])[DIGEST_RULE] == []
+    # Only the vLLM image lacks one, wherever it runs (the pre-pull pods, the cache seed, the server, the cache's
+    # producer): the staging Job and the pickers are pulled by digest by default.
+    containers = [c for m in rendered[stack].manifests if m["kind"] in ("Deployment", "DaemonSet", "Job")
+                  for spec in [m["spec"]["template"]["spec"]]
+                  for c in [*spec.get("initContainers", []), *spec["containers"]] if c["image"] == image]
+    assert len(found[DIGEST_RULE]) == len(containers) >= 4
+    assert all(m.endswith(f": image {image} {tail}") for m in found[DIGEST_RULE])
+    if stack == "prod":
+        assert [m.split(": image ")[0] for m in found[DIGEST_RULE]] == list(VLLM_IMAGE_USERS)
+    assert rules.violations(rendered["dev"], ENVIRONMENTS["dev"])[DIGEST_RULE] == []
 
 
 def broken_prod(result: Any) -> Any:
@@ -160,10 +178,12 @@ def test_a_broken_prod_fails_exactly_the_rules_it_breaks(rendered):
     assert rules.violations(rendered["prod"], "prod")["no-plaintext-secrets"] == []
 
 
-def test_check_command_reports_and_fails_only_on_mandatory_rules(rendered):
+def test_check_command_reports_and_fails_on_mandatory_rules(rendered):
     text, status = policy_check.report(rendered["prod"], "prod")
+    assert status == 1
+    assert f"  images-digest-pinned [mandatory]: {len(VLLM_IMAGE_USERS)} violation(s)\n" in text
+    text, status = policy_check.report(with_vllm_digest(rendered["prod"]), "prod")
     assert status == 0
-    assert f"  images-digest-pinned-in-prod [advisory]: {len(VLLM_IMAGE_USERS)} violation(s)\n" in text
     assert "  edge-non-buffering [mandatory]: ok\n" in text
     assert "  drains-cover-stream-bound [mandatory]: ok\n" in text
     text, status = policy_check.report(broken_prod(rendered["prod"]), "prod")

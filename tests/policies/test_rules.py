@@ -82,7 +82,7 @@ def check(rule_name: str, resource_type: str, inputs: dict[str, Any], context: R
 def test_rule_table_names_levels_and_descriptions():
     assert [(r.name, r.enforcement) for r in rules.RULES] == [
         ("images-pinned", "mandatory"),
-        ("images-digest-pinned-in-prod", "advisory"),
+        ("images-digest-pinned", "mandatory"),
         ("gpu-pods-select-gpu-nodes", "mandatory"),
         ("probes-present-lenient-liveness", "mandatory"),
         ("no-privileged-containers", "mandatory"),
@@ -149,7 +149,7 @@ def test_violations_maps_every_rule_and_reads_options_from_the_wiring():
 
 
 # --------------------------------------------------------------------------------------------
-# 1. images-pinned, images-digest-pinned-in-prod
+# 1. images-pinned, images-digest-pinned
 
 
 @pytest.mark.parametrize("image", [VLLM_IMAGE, f"{VLLM_IMAGE}@{DIGEST}", f"vllm/vllm-openai@{DIGEST}",
@@ -194,17 +194,19 @@ def test_images_pinned_reads_helm_values_image_tags_at_any_depth():
     assert check("images-pinned", rules.HELM_RELEASE, {}) == []
 
 
-def test_digest_is_required_in_prod_only():
+def test_digest_is_required_in_prod_and_staging():
     untagged = deployment(gpu_container(image=VLLM_IMAGE))
-    assert check("images-digest-pinned-in-prod", DEPLOYMENT, untagged, PROD) == [
-        f"{WHERE}: image {VLLM_IMAGE} has no digest; a tag can be pushed again, so prod should pull exactly the "
-        "build that was tested: set the digest (for vLLM, models[].image.digest: sha256:...)."
-    ]
-    assert check("images-digest-pinned-in-prod", DEPLOYMENT, untagged, DEV) == []
+    for context in (PROD, RuleContext(environment="staging", name="pulumi-name")):
+        assert check("images-digest-pinned", DEPLOYMENT, untagged, context) == [
+            f"{WHERE}: image {VLLM_IMAGE} has no digest; a tag can be pushed again, so {context.environment} pulls "
+            "exactly the build that was tested: for vLLM run `python -m stacks pin-images <stack> --write` "
+            "(models[].image.digest)."
+        ]
+    assert check("images-digest-pinned", DEPLOYMENT, untagged, DEV) == []
     pinned = deployment(gpu_container(image=f"{VLLM_IMAGE}@{DIGEST}"))
-    assert check("images-digest-pinned-in-prod", DEPLOYMENT, pinned, PROD) == []
+    assert check("images-digest-pinned", DEPLOYMENT, pinned, PROD) == []
     # A missing image is images-pinned's finding, not this one's.
-    assert check("images-digest-pinned-in-prod", DEPLOYMENT, deployment(gpu_container(image=None)), PROD) == []
+    assert check("images-digest-pinned", DEPLOYMENT, deployment(gpu_container(image=None)), PROD) == []
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,261 @@
+"""`python -m stacks pin-images <stack>`: each model's vLLM image tag resolved to its digest through the registry's
+own API, and (with `--write`) the digest written into the stack file as `models[].image.digest`.
+
+A tag can be pushed again; a digest names one build. Prod and staging refuse an image without a digest at preview
+(the policy pack's `images-digest-pinned`), and this is the command that message names.
+
+The registry API is the OCI Distribution Specification (v1.1, "Pulling manifests"): `HEAD /v2/<name>/manifests/<tag>`
+with the manifest media types in `Accept` answers the digest of what a pull by that tag gets in the
+`Docker-Content-Digest` header; a multi-architecture image answers its index's digest, which is what a pull by
+digest needs on any node. A registry that wants a token answers 401 with `WWW-Authenticate: Bearer realm=...,
+service=..., scope=...` (the token flow of the Docker registry auth spec, which Docker Hub and ghcr.io use for
+anonymous pulls of public images): the token comes from the realm and the request is sent again with it. A
+registry that omits the header answers the manifest to a GET, whose sha256 is the digest.
+
+The stack file is edited as text (its comments are the review's context): the `digest:` line is inserted or
+replaced under the model's `image:` (added if absent), then the file is parsed again and must differ from before
+in that one value, else nothing is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from stacks import environment
+from stacks.config import files as stack_files
+from stacks.config.problems import CommandLineParser, ConfigError, Problem
+
+# What a pull accepts, an index first so a multi-architecture image answers its index (OCI image-spec media types,
+# and Docker's manifest list / v2 manifest, which Docker Hub still serves for older images).
+MANIFEST_TYPES = (
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+)
+DOCKER_HUB = "registry-1.docker.io"
+DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+TIMEOUT_SECONDS = 30
+# Plain HTTP only to a registry on this machine (a local mirror, a test registry); every other one over TLS.
+_LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
+
+
+class RegistryError(Exception):
+    """Why a tag could not be resolved, as one line."""
+
+
+@dataclass(frozen=True)
+class ImageReference:
+    registry: str  # host[:port]
+    repository: str  # the name in the registry's API (library/ for Docker Hub's official images)
+    tag: str
+
+    @property
+    def base_url(self) -> str:
+        scheme = "http" if self.registry.rsplit(":", 1)[0] in _LOOPBACK else "https"
+        return f"{scheme}://{self.registry}"
+
+
+def parse_reference(repository: str, tag: str) -> ImageReference:
+    """`vllm/vllm-openai` -> Docker Hub's `vllm/vllm-openai`; `ghcr.io/org/name` -> ghcr.io's `org/name`. A first
+    component with a dot or a port, or `localhost`, names the registry (Docker's reference grammar)."""
+    first, _, rest = repository.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return ImageReference(first, rest, tag)
+    return ImageReference(DOCKER_HUB, repository if rest else f"library/{repository}", tag)
+
+
+def _challenge(header: str) -> dict[str, str]:
+    """The parameters of a `Bearer realm="...",service="...",scope="..."` challenge."""
+    scheme, _, params = header.partition(" ")
+    if scheme.lower() != "bearer":
+        raise RegistryError(f"the registry asks for {scheme or 'an unknown'} authentication, not a bearer token")
+    return {key.lower(): value for key, value in re.findall(r'(\w+)="([^"]*)"', params)}
+
+
+def _open(request: urllib.request.Request) -> Any:
+    return urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS)  # noqa: S310 - http(s) URLs built above
+
+
+def _token(challenge: dict[str, str], image: ImageReference) -> str:
+    realm = challenge.get("realm")
+    if not realm or not realm.startswith(("https://", "http://")):
+        raise RegistryError(f"the registry's token realm {realm!r} is not an http(s) URL")
+    query = {k: v for k, v in (("service", challenge.get("service")),
+                               ("scope", challenge.get("scope") or f"repository:{image.repository}:pull")) if v}
+    try:
+        # The realm was checked to be http(s) above.
+        with _open(urllib.request.Request(f"{realm}?{urllib.parse.urlencode(query)}")) as response:  # noqa: S310
+            body = json.loads(response.read())
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        raise RegistryError(f"no pull token from {realm}: {error}") from None
+    token = body.get("token") or body.get("access_token") if isinstance(body, dict) else None
+    if not token:
+        raise RegistryError(f"the token answer of {realm} holds no token")
+    return str(token)
+
+
+def resolve(image: ImageReference) -> str:
+    """The digest a pull of `image` by tag gets now."""
+    url = f"{image.base_url}/v2/{image.repository}/manifests/{urllib.parse.quote(image.tag)}"
+    headers = {"Accept": ", ".join(MANIFEST_TYPES)}
+    for attempt in (1, 2):
+        for method in ("HEAD", "GET"):
+            request = urllib.request.Request(url, headers=headers, method=method)  # noqa: S310 - base_url is http(s)
+            try:
+                with _open(request) as response:
+                    digest = response.headers.get("Docker-Content-Digest")
+                    if digest is None and method == "HEAD":
+                        continue  # no header: the digest of the manifest's bytes, from a GET
+                    if digest is None:
+                        digest = "sha256:" + hashlib.sha256(response.read()).hexdigest()
+            except urllib.error.HTTPError as error:
+                if error.code == 401 and attempt == 1 and "Authorization" not in headers:
+                    challenge = _challenge(error.headers.get("WWW-Authenticate", ""))
+                    headers["Authorization"] = f"Bearer {_token(challenge, image)}"
+                    break  # the next attempt, with the token
+                if error.code == 404:
+                    raise RegistryError(f"{image.registry}/{image.repository}:{image.tag}: no such tag") from None
+                raise RegistryError(f"{url}: HTTP {error.code} {error.reason}") from None
+            except (urllib.error.URLError, OSError) as error:
+                raise RegistryError(f"{url}: {getattr(error, 'reason', error)}") from None
+            if not DIGEST.match(digest):
+                raise RegistryError(f"{url}: the registry answered {digest!r}, not a sha256 digest")
+            return digest
+    raise RegistryError(f"{url}: the registry refused the pull token")
+
+
+# --- the stack file, edited as text -----------------------------------------------------------------------
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def _blank(line: str) -> bool:
+    return not line.strip() or line.lstrip().startswith("#")
+
+
+def _block_end(lines: list[str], start: int, parent_indent: int) -> int:
+    """The index after the last line of the block that begins after `start` and is indented deeper than
+    `parent_indent` (blank lines and comments inside it count, trailing ones do not)."""
+    end = start + 1
+    last = start
+    while end < len(lines):
+        if not _blank(lines[end]):
+            if _indent(lines[end]) <= parent_indent:
+                break
+            last = end
+        end += 1
+    return last + 1
+
+
+def set_digest(text: str, model: str, digest: str) -> str:
+    """`text` with `digest: <digest>` under the model's `image:` in `llm-serving:models`."""
+    lines = text.splitlines(keepends=True)
+    models = next((i for i, line in enumerate(lines) if line.rstrip() == f"  {stack_files.PROJECT}:models:"), None)
+    if models is None:
+        raise ConfigError([Problem("models", "the stack file lists no models of its own (a clone?): add "
+                                   "models[].image.digest by hand, or pin the base stack", model,
+                                   "a stack file with `llm-serving:models:`")])
+    end = _block_end(lines, models, 2)
+    item = next((i for i in range(models + 1, end)
+                 if re.fullmatch(rf"\s*- name: {re.escape(model)}\s*", lines[i].rstrip("\n"))), None)
+    if item is None:
+        raise ConfigError([Problem(f"models[{model}]", "no such model in the stack file's own list", model,
+                                   "a model the file names")])
+    key_indent = lines[item].index("-") + 2
+    item_end = _block_end(lines, item, key_indent - 2)
+    image = next((i for i in range(item + 1, item_end)
+                  if _indent(lines[i]) == key_indent and lines[i].strip().startswith("image:")), None)
+    pad = " " * key_indent
+    if image is None:
+        addition = [f"{pad}image:\n", f"{pad}  digest: \"{digest}\"\n"]
+        if item_end == len(lines) and not lines[-1].endswith("\n"):
+            lines[-1] += "\n"
+        return "".join(lines[:item_end] + addition + lines[item_end:])
+    if lines[image].strip() != "image:":
+        raise ConfigError([Problem(f"models[{model}].image", "is written inline; write it as a block to pin it",
+                                   lines[image].strip(), "image:\\n  repository: ...")])
+    image_end = _block_end(lines, image, key_indent)
+    children = [i for i in range(image + 1, image_end) if not _blank(lines[i])]
+    child_pad = " " * (_indent(lines[children[0]]) if children else key_indent + 2)
+    existing = next((i for i in children if lines[i].strip().startswith("digest:")), None)
+    new_line = f"{child_pad}digest: \"{digest}\"\n"
+    if existing is not None:
+        lines[existing] = new_line
+    else:
+        lines.insert(image_end, new_line)
+    return "".join(lines)
+
+
+def _models_of(text: str) -> list[dict[str, Any]]:
+    document = stack_files.parse_yaml(text) or {}
+    return list(document.get("config", {}).get(f"{stack_files.PROJECT}:models") or [])
+
+
+def _check_edit(before: str, after: str, model: str, digest: str) -> None:
+    """The edit changed exactly `models[model].image.digest`, to `digest`."""
+    old, new = stack_files.parse_yaml(before), stack_files.parse_yaml(after)
+    expected = json.loads(json.dumps(old))
+    for item in expected["config"][f"{stack_files.PROJECT}:models"]:
+        if item.get("name") == model:
+            item.setdefault("image", {})["digest"] = digest
+    if new != expected:
+        raise ConfigError([Problem(f"models[{model}].image.digest", "the stack file's layout defeated the edit; "
+                                   "nothing was written", digest, "set it by hand")])
+
+
+# --- the command ------------------------------------------------------------------------------------------
+
+def parser() -> CommandLineParser:
+    parser = CommandLineParser(prog="python -m stacks pin-images",
+                               description="Resolve each model's vLLM image tag to its digest (registry API).")
+    parser.add_argument("stack", help="a stack name or a path to its Pulumi.<stack>.yaml")
+    parser.add_argument("--write", action="store_true",
+                        help="write models[].image.digest into the stack file (default: print the digests only)")
+    return parser
+
+
+def main(argv: list[str], stack_path: Any, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+    out, err = stdout or sys.stdout, stderr or sys.stderr
+    args = parser().use_streams(out, err).parse_args(argv)
+    path: Path = stack_path(args.stack)
+    _, config = environment.load_stack_file(path)
+    text = path.read_text()
+    own = {m.get("name") for m in _models_of(text)}
+    failed = 0
+    for model in config.models:
+        image = model.image
+        reference = parse_reference(image.repository, image.tag)
+        try:
+            digest = resolve(reference)
+        except RegistryError as error:
+            err.write(f"pin-images: {model.name}: {error}\n")
+            failed += 1
+            continue
+        if image.digest == digest:
+            out.write(f"{model.name}: {image.repository}:{image.tag} is pinned at {digest}\n")
+            continue
+        was = f" (was {image.digest})" if image.digest else ""
+        out.write(f"{model.name}: {image.repository}:{image.tag} -> {digest}{was}\n")
+        if args.write:
+            if model.name not in own:
+                raise ConfigError([Problem(f"models[{model.name}]", "comes from the stack this one extends: pin "
+                                           "that stack", path.name, "the stack file that lists the model")])
+            updated = set_digest(text, model.name, digest)
+            _check_edit(text, updated, model.name, digest)
+            text = updated
+    if args.write:
+        path.write_text(text)
+        environment.load_stack_file(path)  # still a valid stack
+        out.write(f"wrote {path}\n")
+    return 1 if failed else 0
