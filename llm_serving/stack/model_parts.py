@@ -13,7 +13,7 @@ from llm_serving.edge import EdgeMode
 from llm_serving.observability import ModelSlo
 from llm_serving.platform import NAMESPACE_LABEL
 from llm_serving.scaling import ScalingTarget
-from llm_serving.serving import EngineSettings, ModelArgs
+from llm_serving.serving import EngineSettings, ModelArgs, RoutingMode
 from llm_serving.stack import planning, timing
 from llm_serving.stack.args import ServingStackArgs
 from llm_serving.stack.parts import alb_idle_timeout
@@ -105,6 +105,9 @@ def scaling_target(args: ServingStackArgs, model: ModelArgs) -> ScalingTarget:
         wake_query=routing.held_requests_query(NAMESPACE_LABEL, args.serving.namespace, model.name)
         if idle is not None else None,
         wake_on_waiting=idle.wake_on_waiting if idle is not None else 1,
+        held_query=routing.held_requests_query(NAMESPACE_LABEL, args.serving.namespace, model.name)
+        if planning.routing_mode(args, model) is RoutingMode.INFERENCE_POOL
+        and args.edge.inference_routing.overload.flow_control else None,
     )
 
 

@@ -223,8 +223,11 @@ def test_prod_scaled_object_scales_on_queue_then_kv(rendered):
     assert (spec["minReplicaCount"], spec["maxReplicaCount"]) == (2, 4)
     queue, kv, ttft = spec["triggers"]
     assert queue["metricType"] == "AverageValue"
+    # vLLM's waiting requests plus those the picker holds beyond admission (tests/components/routing/test_admission.py).
     assert queue["metadata"]["query"] == (
-        'sum(vllm:num_requests_waiting{namespace="llm-serving", model_name="llama-70b"}) or vector(0)'
+        '(sum(vllm:num_requests_waiting{namespace="llm-serving", model_name="llama-70b"}) or vector(0)) + '
+        '(sum(llm_d_epp_flow_control_queue_size{namespace="llm-serving", inference_pool=~"(llm-serving/)?llama-70b"})'
+        ' or vector(0))'
     )
     assert (queue["metadata"]["threshold"], queue["metadata"]["activationThreshold"]) == ("5", "1")
     assert kv["metricType"] == "Value"

@@ -119,6 +119,10 @@ def _eval(node: promql_parser.Expr, store: Store, t: float) -> Vector | float:
         name = node.func.name
         if name == "absent":
             return {} if _eval(node.args[0], store, t) else {(): 1.0}
+        if name == "vector":  # a scalar as one series without labels
+            scalar = _eval(node.args[0], store, t)
+            assert isinstance(scalar, float)
+            return {(): scalar}
         if name in ("rate", "increase"):
             matrix = node.args[0]
             seconds = matrix.range.total_seconds()

@@ -290,3 +290,34 @@ def test_a_replica_swaps_stale_first_scrape_warns_nobody_and_a_blocked_scrape_pa
     # A rollout: each new replica is stale for the 30 s before the picker's first scrape of it.
     assert walk(lambda t: 1 if any(swap <= t < swap + 30 for swap in (300, 1140)) else 0) == []
     assert walk(lambda t: 2 if t >= 600 else 0)[0] == 600 + 5 * 60  # a blocked scrape path, after 5 minutes
+
+
+def test_a_burst_beyond_admission_asks_the_autoscaler_for_every_replica_it_needs_at_once(rendered):
+    # The picker admits at most `queueDepthPerReplica` waiting requests per replica to vLLM and holds the rest: the
+    # queue trigger counts both, so the HPA's step is the demand, not depth / target of the fleet per cold start.
+    import math
+
+    from stacks.config.files import stack_file_path
+    from stacks.environment import load_stack_file
+    from tests.support.promql_eval import evaluate
+
+    config = load_stack_file(stack_file_path("prod"))[1]
+    model = config.models[0]
+    depth = model_admission(config, model).queue_depth_per_replica
+    target = model.autoscaling.waiting_per_replica_target
+    scaled = rendered["prod"].manifest("ScaledObject", model.name)
+    (queue,) = [t for t in scaled["spec"]["triggers"] if t["name"] == "queue_waiting"]
+    assert (queue["metricType"], float(queue["metadata"]["threshold"])) == ("AverageValue", target)
+    replicas, held = 2, 300  # prod at its minimum, a burst of 300 requests more than the batches run
+    store = Store()
+    for pod in range(replicas):  # each replica's queue is full to the admission depth
+        store.add("vllm:num_requests_waiting", {"namespace": "llm-serving", "model_name": model.name,
+                                                "pod": f"{model.name}-{pod}"}, [(0.0, float(depth))])
+    store.add("llm_d_epp_flow_control_queue_size", {"namespace": "llm-serving", "inference_pool": model.name,
+                                                    "priority": "0"}, [(0.0, float(held))])
+    (total,) = evaluate(queue["metadata"]["query"], store, 0.0).values()
+    wanted = math.ceil(total / target)  # AverageValue: ceil(sum / target) whatever the current count
+    assert wanted == math.ceil((replicas * depth + held) / target)
+    # vLLM's own count alone would have asked for depth / target of the fleet, the admission cap's ceiling.
+    assert math.ceil(replicas * depth / target) < wanted
+    assert depth > target  # the relation admission_rules keep: a full replica always asks for one more

@@ -384,3 +384,15 @@ def test_module_is_pure_data_without_pulumi() -> None:
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert not any(name.split(".")[0] == "pulumi" for name in imported)
+
+
+def test_the_queue_trigger_adds_the_requests_a_picker_holds() -> None:
+    held = 'sum(llm_d_epp_flow_control_queue_size{namespace="llm-serving", inference_pool=~"(llm-serving/)?x"}) ' \
+           "or vector(0)"
+    query = queue_query(replace(PROD, held_query=held))
+    assert query == f"(sum(vllm:num_requests_waiting{{{SEL}}}) or vector(0)) + ({held})"
+    promql_parser.parse(query)
+    # Without a picker (or without flow control) the query is vLLM's alone.
+    assert queue_query(PROD) == QUEUE
+    assert custom_resource_errors(scaled_object(replace(PROD, held_query=held), prometheus_url=PROMETHEUS,
+                                                name="x")) == []
