@@ -18,6 +18,7 @@ import pulumi_aws as aws
 from . import node_autoscaling, node_network, scheduling
 from .args import AmiType, CapacityType
 from .catalog import InstanceType
+from .repair import REPAIR_MAX_PARALLEL_NODES, REPAIR_MAX_UNHEALTHY_NODES, REPAIR_OVERRIDES
 
 # Managed policies a worker node needs. The CNI policy sits on the node role because the VPC CNI
 # add-on uses it unless the cluster moved it to IRSA/Pod Identity (EKS user guide, create-node-role).
@@ -151,15 +152,6 @@ def placement_update_warning(args: NodeGroupSpec) -> str | None:
 def labels(node_group: str, args: NodeGroupSpec) -> dict[str, str]:
     return scheduling.node_labels(node_group, generation(args), args.instance.gpu.product_label.lower(),
                                   args.extra_labels)
-
-
-# EKS node auto repair: the node monitoring agent's conditions decide. Its defaults act on
-# AcceleratedHardwareReady after 10 minutes (Reboot or Replace by Xid class) and on runtime, kernel,
-# network and storage faults after 30 (awsdocs node-repair.adoc). Repairs stop when more than one
-# node is unhealthy at once, so a fleet-wide fault (a bad AMI, a driver bug) pages instead of
-# cycling every GPU node; one node at a time keeps the serving floor.
-REPAIR_MAX_UNHEALTHY_NODES = 1
-REPAIR_MAX_PARALLEL_NODES = 1
 
 
 def autoscaler_tags(node_group: str, args: NodeGroupSpec, cluster_name: str) -> dict[str, str]:
@@ -331,6 +323,10 @@ class GpuNodeGroup(pulumi.ComponentResource):
                 "enabled": args.auto_repair,
                 "max_unhealthy_node_threshold_count": REPAIR_MAX_UNHEALTHY_NODES,
                 "max_parallel_nodes_repaired_count": REPAIR_MAX_PARALLEL_NODES,
+                "node_repair_config_overrides": [
+                    {"node_monitoring_condition": o.condition, "node_unhealthy_reason": o.reason,
+                     "min_repair_wait_time_mins": o.wait_minutes, "repair_action": o.action}
+                    for o in REPAIR_OVERRIDES],
             }
             if args.auto_repair
             else {"enabled": False},

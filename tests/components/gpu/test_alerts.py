@@ -249,7 +249,7 @@ def _descriptions(auto_repair: bool) -> dict[str, str]:
 
 def test_xid_and_ecc_alerts_say_what_auto_repair_fixes_and_what_needs_a_person() -> None:
     on, off = _descriptions(True), _descriptions(False)
-    note = ("With node auto repair on, EKS reboots the node for Xid 13, 31, 48, 63, 64, 94, 95 and replaces it for "
+    note = ("With node auto repair on, EKS reboots the node for Xid 48, 63, 64, 94, 95 and replaces it for "
             "Xid 74, 79, 119, 120, 121, 140 about 10 minutes after the fault, one node at a time; any other Xid "
             "needs a person.")
     for alert in ("GpuXidCritical", "GpuXidError"):
@@ -260,3 +260,13 @@ def test_xid_and_ecc_alerts_say_what_auto_repair_fixes_and_what_needs_a_person()
     unrepaired = sorted(set(CRITICAL_XIDS) - set(gpu_alerts.AUTO_REPAIR_REBOOT_XIDS)
                         - set(gpu_alerts.AUTO_REPAIR_REPLACE_XIDS))
     assert unrepaired == [46, 62, 110, 136, 143, 155, 156, 158]
+
+
+def test_the_alerts_never_promise_a_reboot_the_node_group_overrides() -> None:
+    from llm_serving.gpu import repair as node_group
+
+    overridden = {int(reason.removeprefix("NvidiaXID").removesuffix("Error"))
+                  for reason in node_group.APPLICATION_XID_REASONS}
+    assert overridden == {13, 31}
+    assert not overridden & set(gpu_alerts.AUTO_REPAIR_REBOOT_XIDS + gpu_alerts.AUTO_REPAIR_REPLACE_XIDS)
+    assert all(o.action == "NoAction" for o in node_group.REPAIR_OVERRIDES)
