@@ -56,6 +56,8 @@ class VllmDeploymentArgs:
     # Shared weights reachable only from some zones (EFS mount targets in the node group's zones) on nodes the
     # stack does not place itself: a required affinity keeps every pod there. Empty: any zone.
     zones: tuple[str, ...] = ()
+    # The nodes the minimum replicas must spread over (planning.host_spread_domains); 0: a preference only.
+    host_domains: int = 0
     extra_env: tuple[dict, ...] = ()
     efa_interfaces: int = 0  # multi-node groups: the node's EFA interfaces, all requested by each rank
     # S3 backend: the pods' service account, which Pod Identity maps to the read-only role of the model's
@@ -199,17 +201,25 @@ class VllmDeployment(pulumi.ComponentResource):
                     ),
                     "tolerations": args.tolerations,
                     **weights.stage_affinity(args.zone, args.zones),
-                    # Replicas on different nodes and zones: losing one node or zone loses one replica,
-                    # not all. Preferences only (ScheduleAnyway): a replica must never wait for a GPU
-                    # node in another zone, and dev runs one zone; nothing moves a placed replica later.
+                    # Replicas on different nodes and zones: losing one loses one replica, not all. Zones are a
+                    # preference (a replica must never wait for GPU capacity in another zone). Hosts are required
+                    # where the group can hold the minimum on as many nodes (host_domains; docs/decisions.md): with
+                    # fewer nodes than minDomains the scheduler counts the minimum as 0 (Kubernetes docs, Pod
+                    # Topology Spread Constraints), so a lost node's replica pends for a new node.
                     "topologySpreadConstraints": [
                         {
                             "maxSkew": 1,
-                            "topologyKey": key,
+                            "topologyKey": "kubernetes.io/hostname",
+                            **({"whenUnsatisfiable": "DoNotSchedule", "minDomains": args.host_domains}
+                               if args.host_domains > 1 else {"whenUnsatisfiable": "ScheduleAnyway"}),
+                            "labelSelector": {"matchLabels": selector},
+                        },
+                        {
+                            "maxSkew": 1,
+                            "topologyKey": "topology.kubernetes.io/zone",
                             "whenUnsatisfiable": "ScheduleAnyway",
                             "labelSelector": {"matchLabels": selector},
-                        }
-                        for key in ("kubernetes.io/hostname", "topology.kubernetes.io/zone")
+                        },
                     ],
                     "terminationGracePeriodSeconds": engine.termination_grace_seconds(
                         settings.shutdown_timeout_seconds

@@ -381,6 +381,16 @@ def serving_namespace_labels() -> dict[str, str]:
     return platform.namespace_labels(platform.RESTRICTED)
 
 
+def host_spread_domains(config: ServingStackArgs, model: ModelArgs) -> int:
+    """The nodes a model's minimum replicas must spread over (a required hostname spread with minDomains), or 0 for
+    a preference: only where there are two replicas or more to spread, single-node replicas, and a node group that
+    may run that many nodes (at most its maximum)."""
+    low, _ = replica_bounds(model)
+    if low < 2 or model.pipeline_parallel_size > 1:
+        return 0
+    return min(low, node_counts(config).max_nodes) if node_counts(config).max_nodes >= 2 else 0
+
+
 def supply_key(config: ServingStackArgs) -> tuple[str, int]:
     """The key (and its value) that sets the GPU nodes a rollout or a peak can count on."""
     counts = node_counts(config)

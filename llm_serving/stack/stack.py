@@ -638,6 +638,7 @@ class ServingStack(pulumi.ComponentResource):
                 pod_annotations={SAFE_TO_EVICT_ANNOTATION: "false", API_KEY_REVISION_ANNOTATION: api_key_revision,
                                  **({} if planning.creates_nodes(args) else {DO_NOT_DISRUPT_ANNOTATION: "true"})},
                 zone=zone,
+                host_domains=planning.host_spread_domains(args, model),
                 # Existing nodes may run in zones without the weights' mount targets.
                 zones=zones,
                 # A multi-node rank takes every EFA interface of its node (a stage is the whole node).
