@@ -20,7 +20,10 @@ from .load_balancer import POLICY_SOURCE as LOAD_BALANCER_POLICY_SOURCE
 from .load_balancer_controller import LoadBalancerController, LoadBalancerControllerArgs
 from .objects import CONTROLLER_NAME as ENVOY_GATEWAY_CONTROLLER
 from .objects import (
+    ENVOY_HTTPS_CONTAINER_PORT,
+    HTTPS_LISTENER_PORT,
     NLB_TCP_IDLE_SECONDS,
+    OWN_GATEWAY_NAME,
     POD_READINESS_GATE_LABEL,
     PROMETHEUS_POD_LABELS,
     EdgeSettings,
@@ -28,6 +31,7 @@ from .objects import (
     edge_pod_selector,
     envoy_proxy_selector,
     gateway_injects_upstream_key,
+    internal_service_name,
     network_policies,
     object_storage_egress,
     v1_path,
@@ -36,6 +40,7 @@ from .objects import (
 __all__ = [
     "ControllerMode",
     "ENVOY_GATEWAY_CONTROLLER",
+    "ENVOY_HTTPS_CONTAINER_PORT",
     "ENVOY_METRIC_TYPES",
     "Edge",
     "EdgeArgs",
@@ -45,6 +50,7 @@ __all__ = [
     "EdgeMonitoring",
     "EdgeSpec",
     "ExistingGatewayArgs",
+    "HTTPS_LISTENER_PORT",
     "InferenceRoutingArgs",
     "JwtArgs",
     "LOAD_BALANCER_NAMESPACE",
@@ -54,6 +60,7 @@ __all__ = [
     "LoadBalancerScheme",
     "NLB_TCP_IDLE_SECONDS",
     "POD_READINESS_GATE_LABEL",
+    "OWN_GATEWAY_NAME",
     "OverloadArgs",
     "PROMETHEUS_POD_LABELS",
     "Route",
@@ -63,6 +70,7 @@ __all__ = [
     "envoy_proxy_selector",
     "envoy_pod_monitor",
     "gateway_injects_upstream_key",
+    "internal_service_name",
     "network_policies",
     "object_storage_egress",
     "v1_path",

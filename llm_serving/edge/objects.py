@@ -217,6 +217,39 @@ UPSTREAM_CREDENTIAL_SECRET = "vllm-api-key-header"
 UPSTREAM_CREDENTIAL_FILTER = "vllm-api-key"
 
 
+# Envoy Gateway runs a listener below 1024 on its port + 10000 inside the proxy pod, unless the EnvoyProxy sets
+# useListenerPortAsContainerPort (gateway.envoyproxy.io v1.9 API, KubernetesProvider; ours does not): 443 -> 10443.
+HTTPS_LISTENER_PORT = 443
+ENVOY_HTTPS_CONTAINER_PORT = HTTPS_LISTENER_PORT + 10000
+
+
+# The Gateway (and GatewayClass) the stack creates when it has no existing one.
+OWN_GATEWAY_NAME = "llm-serving"
+
+
+def internal_service_name(gateway_name: str) -> str:
+    """The ClusterIP Service in front of our Gateway's proxies (internal_edge_service)."""
+    return f"{gateway_name}-internal"
+
+
+def internal_edge_service(settings: EdgeSettings) -> Manifest:
+    """A ClusterIP Service on the Gateway's proxy pods, port 443: the deploy gate reaches the edge through it in the
+    same `up` that creates the load balancer, before any DNS record can point at that (TLS and the Host header
+    still name the public host: the probe connects here as curl's --connect-to does). The Service Envoy Gateway
+    creates for the NLB has a generated name, and renaming it would replace the NLB."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(internal_service_name(settings.gateway_name), settings.namespace),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": envoy_proxy_selector(settings.gateway_name, settings.namespace),
+            "ports": [{"name": "https", "protocol": "TCP", "port": HTTPS_LISTENER_PORT,
+                       "targetPort": ENVOY_HTTPS_CONTAINER_PORT}],
+        },
+    }
+
+
 def envoy_proxy_selector(gateway_name: str, edge_namespace: str) -> dict[str, str]:
     """The labels of the proxy pods of one Gateway."""
     return {**ENVOY_PROXY_LABELS, OWNING_GATEWAY_NAME_LABEL: gateway_name,
@@ -470,7 +503,8 @@ def gateway_objects(settings: EdgeSettings, routes: list[Route]) -> list[Manifes
             "connection": {"bufferLimit": _quantity(max(r.request_body_limit_bytes for r in routes))},
         },
     }
-    objects = [envoy_proxy, gateway_class, gateway, client_policy, _security_policy(settings)]
+    objects = [envoy_proxy, gateway_class, gateway, client_policy, _security_policy(settings),
+               internal_edge_service(settings)]
     if gateway_injects_upstream_key(settings):
         objects.extend(_upstream_credential_filter(namespace) for namespace in route_namespaces)
     for route in routes:

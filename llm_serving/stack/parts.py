@@ -10,6 +10,7 @@ import pulumi
 from llm_serving import gpu, observability, serving, storage
 from llm_serving.cluster import SYSTEM_NODE_LABEL, ClusterMode
 from llm_serving.edge import (
+    OWN_GATEWAY_NAME,
     ControllerMode,
     EdgeAuth,
     EdgeMode,
@@ -220,7 +221,7 @@ def edge(args: ServingStackArgs, site: Site) -> EdgeSpec:
     existing = edge_args.gateway
     settings = EdgeSettings(
         namespace=planning.edge_namespace(args),
-        gateway_name=existing.name if existing else "llm-serving",
+        gateway_name=existing.name if existing else OWN_GATEWAY_NAME,
         existing_gateway=existing is not None,
         gateway_namespace=existing.namespace if existing else None,
         listener=existing.listener if existing else None,

@@ -20,6 +20,7 @@ import pulumi_kubernetes as k8s
 from llm_serving import serving
 from llm_serving.cluster import ClusterMode, NetworkPolicyEnforcement
 from llm_serving.edge import (
+    ENVOY_HTTPS_CONTAINER_PORT,
     POD_READINESS_GATE_LABEL,
     PROMETHEUS_POD_LABELS,
     Edge,
@@ -436,7 +437,9 @@ class ServingStack(pulumi.ComponentResource):
         if gates:
             fences.append(manifest_resource("serving-netpol-verification", verification_network_policy(
                 namespace=serving_namespace, edge_namespace=edge_spec.settings.namespace,
-                model_selector=VLLM_POD_SELECTOR, port=PORT), after_namespace))
+                model_selector=VLLM_POD_SELECTOR, port=PORT,
+                edge_pod_ports=(ENVOY_HTTPS_CONTAINER_PORT,) if verification.edge_connect_to(args) else ()),
+                after_namespace))
         self._fences = fences
         self._api_key_secret = api_key
         endpoints: dict[str, Any] = {}

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 
 from llm_serving import serving
-from llm_serving.edge import EdgeAuth, v1_path
+from llm_serving.edge import HTTPS_LISTENER_PORT, OWN_GATEWAY_NAME, EdgeAuth, EdgeMode, internal_service_name, v1_path
 from llm_serving.serving import ModelArgs
 from llm_serving.stack import planning
 from llm_serving.stack.args import ServingStackArgs
@@ -50,6 +50,18 @@ def service_url(config: ServingStackArgs, model: ModelArgs) -> str:
     return f"http://{model.name}.{config.serving.namespace}.svc:{serving.PORT}/v1"
 
 
+def edge_connect_to(config: ServingStackArgs) -> str | None:
+    """Where the Job reaches the edge in gateway mode with the stack's own Gateway: the in-cluster Service on its
+    proxies (edge.internal_edge_service), so the gate does not depend on DNS that the same `up` cannot have pointed
+    at the new load balancer. The public URL still names the host (TLS, Host header). None: the URL's own host (an
+    existing Gateway, ALB or ingress-nginx, or a `verification.edgeUrl` the stack sets)."""
+    edge = config.edge
+    if edge.mode is not EdgeMode.GATEWAY or edge.gateway is not None or config.verification.edge_url:
+        return None
+    service = internal_service_name(OWN_GATEWAY_NAME)
+    return f"{service}.{planning.edge_namespace(config)}.svc.cluster.local:{HTTPS_LISTENER_PORT}"
+
+
 def targets(config: ServingStackArgs, model: ModelArgs) -> tuple[Target, ...]:
     """The edge (unless it wants JWTs, which the Job does not hold) and the Service; the Service
     checks keys only when vLLM does (behind a gateway that checks them, it is open inside the fence)."""
@@ -57,7 +69,7 @@ def targets(config: ServingStackArgs, model: ModelArgs) -> tuple[Target, ...]:
     service = Target("service", service_url(config, model), check_auth=auth is EdgeAuth.VLLM_API_KEY)
     if auth is EdgeAuth.JWT:
         return (service,)
-    return Target("edge", edge_url(config, model)), service
+    return Target("edge", edge_url(config, model), connect_to=edge_connect_to(config)), service
 
 
 @dataclass(frozen=True)

@@ -91,7 +91,8 @@ def job_spec(*, model_name: str, configmap_name: str, image: str, mode: str, api
     }
 
 
-def network_policy(*, namespace: str, edge_namespace: str, model_selector: dict[str, str], port: int) -> dict[str, Any]:
+def network_policy(*, namespace: str, edge_namespace: str, model_selector: dict[str, str], port: int,
+                   edge_pod_ports: tuple[int, ...] = ()) -> dict[str, Any]:
     """Nothing in; out only to DNS, the edge's HTTPS listener and the vLLM pods' API port.
 
     The edge is reached as clients reach it, through its load balancer, whose addresses AWS assigns
@@ -106,10 +107,14 @@ def network_policy(*, namespace: str, edge_namespace: str, model_selector: dict[
             "ports": [{"protocol": "TCP", "port": EDGE_PORT}]}
     service = {"to": [{"podSelector": {"matchLabels": dict(model_selector)}}],
                "ports": [{"protocol": "TCP", "port": port}]}
+    # The edge's proxies reached through an in-cluster Service: a policy sees the pod's own port after the
+    # Service's translation (Kubernetes docs, Network Policies: rules name pod ports), only in the edge namespace.
+    inside = [{"to": [{"namespaceSelector": {"matchLabels": {NAMESPACE_LABEL: edge_namespace}}}],
+               "ports": [{"protocol": "TCP", "port": p} for p in edge_pod_ports]}] if edge_pod_ports else []
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": {"name": "verification", "namespace": namespace},
         "spec": {"podSelector": {"matchLabels": dict(SELECTOR)}, "policyTypes": ["Ingress", "Egress"],
-                 "ingress": [], "egress": [dns, edge, service]},
+                 "ingress": [], "egress": [dns, edge, *inside, service]},
     }

@@ -73,6 +73,10 @@ class Target:
     name: str  # "edge", "service" or "url"
     base_url: str
     check_auth: bool = True  # False where another layer checks keys (the Service behind a gateway that does)
+    # "host:port" to connect to instead of the URL's host, which TLS (SNI, certificate) and the Host header still
+    # name, as curl's --connect-to: the deploy gate reaches the edge through an in-cluster Service in the `up` that
+    # creates the load balancer, before DNS can point at it.
+    connect_to: str | None = None
 
 
 @dataclass(frozen=True)
@@ -138,14 +142,52 @@ class Check:
 # HTTP
 
 
+# (host, port) of a URL -> the (host, port) to connect to instead, from the targets' `connect_to` (run() fills it).
+CONNECT_TO: dict[tuple[str, int], tuple[str, int]] = {}
+
+
+def _address(connect_to: str) -> tuple[str, int]:
+    host, _, port = connect_to.rpartition(":")
+    if not host or not port.isdigit():
+        raise UsageError(f"connect_to {connect_to!r}: expected host:port")
+    return host, int(port)
+
+
+class _ConnectToHTTPS(http.client.HTTPSConnection):
+    """HTTPS to another address than the URL's host, with SNI, certificate check and Host header for the URL's."""
+
+    def __init__(self, host: str, port: int | None, address: tuple[str, int], **kwargs: Any) -> None:
+        super().__init__(host, port, **kwargs)
+        self._address = address
+
+    def connect(self) -> None:
+        sock = socket.create_connection(self._address, self.timeout)
+        self.sock = self._context.wrap_socket(sock, server_hostname=self.host)  # type: ignore[attr-defined]
+
+
+class _ConnectToHTTP(http.client.HTTPConnection):
+    def __init__(self, host: str, port: int | None, address: tuple[str, int], **kwargs: Any) -> None:
+        super().__init__(host, port, **kwargs)
+        self._address = address
+
+    def connect(self) -> None:
+        self.sock = socket.create_connection(self._address, self.timeout)
+
+
 def _connection(url: str, timeout: float) -> tuple[http.client.HTTPConnection, str]:
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UsageError(f"url {url!r}: expected http://host[:port]/path or https://...")
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    default_port = 443 if parts.scheme == "https" else 80
+    address = CONNECT_TO.get((parts.hostname, parts.port or default_port))
     if parts.scheme == "https":
-        return http.client.HTTPSConnection(parts.hostname, parts.port, timeout=timeout,
-                                           context=ssl.create_default_context()), path
+        context = ssl.create_default_context()
+        if address is not None:
+            return _ConnectToHTTPS(parts.hostname, parts.port, address, timeout=timeout, context=context), path
+        return http.client.HTTPSConnection(parts.hostname, parts.port, timeout=timeout, context=context), path
+    if address is not None:
+        return _ConnectToHTTP(parts.hostname, parts.port, address, timeout=timeout), path
     return http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout), path
 
 
@@ -672,6 +714,11 @@ def run(settings: Settings, key: str) -> dict[str, Any]:
     """Every check on every target, then the load test; the whole report as a JSON-ready dict."""
     if not settings.targets:
         raise UsageError("settings: no target to verify")
+    for target in settings.targets:
+        if target.connect_to:
+            parts = urllib.parse.urlsplit(target.base_url)
+            CONNECT_TO[(parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80))] = _address(
+                target.connect_to)
     checks: list[Check] = []
     if settings.wake_seconds is not None:
         # First, through the edge: at zero replicas only the picker holds a request while the model wakes (the

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import ssl
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 from tests.support.local_http import serving
 
@@ -36,7 +38,14 @@ def _prompt_tokens(body: dict) -> int:
 
 class _Handler(BaseHTTPRequestHandler):
     behaviour: Behaviour
+    hosts: list[str]
     protocol_version = "HTTP/1.1"
+
+    def parse_request(self) -> bool:
+        parsed = super().parse_request()
+        if parsed:
+            self.hosts.append(self.headers.get("Host", ""))
+        return parsed
 
     def log_message(self, *args: object) -> None:  # quiet under pytest
         pass
@@ -137,17 +146,25 @@ class _Server(ThreadingHTTPServer):
 
 
 class OpenAIServer:
-    """`with OpenAIServer(Behaviour(...)) as url:` serves on 127.0.0.1 at a free port; url ends in /v1."""
+    """`with OpenAIServer(Behaviour(...)) as url:` serves on 127.0.0.1 at a free port; url ends in /v1. With `tls`
+    (certificate and key files) it serves HTTPS; `hosts` collects the Host header of every request."""
 
-    def __init__(self, behaviour: Behaviour) -> None:
-        handler = type("Handler", (_Handler,), {"behaviour": behaviour})
+    def __init__(self, behaviour: Behaviour, tls: tuple[Path, Path] | None = None) -> None:
+        self.hosts: list[str] = []
+        handler = type("Handler", (_Handler,), {"behaviour": behaviour, "hosts": self.hosts})
         self._server = _Server(("127.0.0.1", 0), handler)
+        self._scheme = "http"
+        if tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(str(tls[0]), str(tls[1]))
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+            self._scheme = "https"
         self._serving = contextlib.ExitStack()
 
     def __enter__(self) -> str:
         self._serving.enter_context(serving(self._server))
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"{self._scheme}://{host}:{port}/v1"
 
     def __exit__(self, *exc: object) -> None:
         self._serving.close()

@@ -116,6 +116,7 @@ def test_gateway_objects_are_the_expected_kinds_in_namespaces() -> None:
         ("Gateway", "llm-serving", EDGE_NS),
         ("ClientTrafficPolicy", "llm-serving", EDGE_NS),
         ("SecurityPolicy", "llm-serving-auth", EDGE_NS),
+        ("Service", "llm-serving-internal", EDGE_NS),  # the deploy gate's way in before DNS points at the NLB
         ("HTTPRoute", "llama-70b", SERVING_NS),
         ("BackendTrafficPolicy", "llama-70b", SERVING_NS),
         ("HTTPRoute", "qwen-7b", SERVING_NS),

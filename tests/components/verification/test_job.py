@@ -83,8 +83,10 @@ def test_the_configmap_carries_the_probe_and_the_prod_plan(rendered):
     assert data["probe.py"] == PROBE_SOURCE
     settings = json.loads(data["settings.json"])
     assert settings["targets"] == [
-        {"name": "edge", "base_url": "https://llm.example.com/v1", "check_auth": True},
-        {"name": "service", "base_url": "http://llama-70b.llm-serving.svc:8000/v1", "check_auth": True}]
+        {"name": "edge", "base_url": "https://llm.example.com/v1", "check_auth": True,
+         "connect_to": "llm-serving-internal.envoy-gateway-system.svc.cluster.local:443"},
+        {"name": "service", "base_url": "http://llama-70b.llm-serving.svc:8000/v1", "check_auth": True,
+         "connect_to": None}]
     # The Job runs against the pods that serve users. Prod plans each replica at its whole batch (256 requests
     # at the ITL objective = --max-num-seqs 256): nothing to spare, so no load test, and the report says why.
     assert settings["load"] is None
@@ -153,3 +155,40 @@ def test_the_serving_fence_admits_the_verification_pods(rendered):
     policy = rendered["prod"].manifest("NetworkPolicy", "vllm-serving")
     sources = policy["spec"]["ingress"][0]["from"]
     assert {"podSelector": {"matchLabels": {"app.kubernetes.io/component": "verify"}}} in sources
+
+
+def test_the_prod_gate_reaches_the_edge_without_dns_through_the_proxies_own_service(rendered):
+    # The `up` that creates the NLB cannot have pointed DNS at it: the Job connects to a ClusterIP Service on the
+    # Gateway's proxies, while TLS and the Host header still name the public host.
+    settings = json.loads(rendered["prod"].resource(CONFIGMAP, "llama-70b-verify-probe")["inputs"]["data"][
+        "settings.json"])
+    (edge,) = [t for t in settings["targets"] if t["name"] == "edge"]
+    host, port = edge["connect_to"].rsplit(":", 1)
+    name, namespace = host.split(".")[:2]
+    service = rendered["prod"].manifest("Service", name)
+    assert service["metadata"]["namespace"] == namespace and service["spec"]["type"] == "ClusterIP"
+    (listener,) = service["spec"]["ports"]
+    assert listener["port"] == int(port) == 443
+    monitor = rendered["prod"].manifest("PodMonitor", "llm-serving-envoy")
+    # The proxies of this Gateway, and only Envoy Gateway's proxy pods among them.
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["spec"]["selector"].items()
+    assert service["spec"]["selector"]["app.kubernetes.io/component"] == "proxy"
+    # The fence lets the Job reach the proxies' own port (Envoy Gateway runs 443 on 10443) in that namespace only.
+    fence = rendered["prod"].manifest("NetworkPolicy", "verification")
+    inside = [rule for rule in fence["spec"]["egress"] if rule["ports"] == [
+        {"protocol": "TCP", "port": listener["targetPort"]}]]
+    assert inside == [{"to": [{"namespaceSelector": {"matchLabels": {
+        "kubernetes.io/metadata.name": namespace}}}], "ports": [{"protocol": "TCP", "port": 10443}]}]
+
+
+def test_an_edge_the_stack_does_not_own_is_checked_at_its_own_address():
+    from dataclasses import replace
+
+    from llm_serving.stack import verification
+    from stacks.config.files import stack_file_path
+    from stacks.environment import load_stack_file
+
+    config = load_stack_file(stack_file_path("prod"))[1]
+    assert verification.edge_connect_to(config) is not None
+    pinned = replace(config, verification=replace(config.verification, edge_url="https://llm.example.com/v1"))
+    assert verification.edge_connect_to(pinned) is None  # the stack names the address to check
