@@ -43,8 +43,14 @@ def _flag(args: list[str], flag: str) -> int | None:
 
 
 def _pre_stop_sleep(container: Mapping[str, Any]) -> int:
+    """The most a preStop hook waits: `sleep N`, or a multi-node worker's wait on its leader
+    (`python3 -c <script> <bound> <port> <poll>`, llm_serving/serving/multinode.py), whose bound is N."""
     command = (((container.get("lifecycle") or {}).get("preStop") or {}).get("exec") or {}).get("command") or []
-    return int(command[1]) if len(command) == 2 and command[0] == "sleep" and str(command[1]).isdigit() else 0
+    if len(command) == 2 and command[0] == "sleep" and str(command[1]).isdigit():
+        return int(command[1])
+    if len(command) >= 4 and str(command[0]).startswith("python") and command[1] == "-c" and str(command[3]).isdigit():
+        return int(command[3])
+    return 0
 
 
 def _delete_seconds(resource: Mapping[str, Any]) -> int:

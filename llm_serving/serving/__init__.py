@@ -37,6 +37,7 @@ from .compile_cache import CompileCacheKey, producer_network_policy, sync_config
 from .deployment import VllmDeployment, VllmDeploymentArgs
 from .engine import (
     CHAT_TEMPLATE_PATH,
+    MASTER_PORT,
     PORT,
     PRE_STOP_SECONDS,
     RUN_AS_GID,
@@ -169,6 +170,7 @@ __all__ = [
     "NodeUpdate",
     "OLD_GROUP_DELETE_SECONDS",
     "PORT",
+    "MASTER_PORT",
     "PRE_STOP_SECONDS",
     "ProducerRoom",
     "ProducerTimeouts",

@@ -249,6 +249,7 @@ class VllmDeployment(pulumi.ComponentResource):
             worker = worker_container(
                 container, engine.engine_args(settings) + engine.multinode_args(settings, False),
                 drain_seconds=engine.PRE_STOP_SECONDS + settings.shutdown_timeout_seconds,
+                master_port=engine.MASTER_PORT,
             )
             group = leader_worker_set(
                 name=args.model_name, namespace=args.namespace, labels=labels, replicas=args.replicas,

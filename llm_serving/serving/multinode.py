@@ -57,19 +57,45 @@ def _copied(value: Any) -> Any:
     return value
 
 
-def worker_container(leader: dict[str, Any], worker_args: list[str], drain_seconds: int) -> dict[str, Any]:
+# A worker's preStop: wait while the leader's engine still runs, at most `bound` seconds. The leader hosts
+# torch.distributed's store on the master port for as long as its engine lives (vLLM's mp launcher, --master-port),
+# so a refused connection (or a leader name that no longer resolves) means the leader is gone and this rank may
+# stop. Standard library only: it runs with the image's python3.
+WORKER_PRE_STOP = """\
+import os, socket, sys, time
+bound, port, every = float(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+leader = os.environ.get("LWS_LEADER_ADDRESS", "")
+end = time.monotonic() + bound
+while leader and time.monotonic() < end:
+    try:
+        socket.create_connection((leader, port), timeout=2).close()
+    except OSError:
+        break
+    time.sleep(max(0.0, min(every, end - time.monotonic())))
+"""
+LEADER_POLL_SECONDS = 5
+
+
+def worker_pre_stop(drain_seconds: int, master_port: int) -> list[str]:
+    return ["python3", "-c", WORKER_PRE_STOP, str(drain_seconds), str(master_port), str(LEADER_POLL_SECONDS)]
+
+
+def worker_container(leader: dict[str, Any], worker_args: list[str], drain_seconds: int,
+                     master_port: int) -> dict[str, Any]:
     """A headless rank: the leader's container without the API server's port and probes (a worker
     answers no HTTP; the leader's probes stand for the group).
 
-    The drain: LeaderWorkerSet deletes a group's pods together, and a rank that exits at SIGTERM
-    takes the engine down under the leader's in-flight streams. So a worker's preStop hook waits as
-    long as the leader's own drain (its preStop plus vLLM's --shutdown-timeout) before the worker
-    gets SIGTERM; the shared terminationGracePeriodSeconds covers both.
+    The drain: a rank that exits at SIGTERM takes the engine down under the leader's in-flight streams, so a
+    worker's preStop waits while the leader's engine runs, for at most the leader's own drain (its preStop plus
+    vLLM's --shutdown-timeout). Bounded on the leader, not a fixed sleep: in lws v0.10.0 a rolling update deletes
+    the leader and the workers are garbage-collected after it, and a worker sleeping the whole bound would hold its
+    name for half an hour after its leader is gone, so the group's same-named replacement could not start and the
+    new leader's startup budget ran out (issue #42). The shared terminationGracePeriodSeconds covers both.
     """
     worker = {k: _copied(v) for k, v in leader.items()
               if k not in ("ports", "startupProbe", "readinessProbe", "livenessProbe", "lifecycle", "args")}
     worker["args"] = list(worker_args)
-    worker["lifecycle"] = {"preStop": {"exec": {"command": ["sleep", str(drain_seconds)]}}}
+    worker["lifecycle"] = {"preStop": {"exec": {"command": worker_pre_stop(drain_seconds, master_port)}}}
     return worker
 
 

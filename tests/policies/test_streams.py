@@ -130,7 +130,10 @@ def test_leader_worker_set_leader_and_workers_drain_for_the_bound():
     assert stream_drain_problems(resources) == []
     template = _find(resources, "LeaderWorkerSet", "llama-405b")["inputs"]["spec"]["leaderWorkerTemplate"]
     _set_arg(template["leaderTemplate"]["spec"]["containers"][0], "--shutdown-timeout", "300")
-    template["workerTemplate"]["spec"]["containers"][0]["lifecycle"]["preStop"]["exec"]["command"] = ["sleep", "315"]
+    # The worker waits on its leader for at most its bound (the command's fourth word): cut to 315 s.
+    worker_wait = template["workerTemplate"]["spec"]["containers"][0]["lifecycle"]["preStop"]["exec"]["command"]
+    assert worker_wait[:2] == ["python3", "-c"]
+    worker_wait[3] = "315"
     problems = stream_drain_problems(resources)
     assert problems[:1] == [
         "LeaderWorkerSet llama-405b leader: vLLM --shutdown-timeout 300 s is shorter than the stream bound 1,807 s "

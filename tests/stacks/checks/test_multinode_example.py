@@ -77,13 +77,16 @@ def test_the_leader_serves_and_the_worker_joins_headless(example):
     assert {"startupProbe", "readinessProbe", "livenessProbe", "ports"} <= set(leader)
     assert not {"startupProbe", "readinessProbe", "livenessProbe", "ports"} & set(worker)
     # The group drains as one: the leader stops taking requests after its preStop and lets in-flight streams
-    # run for its shutdown timeout, the stream bound; the worker waits out both before it gets SIGTERM.
+    # run for its shutdown timeout, the stream bound; the worker waits while the leader's engine runs, at most
+    # both, before it gets SIGTERM (tests/components/serving/test_worker_drain.py runs that wait).
     shutdown = int(leader["args"][leader["args"].index("--shutdown-timeout") + 1])
     (model,) = environment.load_stack_file(PROJECT_DIR / "examples" / "Pulumi.prod-405b.yaml")[1].models
     assert shutdown == stack_timing.stream_seconds(model)
     assert leader["lifecycle"] == {"preStop": {"exec": {"command": ["sleep", str(serving.PRE_STOP_SECONDS)]}}}
-    assert worker["lifecycle"] == {"preStop": {"exec": {"command": [
-        "sleep", str(serving.PRE_STOP_SECONDS + shutdown)]}}}
+    command = worker["lifecycle"]["preStop"]["exec"]["command"]
+    assert command[:2] == ["python3", "-c"]
+    assert command[3:5] == [str(serving.PRE_STOP_SECONDS + shutdown), str(serving.MASTER_PORT)]
+    assert "--master-port" in worker["args"] and worker["args"][worker["args"].index("--master-port") + 1] == command[4]
     # The startup budget covers each stage's pod reading the whole ~811 GB checkpoint from EFS (500 MiB/s):
     # vLLM keeps every file on every pipeline stage (capacity.plan).
     assert leader["startupProbe"]["failureThreshold"] * leader["startupProbe"]["periodSeconds"] == 3580
