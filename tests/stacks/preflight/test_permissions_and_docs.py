@@ -18,7 +18,7 @@ def service_models() -> dict[str, object]:
     """IAM's action prefix is the service's signing name (service-quotas signs as servicequotas)."""
     session = botocore.session.get_session()
     models = {}
-    for name in ("eks", "ec2", "service-quotas", "sts", "s3"):
+    for name in ("eks", "ec2", "service-quotas", "sts", "s3", "ssm", "iam"):
         model = session.get_service_model(name)
         models[model.signing_name] = model
     return models
