@@ -14,6 +14,7 @@ from stacks.preflight.kube_checks import ALB_CONTROLLER_CRDS, PROMETHEUS_CRDS
 from tests.stacks.preflight.support import CLUSTER, OURS, Aws, FakeKube, addon, crd
 from tests.stacks.preflight.test_aws_checks import PROD_SUBNETS, offerings, quota, subnets
 from tests.stacks.preflight.test_hub import PATH, Hub, info, server  # noqa: F401 - the server fixture
+from tests.stacks.preflight.test_node_checks import PROD_RELEASE_PARAMETER, parameter
 from tests.support.cli import run_stacks
 
 NO_CREDENTIALS = ("preflight prod: no AWS credentials found (set AWS_PROFILE and run `aws sso login`, or export "
@@ -61,6 +62,7 @@ def stub_prod(aws: Aws) -> None:
         "addonName": "eks-node-monitoring-agent", "addonVersion": "v1.7.0-eksbuild.1",
         # Any object: the schema itself is test_aws_checks' business; here only the report is.
         "configurationSchema": json.dumps({"$schema": "http://json-schema.org/draft-07/schema#", "type": "object"})})
+    aws.respond("ssm", "get_parameter", parameter(PROD_RELEASE_PARAMETER), {"Name": PROD_RELEASE_PARAMETER})
     aws.respond("quotas", "get_service_quota", quota(384))
     aws.respond("ec2", "describe_instance_type_offerings", offerings(["us-east-1a", "us-east-1b", "us-east-1c"]))
 
@@ -73,7 +75,7 @@ def prod_account(monkeypatch):
     kube = FakeKube(crds=[crd(n) for n in (*PROMETHEUS_CRDS, *ALB_CONTROLLER_CRDS)], issuers={"letsencrypt-prod": {
         "status": {"conditions": [{"type": "Ready", "status": "True"}]}}})
     monkeypatch.setattr(session, "aws_clients", lambda region: session.AwsClients(
-        "arn:aws:sts::111122223333:assumed-role/preflight/ci", aws.eks, aws.ec2, aws.quotas, aws.s3))
+        "arn:aws:sts::111122223333:assumed-role/preflight/ci", aws.eks, aws.ec2, aws.quotas, aws.s3, aws.ssm, aws.iam))
     monkeypatch.setattr(session, "kube_reader", lambda region: lambda cluster: kube)
     monkeypatch.setenv("HF_TOKEN", "hf_good")
     yield aws
