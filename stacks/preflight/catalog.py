@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from stacks.preflight import aws_checks, existing_checks, hub, kube_checks, node_checks, s3_checks
+from stacks.preflight import aws_checks, existing_checks, hub, kube_checks, node_checks, reference_checks, s3_checks
 from stacks.preflight.context import Context, guarded
 from stacks.preflight.result import Finding
 
@@ -28,6 +28,9 @@ CHECKS: tuple[Check, ...] = (
           "(DescribeCluster's answer)", aws_checks.cluster_version),
     Check("cluster.subnets", "every node subnet exists, sits in the cluster's VPC and in the configured zone",
           ("ec2:DescribeSubnets",), "", aws_checks.cluster_subnets),
+    Check("iam.references", "every IAM role ARN and security-group id the stack names (staging nodes, existing GPU "
+          "nodes, the ALB controller, admin roles) exists; a group is in the cluster's VPC",
+          ("iam:GetRole", "ec2:DescribeSecurityGroups"), "", reference_checks.references),
     Check("cluster.endpoint", "the API server answers the program's kubeconfig and knows the caller "
           "(access entry or aws-auth)", (), "GET /version; list namespaces", kube_checks.endpoint),
     Check("addons.pod-identity-agent", "`eks-pod-identity-agent` runs when the EFS CSI add-on, Cluster "

@@ -55,9 +55,9 @@ def test_the_calls_the_checks_make_are_the_policy_actions():
     import inspect
     import re
 
-    from stacks.preflight import aws_checks, node_checks, s3_checks
+    from stacks.preflight import aws_checks, node_checks, reference_checks, s3_checks
 
-    source = "".join(inspect.getsource(m) for m in (aws_checks, s3_checks, node_checks))
+    source = "".join(inspect.getsource(m) for m in (aws_checks, s3_checks, node_checks, reference_checks))
     called = set(re.findall(r"ctx\.(?:eks|ec2|quotas|s3|ssm|iam)\.([a-z_]+)\(", source))
     models = service_models()
     declared = set()
