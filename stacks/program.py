@@ -115,7 +115,8 @@ def create_cluster(config: ServingStackArgs, tags: dict[str, str]) -> created_cl
             # An admin role that is also the deployer already has its entry (a second one fails).
             admin_role_arns=tuple(arn for arn in create.admin_role_arns if arn != deployer),
             system_nodes=created_cluster.SystemNodes(
-                nodes.instance_type, nodes.min_nodes, nodes.max_nodes, nodes.desired_nodes
+                nodes.instance_type, nodes.min_nodes, nodes.max_nodes, nodes.desired_nodes,
+                planning.system_root_volume_gib(config),
             ),
             public_access_cidrs=tuple(create.public_access_cidrs),
             log_types=tuple(t.value for t in create.log_types),

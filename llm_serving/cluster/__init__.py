@@ -16,6 +16,7 @@ from .cluster import (
     ADMIN_POLICY,
     MAX_CLUSTER_NAME_LENGTH,
     SYSTEM_NODE_LABEL,
+    SYSTEM_ROOT_VOLUME_GIB,
     Cluster,
     ClusterSpec,
     SystemNodes,
@@ -30,11 +31,13 @@ from .network import (
     cluster_tag,
     plan_network,
 )
+from .node_disk import EKS_AMI_ROOT_GIB, allocatable_ephemeral_gib, disk_for_ephemeral_gib
 
 __all__ = [
     "ADDONS",
     "ADMIN_POLICY",
     "AddonSpec",
+    "EKS_AMI_ROOT_GIB",
     "Cluster",
     "ClusterArgs",
     "ClusterMode",
@@ -50,13 +53,16 @@ __all__ = [
     "NetworkPolicyEnforcement",
     "PUBLIC_ELB_TAG",
     "SYSTEM_NODE_LABEL",
+    "SYSTEM_ROOT_VOLUME_GIB",
     "SubnetPlan",
     "SystemNodes",
     "SystemNodesArgs",
     "VPC_CNI_CONFIGURATION",
     "addon_plan",
+    "allocatable_ephemeral_gib",
     "cidr_problems",
     "cluster_tag",
+    "disk_for_ephemeral_gib",
     "pinned_minors",
     "plan_network",
 ]

@@ -45,6 +45,9 @@ MAX_CLUSTER_NAME_LENGTH = 63 - 26 - len(SYSTEM_NODE_GROUP_SUFFIX)
 # A managed node group or add-on create waits for its nodes/pods; EKS typically needs 3-6 minutes
 # for a node group and under 2 for an add-on, the defaults of 60 and 20 minutes only hide a stuck one.
 NODE_GROUP_TIMEOUT = "30m"
+# The CPU nodes' root volume (gp3): the OS, the images of the controllers, pickers and Envoy, their logs. The S3
+# staging Job needs more (llm_serving.stack.planning.system_root_volume_gib).
+SYSTEM_ROOT_VOLUME_GIB = 50
 ADDON_TIMEOUT = "20m"
 
 
@@ -54,7 +57,7 @@ class SystemNodes:
     min_nodes: int
     max_nodes: int
     desired_nodes: int
-    root_volume_gib: int = 50
+    root_volume_gib: int = SYSTEM_ROOT_VOLUME_GIB
 
 
 @dataclass(frozen=True)

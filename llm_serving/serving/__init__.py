@@ -114,6 +114,7 @@ from .timing import (
 from .weights import (
     ALLOW_PATTERNS,
     IGNORE_PATTERNS,
+    S3_STAGE_EPHEMERAL_GIB,
     TOKENIZER_PATTERNS,
     ModelWeights,
     ModelWeightsArgs,
@@ -129,6 +130,7 @@ __all__ = [
     "engine_gib",
     "offload_init_seconds",
     "ALLOW_PATTERNS",
+    "S3_STAGE_EPHEMERAL_GIB",
     "AWAIT_MARGIN_SECONDS",
     "AccessMode",
     "CHAT_TEMPLATE_PATH",

@@ -174,3 +174,7 @@ PY
 # room for repositories with single-file checkpoints of tens of GiB). Requested, so the Job lands on a
 # node with that much ephemeral storage instead of being evicted mid-upload.
 S3_SCRATCH_GIB = 64
+# The Job's ephemeral-storage request (and limit): the scratch volume plus 4 GiB for HOME with the installed lock,
+# /tmp and the container's own writes. The node it lands on needs this much allocatable ephemeral storage, or the
+# Job stays Pending (llm_serving.cluster.node_disk).
+S3_STAGE_EPHEMERAL_GIB = S3_SCRATCH_GIB + 4

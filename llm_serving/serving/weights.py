@@ -21,6 +21,7 @@ from .stage_scripts import (  # noqa: F401  (re-exported: tests and the package 
     IGNORE_PATTERNS,
     REQUIREMENTS_DIR,
     S3_SCRATCH_GIB,
+    S3_STAGE_EPHEMERAL_GIB,
     STAGE_REQUIREMENTS,
     STAGE_S3_SCRIPT,
     STAGE_SCRIPT,
@@ -290,7 +291,7 @@ class ModelWeights(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.after)),
         )
         scratch = "/var/stage"
-        disk = f"{S3_SCRATCH_GIB + 4}Gi"  # the scratch volume, HOME with the installed lock, and /tmp
+        disk = f"{S3_STAGE_EPHEMERAL_GIB}Gi"  # the scratch volume, HOME with the installed lock, and /tmp
         env = [
             {"name": "MODEL_ID", "value": args.model_id},
             {"name": "REVISION", "value": args.revision},

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llm_serving import gpu, platform, serving, storage
-from llm_serving.cluster import ClusterMode, LoadBalancerControllerMode
+from llm_serving.cluster import SYSTEM_ROOT_VOLUME_GIB, ClusterMode, LoadBalancerControllerMode, disk_for_ephemeral_gib
 from llm_serving.edge import ControllerMode, EdgeMode
 from llm_serving.gpu import GpuNodesMode, ImagePrePull, NodeAutoscalingMode
 from llm_serving.platform.args import Environment
@@ -332,6 +332,16 @@ def scale_down_window(config: ServingStackArgs, model: ModelArgs, plan: serving.
         return configured
     needed = replica_add_seconds(config, model, plan)
     return min(MAX_SCALE_DOWN_WINDOW_SECONDS, max(MIN_SCALE_DOWN_WINDOW_SECONDS, needed))
+
+
+def system_root_volume_gib(config: ServingStackArgs) -> int:
+    """The root volume of a created cluster's CPU nodes. With S3 weights the staging Job runs there (the GPU nodes
+    are tainted, the Job tolerates nothing) and requests serving.S3_STAGE_EPHEMERAL_GIB of ephemeral storage, which
+    a 50 GiB node cannot give (44 GiB allocatable): the volume is sized for it instead, since those nodes are the
+    program's own and no stack key could fix it."""
+    if config.weights_storage.backend is not StorageBackend.S3:
+        return SYSTEM_ROOT_VOLUME_GIB
+    return max(SYSTEM_ROOT_VOLUME_GIB, disk_for_ephemeral_gib(serving.S3_STAGE_EPHEMERAL_GIB))
 
 
 def creates_nodes(config: ServingStackArgs) -> bool:

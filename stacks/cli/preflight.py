@@ -48,7 +48,8 @@ def main(argv: list[str], stack_path: Callable[[str], Path]) -> int:
         return 2
     ctx = Context(
         intent=intent(resolved.stack, region, config),
-        eks=clients.eks, ec2=clients.ec2, quotas=clients.quotas, s3=clients.s3,
+        eks=clients.eks, ec2=clients.ec2, quotas=clients.quotas, s3=clients.s3, ssm=clients.ssm, iam=clients.iam,
+        account=clients.account,
         hub_url=args.hub_url, hub_token=os.environ.get("HF_TOKEN") or None,
         now=datetime.now(UTC), kube_factory=session.kube_reader(region),
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from stacks.preflight import aws_checks, existing_checks, hub, kube_checks, s3_checks
+from stacks.preflight import aws_checks, existing_checks, hub, kube_checks, node_checks, reference_checks, s3_checks
 from stacks.preflight.context import Context, guarded
 from stacks.preflight.result import Finding
 
@@ -28,6 +28,9 @@ CHECKS: tuple[Check, ...] = (
           "(DescribeCluster's answer)", aws_checks.cluster_version),
     Check("cluster.subnets", "every node subnet exists, sits in the cluster's VPC and in the configured zone",
           ("ec2:DescribeSubnets",), "", aws_checks.cluster_subnets),
+    Check("iam.references", "every IAM role ARN and security-group id the stack names (staging nodes, existing GPU "
+          "nodes, the ALB controller, admin roles) exists; a group is in the cluster's VPC",
+          ("iam:GetRole", "ec2:DescribeSecurityGroups"), "", reference_checks.references),
     Check("cluster.endpoint", "the API server answers the program's kubeconfig and knows the caller "
           "(access entry or aws-auth)", (), "GET /version; list namespaces", kube_checks.endpoint),
     Check("addons.pod-identity-agent", "`eks-pod-identity-agent` runs when the EFS CSI add-on, Cluster "
@@ -46,6 +49,13 @@ CHECKS: tuple[Check, ...] = (
           "table (else cold starts stream through the NAT gateway)", ("ec2:DescribeVpcEndpoints",
                                                                         "ec2:DescribeRouteTables"), "",
           s3_checks.s3_gateway_endpoint),
+    Check("staging.disk", "on S3, a CPU node (untainted, amd64, non-GPU managed node group) has the allocatable "
+          "ephemeral storage the staging Job requests; a created cluster's CPU nodes are sized for it",
+          ("eks:ListNodegroups", "eks:DescribeNodegroup", "ec2:DescribeLaunchTemplateVersions"), "",
+          node_checks.staging_disk),
+    Check("nodegroup.ami-release", "a pinned `gpuNodeGroup.amiReleaseVersion` is a release EKS publishes for the AMI "
+          "type and the Kubernetes minor (its public SSM parameter)", ("ssm:GetParameter",), "",
+          node_checks.ami_release),
     Check("quota.vcpus", "the family's On-Demand or Spot vCPU quota covers the peak nodes (bound plus a "
           "node-update group)", ("servicequotas:GetServiceQuota",), "", aws_checks.vcpu_quota),
     Check("capacity.offerings", "the instance type is offered in every configured zone",

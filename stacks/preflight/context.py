@@ -70,6 +70,9 @@ class Context:
     now: datetime
     kube_factory: Callable[[dict[str, Any]], KubeReader]
     s3: Any = None  # read only with weightsStorage.backend s3 and an existing bucket
+    ssm: Any = None  # the public parameters EKS publishes its AMIs under (a pinned AMI release)
+    iam: Any = None  # the roles the stack names
+    account: str | None = None  # the caller's account (STS), where the roles are looked up
     timeout_seconds: float = 10.0
     cluster: dict[str, Any] | None = None  # DescribeCluster's `cluster`, once the cluster check found it
     _kube: KubeReader | None = field(default=None, repr=False)

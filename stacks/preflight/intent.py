@@ -80,6 +80,17 @@ class ExistingGateway:
 
 
 @dataclass(frozen=True)
+class Reference:
+    """An IAM role ARN or a security-group id the stack file names, which the program hands to AWS as is."""
+
+    key: str  # its config key, e.g. weightsStorage.efs.stagingNodeSecurityGroupIds[0]
+    value: str
+    # A node's role: EC2 attaches a role of the instance's own account only (an instance profile holds a role of its
+    # account), so a role of another account than the cluster's can never be the nodes'.
+    node_role: bool = False
+
+
+@dataclass(frozen=True)
 class Intent:
     stack: str
     region: str
@@ -122,6 +133,15 @@ class Intent:
     serving_namespace_labels: dict[str, str] | None = None  # what the stack labels its serving namespace with
     existing_autoscaler: AutoscalingMode | None = None  # autoscaling.controller existing: KEDA or the adapter
     adapter_metrics: tuple[str, ...] = ()  # the per-pod metrics each model's HPA reads (prometheus-adapter)
+    # A created GPU group's pinned AMI release (gpuNodeGroup.amiReleaseVersion) and its AMI type; None: none pinned
+    # (EKS takes the newest) or the cluster's own nodes.
+    ami_release: str | None = None
+    ami_type: str = gpu.AmiType.AL2023_X86_64_NVIDIA.value
+    # The S3 staging Job's ephemeral-storage request (GiB); None: no such Job (weights not on S3).
+    staging_ephemeral_gib: int | None = None
+    created_cpu_root_gib: int | None = None  # cluster.mode create: the root volume the program gives its CPU nodes
+    role_references: tuple[Reference, ...] = ()  # the IAM roles the stack file names and the program uses
+    security_group_references: tuple[Reference, ...] = ()  # likewise, its security groups
 
 
 def _addons(config: ServingStackArgs) -> tuple[AddonInstall, ...]:
@@ -158,6 +178,36 @@ def _pod_identity_users(config: ServingStackArgs) -> tuple[str, ...]:
     if config.weights_storage.backend is StorageBackend.S3:
         users.append("the S3 weights roles (staging Jobs, serving pods)")
     return tuple(users)
+
+
+def _role_references(config: ServingStackArgs) -> tuple[Reference, ...]:
+    """The role ARNs the program uses as the stack file spells them (each only where its key is read)."""
+    found = []
+    efs = config.weights_storage.backend is StorageBackend.EFS
+    staging = config.weights_storage.efs.staging_node_role_arn
+    if efs and staging is not None:
+        found.append(Reference("weightsStorage.efs.stagingNodeRoleArn", staging, node_role=True))
+    existing = config.gpu_node_group.existing
+    if efs and not planning.creates_nodes(config) and existing is not None and existing.node_role_arn is not None:
+        found.append(Reference("gpuNodeGroup.existing.nodeRoleArn", existing.node_role_arn, node_role=True))
+    if config.edge.alb_controller_role_arn is not None:
+        found.append(Reference("edge.albControllerRoleArn", config.edge.alb_controller_role_arn))
+    create = config.cluster.create
+    if config.cluster.mode is ClusterMode.CREATE and create is not None:
+        found.extend(Reference(f"cluster.create.adminRoleArns[{n}]", arn)
+                     for n, arn in enumerate(create.admin_role_arns))
+    return tuple(found)
+
+
+def _security_group_references(config: ServingStackArgs) -> tuple[Reference, ...]:
+    if config.weights_storage.backend is not StorageBackend.EFS:
+        return ()
+    found = [Reference(f"weightsStorage.efs.stagingNodeSecurityGroupIds[{n}]", group)
+             for n, group in enumerate(config.weights_storage.efs.staging_node_security_group_ids)]
+    existing = config.gpu_node_group.existing
+    if not planning.creates_nodes(config) and existing is not None and existing.security_group_id is not None:
+        found.append(Reference("gpuNodeGroup.existing.securityGroupId", existing.security_group_id))
+    return tuple(found)
 
 
 def _largest_checkpoint_gb(config: ServingStackArgs) -> float:
@@ -290,6 +340,14 @@ def intent(stack: str, region: str, config: ServingStackArgs) -> Intent:
         existing_autoscaler=config.autoscaling.mode if config.autoscaling.controller is InstallMode.EXISTING
         else None,
         adapter_metrics=scaling.ADAPTER_METRICS,
+        ami_release=group.ami_release_version if planning.creates_nodes(config) else None,
+        ami_type=group.ami_type.value,
+        staging_ephemeral_gib=serving.S3_STAGE_EPHEMERAL_GIB
+        if config.weights_storage.backend is StorageBackend.S3 else None,
+        created_cpu_root_gib=planning.system_root_volume_gib(config)
+        if config.cluster.mode is ClusterMode.CREATE else None,
+        role_references=_role_references(config),
+        security_group_references=_security_group_references(config),
     )
 
 

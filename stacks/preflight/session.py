@@ -33,6 +33,14 @@ class AwsClients:
     ec2: Any
     quotas: Any
     s3: Any
+    ssm: Any = None
+    iam: Any = None
+
+    @property
+    def account(self) -> str | None:
+        """The caller's account: the fifth field of its ARN (arn:aws:sts::<account>:assumed-role/...)."""
+        fields = self.identity.split(":")
+        return fields[4] if len(fields) > 4 and fields[4] else None
 
 
 def aws_clients(region: str) -> AwsClients:
@@ -49,7 +57,8 @@ def aws_clients(region: str) -> AwsClients:
     except BotoCoreError as error:  # an unknown profile, an expired SSO cache, no network to STS
         raise NoCredentials(f"cannot use the AWS credentials: {error}; nothing was checked") from None
     return AwsClients(identity, session.client("eks", config=AWS_CONFIG), session.client("ec2", config=AWS_CONFIG),
-                      session.client("service-quotas", config=AWS_CONFIG), session.client("s3", config=AWS_CONFIG))
+                      session.client("service-quotas", config=AWS_CONFIG), session.client("s3", config=AWS_CONFIG),
+                      session.client("ssm", config=AWS_CONFIG), session.client("iam", config=AWS_CONFIG))
 
 
 class KubeApis:

@@ -11,6 +11,7 @@ from typing import Any
 import pulumi
 import pytest
 
+from llm_serving.cluster import allocatable_ephemeral_gib
 from policies import rules
 from stacks.config.files import PROJECT_DIR
 from stacks.config.problems import ConfigError
@@ -188,6 +189,31 @@ def test_the_cpu_nodes_carry_a_group_of_their_own_which_alone_with_the_gpu_nodes
     (job,) = [m for m in sandbox.manifests if m["kind"] == "Job" and "-stage-" in m["metadata"]["name"]]
     assert job["spec"]["template"]["spec"]["nodeSelector"] == {"kubernetes.io/arch": "amd64",
                                                                "llm-serving/node-role": "system"}
+
+
+def _root_volume_gib(result: render.RenderResult) -> int:
+    template = _inputs(result, "aws:ec2/launchTemplate:LaunchTemplate", "cluster-system-launch-template")
+    (root,) = template["blockDeviceMappings"]
+    assert root["deviceName"] == "/dev/xvda"
+    return root["ebs"]["volumeSize"]
+
+
+def test_with_s3_weights_the_cpu_nodes_root_volume_holds_the_staging_jobs_ephemeral_storage(sandbox, tmp_path):
+    """The S3 staging Job runs on the created CPU nodes (the GPU nodes are tainted) and requests 68 GiB of
+    ephemeral storage: a 50 GiB root leaves 44 GiB allocatable, so the program sizes the volume to fit."""
+    assert _root_volume_gib(sandbox) == 50  # EFS: no scratch on the node
+    s3 = "  llm-serving:weightsStorage:\n    backend: s3\n"
+    text = SANDBOX.read_text().replace("  llm-serving:gpuNodeGroup:\n", s3 + "  llm-serving:gpuNodeGroup:\n", 1)
+    path = tmp_path / "Pulumi.sandbox.yaml"
+    path.write_text(text)
+    on_s3 = render.render_stack(path)
+    (job,) = [m for m in on_s3.manifests if m["kind"] == "Job" and m["metadata"]["name"].startswith("llama-8b-stage")]
+    spec = job["spec"]["template"]["spec"]
+    assert not spec.get("tolerations") and spec["nodeSelector"] == {"kubernetes.io/arch": "amd64"}
+    request = int(spec["containers"][0]["resources"]["requests"]["ephemeral-storage"].removesuffix("Gi"))
+    root = _root_volume_gib(on_s3)
+    assert (request, root) == (68, 99)
+    assert allocatable_ephemeral_gib(root) >= request > allocatable_ephemeral_gib(50)
 
 
 def test_gpu_node_group_runs_in_the_created_private_subnets_of_its_zones(sandbox):

@@ -56,14 +56,17 @@ def _client(name: str) -> Any:
     return _CLIENTS[name]
 
 
+SERVICES = ("eks", "ec2", "quotas", "s3", "ssm", "iam")
+
+
 class Aws:
-    """The four clients preflight reads through, each behind an active Stubber of its own."""
+    """The clients preflight reads through, each behind an active Stubber of its own."""
 
     def __init__(self) -> None:
         while _ACTIVE:
             _ACTIVE.pop().deactivate()
-        self.eks, self.ec2, self.quotas, self.s3 = (_client(name) for name in ("eks", "ec2", "quotas", "s3"))
-        self.stubs = {name: Stubber(getattr(self, name)) for name in ("eks", "ec2", "quotas", "s3")}
+        self.eks, self.ec2, self.quotas, self.s3, self.ssm, self.iam = (_client(name) for name in SERVICES)
+        self.stubs = {name: Stubber(getattr(self, name)) for name in SERVICES}
         for stub in self.stubs.values():
             stub.activate()
             _ACTIVE.append(stub)
@@ -180,9 +183,10 @@ CLUSTER = {
 
 
 def context(aws: Aws, the_intent=None, *, kube: FakeKube | None = None, cluster: dict | None = None,
-            hub_url: str = "http://127.0.0.1:9", hub_token: str | None = None) -> Context:
+            hub_url: str = "http://127.0.0.1:9", hub_token: str | None = None, account: str | None = None) -> Context:
     return Context(
-        intent=the_intent or stack_intent(), eks=aws.eks, ec2=aws.ec2, quotas=aws.quotas, s3=aws.s3,
+        intent=the_intent or stack_intent(), eks=aws.eks, ec2=aws.ec2, quotas=aws.quotas, s3=aws.s3, ssm=aws.ssm,
+        iam=aws.iam, account=account,
         hub_url=hub_url, hub_token=hub_token, now=NOW,
         kube_factory=lambda _cluster: kube or FakeKube(), cluster=cluster, timeout_seconds=2.0,
     )

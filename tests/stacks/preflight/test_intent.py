@@ -69,3 +69,15 @@ def test_a_tokenizer_revision_is_a_second_download_of_tokenizer_files_only():
 
 def test_instance_family_letters():
     assert [instance_family_letter(t) for t in ("p5.48xlarge", "p4de.24xlarge", "g6e.48xlarge")] == ["p", "p", "g"]
+
+
+@pytest.mark.parametrize("stack", STACK_NAMES)
+def test_the_ami_release_and_the_references_checked_are_the_rendered_ones(rendered, stack):
+    found = stack_intent(stack)
+    groups = [g["inputs"] for g in rendered[stack].by_type().get("aws:eks/nodeGroup:NodeGroup", [])
+              if g["inputs"].get("amiType") == found.ami_type]
+    assert {g.get("releaseVersion") for g in groups} == ({found.ami_release} if groups else set())
+    # Each role and group preflight looks up is one the program hands to AWS (a policy, a mount target's rule).
+    sent = json.dumps(rendered[stack].resources)
+    for reference in (*found.role_references, *found.security_group_references):
+        assert reference.value in sent, reference.key

@@ -18,7 +18,7 @@ def service_models() -> dict[str, object]:
     """IAM's action prefix is the service's signing name (service-quotas signs as servicequotas)."""
     session = botocore.session.get_session()
     models = {}
-    for name in ("eks", "ec2", "service-quotas", "sts", "s3"):
+    for name in ("eks", "ec2", "service-quotas", "sts", "s3", "ssm", "iam"):
         model = session.get_service_model(name)
         models[model.signing_name] = model
     return models
@@ -51,14 +51,14 @@ def test_every_action_is_a_read_only_operation_of_its_service_model(action):
 
 
 def test_the_calls_the_checks_make_are_the_policy_actions():
-    """Every boto3 call in aws_checks and s3_checks is a declared action, and every declared action is called."""
+    """Every boto3 call in the AWS checks' modules is a declared action, and every declared action is called."""
     import inspect
     import re
 
-    from stacks.preflight import aws_checks, s3_checks
+    from stacks.preflight import aws_checks, node_checks, reference_checks, s3_checks
 
-    source = inspect.getsource(aws_checks) + inspect.getsource(s3_checks)
-    called = set(re.findall(r"ctx\.(?:eks|ec2|quotas|s3)\.([a-z_]+)\(", source))
+    source = "".join(inspect.getsource(m) for m in (aws_checks, s3_checks, node_checks, reference_checks))
+    called = set(re.findall(r"ctx\.(?:eks|ec2|quotas|s3|ssm|iam)\.([a-z_]+)\(", source))
     models = service_models()
     declared = set()
     for action in aws_actions():
@@ -81,3 +81,19 @@ def test_the_quota_figure_in_the_docs_is_preflights():
     figure = f"{prod.peak_nodes} x {prod.vcpus_per_node} = {prod.peak_nodes * prod.vcpus_per_node:,}"
     for page in ("operations.md", "preflight.md"):
         assert figure in (preflight_docs.ROOT / "docs" / page).read_text(), page
+
+
+def test_the_staging_disk_figures_in_the_docs_are_the_checks():
+    import math
+
+    from llm_serving import serving
+    from llm_serving.cluster import node_disk
+
+    need = serving.S3_STAGE_EPHEMERAL_GIB
+    scheduled = math.ceil((need + node_disk.KUBE_RESERVED_EPHEMERAL_GIB) / (1 - node_disk.NODEFS_EVICTION_FRACTION))
+    assert node_disk.allocatable_ephemeral_gib(scheduled) >= need > node_disk.allocatable_ephemeral_gib(scheduled - 1)
+    page = preflight_docs.PAGE.read_text()
+    for figure in (f"requests {need} GiB", f"volume of {scheduled} GiB or more",
+                   f"offers {node_disk.allocatable_ephemeral_gib(50):.0f})",
+                   f"asks for {node_disk.disk_for_ephemeral_gib(need)} GiB"):
+        assert figure in page, figure
