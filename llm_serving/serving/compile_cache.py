@@ -224,7 +224,12 @@ def producer_args(serving_args: list[str]) -> list[str]:
     return [*args, "--host", "127.0.0.1"]
 
 
-def producer_script(key: CompileCacheKey, serving_args: list[str], stale_lock_seconds: int) -> str:
+# How often a producer that finds another writer's lock looks again.
+LOCK_POLL_SECONDS = 30
+
+
+def producer_script(key: CompileCacheKey, serving_args: list[str], stale_lock_seconds: int,
+                    poll_seconds: float = LOCK_POLL_SECONDS) -> str:
     """One writer: an exclusive `mkdir` lock (atomic on NFS and Lustre), a vLLM start until /health
     answers (compile and graph capture done), then its artifacts renamed into place and marked last.
 
@@ -232,9 +237,14 @@ def producer_script(key: CompileCacheKey, serving_args: list[str], stale_lock_se
     which ignores a signal it does not trap). A writer killed outright (SIGKILL after the grace period,
     OOM, a lost node) leaves it behind, so a lock older than `stale_lock_seconds` (the Job's deadline
     and a margin: no writer of this Job lives longer) is broken instead of refusing every later writer.
+    A producer that finds a live writer's lock waits for it, every `poll_seconds`: until the cache is marked
+    (the other writer's work serves), the lock is released (a writer that failed: this one takes over) or goes
+    stale, within its own Job's deadline. Exiting at once failed the Job within seconds (its backoff limit) and
+    with it the `up` (issue #42). A lock without its `started` file yet (a writer between mkdir and date) is as
+    old as the directory.
     """
     if key.in_bucket:
-        return s3_producer_script(key, serving_args, stale_lock_seconds)
+        return s3_producer_script(key, serving_args, stale_lock_seconds, poll_seconds)
     final = shlex.quote(key.mounted_dir())
     lock = shlex.quote(key.mounted_dir() + ".lock")
     staging = shlex.quote(key.mounted_dir() + ".partial")
@@ -242,14 +252,19 @@ def producer_script(key: CompileCacheKey, serving_args: list[str], stale_lock_se
         "set -eu",
         f"if [ -f {final}/{COMPLETE_MARKER} ]; then echo 'compile cache already produced'; exit 0; fi",
         f"mkdir -p \"$(dirname {final})\"",
-        f"if ! mkdir {lock} 2>/dev/null; then",
-        f"  started=$(cat {lock}/started 2>/dev/null || echo 0)",
-        f"  if [ $(( $(date +%s) - started )) -le {stale_lock_seconds} ]; then",
-        f"    echo 'another writer holds {key.relative_dir()}.lock'; exit 1",
+        "said=",
+        f"until mkdir {lock} 2>/dev/null; do",
+        f"  if [ -f {final}/{COMPLETE_MARKER} ]; then echo 'compile cache produced by another writer'; exit 0; fi",
+        f"  started=$(cat {lock}/started 2>/dev/null || stat -c %Y {lock} 2>/dev/null || date +%s)",
+        f"  if [ $(( $(date +%s) - started )) -gt {stale_lock_seconds} ]; then",
+        f"    echo 'breaking a stale lock on {key.relative_dir()} (its writer is past its deadline)'",
+        f"    rm -rf {lock}",
+        "    continue",
         "  fi",
-        f"  echo 'breaking a stale lock on {key.relative_dir()} (its writer is past its deadline)'",
-        f"  rm -rf {lock} && mkdir {lock}",
-        "fi",
+        f"  [ -n \"$said\" ] || echo 'another writer holds {key.relative_dir()}.lock: waiting for it'",
+        "  said=1",
+        f"  sleep {poll_seconds:g}",
+        "done",
         f"date +%s > {lock}/started",
         "pid=",
         f"trap 'rm -rf {lock}' EXIT",
@@ -283,17 +298,23 @@ def _serve_until_healthy(serving_args: list[str], *, trap: bool = True) -> list[
     ]
 
 
-def s3_producer_script(key: CompileCacheKey, serving_args: list[str], stale_lock_seconds: int) -> str:
+def s3_producer_script(key: CompileCacheKey, serving_args: list[str], stale_lock_seconds: int,
+                       poll_seconds: float = LOCK_POLL_SECONDS) -> str:
     """The producer on S3 (cache_sync.py): nothing to do when the marker is there; else the lock (a
     conditional write; a stale one taken over by its ETag), vLLM until /health, every artifact uploaded
-    with its checksum, the manifest marker last, and the lock released on every exit the shell sees."""
+    with its checksum, the manifest marker last, and the lock released on every exit the shell sees. Another
+    writer's live lock is waited for, as on a file system (producer_script)."""
     return "\n".join([
         "set -eu",
         sync_function(key),
         "state=$(sync state)",
         "if [ \"$state\" = produced ]; then echo 'compile cache already produced'; exit 0; fi",
         # The lock names its holder (the pod; the runtime sets HOSTNAME) for whoever reads it in the bucket.
-        f"etag=$(sync lock \"${{HOSTNAME:-{PRODUCER_COMPONENT}}}\" {stale_lock_seconds})",
+        f"until etag=$(sync lock \"${{HOSTNAME:-{PRODUCER_COMPONENT}}}\" {stale_lock_seconds}); do",
+        "  state=$(sync state)",
+        "  if [ \"$state\" = produced ]; then echo 'compile cache produced by another writer'; exit 0; fi",
+        f"  sleep {poll_seconds:g}",
+        "done",
         "pid=",
         "trap 'sync unlock \"$etag\"' EXIT",
         TERM_TRAP,  # from here on a TERM exits through the EXIT trap, which releases the lock

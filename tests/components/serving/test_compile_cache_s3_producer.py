@@ -22,9 +22,10 @@ from tests.components.serving.test_compile_cache_s3 import BUCKET, PREFIX, SHA, 
 
 def _run(tmp_path: Path, script: str, *, state: str = "absent", lock_code: int = 0, vllm: str = "exit 1",
          terminate: bool = False, state_under_lock: str = "absent",
-         slow_state_under_lock: bool = False) -> tuple[int, str, list[str]]:
+         slow_state_under_lock: bool = False, after_refusals: str | None = None) -> tuple[int, str, list[str]]:
     """`script` with its `sync` function replaced by a recorder (cache_sync's requests are the Stubber tests'),
-    and `vllm` a stand-in on PATH."""
+    and `vllm` a stand-in on PATH. With `lock_code` the lock is refused; `after_refusals` then says what the other
+    writer does once this one has waited twice: `released` (the lock is free) or `produced` (the cache marked)."""
     calls = tmp_path / "calls"
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -33,9 +34,15 @@ def _run(tmp_path: Path, script: str, *, state: str = "absent", lock_code: int =
     locked = tmp_path / "locked"
     # A look under the lock that takes a while, as a real one does (a Python start and an S3 list).
     slow = f"touch {tmp_path / 'vllm-running'}; sleep 0.5;" if slow_state_under_lock else ""
+    other = tmp_path / "other-writer"
+    refusals = tmp_path / "refusals"
+    # The other writer acts after this one was refused twice (a file the recorder writes, read by the recorder).
+    act = (f"[ $(wc -l < {refusals}) -ge 2 ] && echo {after_refusals} > {other}; " if after_refusals else "")
     recorder = (f'sync() {{ echo "$*" >> {calls}; case $1 in '
-                f"state) if [ -f {locked} ]; then {slow} echo {state_under_lock}; else echo {state}; fi;; "
-                f"lock) [ {lock_code} -eq 0 ] && touch {locked} && echo '\"e1\"' || return {lock_code};; esac; }}")
+                f"state) if [ -f {locked} ]; then {slow} echo {state_under_lock}; "
+                f"elif grep -qx produced {other} 2>/dev/null; then echo produced; else echo {state}; fi;; "
+                f"lock) if [ {lock_code} -eq 0 ] || grep -qx released {other} 2>/dev/null; then "
+                f"touch {locked}; echo '\"e1\"'; else echo x >> {refusals}; {act}return {lock_code}; fi;; esac; }}")
     script = script.replace(sync_function(key()), recorder)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "HOSTNAME": "pod-a",
            "LLM_SERVING_CACHE_BUCKET": BUCKET}
@@ -56,9 +63,21 @@ def test_the_producer_leaves_a_finished_cache_alone(tmp_path):
     assert (code, out, calls) == (0, "compile cache already produced\n", ["state"])
 
 
-def test_the_producer_stops_when_another_writer_holds_the_lock(tmp_path):
-    code, _, calls = _run(tmp_path, producer_script(key(), ["s3://b/p/"], stale_lock_seconds=1280), lock_code=1)
-    assert (code, calls) == (1, ["state", "lock pod-a 1280"])  # vLLM never started, nothing published
+def _waiting_producer() -> str:
+    return producer_script(key(), ["s3://b/p/"], stale_lock_seconds=1280, poll_seconds=0.01)
+
+
+def test_a_producer_that_finds_the_lock_held_waits_and_uses_the_other_writers_cache(tmp_path):
+    code, out, calls = _run(tmp_path, _waiting_producer(), lock_code=1, after_refusals="produced")
+    assert (code, out) == (0, "compile cache produced by another writer\n")  # vLLM never started
+    # Refused, looked, refused (the other writer marks the cache meanwhile), looked: done, no lock of its own.
+    assert calls == ["state", "lock pod-a 1280", "state", "lock pod-a 1280", "state"]
+
+
+def test_a_producer_that_finds_the_lock_held_takes_it_once_released(tmp_path):
+    code, out, calls = _run(tmp_path, _waiting_producer(), lock_code=1, after_refusals="released")
+    assert (code, out) == (1, "vLLM exited before it was ready\n")  # its own compile, here failing
+    assert calls[-3:] == ["lock pod-a 1280", "state", 'unlock "e1"']
 
 
 def test_the_producer_releases_its_lock_when_vllm_fails_and_publishes_nothing(tmp_path):

@@ -4,6 +4,7 @@ compile cache's key, its seeding and its single producer, as pure builders and a
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -191,20 +192,22 @@ def test_producer_takes_an_exclusive_lock_and_marks_the_cache_last():
     final = "/models/compile-cache/" + key().relative_dir()
     assert lines[1] == (f"if [ -f {final}/.llm-serving-complete ]; then echo 'compile cache already produced'; "
                         "exit 0; fi")
-    assert lines[3] == f"if ! mkdir {final}.lock 2>/dev/null; then"
-    assert lines[5] == "  if [ $(( $(date +%s) - started )) -le 3660 ]; then"
+    assert lines[4] == f"until mkdir {final}.lock 2>/dev/null; do"
+    assert lines[7] == "  if [ $(( $(date +%s) - started )) -gt 3660 ]; then"
     assert lines[-2] == (f"rm -rf {final} && mv {final}.partial {final} && touch {final}/.llm-serving-complete")
 
 
-def _run_producer(tmp_path, *, vllm: str, lock_started: int | None = None, terminate: bool = False):
-    """The producer script under a real /bin/sh, its cache root moved under tmp_path and `vllm` a stand-in."""
+def _run_producer(tmp_path, *, vllm: str, lock_started: int | None = None, terminate: bool = False,
+                  while_waiting=None):
+    """The producer script under a real /bin/sh, its cache root moved under tmp_path and `vllm` a stand-in.
+    `while_waiting(root, lock)`: called once the producer says it waits for another writer's lock."""
     root = tmp_path / "cache"
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "vllm").write_text(f"#!/bin/sh\n{vllm}\n")
     (bin_dir / "vllm").chmod(0o755)
-    script = producer_script(key(), ["/models/m"], stale_lock_seconds=3660).replace("/models/compile-cache",
-                                                                                     str(root))
+    script = producer_script(key(), ["/models/m"], stale_lock_seconds=3660, poll_seconds=0.05).replace(
+        "/models/compile-cache", str(root))
     lock = root / (key().relative_dir() + ".lock")
     if lock_started is not None:
         lock.mkdir(parents=True)
@@ -219,14 +222,37 @@ def _run_producer(tmp_path, *, vllm: str, lock_started: int | None = None, termi
                 break
             time.sleep(0.01)
         process.send_signal(signal.SIGTERM)
+    if while_waiting is not None:
+        assert process.stdout is not None
+        first = process.stdout.readline()
+        assert first == f"another writer holds {key().relative_dir()}.lock: waiting for it\n"
+        while_waiting(root, lock)
+        out, _ = process.communicate(timeout=30)
+        return process.returncode, first + out, lock
     out, _ = process.communicate(timeout=30)
     return process.returncode, out, lock
 
 
-def test_a_fresh_lock_refuses_a_second_writer(tmp_path):
-    code, out, lock = _run_producer(tmp_path, vllm="exit 1", lock_started=int(time.time()))
-    assert (code, lock.exists()) == (1, True)
-    assert out == f"another writer holds {key().relative_dir()}.lock\n"
+def test_a_second_writer_waits_for_the_first_and_uses_its_cache(tmp_path):
+    # The first writer marks its cache while the second waits: the second is done, with nothing to compile
+    # (its vLLM stand-in would fail), and leaves the first writer's lock alone.
+    def first_writer_finishes(root, lock):
+        final = root / key().relative_dir()
+        final.mkdir(parents=True)
+        (final / ".llm-serving-complete").touch()
+
+    code, out, lock = _run_producer(tmp_path, vllm="exit 1", lock_started=int(time.time()),
+                                    while_waiting=first_writer_finishes)
+    assert (code, lock.exists()) == (0, True)
+    assert out.splitlines()[-1] == "compile cache produced by another writer"
+
+
+def test_a_second_writer_takes_over_when_the_first_gives_up(tmp_path):
+    # The first writer failed and released its lock: the waiting one takes it and compiles itself.
+    code, out, lock = _run_producer(tmp_path, vllm="exit 1", lock_started=int(time.time()),
+                                    while_waiting=lambda root, lock: shutil.rmtree(lock))
+    assert (code, lock.exists()) == (1, False)  # its own vLLM stand-in failed; its lock went with it
+    assert out.splitlines()[-1] == "vLLM exited before it was ready"
 
 
 def test_a_stale_lock_is_broken_and_every_exit_removes_the_writers_lock(tmp_path):
