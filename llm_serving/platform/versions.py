@@ -145,7 +145,7 @@ EKS_ADDON_VERSIONS: dict[str, dict[str, str]] = {
 }
 # How EKS resolves a field the add-on's objects carry with another value than the add-on's own.
 # On create, OVERWRITE: a self-managed install of the same driver (a Helm release, a hand-applied
-# CSIDriver object) would otherwise fail CreateAddon after the node group's 10-15 minutes; with
+# CSIDriver object) would otherwise fail CreateAddon after the node group's creation; with
 # `install*` set the program owns the driver, and an operator who keeps their own sets it false.
 # On update, OVERWRITE too: the stack file is the add-on's only configuration (configurationValues);
 # PRESERVE would keep a hand edit across version bumps, so the cluster would drift from the review.

@@ -108,7 +108,7 @@ PREREQUISITES: tuple[Prerequisite, ...] = (
         "addon-versions", "each add-on the stack installs",
         "EKS lists each pinned add-on build (llm_serving/platform/versions.py `EKS_ADDON_VERSIONS`) as "
         "compatible with the cluster's minor; a build it does not list fails CreateAddon after the node "
-        "group's 10-15 minutes.",
+        "group's creation.",
         "eks:DescribeAddonVersions --addon-name NAME --kubernetes-version MINOR", lambda c: bool(_installed_addons(c))),
     Prerequisite(
         "gpu-quota", "every stack",
