@@ -189,10 +189,11 @@ class VllmDeployment(pulumi.ComponentResource):
         if key is not None:
             volumes += key.volumes(writable=False)
 
+        annotations = {**(args.pod_annotations or {}), **engine.chat_template_annotation(args.chat_template)}
+
         def pod_template(pod_labels: dict[str, str], containers: list[dict]) -> dict:
             return {
-                "metadata": {"labels": pod_labels, **({"annotations": args.pod_annotations}
-                                                      if args.pod_annotations else {})},
+                "metadata": {"labels": pod_labels, **({"annotations": annotations} if annotations else {})},
                 "spec": {
                     "nodeSelector": pulumi.Output.from_input(args.node_selector).apply(
                         lambda selector: {**selector, "topology.kubernetes.io/zone": args.zone}

@@ -9,6 +9,7 @@ one module, so a new engine option is a field in args.py and its field, reading 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass, field
@@ -112,6 +113,19 @@ class EngineSettings:
     model_loader_extra_config: str | None = None
     # A CPU tier of the KV cache, GiB summed over the ranks (native offloading; 0: none): /dev/shm grows by it.
     kv_offloading_gib: int = 0
+
+
+# The chat template's digest on the pod template: its ConfigMap keeps its name and is mounted with subPath, which a
+# running container never sees updated (Kubernetes docs, ConfigMaps: "A container using a ConfigMap as a subPath
+# volume mount will not receive ConfigMap updates"), so without it a new template would reach only new pods.
+CHAT_TEMPLATE_ANNOTATION = "llm-serving/chat-template-sha256"
+
+
+def chat_template_annotation(chat_template: str | None) -> dict[str, str]:
+    """The pod-template annotation that rolls the pods when the chat template changes; none without one."""
+    if chat_template is None:
+        return {}
+    return {CHAT_TEMPLATE_ANNOTATION: hashlib.sha256(chat_template.encode()).hexdigest()}
 
 
 def model_settings(model: ModelArgs, *, tensor_parallel_size: int, pipeline_parallel_size: int,

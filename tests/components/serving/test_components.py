@@ -332,6 +332,12 @@ def test_chat_template_and_separate_tokenizer_revision_are_mounted_and_passed(st
         "subPath": "chat-template.jinja",
         "readOnly": True,
     } in c["volumeMounts"]
+    # A subPath mount never sees the ConfigMap change: the template's digest on the pod template rolls the pods.
+    annotations = result.manifest("Deployment", "llama-8b")["spec"]["template"]["metadata"]["annotations"]
+    assert annotations[vllm_engine.CHAT_TEMPLATE_ANNOTATION] == vllm_engine.chat_template_annotation(template)[
+        vllm_engine.CHAT_TEMPLATE_ANNOTATION]
+    assert vllm_engine.chat_template_annotation(template + " ") != vllm_engine.chat_template_annotation(template)
+    assert vllm_engine.chat_template_annotation(None) == {}
     (job,) = [m for m in result.manifests if m["kind"] == "Job" and "-stage-" in m["metadata"]["name"]]
     env = {e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["TOKENIZER_TARGET"] == tokenizer
