@@ -83,8 +83,16 @@ class FieldChange:
 
 
 ACTIONS = ("replace", "delete", "create", "update")  # the order a reviewer reads them in
-SYMBOLS = {"replace": "+-", "delete": "-", "create": "+", "update": "~"}
-TITLES = {"replace": "Replaced", "delete": "Deleted", "create": "Created", "update": "Updated"}
+# Options the engine records in state without a step: with inputs unchanged its step generator makes a `same`
+# step whatever they became (pulumi/pulumi pkg/resource/deploy/step_generator.go: the diff it asks the provider
+# for is over inputs; dependsOn, customTimeouts, ignoreChanges, replaceOnChanges and deleteBeforeReplace only
+# shape that diff or the order and timing of later steps). Shown apart, never counted as updates.
+OPTIONS_ONLY = "options"
+NO_STEP_OPTIONS = ("dependsOn", "customTimeouts", "ignoreChanges", "replaceOnChanges", "deleteBeforeReplace")
+ORDER = (*ACTIONS, OPTIONS_ONLY)
+SYMBOLS = {"replace": "+-", "delete": "-", "create": "+", "update": "~", OPTIONS_ONLY: "="}
+TITLES = {"replace": "Replaced", "delete": "Deleted", "create": "Created", "update": "Updated",
+          OPTIONS_ONLY: "Options only (no step: the engine records them in state)"}
 
 
 @dataclass(frozen=True)
@@ -124,7 +132,9 @@ class StackDiff:
         return tuple(c for c in self.changes if c.action == action)
 
     def counts(self) -> str:
-        return ", ".join(f"{len(self.of(a))} to {a}" for a in ACTIONS)
+        options = len(self.of(OPTIONS_ONLY))
+        return ", ".join(f"{len(self.of(a))} to {a}" for a in ACTIONS) + (
+            f", {options} with options only" if options else "")
 
 
 # --- comparing values ----------------------------------------------------------------------------
@@ -318,6 +328,10 @@ def _update(old: dict[str, Any], new: dict[str, Any], by_urn: bool) -> ResourceC
         f.path.startswith("inputs") and replacements.is_ignored(replacements.plain_path(f.path), ignored))]
     if not fields:
         return None
+    if all(f.path.split(".")[0] == "options" and f.path.split(".")[1].split("[")[0] in NO_STEP_OPTIONS
+           for f in fields):
+        return ResourceChange(new["type"], new["name"], tuple(fields), OPTIONS_ONLY, notes=(
+            "options only: `pulumi up` records them in state and runs no step for this resource",))
     inputs = [replacements.plain_path(f.path) for f in fields if f.path.startswith("inputs")]
     forced = replacements.replacing_paths(new["type"], inputs, _options(new).get("replaceOnChanges") or [],
                                           old.get("inputs", {}), new.get("inputs", {}))
@@ -551,7 +565,7 @@ def diff_resources(
     changes = _dependents_of_replacements(changes, old, head)
     changes = _launch_template_notes(changes, head)
     changes = _old_revision_notes(changes, old)
-    changes.sort(key=lambda c: (ACTIONS.index(c.action), c.type, c.name))
+    changes.sort(key=lambda c: (ORDER.index(c.action), c.type, c.name))
     return StackDiff(stack, base_label, commit, tuple(changes), note)
 
 
@@ -695,14 +709,14 @@ def format_markdown(diff: StackDiff, budget: int = MARKDOWN_BUDGET) -> str:
         return "\n".join(lines) + "\n"
     lines += [f"### Stack {_code(diff.stack)}: {diff.counts()}", ""]
     lines.append(f"Rendered offline against {against}; secrets are masked. Symbols as in `pulumi preview "
-                 "--diff`: `+-` replace, `-` delete, `+` create, `~` update.")
+                 "--diff`: `+-` replace, `-` delete, `+` create, `~` update; `=` options only (no step).")
     if diff.note:
         lines += ["", f"_{diff.note}_"]
     if diff.preview_errors:
         lines += ["", "> [!CAUTION]", "> The real `pulumi preview` fails: protected resources would be deleted or "
                   f"replaced: {', '.join(_code(e) for e in diff.preview_errors)}."]
     used = sum(len(line) + 1 for line in lines)
-    for action in ACTIONS:
+    for action in ORDER:
         items = diff.of(action)
         if not items:
             continue

@@ -229,6 +229,25 @@ def test_option_only_changes_are_updates():
     assert (change.action, paths(list(change.fields))) == ("update", {"options.retainOnDelete": (True, False)})
 
 
+def test_options_the_engine_runs_no_step_for_are_shown_apart_and_never_counted_as_updates():
+    # dependsOn and customTimeouts only order and time later steps: with the inputs unchanged the engine makes a
+    # `same` step and records them in state.
+    base = [urned(DEPLOYMENT, "d", options={"dependsOn": ["a"], "customTimeouts": {"delete": "10m"}}, replicas=1)]
+    head = [urned(DEPLOYMENT, "d", options={"dependsOn": ["a", "b"], "customTimeouts": {"delete": "20m"}},
+                  replicas=1)]
+    diff = diff_resources(base, head, "prod", "main")
+    (change,) = diff.changes
+    assert change.action == "options" and diff.of("update") == ()
+    assert diff.counts() == "0 to replace, 0 to delete, 0 to create, 0 to update, 1 with options only"
+    text = format_text(diff)
+    assert "\n= kubernetes:apps/v1:Deployment d\n    ! options only: `pulumi up` records them in state and runs no " \
+           "step for this resource\n" in text
+    assert "#### Options only (no step: the engine records them in state) (1)" in format_markdown(diff)
+    # With an input changed too it is an update, options and all.
+    changed = [urned(DEPLOYMENT, "d", options={"dependsOn": ["a", "b"]}, replicas=2)]
+    assert diff_resources(base, changed, "prod", "main").changes[0].action == "update"
+
+
 def test_a_urn_change_is_delete_plus_create_with_a_warning_for_protected_resources():
     kept = {"protect": True, "retainOnDelete": True}
     base = [urned(PVC, "claim", chain="llmserving:stack:ServingStack", options=kept)]
