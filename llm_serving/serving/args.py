@@ -272,6 +272,11 @@ class ModelArgs:
     """Other `vllm serve` flags as `--flag` or `--flag=value`; flags set by keys above are refused."""
     storage: ModelStorageArgs = Field(default_factory=ModelStorageArgs)
     """The pre-staged weights volume."""
+    allow_workload_replacement: bool = False
+    """Let the next `up` delete or replace this model's serving workload. In prod and staging the Deployment (or
+    LeaderWorkerSet) is protected: a change that replaces it (its selector, a rename) deletes it before creating the
+    new one, every replica drains and then cold-starts, a full outage; removing the model deletes it. The preview
+    refuses either until this is set for the model by name; set it, preview, up, then unset it."""
     compile_cache: CompileCacheMode = CompileCacheMode.AUTO
     """`shared`: one Job compiles the model once per (revision, image, layout, GPU, engine flags) into the weights
     storage (on S3 an object prefix in the bucket) and every later replica copies it instead of compiling; `auto`:

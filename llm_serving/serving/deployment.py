@@ -49,6 +49,9 @@ class VllmDeploymentArgs:
     rollout_timeout_seconds: int = 3600
     # How long `pulumi destroy` (or a replacement) waits for the pods to drain and go (timing.model_drains).
     delete_timeout_seconds: int = 3600
+    # Protect the workload (Pulumi's `protect`): a change that would delete it, or replace it delete-first (a
+    # selector change: same name), stops the preview instead of taking every replica down at once.
+    protect_workload: bool = False
     # What a surge pod may wait for before its container starts: a new node and an image pull.
     pre_start_seconds: int = 600
     pod_annotations: dict[str, pulumi.Input[str]] | None = None
@@ -269,7 +272,7 @@ class VllmDeployment(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(
                     # The ranks find each other only once the group fence admits them.
                     parent=self, depends_on=[*args.after, group_fence], ignore_changes=["spec.replicas"],
-                    custom_timeouts=timeouts,
+                    custom_timeouts=timeouts, protect=args.protect_workload,
                 ),
             )
         else:
@@ -299,6 +302,7 @@ class VllmDeployment(pulumi.ComponentResource):
                     # Never skip the await: `pulumi up` finishes only when every replica is ready. A
                     # rollout replaces pods in steps, each a node, an image pull and a cold start.
                     custom_timeouts=timeouts,
+                    protect=args.protect_workload,
                 ),
             )
         if key is not None:

@@ -637,6 +637,7 @@ class ServingStack(pulumi.ComponentResource):
                 strategy=planning.rollout_strategies(args)[model.name].manifest(),
                 rollout_timeout_seconds=timing.rollout_await_seconds(args, model),
                 delete_timeout_seconds=timing.model_drains(args, model).delete_timeout_seconds,
+                protect_workload=args.production_like and not model.allow_workload_replacement,
                 pre_start_seconds=dynamics.node_ready_seconds + dynamics.image_pull_seconds,
                 pod_annotations={SAFE_TO_EVICT_ANNOTATION: "false", API_KEY_REVISION_ANNOTATION: api_key_revision,
                                  **({} if planning.creates_nodes(args) else {DO_NOT_DISRUPT_ANNOTATION: "true"})},
