@@ -104,8 +104,42 @@ def _token(challenge: dict[str, str], image: ImageReference) -> str:
     return str(token)
 
 
+# A private ECR registry answers the registry API with a Basic challenge whose password is an ECR authorization
+# token (ECR user guide, registry_auth): its own API says the same in one read-only call, DescribeImages, whose
+# imageDigest is the manifest's (the index's, for a multi-architecture image).
+ECR_REGISTRY = re.compile(r"^(?P<account>\d{12})\.dkr\.ecr(-fips)?\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?$")
+
+
+def resolve_ecr(image: ImageReference, ecr: Any = None) -> str:
+    """The digest of an image in a private ECR registry, through DescribeImages (ecr:DescribeImages)."""
+    match = ECR_REGISTRY.match(image.registry)
+    assert match is not None
+    if ecr is None:
+        import boto3  # only for ECR images: the registry API serves every other registry
+
+        ecr = boto3.client("ecr", region_name=match["region"])
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        found = ecr.describe_images(registryId=match["account"], repositoryName=image.repository,
+                                    imageIds=[{"imageTag": image.tag}])
+    except ClientError as error:
+        code = error.response.get("Error", {}).get("Code", "")
+        if code in ("ImageNotFoundException", "RepositoryNotFoundException"):
+            raise RegistryError(f"{image.registry}/{image.repository}:{image.tag}: no such tag ({code})") from None
+        raise RegistryError(f"{image.registry}: ecr:DescribeImages refused: {code}") from None
+    except BotoCoreError as error:
+        raise RegistryError(f"{image.registry}: {error} (ECR needs AWS credentials with ecr:DescribeImages)") from None
+    digest = str(found["imageDetails"][0]["imageDigest"])
+    if not DIGEST.match(digest):
+        raise RegistryError(f"{image.registry}: ECR answered {digest!r}, not a sha256 digest")
+    return digest
+
+
 def resolve(image: ImageReference) -> str:
     """The digest a pull of `image` by tag gets now."""
+    if ECR_REGISTRY.match(image.registry):
+        return resolve_ecr(image)
     url = f"{image.base_url}/v2/{image.repository}/manifests/{urllib.parse.quote(image.tag)}"
     headers = {"Accept": ", ".join(MANIFEST_TYPES)}
     for attempt in (1, 2):
@@ -131,7 +165,7 @@ def resolve(image: ImageReference) -> str:
             if not DIGEST.match(digest):
                 raise RegistryError(f"{url}: the registry answered {digest!r}, not a sha256 digest")
             return digest
-    raise RegistryError(f"{url}: the registry refused the pull token")
+    raise AssertionError("unreachable: the second attempt returns or raises")
 
 
 # --- the stack file, edited as text -----------------------------------------------------------------------

@@ -66,8 +66,8 @@ def _check(name: str, value: int, low: int, high: int) -> None:
 
 # What EKS node auto repair does about GPU faults: the node monitoring agent sets the node's
 # AcceleratedHardwareReady condition for these Xids and EKS reboots or replaces the node after
-# 10 minutes; other Xids are only events (awsdocs node-health-nma.adoc, node-repair.adoc). EKS's defaults reboot
-# for 13 and 31 too; the node group overrides those application faults to NoAction (node_group.REPAIR_OVERRIDES).
+# 10 minutes; other Xids are only events (awsdocs node-health-nma.adoc, node-repair.adoc). Not 13 or 31: the pinned
+# agent (v1.7.0) reports those application faults as events only (gpu/repair.py).
 AUTO_REPAIR_REBOOT_XIDS = (48, 63, 64, 94, 95)
 AUTO_REPAIR_REPLACE_XIDS = (74, 79, 119, 120, 121, 140)
 

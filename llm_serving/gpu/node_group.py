@@ -18,7 +18,7 @@ import pulumi_aws as aws
 from . import node_autoscaling, node_network, scheduling
 from .args import AmiType, CapacityType
 from .catalog import InstanceType
-from .repair import REPAIR_MAX_PARALLEL_NODES, REPAIR_MAX_UNHEALTHY_NODES, REPAIR_OVERRIDES
+from .repair import REPAIR_MAX_PARALLEL_NODES, REPAIR_MAX_UNHEALTHY_NODES
 
 # Managed policies a worker node needs. The CNI policy sits on the node role because the VPC CNI
 # add-on uses it unless the cluster moved it to IRSA/Pod Identity (EKS user guide, create-node-role).
@@ -323,10 +323,6 @@ class GpuNodeGroup(pulumi.ComponentResource):
                 "enabled": args.auto_repair,
                 "max_unhealthy_node_threshold_count": REPAIR_MAX_UNHEALTHY_NODES,
                 "max_parallel_nodes_repaired_count": REPAIR_MAX_PARALLEL_NODES,
-                "node_repair_config_overrides": [
-                    {"node_monitoring_condition": o.condition, "node_unhealthy_reason": o.reason,
-                     "min_repair_wait_time_mins": o.wait_minutes, "repair_action": o.action}
-                    for o in REPAIR_OVERRIDES],
             }
             if args.auto_repair
             else {"enabled": False},

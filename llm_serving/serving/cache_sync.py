@@ -224,6 +224,10 @@ def seed(s3: Any, bucket: str, prefix: str, target: Path) -> bool:
     return True
 
 
+# `lock`'s exit status when another writer holds the lock (the producer waits); any error exits 1 (it stops).
+EXIT_HELD = 3
+
+
 def main(argv: list[str], s3: Any, now: float | None = None) -> int:
     """`state|lock|unlock|publish|seed` as the producer's and the seed's scripts call them (compile_cache.py)."""
     command, bucket, prefix, *rest = argv
@@ -236,7 +240,7 @@ def main(argv: list[str], s3: Any, now: float | None = None) -> int:
         holder, stale_seconds = rest
         etag = acquire(s3, bucket, prefix, holder, int(stale_seconds), time.time() if now is None else now)
         if etag is None:
-            return 1
+            return EXIT_HELD
         print(etag)
         return 0
     if command == "unlock":

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from . import engine
+from .cache_sync import EXIT_HELD
 
 # The producer Jobs' pods carry this component label (deployment.py), which their NetworkPolicy selects.
 PRODUCER_COMPONENT = "compile-cache"
@@ -255,7 +256,9 @@ def producer_script(key: CompileCacheKey, serving_args: list[str], stale_lock_se
         "said=",
         f"until mkdir {lock} 2>/dev/null; do",
         f"  if [ -f {final}/{COMPLETE_MARKER} ]; then echo 'compile cache produced by another writer'; exit 0; fi",
-        f"  started=$(cat {lock}/started 2>/dev/null || stat -c %Y {lock} 2>/dev/null || date +%s)",
+        # An empty read (the writer between creating and filling the file) counts as the directory's age too.
+        f"  started=$(cat {lock}/started 2>/dev/null || true)",
+        f"  [ -n \"$started\" ] || started=$(stat -c %Y {lock} 2>/dev/null || date +%s)",
         f"  if [ $(( $(date +%s) - started )) -gt {stale_lock_seconds} ]; then",
         f"    echo 'breaking a stale lock on {key.relative_dir()} (its writer is past its deadline)'",
         f"    rm -rf {lock}",
@@ -265,7 +268,8 @@ def producer_script(key: CompileCacheKey, serving_args: list[str], stale_lock_se
         "  said=1",
         f"  sleep {poll_seconds:g}",
         "done",
-        f"date +%s > {lock}/started",
+        # Written whole, then renamed: a waiter reads the old time, none or the new one, never a part.
+        f"date +%s > {lock}/started.tmp && mv {lock}/started.tmp {lock}/started",
         "pid=",
         f"trap 'rm -rf {lock}' EXIT",
         *_serve_until_healthy(serving_args),
@@ -311,6 +315,9 @@ def s3_producer_script(key: CompileCacheKey, serving_args: list[str], stale_lock
         "if [ \"$state\" = produced ]; then echo 'compile cache already produced'; exit 0; fi",
         # The lock names its holder (the pod; the runtime sets HOSTNAME) for whoever reads it in the bucket.
         f"until etag=$(sync lock \"${{HOSTNAME:-{PRODUCER_COMPONENT}}}\" {stale_lock_seconds}); do",
+        # Only a held lock is waited for (cache_sync.EXIT_HELD); an error (access denied, no conditional writes)
+        # stops the producer at once.
+        f"  rc=$?; [ \"$rc\" -eq {EXIT_HELD} ] || exit \"$rc\"",
         "  state=$(sync state)",
         "  if [ \"$state\" = produced ]; then echo 'compile cache produced by another writer'; exit 0; fi",
         f"  sleep {poll_seconds:g}",

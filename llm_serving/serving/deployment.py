@@ -2,6 +2,9 @@
 
 Pinned image, engine args from typed settings, probes sized by the capacity planner, a drain that
 lets open streams finish, and a rollout strategy sized from the GPUs the node group can supply.
+
+Length: one pod template serves three workloads (the Deployment, a LeaderWorkerSet's leader and workers, the
+compile cache's producer Job), so its volumes, mounts, placement and drain are built once here, beside them.
 """
 
 from __future__ import annotations
@@ -214,7 +217,10 @@ class VllmDeployment(pulumi.ComponentResource):
                         {
                             "maxSkew": 1,
                             "topologyKey": "kubernetes.io/hostname",
-                            **({"whenUnsatisfiable": "DoNotSchedule", "minDomains": args.host_domains}
+                            # Honor: a cordoned, NotReady or unreachable node (tainted) is no domain, so a dead node
+                            # does not count as an empty one every replacement must avoid.
+                            **({"whenUnsatisfiable": "DoNotSchedule", "minDomains": args.host_domains,
+                                "nodeTaintsPolicy": "Honor"}
                                if args.host_domains > 1 else {"whenUnsatisfiable": "ScheduleAnyway"}),
                             "labelSelector": {"matchLabels": selector},
                         },

@@ -60,11 +60,32 @@ def _copied(value: Any) -> Any:
 # A worker's preStop: wait while the leader's engine still runs, at most `bound` seconds. The leader hosts
 # torch.distributed's store on the master port for as long as its engine lives (vLLM's mp launcher, --master-port),
 # so a refused connection (or a leader name that no longer resolves) means the leader is gone and this rank may
-# stop. Standard library only: it runs with the image's python3.
+# stop. The leader is the one this rank's engine is connected to: the remote end of an established connection to
+# that port (/proc/net/tcp, tcp6), not whatever the group's leader name resolves to now. LWS recreates the leader
+# under the same name (LWS_LEADER_ADDRESS) as soon as the old one is gone, which is when the workers are deleted,
+# and a new leader's store would hold this rank for the whole bound. Standard library only: the image's python3.
 WORKER_PRE_STOP = """\
 import os, socket, sys, time
 bound, port, every = float(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
-leader = os.environ.get("LWS_LEADER_ADDRESS", "")
+
+
+def connected_leader():
+    for path, family in (("/proc/net/tcp", socket.AF_INET), ("/proc/net/tcp6", socket.AF_INET6)):
+        try:
+            rows = open(path).read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            address, remote_port = fields[2].rsplit(":", 1)
+            if fields[3] == "01" and int(remote_port, 16) == port:  # 01: ESTABLISHED
+                raw = bytes.fromhex(address)  # little-endian 32-bit words
+                raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+                return socket.inet_ntop(family, raw)
+    return None
+
+
+leader = connected_leader() or os.environ.get("LWS_LEADER_ADDRESS", "")
 end = time.monotonic() + bound
 while leader and time.monotonic() < end:
     try:

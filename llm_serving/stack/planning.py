@@ -393,12 +393,13 @@ def serving_namespace_labels() -> dict[str, str]:
 
 def host_spread_domains(config: ServingStackArgs, model: ModelArgs) -> int:
     """The nodes a model's minimum replicas must spread over (a required hostname spread with minDomains), or 0 for
-    a preference: only where there are two replicas or more to spread, single-node replicas, and a node group that
-    may run that many nodes (at most its maximum)."""
+    a preference: only with two replicas or more to spread, single-node replicas, a node group that may run that
+    many nodes, and one model on it. With several models a node holding none of this one's pods would cap every
+    other node at one replica (the skew counts all nodes), which the rollout planner's packing does not model."""
     low, _ = replica_bounds(model)
-    if low < 2 or model.pipeline_parallel_size > 1:
+    if low < 2 or model.pipeline_parallel_size > 1 or len(config.models) > 1:
         return 0
-    return min(low, node_counts(config).max_nodes) if node_counts(config).max_nodes >= 2 else 0
+    return low if node_counts(config).max_nodes >= low else 0
 
 
 def supply_key(config: ServingStackArgs) -> tuple[str, int]:

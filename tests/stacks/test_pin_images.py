@@ -182,3 +182,29 @@ def test_a_model_the_file_does_not_list_is_refused():
     with pytest.raises(ConfigError) as error:
         images.set_digest(text, "b", "sha256:" + "a" * 64)
     assert error.value.problems[0].line().startswith("llm-serving:models[b]: no such model")
+
+
+ECR = "123456789012.dkr.ecr.us-east-1.amazonaws.com"
+
+
+def _ecr():
+    import boto3
+    from botocore.stub import Stubber
+
+    client = boto3.client("ecr", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    return client, Stubber(client)
+
+
+def test_a_private_ecr_image_resolves_through_describe_images():
+    # ECR answers the registry API with a Basic challenge (an ECR authorization token): its own API instead.
+    client, stub = _ecr()
+    reference = images.parse_reference(f"{ECR}/vllm-openai-efa", "v0.33.0")
+    stub.add_response("describe_images", {"imageDetails": [{"imageDigest": INDEX_DIGEST}]},
+                      {"registryId": "123456789012", "repositoryName": "vllm-openai-efa",
+                       "imageIds": [{"imageTag": "v0.33.0"}]})
+    with stub:
+        assert images.resolve_ecr(reference, client) == INDEX_DIGEST
+    stub.add_client_error("describe_images", service_error_code="ImageNotFoundException")
+    with stub, pytest.raises(images.RegistryError, match=r"vllm-openai-efa:v0\.33\.0: no such tag"):
+        images.resolve_ecr(reference, client)
+    assert images.ECR_REGISTRY.match(ECR) and not images.ECR_REGISTRY.match("ghcr.io")

@@ -64,13 +64,8 @@ def test_node_group_inputs_for_prod(rendered):
         "tags": {"app.kubernetes.io/part-of": "llm-serving", "llm-serving/environment": "prod"},
         "taints": [{"effect": "NO_SCHEDULE", "key": "nvidia.com/gpu", "value": "true"}],
         "updateConfig": {"maxUnavailable": 1},
-        # Repair one node at a time, and none while two are unhealthy (a fleet-wide fault pages); never reboot
-        # a node, and the healthy replica beside it, for an application's Xid 13 or 31.
-        "nodeRepairConfig": {"enabled": True, "maxParallelNodesRepairedCount": 1, "maxUnhealthyNodeThresholdCount": 1,
-                             "nodeRepairConfigOverrides": [
-                                 {"minRepairWaitTimeMins": 10, "nodeMonitoringCondition": "AcceleratedHardwareReady",
-                                  "nodeUnhealthyReason": reason, "repairAction": "NoAction"}
-                                 for reason in ("NvidiaXID13Error", "NvidiaXID31Error")]},
+        # Repair one node at a time, and none while two are unhealthy (a fleet-wide fault pages).
+        "nodeRepairConfig": {"enabled": True, "maxParallelNodesRepairedCount": 1, "maxUnhealthyNodeThresholdCount": 1},
         "version": "1.34",
     }
     wiring = rendered["prod"].wiring[f"aws:eks/nodeGroup:NodeGroup::{GROUP}-node-group"]

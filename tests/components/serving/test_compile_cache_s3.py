@@ -97,6 +97,14 @@ def test_a_fresh_lock_keeps_a_second_writer_out(s3, capsys):
     assert capsys.readouterr().err == f"another writer holds {PREFIX}.llm-serving-lock (taken 600 s ago)\n"
 
 
+def test_a_held_lock_has_its_own_exit_status_which_the_producer_waits_on(s3, capsys):
+    client, stub = s3
+    stub.add_client_error("put_object", service_error_code="PreconditionFailed", http_status_code=412)
+    stub.add_response("list_objects_v2", _listing(PREFIX + ".llm-serving-lock", '"e1"', _at(600)),
+                      {"Bucket": BUCKET, "Prefix": PREFIX + ".llm-serving-lock", "MaxKeys": 1})
+    assert cache_sync.main(["lock", BUCKET, PREFIX, "pod-b", "1280"], client, now=NOW) == cache_sync.EXIT_HELD != 1
+
+
 def test_a_concurrent_create_counts_as_held(s3):
     client, stub = s3
     stub.add_client_error("put_object", service_error_code="ConditionalRequestConflict", http_status_code=409)

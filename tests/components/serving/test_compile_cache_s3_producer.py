@@ -68,14 +68,20 @@ def _waiting_producer() -> str:
 
 
 def test_a_producer_that_finds_the_lock_held_waits_and_uses_the_other_writers_cache(tmp_path):
-    code, out, calls = _run(tmp_path, _waiting_producer(), lock_code=1, after_refusals="produced")
+    code, out, calls = _run(tmp_path, _waiting_producer(), lock_code=3, after_refusals="produced")
     assert (code, out) == (0, "compile cache produced by another writer\n")  # vLLM never started
     # Refused, looked, refused (the other writer marks the cache meanwhile), looked: done, no lock of its own.
     assert calls == ["state", "lock pod-a 1280", "state", "lock pod-a 1280", "state"]
 
 
+def test_a_producer_whose_lock_request_fails_stops_at_once(tmp_path):
+    # Not "held" (exit 3) but an error, as an access denied: no waiting out the deadline on a misconfiguration.
+    code, _, calls = _run(tmp_path, _waiting_producer(), lock_code=1)
+    assert (code, calls) == (1, ["state", "lock pod-a 1280"])
+
+
 def test_a_producer_that_finds_the_lock_held_takes_it_once_released(tmp_path):
-    code, out, calls = _run(tmp_path, _waiting_producer(), lock_code=1, after_refusals="released")
+    code, out, calls = _run(tmp_path, _waiting_producer(), lock_code=3, after_refusals="released")
     assert (code, out) == (1, "vLLM exited before it was ready\n")  # its own compile, here failing
     assert calls[-3:] == ["lock pod-a 1280", "state", 'unlock "e1"']
 

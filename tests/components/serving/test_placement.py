@@ -27,7 +27,7 @@ def test_replicas_spread_over_zones_as_a_preference_and_over_hosts_as_far_as_the
         # (minDomains counts missing nodes as empty) rather than doubling up on the survivor for good.
         assert planning.node_counts(config).max_nodes >= low
         assert host == {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
-                        "minDomains": low, "labelSelector": selector}
+                        "minDomains": low, "nodeTaintsPolicy": "Honor", "labelSelector": selector}
     else:  # dev's one replica (or none, idle): nothing to spread
         assert host == {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
                         "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": selector}
@@ -49,4 +49,10 @@ def test_host_spread_is_required_only_where_the_node_group_can_hold_the_minimum_
                                                                               min_nodes=1, desired_nodes=1)))
     assert planning.host_spread_domains(one_node, model) == 0  # both replicas share the one node: a preference
     three = replace(model, autoscaling=replace(model.autoscaling, min_replicas=3, max_replicas=4))
-    assert planning.host_spread_domains(config, three) == min(3, planning.node_counts(config).max_nodes)
+    assert planning.node_counts(config).max_nodes >= 3
+    assert planning.host_spread_domains(replace(config, models=(three,)), three) == 3
+    five = replace(model, autoscaling=replace(model.autoscaling, min_replicas=5, max_replicas=5))
+    assert planning.host_spread_domains(replace(config, models=(five,)), five) == 0  # more than the group's nodes
+    # Two models on one group: a node without this model's pods would cap the others at one: a preference.
+    other = replace(model, name="other")
+    assert planning.host_spread_domains(replace(config, models=(model, other)), model) == 0

@@ -193,7 +193,7 @@ def test_producer_takes_an_exclusive_lock_and_marks_the_cache_last():
     assert lines[1] == (f"if [ -f {final}/.llm-serving-complete ]; then echo 'compile cache already produced'; "
                         "exit 0; fi")
     assert lines[4] == f"until mkdir {final}.lock 2>/dev/null; do"
-    assert lines[7] == "  if [ $(( $(date +%s) - started )) -gt 3660 ]; then"
+    assert lines[8] == "  if [ $(( $(date +%s) - started )) -gt 3660 ]; then"
     assert lines[-2] == (f"rm -rf {final} && mv {final}.partial {final} && touch {final}/.llm-serving-complete")
 
 
@@ -211,7 +211,8 @@ def _run_producer(tmp_path, *, vllm: str, lock_started: int | None = None, termi
     lock = root / (key().relative_dir() + ".lock")
     if lock_started is not None:
         lock.mkdir(parents=True)
-        (lock / "started").write_text(f"{lock_started}\n")
+        # -1: a writer between creating its lock and filling `started` (an empty file).
+        (lock / "started").write_text(f"{lock_started}\n" if lock_started >= 0 else "")
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     process = subprocess.Popen(["/bin/sh", "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True)
@@ -245,6 +246,18 @@ def test_a_second_writer_waits_for_the_first_and_uses_its_cache(tmp_path):
                                     while_waiting=first_writer_finishes)
     assert (code, lock.exists()) == (0, True)
     assert out.splitlines()[-1] == "compile cache produced by another writer"
+
+
+def test_a_lock_whose_started_file_is_still_empty_counts_as_new(tmp_path):
+    # An empty read is not "started at 0": the lock is as old as its directory (now), so nobody breaks it.
+    def first_writer_finishes(root, lock):
+        final = root / key().relative_dir()
+        final.mkdir(parents=True)
+        (final / ".llm-serving-complete").touch()
+
+    code, out, lock = _run_producer(tmp_path, vllm="exit 1", lock_started=-1, while_waiting=first_writer_finishes)
+    assert (code, lock.exists()) == (0, True)
+    assert "breaking a stale lock" not in out
 
 
 def test_a_second_writer_takes_over_when_the_first_gives_up(tmp_path):

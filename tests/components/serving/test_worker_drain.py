@@ -72,3 +72,42 @@ def test_a_leader_that_never_goes_holds_the_worker_only_for_the_bound():
 def test_the_worker_pre_stop_runs_the_script_with_the_bound_and_the_leaders_store_port():
     command = multinode.worker_pre_stop(1822, 29501)
     assert command == ["python3", "-c", multinode.WORKER_PRE_STOP, "1822", "29501", str(multinode.LEADER_POLL_SECONDS)]
+
+
+def test_a_worker_waits_on_the_leader_its_engine_is_connected_to_not_on_a_replacement_under_the_name():
+    # The old leader (127.0.0.1) holds this rank's established store connection; the group's name already points at
+    # a replacement (127.0.0.2) whose store is up. The worker follows the old one and stops when it goes.
+    old = socket.create_server(("127.0.0.1", 0))
+    port = old.getsockname()[1]
+    new = socket.create_server(("127.0.0.2", port))
+    engine_connection = socket.create_connection(("127.0.0.1", port))
+    accepted, _ = old.accept()
+    stop = threading.Event()
+
+    def new_leader_accepts() -> None:
+        new.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                connection, _ = new.accept()
+                connection.close()
+            except TimeoutError:
+                continue
+
+    def old_leader_exits() -> None:
+        connection, _ = old.accept()  # the worker's first look found the old engine running...
+        connection.close()
+        old.close()  # ...then it exits
+        accepted.close()
+
+    threads = [threading.Thread(target=new_leader_accepts, daemon=True),
+               threading.Thread(target=old_leader_exits, daemon=True)]
+    for thread in threads:
+        thread.start()
+    try:
+        done = _pre_stop(3600, port, leader="127.0.0.2")  # bound beyond the guard: only the old leader's exit ends it
+        assert done.returncode == 0 and done.stderr == ""
+    finally:
+        stop.set()
+        threads[0].join()
+        new.close()
+        engine_connection.close()
