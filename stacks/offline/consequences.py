@@ -79,6 +79,22 @@ def rollout_lines(config: ServingStackArgs, model_name: str) -> list[str]:
     return lines
 
 
+def outage_lines(config: ServingStackArgs, model_name: str) -> list[str]:
+    """A Deployment replaced, not updated: it keeps its name, so pulumi-kubernetes deletes it first and waits for
+    its pods to go, then creates the new one: no replica serves from the drain's start to the first cold start's
+    end."""
+    model = next((m for m in config.models if m.name == model_name), None)
+    if model is None:
+        return []
+    plan = planning.model_plan(config, model)
+    timing = planning.timing(config)
+    grace = stack_timing.model_drains(config, model).vllm_grace_seconds
+    start = timing.image_pull_seconds + plan.cold_start_seconds
+    return [f"OUTAGE: deleted before its replacement (same name): every replica drains (up to {grace:,} s), then "
+            f"the new ones start cold (image pull {timing.image_pull_seconds} s + cold start "
+            f"{plan.cold_start_seconds} s): up to about {_minutes(grace + start)} with no replica serving"]
+
+
 def node_group_lines(config: ServingStackArgs) -> list[str]:
     """The consequences of a node-group replacement (or a node roll, which this program does as one)."""
     footprints, _ = _single_node_footprints(config)
@@ -98,7 +114,9 @@ def node_group_lines(config: ServingStackArgs) -> list[str]:
 def for_change(config: ServingStackArgs, change_type: str, name: str, action: str, paths: list[str],
                resource: dict[str, Any] | None) -> list[str]:
     """Consequence lines of one resource change ([] when it costs nothing worth a line)."""
-    if change_type == DEPLOYMENT and action in ("update", "replace") and name.endswith("-deployment") and any(
+    if change_type == DEPLOYMENT and action == "replace" and name.endswith("-deployment"):
+        return outage_lines(config, name.removesuffix("-deployment"))
+    if change_type == DEPLOYMENT and action == "update" and name.endswith("-deployment") and any(
             p.startswith(POD_TEMPLATE) for p in paths):
         return rollout_lines(config, name.removesuffix("-deployment"))
     if change_type == NODE_GROUP and action == "replace":

@@ -279,3 +279,22 @@ def test_consequences_show_in_markdown_as_cost_lines():
 def test_every_aws_type_a_stack_creates_has_its_replacement_rules(rendered, stack):
     created = {r["type"] for r in rendered[stack].resources if r["type"].startswith("aws:")}
     assert created and created <= set(replacements.AWS_FORCE_NEW), created - set(replacements.AWS_FORCE_NEW)
+
+
+def test_a_deployment_replaced_delete_first_is_priced_as_an_outage_not_a_rollout():
+    from llm_serving.stack import planning
+    from stacks.offline import consequences
+
+    config = load_stack_file(stack_file_path("prod"))[1]
+    model = config.models[0]
+    (line,) = consequences.for_change(config, "kubernetes:apps/v1:Deployment", "llama-70b-deployment", "replace",
+                                      ["inputs.spec.selector.matchLabels.app"], None)
+    grace = timing.model_drains(config, model).vllm_grace_seconds
+    start = planning.timing(config).image_pull_seconds + planning.model_plan(config, model).cold_start_seconds
+    assert line.startswith(f"OUTAGE: deleted before its replacement (same name): every replica drains (up to "
+                           f"{grace:,} s)")
+    assert line.endswith(f"up to about {math.ceil((grace + start) / 60)} min with no replica serving")
+    # An in-place pod-template change is the planned rollout.
+    assert consequences.for_change(config, "kubernetes:apps/v1:Deployment", "llama-70b-deployment", "update",
+                                   ["inputs.spec.template.spec.containers[vllm].image"], None) == [
+        line.removeprefix("    = ") for line in PROD_ROLLOUT]
