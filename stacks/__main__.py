@@ -14,6 +14,10 @@ except BrokenPipeError:
     # raise again, and exiting non-zero, as a command killed by SIGPIPE would.
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     code = 1
+except KeyboardInterrupt:
+    # Ctrl-C: one line, and the status a shell gives a command SIGINT ended (128 + 2), never a traceback.
+    sys.stderr.write("\ninterrupted\n")
+    code = 130
 sys.stderr.flush()
 # The Pulumi runtime leaves an asyncio loop whose finaliser sometimes prints "Exception ignored
 # ... Invalid file descriptor" at interpreter exit; everything is written, so skip finalisers.

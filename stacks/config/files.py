@@ -99,7 +99,12 @@ def read_stack_file(path: Path) -> StackFile:
     if not path.is_file():
         raise ConfigError([Problem("file", "stack file not found", str(path), "an existing file")])
     try:
-        document = parse_yaml(path.read_text()) or {}
+        document = parse_yaml(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as exc:
+        # YAML is UTF-8 here (and what the Pulumi CLI reads); a Latin-1 byte is named, not a traceback.
+        line = path.read_bytes()[:exc.start].count(b"\n") + 1
+        raise ConfigError([Problem("file", f"not UTF-8: byte 0x{exc.object[exc.start]:02x} on line {line}",
+                                   path.name, "a UTF-8 file (re-save it as UTF-8)")]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "the file"

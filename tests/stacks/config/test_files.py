@@ -50,3 +50,31 @@ def test_values_resolve_as_safe_load_resolves_them():
     text = "a: yes\nb: 0o17\nc: 2026-12-01\nd: ~\ne: 1e3\nf: '1e3'\ng: [1, 2.5, null]\n"
     assert parse_yaml(text) == yaml.safe_load(text)
     assert parse_yaml(text)["a"] is True and parse_yaml(text)["f"] == "1e3"
+
+
+def test_a_stack_file_that_is_not_utf8_is_one_line_naming_the_byte_and_line(tmp_path):
+    from stacks.config import files as stack_files
+    from stacks.config.problems import ConfigError
+
+    path = tmp_path / "Pulumi.dev.yaml"
+    path.write_bytes(b"config:\n  aws:region: us-east-1\n  # caf\xe9 (Latin-1)\n")
+    with pytest.raises(ConfigError) as error:
+        stack_files.read_stack_file(path)
+    assert [p.line() for p in error.value.problems] == [
+        'llm-serving:file: not UTF-8: byte 0xe9 on line 3 (got "Pulumi.dev.yaml"; expected a UTF-8 file (re-save it '
+        'as UTF-8))']
+
+
+def test_ctrl_c_in_any_command_is_one_line_and_status_130():
+    import subprocess
+    import sys
+
+    from stacks.config.files import PROJECT_DIR
+
+    # The entry point as `python -m stacks` runs it, its command interrupted as a SIGINT would.
+    code = ("import runpy, stacks.cli as cli\n"
+            "def interrupted(argv=None):\n    raise KeyboardInterrupt\n"
+            "cli.main = interrupted\n"
+            "runpy.run_module('stacks', run_name='__main__')\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_DIR, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (130, "\ninterrupted\n")
