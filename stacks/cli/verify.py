@@ -86,7 +86,9 @@ def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = 
     try:
         _, config = environment.load_stack_file(stack_path(args.stack) if stack_path else Path(args.stack))
         settings, note = settings_for(args, config)
-        if not args.url.startswith(("http://", "https://")):
+        if not args.url.startswith(("http://", "https://")) or not args.url.rstrip("/").endswith("/v1"):
+            # Checked before any request: a base URL without /v1 answers 404 to every check, which would read as
+            # the API key not being enforced.
             raise verification.UsageError(f"--url {args.url!r}: expected http://... or https://... ending in /v1")
         key = verification.read_key(args.api_key_file, None if args.api_key_file is not None else args.api_key_env)
         report = verification.run(settings, key)

@@ -128,6 +128,9 @@ def test_buffered_responses_under_load_fail_as_buffered(reports):
     assert verdict == FAIL
     assert message.endswith("responses arrived in one burst: buffered by a proxy, so the ITL figures are not the "
                             "engine's")
+    # A buffered stream has no inter-token gaps to measure: ITL is "not measured", never a 0 ms pass.
+    verdict, message = _checks(report)["itl-p95"]
+    assert verdict == FAIL and message.startswith("not measured: ")
 
 
 def test_a_load_test_where_every_request_fails_reports_the_errors(reports):

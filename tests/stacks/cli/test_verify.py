@@ -47,6 +47,15 @@ def test_a_buffering_server_fails_with_one_line_naming_buffering(key, capsys):
     assert out.endswith("verdict: FAIL (1 failing check(s))\n")
 
 
+def test_a_url_without_v1_is_refused_before_any_request(key, capsys):
+    # Every check against the server's root would answer 404, which would read as "the API key is not enforced".
+    with OpenAIServer(Behaviour()) as url:
+        server_root = url.removesuffix("/v1")
+        assert main(["verify", "dev", "--url", server_root, "--no-load"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"verify: --url {server_root!r}: expected http://... or https://... ending in /v1\n"
+
+
 def test_help_and_usage_errors_go_to_the_callers_streams_not_the_processes(capsys):
     out, err = io.StringIO(), io.StringIO()
     assert verify.main(["--help"], out, err) == 0
