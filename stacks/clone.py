@@ -113,6 +113,7 @@ def clone(
     if create_zones is not None:
         settings = [*create_cluster_overrides(base_resolved.values, create_zones), *settings]
     parsed = [parse_override(text) for text in settings]
+    _unknown_model_problems(parsed, base, base_resolved.values)
     own_keys = {o.key for o in parsed if o.namespace is None}
     # A clone of prod that says nothing is prod: protected data, pinned digests, paging alerts, all
     # aimed at whatever cluster it names. Make the clone say which environment it is.
@@ -141,6 +142,23 @@ def clone(
     )
     target.write_text(header + yaml.safe_dump(document, sort_keys=False, default_flow_style=False))
     return Cloned(target, secrets, _warnings(base, config, own_keys, document["config"].get("aws:region")))
+
+
+def _unknown_model_problems(parsed: list[overrides.Override], base: str, base_values: dict[str, Any]) -> None:
+    """A `models[<name>]` override naming no model of the base, without the modelId a new model needs: a typo,
+    named as such with the base's models (validation would only say a required key is missing)."""
+    known = [m.get("name") for m in base_values.get("models") or [] if isinstance(m, dict)]
+    named: dict[str, set[str]] = {}
+    for override in parsed:
+        if override.namespace is None and override.path[0].key == "models" and override.path[0].name:
+            keys_set = named.setdefault(override.path[0].name, set())
+            if len(override.path) > 1:
+                keys_set.add(override.path[1].key)
+    problems = [Problem(f"models[{name}]", f"no model of that name in {base}", name,
+                        f"one of {', '.join(str(k) for k in known)}, or a new model with models[{name}].modelId")
+                for name, given in named.items() if name not in known and "modelId" not in given]
+    if problems:
+        raise ConfigError(problems)
 
 
 def _warnings(base: str, config: ServingStackArgs, own_keys: set[str], region: object) -> list[str]:

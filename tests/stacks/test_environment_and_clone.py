@@ -177,3 +177,15 @@ def test_clone_refuses_a_bad_setting_in_one_line(stack_dir, setting, line):
         clone.clone("prod", "prod-eu", ["environment=prod", setting], stack_dir)
     assert [p.line() for p in caught.value.problems] == [line]
     assert not (stack_dir / "Pulumi.prod-eu.yaml").exists()
+
+
+def test_a_set_for_a_model_the_base_does_not_have_names_the_models_it_has(stack_dir):
+    from stacks import clone as clone_module
+    from stacks.config.problems import ConfigError
+
+    with pytest.raises(ConfigError) as error:
+        clone_module.clone("dev", "dev-typo", ["models[llama].replicas=2"], stack_dir)
+    assert [p.line() for p in error.value.problems] == [
+        'llm-serving:models[llama]: no model of that name in dev (got "llama"; expected one of llama-8b, or a new '
+        "model with models[llama].modelId)"]
+    assert not (stack_dir / "Pulumi.dev-typo.yaml").exists()
