@@ -7,6 +7,7 @@ are never inherited, so a clone cannot silently talk to prod with prod's credent
 from __future__ import annotations
 
 import difflib
+import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,6 +75,13 @@ def stack_names(project_dir: Path = PROJECT_DIR) -> tuple[str, ...]:
     return tuple(sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in files))
 
 
+def secret_placeholder(ciphertext: str) -> str:
+    """What an encrypted value renders as offline: the placeholder and a fingerprint of its ciphertext, so a
+    rotated secret (a new ciphertext in the stack file) is a different value to the diff, which masks it with a
+    keyed digest (stacks/offline/render.py). The ciphertext is in the repository already: nothing is revealed."""
+    return f"{SECRET_PLACEHOLDER} {hashlib.sha256(ciphertext.encode()).hexdigest()[:16]}"
+
+
 def split_config(stack: str, path: Path, config: dict[str, Any]) -> StackFile:
     """Separate `llm-serving:` keys (un-prefixed keys belong to the project too) from the rest."""
     values: dict[str, Any] = {}
@@ -86,7 +94,7 @@ def split_config(stack: str, path: Path, config: dict[str, Any]) -> StackFile:
             continue
         if isinstance(value, dict) and set(value) == {"secure"}:
             secrets.add(name)
-            value = SECRET_PLACEHOLDER
+            value = secret_placeholder(str(value["secure"]))
         values[name] = value
     return StackFile(stack, path, values, frozenset(secrets), other)
 

@@ -21,6 +21,7 @@ import difflib
 import json
 import os
 import re
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -938,6 +939,11 @@ def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = 
         return exit_.code if isinstance(exit_.code, int) else EXIT_ERROR
     status = EXIT_UNCHANGED
     trees = BaseTrees()  # every stack is compared with the same base: one export for all of them
+    # Secrets compared by a keyed digest (render.SECRET_DIGEST_KEY_ENV), one random key per process: both sides of
+    # every diff this process runs (and the renders it starts in subprocesses) mask with it; the renders it keeps
+    # for later diffs stay comparable.
+    previous_key = os.environ.get(render.SECRET_DIGEST_KEY_ENV)
+    os.environ[render.SECRET_DIGEST_KEY_ENV] = _SECRET_DIGEST_KEY
     try:
         for stack in args.stacks or list(stack_files.stack_names(project_dir)):
             try:
@@ -949,7 +955,14 @@ def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = 
             status = max(status, EXIT_UNCHANGED if diff.empty else EXIT_CHANGED)
     finally:
         trees.close()
+        if previous_key is None:
+            os.environ.pop(render.SECRET_DIGEST_KEY_ENV, None)
+        else:
+            os.environ[render.SECRET_DIGEST_KEY_ENV] = previous_key
     return status
+
+
+_SECRET_DIGEST_KEY = secrets.token_hex(32)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,10 @@ program registers is recorded, and the output is byte-identical for the same inp
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
+import os
 import runpy
 from collections import Counter
 from collections.abc import Callable
@@ -112,13 +115,24 @@ def _struct_to_python(struct: Any) -> dict[str, Any]:
     return json_format.MessageToDict(struct)
 
 
+# The diff sets this (hex) for its renders, in this process and the subprocesses it starts: a secret's leaves are
+# then masked as an HMAC of their value under it, so a rotated secret shows as changed while neither side's value
+# nor a digest usable outside this run (the key is random per process) reaches the output. Unset (every other
+# render, the golden files): the bare placeholder.
+SECRET_DIGEST_KEY_ENV = "LLM_SERVING_SECRET_DIGEST_KEY"
+
+
 def _mask_leaves(value: Any) -> Any:
     """Keep a secret's shape (a Secret's `stringData` stays a map), hide every value in it."""
     if isinstance(value, dict):
         return {k: _mask_leaves(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_mask_leaves(v) for v in value]
-    return SECRET
+    key = os.environ.get(SECRET_DIGEST_KEY_ENV)
+    if not key:
+        return SECRET
+    digest = hmac.new(bytes.fromhex(key), json.dumps(value, sort_keys=True).encode(), hashlib.sha256).hexdigest()
+    return f"[secret {digest[:12]}]"
 
 
 def mask_secrets(value: Any) -> Any:

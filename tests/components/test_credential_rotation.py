@@ -41,7 +41,7 @@ def test_an_empty_credential_has_no_revision(empty):
 def _raw_template_annotations(monkeypatch, placeholder: str) -> dict[str, dict]:
     """Render dev with every secret set to `placeholder`; the pod-template annotations as the provider
     would receive them (secrets still wrapped), per workload type."""
-    monkeypatch.setattr(stack_files, "SECRET_PLACEHOLDER", placeholder)
+    monkeypatch.setattr(stack_files, "secret_placeholder", lambda ciphertext: placeholder)
     monitors: list[render.RecordingMonitor] = []
 
     class Capturing(render.RecordingMonitor):

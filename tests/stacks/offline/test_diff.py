@@ -557,6 +557,24 @@ def test_added_model_committed_on_a_branch(repo):
     assert "\n- " not in result.stdout
 
 
+def test_a_rotated_api_key_shows_its_secrets_replaced_and_the_replicas_rolling_never_the_key(repo):
+    # A rotation is a new ciphertext in the stack file: compared by a keyed digest of what it renders to, so the
+    # Secrets the engine replaces and the pods it rolls show, and neither key's value nor a reusable digest does.
+    rotated = "    secure: v1:AAABAHRoZS1yb3RhdGVkLWtleQ=="
+    with edited(repo, "Pulumi.prod.yaml", ("  llm-serving:apiKey:\n    secure: v1:placeholder:replace-with-pulumi-"
+                                          "config-set-secret", "  llm-serving:apiKey:\n" + rotated)):
+        result = run_diff(repo, "prod", "--base", "main")
+    assert result.returncode == 1, result.stderr
+    lines = result.stdout.splitlines()
+    # pulumi-kubernetes replaces a Secret on a data change, delete-first (same name).
+    assert "+- kubernetes:core/v1:Secret vllm-api-key (forced by stringData.api-key)" in lines
+    assert re.search(r"^~ kubernetes:apps/v1:Deployment llama-70b-deployment$", result.stdout, re.MULTILINE)
+    shown = [line for line in lines if "[secret" in line]
+    assert shown and all(re.search(r'"\[secret ([0-9a-f]{12})\]" -> "\[secret (?!\1)[0-9a-f]{12}\]"', line)
+                         for line in shown)
+    assert "AAABAHRoZS1yb3RhdGVkLWtleQ" not in result.stdout and "placeholder" not in result.stdout
+
+
 def test_removed_prometheus_stack_in_the_working_tree(repo):
     existing = "mode: existing\n      url: http://prometheus-operated.monitoring.svc:9090"
     with edited(repo, "Pulumi.dev.yaml", ("mode: install", existing)):
