@@ -459,7 +459,11 @@ def test_the_comment_is_computed_by_the_base_branchs_tool_on_the_pull_requests_s
     (checkout,) = [s for s in diff["steps"] if str(s.get("uses", "")).startswith("actions/checkout@")]
     # No `ref`: the default branch at the run's commit, the same code as this workflow file.
     assert checkout["with"] == {"persist-credentials": False}
-    assert "github.rest.git.getTree({ owner, repo, tree_sha: run.head_sha })" in find
+    # The merge result's stack files (GitHub's test merge into the base), the head's only without one, flagged.
+    assert "const merged = current.data.mergeable !== false && current.data.merge_commit_sha;" in find
+    assert "github.rest.git.getTree({ owner, repo, tree_sha: merged || run.head_sha })" in find
+    _, _, _, post = comment_workflow()
+    assert "const unmerged = list('unmerged');" in post and "GitHub has no merge result" in post
     assert r"/^Pulumi\.[A-Za-z0-9_-]+\.yaml$/" in find
     run = next(s for s in diff["steps"] if s.get("name", "").startswith("Diff the pull request's stack files"))["run"]
     assert '.venv/bin/python -m stacks diff "$stack" --base HEAD --format markdown' in run
