@@ -36,12 +36,12 @@ help:
 
 # First run only (about two minutes): pip prints each package as it collects and installs it (no
 # filter in between: a pipe would hide pip's exit status from make).
-$(STAMP): requirements.txt requirements-dev.txt
+$(STAMP): requirements-dev.lock
 	@$(PYTHON) -c 'import sys; sys.exit("Python 3.11+ is required, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
 	@echo "==> [1/2] creating $(VENV) with $$($(PYTHON) --version) ($(PYTHON))"
 	@$(PYTHON) -m venv $(VENV)
-	@echo "==> [2/2] installing the pinned packages of requirements-dev.txt into $(VENV) (first run only)"
-	@$(BIN)/python -m pip install --disable-pip-version-check --progress-bar off -r requirements-dev.txt
+	@echo "==> [2/2] installing requirements-dev.lock (pinned, with hashes) into $(VENV) (first run only)"
+	@$(BIN)/python -m pip install --disable-pip-version-check --progress-bar off --require-hashes -r requirements-dev.lock
 	@touch $(STAMP)
 	@echo "==> $(VENV) ready"
 
