@@ -10,6 +10,7 @@ existing file is never overwritten.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,11 +68,21 @@ def clone_document(
     return {"config": config}
 
 
-def create_cluster_overrides(base_values: dict[str, Any], zones: list[str]) -> list[str]:
+def created_cluster_name(new: str) -> str:
+    """The cluster a `--create-cluster` clone creates: named after the clone, never the base's (whose cluster
+    exists, in another account or region or beside it), within the created-cluster name limit."""
+    from llm_serving.cluster import MAX_CLUSTER_NAME_LENGTH
+
+    name = re.sub(r"[^A-Za-z0-9_-]", "-", f"llm-{new}")[:MAX_CLUSTER_NAME_LENGTH].rstrip("-_")
+    return name
+
+
+def create_cluster_overrides(base_values: dict[str, Any], zones: list[str], new: str = "") -> list[str]:
     """`clone --create-cluster a,b,c`: the overrides that turn a clone into a stack creating its own
-    cluster over these zones (a new account or region has no cluster to attach to). The GPU nodes
-    keep as many zones as the base gave them (one for a placement group or capacity block), now the
-    first of the new zones, in the created subnets; every other cluster.create key keeps its default."""
+    cluster over these zones (a new account or region has no cluster to attach to), named after the clone
+    (`created_cluster_name`). The GPU nodes keep as many zones as the base gave them (one for a placement group
+    or capacity block), now the first of the new zones, in the created subnets; every other cluster.create key
+    keeps its default. A `--set cluster.name=...` given with it wins (it comes later)."""
     if not 2 <= len(zones) <= 3 or len(set(zones)) != len(zones):
         raise ConfigError([Problem("--create-cluster", "two or three distinct availability zones", ",".join(zones),
                                    "e.g. eu-west-1a,eu-west-1b,eu-west-1c")])
@@ -79,6 +90,7 @@ def create_cluster_overrides(base_values: dict[str, Any], zones: list[str]) -> l
     gpu_zones = max(1, min(len({s.get("availabilityZone") for s in subnets}), len(zones)))
     return [
         "cluster.mode=create",
+        *([f"cluster.name={created_cluster_name(new)}"] if new else []),
         f"cluster.create.zones=[{', '.join(zones)}]",
         "gpuNodeGroup.subnets=[" + ", ".join(f"{{availabilityZone: {z}}}" for z in zones[:gpu_zones]) + "]",
     ]
@@ -111,7 +123,7 @@ def clone(
     project = keys.load_project(project_dir)
     base_resolved = files.resolve(base_file, project_dir)
     if create_zones is not None:
-        settings = [*create_cluster_overrides(base_resolved.values, create_zones), *settings]
+        settings = [*create_cluster_overrides(base_resolved.values, create_zones, new), *settings]
     parsed = [parse_override(text) for text in settings]
     _unknown_model_problems(parsed, base, base_resolved.values)
     own_keys = {o.key for o in parsed if o.namespace is None}

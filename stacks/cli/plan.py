@@ -31,19 +31,25 @@ EXIT_REJECTED = 1  # the plan was computed, and it cannot be deployed as asked
 EXIT_USAGE = 2  # argparse's own code for bad arguments; a rejected plan is the same kind of answer
 
 
-_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9}
 _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30}
 
 
 def _token_count(value: str) -> int:
-    """An integer, or vLLM's human-readable form: 32k = 32,000 and 32K = 32,768 (decimals allowed)."""
+    """An integer, or a binary multiple: 32K = 32,768 (decimals allowed). The lower-case form is refused: vLLM
+    reads 32k as 32,000 (its human-readable counts, decimal lower case and binary upper case), which is rarely what
+    is meant by a 32k context, and one spelling must not mean two lengths."""
     text = value.strip()
-    scale = _DECIMAL.get(text[-1:]) or _BINARY.get(text[-1:])
+    if text[-1:] in ("k", "m", "g"):
+        digits = text[:-1]
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is ambiguous (vLLM reads it as {digits} x 1000, most people mean {digits} x 1024): write "
+            f"{digits}{text[-1].upper()} for the binary multiple or the whole number of tokens")
+    scale = _BINARY.get(text[-1:])
     try:
         number = float(text[:-1]) * scale if scale else int(text)
         whole = int(number)
     except (ValueError, OverflowError):
-        raise argparse.ArgumentTypeError(f"expected a token count such as 16384, 16k or 16K, got {value!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a token count such as 16384 or 16K, got {value!r}") from None
     if number != whole:
         raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of tokens")
     return whole
@@ -117,7 +123,7 @@ def _parser() -> CommandLineParser:
     parser.add_argument(
         "--max-model-len",
         type=_positive_tokens,
-        help="Tokens per request (prompt + output); 16384, 16k (16,000) or 16K (16,384).",
+        help="Tokens per request (prompt + output); 16384 or 16K (16,384); 16k is refused as ambiguous.",
     )
     parser.add_argument(
         "--tp",

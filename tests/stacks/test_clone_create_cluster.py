@@ -38,7 +38,9 @@ def test_a_create_clone_renders_with_its_own_cluster(stack_dir):
     path = clone.clone("dev", "dev-new-account", ["cluster.create.publicAccessCidrs=[203.0.113.0/24]"], stack_dir,
                        create_zones=["us-east-1a", "us-east-1b", "us-east-1c"]).path
     result = render.render_stack(path)
-    assert result.resource("aws:eks/cluster:Cluster", "cluster-control-plane")["inputs"]["name"] == "llm-dev"
+    # Its own cluster, named after the clone: never the base's, which exists elsewhere.
+    control_plane = result.resource("aws:eks/cluster:Cluster", "cluster-control-plane")
+    assert control_plane["inputs"]["name"] == "llm-dev-new-account"
     assert result.resource("aws:eks/nodeGroup:NodeGroup", "gpu-p5-4xlarge-node-group")["inputs"]["subnetIds"] == [
         "cluster-private-us-east-1a-id", "cluster-private-us-east-1b-id"]
 
@@ -59,7 +61,7 @@ def test_cli_flag_writes_the_create_clone(stack_dir, monkeypatch, capsys):
     assert main(["clone", "dev", "dev-b", "--create-cluster", "us-east-1a,us-east-1b",
                  "--set", "cluster.create.publicAccessCidrs=[203.0.113.0/24]"]) == 0
     config = yaml.safe_load((stack_dir / "Pulumi.dev-b.yaml").read_text())["config"]
-    assert config["llm-serving:cluster"] == {"mode": "create", "create": {
+    assert config["llm-serving:cluster"] == {"mode": "create", "name": "llm-dev-b", "create": {
         "zones": ["us-east-1a", "us-east-1b"], "publicAccessCidrs": ["203.0.113.0/24"]}}
 
 
@@ -70,3 +72,11 @@ def test_a_create_clone_must_name_who_may_reach_its_api_endpoint(stack_dir):
     assert [p.line() for p in error.value.problems] == [
         "llm-serving:cluster.create.publicAccessCidrs: required key is missing (got nothing; expected a value)"]
     assert not (stack_dir / "Pulumi.dev-open.yaml").exists()
+
+
+def test_a_create_clone_names_its_cluster_within_the_limit():
+    from llm_serving.cluster import MAX_CLUSTER_NAME_LENGTH
+
+    long = clone.created_cluster_name("staging-eu-west-with-a-very-long-name")
+    assert len(long) <= MAX_CLUSTER_NAME_LENGTH and long.startswith("llm-staging-eu-west")
+    assert not long.endswith(("-", "_"))

@@ -25,7 +25,7 @@ BAD = ["abc!", "-1", "nan", "inf", "", "{bad", "[unclosed", "1e999", "--x"]
 VALID: dict[str, tuple[Callable[[], argparse.ArgumentParser], list[str]]] = {
     "render": (cli.render_parser, ["render", "dev"]),
     "plan": (plan_cli._parser, ["plan", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "p5.48xlarge",
-                                "--max-model-len", "8k"]),
+                                "--max-model-len", "8K"]),
     "clone": (cli.clone_parser, ["clone", "dev", "dev-fuzz"]),
     "diff": (diff._parser, ["diff", "dev"]),
     # A closed port on this machine: a value that slipped through would fail to connect (exit 1).

@@ -101,12 +101,12 @@ def test_unknown_gpu_lists_known_instance_types_and_exits_2() -> None:
     assert 'did you mean "p5.48xlarge"' in err and "g6e.xlarge" in err
 
 
-def test_max_model_len_accepts_vllm_human_readable_counts() -> None:
-    # vLLM's convention: 16K = 16 x 1024 = 16,384; 16k = 16 x 1000 = 16,000.
+def test_max_model_len_has_one_meaning_per_spelling() -> None:
+    # 16K = 16 x 1024 = 16,384. vLLM reads 16k as 16,000, which is rarely meant: refused, naming both readings.
     _, binary, _ = _run([*PROD[:-1], "16K", "--json"])
-    _, decimal, _ = _run([*PROD[:-1], "16k", "--json"])
     assert json.loads(binary)["max_model_len"] == 16_384
-    assert json.loads(decimal)["max_model_len"] == 16_000
+    code, _, err = _run([*PROD[:-1], "16k"])
+    assert code == 2 and "'16k' is ambiguous (vLLM reads it as 16 x 1000, most people mean 16 x 1024): write 16K" in err
     for bad in ("16.5", "1.5k5", "infk", "16x"):
         code, _, err = _run([*PROD[:-1], bad])
         assert code == 2 and "--max-model-len" in err, bad
