@@ -223,6 +223,8 @@ HTTPS_LISTENER_PORT = 443
 ENVOY_HTTPS_CONTAINER_PORT = HTTPS_LISTENER_PORT + 10000
 
 
+GATEWAY_WAIT_FOR_ANNOTATION = "pulumi.com/waitFor"
+GATEWAY_WAIT_FOR = "condition=Programmed"
 # The Gateway (and GatewayClass) the stack creates when it has no existing one.
 OWN_GATEWAY_NAME = "llm-serving"
 
@@ -452,7 +454,11 @@ def gateway_objects(settings: EdgeSettings, routes: list[Route]) -> list[Manifes
         },
     }
     issuer = settings.cert_manager_issuer
-    annotations = {"cert-manager.io/cluster-issuer": issuer} if issuer else {}
+    # `pulumi up` waits until Envoy Gateway reports the Gateway Programmed (its proxies configured and its load
+    # balancer holding an address: Gateway API, GatewayConditionProgrammed) before what depends on the edge runs,
+    # the deploy gate among them; pulumi-kubernetes' generic await reads this annotation (as for the LeaderWorkerSet).
+    annotations = {GATEWAY_WAIT_FOR_ANNOTATION: GATEWAY_WAIT_FOR,
+                   **({"cert-manager.io/cluster-issuer": issuer} if issuer else {})}
     gateway = {
         "apiVersion": GATEWAY_API,
         "kind": "Gateway",
