@@ -180,11 +180,8 @@ def test_clone_refuses_a_bad_setting_in_one_line(stack_dir, setting, line):
 
 
 def test_a_set_for_a_model_the_base_does_not_have_names_the_models_it_has(stack_dir):
-    from stacks import clone as clone_module
-    from stacks.config.problems import ConfigError
-
     with pytest.raises(ConfigError) as error:
-        clone_module.clone("dev", "dev-typo", ["models[llama].replicas=2"], stack_dir)
+        clone.clone("dev", "dev-typo", ["models[llama].replicas=2"], stack_dir)
     assert [p.line() for p in error.value.problems] == [
         'llm-serving:models[llama]: no model of that name in dev (got "llama"; expected one of llama-8b, or a new '
         "model with models[llama].modelId)"]
