@@ -187,6 +187,8 @@ def diff_values(old: Any, new: Any, path: str = "") -> list[FieldChange]:
         old_names, new_names = _names(old), _names(new)
         if old_names is not None and new_names is not None and (old or new):
             return _diff_named(old, new, old_names, new_names, path)
+        if len(old) != len(new) and all(_scalar(v) for v in [*old, *new]):
+            return _diff_scalars(old, new, path)
         changes = []
         for index in range(max(len(old), len(new))):
             changes += diff_values(
@@ -198,6 +200,26 @@ def diff_values(old: Any, new: Any, path: str = "") -> list[FieldChange]:
     if _same(old, new):
         return []
     return [FieldChange(path, old, new, _line_diff(old, new))]
+
+
+def _scalar(value: Any) -> bool:
+    return value is None or isinstance(value, str | int | float | bool)
+
+
+def _diff_scalars(old: list[Any], new: list[Any], path: str) -> list[FieldChange]:
+    """Lists of plain values that grew or shrank (dependsOn, args), aligned so one added item is one change:
+    removed items at their old index, added ones at their new index, a replaced run changed in place."""
+    changes: list[FieldChange] = []
+    matcher = difflib.SequenceMatcher(a=[repr(v) for v in old], b=[repr(v) for v in new], autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        paired = min(i2 - i1, j2 - j1)  # a replaced run: its first items changed in place, the rest added or removed
+        changes += [FieldChange(f"{path}[{j1 + k}]", old[i1 + k], new[j1 + k]) for k in range(paired)
+                    if not _same(old[i1 + k], new[j1 + k])]
+        changes += [FieldChange(f"{path}[{i}]", old[i], ABSENT) for i in range(i1 + paired, i2)]
+        changes += [FieldChange(f"{path}[{j}]", ABSENT, new[j]) for j in range(j1 + paired, j2)]
+    return changes
 
 
 def _diff_named(

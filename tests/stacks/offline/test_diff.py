@@ -91,6 +91,19 @@ def test_env_vars_by_name_and_args_by_index():
     assert [c.note for c in changes if c.path == "env"] == ["order"]
 
 
+def test_one_added_or_removed_plain_item_is_one_change_not_a_shift_of_every_later_position():
+    # A model added to a stack adds one dependency in the middle of a sorted dependsOn list.
+    old = {"dependsOn": ["a", "c", "d", "e", "f"], "args": ["--x", "1", "--y", "2"]}
+    new = {"dependsOn": ["a", "b", "c", "d", "e", "f"], "args": ["--x", "1", "--y", "3", "--z", "4"]}
+    assert paths(diff_values(old, new, "options")) == {
+        "options.dependsOn[1]": (ABSENT, "b"),
+        "options.args[3]": ("2", "3"),
+        "options.args[4]": (ABSENT, "--z"),
+        "options.args[5]": (ABSENT, "4"),
+    }
+    assert paths(diff_values(new, old, "options"))["options.dependsOn[1]"] == ("b", ABSENT)
+
+
 def test_duplicate_names_fall_back_to_indexes():
     # Two volumeMounts of one volume share a name; keying them by it would lose one.
     old = {"volumeMounts": [{"name": "w", "mountPath": "/models"}, {"name": "w", "mountPath": "/cache"}]}
