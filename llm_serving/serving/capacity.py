@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal, TypeGuard
 
-from .models import ModelArchitecture, lookup_model
+from .models import ACTIVATION_BYTES, ModelArchitecture, lookup_model
 
 GIB = 1024**3
 MIB = 1024**2
@@ -472,6 +472,7 @@ class GpuSpec:
     memory_bytes: int  # per GPU, as CUDA reports it (what vLLM multiplies by the utilization)
     gpus_per_node: int
     supports_fp8: bool | None = None  # None: unknown
+    efa_interfaces: int | None = None  # None: unknown
 
     @classmethod
     def from_instance_type(cls, instance_type: Any) -> GpuSpec:
@@ -483,6 +484,7 @@ class GpuSpec:
             gpus_per_node=instance_type.gpu_count,
             # A GPU described only in stack config has architecture "unknown": FP8 support unknown too.
             supports_fp8=None if gpu.architecture == "unknown" else gpu.supports_fp8,
+            efa_interfaces=instance_type.efa_interfaces,
         )
 
 
@@ -781,6 +783,7 @@ def plan(
            if pp > 1 else ())
         + ((f"each of the {pp} stages' pods reads the whole checkpoint, not its stage's share: the weights term "
             "is the checkpoint at the per-pod read speed",) if pp > 1 else ())
+        + _pipeline_network_notes(model, gpu, pp, max_model_len)
         + (("--enforce-eager: no CUDA graphs; decode steps are slower than the latency estimate assumes",)
            if enforce_eager else ())
         + (("speculative decoding: the draft model's weights and KV layers are not in this plan; pass "
@@ -793,6 +796,18 @@ def plan(
         compile_seconds=compile_seconds,
         compile_cached_seconds=min(compile_seconds, DEFAULT_COMPILE_CACHED_SECONDS),
     )
+
+
+def _pipeline_network_notes(model: ModelArchitecture, gpu: GpuSpec, pp: int, max_model_len: int) -> tuple[str, ...]:
+    """Pipeline stages on nodes without EFA: NCCL falls back to TCP sockets between them (vLLM sends each stage's
+    hidden states to the next with torch.distributed send/recv), so say how much crosses each boundary."""
+    if pp == 1 or gpu.efa_interfaces != 0:
+        return ()
+    per_token = model.hidden_size * ACTIVATION_BYTES[model.native_dtype]
+    prefill = per_token * max_model_len
+    return (f"{gpu.name} has no EFA: the {pp - 1} stage boundaries carry every token's hidden state ({per_token:,} "
+            f"bytes) over TCP, {prefill / 1e6:,.0f} MB per boundary for one {max_model_len:,}-token prefill; a "
+            "stack refuses it (gpuNodeGroup.instanceType needs EFA for pipelineParallelSize > 1)",)
 
 
 def _notes(model: ModelArchitecture, gpu: GpuSpec, tp: int, kv_cache_dtype: str, kv_source: str) -> tuple[str, ...]:

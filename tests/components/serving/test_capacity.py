@@ -429,7 +429,8 @@ def test_sampler_rows_follow_vllm_max_num_seqs_defaults() -> None:
 
 def test_gpu_spec_from_instance_type_copies_the_catalog_figures() -> None:
     spec = GpuSpec.from_instance_type(P5)
-    assert spec == GpuSpec(name="p5.48xlarge", memory_bytes=H100_BYTES, gpus_per_node=8, supports_fp8=True)
+    assert spec == GpuSpec(name="p5.48xlarge", memory_bytes=H100_BYTES, gpus_per_node=8, supports_fp8=True,
+                           efa_interfaces=P5.efa_interfaces)
 
 
 # --- cold start and probe budget --------------------------------------------------------------------------

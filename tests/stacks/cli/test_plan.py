@@ -315,3 +315,21 @@ def test_a_model_larger_than_a_node_is_planned_across_nodes_on_request() -> None
     data = json.loads(_run([*base, "--pp", "2", "--tp", "8", "--json"])[1])
     assert (data["pipeline_parallel_size"], data["nodes_per_replica"], data["kv_cache_tokens"]) == (2, 2, 652_480)
     assert data["performance"] == {"note": "the roofline models single-node replicas; pipeline stages are not modelled"}
+
+
+def test_pipeline_stages_without_efa_are_warned_with_the_bytes_each_boundary_carries() -> None:
+    from llm_serving.serving import lookup_model
+
+    model = lookup_model("meta-llama/Llama-3.1-70B-Instruct")
+    assert model is not None
+    data = json.loads(_run(["--model", model.model_id, "--gpu", "g6e.xlarge", "--max-model-len", "8192",
+                            "--max-nodes-per-replica", "4", "--json"])[1])
+    per_token = model.hidden_size * 2  # bf16 activations
+    (note,) = [n for n in data["notes"] if "has no EFA" in n]
+    boundaries = data["pipeline_parallel_size"] - 1
+    assert f"the {boundaries} stage boundaries carry every token's hidden state ({per_token:,} bytes) over TCP" in note
+    assert f"{per_token * 8192 / 1e6:,.0f} MB per boundary for one 8,192-token prefill" in note
+    # EFA nodes carry the same stages without the warning.
+    efa = json.loads(_run(["--model", "meta-llama/Llama-3.1-405B-Instruct", "--gpu", "p5.48xlarge", "--max-model-len",
+                           "16384", "--max-nodes-per-replica", "4", "--json"])[1])
+    assert efa["pipeline_parallel_size"] > 1 and not [n for n in efa["notes"] if "EFA" in n]
