@@ -61,6 +61,13 @@ from .engine import (
     termination_grace_seconds,
     weights_volume_gib,
 )
+from .hf_config import (
+    ModelConfigError,
+    architecture_block,
+    architecture_from_config,
+    parameters_from_index,
+    weight_bytes_from_index,
+)
 from .host_memory import HostMemory, auto_tier_gib, cpu_kv_tokens, engine_gib, offload_init_seconds
 from .lws import LeaderWorkerSetController, LeaderWorkerSetControllerArgs, lws_values
 from .models import ModelArchitecture, known_model_ids, lookup_model
@@ -81,6 +88,8 @@ from .rollout import (
     Timing,
     choose_strategies,
     cold_start,
+    crowded_out,
+    describe_strategy,
     image_pull_term,
     node_update,
     nodes_needed,
@@ -162,6 +171,7 @@ __all__ = [
     "MAX_STREAM_SECONDS",
     "MIN_STREAM_SECONDS",
     "ModelArchitecture",
+    "ModelConfigError",
     "ModelArchitectureArgs",
     "ModelArgs",
     "ModelDrains",
@@ -198,8 +208,12 @@ __all__ = [
     "VllmImageArgs",
     "WORKER_COMPONENT",
     "WeightsFormat",
+    "architecture_block",
+    "architecture_from_config",
     "cache_sync",
     "choose_strategies",
+    "crowded_out",
+    "describe_strategy",
     "cold_start",
     "container_security_context",
     "derived_stream_seconds",
@@ -217,6 +231,7 @@ __all__ = [
     "node_update_relation",
     "node_update_timeline",
     "nodes_needed",
+    "parameters_from_index",
     "plan",
     "pod_memory_gib",
     "pod_resources",
@@ -244,5 +259,6 @@ __all__ = [
     "timing_problems",
     "timing_table",
     "usd_per_million_output_tokens",
+    "weight_bytes_from_index",
     "weights_volume_gib",
 ]

@@ -190,6 +190,38 @@ def choose_strategies(models: list[Footprint], supply: Supply, environment: str)
     return chosen
 
 
+def describe_strategy(strategy: Strategy) -> str:
+    if strategy.type == "Recreate":
+        return "Recreate (every replica stops, then all start)"
+    return f"RollingUpdate maxSurge {strategy.max_surge}, maxUnavailable {strategy.max_unavailable}"
+
+
+def crowded_out(models: list[Footprint], supply: Supply, environment: str) -> dict[str, str]:
+    """Per model whose rollout is slower beside the others than it would be alone in the node group: why.
+
+    Adding a model to a stack can take the room another model's surge replica needed, which turns that
+    model's rollout from a surge into one-at-a-time, or in dev into Recreate (a cold start of downtime on
+    every rollout). The preview and `plan --stack` say so with the numbers, instead of the strategy
+    changing silently. Call with models whose peak fits (choose_strategies checks it)."""
+    together = choose_strategies(models, supply, environment)
+    found: dict[str, str] = {}
+    for index, m in enumerate(models):
+        # "dev" lets the lone model's Recreate through; it can only be roomier than the stack's choice.
+        alone = choose_strategies([m], supply, "dev")[m.name]
+        if alone.manifest() == together[m.name].manifest():
+            continue
+        first = [o.name for o in models[:index] if together[o.name].max_surge]
+        reserved = (f"; the surge replicas of {', '.join(first)} (earlier in models[]) are reserved first"
+                    if first else "")
+        surges = [gpus for o in models[:index] if together[o.name].max_surge for gpus in o.pods(1)]
+        needed = nodes_needed([*_peak_groups(models), *surges, *m.pods(1)], supply.gpus_per_node)
+        found[m.name] = (f"{m.name}: rollout {describe_strategy(together[m.name])}, not "
+                         f"{describe_strategy(alone)} as alone: at peak {_peak_text(models)} on "
+                         f"{supply.describe()} leaves no room for one more {m.shape} replica{reserved}; "
+                         f"{needed} nodes would give it room")
+    return found
+
+
 @dataclass(frozen=True)
 class ProducerRoom:
     """Where the shared compile caches' producer Jobs fit while an `up` rolls the models out."""

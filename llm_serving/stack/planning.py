@@ -538,6 +538,13 @@ def rollout_strategies(config: ServingStackArgs) -> dict[str, serving.Strategy]:
     return serving.choose_strategies(footprints, supply(config), config.environment.value)
 
 
+def rollout_crowded_out(config: ServingStackArgs) -> dict[str, str]:
+    """Per model whose rollout the stack's other models make slower than it would be alone, why
+    (serving.crowded_out): ServingStack warns with it, `plan --stack` prints it."""
+    footprints = [footprint(config, m, model_plan(config, m)) for m in config.models]
+    return serving.crowded_out(footprints, supply(config), config.environment.value)
+
+
 def full_rollout_seconds(config: ServingStackArgs, model: ModelArgs) -> int:
     """The longest a rollout of every replica may take: each step at the startup budget (not the planned
     cold start) after a new node. It is also how long pods holding a rotated-out API key keep serving

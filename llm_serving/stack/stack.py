@@ -204,6 +204,9 @@ class ServingStack(pulumi.ComponentResource):
         args = checked(name, args)
         self._check_account(name, args)
         self._args = args
+        for note in planning.rollout_crowded_out(args).values():
+            # A model added beside this one can take its surge room: the preview says so, with the numbers.
+            pulumi.log.warn(note, resource=self)
         looked_up = (lookup_cluster(args.cluster.name, pulumi.InvokeOptions(parent=self))
                      if args.cluster_facts is None else None)
         self._site = site.resolve(args, looked_up, self)

@@ -21,21 +21,26 @@ DEPLOYMENT = "kubernetes:apps/v1:Deployment"
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 DRAIN_BARRIER = gpu.drain_barrier_name("")  # every generation's barrier is named with this prefix
 POD_TEMPLATE = "inputs.spec.template"
+STRATEGY = "inputs.spec.strategy"
 
 
 def _minutes(seconds: int) -> str:
     return f"{math.ceil(seconds / 60)} min"
 
 
-def _strategy_text(strategy: serving.Strategy) -> str:
-    if strategy.type == "Recreate":
-        return "Recreate (every replica stops, then all start)"
-    return f"RollingUpdate maxSurge {strategy.max_surge}, maxUnavailable {strategy.max_unavailable}"
-
-
 def _single_node_footprints(config: ServingStackArgs) -> tuple[list[serving.Footprint], dict[str, Any]]:
     footprints = [planning.footprint(config, m, planning.model_plan(config, m)) for m in config.models]
     return footprints, {m.name: m for m in config.models}
+
+
+def strategy_lines(config: ServingStackArgs, model_name: str) -> list[str]:
+    """Why a model's Deployment strategy changed: the planner's reason, and the models that took its room."""
+    strategy = planning.rollout_strategies(config).get(model_name)
+    if strategy is None:
+        return []
+    crowded = planning.rollout_crowded_out(config).get(model_name)
+    return [f"rollout strategy: now {serving.describe_strategy(strategy)}: {strategy.reason}",
+            *([f"beside the other models: {crowded}"] if crowded else [])]
 
 
 def rollout_lines(config: ServingStackArgs, model_name: str) -> list[str]:
@@ -56,7 +61,8 @@ def rollout_lines(config: ServingStackArgs, model_name: str) -> list[str]:
     ready = per_replica - timing.image_pull_seconds - footprint.cold_start_seconds  # minReadySeconds
     total = serving.rollout_seconds(footprint, strategy, footprint.min_replicas, timing, needs_node=needs_node)
     replicas = footprint.min_replicas
-    lines = [f"rollout: {replicas} replica(s) roll ({_strategy_text(strategy)}), about {_minutes(per_replica)} each "
+    lines = [f"rollout: {replicas} replica(s) roll ({serving.describe_strategy(strategy)}), about "
+             f"{_minutes(per_replica)} each "
              f"(image pull {timing.image_pull_seconds} s + cold start {footprint.cold_start_seconds} s + "
              f"{ready} s available), about {_minutes(total)} in total"
              + (" (at minReplicas: each replica KEDA runs above it adds a step)"
@@ -116,9 +122,12 @@ def for_change(config: ServingStackArgs, change_type: str, name: str, action: st
     """Consequence lines of one resource change ([] when it costs nothing worth a line)."""
     if change_type == DEPLOYMENT and action == "replace" and name.endswith("-deployment"):
         return outage_lines(config, name.removesuffix("-deployment"))
-    if change_type == DEPLOYMENT and action == "update" and name.endswith("-deployment") and any(
-            p.startswith(POD_TEMPLATE) for p in paths):
-        return rollout_lines(config, name.removesuffix("-deployment"))
+    if change_type == DEPLOYMENT and action == "update" and name.endswith("-deployment"):
+        model = name.removesuffix("-deployment")
+        lines = strategy_lines(config, model) if any(p.startswith(STRATEGY) for p in paths) else []
+        if any(p.startswith(POD_TEMPLATE) for p in paths):
+            lines += rollout_lines(config, model)
+        return lines
     if change_type == NODE_GROUP and action == "replace":
         return node_group_lines(config)
     if change_type == DEPLOYMENT and action == "delete" and name.startswith(DRAIN_BARRIER):
