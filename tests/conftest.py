@@ -9,6 +9,7 @@ component.
 from __future__ import annotations
 
 import functools
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,9 +40,14 @@ def rendered() -> dict[str, RenderResult]:
     return {name: render_file(path) for name, path in zip(STACK_NAMES, STACK_FILES, strict=True)}
 
 
+# Inputs the docs' commands name by a path inside the project (plan --model-config's snapshot).
+DOC_INPUTS = PROJECT_DIR / "tests" / "fixtures" / "hf"
+
+
 def _copy_project(directory: Path) -> Path:
     for path in (*STACK_FILES, PROJECT_DIR / "Pulumi.yaml"):
         (directory / path.name).write_text(path.read_text())
+    shutil.copytree(DOC_INPUTS, directory / DOC_INPUTS.relative_to(PROJECT_DIR))
     return directory
 
 

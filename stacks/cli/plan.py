@@ -13,15 +13,23 @@ import argparse
 import difflib
 import json
 import math
+import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 from llm_serving import serving, storage
 from llm_serving.gpu import instance_price, known_instance_type_names, lookup_instance_type
-from llm_serving.serving import DEFAULT_MAX_NUM_SEQS, CapacityError, CapacityPlan, known_model_ids, lookup_model
+from llm_serving.serving import (
+    DEFAULT_MAX_NUM_SEQS,
+    CapacityError,
+    CapacityPlan,
+    known_model_ids,
+    lookup_model,
+)
 from llm_serving.stack import planning
-from stacks.cli import calibration
+from stacks.cli import calibration, model_config
 from stacks.cli.arguments import non_negative, positive
 from stacks.config import overrides
 from stacks.config.problems import CommandLineParser, ConfigError, Problem
@@ -106,6 +114,22 @@ def _json_object(value: str) -> str:
     return value
 
 
+def _model_config_source(value: str) -> str:
+    if not value.strip():
+        raise argparse.ArgumentTypeError("expected a config.json, a directory holding one, or 'hub'")
+    return value
+
+
+_REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
+
+
+def _revision(value: str) -> str:
+    """A branch, tag or commit as the Hub resolves it, checked before it goes into a URL."""
+    if not _REVISION.match(value) or ".." in value:
+        raise argparse.ArgumentTypeError(f"expected a branch, tag or commit such as main or 0e9e39f, got {value!r}")
+    return value
+
+
 def _parser() -> CommandLineParser:
     parser = CommandLineParser(
         prog="python -m stacks plan",
@@ -119,6 +143,15 @@ def _parser() -> CommandLineParser:
     parser.add_argument("--list-models", action="store_true", help="List the catalog's models and exit.")
     parser.add_argument("--list-gpus", action="store_true", help="List the catalog's GPU instance types and exit.")
     parser.add_argument("--stack", help="Plan a model exactly as this stack deploys it (its file's settings).")
+    parser.add_argument("--model-config", metavar="SOURCE", type=_model_config_source,
+                        help="Plan a model the catalog lacks from its config.json: a file, a directory holding one "
+                             "(and model.safetensors.index.json or the .safetensors files), or 'hub' for --model's "
+                             "files on the Hugging Face Hub (HF_TOKEN for a gated model). Prints the stack file's "
+                             "models[].architecture block.")
+    parser.add_argument("--revision", default="main", type=_revision,
+                        help="With --model-config hub: the revision (default main).")
+    parser.add_argument("--hf-token-file", help="With --model-config hub: a file holding the Hub token "
+                        "(default: the HF_TOKEN environment variable).")
     parser.add_argument("--gpu", help="EC2 instance type from the GPU catalog, e.g. p5.48xlarge.")
     parser.add_argument(
         "--max-model-len",
@@ -308,8 +341,20 @@ def _minutes(seconds: int) -> str:
     return f"{seconds / 60:.0f} min ({seconds:,} s)"
 
 
-def dynamics(result: CapacityPlan, args: argparse.Namespace) -> dict[str, object]:
-    """Scale-up time, rollout and node-update dynamics for `--replicas` of this plan (pure)."""
+@dataclass(frozen=True)
+class StackRollout:
+    """`plan --stack`: the model among the stack's others, as the render plans its rollout (planning.footprint,
+    planning.rollout_strategies), so the plan never shows a strategy the stack does not deploy."""
+
+    name: str
+    footprints: list[serving.Footprint]  # every model of the stack, the planned one among them
+    strategies: dict[str, serving.Strategy]
+    crowded_out: str | None  # why the others make this model's rollout slower than alone (None: they do not)
+
+
+def dynamics(result: CapacityPlan, args: argparse.Namespace, stack: StackRollout | None = None) -> dict[str, object]:
+    """Scale-up time, rollout and node-update dynamics for `--replicas` of this plan (pure); with `stack`, among
+    the stack's other models and with the strategy the stack deploys."""
     if result.pipeline_parallel_size > 1:
         return {}  # the rollout planner packs single-node replicas only (multi-node groups: issue #16)
     low = args.replicas
@@ -317,23 +362,33 @@ def dynamics(result: CapacityPlan, args: argparse.Namespace) -> dict[str, object
     shared_cache = args.compile_cache == "shared"
     model = serving.Footprint("model", result.tensor_parallel_size, low, high, result.cold_start_seconds,
                               cached_cold_start_seconds=result.cold_start_cached_seconds if shared_cache else None)
+    models = [model]
+    if stack is not None:
+        model = next(f for f in stack.footprints if f.name == stack.name)
+        models = stack.footprints
     nodes = args.nodes if args.nodes is not None else max(1, -(-low // result.replicas_per_node))
     max_nodes = args.max_nodes if args.max_nodes is not None else nodes + 1
     timing = serving.Timing(args.node_ready_seconds, args.image_pull_seconds,
                             image_prepulled=args.image_pre_pull == "daemonSet")
     supply = serving.Supply(result.gpus_per_node, max_nodes, result.gpu, autoscaled=True)
-    needs_node = serving.rollout_needs_node([model], model, result.gpus_per_node, nodes)
+    needs_node = serving.rollout_needs_node(models, model, result.gpus_per_node, nodes)
     found: dict[str, object] = {
         "replica_add_seconds": serving.replica_add_seconds(model, timing, needs_node=needs_node),
         "replica_add_needs_node": needs_node,
         **cold_start_breakdown(result, timing, model, args),
     }
-    try:
-        strategy = serving.choose_strategies([model], supply, "prod")["model"]
-    except serving.RolloutError as error:
-        found["rollout"] = f"rejected: {error}"
-        return found
-    update = serving.node_update([model], {"model": strategy}, supply, nodes, timing,
+    if stack is not None:
+        strategies = stack.strategies
+        if stack.crowded_out:
+            found["rollout_crowded_out"] = stack.crowded_out
+    else:
+        try:
+            strategies = serving.choose_strategies(models, supply, "prod")
+        except serving.RolloutError as error:
+            found["rollout"] = f"rejected: {error}"
+            return found
+    strategy = strategies[model.name]
+    update = serving.node_update(models, {m.name: strategies[m.name] for m in models}, supply, nodes, timing,
                                  drain_wait_seconds=args.drain_wait_seconds)
     found.update({
         "rollout": strategy.manifest(),
@@ -435,7 +490,9 @@ def _dynamics_rows(found: dict[str, object]) -> list[tuple[str, str]]:
     kind = (f"maxSurge {surge['maxSurge']}, maxUnavailable {surge['maxUnavailable']}" if surge else "Recreate")
     rows += [
         ("rollout", f"{kind}: {_minutes(int(found['rollout_seconds']))}"  # type: ignore[call-overload]
-                    + (", surge pod needs a new node" if found["rollout_needs_node"] else "")),
+                    + (", surge pod needs a new node" if surge and found["rollout_needs_node"] else "")),
+        *([("rollout beside the others", str(found["rollout_crowded_out"]))] if found.get("rollout_crowded_out")
+          else []),
         ("node-group update", f"{_minutes(int(found['node_update_seconds']))}, "  # type: ignore[call-overload]
                               f"{found['node_update_extra_nodes']} extra node(s) while pods move"),
     ]
@@ -552,14 +609,28 @@ def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = 
     if args.model is None:
         print("python -m stacks plan: --model is required (or --list-models, --list-gpus)", file=err)
         return EXIT_USAGE
+    hub_only = [option for dest, option in (("revision", "--revision"), ("hf_token_file", "--hf-token-file"))
+                if dest in explicit]
+    if hub_only and args.model_config != model_config.HUB:
+        print(f"python -m stacks plan: argument {hub_only[0]}: only with --model-config hub", file=err)
+        return EXIT_USAGE
     if args.stack is not None:
         return _stack_plan(args, explicit, out, err)
     if args.gpu is None or args.max_model_len is None:
         print("plan rejected: --gpu and --max-model-len are required without --stack", file=err)
         return EXIT_USAGE
-    model = lookup_model(args.model)
+    model: serving.ModelArchitecture | None
+    if args.model_config is not None:
+        try:
+            model = model_config.load(args.model, args.model_config, args.revision, args.hf_token_file)
+        except serving.ModelConfigError as error:
+            print(f"plan rejected: --model-config: {error}", file=err)
+            return EXIT_USAGE
+    else:
+        model = lookup_model(args.model)
     if model is None:
-        print(_unknown("--model", "model", args.model, known_model_ids()), file=err)
+        print(_unknown("--model", "model", args.model, known_model_ids()) + "; or plan it from its config.json with "
+              "--model-config", file=err)
         return EXIT_USAGE
     instance_type = lookup_instance_type(args.gpu)
     if instance_type is None:
@@ -610,7 +681,8 @@ def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = 
     except calibration.CalibrationError as error:
         print(f"plan rejected: {error}", file=err)
         return EXIT_USAGE
-    return _print(result, found, cost, perf, args.json, out)
+    block = serving.architecture_block(model) if args.model_config is not None else None
+    return _print(result, found, cost, perf, args.json, out, architecture=block)
 
 
 def stack_cost_summary(config: object) -> str:
@@ -682,13 +754,15 @@ def _replica_cost(result: CapacityPlan) -> dict[str, object]:
 def _print(result: CapacityPlan, found: dict[str, object], cost: dict[str, object],
            perf: dict[str, object], as_json: bool, out: TextIO,
            overridden: dict[str, dict[str, object]] | None = None,
-           timing_rows: list[tuple[str, str, str]] | None = None) -> int:
+           timing_rows: list[tuple[str, str, str]] | None = None, architecture: dict[str, Any] | None = None) -> int:
     """The plan; with a stack, also its timing rules (llm_serving/stack/timing.py) as rule, numbers, verdict,
     and the values the command line set over the stack's."""
     if as_json:
         document = {**result.to_json(), "dynamics": found, "cost": cost, "performance": perf}
         if overridden:
             document["from_command_line"] = overridden
+        if architecture is not None:
+            document["architecture"] = architecture
         if timing_rows is not None:
             document["timing"] = [{"rule": rule, "numbers": numbers, "holds": verdict == "ok"}
                                   for rule, numbers, verdict in timing_rows]
@@ -705,6 +779,9 @@ def _print(result: CapacityPlan, found: dict[str, object], cost: dict[str, objec
             print("\ntiming (stream bound, drains, awaits):", file=out)
             for rule, numbers, verdict in timing_rows:
                 print(f"  {rule.ljust(width)}  {numbers.ljust(numbers_width)}  {verdict}", file=out)
+        if architecture is not None:
+            print("\nmodels[].architecture (read from the model's config.json; paste it into the stack file):\n"
+                  + "  architecture: " + json.dumps(architecture), file=out)
     # The memory plan holds but no rollout can replace a replica on the GPUs there are: not deployable.
     return EXIT_REJECTED if str(found.get("rollout", "")).startswith("rejected") else EXIT_OK
 
@@ -716,6 +793,8 @@ _STACK_REFUSED = {
     "storage_read_mib_per_second": ("--storage-read-mib-per-second", "the stack's weightsStorage decides the "
                                     "read speed; plan without --stack to try another"),
     "max_nodes_per_replica": ("--max-nodes-per-replica", "a stack sets models[].pipelineParallelSize; use --pp N"),
+    "model_config": ("--model-config", "a stack's model takes its facts from models[].architecture; plan without "
+                     "--stack to read a config.json"),
 }
 
 
@@ -804,7 +883,10 @@ def _stack_plan(args: argparse.Namespace, explicit: dict[str, object], out: Text
         image_pre_pull="daemonSet" if timing.image_prepulled else "off",
         compile_cache="shared" if shared_cache else "off", compile_cache_reason=cache_reason,
     )
-    found = dynamics(result, stack_args)
+    rollout = StackRollout(
+        model.name, [planning.footprint(config, m, planning.model_plan(config, m)) for m in config.models],
+        planning.rollout_strategies(config), planning.rollout_crowded_out(config).get(model.name))
+    found = dynamics(result, stack_args, rollout)
     free, new = planning.cold_starts(config, model, result)
     if found:  # multi-node groups have no dynamics yet (dynamics())
         found["cold_start"] = {"free_node": _terms(free), "new_node": _terms(new),

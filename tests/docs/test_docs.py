@@ -142,7 +142,7 @@ def test_every_alert_has_exactly_one_runbook_section_at_its_link_anchor():
 
 def test_planner_examples_are_the_planners_real_output():
     blocks = re.findall(r"^```console\n\$ (.+?)\n(.*?)^```", (DOCS / "capacity-planner.md").read_text(), re.M | re.S)
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     for command, shown in blocks:
         argv = shlex.split(command, comments=True)
         assert argv[:4] == [".venv/bin/python", "-m", "stacks", "plan"]

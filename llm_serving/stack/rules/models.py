@@ -6,6 +6,7 @@ lines at once, and each names the key to change. rules/__init__.py lists every r
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from collections.abc import Iterator
@@ -163,7 +164,12 @@ def _each_model(config: ServingStackArgs) -> Iterator[Problem]:
     for model in config.models:
         at = f"models[{model.name}]"
         if model_architecture(model) is None:
-            yield Problem(f"{at}.modelId", "not in the model catalog; give its facts in architecture",
+            # A typo of a catalog id is the likelier mistake than a new model: suggest the near id first.
+            near = difflib.get_close_matches(model.model_id, serving.known_model_ids(), n=1, cutoff=0.8)
+            yield Problem(f"{at}.modelId", (f"not in the model catalog (did you mean {near[0]}?); or, for another "
+                                            "model, give its facts in architecture" if near else
+                                            "not in the model catalog; give its facts in architecture (`python -m "
+                                            "stacks plan --model <id> --model-config <config.json>` prints them)"),
                           model.model_id, "a catalog model or an architecture block")
             continue
         if model.storage.access_mode is AccessMode.READ_WRITE_ONCE and replica_bounds(model)[1] > 1:

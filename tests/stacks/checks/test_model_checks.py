@@ -149,7 +149,16 @@ def test_rejects_read_write_once_weights_for_several_replicas_and_on_efs():
 def test_rejects_unknown_model_without_architecture():
     assert lines(modelId="acme/secret-model") == [
         'llm-serving:models[llama-70b].modelId: not in the model catalog; give its facts in architecture '
+        '(`python -m stacks plan --model <id> --model-config <config.json>` prints them) '
         '(got "acme/secret-model"; expected a catalog model or an architecture block)'
+    ]
+
+
+def test_a_misspelt_catalog_id_is_answered_with_the_near_id():
+    assert lines(modelId="meta-llama/Llama-3.1-70B-Instruc") == [
+        "llm-serving:models[llama-70b].modelId: not in the model catalog (did you mean "
+        "meta-llama/Llama-3.1-70B-Instruct?); or, for another model, give its facts in architecture "
+        '(got "meta-llama/Llama-3.1-70B-Instruc"; expected a catalog model or an architecture block)'
     ]
 
 

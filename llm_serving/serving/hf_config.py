@@ -1,0 +1,157 @@
+"""A model's architecture read from its Hugging Face `config.json` (pure): the open end of the model catalog.
+
+The planner needs the figures models.py cites per catalog entry; for any other model they come from the
+checkpoint's own files, read by `python -m stacks plan --model-config` (a local file or directory, or the Hub),
+which prints them as the stack file's `models[].architecture` block, so a render never needs the network.
+
+Field names are transformers' (`PretrainedConfig` and the model configs of transformers v4.57:
+`num_hidden_layers`, `num_attention_heads`, `num_key_value_heads`, `hidden_size`, `head_dim`,
+`max_position_embeddings`, `torch_dtype` (renamed `dtype` in v4.56, both read), `vocab_size`, `text_config`
+for the language model of a multimodal checkpoint, `layer_types` for hybrid sliding-window attention, and
+`quantization_config.quant_method`). The weight bytes are the checkpoint's `model.safetensors.index.json`
+`metadata.total_size`, or the one `model.safetensors` file's size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from llm_serving.serving.models import ModelArchitecture
+
+# Bytes per stored parameter, to estimate the parameter count from the weight bytes when no count is given.
+# MXFP4 packs two 4-bit values per byte plus a shared scale per 32 (OCP MX spec v1.0): about 0.53 bytes.
+_BYTES_PER_PARAMETER = {"bfloat16": 2.0, "float16": 2.0, "float32": 4.0, "fp8": 1.0, "mxfp4": 0.53}
+_DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32", "half": "float16",
+           "float": "float32"}
+# Expert counts under the names the MoE configs use (Mixtral, Qwen2/3-MoE, gpt-oss, DeepSeek, Llama 4).
+_EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+
+
+class ModelConfigError(ValueError):
+    """A config.json the planner cannot size, with what to give instead."""
+
+
+def _text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    text = config.get("text_config")
+    return text if isinstance(text, Mapping) else config
+
+
+def _positive_int(config: Mapping[str, Any], key: str) -> int:
+    value = config.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ModelConfigError(f"config.json: {key} is {value!r}; expected a positive integer")
+    return value
+
+
+def _quantized_dtype(config: Mapping[str, Any]) -> str | None:
+    quantization = config.get("quantization_config")
+    if not isinstance(quantization, Mapping):
+        return None
+    method = str(quantization.get("quant_method", "")).lower()
+    if method in ("fp8", "mxfp4"):
+        return method
+    if method == "compressed-tensors":
+        # llm-compressor's FP8 checkpoints (RedHatAI/*-FP8): weights of 8-bit float type in every group.
+        groups = quantization.get("config_groups")
+        weights = [g.get("weights") for g in groups.values()] if isinstance(groups, Mapping) else []
+        if weights and all(isinstance(w, Mapping) and w.get("num_bits") == 8 and w.get("type") == "float"
+                           for w in weights):
+            return "fp8"
+    raise ModelConfigError(f"config.json: quantization_config.quant_method {method or '?'!r} is not one the planner "
+                           "sizes (fp8, mxfp4, compressed-tensors FP8); give models[].architecture by hand")
+
+
+def _dtype(config: Mapping[str, Any], text: Mapping[str, Any]) -> str:
+    quantized = _quantized_dtype(config)
+    if quantized:
+        return quantized
+    raw = text.get("torch_dtype", text.get("dtype", config.get("torch_dtype", config.get("dtype"))))
+    found = _DTYPES.get(str(raw).removeprefix("torch."))
+    if found is None:
+        raise ModelConfigError(f"config.json: torch_dtype {raw!r}; expected one of {sorted(_DTYPES)}")
+    return found
+
+
+def architecture_from_config(model_id: str, config: Mapping[str, Any], weight_bytes: int,
+                             parameters: int | None = None) -> ModelArchitecture:
+    """The sizing facts of `model_id` from its config.json and the checkpoint's weight bytes (`parameters`: the
+    count when the checkpoint states it, else estimated from the bytes and the stored type)."""
+    text = _text_config(config)
+    if "kv_lora_rank" in text:
+        # Multi-head latent attention (DeepSeek V2/V3) caches one compressed latent per token, not per KV head:
+        # the planner's per-head KV formula would oversize it several times over.
+        raise ModelConfigError("config.json: kv_lora_rank (multi-head latent attention) is not sized by the "
+                               "planner's per-head KV cache; give models[].architecture by hand")
+    heads = _positive_int(text, "num_attention_heads")
+    hidden = _positive_int(text, "hidden_size")
+    head_dim = text.get("head_dim") or (hidden // heads if hidden % heads == 0 else None)
+    if not isinstance(head_dim, int) or head_dim < 1:
+        raise ModelConfigError(f"config.json: head_dim is absent and hidden_size {hidden} is not a multiple of "
+                               f"num_attention_heads {heads}")
+    layers = _positive_int(text, "num_hidden_layers")
+    kinds = text.get("layer_types")
+    sliding = sum(1 for kind in kinds if kind == "sliding_attention") if isinstance(kinds, list) else 0
+    dtype = _dtype(config, text)
+    if not isinstance(weight_bytes, int) or weight_bytes <= 0:
+        raise ModelConfigError(f"the checkpoint's weight bytes are {weight_bytes!r}; expected a positive integer")
+    count = parameters if parameters else weight_bytes / _BYTES_PER_PARAMETER[dtype]
+    try:
+        return _architecture(model_id, text, dtype, weight_bytes, count, layers, heads, hidden, head_dim, sliding)
+    except ValueError as error:  # ModelArchitecture's own checks (heads vs KV heads, sizes)
+        raise ModelConfigError(f"config.json: {error}") from None
+
+
+def _architecture(model_id: str, text: Mapping[str, Any], dtype: str, weight_bytes: int, count: float, layers: int,
+                  heads: int, hidden: int, head_dim: int, sliding: int) -> ModelArchitecture:
+    vocab = text.get("vocab_size")
+    experts = max((int(text.get(k) or 0) for k in _EXPERT_KEYS), default=0)
+    return ModelArchitecture(
+        model_id=model_id,
+        parameters_billion=round(count / 1e9, 2),
+        num_layers=layers,
+        num_attention_heads=heads,
+        num_kv_heads=text.get("num_key_value_heads") or heads,
+        head_dim=head_dim,
+        hidden_size=hidden,
+        native_dtype=dtype,
+        weight_bytes=weight_bytes,
+        max_context_tokens=_positive_int(text, "max_position_embeddings"),
+        is_moe=experts > 1,
+        sliding_window_layers=sliding,
+        sliding_window_tokens=text.get("sliding_window") if sliding else None,
+        vocab_size=vocab if isinstance(vocab, int) and vocab > 0 else None,
+    )
+
+
+def weight_bytes_from_index(index: Mapping[str, Any]) -> int:
+    """`metadata.total_size` of a model.safetensors.index.json: the bytes of every tensor as stored."""
+    metadata = index.get("metadata")
+    total = metadata.get("total_size") if isinstance(metadata, Mapping) else None
+    if not isinstance(total, int) or isinstance(total, bool) or total <= 0:
+        raise ModelConfigError(f"model.safetensors.index.json: metadata.total_size is {total!r}; expected bytes")
+    return total
+
+
+def parameters_from_index(index: Mapping[str, Any]) -> int | None:
+    """`metadata.total_parameters`, which recent checkpoints' indexes carry; None when absent."""
+    metadata = index.get("metadata")
+    count = metadata.get("total_parameters") if isinstance(metadata, Mapping) else None
+    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else None
+
+
+def architecture_block(architecture: ModelArchitecture) -> dict[str, Any]:
+    """The stack file's `models[].architecture` for `architecture` (ModelArchitectureArgs, camelCase)."""
+    return {
+        "parametersBillion": architecture.parameters_billion,
+        "numLayers": architecture.num_layers,
+        "numAttentionHeads": architecture.num_attention_heads,
+        "numKvHeads": architecture.num_kv_heads,
+        "headDim": architecture.head_dim,
+        "hiddenSize": architecture.hidden_size,
+        # Rounded up, so the plan never counts on less than the checkpoint holds.
+        "weightGib": -(-architecture.weight_bytes * 100 // 1024**3) / 100,
+        "maxContextTokens": architecture.max_context_tokens,
+        "nativeDtype": architecture.native_dtype,
+        "isMoe": architecture.is_moe,
+    }
