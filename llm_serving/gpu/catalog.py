@@ -30,6 +30,9 @@ from types import MappingProxyType
 #             cudaDeviceProp.totalGlobalMem — the same number torch's total_memory returns.
 #   [VLLM-FP8] docs.vllm.ai/en/v0.32.0/features/quantization/llm_compressor/fp8/: FP8 compute needs
 #             compute capability >= 8.9 (Ada, Hopper, Blackwell); Ampere only runs FP8 weight-only.
+#   [MODAL]   ai-bot-pro/achatbot deploy/modal/src/llm/vllm/vlm/skywork_r1v.py @ 859e2161: torch
+#             _CudaDeviceProperties lines printed on Modal's H200 and B200; torch floors total_memory
+#             to whole MiB in that repr, so MiB * 2**20 is at most 1 MiB low.
 #
 # Why CUDA's figure and not nvidia-smi's: the driver reserves part of the frame buffer, so CUDA reports
 # less than nvidia-smi (same H100 box: 81106 MiB vs 81559 MiB), and the CUDA figure shifts by tens of
@@ -156,7 +159,7 @@ H200 = GpuModel(
     # The resulting label "NVIDIA-H200" appears in several stored cluster configs; not observed on a
     # p5e/p5en node itself.
     product_label="NVIDIA-H200",
-    # UNVERIFIED: exact CUDA figure comes from a single unattributed excerpt (torch
+    # UNVERIFIED: exact CUDA figure comes from a single excerpt ([MODAL]: torch
     # _CudaDeviceProperties(name='NVIDIA H200', total_memory=143156MB) on Modal), so 143156 MiB * 2**20
     # (MiB figure, floored by torch). Plausibility: nvidia-smi shows 143771 MiB for H200 in many stored
     # outputs, and CUDA reports a few hundred MiB less than nvidia-smi as with H100.
@@ -194,8 +197,48 @@ L40S = GpuModel(
     supports_fp8=True,  # [VLLM-FP8]
 )
 
+L4 = GpuModel(
+    product_label="NVIDIA-L4",  # [DQ] L4 name "NVIDIA L4" -> [GFD]
+    # [DQ] L4_deviceQuery.py, driver 550.90.07 (L4_smi.py): 22478 MiB (23570219008 bytes); nvidia-smi
+    # 23034 MiB. Measured on a non-AWS L4; AWS lists 22 GiB ([AWS-AC]) and 22888 MiB (EC2 GpuInfo, [KARP]).
+    memory_bytes=23_570_219_008,
+    architecture="ada",  # compute capability 8.9 ([DQ]; [GFD] 8.x with minor >= 9 -> ada-lovelace)
+    supports_fp8=True,  # [VLLM-FP8]
+)
+
+A10G = GpuModel(
+    # NVML name "NVIDIA A10G" (nvidia-smi on a g5.12xlarge, driver 550.90.07, vllm-project/vllm#9373)
+    # -> [GFD]. A variant of the A10 made for AWS (baseten.co/blog/nvidia-a10-vs-a10g-for-ml-model-
+    # inference); no NVIDIA datasheet of the A10G itself was found.
+    product_label="NVIDIA-A10G",
+    # 22587 MiB * 2**20: torch _CudaDeviceProperties(name='NVIDIA A10G', major=8, minor=6,
+    # total_memory=22587MB) in TorchCodec's rendered CUDA-decoding tutorial (basic_cuda_example, torch
+    # 2.15.0.dev20260909+cu130), a stored excerpt without its repository; floored to MiB by torch.
+    # Corroboration: PyTorch OOM messages from g5.2xlarge in several stored logs give "a total capacity
+    # of 22.06 GiB" (22587 MiB); nvidia-smi shows 23028 MiB (vllm#9373); AWS lists 22 GiB ([AWS-AC]) and
+    # 22888 MiB (EC2 GpuInfo, [KARP]).
+    memory_bytes=22_587 * MIB,
+    architecture="ampere",  # compute capability 8.6 (same torch line: major=8, minor=6)
+    supports_fp8=False,  # [VLLM-FP8]: Ampere runs FP8 checkpoints weight-only
+)
+
+B200 = GpuModel(
+    # CUDA name "NVIDIA B200" ([MODAL]; NVML's name matches CUDA's for the GPUs above) -> [GFD]. Not
+    # observed on a p6-b200 node itself.
+    product_label="NVIDIA-B200",
+    # [MODAL]: total_memory=182642MB, so 182642 MiB * 2**20. Another stored torch 2.8.0+cu128 excerpt
+    # (unattributed) shows 182631 MiB: 11 MiB apart, within the ~0.1 % noted above. AWS lists 179 GiB
+    # ([AWS-AC]) and 183359 MiB (EC2 GpuInfo, [KARP]); CUDA reports less, as for every GPU here.
+    memory_bytes=182_642 * MIB,
+    architecture="blackwell",  # compute capability 10.0 ([MODAL]: major=10, minor=0)
+    supports_fp8=True,  # [VLLM-FP8]
+)
+
 GPU_MODELS: Mapping[str, GpuModel] = MappingProxyType(
-    {gpu.product_label: gpu for gpu in (H100_80GB_HBM3, H200, A100_SXM4_40GB, A100_SXM4_80GB, L40S)}
+    {
+        gpu.product_label: gpu
+        for gpu in (H100_80GB_HBM3, H200, A100_SXM4_40GB, A100_SXM4_80GB, L40S, L4, A10G, B200)
+    }
 )
 
 
@@ -249,6 +292,29 @@ _CATALOG = (
     _entry("g6e.16xlarge", L40S, 1, 64, 512, 1, 2, 950),
     _entry("g6e.24xlarge", L40S, 4, 96, 768, 2, 2, 1900),
     _entry("g6e.48xlarge", L40S, 8, 192, 1536, 4, 4, 1900),
+    # g6 (L4) and g5 (A10G): no EFA below 8xlarge ([AWS-AC] EFA "No"; [KARP] no efa resource), one EFA
+    # interface from 8xlarge up ([KARP] 1; [AWS-AC] EFA "Yes" on 1 network card). Left out: g6f and
+    # gr6f, whose L4 is a fraction ([AWS-AC] 2 to 11 GiB of accelerator memory), and gr6, the same whole
+    # L4 as g6 with more host memory, which AWS positions for graphics (aws/aws-sdk-go v1.51.15 notes).
+    _entry("g6.xlarge", L4, 1, 4, 16, 0, 1, 250),
+    _entry("g6.2xlarge", L4, 1, 8, 32, 0, 1, 450),
+    _entry("g6.4xlarge", L4, 1, 16, 64, 0, 1, 600),
+    _entry("g6.8xlarge", L4, 1, 32, 128, 1, 2, 450),
+    _entry("g6.12xlarge", L4, 4, 48, 192, 1, 4, 940),
+    _entry("g6.16xlarge", L4, 1, 64, 256, 1, 2, 940),
+    _entry("g6.24xlarge", L4, 4, 96, 384, 1, 4, 940),
+    _entry("g6.48xlarge", L4, 8, 192, 768, 1, 8, 940),
+    _entry("g5.xlarge", A10G, 1, 4, 16, 0, 1, 250),
+    _entry("g5.2xlarge", A10G, 1, 8, 32, 0, 1, 450),
+    _entry("g5.4xlarge", A10G, 1, 16, 64, 0, 1, 600),
+    _entry("g5.8xlarge", A10G, 1, 32, 128, 1, 1, 900),
+    _entry("g5.12xlarge", A10G, 4, 48, 192, 1, 1, 3800),
+    _entry("g5.16xlarge", A10G, 1, 64, 256, 1, 1, 1900),
+    _entry("g5.24xlarge", A10G, 4, 96, 384, 1, 1, 3800),
+    _entry("g5.48xlarge", A10G, 8, 192, 768, 1, 2, 3800),
+    # p6-b200: 8 EFA interfaces ([KARP] 8; [AWS-AC] EFA "Yes" on 8 network cards, 3200 Gigabit), a
+    # quarter of p5's 32 for the same 3200 Gigabit.
+    _entry("p6-b200.48xlarge", B200, 8, 192, 2048, 8, 8, 3800),
 )
 
 INSTANCE_TYPES: Mapping[str, InstanceType] = MappingProxyType({it.name: it for it in _CATALOG})

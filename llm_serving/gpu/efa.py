@@ -3,7 +3,8 @@
 The EKS accelerated AMIs carry the host EFA driver but not the plugin (EKS user guide,
 device-management-efa). The chart's DaemonSet runs privileged with hostNetwork and
 hostPath mounts, so it goes to kube-system, where AWS documents it and `system-node-critical` is
-allowed; its node affinity already lists the EFA instance types (p4d, p5, p5e, p5en, ...).
+allowed; its node affinity already lists the EFA instance types (p4d, p5, p5e, p5en, p6-b200, and g5,
+g6 and g6e from 8xlarge up: values.yaml supportedInstanceLabels of chart v0.5.30, aws/eks-charts @ bfe91c4).
 """
 
 from __future__ import annotations

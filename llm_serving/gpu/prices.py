@@ -1,6 +1,7 @@
 """On-Demand prices of the GPU catalog's instance types (pure): llm_serving/gpu/prices.json, one data
-file refreshed by `python -m tools.update_prices` from the reference price table (us-east-1, AWS Price
-List as captured by Karpenter, with the date and source of every price).
+file refreshed by `python -m tools.update_prices` from Karpenter's generated table of the AWS Price List
+(us-east-1, aws/karpenter-provider-aws pkg/providers/pricing/zz_generated.pricing_aws.go at a commit, with the
+date and source of every price).
 
 Capacity Blocks are priced per reservation (EC2 Capacity Blocks pricing page) and are not in the
 file; a stack on CAPACITY_BLOCK or SPOT capacity pays something else, which `plan` says.

@@ -40,6 +40,19 @@ GPU_PERFORMANCE: dict[str, GpuPerformance] = {
     "NVIDIA-A100-SXM4-80GB": GpuPerformance(2.039e12, 312e12, "NVIDIA A100 datasheet (nvidia-a100-datasheet r4)"),
     "NVIDIA-A100-SXM4-40GB": GpuPerformance(1.555e12, 312e12, "NVIDIA A100 datasheet (nvidia-a100-datasheet r4)"),
     "NVIDIA-L40S": GpuPerformance(0.864e12, 362.05e12, "nvidia.com/en-us/data-center/l40s"),
+    # The L4 datasheet gives BF16 only with sparsity (242 TFLOPS); halved.
+    "NVIDIA-L4": GpuPerformance(0.3e12, 121e12, "nvidia.com/en-us/data-center/l4 (L4 datasheet)"),
+    # The DGX B200 datasheet gives the 8-GPU system (64 TB/s HBM3e, 36 PFLOPS FP16/BF16 with sparsity):
+    # per GPU an eighth, and dense half of that. p6-b200.48xlarge carries 8 B200 (EC2 ac.html).
+    "NVIDIA-B200": GpuPerformance(8e12, 2.25e15, "NVIDIA DGX B200 datasheet (8 x B200), per GPU"),
+}
+
+# Catalog GPUs (llm_serving/gpu/catalog.py) with no figures above, and why: the planner then plans
+# memory and price but says it has no latency figures, instead of borrowing another GPU's.
+UNPUBLISHED_PERFORMANCE: dict[str, str] = {
+    "NVIDIA-A10G": "no NVIDIA datasheet of the A10G (an A10 variant made for AWS) was found; its tensor "
+                   "throughput differs from the A10's (baseten.co/blog/nvidia-a10-vs-a10g-for-ml-model-inference) "
+                   "and third-party tables disagree on it",
 }
 
 # Fitted by least squares on relative error to the ML.ENERGY v3.0 sweeps of Llama 3.1 8B (TP1) and

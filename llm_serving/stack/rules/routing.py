@@ -67,7 +67,7 @@ def multinode_rules(config: ServingStackArgs) -> Iterator[Problem]:
         if instance.efa_interfaces == 0:
             yield Problem(f"{NG}.instanceType", f"{instance.name} has no EFA, so the ranks of {model.name}'s "
                           "multi-node replicas would exchange activations over TCP", instance.name,
-                          "an EFA instance type (p4d, p4de, p5, p5e, p5en)")
+                          "an EFA instance type (p4d, p4de, p5, p5e, p5en, p6-b200)")
             continue
         if group.efa_interfaces == 0:
             yield Problem(f"{NG}.efaInterfaces", f"{model.name} spans {model.pipeline_parallel_size} nodes and NCCL "

@@ -225,5 +225,5 @@ def test_an_instance_type_without_efa_is_refused():
     assert (
         "llm-serving:gpuNodeGroup.instanceType: g6e.4xlarge has no EFA, so the ranks of llama-405b's multi-node "
         "replicas would exchange activations over TCP (got \"g6e.4xlarge\"; expected an EFA instance type (p4d, "
-        "p4de, p5, p5e, p5en))"
+        "p4de, p5, p5e, p5en, p6-b200))"
     ) in _lines(l40s)
