@@ -3,7 +3,9 @@
 Standard library only, so the deploy-gate Job runs this very file from a ConfigMap on a pinned
 slim Python image with nothing to install; `python -m stacks verify` imports it. Each check is one
 line (PASS/FAIL/SKIP); the load test reports TTFT and ITL p50/p95 and output tokens/s beside the
-plan's figures and the objectives. Exit 0 when every check passes, 1 when one fails, 2 on bad input.
+plan's figures and the objectives. Exit 0 when every check passes, 1 when one fails, 2 on bad input,
+130 when Ctrl-C stopped it (the report then holds what completed, the rest `not run`). `run` is quiet
+unless given a `Progress`; the Job's entry point prints `Lines` to stderr, one per check and phase.
 
 Why not a benchmark package: guidellm 0.8.1 resolves to 97 wheels including torch 2.14.1 and the
 CUDA 13 runtime (several GB), inference-perf 0.7.0 needs Python >= 3.12 and pins transformers
@@ -12,7 +14,8 @@ CUDA 13 runtime (several GB), inference-perf 0.7.0 needs Python >= 3.12 and pins
 streaming chat requests from threads measure the same TTFT and inter-token gaps (docs/verification.md).
 
 Length: the Job mounts this one file from a ConfigMap and runs it with no package around it, so the
-HTTP and SSE client, the checks, the load generator and the report cannot be split into modules.
+HTTP and SSE client, the checks, the load generator, the progress lines and the report cannot be split
+into modules.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import math
 import os
 import random
 import re
+import signal
 import socket
 import ssl
 import sys
@@ -42,7 +46,10 @@ except ImportError:  # pragma: no cover - Windows
     fcntl = termios = None  # type: ignore[assignment]
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
+NOT_RUN = "not run"  # a check Ctrl-C stopped, or one it stopped the run before: never a pass
+INTERRUPTED = "interrupted"  # the verdict of a run Ctrl-C stopped, whatever had passed
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED = 130  # what a shell reports for a command SIGINT ended (128 + 2)
 
 # A streamed answer is judged buffered when one burst of events, each arriving within this gap of the
 # one before, holds more than half of its tokens: a real engine spaces tokens by a decode step (5 ms
@@ -60,10 +67,30 @@ PROMPT_WORDS = (
     "when", "will", "would", "who", "so", "no", "time", "people", "water", "city", "river", "house",
 )
 WRONG_KEY = "llm-serving-verify-deliberately-wrong-key"
+# The load test's main thread wakes this often to count and to notice the end of the ramp: the live count
+# is never staler than this, and waking more often would only cost CPU the workers' timing shares.
+TICK_SECONDS = 0.25
+# After Ctrl-C the workers' connections are closed under them, so they return at once; this bounds the wait
+# for one stuck elsewhere (connecting, say), which is then left behind rather than holding the report back.
+STOP_WAIT_SECONDS = 2.0
+# The live count on a terminal, rewritten in place: often enough to look alive, seldom enough to read.
+LIVE_EVERY_SECONDS = 1.0
+# The count as plain lines (a pipe, a file, the Job's log): a line in the log every few seconds would bury the
+# phase lines an operator reads while Pulumi waits, none for a minute would look hung.
+PLAIN_EVERY_SECONDS = 10.0
 
 
 class UsageError(ValueError):
     """Bad settings: reported as one line, exit 2."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C stopped `run`: `report` holds what completed, with `interrupted: true`. A KeyboardInterrupt still, so a
+    caller that does not look for it stops as it would on Ctrl-C."""
+
+    def __init__(self, report: dict[str, Any]) -> None:
+        super().__init__("interrupted: results so far")
+        self.report = report
 
 
 @dataclass(frozen=True)
@@ -136,6 +163,79 @@ class Check:
 
     def line(self) -> str:
         return f"{self.verdict.upper():4} {self.target} {self.name}: {self.message}"
+
+
+# ----------------------------------------------------------------------------------------------
+# Progress
+
+
+@dataclass(frozen=True)
+class LoadCount:
+    """The load test so far."""
+
+    target: str
+    done: int  # requests that completed, warm-up ones included
+    failed: int
+    elapsed_seconds: float
+    planned_seconds: float  # the ramp and the steady window
+
+    def line(self) -> str:
+        return (f"{self.target} load: {self.done} done, {self.failed} failed, "
+                f"{self.elapsed_seconds:.0f} of {self.planned_seconds:.0f} s")
+
+
+class Progress:
+    """What `run` says as it goes: this one says nothing, so the library is quiet unless a caller asks (`Lines`)."""
+
+    def phase(self, text: str) -> None:
+        """A check or a phase of the load test started or ended: one line's worth."""
+
+    def load(self, count: LoadCount) -> None:
+        """The load test's count, offered every tick; the reporter decides how often to show it."""
+
+
+class Lines(Progress):
+    """Progress as lines on a text stream (stderr: stdout is the report's), each after the seconds since it began.
+    The load count is shown at most every `every` seconds after the last line: with `live` (a terminal) as one line
+    rewritten in place with a carriage return, otherwise as plain lines, as a pipe or a log wants them."""
+
+    def __init__(self, stream: Any, live: bool = False, every: float | None = None) -> None:
+        self.stream, self.live = stream, live
+        self.every = (LIVE_EVERY_SECONDS if live else PLAIN_EVERY_SECONDS) if every is None else every
+        self._began = self._last = time.monotonic()
+        self._open = 0  # the width of the count a terminal shows on the current line; 0: none is open
+
+    def _stamped(self, text: str) -> str:
+        return f"[{time.monotonic() - self._began:6.1f} s] {text}"
+
+    def _write(self, text: str) -> None:
+        if self.stream is None:
+            return
+        try:
+            self.stream.write(text)
+            self.stream.flush()  # a line nobody sees until the run ends is no progress
+        except OSError:
+            # Its reader went away (`2>&1 | head`): the progress ends there, the run and its report to stdout do not.
+            self.stream = None
+
+    def phase(self, text: str) -> None:
+        if self._open:  # the count stays on screen, as it stood, above the next line
+            self._write("\n")
+            self._open = 0
+        self._write(self._stamped(text) + "\n")
+        self._last = time.monotonic()
+
+    def load(self, count: LoadCount) -> None:
+        now = time.monotonic()
+        if now - self._last < self.every:
+            return
+        self._last = now
+        text = self._stamped(count.line())
+        if self.live:
+            self._write("\r" + text.ljust(self._open))  # padded over a longer count it replaces
+            self._open = len(text)
+        else:
+            self._write(text + "\n")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -227,8 +327,41 @@ class Stream:
     body: bytes = b""
 
 
-def stream_chat(url: str, key: str | None, body: dict, timeout: float) -> Stream:
-    """POST a `stream: true` chat completion and timestamp every server-sent event as it arrives."""
+class _InFlight:
+    """The load test's open connections, so that a stop can close them under the workers reading them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: set[http.client.HTTPConnection] = set()
+        self.closed = False
+
+    def add(self, conn: http.client.HTTPConnection) -> bool:
+        """Hold `conn` (connected) until `discard`; False once the test stopped: send nothing more."""
+        with self._lock:
+            if not self.closed:
+                self._open.add(conn)
+            return not self.closed
+
+    def discard(self, conn: http.client.HTTPConnection) -> None:
+        with self._lock:
+            self._open.discard(conn)
+
+    def close(self) -> None:
+        """Shut every open connection down: each worker's read returns at once, and the server sees the client
+        go, as vLLM does when a client disconnects, and stops generating for it."""
+        with self._lock:
+            self.closed = True
+            for conn in self._open:
+                if conn.sock is not None:
+                    try:  # the socket's own shutdown, under TLS too: the worker's read then fails with an OSError
+                        socket.socket.shutdown(conn.sock, socket.SHUT_RDWR)
+                    except OSError:  # closed already
+                        pass
+
+
+def stream_chat(url: str, key: str | None, body: dict, timeout: float, in_flight: _InFlight | None = None) -> Stream:
+    """POST a `stream: true` chat completion and timestamp every server-sent event as it arrives. `in_flight` (the
+    load test's) holds the connection while it is open."""
     result = Stream()
     try:
         conn, path = _connection(url, timeout)
@@ -238,6 +371,10 @@ def stream_chat(url: str, key: str | None, body: dict, timeout: float) -> Stream
     try:
         result.sent_at = time.perf_counter()
         conn.response_class = _TimedResponse
+        conn.connect()  # here rather than in request(), so that a stop finds the socket to shut down
+        if in_flight is not None and not in_flight.add(conn):
+            result.error = "stopped before it was sent"
+            return result
         conn.request("POST", path, body=json.dumps(body).encode(), headers=_headers(key))
         response = conn.getresponse()
         result.status, result.content_type = response.status, response.getheader("Content-Type", "")
@@ -249,6 +386,8 @@ def stream_chat(url: str, key: str | None, body: dict, timeout: float) -> Stream
     except (OSError, http.client.HTTPException) as error:
         result.error = f"{type(error).__name__}: {error}"
     finally:
+        if in_flight is not None:
+            in_flight.discard(conn)
         conn.close()
     return result
 
@@ -537,11 +676,49 @@ def engine_cache(target: Target, timeout: float) -> dict[str, int] | None:
     return None
 
 
-def smoke(target: Target, model: str, key: str, timeout: float) -> list[Check]:
-    checks = [check_models(target, model, key, timeout), check_auth(target, key, timeout)]
-    stream_check, streamed = check_stream(target, model, key, timeout)
-    completion_check, answer = check_completion(target, model, key, timeout)
-    return [*checks, stream_check, completion_check, check_fields(target, model, streamed, answer)]
+SMOKE_CHECKS = ("models", "auth", "stream", "completion", "fields")
+
+
+class _Steps:
+    """One run's checks as they happen: each told to `progress` as it starts and ends, and, for a run Ctrl-C cut
+    short, which one was running and which had not started."""
+
+    def __init__(self, progress: Progress, planned: list[tuple[str, str]]) -> None:
+        self.progress, self.planned = progress, planned  # planned: (target, check name) in the order they run
+        self.checks: list[Check] = []
+        self.running: tuple[str, str] | None = None
+
+    def check(self, target: str, name: str, doing: str, call: Callable[[], Any]) -> Any:
+        """`call()` returns a Check, or a Check and what a later check reads; this returns what it returned."""
+        self.running = (target, name)
+        self.progress.phase(f"{target} {name}: {doing}")
+        began = time.perf_counter()
+        outcome = call()
+        check = outcome[0] if isinstance(outcome, tuple) else outcome
+        self.checks.append(check)
+        self.running = None
+        self.progress.phase(f"{target} {name}: {check.verdict.upper()} ({time.perf_counter() - began:.1f} s)")
+        return outcome
+
+    def not_run(self) -> list[Check]:
+        """A `not run` check for each planned one that has no verdict."""
+        done = {(c.target, c.name) for c in self.checks}
+        return [Check(target, name, NOT_RUN, "interrupted while it ran" if (target, name) == self.running
+                      else "interrupted before it started") for target, name in self.planned
+                if (target, name) not in done]
+
+
+def smoke(target: Target, model: str, key: str, timeout: float, steps: _Steps) -> None:
+    name = target.name
+    steps.check(name, "models", "GET /v1/models with the key", lambda: check_models(target, model, key, timeout))
+    steps.check(name, "auth", "GET /v1/models with no key, then a wrong key" if target.check_auth else "skipped",
+                lambda: check_auth(target, key, timeout))
+    _, streamed = steps.check(name, "stream", f"a streamed chat completion of {STREAM_CHECK_TOKENS} tokens",
+                              lambda: check_stream(target, model, key, timeout))
+    _, answer = steps.check(name, "completion", "a chat completion, not streamed",
+                            lambda: check_completion(target, model, key, timeout))
+    steps.check(name, "fields", "model and usage of both answers",
+                lambda: check_fields(target, model, streamed, answer))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -571,21 +748,33 @@ class _Sample:
     stream: Stream
 
 
-def run_load(target: Target, model: str, key: str, load: LoadPlan, timeout: float) -> dict[str, Any]:
+def _failed(stream: Stream) -> bool:
+    return bool(stream.error) or not stream.done
+
+
+def run_load(target: Target, model: str, key: str, load: LoadPlan, timeout: float,
+             progress: Progress | None = None) -> dict[str, Any]:
     """Closed loop: `concurrency` workers, starts spread over the ramp, each sending its next request
-    when the last ends, until `duration_seconds` after the ramp (or `max_requests`)."""
+    when the last ends, until `duration_seconds` after the ramp (or `max_requests`).
+
+    Ctrl-C (KeyboardInterrupt in this, the main thread) stops it: the workers are told to stop, their connections
+    closed, and they are waited for at most STOP_WAIT_SECONDS; the result is what completed before, with
+    `interrupted: true`. The requests the stop cut are neither results nor errors."""
+    progress = progress or Progress()
     url = f"{target.base_url}/chat/completions"
     samples: list[_Sample] = []
     lock = threading.Lock()
+    stopping, in_flight = threading.Event(), _InFlight()
     begin = time.perf_counter()
     ramp_end = begin + load.ramp_seconds
     stop = ramp_end + load.duration_seconds
-    sent = [0]
+    sent, failed = [0], [0]
 
     def worker(index: int) -> None:
         rng = random.Random(index)
-        time.sleep(load.ramp_seconds * index / max(1, load.concurrency))
-        while time.perf_counter() < stop:
+        if stopping.wait(load.ramp_seconds * index / max(1, load.concurrency)):
+            return
+        while time.perf_counter() < stop and not stopping.is_set():
             started = time.perf_counter()
             with lock:
                 # `max_requests` counts measured requests: warm-up ones are on top.
@@ -594,16 +783,66 @@ def run_load(target: Target, model: str, key: str, load: LoadPlan, timeout: floa
                         return
                     sent[0] += 1
             body = chat_body(model, _prompt(load.prompt_tokens, rng), load.output_tokens, stream=True, exact=True)
-            result = stream_chat(url, key, body, timeout)
+            result = stream_chat(url, key, body, timeout, in_flight)
             with lock:
+                if stopping.is_set() and _failed(result):
+                    return  # cut by the stop: it says nothing about the endpoint
                 samples.append(_Sample(started, started < ramp_end, result))
+                failed[0] += _failed(result)
+
+    def count(done: int | None = None, bad: int | None = None) -> LoadCount:
+        if done is None or bad is None:
+            with lock:
+                done, bad = len(samples) - failed[0], failed[0]
+        return LoadCount(target.name, done, bad, time.perf_counter() - begin,
+                         load.ramp_seconds + load.duration_seconds)
 
     threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(load.concurrency)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return summarise(samples, ramp_end, load)
+    started_threads: list[threading.Thread] = []
+    interrupted, steady = False, False
+    try:
+        progress.phase(f"{target.name} load: ramp: {load.concurrency} concurrent streamed requests of "
+                       f"{load.prompt_tokens} + {load.output_tokens} tokens, starting over {load.ramp_seconds:g} s "
+                       "(warm-up)")
+        for thread in threads:
+            thread.start()
+            started_threads.append(thread)
+        while alive := [t for t in threads if t.is_alive()]:
+            if not steady and time.perf_counter() >= ramp_end:
+                steady = True
+                cap = f" or {load.max_requests} requests" if load.max_requests is not None else ""
+                progress.phase(f"{target.name} load: steady: measuring for {load.duration_seconds:g} s{cap}")
+            progress.load(count())
+            alive[0].join(TICK_SECONDS)
+    except KeyboardInterrupt:
+        interrupted = True
+        progress.phase(f"{target.name} load: interrupted: stopping the requests in flight")
+    finally:
+        # However the loop ended (done, Ctrl-C, an error): no worker outlives the test.
+        stopping.set()
+        in_flight.close()
+        give_up = time.perf_counter() + STOP_WAIT_SECONDS
+        try:
+            for thread in started_threads:
+                thread.join(max(0.0, give_up - time.perf_counter()))
+        except KeyboardInterrupt:  # Ctrl-C again: the report now, without the stragglers
+            pass
+    with lock:
+        taken = list(samples)  # a straggler that returns later adds to `samples`, not to this report
+    result = summarise(taken, ramp_end, load)
+    result["interrupted"] = interrupted
+    bad = sum(_failed(s.stream) for s in taken)
+    final = count(len(taken) - bad, bad)
+    if interrupted:
+        result["stopped_after_seconds"] = round(final.elapsed_seconds, 1)
+        left = sum(t.is_alive() for t in started_threads)
+        progress.phase(f"{target.name} load: stopped: {final.done} done, {final.failed} failed, after "
+                       f"{final.elapsed_seconds:.1f} of {final.planned_seconds:g} s"
+                       + (f"; {left} request(s) still open left behind" if left else ""))
+    else:
+        progress.phase(f"{target.name} load: finished: {final.done} done, {final.failed} failed "
+                       f"({final.elapsed_seconds:.1f} s)")
+    return result
 
 
 def summarise(samples: list[_Sample], window_start: float, load: LoadPlan) -> dict[str, Any]:
@@ -679,30 +918,47 @@ def comparison(result: dict[str, Any], load: LoadPlan) -> list[dict[str, Any]]:
     return rows
 
 
+LOAD_OBJECTIVES = (("ttft-p95", "ttft_p95_ms", "ttft_ms"), ("itl-p95", "itl_p95_ms", "itl_ms"))
+
+
 def load_checks(target: Target, result: dict[str, Any], load: LoadPlan) -> list[Check]:
+    """The load test's verdicts. One Ctrl-C cut short (`interrupted`) fails only on what more requests could not undo
+    (errors, buffered responses); the objectives are `not run`: a p95 of the first requests is not the test's."""
     checks = []
     warmup = (" (all in the warm-up: none started after it completed)" if result["warmup_included"]
               else f" (+{result['warmup_requests']} warm-up)")
     summary = (f"{result['requests']} requests at concurrency {load.concurrency} over {result['window_seconds']} s"
                f"{warmup}, {result['errors']} errors")
-    if result["requests"] == 0:
+    interrupted = bool(result.get("interrupted"))
+    cut = (f"interrupted after {result.get('stopped_after_seconds')} of "
+           f"{load.ramp_seconds + load.duration_seconds:g} s")
+    if result["requests"] == 0 and not interrupted:
         return [Check(target.name, "load", FAIL, f"no request completed: {summary}; "
                       f"errors: {result['error_samples']}", result)]
-    checks.append(Check(target.name, "load", FAIL if result["errors"] else PASS,
-                        summary + (f": {result['error_samples']}" if result["errors"] else ""), result))
+    if result["errors"]:
+        checks.append(Check(target.name, "load", FAIL, f"{summary}: {result['error_samples']}"
+                            + (f" ({cut})" if interrupted else ""), result))
+    elif interrupted:
+        checks.append(Check(target.name, "load", NOT_RUN, f"{cut}: {summary} so far", result))
+    else:
+        checks.append(Check(target.name, "load", PASS, summary, result))
     if result["buffered_requests"]:
         checks.append(Check(target.name, "load-streaming", FAIL, f"{result['buffered_requests']} of "
                             f"{result['requests']} responses arrived in one burst: buffered by a proxy, so the "
                             "ITL figures are not the engine's"))
-    for label, objective_key, measured in (("ttft-p95", "ttft_p95_ms", result["ttft_ms"]["p95"]),
-                                           ("itl-p95", "itl_p95_ms", result["itl_ms"]["p95"])):
-        objective = load.objectives.get(objective_key)
+    for label, objective_key, figure in LOAD_OBJECTIVES:
+        objective, measured = load.objectives.get(objective_key), result[figure]["p95"]
         if objective is None:
             continue
         if label == "itl-p95" and result["buffered_requests"]:
             # Tokens that arrived in one burst have no gaps to measure: 0 ms would pass any objective.
             checks.append(Check(target.name, label, FAIL, f"not measured: {result['buffered_requests']} response(s) "
                                 "arrived buffered, so the gaps are the proxy's, not the engine's"))
+            continue
+        if interrupted:
+            so_far = (f"{measured} ms over the first {result['requests']} requests" if measured is not None
+                      else "no request completed")
+            checks.append(Check(target.name, label, NOT_RUN, f"{cut}: {so_far}, not judged"))
             continue
         verdict = PASS if measured is not None and measured <= objective else FAIL
         word = "within" if verdict == PASS else "over"
@@ -715,41 +971,74 @@ def load_checks(target: Target, result: dict[str, Any], load: LoadPlan) -> list[
 # Run and report
 
 
-def run(settings: Settings, key: str) -> dict[str, Any]:
-    """Every check on every target, then the load test; the whole report as a JSON-ready dict."""
+def run(settings: Settings, key: str, progress: Progress | None = None) -> dict[str, Any]:
+    """Every check on every target, then the load test; the whole report as a JSON-ready dict.
+
+    `progress` hears of each check and phase as it starts and ends, and of the load test's count (default: nothing
+    is said). Ctrl-C (KeyboardInterrupt) stops the run, the load test's requests with it, and raises Interrupted
+    with the report of what completed: `interrupted: true`, the verdict `interrupted`, and each check without a
+    verdict of its own `not run`."""
+    progress = progress or Progress()
     if not settings.targets:
         raise UsageError("settings: no target to verify")
+    names = {t.name: t for t in settings.targets}
+    load_target = None
+    if settings.load is not None:
+        load_target = names.get(settings.load_target or settings.targets[-1].name)
+        if load_target is None:
+            raise UsageError(f"settings: load_target {settings.load_target!r} is none of {sorted(names)}")
     for target in settings.targets:
         if target.connect_to:
             parts = urllib.parse.urlsplit(target.base_url)
             CONNECT_TO[(parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80))] = _address(
                 target.connect_to)
-    checks: list[Check] = []
-    if settings.wake_seconds is not None:
-        # First, through the edge: at zero replicas only the picker holds a request while the model wakes (the
-        # in-cluster Service has no endpoint to connect to until then).
-        edge = next((t for t in settings.targets if t.name == "edge"), settings.targets[0])
-        checks.append(check_wake(edge, settings.model, key, settings.wake_seconds, settings.request_timeout_seconds))
-    for target in settings.targets:
-        checks += smoke(target, settings.model, key, settings.request_timeout_seconds)
+    # First, through the edge: at zero replicas only the picker holds a request while the model wakes (the
+    # in-cluster Service has no endpoint to connect to until then).
+    wake = (None if settings.wake_seconds is None
+            else next((t for t in settings.targets if t.name == "edge"), settings.targets[0]))
+    planned = [(wake.name, "wake")] if wake is not None else []
+    planned += [(t.name, name) for t in settings.targets for name in SMOKE_CHECKS]
+    if settings.load is not None and load_target is not None:
+        planned += [(load_target.name, "load")] + [(load_target.name, label) for label, objective, _ in LOAD_OBJECTIVES
+                                                   if objective in settings.load.objectives]
+    steps = _Steps(progress, planned)
+    timeout = settings.request_timeout_seconds
     report: dict[str, Any] = {"model": settings.model, "targets": {t.name: t.base_url for t in settings.targets}}
     if settings.note:
         report["note"] = settings.note
-    engine = next((found for t in settings.targets if (found := engine_cache(t, settings.request_timeout_seconds))),
-                  None)
-    if engine:
-        report["engine"] = engine  # one replica's KV cache: what `plan --calibration` compares with its plan
-    if settings.load is not None:
-        names = {t.name: t for t in settings.targets}
-        target = names.get(settings.load_target or settings.targets[-1].name)
-        if target is None:
-            raise UsageError(f"settings: load_target {settings.load_target!r} is none of {sorted(names)}")
-        result = run_load(target, settings.model, key, settings.load, settings.request_timeout_seconds)
-        checks += load_checks(target, result, settings.load)
-        report["load"] = {**result, "target": target.name, "comparison": comparison(result, settings.load)}
+    interrupted = False
+    try:
+        if wake is not None and settings.wake_seconds is not None:
+            wake_seconds = settings.wake_seconds
+            steps.check(wake.name, "wake", f"a streamed request, its first token within the planned wake of "
+                        f"{wake_seconds:g} s", lambda: check_wake(wake, settings.model, key, wake_seconds, timeout))
+        for target in settings.targets:
+            smoke(target, settings.model, key, timeout, steps)
+        for target in settings.targets:
+            progress.phase(f"{target.name} engine: the KV cache from /metrics")
+            engine = engine_cache(target, timeout)
+            tokens = (engine or {}).get("kv_cache_size_tokens")
+            progress.phase(f"{target.name} engine: " + (f"{tokens:,} tokens" if tokens else
+                                                        "found" if engine else "not served here"))
+            if engine:
+                report["engine"] = engine  # one replica's KV cache: what `plan --calibration` compares with its plan
+                break
+        if settings.load is not None and load_target is not None:
+            steps.running = (load_target.name, "load")
+            result = run_load(load_target, settings.model, key, settings.load, timeout, progress)
+            steps.checks += load_checks(load_target, result, settings.load)
+            steps.running = None
+            report["load"] = {**result, "target": load_target.name, "comparison": comparison(result, settings.load)}
+            interrupted = result["interrupted"]
+    except KeyboardInterrupt:
+        interrupted = True
+    checks = steps.checks + (steps.not_run() if interrupted else [])
     report["checks"] = [asdict(c) for c in checks]
     report["failures"] = [c.line() for c in checks if c.verdict == FAIL]
-    report["verdict"] = FAIL if report["failures"] else PASS
+    report["interrupted"] = interrupted
+    report["verdict"] = INTERRUPTED if interrupted else FAIL if report["failures"] else PASS
+    if interrupted:
+        raise Interrupted(report)
     return report
 
 
@@ -760,10 +1049,13 @@ def _cell(value: Any) -> str:
 
 
 def render_text(report: dict[str, Any]) -> str:
-    lines = [Check(**c).line() for c in report["checks"]]
+    interrupted = bool(report.get("interrupted"))
+    lines = ["interrupted: results so far"] if interrupted else []
+    lines += [Check(**c).line() for c in report["checks"]]
     load = report.get("load")
     if load:
-        lines += ["", f"load through {load['target']}: {load['requests']} requests, "
+        until = (f" until interrupted after {load['stopped_after_seconds']} s" if load.get("interrupted") else "")
+        lines += ["", f"load through {load['target']}{until}: {load['requests']} requests, "
                       f"{_cell(load['prompt_tokens_mean'])} prompt / {_cell(load['output_tokens_mean'])} output "
                       "tokens each (usage means)",
                   f"{'figure':<16} {'measured':>10} {'planned':>10} {'objective':>10} {'measured/planned':>17}"]
@@ -775,7 +1067,10 @@ def render_text(report: dict[str, Any]) -> str:
     if report.get("note"):
         lines += ["", f"note: {report['note']}"]
     failures = len(report["failures"])
-    lines += ["", f"verdict: {report['verdict'].upper()}" + (f" ({failures} failing check(s))" if failures else "")]
+    not_run = sum(1 for c in report["checks"] if c["verdict"] == NOT_RUN)
+    counts = [f"{failures} failing check(s)"] if failures else []
+    counts += [f"{not_run} not run"] if not_run else []
+    lines += ["", f"verdict: {report['verdict'].upper()}" + (f" ({', '.join(counts)})" if counts else "")]
     return "\n".join(lines) + "\n"
 
 
@@ -808,21 +1103,35 @@ def main(argv: list[str] | None = None) -> int:
                         help="gate: exit 1 on a failing check (the deploy fails); report: exit 0 and report")
     parser.add_argument("--termination-log", help="file for the failing lines (Kubernetes' termination message)")
     args = parser.parse_args(argv)
+    # A Job past its activeDeadlineSeconds gets SIGTERM, then SIGKILL after its grace period: taken as Ctrl-C, the
+    # load stops and the log keeps the report so far instead of ending mid-run.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    interrupted = False
     try:
         with open(args.settings, encoding="utf-8") as handle:
             settings = Settings.from_json(json.load(handle))
-        report = run(settings, read_key(args.api_key_file, args.api_key_env))
+        # The log is what an operator reads while Pulumi waits on the Job: a line as each check and phase starts
+        # and ends, on stderr, so that stdout still ends in the JSON line.
+        report = run(settings, read_key(args.api_key_file, args.api_key_env), Lines(sys.stderr))
+    except Interrupted as stopped:
+        report, interrupted = stopped.report, True
     except (UsageError, OSError, json.JSONDecodeError) as error:
         print(f"verify: {error}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:  # before the first check: nothing to report
+        print("verify: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     report["mode"] = args.mode
     sys.stdout.write(render_text(report))
     # The last line is the whole report as one JSON object, for `kubectl logs job/... | tail -1`.
     print(json.dumps({"verification": report}, sort_keys=True), flush=True)
-    if args.termination_log and report["failures"]:
+    message = (["interrupted: results so far"] if interrupted else []) + report["failures"]
+    if args.termination_log and message:
         # Kubernetes keeps at most 4096 bytes of it; pulumi-kubernetes prints it when the Job fails.
         with open(args.termination_log, "w", encoding="utf-8") as handle:
-            handle.write("\n".join(report["failures"])[:4000])
+            handle.write("\n".join(message)[:4000])
+    if interrupted:
+        return EXIT_INTERRUPTED
     return EXIT_FAIL if report["failures"] and args.mode == "gate" else EXIT_PASS
 
 

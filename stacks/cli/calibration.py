@@ -44,6 +44,10 @@ def read_results(path: Path) -> dict[str, Any]:
                                               or "kv_cache_tokens" in document):
         raise CalibrationError(f"--calibration {path}: no verify report in it (expected the JSON of "
                                "`python -m stacks verify --json`, or the verification Job's log)")
+    if document.get("interrupted"):
+        # The load stopped early: its percentiles cover the ramp and a few requests, not the planned load.
+        raise CalibrationError(f"--calibration {path}: the run was interrupted, so its load figures are not the "
+                               "planned load's; calibrate from a run that finished")
     return document
 
 

@@ -3,12 +3,20 @@
 The same probe the Job runs (llm_serving/verification/probe.py) against one address of a stack's
 model, with the load test at the stack's planned concurrency and lengths unless overridden. The API
 key comes from a file or an environment variable, never an argument (the process list shows those).
-Exit 0 when every check passes, 1 when one fails (one line each), 2 on bad input.
+Exit 0 when every check passes, 1 when one fails (one line each), 2 on bad input, 130 on Ctrl-C, which
+stops the load and prints the report of what completed (`interrupted: results so far`).
+
+Progress goes to stderr, a line as each check and phase starts and ends and the load test's count (on a
+terminal one line rewritten in place), so stdout holds the report alone. With `--json` stdout is one
+JSON object on every exit: the report with `exitCode` (and `interrupted`), or
+`{"error": {"kind": ..., "problems": [...]}, "exitCode": ...}` (docs/verification.md). A closed stdout
+(`| head -1`) is the entry point's: stacks/__main__.py exits 1 without a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 from collections.abc import Callable
@@ -23,6 +31,7 @@ from stacks.cli.arguments import positive
 from stacks.config.problems import CommandLineParser, ConfigError
 
 DEFAULT_KEY_ENV = "LLM_SERVING_API_KEY"
+JSON_FLAG = "--json"
 
 
 def _parser() -> CommandLineParser:
@@ -49,7 +58,8 @@ def _parser() -> CommandLineParser:
     parser.add_argument("--prompt-tokens", type=positive, help="prompt length (default verification.promptTokens)")
     parser.add_argument("--output-tokens", type=positive, help="output length (default verification.outputTokens)")
     parser.add_argument("--no-load", action="store_true", help="smoke checks only")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON (what plan --calibration reads)")
+    parser.add_argument(JSON_FLAG, action="store_true", help="print the report as JSON (what plan --calibration "
+                        "reads); errors and Ctrl-C too print one JSON object")
     return parser
 
 
@@ -75,35 +85,78 @@ def settings_for(args: argparse.Namespace, config: object) -> tuple[Settings, st
     return settings, planned.note
 
 
+def _error(kind: str, problems: list[str], code: int) -> dict[str, object]:
+    """The JSON of an exit without a report: `kind` usage, config or interrupted, the lines stderr got."""
+    document: dict[str, object] = {"error": {"kind": kind, "problems": problems}, "exitCode": code}
+    if kind == "interrupted":
+        document["interrupted"] = True
+    return document
+
+
+def _print_json(document: dict[str, object], out: TextIO) -> None:
+    print(json.dumps(document, indent=2, sort_keys=True), file=out)
+
+
 def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = None, *,
          stack_path: Callable[[str], Path] | None = None) -> int:
     """Run `verify`; `stack_path` turns a stack name into its file (the command line's own lookup)."""
     out, err = stdout or sys.stdout, stderr or sys.stderr
+    # Asked before parsing, so that argparse's own errors (before there is a parsed --json) are JSON too. argparse
+    # takes `--json` as that flag wherever it stands (no option here takes a value starting with --).
+    captured = io.StringIO() if JSON_FLAG in argv else None
     try:
-        args = _parser().use_streams(out, err).parse_args(argv)
+        args = _parser().use_streams(out, captured if captured is not None else err).parse_args(argv)
     except SystemExit as exit_:
-        return exit_.code if isinstance(exit_.code, int) else verification.EXIT_USAGE
+        code = exit_.code if isinstance(exit_.code, int) else verification.EXIT_USAGE
+        if captured is not None:
+            err.write(captured.getvalue())
+            if code != 0:  # --help is text, JSON or not
+                _print_json(_error("usage", captured.getvalue().splitlines(), code), out)
+        return code
     try:
-        _, config = environment.load_stack_file(stack_path(args.stack) if stack_path else Path(args.stack))
-        settings, note = settings_for(args, config)
-        if not args.url.startswith(("http://", "https://")) or not args.url.rstrip("/").endswith("/v1"):
-            # Checked before any request: a base URL without /v1 answers 404 to every check, which would read as
-            # the API key not being enforced.
-            raise verification.UsageError(f"--url {args.url!r}: expected http://... or https://... ending in /v1")
-        key = verification.read_key(args.api_key_file, None if args.api_key_file is not None else args.api_key_env)
-        report = verification.run(settings, key)
+        settings, note, key = _prepared(args, stack_path)
     except ConfigError as error:
-        for problem in error.problems:
-            print(problem.line(), file=err)
-        return verification.EXIT_USAGE
+        return _refused("config", [problem.line() for problem in error.problems], args, out, err)
     except verification.UsageError as error:
-        print(f"verify: {error}", file=err)
-        return verification.EXIT_USAGE
+        return _refused("usage", [f"verify: {error}"], args, out, err)
+    except KeyboardInterrupt:  # loading the stack file (Pulumi's imports take a while): nothing ran to report
+        err.write("\ninterrupted\n")
+        if args.json:
+            _print_json(_error("interrupted", ["interrupted before any check ran"], verification.EXIT_INTERRUPTED),
+                        out)
+        return verification.EXIT_INTERRUPTED
+    try:
+        # On a terminal the load test's count is one line rewritten in place; piped or logged, a line now and then.
+        report = verification.run(settings, key, verification.Lines(err, live=err.isatty()))
+        code = verification.EXIT_FAIL if report["failures"] else verification.EXIT_PASS
+    except verification.Interrupted as stopped:
+        report, code = stopped.report, verification.EXIT_INTERRUPTED
+    except verification.UsageError as error:
+        return _refused("usage", [f"verify: {error}"], args, out, err)
     report["stack"] = args.stack
     if note:
         report["note"] = note
     if args.json:
-        print(json.dumps(report, indent=2, sort_keys=True), file=out)
+        _print_json({**report, "exitCode": code}, out)
     else:
         out.write(verification.render_text(report))
-    return verification.EXIT_FAIL if report["failures"] else verification.EXIT_PASS
+    return code
+
+
+def _prepared(args: argparse.Namespace, stack_path: Callable[[str], Path] | None) -> tuple[Settings, str | None, str]:
+    """The probe's settings, the note on its load and the API key, all checked before any request."""
+    _, config = environment.load_stack_file(stack_path(args.stack) if stack_path else Path(args.stack))
+    settings, note = settings_for(args, config)
+    if not args.url.startswith(("http://", "https://")) or not args.url.rstrip("/").endswith("/v1"):
+        # A base URL without /v1 answers 404 to every check, which would read as the API key not being enforced.
+        raise verification.UsageError(f"--url {args.url!r}: expected http://... or https://... ending in /v1")
+    key = verification.read_key(args.api_key_file, None if args.api_key_file is not None else args.api_key_env)
+    return settings, note, key
+
+
+def _refused(kind: str, lines: list[str], args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    for line in lines:
+        print(line, file=err)
+    if args.json:
+        _print_json(_error(kind, lines, verification.EXIT_USAGE), out)
+    return verification.EXIT_USAGE

@@ -1,6 +1,6 @@
 """The probe's end-to-end runs for tests/components/verification/test_probe.py: one report per
-scenario, and the Job's entry point run as a process, each against its own local OpenAI-compatible
-server (tests/support/openai_server.py)."""
+scenario, a run told its progress, one Ctrl-C stopped mid-load, and the Job's entry point run as a
+process, each against its own local OpenAI-compatible server (tests/support/openai_server.py)."""
 
 from __future__ import annotations
 
@@ -29,6 +29,41 @@ def _load(**changes: object) -> LoadPlan:
 def _run(behaviour: Behaviour, load: LoadPlan | None = None, check_auth: bool = True) -> dict:
     with OpenAIServer(behaviour) as url:
         return probe.run(Settings(MODEL, (Target("url", url, check_auth),), load, request_timeout_seconds=20), KEY)
+
+
+class Recorded(probe.Progress):
+    """Everything `run` said, in order: each phase's text and each load count offered. `ctrl_c(said)` true raises
+    KeyboardInterrupt there, once, as Ctrl-C does in whatever the main thread runs."""
+
+    def __init__(self, ctrl_c: Callable[[str | probe.LoadCount], bool] = lambda _: False) -> None:
+        self.said: list[str | probe.LoadCount] = []
+        self._ctrl_c, self._pressed = ctrl_c, False
+
+    def _hear(self, said: str | probe.LoadCount) -> None:
+        self.said.append(said)
+        if not self._pressed and self._ctrl_c(said):
+            self._pressed = True
+            raise KeyboardInterrupt
+
+    def phase(self, text: str) -> None:
+        self._hear(text)
+
+    def load(self, count: probe.LoadCount) -> None:
+        self._hear(count)
+
+
+def _told(behaviour: Behaviour, load: LoadPlan | None, progress: Recorded) -> tuple[dict, list[str | probe.LoadCount]]:
+    """The report (of a run Ctrl-C stopped too) and what the run told `progress`."""
+    with OpenAIServer(behaviour) as url:
+        try:
+            report = probe.run(Settings(MODEL, (Target("url", url),), load, request_timeout_seconds=20), KEY, progress)
+        except probe.Interrupted as stopped:
+            report = stopped.report
+    return report, progress.said
+
+
+def _after_three_requests(said: str | probe.LoadCount) -> bool:
+    return isinstance(said, probe.LoadCount) and said.done >= 3
 
 
 # Each test's probe run against its own server. A run spends its time waiting on the server's sleeps
@@ -81,8 +116,15 @@ def _job_entry_point(scratch: Path) -> dict[str, object]:
     return ran
 
 
-def jobs(scratch: Path) -> dict[str, Callable[[], dict]]:
-    """Each scenario's probe run by name, and the Job's entry point run as a process (its files in `scratch`)."""
-    runs = {name: functools.partial(_run, behaviour, None if load is None else _load(**load), check_auth)
-            for name, (behaviour, load, check_auth) in SCENARIOS.items()}
-    return {**runs, "job-entry-point": functools.partial(_job_entry_point, scratch)}
+def jobs(scratch: Path) -> dict[str, Callable[[], object]]:
+    """Each scenario's probe run by name, the two told their progress ("progress", and "ctrl-c-mid-load": a load
+    test of 5 s that a Ctrl-C stops once three requests completed), and the Job's entry point run as a process (its
+    files in `scratch`)."""
+    runs: dict[str, Callable[[], object]] = {
+        name: functools.partial(_run, behaviour, None if load is None else _load(**load), check_auth)
+        for name, (behaviour, load, check_auth) in SCENARIOS.items()}
+    return {**runs,
+            "progress": functools.partial(_told, Behaviour(), _load(), Recorded()),
+            "ctrl-c-mid-load": functools.partial(_told, Behaviour(), _load(duration_seconds=5.0),
+                                                 Recorded(_after_three_requests)),
+            "job-entry-point": functools.partial(_job_entry_point, scratch)}

@@ -1,11 +1,18 @@
 """The probe end to end against real OpenAI-compatible servers on 127.0.0.1 (tests/support/openai_server.py):
 one that streams correctly, one that buffers the whole response, one without auth, one with a
-malformed event, one that is slow; each check's verdict and message."""
+malformed event, one that is slow; each check's verdict and message; the progress it tells, and a run
+that Ctrl-C stops.
+
+Length: the servers' runs start once for the module (tests/support/probe_runs.py) and every check's verdict reads
+them; split, each part would start its own.
+"""
 
 from __future__ import annotations
 
 import concurrent.futures
+import io
 import json
+import re
 import socket
 import threading
 import time
@@ -14,9 +21,9 @@ from collections.abc import Iterator
 import pytest
 
 from llm_serving.verification import Settings, Target, probe
-from llm_serving.verification.probe import FAIL, PASS, SKIP
+from llm_serving.verification.probe import FAIL, NOT_RUN, PASS, SKIP
 from tests.support import probe_runs
-from tests.support.openai_server import KEY
+from tests.support.openai_server import KEY, Behaviour, OpenAIServer
 from tests.support.probe_runs import MODEL
 
 
@@ -89,11 +96,12 @@ def test_a_server_that_does_not_serve_the_name_fails_the_models_check(reports):
     assert _checks(report)["models"] == (FAIL, "GET /v1/models lists ['other'], not the served name 'llama-8b'")
 
 
-def test_an_unreachable_address_fails_each_check_with_the_error():
+def test_an_unreachable_address_fails_each_check_with_the_error(capsys):
     settings = Settings(MODEL, (Target("url", "http://127.0.0.1:9/v1"),), None, request_timeout_seconds=2)
     report = probe.run(settings, KEY)
     assert [c["verdict"] for c in report["checks"]] == [FAIL, FAIL, FAIL, FAIL, SKIP]
     assert report["checks"][0]["message"].startswith("GET http://127.0.0.1:9/v1/models: ConnectionRefusedError")
+    assert capsys.readouterr() == ("", "")  # no progress unless asked for
 
 
 def test_the_load_test_reports_latency_beside_the_plan_and_passes_within_objectives(reports):
@@ -239,6 +247,10 @@ def test_the_job_entry_point_gates_writes_the_failing_lines_and_ends_with_the_js
     ran = _report(reports, "job-entry-point")
     (gate_code, gate_out, gate_err), (report_code, report_out, _) = ran["gate"], ran["report"]
     assert gate_code == 1 and report_code == 0, gate_err
+    # Its log shows each check as it starts and ends (stderr), before the report (stdout).
+    said = [line.split("] ", 1)[1] for line in gate_err.splitlines()]
+    assert said[0] == "edge models: GET /v1/models with the key" and said[1].startswith("edge models: PASS (")
+    assert [line for line in said if line.startswith("edge stream: ")][-1].startswith("edge stream: FAIL (")
     last = json.loads(gate_out.splitlines()[-1])["verification"]
     assert last["verdict"] == FAIL and last["mode"] == "gate"
     assert ran["termination-log"].startswith("FAIL edge stream: 100% of 32 tokens arrived in one burst")
@@ -280,3 +292,117 @@ def test_the_engine_kv_cache_is_read_from_vllms_cache_config_info(reports):
     assert report["engine"] == {"kv_cache_size_tokens": 16000, "num_gpu_blocks": 1000, "block_size": 16}
     assert "engine KV cache: 16,000 tokens (vllm:cache_config_info)" in probe.render_text(report)
     assert "engine" not in _report(reports, "no-kv-cache")
+
+
+def _said(said: list) -> list[str]:
+    return [line for line in said if isinstance(line, str)]
+
+
+def test_run_tells_its_progress_each_check_and_load_phase_as_it_starts_and_ends(reports):
+    report, said = _report(reports, "progress")
+    load, phases = probe_runs._load(), _said(said)
+    assert phases[0:10:2] == [  # each smoke check as it starts ...
+        "url models: GET /v1/models with the key", "url auth: GET /v1/models with no key, then a wrong key",
+        f"url stream: a streamed chat completion of {probe.STREAM_CHECK_TOKENS} tokens",
+        "url completion: a chat completion, not streamed", "url fields: model and usage of both answers"]
+    # ... and as it ends, with its verdict and seconds
+    assert [line.split(" (")[0] for line in phases[1:10:2]] == [f"url {name}: PASS" for name in probe.SMOKE_CHECKS]
+    assert phases[10:14] == [
+        "url engine: the KV cache from /metrics", "url engine: not served here",
+        f"url load: ramp: {load.concurrency} concurrent streamed requests of {load.prompt_tokens} + "
+        f"{load.output_tokens} tokens, starting over {load.ramp_seconds:g} s (warm-up)",
+        f"url load: steady: measuring for {load.duration_seconds:g} s"]
+    done = report["load"]["requests"] + report["load"]["warmup_requests"]
+    assert phases[14].startswith(f"url load: finished: {done} done, 0 failed (") and len(phases) == 15
+    # The count, offered every tick between the ramp's line and the last: it only grows, against the whole plan.
+    counts = [c for c in said if isinstance(c, probe.LoadCount)]
+    assert counts and said.index(counts[0]) > said.index(phases[12]) and said[-1] == phases[14]
+    assert [c.done for c in counts] == sorted(c.done for c in counts) and {c.failed for c in counts} == {0}
+    assert {c.planned_seconds for c in counts} == {load.ramp_seconds + load.duration_seconds}
+
+
+def test_ctrl_c_mid_load_stops_it_and_reports_what_completed_marked_interrupted(reports):
+    report, said = _report(reports, "ctrl-c-mid-load")
+    assert (report["interrupted"], report["verdict"], report["failures"]) == (True, probe.INTERRUPTED, [])
+    checks = _checks(report)
+    assert [checks[name][0] for name in probe.SMOKE_CHECKS] == [PASS] * len(probe.SMOKE_CHECKS)
+    # The load test had not finished: not run, never passed; the figures so far are kept, marked.
+    assert {name: checks[name][0] for name in ("load", "ttft-p95", "itl-p95")} == dict.fromkeys(
+        ("load", "ttft-p95", "itl-p95"), NOT_RUN)
+    assert checks["load"][1].startswith("interrupted after ")
+    assert checks["ttft-p95"][1].endswith(" requests, not judged")
+    load = report["load"]
+    assert load["interrupted"] and load["errors"] == 0  # the requests the stop cut are not errors
+    # Every worker returned once its connection was closed: none was left behind.
+    assert _said(said)[-2:] == ["url load: interrupted: stopping the requests in flight", _said(said)[-1]]
+    assert _said(said)[-1].startswith("url load: stopped: ") and "left behind" not in _said(said)[-1]
+    text = probe.render_text(report)
+    assert text.startswith("interrupted: results so far\nPASS url models: ")
+    assert text.endswith("verdict: INTERRUPTED (3 not run)\n")
+
+
+def test_ctrl_c_during_a_check_reports_it_and_every_later_one_as_not_run():
+    # Ctrl-C as the stream check starts: the checks before it passed, it and the rest did not run.
+    stream = f"url stream: a streamed chat completion of {probe.STREAM_CHECK_TOKENS} tokens"
+    progress = probe_runs.Recorded(lambda said: said == stream)
+    with OpenAIServer(Behaviour()) as url, pytest.raises(probe.Interrupted) as stopped:
+        probe.run(Settings(MODEL, (Target("url", url),), probe_runs._load(), request_timeout_seconds=20), KEY,
+                  progress)
+    assert isinstance(stopped.value, KeyboardInterrupt)  # a caller that does not look for it stops as on Ctrl-C
+    report = stopped.value.report
+    assert [(c["name"], c["verdict"], c["message"]) for c in report["checks"][2:]] == [
+        ("stream", NOT_RUN, "interrupted while it ran"),
+        ("completion", NOT_RUN, "interrupted before it started"),
+        ("fields", NOT_RUN, "interrupted before it started"),
+        ("load", NOT_RUN, "interrupted before it started"),
+        ("ttft-p95", NOT_RUN, "interrupted before it started"),
+        ("itl-p95", NOT_RUN, "interrupted before it started")]
+    assert [c["verdict"] for c in report["checks"][:2]] == [PASS, PASS]
+    assert "load" not in report and report["verdict"] == probe.INTERRUPTED and report["interrupted"]
+
+
+def test_lines_rewrite_the_count_in_place_on_a_terminal_and_print_plain_lines_elsewhere():
+    count = probe.LoadCount("url", done=12, failed=1, elapsed_seconds=3.2, planned_seconds=61.0)
+    shown = {}
+    for live in (True, False):
+        stream = io.StringIO()
+        lines = probe.Lines(stream, live=live, every=0)
+        lines.phase("url load: steady")
+        lines.load(count)
+        lines.load(count)
+        lines.phase("url load: finished")
+        shown[live] = re.sub(r"\[ *\d+\.\d s\] ", "", stream.getvalue())
+    line = "url load: 12 done, 1 failed, 3 of 61 s"
+    assert shown[True] == f"url load: steady\n\r{line}\r{line}\nurl load: finished\n"
+    assert shown[False] == f"url load: steady\n{line}\n{line}\nurl load: finished\n"
+    # At their own pace a count offered right after a line waits for the next tick.
+    for live in (True, False):
+        stream = io.StringIO()
+        lines = probe.Lines(stream, live=live)
+        lines.phase("url load: steady")
+        lines.load(count)
+        assert re.sub(r"\[ *\d+\.\d s\] ", "", stream.getvalue()) == "url load: steady\n"
+
+
+def test_a_progress_stream_whose_reader_went_away_ends_the_progress_not_the_run():
+    class Closed(io.StringIO):
+        def write(self, s: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    lines = probe.Lines(Closed())
+    lines.phase("url models: GET /v1/models with the key")
+    lines.phase("url models: PASS (0.0 s)")
+    assert lines.stream is None
+
+
+def test_the_jobs_probe_takes_sigterm_as_ctrl_c_so_a_deadline_kill_leaves_the_report_so_far(tmp_path):
+    # activeDeadlineSeconds ends the Job's pod with SIGTERM: handled as KeyboardInterrupt, the load stops and the
+    # partial report is printed (the Ctrl-C test above) before the grace period's SIGKILL.
+    import signal
+
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        assert probe.main(["--settings", str(tmp_path / "absent.json")]) == probe.EXIT_USAGE
+        assert signal.getsignal(signal.SIGTERM) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGTERM, before)

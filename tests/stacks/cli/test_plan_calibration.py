@@ -82,6 +82,8 @@ def test_the_replicas_divide_the_measured_load(tmp_path):
 @pytest.mark.parametrize(("content", "message"), [
     ("not json at all", "no verify report in it"),
     (json.dumps({"model": "m", "load": {"requests": 0}}), "neither a completed load test nor a KV cache figure"),
+    (json.dumps({"model": "m", "interrupted": True, "load": {"requests": 40, "concurrency": 8}}),
+     "the run was interrupted, so its load figures are not the planned load's"),
 ])
 def test_an_unusable_results_file_is_one_line_and_exit_2(tmp_path, content, message):
     (tmp_path / "r.json").write_text(content)

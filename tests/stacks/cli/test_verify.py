@@ -1,17 +1,21 @@
 """`python -m stacks verify` against local servers on 127.0.0.1: the stack's plan as the comparison,
-exit 0/1/2, one line per failure, the key never an argument, --json for machines and the planner."""
+exit 0/1/2/130, one line per failure, the key never an argument, progress on stderr, Ctrl-C's report of
+what completed, --json for machines and the planner on every exit, and a closed pipe without a traceback."""
 
 from __future__ import annotations
 
 import concurrent.futures
 import io
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from llm_serving.stack import verification
+from llm_serving.verification import probe
 from stacks.cli import main, verify
 from stacks.config import VerificationMode
 from stacks.config.files import PROJECT_DIR
@@ -59,6 +63,7 @@ def test_a_url_without_v1_is_refused_before_any_request(key, capsys):
 def test_help_and_usage_errors_go_to_the_callers_streams_not_the_processes(capsys):
     out, err = io.StringIO(), io.StringIO()
     assert verify.main(["--help"], out, err) == 0
+    assert verify.main(["--help", "--json"], out, err) == 0  # help is text, --json or not
     assert verify.main(["dev", "--url", "http://127.0.0.1:9/v1", "--duration", "0"], out, err) == 2
     assert out.getvalue().startswith("usage: python -m stacks verify ")
     assert err.getvalue().endswith("python -m stacks verify: argument --duration: expected at least 1, got 0\n")
@@ -91,6 +96,55 @@ def test_bad_input_is_one_line_and_exit_2(key, capsys, args, message):
 def test_an_unknown_stack_is_exit_2_with_the_stacks_that_exist(key, capsys):
     assert main(["verify", "prd", "--url", "http://127.0.0.1:9/v1"]) == 2
     assert 'no stack file Pulumi.prd.yaml; did you mean "prod"?' in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("args", "problem"), [
+    (["--url", "http://127.0.0.1:9/v1", "--concurrency", "0"],
+     "python -m stacks verify: argument --concurrency: expected at least 1, got 0"),
+    ([], "python -m stacks verify: the following arguments are required: --url"),
+    (["--url", "ftp://example.com/v1"],
+     "verify: --url 'ftp://example.com/v1': expected http://... or https://... ending in /v1"),
+    (["--url", "http://127.0.0.1:9/v1", "--model", "llama-7b"],
+     "verify: --model 'llama-7b': not a model of stack dev; its models: llama-8b"),
+    (["--url", "http://127.0.0.1:9/v1", "--api-key-env", "NO_SUCH_VARIABLE_27"],
+     "verify: --api-key-env NO_SUCH_VARIABLE_27: the variable is unset or empty"),
+])
+def test_with_json_bad_input_is_one_json_object_listing_the_problem_and_exit_2(key, args, problem):
+    ran = run_stacks("verify", "dev", *args, "--json")
+    assert (ran.returncode, json.loads(ran.stdout)) == (2, {"error": {"kind": "usage", "problems": [problem]},
+                                                            "exitCode": 2})
+    assert ran.stderr.endswith(problem + "\n")  # the same line as without --json
+
+
+def test_with_json_a_stack_file_problem_is_a_config_error(key):
+    ran = run_stacks("verify", "prd", "--url", "http://127.0.0.1:9/v1", "--json")
+    document = json.loads(ran.stdout)
+    assert ran.returncode == document["exitCode"] == 2 and document["error"]["kind"] == "config"
+    assert [p for p in document["error"]["problems"] if 'no stack file Pulumi.prd.yaml; did you mean "prod"?' in p]
+
+
+@pytest.mark.parametrize(("behaviour", "verdict", "code"), [(Behaviour(), "pass", 0),
+                                                             (Behaviour(buffer=True), "fail", 1)])
+def test_with_json_a_pass_and_a_fail_are_the_report_with_its_exit_code(key, behaviour, verdict, code):
+    with OpenAIServer(behaviour) as url:
+        ran = run_stacks("verify", "dev", "--url", url, "--no-load", "--json")
+    report = json.loads(ran.stdout)
+    assert ran.returncode == report["exitCode"] == code
+    assert (report["verdict"], report["interrupted"]) == (verdict, False)
+
+
+def test_ctrl_c_before_any_check_is_exit_130_and_with_json_one_json_object(key):
+    def interrupted(stack: str) -> Path:
+        raise KeyboardInterrupt  # as Ctrl-C while the stack file loads
+
+    text_out, text_err, json_out = io.StringIO(), io.StringIO(), io.StringIO()
+    assert verify.main(["dev", "--url", "http://127.0.0.1:9/v1"], text_out, text_err, stack_path=interrupted) == 130
+    assert (text_out.getvalue(), text_err.getvalue()) == ("", "\ninterrupted\n")
+    assert verify.main(["dev", "--url", "http://127.0.0.1:9/v1", "--json"], json_out, io.StringIO(),
+                       stack_path=interrupted) == 130
+    assert json.loads(json_out.getvalue()) == {
+        "error": {"kind": "interrupted", "problems": ["interrupted before any check ran"]}, "exitCode": 130,
+        "interrupted": True}
 
 
 def test_the_key_is_never_an_argument():
@@ -159,3 +213,65 @@ def test_json_is_the_whole_report(load_runs):
     assert report["failures"] == ["FAIL url auth: GET /v1/models with no key answered 200 and a wrong key answered "
                                   "200, expected 401 or 403: the API key is not enforced"]
     assert report["load"]["target_concurrency"] == 2 and report["load"]["output_tokens_mean"] == 12.0
+
+
+# Each progress line is stamped with the seconds since the run began.
+STAMP = re.compile(r"^\[ *\d+\.\d s\] ")
+
+
+def test_progress_goes_to_stderr_in_order_while_stdout_stays_one_json_object(load_runs):
+    code, out, err = load_runs["json-no-auth"].result(timeout=120)
+    assert json.loads(out)["exitCode"] == code == 1
+    assert all(STAMP.match(line) for line in err.splitlines()), err  # progress, and nothing else
+    said = [STAMP.sub("", line) for line in err.splitlines()]
+    duration = verify_runs.SHORT[verify_runs.SHORT.index("--duration") + 1]
+    expected = ["url models: GET /v1/models with the key", "url models: PASS (",
+                "url auth: GET /v1/models with no key, then a wrong key", "url auth: FAIL (",
+                f"url stream: a streamed chat completion of {probe.STREAM_CHECK_TOKENS} tokens", "url stream: PASS (",
+                "url completion: a chat completion, not streamed", "url completion: PASS (",
+                "url fields: model and usage of both answers", "url fields: PASS (",
+                "url engine: the KV cache from /metrics", "url engine: not served here",
+                "url load: ramp: 2 concurrent streamed requests of ", f"url load: steady: measuring for {duration} s",
+                "url load: finished: "]
+    where = [next((i for i, line in enumerate(said) if line.startswith(start)), None) for start in expected]
+    assert None not in where and where == sorted(where), said
+
+
+def test_a_buffering_server_under_load_fails_itl_as_not_measured(load_runs):
+    code, out, _ = load_runs["buffered"].result(timeout=120)
+    assert code == 1
+    itl = next(line for line in out.splitlines() if line.startswith("FAIL url itl-p95: "))
+    assert itl.startswith("FAIL url itl-p95: not measured: ") and "arrived buffered" in itl
+    assert "\nFAIL url load-streaming: " in out
+
+
+def test_ctrl_c_mid_load_stops_it_prints_the_report_so_far_and_exits_130(load_runs):
+    code, out, err = load_runs["sigint"].result(timeout=120)
+    assert code == 130, err
+    assert "Traceback" not in err
+    assert "url load: interrupted: stopping the requests in flight" in err
+    assert out.startswith("interrupted: results so far\nPASS url models: lists llama-8b\n"), out
+    assert "\nNOT RUN url load: interrupted after " in out
+    # Checks that had not finished are not run, never passed; the figures so far are still shown.
+    assert not re.search(r"^PASS url (load|ttft-p95|itl-p95)", out, re.M)
+    assert re.search(r"^NOT RUN url ttft-p95: interrupted after ", out, re.M)
+    assert "\nload through url until interrupted after " in out
+    assert re.search(r"\nverdict: INTERRUPTED \(\d+ not run\)\n$", out)
+
+
+def test_ctrl_c_mid_load_with_json_is_the_report_so_far_as_json(load_runs):
+    code, out, err = load_runs["json-ctrl-c"].result(timeout=120)
+    report = json.loads(out)
+    assert code == report["exitCode"] == 130, err
+    assert (report["interrupted"], report["verdict"], report["load"]["interrupted"]) == (True, "interrupted", True)
+    verdicts = {c["name"]: c["verdict"] for c in report["checks"]}
+    assert [verdicts[name] for name in probe.SMOKE_CHECKS] == ["pass"] * len(probe.SMOKE_CHECKS)
+    assert [verdicts[name] for name in ("load", "ttft-p95", "itl-p95")] == ["not run"] * 3
+
+
+def test_a_closed_stdout_exits_1_without_a_traceback(load_runs):
+    # `verify ... | head -1`: stacks/__main__.py's handler for every command.
+    code, _, err = load_runs["closed-stdout"].result(timeout=120)
+    assert code == 1
+    assert "Traceback" not in err and "BrokenPipeError" not in err
+    assert "url fields: PASS (" in err  # the checks ran; only the report had nowhere to go
