@@ -1,25 +1,28 @@
-"""`python -m stacks clone <from> <to> --set key.path=value`: a new stack file that extends another.
+"""`python -m stacks clone <from> <to> --set key.path=value [--keep key.path]`: a new stack file that extends another.
 
 The new file holds `extends`, the overrides, the keys the Pulumi CLI needs in the stack's own file
 (required declarations such as `llm-serving:environment`, provider keys such as `aws:region`) and a
 placeholder per secret, so it stays a clone: later changes to the base reach it. It is validated,
-against our models and the CLI's own rules (stacks/keys.py), before it is written, and an
-existing file is never overwritten.
+against our models and the CLI's own rules (stacks/config/keys.py), before it is written, and an
+existing file is never overwritten. A provider key is checked against its pinned provider's config keys
+(stacks/config/providers.py); a clone into another region must set or `--keep` each value bound to the base's
+region (stacks/config/regions.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from stacks import environment
-from stacks.config import ServingStackArgs, files, keys, overrides
-from stacks.config.problems import ConfigError, Problem
+from stacks.config import ServingStackArgs, files, keys, overrides, providers, regions
+from stacks.config.problems import ConfigError, Problem, show
 
 
 def parse_override(text: str) -> overrides.Override:
@@ -82,17 +85,26 @@ def create_cluster_overrides(base_values: dict[str, Any], zones: list[str], new:
     cluster over these zones (a new account or region has no cluster to attach to), named after the clone
     (`created_cluster_name`). The GPU nodes keep as many zones as the base gave them (one for a placement group
     or capacity block), now the first of the new zones, in the created subnets; every other cluster.create key
-    keeps its default. A `--set cluster.name=...` given with it wins (it comes later)."""
+    keeps its default, and the base's staging-node role and security groups are unset (the created CPU nodes'
+    stand in). A `--set cluster.name=...` given with it wins (it comes later)."""
     if not 2 <= len(zones) <= 3 or len(set(zones)) != len(zones):
         raise ConfigError([Problem("--create-cluster", "two or three distinct availability zones", ",".join(zones),
                                    "e.g. eu-west-1a,eu-west-1b,eu-west-1c")])
     subnets = base_values.get("gpuNodeGroup", {}).get("subnets", [])
     gpu_zones = max(1, min(len({s.get("availabilityZone") for s in subnets}), len(zones)))
+    # The base's staging nodes are its cluster's CPU nodes: the created cluster's own stand in where the file is
+    # silent (stacks/program.py created_facts), so their role and security groups are unset here. A group of the
+    # base's VPC cannot guard a mount target of the created one (EFS: a mount target's groups are its VPC's).
+    efs = base_values.get("weightsStorage", {}).get("efs", {})
+    staging = [*(["weightsStorage.efs.stagingNodeRoleArn=null"] if efs.get("stagingNodeRoleArn") else []),
+               *(["weightsStorage.efs.stagingNodeSecurityGroupIds=[]"] if efs.get("stagingNodeSecurityGroupIds")
+                 else [])]
     return [
         "cluster.mode=create",
         *([f"cluster.name={created_cluster_name(new)}"] if new else []),
         f"cluster.create.zones=[{', '.join(zones)}]",
         "gpuNodeGroup.subnets=[" + ", ".join(f"{{availabilityZone: {z}}}" for z in zones[:gpu_zones]) + "]",
+        *staging,
     ]
 
 
@@ -103,14 +115,16 @@ class Cloned:
     path: Path
     secrets: list[str]
     warnings: list[str]
+    kept: list[str] = field(default_factory=list)  # region-bound values kept from a base of another region (--keep)
 
 
 def clone(
-    base: str, new: str, settings: list[str], project_dir: Path, create_zones: list[str] | None = None
+    base: str, new: str, settings: list[str], project_dir: Path, create_zones: list[str] | None = None,
+    keep: Collection[str] = (),
 ) -> Cloned:
-    """Write the clone; refuse it when it would silently inherit prod's environment. With
-    `create_zones` the clone creates its own cluster there (`create_cluster_overrides`), before the
-    `settings`, which win."""
+    """Write the clone; refuse it when it would silently inherit prod's environment, or, in another region than
+    its base's, a value bound to the base's region that it neither sets nor `keep`s. With `create_zones` the clone
+    creates its own cluster there (`create_cluster_overrides`), before the `settings`, which win."""
     target = files.stack_file_path(new, project_dir)
     if not files.STACK_FILE.match(target.name):
         raise ConfigError([Problem("stack", "not a valid stack name", new, "letters, digits, - _ .")])
@@ -125,6 +139,10 @@ def clone(
     if create_zones is not None:
         settings = [*create_cluster_overrides(base_resolved.values, create_zones, new), *settings]
     parsed = [parse_override(text) for text in settings]
+    provider_problems = [p for o in parsed if o.namespace is not None
+                         for p in providers.key_problems(o.namespace, o.path[0].key, o.option)]
+    if provider_problems:
+        raise ConfigError(provider_problems)
     _unknown_model_problems(parsed, base, base_resolved.values)
     own_keys = {o.key for o in parsed if o.namespace is None}
     # A clone of prod that says nothing is prod: protected data, pinned digests, paging alerts, all
@@ -145,15 +163,39 @@ def clone(
     problems = keys.stack_file_problems(document, project, target.name)
     if problems:
         raise ConfigError(problems)
+    own = files.split_config(new, target, document["config"])
+    resolved = files.resolve(own, project_dir)
+    kept = _region_check(base, base_file.other.get("aws:region"), document["config"].get("aws:region"),
+                         resolved.values, own.values, keep)
     # Validates everything (raises ConfigError on any problem: nothing written).
-    config = environment.validate(files.resolve(files.split_config(new, target, document["config"]), project_dir))
+    config = environment.validate(resolved)
+    region = document["config"].get("aws:region")
     header = (
         f"# Clone of {base}: values here deep-merge over Pulumi.{base}.yaml.\n"
         f"# Secrets are not inherited: replace each placeholder with "
         f"`pulumi config set --secret <key> <value> -s {new}`.\n"
+        + (f"# Kept from {base} on purpose (clone --keep), though {base} is in another region: "
+           f"{', '.join(kept)}.\n" if kept else "")
     )
     target.write_text(header + yaml.safe_dump(document, sort_keys=False, default_flow_style=False))
-    return Cloned(target, secrets, _warnings(base, config, own_keys, document["config"].get("aws:region")))
+    warnings = _warnings(base, config, own_keys, region, set(keep), base_resolved.values)
+    return Cloned(target, secrets, [*warnings, *_price_warnings(config, region)], kept)
+
+
+def _region_check(base: str, base_region: object, region: object, values: dict[str, Any], own: dict[str, Any],
+                  keep: Collection[str]) -> list[str]:
+    """Refuses a `--keep` that names no region-bound key, and a clone into another region than its base's that
+    inherits a value of the base's region without `--set` or `--keep` (stacks/config/regions.py). Returns the
+    values kept."""
+    problems = regions.keep_problems(keep, values, own)
+    if problems:
+        raise ConfigError(problems)
+    if not isinstance(region, str) or region == base_region:
+        return []
+    check = regions.region_problems(base, base_region, region, values, own, keep)
+    if check.problems:
+        raise ConfigError(check.problems)
+    return check.kept
 
 
 def _unknown_model_problems(parsed: list[overrides.Override], base: str, base_values: dict[str, Any]) -> None:
@@ -173,13 +215,23 @@ def _unknown_model_problems(parsed: list[overrides.Override], base: str, base_va
         raise ConfigError(problems)
 
 
-def _warnings(base: str, config: ServingStackArgs, own_keys: set[str], region: object) -> list[str]:
-    """What a valid clone probably did not mean: another environment's cluster, or zones in
-    another region than the provider's."""
+def _warnings(base: str, config: ServingStackArgs, own_keys: set[str], region: object, keep: set[str],
+              base_values: dict[str, Any]) -> list[str]:
+    """What a valid clone probably did not mean: another environment's cluster (unless kept with --keep), zones in
+    another region than the provider's, or a created cluster whose staging Job selects the base's nodes."""
     found = []
-    if not any(key == "cluster" or key.startswith("cluster.") for key in own_keys):
+    if not any(key == "cluster" or key.startswith("cluster.") for key in own_keys) and "cluster.name" not in keep:
         found.append(f"cluster.name is {config.cluster.name}, inherited from {base}: this stack deploys into "
-                     f"{base}'s cluster; set --set cluster.name=<cluster> unless that is meant")
+                     f"{base}'s cluster; set --set cluster.name=<cluster> unless that is meant (then "
+                     "--keep cluster.name says so)")
+    selector = base_values.get("weightsStorage", {}).get("efs", {}).get("stagingNodeSelector")
+    if config.cluster.create is not None and selector and "weightsStorage.efs.stagingNodeSelector" not in own_keys:
+        # extends merges a mapping key by key (stacks/config/files.py deep_merge): the clone cannot drop the
+        # base's labels, and the created CPU nodes (stacks/program.py created_facts) carry none of them.
+        found.append(f"weightsStorage.efs.stagingNodeSelector is {show(selector)}, inherited from {base}: it selects "
+                     f"{base}'s CPU nodes, which the created cluster does not have, so the weights staging Job would "
+                     "never be scheduled; a clone cannot unset an inherited label (extends merges mappings key by "
+                     "key): clone a base without one")
     if isinstance(region, str):
         foreign = sorted({s.availability_zone for s in config.gpu_node_group.subnets
                           if not s.availability_zone.startswith(region)})
@@ -188,3 +240,15 @@ def _warnings(base: str, config: ServingStackArgs, own_keys: set[str], region: o
                          "new region's subnets with --set 'gpuNodeGroup.subnets=[{id: subnet-..., "
                          "availabilityZone: ...}]'")
     return found
+
+
+def _price_warnings(config: ServingStackArgs, region: object) -> list[str]:
+    """The planner prices one region (llm_serving/gpu/prices.json): render and plan show those prices for a stack
+    in another, so the clone says whose they are."""
+    from llm_serving.gpu import instance_price
+
+    price = instance_price(config.gpu_node_group.instance_type)
+    if not isinstance(region, str) or price is None or price.usd_per_hour is None or price.region == region:
+        return []
+    return [f"the $/hour that render and plan show for this stack are {price.region}'s On-Demand prices "
+            f"(llm_serving/gpu/prices.json holds no other region's); {region}'s differ"]

@@ -82,7 +82,9 @@ def _render_one(render: ModuleType, path: Path, config: ServingStackArgs, args: 
     if not args.quiet:
         from stacks.cli.plan import stack_cost_summary
 
-        sys.stdout.write(render.summary(result) + stack_cost_summary(config))
+        region = stack_files.read_stack_file(path).other.get("aws:region")
+        sys.stdout.write(render.summary(result) + stack_cost_summary(config, region if isinstance(region, str)
+                                                                     else None))
         sys.stdout.write(f"\nrendered in {time.perf_counter() - started:.2f} s\n")
     sys.stdout.write(f"wrote {manifests}\nwrote {resources}\n")
 
@@ -111,13 +113,18 @@ def clone_parser() -> CommandLineParser:
              "a new account or region; needs --set 'cluster.create.publicAccessCidrs=[<your CIDR>]' and, for "
              "another region, --set aws:region=...",
     )
+    parser.add_argument(
+        "--keep", action="append", default=[], metavar="KEY.PATH",
+        help="in another aws:region than the base's, keep this value of the base's region on purpose (it holds "
+             "there too), e.g. cluster.name; repeatable (stacks/config/regions.py lists the region-bound keys)",
+    )
     return parser
 
 
 def _clone(argv: list[str]) -> int:
     args = clone_parser().parse_args(argv)
     zones = None if args.create_cluster is None else [z.strip() for z in args.create_cluster.split(",") if z.strip()]
-    cloned = clone.clone(args.base, args.new, args.set, stack_files.PROJECT_DIR, zones)
+    cloned = clone.clone(args.base, args.new, args.set, stack_files.PROJECT_DIR, zones, keep=args.keep)
     for warning in cloned.warnings:
         sys.stderr.write(f"warning: {warning}\n")
     sys.stdout.write(f"wrote {cloned.path}\n")
@@ -166,7 +173,7 @@ commands:
   plan             size one vLLM replica: TP, KV cache, concurrency, startup budget, dynamics;
                    --stack <stack> plans a stack's model (options override its values), --list-models,
                    --list-gpus
-  clone <from> <to> --set key.path=value [--create-cluster ZONE,ZONE,ZONE]
+  clone <from> <to> --set key.path=value [--create-cluster ZONE,ZONE,ZONE] [--keep key.path]
                    a new stack file that extends another, valid for the Pulumi CLI
   diff [<stack>...] what a change does to each stack's render (default: every stack file), as
                    `pulumi preview --diff` would mark it
@@ -181,7 +188,8 @@ commands:
 
 A stack is a name (prod) or a path to a stack file. `<command> --help` describes each command's
 options. Exit codes: 0 success, 1 diff found changes, a plan cannot be deployed as asked, or a
-preflight or verify check failed, 2 invalid input (one line per problem) or no credentials.
+preflight or verify check failed, 2 invalid input (one line per problem) or no credentials, 130
+interrupted (Ctrl-C; verify prints the results so far).
 """
 
 

@@ -685,14 +685,19 @@ def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = 
     return _print(result, found, cost, perf, args.json, out, architecture=block)
 
 
-def stack_cost_summary(config: object) -> str:
+def stack_cost_summary(config: object, region: str | None = None) -> str:
     """The render summary's cost block: the stack's GPU nodes and On-Demand $/hour at minimum and
     maximum replicas, and per model the $/million output tokens at its ITL objective's concurrency
-    (1,024 prompt and 256 output tokens per request, as `plan` assumes by default)."""
+    (1,024 prompt and 256 output tokens per request, as `plan` assumes by default). `region`: the stack's
+    aws:region; prices of another region are said to be that region's."""
 
     total = planning.stack_cost(config)  # type: ignore[arg-type]
     low, high = total.at(total.nodes_at_min), total.at(total.nodes_at_max)
-    lines = ["", f"cost ({total.price_note}):",
+    price = instance_price(total.instance_type)
+    elsewhere = (f"; this stack is in {region}, whose prices llm_serving/gpu/prices.json does not hold: these are "
+                 f"{price.region}'s" if price is not None and region and price.region and region != price.region
+                 else "")
+    lines = ["", f"cost ({total.price_note}{elsewhere}):",
              f"  GPU nodes ({total.instance_type}): {total.nodes_at_min} at min replicas"
              + (f" ${low:,.2f}/hour" if low is not None else "")
              + f"; {total.nodes_at_max} at max" + (f" ${high:,.2f}/hour" if high is not None else "")]
@@ -707,9 +712,9 @@ def stack_cost_summary(config: object) -> str:
                 f"requests ({found['tpot_ms']} ms per token <= {found['itl_slo_ms']:g} ms; 1,024 in / 256 out)"
             )
         else:
-            price = (f"${cost['usd_per_replica_hour']}/replica-hour; " if cost.get("usd_per_replica_hour") is not None
-                     else "")
-            lines.append(f"  {model.name}: {price}{found.get('note') or cost.get('price_source')}")
+            hourly = (f"${cost['usd_per_replica_hour']}/replica-hour; " if cost.get("usd_per_replica_hour") is not None
+                      else "")
+            lines.append(f"  {model.name}: {hourly}{found.get('note') or cost.get('price_source')}")
         lines += _idle_lines(config, model)
     return "\n".join(lines) + "\n"
 

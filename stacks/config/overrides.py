@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from stacks.config.problems import PROJECT, ConfigError, Problem
+from stacks.config.problems import MISSING, PROJECT, ConfigError, Problem
 
 # One path segment: a camelCase key, optionally followed by `[name]` (an item of a named list).
 _SEGMENT = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9]*)(\[(?P<name>[a-z0-9]([-a-z0-9]*[a-z0-9])?)\])?$")
@@ -43,6 +43,28 @@ class Override:
     @property
     def key(self) -> str:
         return ".".join(str(s) for s in self.path)
+
+
+def parse_path(key: str, option: str) -> tuple[Segment, ...]:
+    """`weightsStorage.efs.stagingNodeSecurityGroupIds` or `models[llama-70b].image.repository` as segments, for
+    an option that names a key without a value (`clone --keep`); our own keys only."""
+    matches = [_SEGMENT.match(part) for part in key.strip().split(".")]
+    segments = tuple(Segment(m["key"], m["name"]) for m in matches if m is not None)
+    if not key.strip() or len(segments) != len(matches):
+        raise ConfigError([Problem(option, "not a key path", key, "key.path or models[<name>].key, as --set names it")])
+    return segments
+
+
+def lookup(tree: Any, path: tuple[Segment, ...]) -> Any:
+    """The value at `path` (a named item by its name), or MISSING where the tree has none (a `null` is a value: a
+    clone's file may set one)."""
+    node = tree
+    for segment in path:
+        node = node.get(segment.key, MISSING) if isinstance(node, dict) else MISSING
+        if segment.name is not None:
+            node = next((i for i in node if isinstance(i, dict) and i.get("name") == segment.name), MISSING) \
+                if isinstance(node, list) else MISSING
+    return node
 
 
 def parse(text: str, option: str = "--set") -> Override:

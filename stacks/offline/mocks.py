@@ -11,15 +11,24 @@ from typing import Any
 import pulumi
 
 ACCOUNT_ID = "123456789012"
-REGION = "us-east-1"
+REGION = "us-east-1"  # a stack file without aws:region (the provider's own default is none: the CLI asks)
+# Zone ids are `<region code>-az<n>` (use1-az1, euw1-az2, apse1-az1): the area, the initials of its compass
+# word, the number (AWS, "Availability Zone IDs for your AWS resources").
+_COMPASS = {"northeast": "ne", "northwest": "nw", "southeast": "se", "southwest": "sw", "central": "c"}
 
 
-def _placeholder_cluster(name: str, version: str) -> dict[str, Any]:
+def zone_id_prefix(region: str) -> str:
+    area, _, rest = region.partition("-")
+    direction, _, number = rest.rpartition("-")
+    return f"{area}{_COMPASS.get(direction, direction[:1])}{number}"
+
+
+def _placeholder_cluster(name: str, version: str, region: str = REGION) -> dict[str, Any]:
     return {
         "name": name,
         "id": name,
-        "arn": f"arn:aws:eks:{REGION}:{ACCOUNT_ID}:cluster/{name}",
-        "endpoint": f"https://{name}.gr7.{REGION}.eks.amazonaws.com",
+        "arn": f"arn:aws:eks:{region}:{ACCOUNT_ID}:cluster/{name}",
+        "endpoint": f"https://{name}.gr7.{region}.eks.amazonaws.com",
         "version": version,
         "certificateAuthorities": [{"data": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCnBsYWNlaG9sZGVyCg=="}],
         "vpcConfig": {
@@ -37,14 +46,17 @@ def _placeholder_cluster(name: str, version: str) -> dict[str, Any]:
 class RenderMocks(pulumi.runtime.Mocks):
     """Deterministic answers for data sources and for the outputs providers would compute.
 
-    `cluster_version` is the placeholder cluster's Kubernetes minor (render --cluster-version).
+    `cluster_version` is the placeholder cluster's Kubernetes minor (render --cluster-version); `region` the stack's
+`aws:region`, which every ARN, endpoint and zone the answers make is in.
     `clusters` (cluster.mode create) are the clusters the account already has, name -> (version,
     owner tag); None answers every look-up with the placeholder cluster (mode existing).
     """
 
-    def __init__(self, cluster_version: str, clusters: dict[str, tuple[str, str | None]] | None = None) -> None:
+    def __init__(self, cluster_version: str, clusters: dict[str, tuple[str, str | None]] | None = None,
+                 region: str = REGION) -> None:
         self.cluster_version = cluster_version
         self.clusters = clusters
+        self.region = region
 
     # A bare dict is a result too (pulumi/runtime/mocks.py reads either), which the base's hint leaves out.
     def call(  # type: ignore[override]
@@ -54,27 +66,29 @@ class RenderMocks(pulumi.runtime.Mocks):
         if token == "aws:eks/getCluster:getCluster":
             name = args.args["name"]
             if self.clusters is None:
-                return _placeholder_cluster(name, self.cluster_version)
+                return _placeholder_cluster(name, self.cluster_version, self.region)
             version, owner = self.clusters[name]
-            return {**_placeholder_cluster(name, version), "tags": {"llm-serving/stack": owner} if owner else {}}
+            return {**_placeholder_cluster(name, version, self.region),
+                    "tags": {"llm-serving/stack": owner} if owner else {}}
         if token == "aws:s3/getBucket:getBucket":
             bucket = args.args["bucket"]
-            return {"id": bucket, "bucket": bucket, "region": REGION, "arn": f"arn:aws:s3:::{bucket}"}
+            return {"id": bucket, "bucket": bucket, "region": self.region, "arn": f"arn:aws:s3:::{bucket}"}
         if token == "aws:eks/getClusters:getClusters":
-            return {"id": REGION, "names": sorted(self.clusters or {})}
+            return {"id": self.region, "names": sorted(self.clusters or {})}
         if token == "aws:index/getAvailabilityZones:getAvailabilityZones":
-            zones = [f"{REGION}{letter}" for letter in "abcdef"]
-            return {"id": REGION, "names": zones, "zoneIds": [f"use1-az{i}" for i in range(1, 7)],
-                    "groupNames": [REGION]}
+            zones = [f"{self.region}{letter}" for letter in "abcdef"]
+            ids = [f"{zone_id_prefix(self.region)}-az{i}" for i in range(1, 7)]
+            return {"id": self.region, "names": zones, "zoneIds": ids, "groupNames": [self.region]}
         if token == "aws:iam/getSessionContext:getSessionContext":
             arn = args.args["arn"]
             return {"id": arn, "arn": arn, "issuerArn": arn, "issuerId": "render", "issuerName": "render",
                     "sessionName": ""}
         if token == "aws:index/getRegion:getRegion":
-            return {"name": REGION, "region": REGION, "id": REGION, "endpoint": f"ec2.{REGION}.amazonaws.com"}
+            return {"name": self.region, "region": self.region, "id": self.region,
+                    "endpoint": f"ec2.{self.region}.amazonaws.com"}
         if token == "aws:ec2/getVpc:getVpc":
             vpc = args.args["id"]
-            return {"id": vpc, "cidrBlock": "10.0.0.0/16", "arn": f"arn:aws:ec2:{REGION}:{ACCOUNT_ID}:vpc/{vpc}"}
+            return {"id": vpc, "cidrBlock": "10.0.0.0/16", "arn": f"arn:aws:ec2:{self.region}:{ACCOUNT_ID}:vpc/{vpc}"}
         if token == "aws:eks/getAddon:getAddon":
             # The VPC CNI add-on with NetworkPolicy enforcement on, as the stacks require.
             return {"addonName": args.args["addonName"], "clusterName": args.args["clusterName"],
@@ -85,7 +99,7 @@ class RenderMocks(pulumi.runtime.Mocks):
             subnet = args.args["id"]
             block = int(hashlib.sha256(subnet.encode()).hexdigest(), 16) % 16
             return {"id": subnet, "cidrBlock": f"10.0.{block * 16}.0/20",
-                    "arn": f"arn:aws:ec2:{REGION}:{ACCOUNT_ID}:subnet/{subnet}"}
+                    "arn": f"arn:aws:ec2:{self.region}:{ACCOUNT_ID}:subnet/{subnet}"}
         if token == "aws:index/getPartition:getPartition":
             return {"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws"}
         if token == "aws:index/getCallerIdentity:getCallerIdentity":
@@ -106,22 +120,22 @@ class RenderMocks(pulumi.runtime.Mocks):
             state.setdefault("resources", [{"autoscalingGroups": [{"name": f"eks-{name}-asg"}]}])
             state.setdefault("nodeGroupName", f"{args.inputs.get('nodeGroupNamePrefix', name)}placeholder")
         elif args.typ == "aws:efs/fileSystem:FileSystem":
-            state.setdefault("arn", f"arn:aws:elasticfilesystem:{REGION}:{ACCOUNT_ID}:file-system/{name}-id")
+            state.setdefault("arn", f"arn:aws:elasticfilesystem:{self.region}:{ACCOUNT_ID}:file-system/{name}-id")
         elif args.typ == "aws:s3/bucket:Bucket":
             state.setdefault("arn", f"arn:aws:s3:::{args.inputs.get('bucket', name)}")
         elif args.typ == "aws:efs/accessPoint:AccessPoint":
-            state.setdefault("arn", f"arn:aws:elasticfilesystem:{REGION}:{ACCOUNT_ID}:access-point/{name}-id")
+            state.setdefault("arn", f"arn:aws:elasticfilesystem:{self.region}:{ACCOUNT_ID}:access-point/{name}-id")
         elif args.typ == "aws:fsx/lustreFileSystem:LustreFileSystem":
-            state.setdefault("dnsName", f"{name}.fsx.{REGION}.amazonaws.com")
+            state.setdefault("dnsName", f"{name}.fsx.{self.region}.amazonaws.com")
             state.setdefault("mountName", "placeholder")
         elif args.typ == "aws:eks/cluster:Cluster":
-            cluster = _placeholder_cluster(args.inputs["name"], args.inputs["version"])
+            cluster = _placeholder_cluster(args.inputs["name"], args.inputs["version"], self.region)
             state.update(arn=cluster["arn"], endpoint=cluster["endpoint"],
                          certificateAuthority=cluster["certificateAuthorities"][0])
             state["vpcConfig"] = {**state.get("vpcConfig", {}), "clusterSecurityGroupId": "sg-0123456789abcdef0"}
         elif args.typ == "aws:kms/key:Key":
             state.setdefault("keyId", f"{name}-key-id")
-            state.setdefault("arn", f"arn:aws:kms:{REGION}:{ACCOUNT_ID}:key/{name}-key-id")
+            state.setdefault("arn", f"arn:aws:kms:{self.region}:{ACCOUNT_ID}:key/{name}-key-id")
         elif args.typ == "tls:index/privateKey:PrivateKey":
             state.setdefault("privateKeyPem", "(generated by the tls provider at up)")
         elif args.typ == "tls:index/selfSignedCert:SelfSignedCert":

@@ -30,6 +30,7 @@ from stacks import environment, program
 from stacks.config import ClusterMode
 from stacks.config import files as stack_files
 from stacks.config.problems import ConfigError
+from stacks.offline import mocks
 from stacks.offline.mocks import RenderMocks
 
 SECRET = "[secret]"
@@ -231,6 +232,12 @@ def engine_values(own: stack_files.StackFile) -> tuple[dict[str, str], list[str]
     return config, [f"{stack_files.PROJECT}:{k}" for k in own.secret_keys]
 
 
+def _region(own: stack_files.StackFile) -> str:
+    """The stack's aws:region, where the render's ARNs, endpoints and zones are (the mocks' default without it)."""
+    region = own.other.get("aws:region")
+    return region if isinstance(region, str) and region else mocks.REGION
+
+
 def render_stack(stack_file: Path, cluster_version: str | None = None) -> RenderResult:
     """Validate a stack file (ConfigError on problems), then run `__main__.py` under mocks.
 
@@ -262,7 +269,8 @@ def render_stack(stack_file: Path, cluster_version: str | None = None) -> Render
     program.stack_dir = stack_file.parent
     try:
         return record(lambda: runpy.run_path(str(PROGRAM), run_name="__main__"), stack=own.stack,
-                      mocks=RenderMocks(cluster_version, clusters), config=config, secret_keys=secret_keys)
+                      mocks=RenderMocks(cluster_version, clusters, _region(own)), config=config,
+                      secret_keys=secret_keys)
     finally:
         program.stack_dir = previous_dir
 

@@ -34,6 +34,38 @@ def test_clone_of_prod_creates_its_cluster_in_another_region(stack_dir):
     assert [s.id for s in validated.gpu_node_group.subnets] == [None, None, None]
 
 
+def test_a_create_clone_into_another_region_keeps_nothing_of_the_bases_region(stack_dir):
+    # The region refusal (stacks/config/regions.py) finds nothing: the clone's cluster, zones and subnets are its
+    # own, and prod's staging-node security group (of prod's VPC) gives way to the created CPU nodes' group.
+    cloned = clone.clone("prod", "prod-eu", ["environment=prod", "aws:region=eu-west-1",
+                                             "cluster.create.publicAccessCidrs=[203.0.113.0/24]"], stack_dir,
+                         create_zones=["eu-west-1a", "eu-west-1b", "eu-west-1c"])
+    assert cloned.kept == []
+    config = yaml.safe_load(cloned.path.read_text())["config"]
+    assert config["llm-serving:cluster"]["name"] == "llm-prod-eu"
+    assert config["llm-serving:weightsStorage"] == {"efs": {"stagingNodeRoleArn": None,
+                                                            "stagingNodeSecurityGroupIds": []}}
+    efs = load_stack_file(cloned.path)[1].weights_storage.efs
+    assert (efs.staging_node_role_arn, efs.staging_node_security_group_ids) == (None, [])
+    # What extends cannot unset is said: prod's labels select nodes the created cluster does not have.
+    assert cloned.warnings[0].startswith(
+        'weightsStorage.efs.stagingNodeSelector is {"eks.amazonaws.com/nodegroup": "llm-prod-cpu"}, inherited from '
+        "prod: it selects prod's CPU nodes, which the created cluster does not have")
+
+
+def test_a_create_clone_stages_weights_through_its_own_cpu_nodes(stack_dir):
+    cloned = clone.clone("prod", "prod-new", ["environment=staging",
+                                              "cluster.create.publicAccessCidrs=[203.0.113.0/24]"],
+                         stack_dir, create_zones=["us-east-1a", "us-east-1b", "us-east-1c"])
+    result = render.render_stack(cloned.path)
+    # NFS from the created CPU nodes' group, and only their role may write: not prod's group and role.
+    nfs = result.resource("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule",
+                          "weights-storage-nfs-from-staging-nodes")
+    assert nfs["inputs"]["referencedSecurityGroupId"] == "cluster-system-nodes-id"
+    policy = result.resource("aws:efs/fileSystemPolicy:FileSystemPolicy", "weights-storage-policy")["inputs"]
+    assert "role/cluster-system-node-role" in policy["policy"] and "llm-prod-cpu-nodes" not in policy["policy"]
+
+
 def test_a_create_clone_renders_with_its_own_cluster(stack_dir):
     path = clone.clone("dev", "dev-new-account", ["cluster.create.publicAccessCidrs=[203.0.113.0/24]"], stack_dir,
                        create_zones=["us-east-1a", "us-east-1b", "us-east-1c"]).path

@@ -185,3 +185,23 @@ def test_render_takes_every_stack_by_default_and_out_only_with_one(tmp_path):
     assert result.stderr == (f'llm-serving:--out: one output directory for 2 stacks (got "{tmp_path}"; expected one '
                              "stack with --out, or no --out (each stack writes build/<stack>/))\n")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_stack_in_another_region_renders_its_arns_and_zones_there_and_says_whose_prices_it_shows(stack_dir):
+    text = (stack_dir / "Pulumi.dev.yaml").read_text()
+    (stack_dir / "Pulumi.dev-eu.yaml").write_text(
+        text.replace("aws:region: us-east-1", "aws:region: eu-west-1").replace("us-east-1a", "eu-west-1a")
+        .replace("us-east-1b", "eu-west-1b").replace("name: llm-dev", "name: llm-dev-eu"))
+    result = run("render", str(stack_dir / "Pulumi.dev-eu.yaml"), "--out", str(stack_dir / "out"), cwd=stack_dir)
+    assert result.returncode == 0, result.stderr
+    resources = (stack_dir / "out" / "resources.json").read_text()
+    assert ":eu-west-1:" in resources and ":us-east-1:" not in resources
+    assert ("\ncost (On-Demand, us-east-1, 2026-07-20; this stack is in eu-west-1, whose prices "
+            "llm_serving/gpu/prices.json does not hold: these are us-east-1's):\n") in result.stdout
+
+
+def test_zone_ids_follow_awss_region_codes():
+    from stacks.offline.mocks import zone_id_prefix
+
+    assert [zone_id_prefix(r) for r in ("us-east-1", "eu-west-1", "ap-southeast-2", "eu-central-1")] == [
+        "use1", "euw1", "apse2", "euc1"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stacks.config import overrides
-from stacks.config.problems import ConfigError
+from stacks.config.problems import MISSING, ConfigError
 
 VALUES = {"cluster": {"name": "llm-prod"}, "models": [{"name": "llama-70b", "replicas": 2}, {"name": "llama-8b"}]}
 
@@ -58,3 +58,14 @@ def test_a_key_below_a_plain_value_or_a_non_list_item_is_refused():
         overrides.apply(VALUES, overrides.parse("cluster[x].name=y"), create_items=False)
     with pytest.raises(ConfigError, match="a whole list item takes a mapping"):
         overrides.apply(VALUES, overrides.parse("models[llama-8b]=3"), create_items=False)
+
+
+def test_a_key_path_without_a_value_is_looked_up_by_name_and_missing_is_not_null():
+    path = overrides.parse_path("models[llama-70b].replicas", "--keep")
+    assert overrides.lookup(VALUES, path) == 2
+    assert overrides.lookup(VALUES, overrides.parse_path("models[qwen].replicas", "--keep")) is MISSING
+    # A clone's file may set null (unset): that is a value, not an absence.
+    assert overrides.lookup({"cluster": {"name": None}}, overrides.parse_path("cluster.name", "--keep")) is None
+    with pytest.raises(ConfigError) as caught:
+        overrides.parse_path("cluster..name", "--keep")
+    assert caught.value.problems[0].path == "--keep"
