@@ -27,7 +27,8 @@ STACK_NAMES = [p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in STA
 def _render(path: Path) -> RenderResult:
     from stacks.offline import render
 
-    return render.render_stack(path)
+    # session_renders may stand in for render_stack while this runs: the render itself is always a fresh one.
+    return getattr(render.render_stack, "fresh", render.render_stack)(path)
 
 
 def render_file(path: Path) -> RenderResult:
@@ -42,6 +43,34 @@ def rendered() -> dict[str, RenderResult]:
 
 # Inputs the docs' commands name by a path inside the project (plan --model-config's snapshot).
 DOC_INPUTS = PROJECT_DIR / "tests" / "fixtures" / "hf"
+
+
+@pytest.fixture
+def session_renders(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`render.render_stack` answers from the session's renders (`render_file`) for a stack file whose bytes, and
+    whose extends chain's, are a committed file's: a test whose subject is a command that renders (`render`, the
+    docs' `make render`) then pays no render of its own. Any other file, or another cluster version, renders."""
+    from stacks.offline import render
+
+    fresh = render.render_stack
+
+    def committed(path: Path) -> Path | None:
+        for candidate in (PROJECT_DIR / path.name, PROJECT_DIR / "examples" / path.name):
+            if candidate.is_file() and candidate.read_bytes() == path.read_bytes():
+                return candidate
+        return None
+
+    def answer(stack_file: Path, cluster_version: str | None = None) -> RenderResult:
+        path = Path(stack_file).resolve()
+        same = committed(path) if path.is_file() else None
+        # A copy's extends chain is its directory's files: each must be the committed one too.
+        siblings = all(committed(p) is not None for p in path.parent.glob("Pulumi.*.yaml")) if same else False
+        if same is not None and siblings and cluster_version is None:
+            return render_file(same)
+        return fresh(stack_file, cluster_version)
+
+    answer.fresh = fresh  # type: ignore[attr-defined] - what _render calls
+    monkeypatch.setattr(render, "render_stack", answer)
 
 
 def _copy_project(directory: Path) -> Path:

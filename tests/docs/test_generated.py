@@ -217,7 +217,7 @@ def _make_recipe(argv: list[str]) -> list[list[str]]:
 
 
 @pytest.mark.parametrize(("page", "command"), COMMANDS, ids=[f"{p}: {c[:60]}" for p, c in COMMANDS])
-def test_every_command_in_a_fence_runs_offline(page, command, stack_dir, monkeypatch, capsys):
+def test_every_command_in_a_fence_runs_offline(page, command, stack_dir, monkeypatch, capsys, session_renders):
     argv = shlex.split(command, comments=True)
     expected = docs.expected_exit(command)
     if argv[0] == "make":

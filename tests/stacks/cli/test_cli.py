@@ -20,7 +20,7 @@ def run(*args: str, cwd: Path = PROJECT_DIR) -> Ran:
     return run_stacks(*args, cwd=cwd)
 
 
-def test_render_dev_writes_both_files_and_a_summary(tmp_path):
+def test_render_dev_writes_both_files_and_a_summary(tmp_path, session_renders):
     result = run("render", "dev", "--out", str(tmp_path))
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "manifests.yaml").stat().st_size > 0
@@ -54,7 +54,7 @@ def test_render_summary_prices_prod_at_min_and_max_replicas():
     ]
 
 
-def test_render_quiet_writes_both_files_and_prints_only_their_paths(tmp_path):
+def test_render_quiet_writes_both_files_and_prints_only_their_paths(tmp_path, session_renders):
     # Render speed is measured by `make bench`, not asserted here: CI machines are shared and noisy.
     result = run("render", "prod", "--out", str(tmp_path), "--quiet")
     assert result.returncode == 0, result.stderr
