@@ -125,14 +125,6 @@ def deploy_timeout(facts: Facts) -> str:
     return _minutes(max(job.get("timeout-minutes", 0) for job in workflow["jobs"].values()) * 60)
 
 
-def prod_longest_generation(facts: Facts) -> str:
-    from llm_serving.stack import planning
-
-    model = facts.prod_model
-    return (f"{planning.generation_seconds(facts.prod, model):,} s, {model.max_model_len:,} tokens at "
-            f"{facts.prod.edge.min_decode_tokens_per_second:g} tokens/s")
-
-
 def prod_cost_per_million(facts: Facts) -> str:
     plan = facts.stack_plan()
     perf, cost = plan["performance"], plan["cost"]
@@ -220,6 +212,101 @@ def prod_drain(facts: Facts) -> str:
     margin = pod["terminationGracePeriodSeconds"] - int(pre_stop) - shutdown
     return (f"{pod['terminationGracePeriodSeconds']} s to stop (preStop {pre_stop} s + `--shutdown-timeout` "
             f"{shutdown} s + {margin} s)")
+
+
+def prod_vllm_settings(facts: Facts) -> str:
+    """components.md's table of prod's vLLM workload settings, each value read from prod's render."""
+    name = facts.prod_model.name
+    deployment = facts.manifest(PROD, "Deployment", name)["spec"]
+    pod = deployment["template"]["spec"]
+    vllm = pod["containers"][0]
+    start, ready, live = vllm["startupProbe"], vllm["readinessProbe"], vllm["livenessProbe"]
+    pre_stop = vllm["lifecycle"]["preStop"]["exec"]["command"]
+    shutdown = int(_flag(vllm["args"], "--shutdown-timeout"))
+    grace = pod["terminationGracePeriodSeconds"]
+    surge = deployment["strategy"].get("rollingUpdate", {})
+    timeouts = facts.render(stack_file_path(PROD).resolve()).wiring[
+        f"kubernetes:apps/v1:Deployment::{name}-deployment"]["customTimeouts"]
+    budget = start["failureThreshold"] * start["periodSeconds"]
+    rows = [
+        ("tensor parallel size",
+         f"`{facts.prod_model.tensor_parallel_size or 'auto'}` → {_flag(vllm['args'], '--tensor-parallel-size')}",
+         "the planner's smallest TP that leaves KV room for `targetConcurrency` requests"),
+        ("startup probe", f"`{start['httpGet']['path']}`, every {start['periodSeconds']} s, up to the planner's budget "
+         f"({start['failureThreshold']} × {start['periodSeconds']} s = {budget:,} s on EFS)",
+         "2 × (weights at the volume's read speed + engine start + graph capture); a slow load is not a crash"),
+        ("readiness probe", f"`{ready['httpGet']['path']}`, every {ready['periodSeconds']} s, "
+         f"{ready['failureThreshold']} failures",
+         "the server listens only after weights, KV profiling and graph capture, so ready means warm"),
+        ("liveness probe", f"`{live['httpGet']['path']}`, every {live['periodSeconds']} s, {live['timeoutSeconds']} s "
+         f"timeout, {live['failureThreshold']} failures ({live['periodSeconds'] * live['failureThreshold']} s)",
+         "an engine at full load answers slowly; killing it turns a spike into an outage"),
+        ("`--shutdown-timeout`", f"{shutdown:,} s",
+         "the stream bound: every stream the edge admits ends inside the drain (vLLM's default 0 aborts them all)"),
+        ("preStop", f"`{' '.join(pre_stop)}`", "the pod keeps serving until endpoint removal has reached every proxy"),
+        ("`terminationGracePeriodSeconds`", f"{grace:,}",
+         f"preStop + shutdown timeout + {grace - shutdown - int(pre_stop[-1])} s, so SIGKILL never cuts the drain"),
+        ("rolling update", f"`maxSurge: {surge.get('maxSurge', 0)}`, `maxUnavailable: "
+         f"{surge.get('maxUnavailable', 0)}`, `minReadySeconds: {deployment['minReadySeconds']}`",
+         "capacity never drops during a rollout"),
+        ("Pulumi await", f"Deployment: {_seconds(timeouts['update']):,} s",
+         "`pulumi up` ends only when the replicas are ready: the planned rollout's steps, each within the "
+         "progress deadline"),
+    ]
+    return "\n".join(["", "| setting | value (prod) | why |", "|---|---|---|",
+                      *(f"| {a} | {b} | {c} |" for a, b, c in rows), ""])
+
+
+def prod_engine_start(facts: Facts) -> str:
+    """Prod's cold start past the weights, term by term as `plan --stack prod` adds it up."""
+    plan = facts.stack_plan()
+    terms = plan["dynamics"]["cold_start"]["free_node"]
+    return (f"{terms['engine_init_seconds']:,} s of engine start and graph capture, plus torch.compile: "
+            f"{plan['compile_seconds']:,} s on a cold cache, {plan['compile_cached_seconds']:,} s from the shared one")
+
+
+def prod_picker_drain(facts: Facts) -> str:
+    """The picker's drain and grace period in prod's render: the stream bound, and the time it then takes to exit."""
+    pod = facts.manifest(PROD, "Deployment", f"{facts.prod_model.name}-epp")["spec"]["template"]["spec"]
+    drain = _seconds(_flag(pod["containers"][0]["args"], "--drain-timeout"))
+    return f"`--drain-timeout` {drain:,} s, grace period {pod['terminationGracePeriodSeconds']:,} s"
+
+
+def prod_picker_readiness(facts: Facts) -> str:
+    picker = facts.manifest(PROD, "Deployment", f"{facts.prod_model.name}-epp")["spec"]["template"]["spec"]
+    return f"every {picker['containers'][0]['readinessProbe']['periodSeconds']} s"
+
+
+def upstream_idle(facts: Facts) -> str:
+    from llm_serving.edge import UPSTREAM_CONNECTION_IDLE_SECONDS
+
+    return f"{UPSTREAM_CONNECTION_IDLE_SECONDS} s"
+
+
+def policy_liveness(facts: Facts) -> str:
+    from policies import rules
+
+    return (f"liveness timeout ≥ {rules.MIN_LIVENESS_TIMEOUT_SECONDS} s and window ≥ "
+            f"{rules.MIN_LIVENESS_WINDOW_SECONDS} s; startup budget ≥ {rules.MIN_STARTUP_BUDGET_SECONDS} s")
+
+
+def policy_stream_timeout(facts: Facts) -> str:
+    from policies import rules
+
+    return f"{rules.MIN_STREAM_TIMEOUT_SECONDS} s"
+
+
+def rotation_table(facts: Facts) -> str:
+    """How long a rotated-out API key keeps working on not-yet-rolled pods: each stack's full rollout."""
+    from llm_serving.stack import planning
+
+    rows = ["", "| stack | model | replicas (max) | old key accepted by not-yet-rolled pods for at most |",
+            "|---|---|---|---|"]
+    for stack in ("dev", "staging", "prod"):
+        config = facts.config(stack_file_path(stack))
+        rows += [f"| {stack} | {m.name} | {planning.replica_bounds(m)[1]} | "
+                 f"{planning.full_rollout_seconds(config, m):,} s |" for m in config.models]
+    return "\n".join([*rows, ""])
 
 
 def multi_node_example_cost(facts: Facts) -> str:
@@ -372,7 +459,6 @@ GENERATORS: dict[str, Callable[[Facts], str]] = {
     "prod-drain-barrier": lambda facts: f"{stack_timing.node_drain_wait_seconds(facts.prod):,} s",
     "prod-longest-await": prod_longest_await,
     "deploy-timeout": deploy_timeout,
-    "prod-longest-generation": prod_longest_generation,
     "prod-cost-per-million": prod_cost_per_million,
     "prod-max-replicas-fit": prod_max_replicas_fit,
     "prod-claim-size": prod_claim_size,
@@ -383,6 +469,14 @@ GENERATORS: dict[str, Callable[[Facts], str]] = {
     "calibration-logs": calibration_logs,
     "calibration-checked-logs": calibration_checked_logs,
     "prod-drain": prod_drain,
+    "prod-vllm-settings": prod_vllm_settings,
+    "prod-picker-readiness": prod_picker_readiness,
+    "prod-picker-drain": prod_picker_drain,
+    "prod-engine-start": prod_engine_start,
+    "upstream-idle": upstream_idle,
+    "policy-liveness": policy_liveness,
+    "policy-stream-timeout": policy_stream_timeout,
+    "rotation-table": rotation_table,
     "prod-timeouts": prod_timeouts,
     "helm-timeout": helm_timeout,
     "nlb-idle": nlb_idle,

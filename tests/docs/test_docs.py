@@ -183,21 +183,6 @@ def test_readme_cost_figures_are_the_stacks_own(stack):
     assert line.endswith(figures)
 
 
-def test_rotation_table_states_each_stacks_full_rollout():
-    """How long a rotated-out API key keeps working on not-yet-rolled pods is the planner's figure."""
-    from llm_serving.stack import planning
-    from stacks import environment
-    from stacks.config import files as stack_files
-
-    page = (DOCS / "operations.md").read_text()
-    for stack in ("dev", "staging", "prod"):
-        _, config = environment.load_stack_file(stack_files.stack_file_path(stack))
-        for model in config.models:
-            row = (f"| {stack} | {model.name} | {planning.replica_bounds(model)[1]} | "
-                   f"{planning.full_rollout_seconds(config, model)} s |")
-            assert row in page.splitlines(), row
-
-
 def test_verification_table_is_the_stacks_own_settings():
     page = (DOCS / "verification.md").read_text()
     assert verification_table.splice(page) == page, "run `make planner-docs`"
