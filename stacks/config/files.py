@@ -115,9 +115,10 @@ def read_stack_file(path: Path) -> StackFile:
                                    path.name, "a UTF-8 file (re-save it as UTF-8)")]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark else "the file"
+        where = f" at line {mark.line + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ConfigError(
-            [Problem("file", f"not valid YAML at {where}", path.name, "a YAML mapping")]
+            [Problem("file", f"not valid YAML{where}: {problem}", path.name, "a YAML mapping")]
         ) from None
     config = document.get("config", {}) if isinstance(document, dict) else None
     if not isinstance(config, dict):

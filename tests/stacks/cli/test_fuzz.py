@@ -119,3 +119,44 @@ def _policy(argv: list[str]) -> tuple[int, str, str]:
 def test_an_unknown_command_lists_the_commands():
     code, _, err = _run(["nope"])
     assert code == 2 and err.startswith("unknown command 'nope'\n") and "Traceback" not in err
+
+
+def _mutations(original: bytes, count: int) -> list[tuple[str, bytes]]:
+    """Deterministic damage to a stack file: a byte flipped, a stray byte (often not UTF-8) inserted, the file cut
+    short, a line duplicated, a tab or NUL or BOM where YAML does not take it."""
+    import random
+
+    rng = random.Random(46)
+    found = []
+    for index in range(count):
+        at = rng.randrange(len(original))
+        kind = ("flip", "insert", "truncate", "duplicate", "control")[index % 5]
+        if kind == "flip":
+            damaged = original[:at] + bytes([original[at] ^ (1 << rng.randrange(8))]) + original[at + 1:]
+        elif kind == "insert":
+            damaged = original[:at] + bytes([rng.randrange(128, 256)]) + original[at:]
+        elif kind == "truncate":
+            damaged = original[:at]
+        elif kind == "duplicate":
+            lines = original.splitlines(keepends=True)
+            line = rng.randrange(len(lines))
+            damaged = b"".join([*lines[:line], lines[line], *lines[line:]])
+        else:
+            damaged = original[:at] + rng.choice([b"\t", b"\x00", b"\xef\xbb\xbf", b"\x1b"]) + original[at:]
+        found.append((f"{kind}@{at}", damaged))
+    return found
+
+
+@pytest.mark.parametrize(("damage", "content"), _mutations((stack_files.PROJECT_DIR / "Pulumi.dev.yaml").read_bytes(),
+                                                            30))
+def test_a_damaged_stack_file_is_planned_or_refused_in_lines_naming_keys_never_a_traceback(stack_dir, damage, content):
+    path = stack_dir / "Pulumi.dev.yaml"
+    path.write_bytes(content)
+    code, out, err = _run(["plan", "--stack", str(path), "--model", "llama-8b", "--json"])
+    assert "Traceback" not in err, (damage, err)
+    if code == 0:
+        assert out.startswith("{")  # the damage fell in a comment or a value that still holds
+        return
+    assert code == 2 and out == "", (damage, code, err)
+    assert err and all(line.startswith(("llm-serving:", "aws:", "python -m stacks plan: argument --model"))
+                       for line in err.splitlines()), (damage, err)
