@@ -4,6 +4,9 @@
 Each reads the code that decides the figure: the planner (`plan --json`), the render of the stack
 that deploys it, the stack files, the workflows. Prose around a figure stays in the page; a table whose
 every value is computed (the request path's timeouts, cold start per backend) is generated whole.
+
+Length: one small function per block, each beside the render or plan fields it reads, and GENERATORS naming them
+all; split by page, a figure two pages quote would need two homes.
 """
 
 from __future__ import annotations
