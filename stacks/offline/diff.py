@@ -129,6 +129,11 @@ class StackDiff:
         return tuple(f"{c.type} {c.name}" for c in self.changes
                      if any(n.startswith(PROTECTED_ERROR) for n in c.notes))
 
+    @property
+    def up_errors(self) -> tuple[str, ...]:
+        """The changes the preview lets through and `pulumi up` then fails on, as "<type> <name>"."""
+        return tuple(f"{c.type} {c.name}" for c in self.changes if any(n.startswith(UP_ERROR) for n in c.notes))
+
     def of(self, action: str) -> tuple[ResourceChange, ...]:
         return tuple(c for c in self.changes if c.action == action)
 
@@ -286,6 +291,7 @@ def _options(resource: dict[str, Any]) -> dict[str, Any]:
 
 
 PROTECTED_ERROR = "preview error"  # the note prefix of a change the engine refuses at preview
+UP_ERROR = "up fails"  # the note prefix of a change the preview lets through and `pulumi up` cannot apply
 
 
 def _removal_notes(resource: dict[str, Any], action: str, after: dict[str, Any] | None = None) -> list[str]:
@@ -334,9 +340,19 @@ def _deletes_first(old: dict[str, Any], new: dict[str, Any]) -> bool:
 
 
 def _replace_order(old: dict[str, Any], new: dict[str, Any]) -> str:
+    # pulumi/pulumi pkg/resource/deploy/step.go, DeleteStep.Apply: a resource with RetainOnDelete is dropped from
+    # the state and never deleted from the provider, so a delete-first replacement leaves the old object in place.
+    retained = bool(_options(old).get("retainOnDelete"))
     if _deletes_first(old, new):
+        if retained:
+            return (f"{UP_ERROR}: retainOnDelete makes the engine's delete a no-op, so the old object stays and the "
+                    "replacement's create of the same name fails (AlreadyExists); the preview does not see it. Give "
+                    "the new object another name, or `pulumi state delete` it and delete the old object by hand first")
         return ("deleted before its replacement is created (same name and namespace, or deleteBeforeReplace): it is "
                 "absent until the new one is ready")
+    if retained:
+        return ("the replacement is created first; the old one is then only forgotten (retainOnDelete): it stays in "
+                "the cloud or cluster, unmanaged")
     return "the replacement is created first; the old one is deleted at the end of the update"
 
 
@@ -647,6 +663,9 @@ def format_text(diff: StackDiff) -> str:
     if diff.preview_errors:
         lines.append(f"  pulumi preview fails: {len(diff.preview_errors)} protected resource(s) would be deleted or "
                      f"replaced: {', '.join(diff.preview_errors)}")
+    if diff.up_errors:
+        lines.append(f"  pulumi up fails: {len(diff.up_errors)} retained resource(s) replaced delete-first: "
+                     f"{', '.join(diff.up_errors)}")
     for change in diff.changes:
         lines.append(_headline(change))
         lines += [f"    ! {note}" for note in change.notes]
@@ -738,6 +757,9 @@ def format_markdown(diff: StackDiff, budget: int = MARKDOWN_BUDGET) -> str:
     if diff.preview_errors:
         lines += ["", "> [!CAUTION]", "> The real `pulumi preview` fails: protected resources would be deleted or "
                   f"replaced: {', '.join(_code(e) for e in diff.preview_errors)}."]
+    if diff.up_errors:
+        lines += ["", "> [!CAUTION]", "> `pulumi up` fails where the preview passes: retained resources replaced "
+                  f"delete-first keep their names: {', '.join(_code(e) for e in diff.up_errors)}."]
     used = sum(len(line) + 1 for line in lines)
     for action in ORDER:
         items = diff.of(action)

@@ -748,8 +748,8 @@ def test_replacements_options_and_consequences_on_real_history(repo):
     # volumeName); the claim keeps its name and namespace, so it is deleted before its replacement.
     assert ("\n+- kubernetes:core/v1:PersistentVolumeClaim llama-70b-weights-claim (forced by "
             "spec.storageClassName)\n"
-            "    ! deleted before its replacement is created (same name and namespace, or deleteBeforeReplace): it is "
-            "absent until the new one is ready\n") in out
+            "    ! up fails: retainOnDelete makes the engine's delete a no-op, so the old object stays and the "
+            "replacement's create of the same name fails (AlreadyExists)") in out
     assert ("\n- aws:efs/fileSystem:FileSystem weights-storage-file-system\n"
             "    ! preview error: protected, so `pulumi preview` and `pulumi up` fail instead of this delete until "
             "protect is removed (protect=False in the program, or `pulumi state unprotect`)\n"
@@ -768,7 +768,10 @@ def test_replacements_options_and_consequences_on_real_history(repo):
                                    "aws:efs/fileSystem:FileSystem weights-storage-file-system, "
                                    "kubernetes:core/v1:PersistentVolume weights-storage-serving-llama-70b-volume, "
                                    "kubernetes:core/v1:PersistentVolumeClaim weights-storage-serving-llama-70b-claim")
-    assert out.splitlines()[2].startswith("+- ")
+    # The claim keeps its name and data: after unprotecting, `pulumi up` would still fail on it.
+    assert out.splitlines()[2] == ("  pulumi up fails: 1 retained resource(s) replaced delete-first: "
+                                   "kubernetes:core/v1:PersistentVolumeClaim llama-70b-weights-claim")
+    assert out.splitlines()[3].startswith("+- ")
     headings = [line for line in markdown.stdout.splitlines() if line.startswith("#### ")]
     assert headings[0].startswith("#### Replaced (")
 
@@ -805,3 +808,26 @@ def test_a_replaced_revision_says_where_its_files_stay_and_how_big_they_are():
     assert diff.of("delete")[0].notes == (
         "revision aaaa stays in /models/meta-llama--Llama-3.1-70B-Instruct/aaaa (141 GB) on the weights volume: "
         "delete that directory once the new revision serves and no rollback to it is planned",)
+
+
+def test_a_retained_object_replaced_delete_first_is_an_up_failure_the_preview_does_not_see():
+    # A StorageClass rename forces a new claim of the same name; the claim is retainOnDelete (no protect in dev).
+    options = {"retainOnDelete": True}
+    base = [urned(PVC, "claim", options=options, metadata={"name": "weights", "namespace": "llm"},
+                  spec={"storageClassName": "efs-sc"})]
+    head = [urned(PVC, "claim", options=options, metadata={"name": "weights", "namespace": "llm"},
+                  spec={"storageClassName": "efs-fast"})]
+    diff = diff_resources(base, head, "dev", "main")
+    (change,) = diff.changes
+    assert change.action == "replace" and change.notes[0].startswith(
+        "up fails: retainOnDelete makes the engine's delete a no-op, so the old object stays and the replacement's "
+        "create of the same name fails (AlreadyExists)")
+    assert diff.up_errors == (f"{PVC} claim",) and diff.preview_errors == ()
+    assert f"  pulumi up fails: 1 retained resource(s) replaced delete-first: {PVC} claim\n" in format_text(diff)
+    assert "> `pulumi up` fails where the preview passes" in format_markdown(diff)
+    # Created first under a new name, the old object is only forgotten.
+    renamed = [urned(PVC, "claim", options={**options, "deleteBeforeReplace": False},
+                     metadata={"name": "weights-2", "namespace": "llm"}, spec={"storageClassName": "efs-fast"})]
+    (change,) = diff_resources(base, renamed, "dev", "main").changes
+    assert change.notes[0] == ("the replacement is created first; the old one is then only forgotten "
+                               "(retainOnDelete): it stays in the cloud or cluster, unmanaged")

@@ -41,6 +41,11 @@ from tests.stacks.offline.test_diff import (  # noqa: F401 - `repo` is a fixture
 CREATED_FIRST = "the replacement is created first; the old one is deleted at the end of the update"
 DELETED_FIRST = ("deleted before its replacement is created (same name and namespace, or deleteBeforeReplace): it is "
                  "absent until the new one is ready")
+# The claim keeps its data (retainOnDelete): the engine's delete is a no-op and the create of its name fails.
+RETAINED_DELETED_FIRST = ("up fails: retainOnDelete makes the engine's delete a no-op, so the old object stays and the "
+                          "replacement's create of the same name fails (AlreadyExists); the preview does not see it. "
+                          "Give the new object another name, or `pulumi state delete` it and delete the old object by "
+                          "hand first")
 PROD_ROLLOUT = prod_rollout_lines()  # what a rollout of prod's llama-70b costs, from the planner's timing
 
 
@@ -96,7 +101,7 @@ def test_a_protected_claim_on_another_storage_class_is_a_preview_error_and_delet
     lines = block(text.stdout, "+- kubernetes:core/v1:PersistentVolumeClaim llama-70b-weights-claim (forced by "
                                "spec.storageClassName)")
     assert lines[1:3] == [
-        f"    ! {DELETED_FIRST}",
+        f"    ! {RETAINED_DELETED_FIRST}",
         "    ! preview error: protected, so `pulumi preview` and `pulumi up` fail instead of this replacement until "
         "protect is removed (protect=False in the program, or `pulumi state unprotect`)",
     ]
