@@ -24,8 +24,20 @@ from llm_serving.serving.models import ModelArchitecture
 _BYTES_PER_PARAMETER = {"bfloat16": 2.0, "float16": 2.0, "float32": 4.0, "fp8": 1.0, "mxfp4": 0.53}
 _DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32", "half": "float16",
            "float": "float32"}
-# Expert counts under the names the MoE configs use (Mixtral, Qwen2/3-MoE, gpt-oss, DeepSeek, Llama 4).
-_EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+# Expert counts under the names the MoE configs use (Mixtral, Qwen2/3-MoE, gpt-oss, DeepSeek, Llama 4, DBRX/Ernie).
+_EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+# Model types whose attention head size is hidden_size / num_attention_heads when config.json leaves head_dim out
+# (their transformers config classes default head_dim to None and the model derives it, e.g. LlamaConfig,
+# MistralConfig, Qwen2Config). Others default to a fixed size (Gemma3TextConfig head_dim=256, Qwen3Config 128), so a
+# missing head_dim is refused rather than guessed.
+_DERIVED_HEAD_DIM = frozenset({"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "granite", "olmo2", "phi3"})
+# Attention kinds the planner sizes (full; sliding counted as full, conservative; Llama 4's chunked as full, as vLLM's
+# default allocator does). Linear attention and state-space layers (Qwen3-Next, Granite-4-H, Nemotron-H, Jamba,
+# MiniMax) keep a per-sequence state the planner does not model.
+_SIZED_LAYER_TYPES = frozenset({"full_attention", "sliding_attention", "chunked_attention"})
+_HYBRID_KEYS = ("hybrid_override_pattern", "attn_layer_period", "attn_type_list", "full_attention_interval",
+                "linear_num_value_heads", "mamba_d_state", "ssm_state_size")
+BY_HAND = "give models[].architecture by hand"
 
 
 class ModelConfigError(ValueError):
@@ -40,8 +52,18 @@ def _text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
 def _positive_int(config: Mapping[str, Any], key: str) -> int:
     value = config.get(key)
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ModelConfigError(f"config.json: {key} is {value!r}; expected a positive integer")
+        raise ModelConfigError(f"config.json: {key} is {value!r}; expected a positive integer, or {BY_HAND}")
     return value
+
+
+def _experts(config: Mapping[str, Any]) -> int:
+    counts = []
+    for key in _EXPERT_KEYS:
+        value = config.get(key)
+        # Ernie 4.5 VL gives one count per modality (a list); vLLM takes the list too.
+        counts += [v for v in (value if isinstance(value, list) else [value]) if isinstance(v, int)
+                   and not isinstance(v, bool)]
+    return max(counts, default=0)
 
 
 def _quantized_dtype(config: Mapping[str, Any]) -> str | None:
@@ -54,22 +76,30 @@ def _quantized_dtype(config: Mapping[str, Any]) -> str | None:
     if method == "compressed-tensors":
         # llm-compressor's FP8 checkpoints (RedHatAI/*-FP8): weights of 8-bit float type in every group.
         groups = quantization.get("config_groups")
-        weights = [g.get("weights") for g in groups.values()] if isinstance(groups, Mapping) else []
+        weights = [g.get("weights") if isinstance(g, Mapping) else None
+                   for g in groups.values()] if isinstance(groups, Mapping) else []
         if weights and all(isinstance(w, Mapping) and w.get("num_bits") == 8 and w.get("type") == "float"
                            for w in weights):
             return "fp8"
     raise ModelConfigError(f"config.json: quantization_config.quant_method {method or '?'!r} is not one the planner "
-                           "sizes (fp8, mxfp4, compressed-tensors FP8); give models[].architecture by hand")
+                           f"sizes (fp8, mxfp4, compressed-tensors FP8); {BY_HAND}")
 
 
 def _dtype(config: Mapping[str, Any], text: Mapping[str, Any]) -> str:
     quantized = _quantized_dtype(config)
     if quantized:
         return quantized
-    raw = text.get("torch_dtype", text.get("dtype", config.get("torch_dtype", config.get("dtype"))))
+    # vLLM reads the root's dtype first and the text config's only without one (vllm/config/model.py, _find_dtype).
+    candidates = [c.get(key) for c in (config, text) for key in ("dtype", "torch_dtype")]
+    raw = next((c for c in candidates if c is not None), None)
     found = _DTYPES.get(str(raw).removeprefix("torch."))
     if found is None:
         raise ModelConfigError(f"config.json: torch_dtype {raw!r}; expected one of {sorted(_DTYPES)}")
+    if found == "float32":
+        # vLLM's auto dtype downcasts a float32 checkpoint (vllm/config/model.py, _resolve_auto_dtype): it serves half
+        # the bytes it reads, which one weight figure cannot say.
+        raise ModelConfigError("config.json: torch_dtype float32: vLLM serves it in bfloat16, half the bytes it reads; "
+                               f"{BY_HAND} (nativeDtype bfloat16, weightGib the served size)")
     return found
 
 
@@ -82,15 +112,26 @@ def architecture_from_config(model_id: str, config: Mapping[str, Any], weight_by
         # Multi-head latent attention (DeepSeek V2/V3) caches one compressed latent per token, not per KV head:
         # the planner's per-head KV formula would oversize it several times over.
         raise ModelConfigError("config.json: kv_lora_rank (multi-head latent attention) is not sized by the "
-                               "planner's per-head KV cache; give models[].architecture by hand")
+                               f"planner's per-head KV cache; {BY_HAND}")
     heads = _positive_int(text, "num_attention_heads")
     hidden = _positive_int(text, "hidden_size")
-    head_dim = text.get("head_dim") or (hidden // heads if hidden % heads == 0 else None)
-    if not isinstance(head_dim, int) or head_dim < 1:
-        raise ModelConfigError(f"config.json: head_dim is absent and hidden_size {hidden} is not a multiple of "
-                               f"num_attention_heads {heads}")
+    head_dim = text.get("head_dim")
+    if head_dim is None:
+        model_type = text.get("model_type", config.get("model_type"))
+        if model_type not in _DERIVED_HEAD_DIM:
+            raise ModelConfigError(f"config.json: no head_dim, and model_type {model_type!r} does not derive it from "
+                                   f"hidden_size / num_attention_heads; {BY_HAND}")
+        head_dim = hidden // heads if hidden % heads == 0 else None
+    if not isinstance(head_dim, int) or isinstance(head_dim, bool) or head_dim < 1:
+        raise ModelConfigError(f"config.json: head_dim is {head_dim!r} (hidden_size {hidden}, num_attention_heads "
+                               f"{heads}); expected a positive integer, or {BY_HAND}")
     layers = _positive_int(text, "num_hidden_layers")
     kinds = text.get("layer_types")
+    unsized = sorted({str(k) for k in kinds} - _SIZED_LAYER_TYPES) if isinstance(kinds, list) else []
+    hybrid = [key for key in _HYBRID_KEYS if key in text]
+    if unsized or hybrid:
+        raise ModelConfigError(f"config.json: {', '.join(unsized or hybrid)} (linear attention or state-space layers) "
+                               f"keep a per-sequence state the planner's KV cache does not size; {BY_HAND}")
     sliding = sum(1 for kind in kinds if kind == "sliding_attention") if isinstance(kinds, list) else 0
     dtype = _dtype(config, text)
     if not isinstance(weight_bytes, int) or weight_bytes <= 0:
@@ -105,7 +146,7 @@ def architecture_from_config(model_id: str, config: Mapping[str, Any], weight_by
 def _architecture(model_id: str, text: Mapping[str, Any], dtype: str, weight_bytes: int, count: float, layers: int,
                   heads: int, hidden: int, head_dim: int, sliding: int) -> ModelArchitecture:
     vocab = text.get("vocab_size")
-    experts = max((int(text.get(k) or 0) for k in _EXPERT_KEYS), default=0)
+    experts = _experts(text)
     return ModelArchitecture(
         model_id=model_id,
         parameters_billion=round(count / 1e9, 2),

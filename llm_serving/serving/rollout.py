@@ -11,7 +11,7 @@ scale-up dynamics belong together; each is a few lines over the same model footp
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 # Defaults for the dynamics; stacks override them (gpuNodeGroup.nodeReadySeconds, imagePullSeconds)
@@ -196,6 +196,23 @@ def describe_strategy(strategy: Strategy) -> str:
     return f"RollingUpdate maxSurge {strategy.max_surge}, maxUnavailable {strategy.max_unavailable}"
 
 
+def _nodes_for_alone_strategy(models: list[Footprint], model: Footprint, alone: Strategy, supply: Supply,
+                              environment: str) -> int:
+    """The fewest nodes on which the stack gives `model` the strategy it has alone. Counted by choosing again at each
+    size, since at more nodes an earlier model may take a surge it was denied and with it the room again."""
+    nodes = supply.nodes
+    limit = supply.nodes + nodes_needed(_peak_groups(models), supply.gpus_per_node) + len(models) + 1
+    while nodes < limit:
+        nodes += 1
+        try:
+            chosen = choose_strategies(models, replace(supply, nodes=nodes), environment)[model.name]
+        except RolloutError:
+            continue
+        if chosen.manifest() == alone.manifest():
+            return nodes
+    return limit
+
+
 def crowded_out(models: list[Footprint], supply: Supply, environment: str) -> dict[str, str]:
     """Per model whose rollout is slower beside the others than it would be alone in the node group: why.
 
@@ -213,8 +230,7 @@ def crowded_out(models: list[Footprint], supply: Supply, environment: str) -> di
         first = [o.name for o in models[:index] if together[o.name].max_surge]
         reserved = (f"; the surge replicas of {', '.join(first)} (earlier in models[]) are reserved first"
                     if first else "")
-        surges = [gpus for o in models[:index] if together[o.name].max_surge for gpus in o.pods(1)]
-        needed = nodes_needed([*_peak_groups(models), *surges, *m.pods(1)], supply.gpus_per_node)
+        needed = _nodes_for_alone_strategy(models, m, alone, supply, environment)
         found[m.name] = (f"{m.name}: rollout {describe_strategy(together[m.name])}, not "
                          f"{describe_strategy(alone)} as alone: at peak {_peak_text(models)} on "
                          f"{supply.describe()} leaves no room for one more {m.shape} replica{reserved}; "

@@ -825,8 +825,8 @@ def run_load(target: Target, model: str, key: str, load: LoadPlan, timeout: floa
         try:
             for thread in started_threads:
                 thread.join(max(0.0, give_up - time.perf_counter()))
-        except KeyboardInterrupt:  # Ctrl-C again: the report now, without the stragglers
-            pass
+        except KeyboardInterrupt:  # Ctrl-C (again, or first as the last requests ended): the report now
+            interrupted = True
     with lock:
         taken = list(samples)  # a straggler that returns later adds to `samples`, not to this report
     result = summarise(taken, ramp_end, load)

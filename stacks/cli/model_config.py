@@ -5,14 +5,17 @@ at `--revision` on the Hub. Beside config.json the weight bytes come from `model
 (`metadata.total_size`), else from the `.safetensors` files' sizes. On the Hub the same two files are read through
 `<endpoint>/<id>/resolve/<revision>/<file>` (huggingface_hub's URL layout, `HF_ENDPOINT` as huggingface_hub reads
 it, default https://huggingface.co), a single-file checkpoint's size from the `X-Linked-Size` header the Hub sets on
-the LFS redirect; a gated model needs a token that can read it (`HF_TOKEN`, as huggingface_hub reads it, or
-`--hf-token-file`), the same one the stack's `hfToken` holds.
+the LFS redirect (or Content-Length when served directly); a gated model needs a token that can read it
+(`--hf-token-file`, else `HF_TOKEN`, `HUGGING_FACE_HUB_TOKEN` or the file `HF_TOKEN_PATH` names, as huggingface_hub
+reads them), the same one the stack's `hfToken` holds.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
+import re
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -33,6 +36,8 @@ CONFIG = "config.json"
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
 TIMEOUT_SECONDS = 30
+# huggingface_hub's REPO_ID_REGEX (utils/_validators.py): an optional owner and a name of word characters, '-', '.'.
+REPO_ID = re.compile(r"^(\b[\w\-.]+\b/)?\b[\w\-.]{1,96}\b$")
 
 
 def _json(text: bytes | str, name: str) -> dict[str, Any]:
@@ -70,22 +75,27 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 def _open(url: str, token: str | None, method: str = "GET") -> tuple[int, dict[str, str], bytes]:
+    """GET follows redirects (a renamed repository answers with one; small files may sit behind the CDN); HEAD does
+    not, since the LFS redirect's own headers carry the size (huggingface_hub file_download.py does the same)."""
     # from_hub admits only http(s) endpoints, so no file: or custom scheme reaches urlopen.
     request = urllib.request.Request(url, method=method, headers={"User-Agent": "llm-serving-plan"})  # noqa: S310
     if token:
         request.add_header("Authorization", f"Bearer {token}")
-    opener = urllib.request.build_opener(_NoRedirect)
+    opener = urllib.request.build_opener(*([_NoRedirect] if method == "HEAD" else []))
     try:
         with opener.open(request, timeout=TIMEOUT_SECONDS) as response:
             return response.status, dict(response.headers), response.read() if method == "GET" else b""
     except urllib.error.HTTPError as error:
         return error.code, dict(error.headers or {}), b""
-    except (urllib.error.URLError, OSError) as error:
-        raise ModelConfigError(f"{url}: {getattr(error, 'reason', error)}") from None
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as error:
+        raise ModelConfigError(f"{url}: {getattr(error, 'reason', None) or error!r}") from None
 
 
 def from_hub(model_id: str, revision: str, token: str | None, endpoint: str | None = None) -> ModelArchitecture:
     """config.json and the weight bytes of `model_id` at `revision` from the Hub (or `endpoint`)."""
+    if not REPO_ID.match(model_id) or ".." in model_id or "--" in model_id:
+        raise ModelConfigError(f"--model {model_id!r}: not a Hub repository id (<owner>/<name>: letters, digits, "
+                               "'-', '_', '.')")
     base = (endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
     if urllib.parse.urlsplit(base).scheme not in ("http", "https"):
         raise ModelConfigError(f"HF_ENDPOINT {base!r}: expected an http:// or https:// URL")
@@ -106,7 +116,10 @@ def from_hub(model_id: str, revision: str, token: str | None, endpoint: str | No
         index = _json(body, url(INDEX))
         return architecture_from_config(model_id, config, weight_bytes_from_index(index), parameters_from_index(index))
     status, headers, _ = _open(url(SINGLE), token, method="HEAD")
-    size = {k.lower(): v for k, v in headers.items()}.get("x-linked-size") if status in (200, 302, 307) else None
+    lower = {k.lower(): v for k, v in headers.items()}
+    # An LFS file answers with a redirect carrying X-Linked-Size; a file served directly, with its Content-Length.
+    size = (lower.get("x-linked-size") or (lower.get("content-length") if status == 200 else None)
+            if status in (200, 302, 307) else None)
     if size is None or not size.isdigit():
         raise ModelConfigError(f"{url(INDEX)} and {url(SINGLE)}: neither gives the checkpoint's weight bytes "
                                f"(HTTP {status}); plan from a local snapshot instead")
@@ -119,7 +132,11 @@ def read_token(token_file: str | None) -> str | None:
             return Path(token_file).read_text().strip() or None
         except OSError as error:
             raise ModelConfigError(f"--hf-token-file {token_file}: {error.strerror or error}") from None
-    return os.environ.get("HF_TOKEN") or None
+    # huggingface_hub's order (utils/_auth.py): HF_TOKEN, then the older HUGGING_FACE_HUB_TOKEN, then HF_TOKEN_PATH.
+    found = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
+    if not found and os.environ.get("HF_TOKEN_PATH"):
+        return read_token(os.environ["HF_TOKEN_PATH"])
+    return found or None
 
 
 def load(model_id: str, source: str, revision: str, token_file: str | None) -> ModelArchitecture:

@@ -133,6 +133,12 @@ def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = 
         report, code = stopped.report, verification.EXIT_INTERRUPTED
     except verification.UsageError as error:
         return _refused("usage", [f"verify: {error}"], args, out, err)
+    except KeyboardInterrupt:  # between the checks' own handlers (setting up, assembling the report): no report
+        err.write("\ninterrupted\n")
+        if args.json:
+            _print_json(_error("interrupted", ["interrupted before a report existed"], verification.EXIT_INTERRUPTED),
+                        out)
+        return verification.EXIT_INTERRUPTED
     report["stack"] = args.stack
     if note:
         report["note"] = note

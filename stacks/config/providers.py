@@ -44,6 +44,10 @@ class ProviderConfig:
     distribution: str  # `pulumi-aws`, as requirements.txt pins it
     version: str  # the installed version
     keys: frozenset[str]  # camelCase, as the CLI spells them
+    # Whether the SDK lists the schema's config variables (config/vars.py). pulumi-kubernetes' does not, and the
+    # schema has keys no ProviderArgs input carries (kubernetes:strictMode, pulumi-kubernetes' Go SDK config
+    # GetStrictMode): there only a near miss of a known key is refused.
+    complete: bool = True
 
 
 def _config_calls(source: str) -> set[str]:
@@ -95,7 +99,8 @@ def _sdk_config(distribution: str) -> ProviderConfig | None:
             keys |= read((root / name).read_text(encoding="utf-8"))
     if not isinstance(namespace, str) or not keys:
         return None
-    return ProviderConfig(namespace, distribution, importlib.metadata.version(distribution), frozenset(keys))
+    return ProviderConfig(namespace, distribution, importlib.metadata.version(distribution), frozenset(keys),
+                          complete=(root / "config" / "vars.py").is_file())
 
 
 @cache
@@ -117,6 +122,8 @@ def key_problems(namespace: str, key: str, option: str = "--set") -> list[Proble
         return []
     known = sorted(provider.keys)
     close = closest(key, known)
+    if close is None and not provider.complete:
+        return []  # maybe a schema-only key the SDK does not list: only a near miss of a known one is refused
     hint = f'; did you mean "{namespace}:{close}"?' if close else ""
     allowed = f"{namespace}:{close}" if close else f"one of {', '.join(f'{namespace}:{k}' for k in known)}"
     return [Problem(option, f"the {namespace} provider ({provider.distribution} {provider.version}, as pinned) has "

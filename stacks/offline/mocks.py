@@ -20,6 +20,8 @@ _COMPASS = {"northeast": "ne", "northwest": "nw", "southeast": "se", "southwest"
 def zone_id_prefix(region: str) -> str:
     area, _, rest = region.partition("-")
     direction, _, number = rest.rpartition("-")
+    if area == "us" and direction.startswith("gov-"):  # GovCloud: usgw1, usge1
+        return f"usg{direction.removeprefix('gov-')[:1]}{number}"
     return f"{area}{_COMPASS.get(direction, direction[:1])}{number}"
 
 

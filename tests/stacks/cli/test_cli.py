@@ -203,5 +203,5 @@ def test_a_stack_in_another_region_renders_its_arns_and_zones_there_and_says_who
 def test_zone_ids_follow_awss_region_codes():
     from stacks.offline.mocks import zone_id_prefix
 
-    assert [zone_id_prefix(r) for r in ("us-east-1", "eu-west-1", "ap-southeast-2", "eu-central-1")] == [
-        "use1", "euw1", "apse2", "euc1"]
+    assert [zone_id_prefix(r) for r in ("us-east-1", "eu-west-1", "ap-southeast-2", "eu-central-1", "us-gov-west-1",
+                                        "ca-west-1")] == ["use1", "euw1", "apse2", "euc1", "usgw1", "caw1"]

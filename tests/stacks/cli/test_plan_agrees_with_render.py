@@ -142,3 +142,17 @@ def test_crowding_is_judged_against_the_same_supply_and_order_the_strategies_use
     assert set(reversed_notes) == {"big"}
     assert reversed_notes["big"].startswith("big: rollout Recreate (every replica stops, then all start), not "
                                             "RollingUpdate maxSurge 1, maxUnavailable 0 as alone")
+
+
+def test_the_nodes_that_would_give_room_are_counted_with_the_earlier_models_surges_taken_first():
+    supply = serving.Supply(8, 2, "p5.48xlarge", autoscaled=True)
+    a, b = serving.Footprint("a", 8, 1, 1, 600), serving.Footprint("b", 8, 1, 1, 600)
+    notes = serving.crowded_out([a, b], supply, "dev")
+    # At 3 nodes a, first in models[], takes the one surge node; b needs a fourth.
+    assert notes["a"].endswith("; 3 nodes would give it room")
+    assert notes["b"].endswith("; 4 nodes would give it room")
+    import dataclasses
+
+    for name, nodes in (("a", 3), ("b", 4)):
+        chosen = serving.choose_strategies([a, b], dataclasses.replace(supply, nodes=nodes), "dev")[name]
+        assert chosen.max_surge == 1

@@ -176,10 +176,19 @@ def test_a_single_file_checkpoint_on_the_hub_is_sized_from_its_lfs_redirect(hub:
     ({"quantization_config": {"quant_method": "awq"}}, "quant_method 'awq' is not one the planner sizes"),
     ({"num_hidden_layers": None}, "num_hidden_layers is None; expected a positive integer"),
     ({"torch_dtype": "int8"}, "torch_dtype 'int8'"),
+    ({"torch_dtype": "float32"}, "vLLM serves it in bfloat16, half the bytes it reads"),
+    # Qwen3-Next: linear-attention layers keep a per-sequence state, not a KV cache.
+    ({"layer_types": ["linear_attention", "full_attention"] * 14}, "linear_attention (linear attention or "
+     "state-space layers)"),
+    ({"hybrid_override_pattern": "M-M-M*"}, "hybrid_override_pattern (linear attention or state-space layers)"),
+    # Gemma 3's class defaults head_dim to 256, not hidden / heads: a config without it is not guessed.
+    ({"model_type": "gemma3_text", "head_dim": None}, "no head_dim, and model_type 'gemma3_text' does not derive it"),
+    ({"quantization_config": {"quant_method": "compressed-tensors", "config_groups": {"g": "int4"}}},
+     "quant_method 'compressed-tensors' is not one the planner sizes"),
 ])
 def test_a_config_the_planner_cannot_size_is_one_line_naming_the_field(tmp_path: Path, change: dict[str, Any],
                                                                        message: str):
-    (tmp_path / "config.json").write_text(json.dumps({**CONFIG, **change}))
+    (tmp_path / "config.json").write_text(json.dumps({k: v for k, v in {**CONFIG, **change}.items() if v is not None}))
     (tmp_path / "model.safetensors.index.json").write_bytes((SNAPSHOT / "model.safetensors.index.json").read_bytes())
     code, out, err = _plan("--model", "acme/m", "--model-config", str(tmp_path), "--gpu", "p5.4xlarge",
                            "--max-model-len", "8192")
@@ -213,10 +222,14 @@ def test_multimodal_moe_hybrid_and_fp8_configs_read_as_vllm_serves_them():
         "quant_method": "compressed-tensors",
         "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "float"}}}}}, TOTAL_SIZE // 2)
     assert fp8.native_dtype == "fp8" and fp8.parameters_billion == round(TOTAL_SIZE / 2 / 1e9, 2)
+    # The root's dtype wins over the text config's, as in vLLM (_find_dtype); a list of expert counts (Ernie) counts.
+    rooted = architecture_from_config("acme/r", {"torch_dtype": "bfloat16", "text_config": {
+        **CONFIG, "torch_dtype": None, "moe_num_experts": [64, 64]}}, TOTAL_SIZE)
+    assert (rooted.native_dtype, rooted.is_moe) == ("bfloat16", True)
     # transformers >= 4.56 writes `dtype` instead of `torch_dtype`.
     renamed = {k: v for k, v in CONFIG.items() if k != "torch_dtype"} | {"dtype": "float16"}
     assert architecture_from_config("acme/d", renamed, TOTAL_SIZE).native_dtype == "float16"
-    with pytest.raises(ModelConfigError, match="hidden_size 3001 is not a multiple"):
+    with pytest.raises(ModelConfigError, match="head_dim is None .hidden_size 3001, num_attention_heads 24."):
         architecture_from_config("acme/x", {k: v for k, v in CONFIG.items() if k != "head_dim"} | {
             "hidden_size": 3001}, TOTAL_SIZE)
     with pytest.raises(ModelConfigError, match="num_attention_heads .24. must be a multiple of num_kv_heads .7."):
@@ -234,3 +247,10 @@ def test_hub_options_need_the_hub_and_a_stack_takes_its_facts_from_its_file():
     assert (code, err) == (2, "python -m stacks plan: argument --revision: only with --model-config hub\n")
     code, _, err = _plan("--stack", "dev", "--model", "llama-8b", "--model-config", str(SNAPSHOT))
     assert code == 2 and err.startswith("python -m stacks plan: argument --model-config: not a stack setting")
+
+
+def test_a_model_id_that_is_no_hub_repository_is_refused_before_any_request(hub: type[_Hub]):
+    code, _, err = _plan("--model", "acme/a b", "--model-config", "hub", "--gpu", "p5.4xlarge", "--max-model-len", "8K")
+    assert (code, err) == (2, "plan rejected: --model-config: --model 'acme/a b': not a Hub repository id (<owner>/"
+                              "<name>: letters, digits, '-', '_', '.')\n")
+    assert hub.seen == []

@@ -18,7 +18,7 @@ from llm_serving.stack import verification
 from llm_serving.verification import probe
 from stacks.cli import main, verify
 from stacks.config import VerificationMode
-from stacks.config.files import PROJECT_DIR
+from stacks.config.files import PROJECT_DIR, stack_file_path
 from stacks.environment import load_stack_file
 from tests.support import verify_runs
 from tests.support.cli import run_stacks
@@ -144,6 +144,19 @@ def test_ctrl_c_before_any_check_is_exit_130_and_with_json_one_json_object(key):
                        stack_path=interrupted) == 130
     assert json.loads(json_out.getvalue()) == {
         "error": {"kind": "interrupted", "problems": ["interrupted before any check ran"]}, "exitCode": 130,
+        "interrupted": True}
+
+
+def test_ctrl_c_outside_the_checks_own_handlers_is_still_exit_130_and_json(key, monkeypatch):
+    def interrupted(*_: object, **__: object) -> dict:
+        raise KeyboardInterrupt  # as Ctrl-C while the run sets up or assembles its report
+
+    monkeypatch.setattr(verify.verification, "run", interrupted)
+    out = io.StringIO()
+    assert verify.main(["dev", "--url", "http://127.0.0.1:9/v1", "--json"], out, io.StringIO(),
+                       stack_path=lambda _: stack_file_path("dev")) == 130
+    assert json.loads(out.getvalue()) == {
+        "error": {"kind": "interrupted", "problems": ["interrupted before a report existed"]}, "exitCode": 130,
         "interrupted": True}
 
 
