@@ -85,8 +85,8 @@ def create_cluster_overrides(base_values: dict[str, Any], zones: list[str], new:
     cluster over these zones (a new account or region has no cluster to attach to), named after the clone
     (`created_cluster_name`). The GPU nodes keep as many zones as the base gave them (one for a placement group
     or capacity block), now the first of the new zones, in the created subnets; every other cluster.create key
-    keeps its default, and the base's staging-node role and security groups are unset (the created CPU nodes'
-    stand in). A `--set cluster.name=...` given with it wins (it comes later)."""
+    keeps its default, and the base's staging-node role, security groups and node selector are unset (the created
+    CPU nodes' stand in). A `--set cluster.name=...` given with it wins (it comes later)."""
     if not 2 <= len(zones) <= 3 or len(set(zones)) != len(zones):
         raise ConfigError([Problem("--create-cluster", "two or three distinct availability zones", ",".join(zones),
                                    "e.g. eu-west-1a,eu-west-1b,eu-west-1c")])
@@ -98,7 +98,10 @@ def create_cluster_overrides(base_values: dict[str, Any], zones: list[str], new:
     efs = base_values.get("weightsStorage", {}).get("efs", {})
     staging = [*(["weightsStorage.efs.stagingNodeRoleArn=null"] if efs.get("stagingNodeRoleArn") else []),
                *(["weightsStorage.efs.stagingNodeSecurityGroupIds=[]"] if efs.get("stagingNodeSecurityGroupIds")
-                 else [])]
+                 else []),
+               # A null drops the base's selector (stacks/config/files.py deep_merge): its labels are its
+               # cluster's CPU nodes', which the created cluster does not have.
+               *(["weightsStorage.efs.stagingNodeSelector=null"] if efs.get("stagingNodeSelector") else [])]
     return [
         "cluster.mode=create",
         *([f"cluster.name={created_cluster_name(new)}"] if new else []),
@@ -226,12 +229,12 @@ def _warnings(base: str, config: ServingStackArgs, own_keys: set[str], region: o
                      "--keep cluster.name says so)")
     selector = base_values.get("weightsStorage", {}).get("efs", {}).get("stagingNodeSelector")
     if config.cluster.create is not None and selector and "weightsStorage.efs.stagingNodeSelector" not in own_keys:
-        # extends merges a mapping key by key (stacks/config/files.py deep_merge): the clone cannot drop the
-        # base's labels, and the created CPU nodes (stacks/program.py created_facts) carry none of them.
+        # Set cluster.mode create by hand (not --create-cluster, which drops it): the created CPU nodes
+        # (stacks/program.py created_facts) carry none of the base's labels.
         found.append(f"weightsStorage.efs.stagingNodeSelector is {show(selector)}, inherited from {base}: it selects "
                      f"{base}'s CPU nodes, which the created cluster does not have, so the weights staging Job would "
-                     "never be scheduled; a clone cannot unset an inherited label (extends merges mappings key by "
-                     "key): clone a base without one")
+                     "never be scheduled; --set weightsStorage.efs.stagingNodeSelector=null drops it (the created "
+                     "CPU nodes stand in)")
     if isinstance(region, str):
         foreign = sorted({s.availability_zone for s in config.gpu_node_group.subnets
                           if not s.availability_zone.startswith(region)})

@@ -147,10 +147,15 @@ def parse_yaml(text: str) -> Any:
 
 
 def deep_merge(base: Any, override: Any) -> Any:
-    """Objects key by key; lists of named objects by `name`; anything else is replaced."""
+    """Objects key by key; lists of named objects by `name`; anything else is replaced. A `null` in the extending
+    file removes the inherited key, so its default applies: the one way to drop a label of a base's node selector
+    (mappings merge key by key). Every optional key defaults to null, so for those it is the same as before."""
     if isinstance(base, dict) and isinstance(override, dict):
         merged = dict(base)
         for key, value in override.items():
+            if value is None:
+                merged.pop(key, None)
+                continue
             merged[key] = deep_merge(base[key], value) if key in base else value
         return merged
     if _named_list(base) and _named_list(override):

@@ -44,13 +44,13 @@ def test_a_create_clone_into_another_region_keeps_nothing_of_the_bases_region(st
     config = yaml.safe_load(cloned.path.read_text())["config"]
     assert config["llm-serving:cluster"]["name"] == "llm-prod-eu"
     assert config["llm-serving:weightsStorage"] == {"efs": {"stagingNodeRoleArn": None,
-                                                            "stagingNodeSecurityGroupIds": []}}
+                                                            "stagingNodeSecurityGroupIds": [],
+                                                            "stagingNodeSelector": None}}
     efs = load_stack_file(cloned.path)[1].weights_storage.efs
-    assert (efs.staging_node_role_arn, efs.staging_node_security_group_ids) == (None, [])
-    # What extends cannot unset is said: prod's labels select nodes the created cluster does not have.
-    assert cloned.warnings[0].startswith(
-        'weightsStorage.efs.stagingNodeSelector is {"eks.amazonaws.com/nodegroup": "llm-prod-cpu"}, inherited from '
-        "prod: it selects prod's CPU nodes, which the created cluster does not have")
+    # The null drops prod's selector (its labels are prod's CPU nodes'), so nothing is inherited to warn about.
+    assert (efs.staging_node_role_arn, efs.staging_node_security_group_ids, efs.staging_node_selector) == (
+        None, [], {})
+    assert not [w for w in cloned.warnings if "stagingNodeSelector" in w]
 
 
 def test_a_create_clone_stages_weights_through_its_own_cpu_nodes(stack_dir):
@@ -64,6 +64,10 @@ def test_a_create_clone_stages_weights_through_its_own_cpu_nodes(stack_dir):
     assert nfs["inputs"]["referencedSecurityGroupId"] == "cluster-system-nodes-id"
     policy = result.resource("aws:efs/fileSystemPolicy:FileSystemPolicy", "weights-storage-policy")["inputs"]
     assert "role/cluster-system-node-role" in policy["policy"] and "llm-prod-cpu-nodes" not in policy["policy"]
+    # The staging Job runs on the created CPU nodes, not on nodes labelled like prod's.
+    (job,) = [m for m in result.manifests if m["kind"] == "Job" and "stage" in m["metadata"]["name"]]
+    selector = job["spec"]["template"]["spec"]["nodeSelector"]
+    assert selector["llm-serving/node-role"] == "system" and "eks.amazonaws.com/nodegroup" not in selector
 
 
 def test_a_create_clone_renders_with_its_own_cluster(stack_dir):

@@ -78,3 +78,15 @@ def test_ctrl_c_in_any_command_is_one_line_and_status_130():
             "runpy.run_module('stacks', run_name='__main__')\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_DIR, capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stderr) == (130, "\ninterrupted\n")
+
+
+def test_a_null_in_the_extending_file_removes_the_inherited_key_and_other_values_merge_as_before():
+    from stacks.config.files import deep_merge
+
+    base = {"efs": {"stagingNodeSelector": {"pool": "cpu", "team": "ml"}, "stagingNodeRoleArn": "arn:x"},
+            "models": [{"name": "a", "replicas": 2, "route": {"host": "a.example"}}]}
+    clone = {"efs": {"stagingNodeSelector": {"team": None}, "stagingNodeRoleArn": None},
+             "models": [{"name": "a", "route": None}]}
+    assert deep_merge(base, clone) == {"efs": {"stagingNodeSelector": {"pool": "cpu"}},
+                                       "models": [{"name": "a", "replicas": 2}]}
+    assert deep_merge(base, {"efs": None}) == {"models": base["models"]}
