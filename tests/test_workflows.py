@@ -154,18 +154,23 @@ def test_drift_check_refreshes_and_expects_no_changes():
 
 
 
-def test_preview_deploy_and_drift_share_one_concurrency_group_per_stack():
+def test_no_preview_or_drift_run_can_cancel_a_pending_deploy():
+    # GitHub keeps one running and one pending run per concurrency group and cancels the pending one when another
+    # is queued, whatever cancel-in-progress says: previews, drift and updates each have groups of their own.
     groups = {
         "preview.yml": load("preview.yml")["jobs"]["preview"]["concurrency"],
         "drift.yml": load("drift.yml")["jobs"]["drift"]["concurrency"],
         "pulumi-up.yml": load("pulumi-up.yml")["jobs"]["up"]["concurrency"],
     }
     assert groups == {
-        "preview.yml": {"group": "pulumi-${{ matrix.stack }}", "cancel-in-progress": False},
-        "drift.yml": {"group": "pulumi-${{ matrix.stack }}", "cancel-in-progress": False},
+        # A newer push to the same pull request supersedes its older preview.
+        "preview.yml": {"group": "pulumi-preview-${{ matrix.stack }}-${{ github.event.pull_request.number }}",
+                        "cancel-in-progress": True},
+        "drift.yml": {"group": "pulumi-drift-${{ matrix.stack }}", "cancel-in-progress": False},
         # A cancelled `pulumi up` would leave the stack locked with pending operations.
-        "pulumi-up.yml": {"group": "pulumi-${{ inputs.stack }}", "cancel-in-progress": False},
+        "pulumi-up.yml": {"group": "pulumi-up-${{ inputs.stack }}", "cancel-in-progress": False},
     }
+    assert len({g["group"] for g in groups.values()}) == len(groups)
 
 
 @pytest.mark.parametrize("name", STACK_NAMES)

@@ -122,7 +122,7 @@ def test_an_unknown_command_lists_the_commands():
 
 
 def _mutations(original: bytes, count: int) -> list[tuple[str, bytes]]:
-    """Deterministic damage to a stack file: a byte flipped, a stray byte (often not UTF-8) inserted, the file cut
+    """Deterministic damage to a stack file, three of each kind: a byte flipped, a stray byte (often not UTF-8) inserted, the file cut
     short, a line duplicated, a tab or NUL or BOM where YAML does not take it."""
     import random
 
@@ -148,7 +148,7 @@ def _mutations(original: bytes, count: int) -> list[tuple[str, bytes]]:
 
 
 @pytest.mark.parametrize(("damage", "content"), _mutations((stack_files.PROJECT_DIR / "Pulumi.dev.yaml").read_bytes(),
-                                                            30))
+                                                            15))
 def test_a_damaged_stack_file_is_planned_or_refused_in_lines_naming_keys_never_a_traceback(stack_dir, damage, content):
     path = stack_dir / "Pulumi.dev.yaml"
     path.write_bytes(content)
