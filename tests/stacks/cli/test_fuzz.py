@@ -122,8 +122,8 @@ def test_an_unknown_command_lists_the_commands():
 
 
 def _mutations(original: bytes, count: int) -> list[tuple[str, bytes]]:
-    """Deterministic damage to a stack file, three of each kind: a byte flipped, a stray byte (often not UTF-8) inserted, the file cut
-    short, a line duplicated, a tab or NUL or BOM where YAML does not take it."""
+    """Deterministic damage to a stack file, the same number of each kind: a byte flipped, a stray byte (often not
+    UTF-8) inserted, the file cut short, a line duplicated, a tab or NUL or BOM where YAML does not take it."""
     import random
 
     rng = random.Random(46)
