@@ -29,11 +29,24 @@ def table() -> str:
     return "\n".join(rows)
 
 
+# The S3 reads look at the stack's existing weights bucket only (weightsStorage.s3.bucketName, which differs per
+# stack): they are limited to buckets of the caller's own account with the global condition key
+# aws:ResourceAccount (IAM User Guide, "AWS global condition context keys"), so the role cannot list another
+# account's buckets; a single stack's role can narrow Resource to arn:aws:s3:::<bucketName> as well.
+S3_SCOPE = {"StringEquals": {"aws:ResourceAccount": "${aws:PrincipalAccount}"}}
+
+
 def policy() -> str:
-    """A policy document a read-only preflight role needs: Describe/Get calls only, on every resource
-    (these actions support no resource-level scoping beyond the cluster's own ARN)."""
+    """A policy document a read-only preflight role needs: Describe/Get/List calls only. The EC2, EKS, IAM, SSM and
+    Service Quotas reads are on every resource (the checks look resources up by the stack's ids and names); the S3
+    reads only in the caller's own account (S3_SCOPE)."""
+    actions = aws_actions()
+    s3 = [a for a in actions if a.startswith("s3:")]
     document = {"Version": "2012-10-17", "Statement": [
-        {"Sid": "PreflightReadOnly", "Effect": "Allow", "Action": aws_actions(), "Resource": "*"}]}
+        {"Sid": "PreflightReadOnly", "Effect": "Allow", "Action": [a for a in actions if a not in s3],
+         "Resource": "*"},
+        {"Sid": "PreflightWeightsBucketInThisAccount", "Effect": "Allow", "Action": s3, "Resource": "arn:aws:s3:::*",
+         "Condition": S3_SCOPE}]}
     return json.dumps(document, indent=2) + "\n"
 
 

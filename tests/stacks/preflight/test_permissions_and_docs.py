@@ -28,9 +28,14 @@ def test_the_policy_file_is_valid_json_and_generated_from_the_checks():
     text = preflight_docs.POLICY.read_text()
     document = json.loads(text)
     assert text == preflight_docs.policy(), "run `make preflight-docs`"
-    (statement,) = document["Statement"]
-    assert (statement["Effect"], statement["Resource"]) == ("Allow", "*")
-    assert statement["Action"] == aws_actions()
+    reads, bucket = document["Statement"]
+    assert (reads["Effect"], reads["Resource"]) == ("Allow", "*")
+    assert sorted(reads["Action"] + bucket["Action"]) == sorted(aws_actions())
+    # The S3 reads (the stack's existing bucket) reach only buckets of the caller's own account.
+    assert bucket["Action"] and all(a.startswith("s3:") for a in bucket["Action"])
+    assert not any(a.startswith("s3:") for a in reads["Action"])
+    assert (bucket["Resource"], bucket["Condition"]) == (
+        "arn:aws:s3:::*", {"StringEquals": {"aws:ResourceAccount": "${aws:PrincipalAccount}"}})
 
 
 # IAM actions that authorize an API operation of another name (S3 API reference, HeadBucket: "you must
