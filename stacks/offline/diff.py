@@ -291,6 +291,12 @@ def _options(resource: dict[str, Any]) -> dict[str, Any]:
 
 
 PROTECTED_ERROR = "preview error"  # the note prefix of a change the engine refuses at preview
+# A chart's objects are rendered by the provider (helm template, or Helm itself for a v3 Release) during a real
+# preview; the mock render records the chart's inputs, never its objects (remote components and releases have no
+# children here). So a chart or values change shows as its inputs only: its CRD and object changes do not appear.
+CHART_TYPES = ("kubernetes:helm.sh/v3:Release", "kubernetes:helm.sh/v4:Chart")
+CHART_CONTENTS_NOTE = ("contents not shown: the objects this chart renders (CRDs included) are computed by the "
+                       "provider in a real preview; `pulumi preview --diff` lists their changes")
 UP_ERROR = "up fails"  # the note prefix of a change the preview lets through and `pulumi up` cannot apply
 
 
@@ -386,6 +392,8 @@ def _update(old: dict[str, Any], new: dict[str, Any], by_urn: bool) -> ResourceC
                      "(PodEvictionFailure after 15 minutes a node)")
     if new["type"] == replacements.NODE_GROUP:
         notes += _min_size_notes(old, new)
+    if new["type"] in CHART_TYPES and any(p.startswith("inputs") for p in (f.path for f in fields)):
+        notes.append(CHART_CONTENTS_NOTE)
     return ResourceChange(new["type"], new["name"], tuple(fields), "replace" if forced else "update",
                           tuple(forced), tuple(notes))
 

@@ -831,3 +831,15 @@ def test_a_retained_object_replaced_delete_first_is_an_up_failure_the_preview_do
     (change,) = diff_resources(base, renamed, "dev", "main").changes
     assert change.notes[0] == ("the replacement is created first; the old one is then only forgotten "
                                "(retainOnDelete): it stays in the cloud or cluster, unmanaged")
+
+
+def test_a_chart_change_says_its_rendered_objects_are_not_in_the_offline_diff():
+    chart = "kubernetes:helm.sh/v4:Chart"
+    base = [urned(chart, "crds", chart_name="gateway-crds-helm", version="v1.9.0")]
+    head = [urned(chart, "crds", chart_name="gateway-crds-helm", version="v1.9.1")]
+    (change,) = diff_resources(base, head, "prod", "main").changes
+    assert change.notes[-1].startswith("contents not shown: the objects this chart renders (CRDs included)")
+    # A change of options alone renders nothing new, so nothing is hidden.
+    moved = [urned(chart, "crds", options={"dependsOn": ["x"]}, chart_name="gateway-crds-helm", version="v1.9.0")]
+    (change,) = diff_resources(base, moved, "prod", "main").changes
+    assert not any(n.startswith("contents not shown") for n in change.notes)
