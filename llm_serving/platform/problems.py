@@ -61,14 +61,19 @@ def show(value: Any) -> str:
     return str(value)
 
 
+def closest(word: str, candidates: list[str]) -> str | None:
+    """The candidate a misspelt `word` most likely meant: difflib's closest at its default cutoff, else one that
+    differs only in case (`aws:Region`); None when there is none."""
+    close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
+    if close:
+        return close[0]
+    return {c.lower(): c for c in candidates}.get(word.lower())
+
+
 def suggest(word: str, candidates: list[str]) -> str:
     """`; did you mean "x"?` when a close candidate exists, else an empty string."""
-    close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
-    if not close:
-        lowered = {c.lower(): c for c in candidates}
-        if word.lower() in lowered:
-            close = [lowered[word.lower()]]
-    return f'; did you mean "{close[0]}"?' if close else ""
+    close = closest(word, candidates)
+    return f'; did you mean "{close}"?' if close else ""
 
 
 def mask_problem(problem: Problem, secret_keys: frozenset[str]) -> Problem:

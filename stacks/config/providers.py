@@ -20,7 +20,6 @@ pyproject.toml), and nothing of the SDK runs here.
 from __future__ import annotations
 
 import ast
-import difflib
 import importlib.metadata
 import importlib.util
 import json
@@ -29,7 +28,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from stacks.config.problems import Problem
+from stacks.config.problems import Problem, closest
 
 REQUIREMENTS = Path(__file__).resolve().parents[2] / "requirements.txt"
 # A provider SDK's pin: `pulumi-aws==7.51.1`. `pulumi==` itself is the engine's SDK, not a provider.
@@ -129,11 +128,3 @@ def key_problems(namespace: str, key: str, option: str = "--set") -> list[Proble
     return [Problem(option, f"the {namespace} provider ({provider.distribution} {provider.version}, as pinned) has "
                     f"no config key {key}{hint}", f"{namespace}:{key}", allowed)]
 
-
-def closest(word: str, candidates: list[str]) -> str | None:
-    """The candidate `suggest` (llm_serving.platform.problems) would name: difflib's closest at its cutoff, else one
-    that differs only in case (`aws:Region`)."""
-    close = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
-    if close:
-        return close[0]
-    return {c.lower(): c for c in candidates}.get(word.lower())

@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stacks.config.overrides import lookup, parse_path
-from stacks.config.problems import MISSING, Problem
-from stacks.config.providers import closest
+from stacks.config.problems import MISSING, Problem, closest
 
 # A model's key in the table: stands for `models[<name>]` of each of the clone's models.
 EACH_MODEL = "models[<name>]"
