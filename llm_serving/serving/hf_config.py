@@ -137,32 +137,27 @@ def architecture_from_config(model_id: str, config: Mapping[str, Any], weight_by
     if not isinstance(weight_bytes, int) or weight_bytes <= 0:
         raise ModelConfigError(f"the checkpoint's weight bytes are {weight_bytes!r}; expected a positive integer")
     count = parameters if parameters else weight_bytes / _BYTES_PER_PARAMETER[dtype]
+    vocab = text.get("vocab_size")
+    contexts = _positive_int(text, "max_position_embeddings")
     try:
-        return _architecture(model_id, text, dtype, weight_bytes, count, layers, heads, hidden, head_dim, sliding)
+        return ModelArchitecture(
+            model_id=model_id,
+            parameters_billion=round(count / 1e9, 2),
+            num_layers=layers,
+            num_attention_heads=heads,
+            num_kv_heads=text.get("num_key_value_heads") or heads,
+            head_dim=head_dim,
+            hidden_size=hidden,
+            native_dtype=dtype,
+            weight_bytes=weight_bytes,
+            max_context_tokens=contexts,
+            is_moe=_experts(text) > 1,
+            sliding_window_layers=sliding,
+            sliding_window_tokens=text.get("sliding_window") if sliding else None,
+            vocab_size=vocab if isinstance(vocab, int) and vocab > 0 else None,
+        )
     except ValueError as error:  # ModelArchitecture's own checks (heads vs KV heads, sizes)
         raise ModelConfigError(f"config.json: {error}") from None
-
-
-def _architecture(model_id: str, text: Mapping[str, Any], dtype: str, weight_bytes: int, count: float, layers: int,
-                  heads: int, hidden: int, head_dim: int, sliding: int) -> ModelArchitecture:
-    vocab = text.get("vocab_size")
-    experts = _experts(text)
-    return ModelArchitecture(
-        model_id=model_id,
-        parameters_billion=round(count / 1e9, 2),
-        num_layers=layers,
-        num_attention_heads=heads,
-        num_kv_heads=text.get("num_key_value_heads") or heads,
-        head_dim=head_dim,
-        hidden_size=hidden,
-        native_dtype=dtype,
-        weight_bytes=weight_bytes,
-        max_context_tokens=_positive_int(text, "max_position_embeddings"),
-        is_moe=experts > 1,
-        sliding_window_layers=sliding,
-        sliding_window_tokens=text.get("sliding_window") if sliding else None,
-        vocab_size=vocab if isinstance(vocab, int) and vocab > 0 else None,
-    )
 
 
 def weight_bytes_from_index(index: Mapping[str, Any]) -> int:
