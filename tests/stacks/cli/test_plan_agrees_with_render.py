@@ -18,16 +18,16 @@ from stacks.environment import load_stack_file
 from stacks.offline import consequences, render
 from tests.conftest import PROJECT_DIR, STACK_FILES, render_file
 from tests.support import stack_variants
+from tests.support.cli import run_stacks
 
 EXAMPLES = sorted((PROJECT_DIR / "examples").glob("Pulumi.*.yaml"))
 FILES = [*STACK_FILES, *EXAMPLES]
 
 
 def _plan(path: Path, model: str) -> dict[str, Any]:
-    out, err = io.StringIO(), io.StringIO()
-    code = plan_cli.main(["--stack", str(path), "--model", model, "--json"], out, err)
-    assert (code, err.getvalue()) == (0, ""), err.getvalue()
-    return json.loads(out.getvalue())
+    ran = run_stacks("plan", "--stack", str(path), "--model", model, "--json")
+    assert (ran.returncode, ran.stderr) == (0, ""), ran.stderr
+    return json.loads(ran.stdout)
 
 
 def _flag(args: list[str], flag: str) -> str | None:

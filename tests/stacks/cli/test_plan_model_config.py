@@ -3,7 +3,6 @@ through a local server on 127.0.0.1), and the architecture block it prints plans
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -13,9 +12,9 @@ from typing import Any
 import pytest
 
 from llm_serving.serving import ModelConfigError, architecture_from_config, lookup_model
-from stacks.cli import plan as plan_cli
 from tests.conftest import PROJECT_DIR
 from tests.support import stack_variants
+from tests.support.cli import run_stacks
 from tests.support.local_http import serving
 
 SNAPSHOT = PROJECT_DIR / "tests" / "fixtures" / "hf" / "Llama-3.2-3B-Instruct"
@@ -27,9 +26,8 @@ GIB = 1024**3
 
 
 def _plan(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = plan_cli.main(list(argv), out, err)
-    return code, out.getvalue(), err.getvalue()
+    ran = run_stacks("plan", *argv)
+    return ran.returncode, ran.stdout, ran.stderr
 
 
 def _json_plan(*argv: str) -> dict[str, Any]:
