@@ -115,6 +115,12 @@ def prod_node_update_timeline(facts: Facts) -> str:
     return "\n".join(["", "| time | what happens |", "|---|---|", *rows, ""])
 
 
+def prod_405b_rollout_timeline(facts: Facts) -> str:
+    config = facts.config(PROJECT_DIR / "examples" / "Pulumi.prod-405b.yaml")
+    rows = [f"| {at} | {what} |" for at, what in stack_timing.group_rollout_timeline(config, config.models[0])]
+    return "\n".join(["", "| time | what happens |", "|---|---|", *rows, ""])
+
+
 def prod_longest_await(facts: Facts) -> str:
     from stacks.offline import awaits
 
@@ -459,6 +465,7 @@ GENERATORS: dict[str, Callable[[Facts], str]] = {
     "prod-weights-gb": prod_weights_gb,
     "prod-node-update": prod_node_update,
     "prod-node-update-timeline": prod_node_update_timeline,
+    "prod-405b-rollout-timeline": prod_405b_rollout_timeline,
     "prod-drain-barrier": lambda facts: f"{stack_timing.node_drain_wait_seconds(facts.prod):,} s",
     "prod-longest-await": prod_longest_await,
     "deploy-timeout": deploy_timeout,

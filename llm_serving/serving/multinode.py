@@ -57,19 +57,27 @@ def _copied(value: Any) -> Any:
     return value
 
 
-# A worker's preStop: wait while the leader's engine still runs, at most `bound` seconds. The leader hosts
-# torch.distributed's store on the master port for as long as its engine lives (vLLM's mp launcher, --master-port),
-# so a refused connection (or a leader name that no longer resolves) means the leader is gone and this rank may
-# stop. The leader is the one this rank's engine is connected to: the remote end of an established connection to
-# that port (/proc/net/tcp, tcp6), not whatever the group's leader name resolves to now. LWS recreates the leader
-# under the same name (LWS_LEADER_ADDRESS) as soon as the old one is gone, which is when the workers are deleted,
-# and a new leader's store would hold this rank for the whole bound. Standard library only: the image's python3.
+# A worker's preStop: wait while the leader's engine still runs, at most `bound` seconds. What vLLM 0.33.0 does
+# (the vllm==0.33.0 wheel): with --nnodes > 1 every rank joins torch.distributed at tcp://--master-addr:--master-port
+# (distributed/parallel_state.py init_distributed_environment), so global rank 0 - the leader's first GPU worker -
+# hosts the TCPStore on the master port, listening on every interface, and every rank of this pod holds a client
+# connection to it for the engine's life (torch rendezvous.py: TCPStore(is_master=rank == 0)); the store closes
+# only when the engine's workers shut down (destroy_distributed_environment, from WorkerProc.shutdown), after the
+# API server's --shutdown-timeout drain. So the leader is the remote end of this pod's connections to that port
+# (/proc/net/tcp, tcp6), and a refused or unanswered connection to it means its engine is gone.
+# Any TCP state counts, not only ESTABLISHED: once the old leader has exited, the ranks' sockets sit in
+# CLOSE_WAIT (torch does not close them), and that is exactly when lws deletes the workers. Never the group's
+# leader name (LWS_LEADER_ADDRESS): lws recreates the leader under it as soon as the old one is gone, the new
+# rank 0 opens its store before its workers join, and this rank would wait out the bound while holding the name
+# the new group needs (issue #42). No such connection at all: this rank's engine is connected to no leader, so
+# there is nothing to drain. Standard library only: the image's python3.
 WORKER_PRE_STOP = """\
-import os, socket, sys, time
-bound, port, every = float(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+import socket, sys, time
+bound, port, every, wait = float(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
 
 
-def connected_leader():
+def leader_of_this_engine():
+    found = {}
     for path, family in (("/proc/net/tcp", socket.AF_INET), ("/proc/net/tcp6", socket.AF_INET6)):
         try:
             rows = open(path).read().splitlines()[1:]
@@ -78,27 +86,30 @@ def connected_leader():
         for row in rows:
             fields = row.split()
             address, remote_port = fields[2].rsplit(":", 1)
-            if fields[3] == "01" and int(remote_port, 16) == port:  # 01: ESTABLISHED
+            if int(remote_port, 16) == port:
                 raw = bytes.fromhex(address)  # little-endian 32-bit words
                 raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
-                return socket.inet_ntop(family, raw)
-    return None
+                found.setdefault(fields[3] == "01", socket.inet_ntop(family, raw))  # 01: ESTABLISHED first
+    return found.get(True) or found.get(False)
 
 
-leader = connected_leader() or os.environ.get("LWS_LEADER_ADDRESS", "")
+leader = leader_of_this_engine()
 end = time.monotonic() + bound
 while leader and time.monotonic() < end:
     try:
-        socket.create_connection((leader, port), timeout=2).close()
+        socket.create_connection((leader, port), timeout=wait).close()
     except OSError:
         break
     time.sleep(max(0.0, min(every, end - time.monotonic())))
 """
 LEADER_POLL_SECONDS = 5
+# A leader whose pod is gone answers nothing: the connection attempt times out rather than being refused.
+LEADER_CONNECT_TIMEOUT_SECONDS = 2
 
 
 def worker_pre_stop(drain_seconds: int, master_port: int) -> list[str]:
-    return ["python3", "-c", WORKER_PRE_STOP, str(drain_seconds), str(master_port), str(LEADER_POLL_SECONDS)]
+    return ["python3", "-c", WORKER_PRE_STOP, str(drain_seconds), str(master_port), str(LEADER_POLL_SECONDS),
+            str(LEADER_CONNECT_TIMEOUT_SECONDS)]
 
 
 def worker_container(leader: dict[str, Any], worker_args: list[str], drain_seconds: int,

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 from .engine import EXIT_MARGIN_SECONDS, PRE_STOP_SECONDS, SSE_KEEP_ALIVE_SECONDS, termination_grace_seconds
+from .multinode import LEADER_CONNECT_TIMEOUT_SECONDS, LEADER_POLL_SECONDS
 
 # Planned generation time x this: queueing and a slower decode under load come on top of the ITL
 # objective, which is a p95 rather than a ceiling.
@@ -132,6 +133,93 @@ def rollout_await_seconds(steps: int, planned_step_seconds: int, progress_deadli
     after Kubernetes marks it ProgressDeadlineExceeded; one stuck earlier, at most the planned steps
     after it later."""
     return max(0, steps - 1) * planned_step_seconds + progress_deadline_seconds + AWAIT_MARGIN_SECONDS
+
+
+# How long a worker of a multi-node group outlives its leader's exit: its preStop's next poll (a refused or
+# timed-out connection to the leader's engine), then vLLM's rank exits (multinode.WORKER_PRE_STOP).
+WORKER_EXIT_SECONDS = LEADER_POLL_SECONDS + LEADER_CONNECT_TIMEOUT_SECONDS + EXIT_MARGIN_SECONDS
+
+
+@dataclass(frozen=True)
+class GroupRollout:
+    """A pod-template change of a LeaderWorkerSet, at its worst.
+
+    How lws v0.10.0 rolls (kubernetes-sigs/lws pkg/controllers/leaderworkerset_controller.go,
+    `rollingUpdateParameters`, `rollingUpdatePartition`, read at commit 9f47d6c): it first adds `maxSurge` groups
+    with the new template (the leader StatefulSet's replicas grow to replicas + maxSurge, partition unchanged),
+    and only once they are ready moves the partition down, `maxUnavailable + maxSurge` groups at a time from the
+    highest index. A group is updated in place: its leader pod is deleted and the StatefulSet recreates it under
+    the same name only once the old one is gone, that is after the old leader's whole drain; its workers belong
+    to the old leader and go after it (multinode.WORKER_PRE_STOP). So unlike a Deployment, whose surge pods
+    take new names and start while the old ones drain, every in-place step waits out a drain before its cold
+    start. The surge groups are released as soon as no more than `maxSurge` groups remain to update
+    (`wantReplicas`), so the last step runs on one group fewer than the model's replicas.
+    """
+
+    groups: int  # the replicas rolled (the model's most)
+    surge_groups: int
+    batch: int  # groups recreated in place per step
+    in_place_steps: int
+    surge_seconds: int  # new nodes for the surge groups, the image pull and a cold start
+    leader_grace_seconds: int  # the old leader's drain at worst: its terminationGracePeriodSeconds
+    start_seconds: int  # the image pull and a cold start
+    step_seconds: int  # one in-place step: the leader's drain, its workers' exit, a start
+
+    @property
+    def seconds(self) -> int:
+        return self.surge_seconds + self.in_place_steps * self.step_seconds
+
+
+def group_rollout(groups: int, max_surge: int, max_unavailable: int, *, node_ready_seconds: int,
+                  image_pull_seconds: int, cold_start_seconds: int, leader_grace_seconds: int) -> GroupRollout:
+    """`max_unavailable` in groups (lws scales a percentage of the replicas down: "100%" is every group)."""
+    surge = min(max_surge, groups)  # lws: "No need to burst more than the replicas."
+    batch = max(1, max_unavailable + surge)
+    start = image_pull_seconds + cold_start_seconds
+    return GroupRollout(
+        groups=groups, surge_groups=surge, batch=batch, in_place_steps=math.ceil(groups / batch),
+        surge_seconds=node_ready_seconds + start if surge else 0, leader_grace_seconds=leader_grace_seconds,
+        start_seconds=start, step_seconds=leader_grace_seconds + WORKER_EXIT_SECONDS + start,
+    )
+
+
+def group_rollout_await_seconds(rollout: GroupRollout) -> int:
+    """Pulumi's create/update timeout of a LeaderWorkerSet: its worst rollout and the margin every await has.
+    LeaderWorkerSet has no progress deadline, so this is also what ends a stuck rollout's `up`."""
+    return rollout.seconds + AWAIT_MARGIN_SECONDS
+
+
+def group_rollout_timeline(model: str, rollout: GroupRollout, await_seconds: int) -> list[tuple[str, str]]:
+    """(mm:ss from the start of `pulumi up`, what happens) of a LeaderWorkerSet rollout, every drain at its
+    longest."""
+    rows: list[tuple[str, str]] = []
+    at = 0
+    if rollout.surge_groups:
+        rows += [(_clock(0), f"`pulumi up` updates the LeaderWorkerSet; lws adds {rollout.surge_groups} surge "
+                             f"group(s) with the new template ({model}-{rollout.groups} on), on new nodes"),
+                 (_clock(rollout.surge_seconds - rollout.start_seconds),
+                  "the new nodes have joined; the surge group's pods pull the image and cold start")]
+        at = rollout.surge_seconds
+    first = rollout.groups - 1
+    for step in range(1, rollout.in_place_steps + 1):
+        last = max(0, first - rollout.batch + 1)
+        names = f"{model}-{first}" if last == first else f"{model}-{last} to {model}-{first}"
+        what = (f"step {step} of {rollout.in_place_steps}: lws deletes the leader of {names}; it stops taking "
+                f"requests after its {PRE_STOP_SECONDS} s preStop and drains its streams")
+        if rollout.surge_groups:
+            what = ("the surge group is ready; " if step == 1 else "") + what
+            if step == rollout.in_place_steps:
+                what += "; lws releases the surge group, so one group fewer than the replicas serves until it ends"
+        rows.append((_clock(at), what))
+        drained = at + rollout.leader_grace_seconds
+        rows.append((_clock(drained), f"the old leader has exited at the latest ({rollout.leader_grace_seconds:,} s "
+                                      f"grace); its workers follow within {WORKER_EXIT_SECONDS} s, and the group "
+                                      "is recreated under the same names on the nodes they free"))
+        at = drained + WORKER_EXIT_SECONDS + rollout.start_seconds
+        first = last - 1
+    rows.append((_clock(at), f"every group is ready on the new template: the LeaderWorkerSet is Available and "
+                             f"Pulumi's wait ends ({await_seconds:,} s allowed)"))
+    return rows
 
 
 @dataclass(frozen=True)

@@ -76,8 +76,31 @@ def rollout_steps(config: ServingStackArgs, model: ModelArgs) -> tuple[int, int]
     return math.ceil(replica_bounds(model)[1] / batch), one
 
 
+def group_rollout(config: ServingStackArgs, model: ModelArgs) -> serving.GroupRollout:
+    """A multi-node model's LeaderWorkerSet rollout at its most replicas, every drain at its longest, its surge
+    groups on new nodes (multinode.rollout_strategy maps a Recreate to every group unavailable at once)."""
+    strategy = rollout_strategies(config)[model.name]
+    plan = model_plan(config, model)
+    groups = replica_bounds(model)[1]
+    surge, unavailable = (0, groups) if strategy.type == "Recreate" else (strategy.max_surge, strategy.max_unavailable)
+    dynamics = timing(config)
+    return serving.group_rollout(
+        groups, surge, unavailable, node_ready_seconds=dynamics.node_ready_seconds,
+        image_pull_seconds=dynamics.image_pull_seconds,
+        cold_start_seconds=footprint(config, model, plan).cold_start_seconds,
+        leader_grace_seconds=model_drains(config, model).vllm_grace_seconds)
+
+
+def group_rollout_timeline(config: ServingStackArgs, model: ModelArgs) -> list[tuple[str, str]]:
+    """A multi-node model's rollout minute by minute (the docs print prod-405b's)."""
+    return serving.group_rollout_timeline(model.name, group_rollout(config, model),
+                                          rollout_await_seconds(config, model))
+
+
 def rollout_await_seconds(config: ServingStackArgs, model: ModelArgs) -> int:
-    """Pulumi's create/update timeout of the model's workload."""
+    """Pulumi's create/update timeout of the model's workload (a Deployment, or a multi-node LeaderWorkerSet)."""
+    if model_plan(config, model).pipeline_parallel_size > 1:
+        return serving.group_rollout_await_seconds(group_rollout(config, model))
     steps, step = rollout_steps(config, model)
     return serving.rollout_await_seconds(steps, step, progress_deadline_seconds(config, model))
 
@@ -180,7 +203,19 @@ def dynamics_relations(config: ServingStackArgs, model: ModelArgs) -> list[servi
                          "a burst would pay for a replica and lose it before it served",
                          f"models[{m}].autoscaling.scaleDownWindowSeconds"),
     ]
-    if model.pipeline_parallel_size == 1:
+    if plan.pipeline_parallel_size > 1:
+        group = group_rollout(config, model)
+        rows += [
+            serving.Relation(f"{m}: Pulumi rollout await", rollout_await_seconds(config, model), ">=", group.seconds,
+                             f"planned group rollout ({group.surge_groups} surge + {group.in_place_steps} in-place "
+                             "steps, each drain at its longest)", "a healthy rollout fails the `up`"),
+            serving.Relation(f"{m}: leader startup probe budget", plan.startup_budget_seconds, ">=",
+                             serving.WORKER_EXIT_SECONDS + footprint(config, model, plan).cold_start_seconds,
+                             "the old workers' exit + cold start",
+                             "a recreated leader's startup probe runs out while the old ranks still hold the "
+                             "group's names, and lws recreates the group again"),
+        ]
+    else:
         steps, step = rollout_steps(config, model)
         deadline = progress_deadline_seconds(config, model)
         rows += [

@@ -18,7 +18,7 @@ import pulumi
 
 from llm_serving.stack.site import Site, StagingNodes
 from stacks.config import ServingStackArgs, validate
-from stacks.config.files import deep_merge, read_stack_file, resolve, stack_file_path
+from stacks.config.files import PROJECT_DIR, deep_merge, read_stack_file, resolve, stack_file_path
 from stacks.offline.mocks import RenderMocks
 from stacks.offline.render import RenderResult, record
 
@@ -81,8 +81,11 @@ def stack_args(values: dict[str, Any], **overrides: Any) -> ServingStackArgs:
 
 def committed_args(stack: str, **sections: Any) -> ServingStackArgs:
     """A committed stack's args (`extends` resolved), with top-level sections deep-merged as a stack file that
-    extends it would (lists of named items by name)."""
+    extends it would (lists of named items by name). `stack` names a committed stack or an example
+    (examples/Pulumi.<stack>.yaml)."""
     path = stack_file_path(stack)
+    if not path.exists():
+        path = stack_file_path(stack, PROJECT_DIR / "examples")
     values = resolve(read_stack_file(path), path.parent).values
     secrets = {key: "placeholder-secret-of-32-characters" for key in ("apiKey", "hfToken", "grafanaAdminPassword")
                if key in values}

@@ -72,6 +72,47 @@ def test_rollout_await_waits_for_planned_steps_and_the_last_up_to_the_progress_d
     assert serving.rollout_await_seconds(1, 601, 1500) == 1620
 
 
+def _seconds(clock: str) -> int:
+    minutes, seconds = clock.split(":")
+    return int(minutes) * 60 + int(seconds)
+
+
+def test_a_group_rollout_waits_out_each_in_place_drain_before_its_cold_start():
+    rollout = serving.group_rollout(2, 1, 0, node_ready_seconds=300, image_pull_seconds=300, cold_start_seconds=1789,
+                                    leader_grace_seconds=1852)
+    # The surge group first, on new nodes; then each old group in place, one at a time (maxUnavailable 0 +
+    # maxSurge 1): a recreated leader takes the old one's name, so its cold start begins after the old drain.
+    assert (rollout.surge_groups, rollout.batch, rollout.in_place_steps) == (1, 1, 2)
+    assert rollout.surge_seconds == 300 + rollout.start_seconds
+    assert rollout.step_seconds == rollout.leader_grace_seconds + serving.WORKER_EXIT_SECONDS + rollout.start_seconds
+    assert rollout.seconds == rollout.surge_seconds + 2 * rollout.step_seconds
+    wait = serving.group_rollout_await_seconds(rollout)
+    assert wait == rollout.seconds + serving.AWAIT_MARGIN_SECONDS
+    rows = serving.group_rollout_timeline("m", rollout, wait)
+    # The timeline ends when the rollout does, within Pulumi's wait; the highest index rolls first, and only
+    # the last step runs without the surge group.
+    assert _seconds(rows[-1][0]) == rollout.seconds < wait
+    assert [_seconds(at) for at, _ in rows] == sorted(_seconds(at) for at, _ in rows)
+    steps = [what for _, what in rows if "lws deletes the leader" in what]
+    assert ["m-1" in steps[0], "m-0" in steps[1]] == [True, True]
+    assert ["releases the surge group" in what for what in steps] == [False, True]
+
+
+def test_every_group_at_once_rolls_in_one_step_without_a_surge():
+    rollout = serving.group_rollout(3, 0, 3, node_ready_seconds=300, image_pull_seconds=60, cold_start_seconds=900,
+                                    leader_grace_seconds=600)
+    assert (rollout.surge_groups, rollout.in_place_steps, rollout.surge_seconds) == (0, 1, 0)
+    rows = serving.group_rollout_timeline("m", rollout, serving.group_rollout_await_seconds(rollout))
+    assert "m-0 to m-2" in rows[0][1] and not [what for _, what in rows if "surge" in what]
+    assert _seconds(rows[-1][0]) == rollout.seconds
+
+
+def test_a_group_rollout_surges_no_more_groups_than_the_model_has():
+    rollout = serving.group_rollout(1, 2, 0, node_ready_seconds=300, image_pull_seconds=60, cold_start_seconds=900,
+                                    leader_grace_seconds=600)
+    assert (rollout.surge_groups, rollout.in_place_steps) == (1, 1)
+
+
 def test_timing_table_marks_what_does_not_hold():
     rows = serving.timing_table(serving.drain_relations(serving.model_drains("m", 900, vllm_shutdown_seconds=300)))
     assert rows[1] == ("m: vLLM --shutdown-timeout", "300 s >= stream bound 900 s", "VIOLATED")

@@ -11,6 +11,7 @@ import yaml
 
 from llm_serving import serving
 from llm_serving.platform.args import validate
+from llm_serving.stack import planning
 from llm_serving.stack import timing as stack_timing
 from policies import rules
 from stacks import checks, environment
@@ -93,6 +94,30 @@ def test_the_leader_serves_and_the_worker_joins_headless(example):
     pods = (template["leaderTemplate"], template["workerTemplate"])
     grace = {t["spec"]["terminationGracePeriodSeconds"] for t in pods}
     assert grace == {serving.termination_grace_seconds(shutdown)}
+
+
+def test_pulumi_waits_out_a_group_rollout_whose_every_step_drains_before_it_starts(example):
+    """lws recreates a group under the same names only once its old leader has drained (issue #42): each in-place
+    step is a whole drain plus a cold start, and Pulumi's wait on the LeaderWorkerSet covers them all."""
+    config = environment.load_stack_file(EXAMPLE)[1]
+    (model,) = config.models
+    template = _group(example)["spec"]["leaderWorkerTemplate"]
+    grace = template["leaderTemplate"]["spec"]["terminationGracePeriodSeconds"]
+    startup = template["leaderTemplate"]["spec"]["containers"][0]["startupProbe"]
+    (wiring,) = [w for key, w in example.wiring.items() if key.startswith("kubernetes:leaderworkerset.x-k8s.io/v1")]
+    wait = int(wiring["customTimeouts"]["update"].removesuffix("s"))
+    rollout = stack_timing.group_rollout(config, model)
+    groups = _group(example)["spec"]["replicas"]
+    strategy = _group(example)["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"]
+    assert rollout.surge_groups == strategy["maxSurge"] and rollout.in_place_steps == groups
+    assert rollout.leader_grace_seconds == grace
+    assert wait >= rollout.surge_seconds + groups * (grace + rollout.start_seconds)
+    assert wiring["customTimeouts"]["create"] == wiring["customTimeouts"]["update"]
+    # A recreated leader's startup probe outlasts the old workers' exit and its own cold start.
+    assert startup["failureThreshold"] * startup["periodSeconds"] >= serving.WORKER_EXIT_SECONDS + (
+        rollout.start_seconds - planning.timing(config).image_pull_seconds)
+    rules = {r.path: r for r in stack_timing.relations(config) if r.path.startswith(MODEL)}
+    assert rules[f"{MODEL}: Pulumi rollout await"].holds and rules[f"{MODEL}: leader startup probe budget"].holds
 
 
 def test_every_rank_takes_its_nodes_efa_interfaces_with_huge_pages_and_nccl_over_libfabric(example):
