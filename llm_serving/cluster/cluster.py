@@ -12,6 +12,7 @@ workloads must wait for.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -77,6 +78,13 @@ class ClusterSpec:
     log_retention_days: int = 30
     key_deletion_window_days: int = 30
     tags: dict[str, str] = field(default_factory=dict)
+
+
+def admin_access_key(role_arn: str) -> str:
+    """An admin role's access entry key: its role name (the ARN's last path segment) and a digest of the whole ARN,
+    so two accounts' roles of one name stay apart and the key never depends on the list's order."""
+    digest = hashlib.sha256(role_arn.encode()).hexdigest()[:8]
+    return f"admin-{role_arn.rsplit('/', 1)[-1]}-{digest}"
 
 
 class Cluster(pulumi.ComponentResource):
@@ -261,20 +269,28 @@ class Cluster(pulumi.ComponentResource):
 
         # --- access ----------------------------------------------------------------------------
         access: list[pulumi.Resource] = []
-        principals: list[tuple[str, pulumi.Input[str]]] = [("deployer", args.deployer_arn)]
-        principals += [(f"admin-{i}", arn) for i, arn in enumerate(args.admin_role_arns)]
-        for role_name, principal in principals:
+        # (key, principal, former key): an admin's entry is keyed by its ARN, not its place in the list. Keyed by
+        # position, removing the first admin re-pointed the second's entry at another principal: a replacement
+        # created first, which EKS refuses (CreateAccessEntry: ResourceInUseException, one entry per principal).
+        # The former positional name is an alias, so a stack created before keeps its entries.
+        principals: list[tuple[str, pulumi.Input[str], str | None]] = [("deployer", args.deployer_arn, None)]
+        principals += [(admin_access_key(arn), arn, f"admin-{i}") for i, arn in enumerate(args.admin_role_arns)]
+        for entry_key, principal, former in principals:
+            def aliased(suffix: str, former: str | None = former) -> pulumi.ResourceOptions:
+                return pulumi.ResourceOptions(parent=self, aliases=[pulumi.Alias(
+                    name=f"{name}-access-{former}{suffix}")] if former else None)
+
             entry = aws.eks.AccessEntry(
-                f"{name}-access-{role_name}", cluster_name=cluster.name, principal_arn=principal, type="STANDARD",
-                tags=tags, opts=child,
+                f"{name}-access-{entry_key}", cluster_name=cluster.name, principal_arn=principal, type="STANDARD",
+                tags=tags, opts=aliased(""),
             )
             access.append(aws.eks.AccessPolicyAssociation(
-                f"{name}-access-{role_name}-admin",
+                f"{name}-access-{entry_key}-admin",
                 cluster_name=cluster.name,
                 principal_arn=entry.principal_arn,
                 policy_arn=pulumi.Output.concat("arn:", partition, ":eks::aws:cluster-access-policy/", ADMIN_POLICY),
                 access_scope={"type": "cluster"},
-                opts=child,
+                opts=aliased("-admin"),
             ))
 
         # --- add-ons and CPU nodes -------------------------------------------------------------

@@ -24,9 +24,9 @@ def answers_to(resources: list[dict[str, Any]]) -> dict[str, set[str]]:
     by_label = {f"{r['type']}::{r['name']}": r for r in resources}
     found: dict[str, set[str]] = {}
 
-    def qualified_types(resource: dict[str, Any]) -> set[str]:
-        """The type chains the resource is known by: its own, and each one an alias or a parent's alias gives."""
-        return {split_urn(urn)[1] for urn in {resource["urn"], *aliases_of(resource)}}
+    def identities(resource: dict[str, Any]) -> set[tuple[str, str]]:
+        """(type chain, name) of every URN the resource is known by: its own, and each alias gives."""
+        return {split_urn(urn)[1:] for urn in {resource["urn"], *aliases_of(resource)}}
 
     def aliases_of(resource: dict[str, Any]) -> set[str]:
         urn = resource["urn"]
@@ -35,12 +35,17 @@ def answers_to(resources: list[dict[str, Any]]) -> dict[str, set[str]]:
         found[urn] = set()  # a cycle cannot occur (parents precede children), but never recurse twice
         prefix, qualified, name = split_urn(urn)
         parent = by_label.get(resource.get("parent") or "")
-        parent_chains = qualified_types(parent) if parent is not None else {""}
         own_type = qualified.rsplit("$", 1)[-1]
+        parent_ids = identities(parent) if parent is not None else {("", "")}
         urns: set[str] = set()
-        # The parent's former type chains, inherited.
-        for chain in parent_chains:
-            urns.add(f"{prefix}::{chain + '$' if chain else ''}{own_type}::{name}")
+        # Each URN the parent answers to, inherited: under its type chain, and with its name where the child's
+        # name starts with the parent's (the `<name>-<part>` convention), as the engine's inheritedChildAlias
+        # does (pulumi/pulumi pkg/resource/deploy/step_generator.go), so renaming a component keeps its children.
+        for chain, parent_name in parent_ids:
+            inherited = name
+            if parent is not None and name.startswith(parent["name"]):
+                inherited = parent_name + name.removeprefix(parent["name"])
+            urns.add(f"{prefix}::{chain + '$' if chain else ''}{own_type}::{inherited}")
         for alias in (resource.get("options") or {}).get("aliases", []):
             if "urn" in alias:
                 urns.add(alias["urn"])
@@ -51,10 +56,10 @@ def answers_to(resources: list[dict[str, Any]]) -> dict[str, set[str]]:
                 chains = {""}
             elif "parentUrn" in alias:
                 former = by_label.get(alias["parentUrn"])
-                chains = qualified_types(former) if former is not None else {split_urn(alias["parentUrn"])[1]} \
-                    if alias["parentUrn"].startswith("urn:") else set()
+                chains = {chain for chain, _ in identities(former)} if former is not None else \
+                    {split_urn(alias["parentUrn"])[1]} if alias["parentUrn"].startswith("urn:") else set()
             else:
-                chains = parent_chains
+                chains = {chain for chain, _ in parent_ids}
             for chain in chains:
                 urns.add(f"{prefix}::{chain + '$' if chain else ''}{alias_type}::{alias_name}")
         urns.discard(urn)

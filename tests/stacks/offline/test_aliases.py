@@ -53,3 +53,19 @@ def test_without_an_alias_a_move_is_a_delete_and_a_create():
                                    f"{STACK}::llm")]
     assert diff_resources(BEFORE, after, "prod", "main").counts() == (
         "0 to replace, 1 to delete, 1 to create, 0 to update")
+
+
+def test_a_child_named_after_its_renamed_parent_answers_to_the_former_name():
+    # The `<name>-<part>` convention: a component renamed from "edge" to "gateway" (alias name "edge") makes its child
+    # "gateway-route"; the engine's inheritedChildAlias gives the child the former "edge-route" under the old parent.
+    parent_chain = f"{STACK}$llmserving:edge:Edge"
+    before = [BEFORE[0], BEFORE[1],
+              resource("kubernetes:v1:HTTPRoute", "edge-route", f"{parent_chain}$kubernetes:v1:HTTPRoute",
+                       "llmserving:edge:Edge::edge")]
+    after = [BEFORE[0],
+             resource("llmserving:edge:Edge", "gateway", parent_chain, f"{STACK}::llm", aliases=[{"name": "edge"}]),
+             resource("kubernetes:v1:HTTPRoute", "gateway-route", f"{parent_chain}$kubernetes:v1:HTTPRoute",
+                      "llmserving:edge:Edge::gateway")]
+    assert before[2]["urn"] in answers_to(after)[after[2]["urn"]]
+    assert diff_resources(before, after, "prod", "main").counts() == (
+        "0 to replace, 0 to delete, 0 to create, 2 to update")
