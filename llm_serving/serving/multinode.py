@@ -17,7 +17,11 @@ LWS_API = "leaderworkerset.x-k8s.io/v1"
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 WORKER_COMPONENT = "vllm-worker"
 # Pulumi waits on a custom resource only when told what to wait for (pulumi-kubernetes 4.18+):
-# LeaderWorkerSet sets `Available` once every group is ready on the current revision.
+# LeaderWorkerSet sets `Available` once every group is ready on the current revision. An update is not taken for
+# done on the old status: the provider's condition check refuses a status whose observedGeneration is older than
+# metadata.generation (pulumi-kubernetes provider/pkg/await/condition/kubectl.go, getObservedGeneration), and lws
+# writes status.observedGeneration with the conditions of the same reconcile (its v0.10.0 CRD carries the field;
+# pkg/controllers/leaderworkerset_controller.go updateStatus).
 WAIT_FOR = "condition=Available"
 # NCCL over EFA through libfabric (aws/aws-ofi-nccl#67, NVIDIA/TensorRT-LLM#17208,
 # aws/sagemaker-hyperpod-cli#306): the EFA provider, GPUDirect RDMA, and fork safety for the Python
