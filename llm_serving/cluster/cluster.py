@@ -8,6 +8,10 @@ and public subnets, NAT, an S3 gateway endpoint on the private route tables, the
 add-ons at pinned versions and a small on-demand CPU node group. `eks` is the same `EksCluster` a
 looked-up cluster gives, so the rest of the stack cannot tell the two apart; `ready` is what
 workloads must wait for.
+
+Length: one component builds the network, control plane, access, add-ons and CPU nodes in the order each
+depends on the last (a node group needs the add-ons, the add-ons the access entries); split across modules,
+that order would be spread over files that each only make sense beside the others.
 """
 
 from __future__ import annotations
