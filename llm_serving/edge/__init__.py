@@ -35,6 +35,7 @@ from .objects import (
     internal_service_name,
     network_policies,
     object_storage_egress,
+    s3_cidrs,
     v1_path,
 )
 
@@ -75,5 +76,6 @@ __all__ = [
     "internal_service_name",
     "network_policies",
     "object_storage_egress",
+    "s3_cidrs",
     "v1_path",
 ]

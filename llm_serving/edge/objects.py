@@ -9,7 +9,9 @@ mode, each file would repeat it, and a reviewer compares the modes' settings sid
 
 from __future__ import annotations
 
+import ipaddress
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, assert_never
 
@@ -838,15 +840,37 @@ def _pod_identity_egress() -> dict[str, Any]:
             "ports": [{"protocol": "TCP", "port": POD_IDENTITY_AGENT_PORT}]}
 
 
-def _https_egress() -> dict[str, Any]:
-    # Both families: on an IPv6 EKS cluster the Hub, its CDN and S3 are reached over IPv6.
-    return {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}, {"ipBlock": {"cidr": "::/0"}}],
-            "ports": [{"protocol": "TCP", "port": 443}]}
+def _https_egress(cidrs: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """HTTPS out to exactly `cidrs`; None: to any address. Both families for any address: on an IPv6 EKS cluster
+    the Hub and its CDN are reached over IPv6."""
+    blocks = ("0.0.0.0/0", "::/0") if cidrs is None else cidrs
+    return {"to": [{"ipBlock": {"cidr": cidr}} for cidr in blocks], "ports": [{"protocol": "TCP", "port": 443}]}
 
 
-def object_storage_egress() -> list[dict[str, Any]]:
-    """What a pod reading or writing S3 needs out: the Pod Identity agent for credentials, HTTPS to S3."""
-    return [_pod_identity_egress(), _https_egress()]
+def s3_cidrs(cidrs: Sequence[str]) -> tuple[str, ...]:
+    """S3's prefix-list CIDRs as the policies name them: each one once, sorted, so the order DescribePrefixLists
+    happens to answer in never shows as a change. Refused: an empty list, since a rule whose `to` is empty admits
+    every destination (Kubernetes API, NetworkPolicyEgressRule `to`: "If this field is empty or missing, this rule
+    matches all destinations"), and anything but a network address."""
+    networks = set()
+    for cidr in cidrs:
+        try:
+            networks.add(ipaddress.ip_network(cidr, strict=True))
+        except ValueError as error:
+            raise ValueError(f"S3 prefix list entry {cidr!r} is not a CIDR block: {error}") from None
+    if not networks:
+        raise ValueError("the S3 prefix list has no CIDR block: an egress rule to none would admit every address")
+    return tuple(str(n) for n in sorted(networks, key=lambda n: (n.version, n.network_address, n.prefixlen)))
+
+
+def object_storage_egress(cidrs: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """What a pod reading or writing S3 needs out: the Pod Identity agent for credentials, and HTTPS to S3: to S3's
+    prefix-list `cidrs` where the GPU subnets route S3 through a gateway endpoint, else to any address (through NAT,
+    S3 answers at public addresses that only ip-ranges.json publishes, and they change). Nothing else on 443: the
+    SDKs take the role's credentials from the agent over HTTP, and the agent, a host-network pod these policies do
+    not select, calls the EKS Auth API itself (EKS user guide, pod-id-how-it-works), so no STS endpoint; every
+    client is given the region (AWS_REGION), so none asks the instance metadata service."""
+    return [_pod_identity_egress(), _https_egress(None if cidrs is None else s3_cidrs(cidrs))]
 
 
 def network_policies(
@@ -864,6 +888,7 @@ def network_policies(
     verification_selector: dict[str, str] | None = None,
     weights_from_s3: bool = False,
     worker_selector: dict[str, str] | None = None,
+    s3_prefix_list_cidrs: Sequence[str] | None = None,
 ) -> list[Manifest]:
     """Serving pods: in on `port` from the edge's proxy pods, the Prometheus pods and the pickers only,
     out to DNS only. Staging Jobs: nothing in, DNS and HTTPS out.
@@ -872,14 +897,20 @@ def network_policies(
     `load_balancer_cidrs` must name exactly those subnets, never the VPC, whose range every pod's IP
     shares under the VPC CNI. vLLM 0.33.0 serves /metrics on its API port (no metrics-port flag in
     its serve flags), so the scrapers' rule cannot be narrowed to a metrics-only port.
-    `weights_from_s3`: serving pods also reach the Pod Identity agent and S3 over HTTPS (S3's addresses
-    are public ranges a NetworkPolicy cannot name more narrowly), and the staging Jobs the agent.
+    `weights_from_s3`: serving pods also reach the Pod Identity agent and S3 over HTTPS, and the staging Jobs the
+    agent. `s3_prefix_list_cidrs` (with `weights_from_s3`, where the GPU subnets route S3 through a gateway
+    endpoint): the CIDRs of S3's AWS-managed prefix list, the only addresses S3 traffic may go to; None: any
+    address on 443 (through NAT, S3's addresses are public ranges that only ip-ranges.json publishes). The
+    staging Jobs keep any address on 443 either way: they download from the Hugging Face Hub and its CDN.
     `worker_selector` (with `weights_from_s3`): the headless ranks of multi-node groups, which the serving
     fence does not select, stream their weights too: the same way out to the agent and S3 (their group's
     own fence admits the other ranks and DNS; NetworkPolicies add up).
     """
     if edge_pod_selector is None and not load_balancer_cidrs:
         raise ValueError("without edge proxy pods, load_balancer_cidrs must name the load balancer's subnets")
+    if s3_prefix_list_cidrs is not None and not weights_from_s3:
+        raise ValueError("s3_prefix_list_cidrs narrows the S3 egress, which only weights_from_s3 opens")
+    to_s3 = object_storage_egress(s3_prefix_list_cidrs)
     sources = [_pods(edge_namespace, edge_pod_selector)] if edge_pod_selector else []
     sources.append(_pods(prometheus_namespace, prometheus_pod_selector))
     sources += [{"ipBlock": {"cidr": cidr}} for cidr in load_balancer_cidrs]
@@ -895,7 +926,7 @@ def network_policies(
         ingress=[{"from": sources, "ports": [{"protocol": "TCP", "port": port}]}],
         # Tensor-parallel workers talk over shared memory inside the pod and weights are pre-staged
         # (HF_HUB_OFFLINE=1), so a serving pod needs no pod-to-pod or internet egress: DNS only.
-        egress=[_dns_egress(), *((_pod_identity_egress(), _https_egress()) if weights_from_s3 else ())],
+        egress=[_dns_egress(), *(to_s3 if weights_from_s3 else ())],
     )
     staging = _network_policy(
         "weights-staging", serving_namespace, staging_job_selector,
@@ -906,7 +937,7 @@ def network_policies(
         return [serving, staging]
     # Egress only: who may reach a worker is its group fence's to say (the other ranks).
     workers = _network_policy("vllm-worker-weights", serving_namespace, worker_selector,
-                              egress=[_dns_egress(), _pod_identity_egress(), _https_egress()])
+                              egress=[_dns_egress(), *to_s3])
     return [serving, staging, workers]
 
 

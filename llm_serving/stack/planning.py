@@ -54,6 +54,16 @@ def installs_load_balancer_controller(config: ServingStackArgs) -> bool:
     return load_balancer_controller(config) is LoadBalancerControllerMode.INSTALL
 
 
+def s3_through_gateway_endpoint(config: ServingStackArgs) -> bool:
+    """On S3, whether the GPU subnets reach S3 through a gateway endpoint (`weightsStorage.s3.vpcEndpoint`, or its
+    default: a created VPC has one on every private route table, llm_serving/cluster/cluster.py; an existing
+    VPC's is not known here). The pods that stream from the bucket are then fenced to S3's prefix list."""
+    if config.weights_storage.backend is not StorageBackend.S3:
+        return False
+    chosen = config.weights_storage.s3.vpc_endpoint
+    return chosen if chosen is not None else config.cluster.mode is ClusterMode.CREATE
+
+
 def route_host(config: ServingStackArgs, model: ModelArgs) -> str:
     return model.route.host or config.edge.host
 

@@ -89,6 +89,7 @@ from llm_serving.storage import (
     WeightsFileSystem,
     WeightsLustre,
     compile_cache_claim,
+    s3_prefix_list_name,
 )
 from llm_serving.verification import SELECTOR as VERIFY_POD_SELECTOR
 from llm_serving.verification import VerificationJob, VerificationJobArgs, VerificationMode
@@ -343,6 +344,16 @@ class ServingStack(pulumi.ComponentResource):
             refuse(name, platform_rules.existing_bucket_problems(bucket, region, aws.get_region().region),
                    "name a weights bucket the stack cannot use")
 
+    def _s3_prefix_list_cidrs(self) -> list[str]:
+        """The CIDRs of S3's AWS-managed prefix list in the stack's region, read while the program runs (every
+        preview and up; ec2:DescribePrefixLists, terraform-provider-aws internal/service/ec2/
+        vpc_prefix_list_data_source.go), so the fences built from them are plain values a preview shows in full.
+        AWS changes the list when S3 gains or drops ranges: the next preview then shows the NetworkPolicies
+        updated in place."""
+        invoke = pulumi.InvokeOptions(parent=self)
+        region = aws.get_region(opts=invoke).region
+        return list(aws.ec2.get_prefix_list(name=s3_prefix_list_name(region), opts=invoke).cidr_blocks)
+
     def _routed_models(self, args: ServingStackArgs) -> tuple[RoutedModel, ...]:
         """The models routed through an InferencePool, with their pickers' drains and admission."""
         ttft = {m.name: m.slo.ttft_p95_seconds for m in args.models}
@@ -418,6 +429,7 @@ class ServingStack(pulumi.ComponentResource):
         routed = any(timing.model_drains(args, m).picker_drain_seconds is not None for m in args.models)
         gates = verification.verification_mode(args) is not VerificationMode.OFF
         multinode = any(planning.model_plan(args, m).pipeline_parallel_size > 1 for m in args.models)
+        s3_cidrs = self._s3_prefix_list_cidrs() if planning.s3_through_gateway_endpoint(args) else None
         fences = [
             manifest_resource(f"serving-netpol-{policy['metadata']['name']}", policy, after_namespace)
             for policy in network_policies(
@@ -435,6 +447,7 @@ class ServingStack(pulumi.ComponentResource):
                 weights_from_s3=s3,
                 # The headless ranks of multi-node groups stream from the bucket as well.
                 worker_selector={"app.kubernetes.io/component": WORKER_COMPONENT} if multinode else None,
+                s3_prefix_list_cidrs=s3_cidrs,
             )
         ]
         if gates:
@@ -512,7 +525,8 @@ class ServingStack(pulumi.ComponentResource):
         if any(planning.compile_cache_wiring(args, m) is not None for m in args.models):
             # The producer Jobs wait for it (their `after`): a producer pod never runs unfenced. On S3 the
             # producers stream the weights and upload the cache like the serving pods reach the bucket.
-            fence = producer_network_policy(serving_namespace, object_storage_egress() if bucket is not None else None)
+            fence = producer_network_policy(serving_namespace,
+                                            object_storage_egress(s3_cidrs) if bucket is not None else None)
             producer_fence.append(k8s.networking.v1.NetworkPolicy(
                 "compile-cache-network-policy", metadata=fence["metadata"], spec=fence["spec"],
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[ns])))

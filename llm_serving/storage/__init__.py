@@ -9,7 +9,7 @@ from .args import (
     StorageBackend,
     WeightsStorageArgs,
 )
-from .buckets import model_prefix, model_uri
+from .buckets import model_prefix, model_uri, s3_prefix_list_name
 from .efs import ServingMount, WeightsFileSystem, WeightsFileSystemArgs
 from .fsx import WeightsLustre, WeightsLustreArgs
 from .objects import (
@@ -62,6 +62,7 @@ __all__ = [
     "model_prefix",
     "model_uri",
     "mount_target_subnets",
+    "s3_prefix_list_name",
     "s3_read_estimate",
     "storage_class",
     "streamer_mib_per_second",

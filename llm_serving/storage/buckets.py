@@ -23,6 +23,15 @@ S3_PUT_REQUESTS_PER_SECOND_PER_PREFIX = 3500
 CACHE_LOCK = ".llm-serving-lock"
 CACHE_MARKER = ".llm-serving-complete"
 
+def s3_prefix_list_name(region: str) -> str:
+    """The AWS-managed prefix list of S3 in `region`, also the name of its gateway endpoint service: a gateway
+    endpoint's route sends "traffic destined for the service to the gateway endpoint using the prefix list for the
+    service", and where prefix lists cannot be referenced "you can get the IP address range for Amazon S3 from the
+    prefix list for Amazon S3" (VPC user guide, privatelink/gateway-endpoints.html and vpc-endpoints-s3.html,
+    Considerations). A NetworkPolicy, like a network ACL, takes CIDRs only."""
+    return f"com.amazonaws.{region}.s3"
+
+
 def bucket_name(cluster_name: str, account_id: str, region: str) -> str:
     """The bucket this program creates: `<cluster>-weights-<account>-<region>`, the cluster's name cut to
     leave the whole within S3's 63 characters (bucketnamingrules.html) and without a trailing hyphen."""

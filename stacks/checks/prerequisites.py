@@ -201,9 +201,11 @@ PREREQUISITES: tuple[Prerequisite, ...] = (
         "The cluster's VPC has an S3 gateway endpoint on the route table of every `gpuNodeGroup.subnets` "
         "entry (free; a created VPC has one). Without it every cold start streams the checkpoint through the "
         "NAT gateway, at its per-GB processing charge and its 5 to 100 Gbps shared by the zone. With "
-        "`weightsStorage.s3.bucketName`, that bucket exists in the stack's region and the deploying role "
-        "reads it.",
-        "ec2:DescribeVpcEndpoints, ec2:DescribeRouteTables, s3:GetBucketLocation",
+        "`weightsStorage.s3.vpcEndpoint: true` (a created VPC: always) the pods that stream from the bucket may "
+        "reach on 443 only the CIDRs of S3's prefix list `com.amazonaws.<region>.s3`, which the deploying role "
+        "reads at every preview. With `weightsStorage.s3.bucketName`, that bucket exists in the stack's region and "
+        "the deploying role reads it.",
+        "ec2:DescribeVpcEndpoints, ec2:DescribeRouteTables, ec2:DescribePrefixLists, s3:GetBucketLocation",
         lambda c: c.weights_storage.backend is StorageBackend.S3),
     Prerequisite(
         "fsx-root", "`weightsStorage.backend: fsxLustre`",

@@ -17,6 +17,19 @@ REGION = "us-east-1"  # a stack file without aws:region (the provider's own defa
 _COMPASS = {"northeast": "ne", "northwest": "nw", "southeast": "se", "southwest": "sw", "central": "c"}
 
 
+# S3's AWS-managed prefix list (com.amazonaws.<region>.s3) as DescribePrefixLists answers it, in its own order:
+# us-east-1's ten ranges as a public chart records them for NetworkPolicies (uc-cdis/gen3-helm,
+# helm/gen3-network-policies/README.md, `s3CidrRanges`), under the list id security-group examples name
+# (pl-63a5400a). The real list changes when S3 gains ranges; the render only needs a realistic shape.
+S3_PREFIX_LISTS = {
+    "us-east-1": ("18.34.0.0/19", "16.15.192.0/18", "54.231.0.0/16", "52.216.0.0/15", "18.34.232.0/21",
+                  "16.15.176.0/20", "16.182.0.0/16", "3.5.0.0/19", "44.192.134.240/28", "44.192.140.64/28"),
+}
+S3_PREFIX_LIST_IDS = {"us-east-1": "pl-63a5400a"}
+# Any other region: the three documentation ranges (RFC 5737), so a render never passes for the region's list.
+PLACEHOLDER_S3_PREFIX_LIST = ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24")
+
+
 def zone_id_prefix(region: str) -> str:
     area, _, rest = region.partition("-")
     direction, _, number = rest.rpartition("-")
@@ -102,6 +115,13 @@ class RenderMocks(pulumi.runtime.Mocks):
             block = int(hashlib.sha256(subnet.encode()).hexdigest(), 16) % 16
             return {"id": subnet, "cidrBlock": f"10.0.{block * 16}.0/20",
                     "arn": f"arn:aws:ec2:{self.region}:{ACCOUNT_ID}:subnet/{subnet}"}
+        if token == "aws:ec2/getPrefixList:getPrefixList":
+            name = args.args["name"]
+            if name != f"com.amazonaws.{self.region}.s3":
+                raise NotImplementedError(f"the offline render knows no prefix list {name}")
+            cidrs = S3_PREFIX_LISTS.get(self.region, PLACEHOLDER_S3_PREFIX_LIST)
+            return {"id": S3_PREFIX_LIST_IDS.get(self.region, "pl-00000000"), "name": name, "cidrBlocks": list(cidrs),
+                    "region": self.region}
         if token == "aws:index/getPartition:getPartition":
             return {"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws"}
         if token == "aws:index/getCallerIdentity:getCallerIdentity":

@@ -49,6 +49,10 @@ CHECKS: tuple[Check, ...] = (
           "table (else cold starts stream through the NAT gateway)", ("ec2:DescribeVpcEndpoints",
                                                                         "ec2:DescribeRouteTables"), "",
           s3_checks.s3_gateway_endpoint),
+    Check("s3.prefix-list", "where the pods that stream from the bucket are fenced to S3 "
+          "(`weightsStorage.s3.vpcEndpoint`, a created VPC), S3's AWS-managed prefix list `com.amazonaws.<region>.s3` "
+          "answers with the CIDRs the preview reads into their NetworkPolicies", ("ec2:DescribePrefixLists",), "",
+          s3_checks.s3_prefix_list),
     Check("staging.disk", "on S3, a CPU node (untainted, amd64, non-GPU managed node group) has the allocatable "
           "ephemeral storage the staging Job requests; a created cluster's CPU nodes are sized for it",
           ("eks:ListNodegroups", "eks:DescribeNodegroup", "ec2:DescribeLaunchTemplateVersions"), "",

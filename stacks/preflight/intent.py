@@ -124,6 +124,8 @@ class Intent:
     s3_weights: bool = False  # weightsStorage.backend s3: every cold start streams from S3
     s3_bucket: str | None = None  # an existing bucket the stack stages into (None: the program creates one)
     s3_cold_start_gb: float = 0.0  # the largest checkpoint one cold start streams, in GB
+    # The pods that stream from the bucket may reach only S3's prefix list on 443 (weightsStorage.s3.vpcEndpoint).
+    s3_prefix_list_egress: bool = False
     # gpuNodeGroup.mode existing: the labels that choose the nodes (else the stack creates its group).
     gpu_node_selector: dict[str, str] | None = None
     gpus_per_pod: int = 1  # the most GPUs one serving pod asks for: a node must advertise as many
@@ -328,6 +330,7 @@ def intent(stack: str, region: str, config: ServingStackArgs) -> Intent:
         s3_bucket=config.weights_storage.s3.bucket_name if config.weights_storage.backend is StorageBackend.S3
         else None,
         s3_cold_start_gb=_largest_checkpoint_gb(config),
+        s3_prefix_list_egress=planning.s3_through_gateway_endpoint(config),
         gpu_node_selector=None if planning.creates_nodes(config) else planning.existing_node_selector(config),
         gpus_per_pod=max(planning.model_plan(config, m).tensor_parallel_size for m in config.models),
         device_plugin_existing=config.addons.nvidia_device_plugin.mode is InstallMode.EXISTING,

@@ -1,5 +1,6 @@
 """Checks of what the S3 weights backend needs from the account: the existing bucket (there, readable, in
-the stack's region) and an S3 gateway endpoint on the GPU subnets' route tables (read-only calls)."""
+the stack's region), an S3 gateway endpoint on the GPU subnets' route tables and, where the pods are fenced to
+it, S3's prefix list (read-only calls)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from llm_serving import edge, storage
 from llm_serving.stack.rules import platform
 from stacks.preflight.context import ClusterUnknown, Context
 from stacks.preflight.result import Finding, failed, passed
@@ -88,17 +90,49 @@ def s3_gateway_endpoint(ctx: Context) -> list[Finding]:
     subnets = [subnet for subnet, _ in i.subnets if subnet is not None]  # (ids are set with an existing cluster)
     missing = {s: t for s, t in _subnet_route_tables(tables, subnets).items() if t not in routed}
     if not missing:
+        fence = ("the pods that stream from the bucket reach S3 only at its prefix list" if i.s3_prefix_list_egress
+                 else "weightsStorage.s3.vpcEndpoint: true would fence the pods that stream from the bucket to S3's "
+                 "prefix list (they may reach any address on 443)")
         return [passed(check, f"{len(endpoints)} S3 gateway endpoint(s) in {vpc} route every GPU subnet "
-                       f"({', '.join(sorted({t for t in _subnet_route_tables(tables, subnets).values() if t}))})")]
+                       f"({', '.join(sorted({t for t in _subnet_route_tables(tables, subnets).values() if t}))}); "
+                       f"{fence}")]
     found = ", ".join(f"{s} uses {t or 'no route table'}" for s, t in sorted(missing.items()))
     cost = i.s3_cold_start_gb * NAT_USD_PER_GB_PROCESSED
     ids = " ".join(sorted({t for t in missing.values() if t}))
     fix = (f"aws ec2 modify-vpc-endpoint --vpc-endpoint-id {endpoints[0]['VpcEndpointId']} --add-route-table-ids "
            f"{ids}" if endpoints else f"aws ec2 create-vpc-endpoint --vpc-id {vpc} --vpc-endpoint-type Gateway "
            f"--service-name {service} --route-table-ids {ids}")
+    promised = "; weightsStorage.s3.vpcEndpoint: true says it is there" if i.s3_prefix_list_egress else ""
     return [failed(check, f"no S3 gateway endpoint of {vpc} is on the GPU subnets' route tables ({found}; "
                    f"endpoints found: {', '.join(e['VpcEndpointId'] for e in endpoints) or 'none'}): every cold "
                    f"start's {i.s3_cold_start_gb:,.0f} GB would go through the NAT gateway, at "
                    f"${NAT_USD_PER_GB_PROCESSED} per GB processed (${cost:,.2f} a cold start) and its "
-                   f"{NAT_GBPS} shared by the zone", f"{fix} (a gateway endpoint is free; expected one on every "
-                   "GPU subnet's route table)")]
+                   f"{NAT_GBPS} shared by the zone{promised}", f"{fix} (a gateway endpoint is free; expected one on "
+                   "every GPU subnet's route table)")]
+
+
+def s3_prefix_list(ctx: Context) -> list[Finding]:
+    """Where the pods that stream from the bucket are fenced to S3 (weightsStorage.s3.vpcEndpoint, or a created
+    VPC), S3's AWS-managed prefix list answers DescribePrefixLists by its name with CIDRs the program accepts:
+    the preview reads it the same way (terraform-provider-aws vpc_prefix_list_data_source.go, a filter on
+    prefix-list-name) and fails on no list or more than one, and the policies refuse an empty or malformed one
+    (llm_serving.edge.s3_cidrs)."""
+    i = ctx.intent
+    if not i.s3_prefix_list_egress:
+        return []
+    check = "s3.prefix-list"
+    name = storage.s3_prefix_list_name(i.region)
+    lists = ctx.ec2.describe_prefix_lists(Filters=[{"Name": "prefix-list-name", "Values": [name]}])["PrefixLists"]
+    if len(lists) != 1:
+        return [failed(check, f"DescribePrefixLists answers {len(lists)} prefix lists named {name}: the preview's "
+                       "look-up of S3's CIDRs for the NetworkPolicies would fail", "expected the one AWS-managed "
+                       "list of the region; where it has none, weightsStorage.s3.vpcEndpoint: false")]
+    (found,) = lists
+    try:
+        cidrs = edge.s3_cidrs(found.get("Cidrs", []))
+    except ValueError as error:
+        return [failed(check, f"{found.get('PrefixListId')} {name}: {error}", "expected CIDR blocks; "
+                       "weightsStorage.s3.vpcEndpoint: false keeps any address on 443 meanwhile")]
+    return [passed(check, f"{found.get('PrefixListId')} {name} holds {len(cidrs)} CIDR blocks "
+                   f"({', '.join(cidrs)}): the only addresses the serving pods, workers and compile-cache producers "
+                   "may reach on 443")]

@@ -17,6 +17,7 @@ from stacks.cli import plan as plan_cli
 from stacks.config.files import PROJECT_DIR
 from stacks.offline import render
 from tests.conftest import render_file
+from tests.stacks.test_s3_example import S3_PREFIX_LIST_BLOCKS
 
 EXAMPLE = PROJECT_DIR / "examples" / "Pulumi.prod-s3.yaml"
 BUCKET = "llm-prod-weights-123456789012-us-east-1"
@@ -147,8 +148,9 @@ def test_the_producer_reaches_the_pod_identity_agent_and_s3_and_nothing_in(examp
     assert spec["egress"][1:] == [
         {"to": [{"ipBlock": {"cidr": "169.254.170.23/32"}}, {"ipBlock": {"cidr": "fd00:ec2::23/128"}}],
          "ports": [{"protocol": "TCP", "port": 80}]},
-        {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}, {"ipBlock": {"cidr": "::/0"}}],
-         "ports": [{"protocol": "TCP", "port": 443}]}]
+        {"to": S3_PREFIX_LIST_BLOCKS, "ports": [{"protocol": "TCP", "port": 443}]}]
+    # Fenced to S3 like the serving pods: the example's GPU subnets route S3 through a gateway endpoint.
+    assert spec["egress"][-1] == example.manifest("NetworkPolicy", "vllm-serving")["spec"]["egress"][-1]
 
 
 def test_the_planner_shows_the_cache_hit_on_s3(capsys):

@@ -16,9 +16,9 @@ from llm_serving.serving import offload_init_seconds, weights
 from llm_serving.stack import planning
 from llm_serving.stack.rules import platform
 from stacks import checks, environment
-from stacks.config import ServingStackArgs, StorageBackend
+from stacks.config import ClusterMode, ServingStackArgs, StorageBackend
 from stacks.config.files import PROJECT_DIR
-from stacks.offline import render
+from stacks.offline import mocks, render
 from tests.conftest import render_file
 from tests.support import reference
 
@@ -27,6 +27,10 @@ GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "prod-s3"
 BUCKET = "llm-prod-weights-123456789012-us-east-1"
 BUCKET_ARN = f"arn:aws:s3:::{BUCKET}"
 PREFIX = "meta-llama/Llama-3.1-70B-Instruct/1605565b47bb9346c5515c34102e054115b4f98b/"
+# The render's S3 prefix list for us-east-1, in address order: what the streaming pods' 443 rule names.
+S3_PREFIX_LIST_BLOCKS = [{"ipBlock": {"cidr": cidr}} for cidr in (
+    "3.5.0.0/19", "16.15.176.0/20", "16.15.192.0/18", "16.182.0.0/16", "18.34.0.0/19", "18.34.232.0/21",
+    "44.192.134.240/28", "44.192.140.64/28", "52.216.0.0/15", "54.231.0.0/16")]
 
 
 def _cache_prefix() -> str:
@@ -192,12 +196,37 @@ def test_vllm_streams_from_the_prefix_with_the_streamer_settings_and_mounts_no_w
 def test_serving_pods_and_the_job_reach_the_pod_identity_agent(example):
     agent = {"to": [{"ipBlock": {"cidr": "169.254.170.23/32"}}, {"ipBlock": {"cidr": "fd00:ec2::23/128"}}],
              "ports": [{"protocol": "TCP", "port": 80}]}
-    https = {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}, {"ipBlock": {"cidr": "::/0"}}],
-             "ports": [{"protocol": "TCP", "port": 443}]}
+    anywhere = {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}, {"ipBlock": {"cidr": "::/0"}}],
+                "ports": [{"protocol": "TCP", "port": 443}]}
     serving_egress = example.manifest("NetworkPolicy", "vllm-serving")["spec"]["egress"]
     staging_egress = example.manifest("NetworkPolicy", "weights-staging")["spec"]["egress"]
-    assert serving_egress[1:] == [agent, https]
-    assert staging_egress[1:] == [https, agent]
+    assert serving_egress[1:] == [agent, {"to": S3_PREFIX_LIST_BLOCKS, "ports": [{"protocol": "TCP", "port": 443}]}]
+    # The staging Job also downloads from the Hub and its CDN: any address on 443.
+    assert staging_egress[1:] == [anywhere, agent]
+
+
+def test_with_the_gateway_endpoint_the_serving_pods_reach_only_s3s_prefix_list(example, config):
+    assert config.weights_storage.s3.vpc_endpoint is True
+    (https,) = [rule for rule in example.manifest("NetworkPolicy", "vllm-serving")["spec"]["egress"]
+                if rule["ports"] == [{"protocol": "TCP", "port": 443}]]
+    # Exactly the region's list as the preview read it (stacks/offline/mocks.py), each block once.
+    assert sorted(block["ipBlock"]["cidr"] for block in https["to"]) == sorted(mocks.S3_PREFIX_LISTS["us-east-1"])
+    assert not any(block["ipBlock"]["cidr"] in ("0.0.0.0/0", "::/0") for block in https["to"])
+
+
+def test_without_the_gateway_endpoint_an_existing_clusters_pods_reach_any_address_on_443(config):
+    for vpc_endpoint in (None, False):
+        assert not planning.s3_through_gateway_endpoint(_with(config, s3={"vpc_endpoint": vpc_endpoint}))
+    assert planning.s3_through_gateway_endpoint(config)
+
+
+def test_a_created_vpc_has_the_endpoint_so_it_fences_by_default_and_refuses_false(config):
+    created = replace(config, cluster=replace(config.cluster, mode=ClusterMode.CREATE))
+    assert planning.s3_through_gateway_endpoint(_with(created, s3={"vpc_endpoint": None}))
+    assert _lines(_with(created, s3={"vpc_endpoint": None})) == []
+    assert _lines(_with(created, s3={"vpc_endpoint": False})) == [
+        "llm-serving:weightsStorage.s3.vpcEndpoint: cluster.mode create builds the VPC with an S3 gateway endpoint on "
+        "every private route table (got false; expected unset or true)"]
 
 
 def test_the_planner_adds_a_replica_term_by_term_on_s3s_cited_read_figure(config):

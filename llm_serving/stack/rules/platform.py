@@ -178,6 +178,9 @@ def s3_rules(config: ServingStackArgs) -> Iterator[Problem]:
     if s3.bucket_region is not None and s3.bucket_name is None:
         yield Problem("weightsStorage.s3.bucketRegion", "only describes an existing bucket; the program creates "
                       "its bucket in the stack's region", s3.bucket_region, "unset, or with bucketName")
+    if s3.vpc_endpoint is False and config.cluster.mode is ClusterMode.CREATE:
+        yield Problem("weightsStorage.s3.vpcEndpoint", "cluster.mode create builds the VPC with an S3 gateway "
+                      "endpoint on every private route table", s3.vpc_endpoint, "unset or true")
     for model in config.models:
         path = f"models[{model.name}]"
         image = model.image

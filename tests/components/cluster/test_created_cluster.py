@@ -15,7 +15,7 @@ from llm_serving.cluster import allocatable_ephemeral_gib
 from policies import rules
 from stacks.config.files import PROJECT_DIR
 from stacks.config.problems import ConfigError
-from stacks.offline import render
+from stacks.offline import mocks, render
 from tests.conftest import render_file
 
 SANDBOX = PROJECT_DIR / "examples" / "Pulumi.sandbox.yaml"
@@ -333,3 +333,18 @@ def test_the_program_refuses_zones_the_region_does_not_offer(tmp_path, caplog):
         'llm-serving:cluster.create.zones: not an available zone of region us-east-1 (got "us-east-1g"; expected '
         "us-east-1a, us-east-1b, us-east-1c, us-east-1d, us-east-1e, us-east-1f)"
     ]
+
+
+def test_on_s3_a_created_vpc_fences_the_streaming_pods_to_s3s_prefix_list(stack_dir):
+    # The sandbox with its weights on S3: the VPC it creates routes S3 through the gateway endpoint above, so
+    # with weightsStorage.s3.vpcEndpoint unset the serving pods may reach on 443 only S3's prefix list.
+    path = stack_dir / "Pulumi.sandbox-s3.yaml"
+    path.write_text(SANDBOX.read_text() + "  llm-serving:weightsStorage:\n    backend: s3\n")
+    result = render_file(path)
+    (https,) = [rule for rule in result.manifest("NetworkPolicy", "vllm-serving")["spec"]["egress"]
+                if rule["ports"] == [{"protocol": "TCP", "port": 443}]]
+    assert sorted(b["ipBlock"]["cidr"] for b in https["to"]) == sorted(mocks.S3_PREFIX_LISTS["us-east-1"])
+    # The staging Job reaches the Hub too, through the NAT gateway: any address on 443.
+    staging = result.manifest("NetworkPolicy", "weights-staging")["spec"]["egress"]
+    assert {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}, {"ipBlock": {"cidr": "::/0"}}],
+            "ports": [{"protocol": "TCP", "port": 443}]} in staging

@@ -789,3 +789,67 @@ def test_nginx_mode_admits_only_the_controller_pods(source: Pod, expected: bool)
 def test_alb_mode_without_the_subnets_is_refused() -> None:
     with pytest.raises(ValueError, match="load_balancer_cidrs must name the load balancer's subnets"):
         edge.network_policies(**{**POLICY_ARGS, "edge_pod_selector": None})
+
+
+# S3's prefix list as DescribePrefixLists may answer it: out of order, one range twice.
+S3_PREFIX_LIST = ("54.231.0.0/16", "3.5.0.0/19", "52.216.0.0/15", "3.5.0.0/19")
+WORKER = pod(SERVING_NS, {"app.kubernetes.io/name": "llama-405b", "app.kubernetes.io/component": "vllm-worker"})
+S3_ARGS: dict[str, Any] = {**POLICY_ARGS, "weights_from_s3": True,
+                           "worker_selector": {"app.kubernetes.io/component": "vllm-worker"}}
+S3_POLICIES = edge.network_policies(**S3_ARGS, s3_prefix_list_cidrs=S3_PREFIX_LIST)
+S3_ANYWHERE_POLICIES = edge.network_policies(**S3_ARGS)
+S3_ADDRESS = "52.217.160.9"  # in 52.216.0.0/15, S3 in us-east-1
+AGENT = "169.254.170.23"
+
+
+def test_s3_policies_validate() -> None:
+    assert [e for o in S3_POLICIES + S3_ANYWHERE_POLICIES for e in kubernetes_object_errors(o, "1.34")] == []
+
+
+@pytest.mark.parametrize("source,destination,port,expected", [
+    (VLLM, S3_ADDRESS, 443, True),
+    (VLLM, INTERNET, 443, False),
+    (VLLM, S3_ADDRESS, 80, False),
+    (VLLM, AGENT, 80, True),
+    (WORKER, S3_ADDRESS, 443, True),
+    (WORKER, INTERNET, 443, False),
+    (WORKER, AGENT, 80, True),
+    # The staging Job downloads from the Hub and its CDN as well: any address on 443 still.
+    (JOB, INTERNET, 443, True),
+    (JOB, S3_ADDRESS, 443, True),
+    (JOB, AGENT, 80, True),
+], ids=lambda v: v if isinstance(v, str | int | bool) else getattr(v, "namespace", str(v)))
+def test_with_a_gateway_endpoint_the_streaming_pods_reach_only_s3s_prefix_list_on_443(
+    source: Pod, destination: str, port: int, expected: bool
+) -> None:
+    assert allowed(source, destination, port, policies=S3_POLICIES) is expected
+
+
+def test_without_a_gateway_endpoint_the_streaming_pods_may_reach_any_address_on_443() -> None:
+    assert allowed(VLLM, INTERNET, 443, policies=S3_ANYWHERE_POLICIES)
+    assert allowed(WORKER, INTERNET, 443, policies=S3_ANYWHERE_POLICIES)
+
+
+def test_the_prefix_lists_cidrs_are_named_once_each_in_address_order() -> None:
+    serving, _, workers = S3_POLICIES
+    https = {"to": [{"ipBlock": {"cidr": c}} for c in ("3.5.0.0/19", "52.216.0.0/15", "54.231.0.0/16")],
+             "ports": [{"protocol": "TCP", "port": 443}]}
+    assert serving["spec"]["egress"][-1] == workers["spec"]["egress"][-1] == https
+    # The same list in another order is the same policy: no change to show at the next preview.
+    assert edge.network_policies(**S3_ARGS, s3_prefix_list_cidrs=sorted(S3_PREFIX_LIST)) == S3_POLICIES
+
+
+@pytest.mark.parametrize("cidrs,message", [
+    # A rule whose `to` is empty admits every destination: an empty list must never become one.
+    ((), "has no CIDR block"),
+    (("52.216.0.1/15",), "'52.216.0.1/15' is not a CIDR block"),
+    (("s3.amazonaws.com",), "'s3.amazonaws.com' is not a CIDR block"),
+])
+def test_an_empty_or_malformed_prefix_list_is_refused(cidrs: tuple[str, ...], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        edge.network_policies(**S3_ARGS, s3_prefix_list_cidrs=cidrs)
+
+
+def test_narrowing_s3_egress_without_s3_weights_is_refused() -> None:
+    with pytest.raises(ValueError, match="only weights_from_s3 opens"):
+        edge.network_policies(**POLICY_ARGS, s3_prefix_list_cidrs=S3_PREFIX_LIST)

@@ -38,6 +38,7 @@ def s3_intent(**changes):
 def test_the_intent_of_the_s3_example():
     found = s3_intent()
     assert (found.s3_weights, found.s3_bucket, round(found.s3_cold_start_gb)) == (True, None, 141)
+    assert found.s3_prefix_list_egress  # weightsStorage.s3.vpcEndpoint: true
     assert found.pod_identity_users[-1] == "the S3 weights roles (staging Jobs, serving pods)"
 
 
@@ -114,18 +115,31 @@ def test_an_endpoint_on_every_gpu_subnets_table_passes(aws):
     _stub_network(aws, [_endpoint("rtb-a", "rtb-b", "rtb-main")])
     (finding,) = run("s3.gateway-endpoint", context(aws, s3_intent(), cluster=CLUSTER))
     assert (finding.outcome, finding.reason) == (
-        Outcome.PASS, f"1 S3 gateway endpoint(s) in {VPC} route every GPU subnet (rtb-a, rtb-b, rtb-main)")
+        Outcome.PASS, f"1 S3 gateway endpoint(s) in {VPC} route every GPU subnet (rtb-a, rtb-b, rtb-main); the pods "
+        "that stream from the bucket reach S3 only at its prefix list")
+
+
+def test_an_endpoint_the_stack_does_not_fence_to_says_how_to_narrow_the_pods_egress(aws):
+    _stub_network(aws, [_endpoint("rtb-a", "rtb-b", "rtb-main")])
+    (finding,) = run("s3.gateway-endpoint", context(aws, s3_intent(s3_prefix_list_egress=False), cluster=CLUSTER))
+    assert finding.outcome is Outcome.PASS
+    assert finding.reason.endswith("; weightsStorage.s3.vpcEndpoint: true would fence the pods that stream from the "
+                                   "bucket to S3's prefix list (they may reach any address on 443)")
 
 
 def test_a_subnet_whose_table_the_endpoint_misses_fails_with_the_nat_cost(aws):
+    _stub_network(aws, [_endpoint("rtb-a", "rtb-b")])
     _stub_network(aws, [_endpoint("rtb-a", "rtb-b")])
     (finding,) = run("s3.gateway-endpoint", context(aws, s3_intent(), cluster=CLUSTER))
     assert (finding.outcome, finding.reason, finding.fix) == (
         Outcome.FAIL, f"no S3 gateway endpoint of {VPC} is on the GPU subnets' route tables ({SUBNETS[2]} uses "
         "rtb-main; endpoints found: vpce-0s3): every cold start's 141 GB would go through the NAT gateway, at "
-        "$0.045 per GB processed ($6.35 a cold start) and its 5 Gbps scaling to 100 Gbps shared by the zone",
+        "$0.045 per GB processed ($6.35 a cold start) and its 5 Gbps scaling to 100 Gbps shared by the zone; "
+        "weightsStorage.s3.vpcEndpoint: true says it is there",
         "aws ec2 modify-vpc-endpoint --vpc-endpoint-id vpce-0s3 --add-route-table-ids rtb-main (a gateway endpoint "
         "is free; expected one on every GPU subnet's route table)")
+    (finding,) = run("s3.gateway-endpoint", context(aws, s3_intent(s3_prefix_list_egress=False), cluster=CLUSTER))
+    assert finding.outcome is Outcome.FAIL and finding.reason.endswith("shared by the zone")
 
 
 def test_no_endpoint_at_all_fails_with_the_create_command(aws):
@@ -167,3 +181,51 @@ def test_the_s3_roles_need_the_pod_identity_agent(aws):
         "eks-pod-identity-agent add-on is not installed: their pods would get no AWS credentials")
     aws.respond("eks", "describe_addon", addon("eks-pod-identity-agent"), params)
     assert run("addons.pod-identity-agent", context(aws, s3_intent()))[0].outcome is Outcome.PASS
+
+
+PREFIX_LIST_FILTERS = [{"Name": "prefix-list-name", "Values": ["com.amazonaws.us-east-1.s3"]}]
+
+
+def _prefix_lists(*lists: dict) -> dict:
+    return {"PrefixLists": list(lists)}
+
+
+S3_LIST = {"PrefixListId": "pl-63a5400a", "PrefixListName": "com.amazonaws.us-east-1.s3",
+           "Cidrs": ["54.231.0.0/16", "3.5.0.0/19", "52.216.0.0/15"]}
+
+
+def test_the_prefix_list_the_pods_are_fenced_to_passes_with_its_cidrs(aws):
+    aws.respond("ec2", "describe_prefix_lists", _prefix_lists(S3_LIST), {"Filters": PREFIX_LIST_FILTERS})
+    (finding,) = run("s3.prefix-list", context(aws, s3_intent()))
+    assert (finding.outcome, finding.reason) == (
+        Outcome.PASS, "pl-63a5400a com.amazonaws.us-east-1.s3 holds 3 CIDR blocks (3.5.0.0/19, 52.216.0.0/15, "
+        "54.231.0.0/16): the only addresses the serving pods, workers and compile-cache producers may reach on 443")
+
+
+def test_no_prefix_list_or_an_empty_one_fails_before_the_preview_does(aws):
+    aws.respond("ec2", "describe_prefix_lists", _prefix_lists(), {"Filters": PREFIX_LIST_FILTERS})
+    (finding,) = run("s3.prefix-list", context(aws, s3_intent()))
+    assert (finding.outcome, finding.reason, finding.fix) == (
+        Outcome.FAIL, "DescribePrefixLists answers 0 prefix lists named com.amazonaws.us-east-1.s3: the preview's "
+        "look-up of S3's CIDRs for the NetworkPolicies would fail", "expected the one AWS-managed list of the "
+        "region; where it has none, weightsStorage.s3.vpcEndpoint: false")
+    aws.respond("ec2", "describe_prefix_lists", _prefix_lists({**S3_LIST, "Cidrs": []}),
+                {"Filters": PREFIX_LIST_FILTERS})
+    (finding,) = run("s3.prefix-list", context(aws, s3_intent()))
+    assert finding.outcome is Outcome.FAIL
+    assert finding.reason == ("pl-63a5400a com.amazonaws.us-east-1.s3: the S3 prefix list has no CIDR block: an "
+                              "egress rule to none would admit every address")
+
+
+def test_the_prefix_list_check_runs_only_where_the_pods_are_fenced_to_it(aws):
+    assert run("s3.prefix-list", context(aws, s3_intent(s3_prefix_list_egress=False))) == []
+    # A created VPC: the list is read before the VPC exists, so no cluster is needed.
+    aws.respond("ec2", "describe_prefix_lists", _prefix_lists(S3_LIST), {"Filters": PREFIX_LIST_FILTERS})
+    assert run("s3.prefix-list", context(aws, s3_intent(creates_cluster=True)))[0].outcome is Outcome.PASS
+
+
+def test_a_refused_prefix_list_lookup_could_not_check_naming_the_permission(aws):
+    aws.error("ec2", "describe_prefix_lists", "UnauthorizedOperation", 403, {"Filters": PREFIX_LIST_FILTERS})
+    (finding,) = run("s3.prefix-list", context(aws, s3_intent()))
+    assert finding.outcome is Outcome.COULD_NOT_CHECK
+    assert finding.fix.startswith("allow ec2:DescribePrefixLists for this identity")
