@@ -57,6 +57,7 @@ HTTP_ROUTES = (
     "kubernetes:gateway.networking.k8s.io/v1beta1:HTTPRoute",
 )
 BACKEND_TRAFFIC_POLICY = "kubernetes:gateway.envoyproxy.io/v1alpha1:BackendTrafficPolicy"
+ENVOY_PROXY = "kubernetes:gateway.envoyproxy.io/v1alpha1:EnvoyProxy"
 INFERENCE_POOL = "kubernetes:inference.networking.k8s.io/v1:InferencePool"
 # Envoy AI Gateway v1.1.0 reads this pool annotation: `buffered` makes the endpoint picker's ext_proc
 # filter hold whole request and response bodies (internal/extensionserver/inferencepool.go).
@@ -260,6 +261,91 @@ def check_images_pinned(resource_type: str, inputs: Mapping[str, Any], context: 
 
 # Environments that pull only by digest: prod, and staging, which rehearses prod's deploys.
 DIGEST_ENVIRONMENTS = ("prod", "staging")
+PIN_COMMAND = "python -m stacks pin-images <stack> --write"
+
+# The Helm values keys that pin each chart's images by digest, and the form its template takes there: "tag"
+# `<tag>@sha256:<hex>`, "sha" the hex alone, "digest" `sha256:<hex>`, "image" a whole reference ending in
+# `@sha256:<hex>`; () for a chart of CRDs only. A mirror of llm_serving/platform/versions.py (ChartPin.images,
+# where each key is cited from the chart's templates), which the published pack cannot import;
+# tests/policies/test_rules.py keeps the two equal. A release of a chart missing here is refused in prod.
+CHART_IMAGE_KEYS: dict[str, tuple[tuple[str, str], ...]] = {
+    "nvidia-device-plugin": (("image.tag", "tag"), ("nfd.image.tag", "tag")),
+    "dcgm-exporter": (("image.tag", "tag"),),
+    "kube-prometheus-stack": (
+        ("prometheusOperator.image.sha", "sha"),
+        ("prometheusOperator.prometheusConfigReloader.image.sha", "sha"),
+        ("prometheusOperator.admissionWebhooks.patch.image.sha", "sha"),
+        ("prometheus.prometheusSpec.image.sha", "sha"),
+        ("alertmanager.alertmanagerSpec.image.sha", "sha"),
+        ("kube-state-metrics.image.sha", "digest"),
+        ("prometheus-node-exporter.image.digest", "digest"),
+        ("grafana.image.sha", "sha"),
+        ("grafana.sidecar.image.sha", "sha"),
+    ),
+    "gateway-helm": (("global.images.envoyGateway.image", "image"),),
+    "gateway-crds-helm": (),
+    "prometheus-operator-crds": (),
+    "aws-load-balancer-controller": (("image.tag", "tag"),),
+    "keda": (("image.keda.tag", "tag"), ("image.metricsApiServer.tag", "tag"), ("image.webhooks.tag", "tag")),
+    "prometheus-adapter": (("image.tag", "tag"),),
+    "cluster-autoscaler": (("image.tag", "tag"),),
+    "ai-gateway-helm": (("controller.image.tag", "tag"),),
+    "ai-gateway-crds-helm": (),
+    "aws-efa-k8s-device-plugin": (("image.tag", "tag"),),
+    "lws": (("image.manager.tag", "tag"),),
+}
+# Where an EnvoyProxy names the proxy's image (gateway.envoyproxy.io/v1alpha1 KubernetesContainerSpec); unset,
+# Envoy Gateway runs its built-in default by tag (envoyproxy/gateway v1.9.0 api/v1alpha1/shared_types.go).
+ENVOY_PROXY_WORKLOADS = ("envoyDeployment", "envoyDaemonSet")
+_HEX_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+_FULL_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+def _pins_digest(value: Any, form: str) -> bool:
+    """Whether a chart's values key holds a digest in the form its template takes (CHART_IMAGE_KEYS)."""
+    if not isinstance(value, str):
+        return False
+    if form == "sha":
+        return bool(_HEX_DIGEST.match(value))
+    if form == "digest":
+        return bool(_FULL_DIGEST.match(value))
+    return bool(_DIGEST.search(value))
+
+
+def _chart_digest_problems(inputs: Mapping[str, Any], context: RuleContext) -> list[str]:
+    release = inputs.get("name") or context.name
+    # A classic chart is named as such; an OCI one by its reference, whose last part is the chart's name.
+    chart = str(inputs.get("chart") or "").rstrip("/").rsplit("/", 1)[-1]
+    environment = context.environment
+    keys = CHART_IMAGE_KEYS.get(chart)
+    if keys is None:
+        return [f"Helm release {release}: chart {chart or '(unset)'} is not in this pack's table of chart images "
+                f"(CHART_IMAGE_KEYS), so nothing shows that {environment} pulls its images by digest; list them in "
+                "llm_serving/platform/versions.py and in the table."]
+    messages = []
+    for key, form in keys:
+        value = _dig(inputs.get("values"), *key.split("."))
+        if not _pins_digest(value, form):
+            shown = "unset" if value is None else f"'{value}'"
+            messages.append(
+                f"Helm release {release}: values {key} is {shown}, so chart {chart} pulls that image by tag; a tag "
+                f"can be pushed again, so {environment} pulls exactly the build that was tested: run "
+                f"`{PIN_COMMAND}` (chartImageDigests).")
+    return messages
+
+
+def _proxy_digest_problems(inputs: Mapping[str, Any], context: RuleContext) -> list[str]:
+    subject = _subject(ENVOY_PROXY, inputs, context)
+    kubernetes = _map(_dig(inputs.get("spec"), "provider", "kubernetes"))
+    workload = next((w for w in ENVOY_PROXY_WORKLOADS if w in kubernetes), ENVOY_PROXY_WORKLOADS[0])
+    image = _dig(kubernetes, workload, "container", "image")
+    if isinstance(image, str) and _DIGEST.search(image):
+        return []
+    shown = f"image {image}" if isinstance(image, str) and image else "Envoy Gateway's built-in image, by tag"
+    return [f"{subject}: the proxies run {shown} (spec.provider.kubernetes.{workload}.container.image); they carry "
+            f"every request and enforce the edge's auth, and a tag can be pushed again, so {context.environment} "
+            f"pulls exactly the build that was tested: run `{PIN_COMMAND}` (chartImageDigests, with the stack's own "
+            "Envoy Gateway)."]
 
 
 def check_images_digest_pinned(
@@ -267,11 +353,14 @@ def check_images_digest_pinned(
 ) -> list[str]:
     if context.environment not in DIGEST_ENVIRONMENTS:
         return []
+    if resource_type == HELM_RELEASE:
+        return _chart_digest_problems(inputs, context)
+    if resource_type == ENVOY_PROXY:
+        return _proxy_digest_problems(inputs, context)
     subject = _subject(resource_type, inputs, context)
     return [
         f"{_where(subject, c)}: image {c['image']} has no digest; a tag can be pushed again, so {context.environment} "
-        "pulls exactly the build that was tested: for vLLM run `python -m stacks pin-images <stack> --write` "
-        "(models[].image.digest)."
+        f"pulls exactly the build that was tested: for vLLM run `{PIN_COMMAND}` (models[].image.digest)."
         for c in _all_containers(resource_type, inputs)
         if isinstance(c.get("image"), str) and not _DIGEST.search(c["image"])
     ]
@@ -753,8 +842,9 @@ RULES: list[Rule] = [
          "Container images carry a release tag, never 'latest' (Helm values image.tag too).",
          "mandatory", check_images_pinned, (*WORKLOADS, HELM_RELEASE)),
     Rule("images-digest-pinned",
-         "In prod and staging, container images are also pinned by digest (@sha256:...).",
-         "mandatory", check_images_digest_pinned, WORKLOADS),
+         "In prod and staging, container images are also pinned by digest (@sha256:...): the charts' images "
+         "(Helm values) and the Envoy proxy's included.",
+         "mandatory", check_images_digest_pinned, (*WORKLOADS, HELM_RELEASE, ENVOY_PROXY)),
     Rule("gpu-pods-select-gpu-nodes",
          "Pods requesting nvidia.com/gpu select GPU nodes and tolerate the nvidia.com/gpu NoSchedule taint.",
          "mandatory", check_gpu_pods_select_gpu_nodes, WORKLOADS),

@@ -1,8 +1,11 @@
-"""`python -m stacks pin-images <stack>`: each model's vLLM image tag resolved to its digest through the registry's
-own API, and (with `--write`) the digest written into the stack file as `models[].image.digest`.
+"""`python -m stacks pin-images <stack>`: each model's vLLM image tag, and each image the stack's charts run (the
+Envoy proxy's included), resolved to its digest through the registry's own API, and (with `--write`) the digests
+written into the stack file as `models[].image.digest` and `chartImageDigests`.
 
 A tag can be pushed again; a digest names one build. Prod and staging refuse an image without a digest at preview
-(the policy pack's `images-digest-pinned`), and this is the command that message names.
+(the policy pack's `images-digest-pinned`), and this is the command that message names. The chart images are those
+llm_serving/platform/versions.py lists for each chart the stack installs at its pinned version
+(llm_serving.stack.chart_images); a chart at another version runs images nobody listed, and the command says so.
 
 The registry API is the OCI Distribution Specification (v1.1, "Pulling manifests"): `HEAD /v2/<name>/manifests/<tag>`
 with the manifest media types in `Accept` answers the digest of what a pull by that tag gets in the
@@ -13,8 +16,13 @@ anonymous pulls of public images): the token comes from the realm and the reques
 registry that omits the header answers the manifest to a GET, whose sha256 is the digest.
 
 The stack file is edited as text (its comments are the review's context): the `digest:` line is inserted or
-replaced under the model's `image:` (added if absent), then the file is parsed again and must differ from before
-in that one value, else nothing is written.
+replaced under the model's `image:` (added if absent), and one `"<repository:tag>": "<digest>"` line per chart image
+under `llm-serving:chartImageDigests:` (added at the end of `config:` if absent), where entries that name no image
+the stack runs any more (a chart bump) are removed; after each edit the file is parsed again and must differ from
+before in exactly those values, else nothing is written.
+
+Length: the registry client and the two text edits of the stack file share the command's one read and one write;
+apart, each half would need the other's parsing of the same file.
 """
 
 from __future__ import annotations
@@ -26,10 +34,13 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from llm_serving.platform.versions import ChartImage
+from llm_serving.stack import chart_images
 from stacks import environment
 from stacks.config import files as stack_files
 from stacks.config.problems import CommandLineParser, ConfigError, Problem
@@ -43,6 +54,8 @@ MANIFEST_TYPES = (
     "application/vnd.docker.distribution.manifest.v2+json",
 )
 DOCKER_HUB = "registry-1.docker.io"
+# The names Docker's reference grammar gives Docker Hub, whose registry API answers at DOCKER_HUB only.
+DOCKER_HUB_ALIASES = ("docker.io", "index.docker.io", DOCKER_HUB)
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 TIMEOUT_SECONDS = 30
 # Plain HTTP only to a registry on this machine (a local mirror, a test registry); every other one over TLS.
@@ -67,11 +80,13 @@ class ImageReference:
 
 def parse_reference(repository: str, tag: str) -> ImageReference:
     """`vllm/vllm-openai` -> Docker Hub's `vllm/vllm-openai`; `ghcr.io/org/name` -> ghcr.io's `org/name`. A first
-    component with a dot or a port, or `localhost`, names the registry (Docker's reference grammar)."""
+    component with a dot or a port, or `localhost`, names the registry (Docker's reference grammar); `docker.io` is
+    Docker Hub, whose one-component names live under `library/`."""
     first, _, rest = repository.partition("/")
-    if rest and ("." in first or ":" in first or first == "localhost"):
+    if rest and first not in DOCKER_HUB_ALIASES and ("." in first or ":" in first or first == "localhost"):
         return ImageReference(first, rest, tag)
-    return ImageReference(DOCKER_HUB, repository if rest else f"library/{repository}", tag)
+    name = rest if rest and first in DOCKER_HUB_ALIASES else repository
+    return ImageReference(DOCKER_HUB, name if "/" in name else f"library/{name}", tag)
 
 
 def _challenge(header: str) -> dict[str, str]:
@@ -248,19 +263,102 @@ def _check_edit(before: str, after: str, model: str, digest: str) -> None:
                                    "nothing was written", digest, "set it by hand")])
 
 
+# `llm-serving:chartImageDigests`, a block of `"<repository:tag>": "<digest>"` lines.
+CHART_DIGESTS = f"{stack_files.PROJECT}:chartImageDigests"
+CHART_DIGESTS_COMMENT = ("  # The images the charts run, by digest: `python -m stacks pin-images <stack> --write`\n"
+                         "  # writes them; run it again after a chart bump.\n")
+
+
+def _entry(line: str) -> str | None:
+    """The reference a `"<reference>": "<digest>"` line of the block names."""
+    parsed = stack_files.parse_yaml(line.strip())
+    return str(next(iter(parsed))) if isinstance(parsed, dict) and len(parsed) == 1 else None
+
+
+def set_chart_digests(text: str, digests: Mapping[str, str], remove: Collection[str] = ()) -> str:
+    """`text` with each `reference: digest` of `digests` in `llm-serving:chartImageDigests` (the block added at the
+    end of `config:` when absent), and the entries named in `remove` taken out (the block too, once empty)."""
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    start = next((i for i, line in enumerate(lines) if line.rstrip() == f"  {CHART_DIGESTS}:"), None)
+    if start is None:
+        inline = next((line.strip() for line in lines if line.startswith(f"  {CHART_DIGESTS}:")), None)
+        if inline is not None:
+            raise ConfigError([Problem("chartImageDigests", "is written inline; write it as a block to pin it",
+                                       inline, f"{CHART_DIGESTS}:\\n  \"<repository:tag>\": \"<digest>\"")])
+        if not digests:
+            return "".join(lines)
+        config = next((i for i, line in enumerate(lines) if line.rstrip() == "config:"), None)
+        if config is None:
+            raise ConfigError([Problem("config", "the stack file has no `config:` block", None, "config:")])
+        end = _block_end(lines, config, 0)
+        block = [CHART_DIGESTS_COMMENT, f"  {CHART_DIGESTS}:\n"]
+        block += [f'    "{reference}": "{digests[reference]}"\n' for reference in sorted(digests)]
+        return "".join(lines[:end] + block + lines[end:])
+    end = _block_end(lines, start, 2)
+    children = [i for i in range(start + 1, end) if not _blank(lines[i])]
+    pad = " " * (_indent(lines[children[0]]) if children else 4)
+    seen: set[str] = set()
+    kept: list[int] = []
+    for i in children:
+        reference = _entry(lines[i])
+        if reference is None:
+            raise ConfigError([Problem("chartImageDigests", "holds a line that is not one `reference: digest` entry",
+                                       lines[i].strip(), '"<repository:tag>": "<digest>" on one line')])
+        if reference in remove:
+            lines[i] = ""
+            continue
+        kept.append(i)
+        if reference in digests:
+            lines[i] = f'{pad}"{reference}": "{digests[reference]}"\n'
+            seen.add(reference)
+    added = [f'{pad}"{reference}": "{digests[reference]}"\n' for reference in sorted(set(digests) - seen)]
+    if not kept and not added:
+        # An empty block reads as null, which the map refuses: the key and our comment above it go too.
+        lines[start] = ""
+        if start >= 2 and "".join(lines[start - 2:start]) == CHART_DIGESTS_COMMENT:
+            lines[start - 2] = lines[start - 1] = ""
+        return "".join(lines)
+    return "".join(lines[:end] + added + lines[end:])
+
+
+def _check_chart_edit(before: str, after: str, expected: Mapping[str, str]) -> None:
+    """The edit changed exactly `llm-serving:chartImageDigests`, to `expected`."""
+    old, new = stack_files.parse_yaml(before), stack_files.parse_yaml(after)
+    want = json.loads(json.dumps(old))
+    if expected:
+        want["config"][CHART_DIGESTS] = dict(expected)
+    else:
+        want["config"].pop(CHART_DIGESTS, None)
+    if new != want:
+        raise ConfigError([Problem("chartImageDigests", "the stack file's layout defeated the edit; nothing was "
+                                   "written", None, "set it by hand")])
+
+
+def _own_chart_digests(text: str) -> dict[str, str]:
+    document = stack_files.parse_yaml(text) or {}
+    return dict(document.get("config", {}).get(CHART_DIGESTS) or {})
+
+
 # --- the command ------------------------------------------------------------------------------------------
 
 def parser() -> CommandLineParser:
     parser = CommandLineParser(prog="python -m stacks pin-images",
-                               description="Resolve each model's vLLM image tag to its digest (registry API).")
+                               description="Resolve each model's vLLM image tag, and each image the stack's charts "
+                                           "run, to its digest (registry API).")
     parser.add_argument("stack", help="a stack name or a path to its Pulumi.<stack>.yaml")
     parser.add_argument("--write", action="store_true",
-                        help="write models[].image.digest into the stack file (default: print the digests only)")
+                        help="write models[].image.digest and chartImageDigests into the stack file (default: print "
+                             "the digests only)")
     return parser
 
 
-def main(argv: list[str], stack_path: Any, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+def main(argv: list[str], stack_path: Any, stdout: TextIO | None = None, stderr: TextIO | None = None,
+         registry: Callable[[ImageReference], str] | None = None) -> int:
+    """`registry`: what resolves a reference to its digest (default `resolve`)."""
     out, err = stdout or sys.stdout, stderr or sys.stderr
+    lookup = registry or resolve
     args = parser().use_streams(out, err).parse_args(argv)
     path: Path = stack_path(args.stack)
     _, config = environment.load_stack_file(path)
@@ -271,7 +369,7 @@ def main(argv: list[str], stack_path: Any, stdout: TextIO | None = None, stderr:
         image = model.image
         reference = parse_reference(image.repository, image.tag)
         try:
-            digest = resolve(reference)
+            digest = lookup(reference)
         except RegistryError as error:
             err.write(f"pin-images: {model.name}: {error}\n")
             failed += 1
@@ -288,8 +386,51 @@ def main(argv: list[str], stack_path: Any, stdout: TextIO | None = None, stderr:
             updated = set_digest(text, model.name, digest)
             _check_edit(text, updated, model.name, digest)
             text = updated
+    chart_failed, text = _pin_charts(config, text, args.write, lookup, out, err)
+    failed += chart_failed
     if args.write:
         path.write_text(text)
         environment.load_stack_file(path)  # still a valid stack
         out.write(f"wrote {path}\n")
     return 1 if failed else 0
+
+
+def _pin_charts(config: Any, text: str, write: bool, lookup: Callable[[ImageReference], str], out: TextIO,
+                err: TextIO) -> tuple[int, str]:
+    """Resolve the images of the stack's charts; with `write`, `text` with chartImageDigests set. (failures, text)"""
+    failed = 0
+    resolved: dict[str, str] = {}
+    running: dict[str, tuple[str, ChartImage]] = {}
+    for chart in chart_images.installed_charts(config):
+        if not chart.known and chart.pin.images:
+            err.write(f"pin-images: {chart.pin.chart} {chart.version}: llm_serving/platform/versions.py lists the "
+                      f"images of {chart.pin.version} only, so its images run by the chart's own tags; pin it at "
+                      f"{chart.pin.version}, or list its images there\n")
+            failed += 1
+        for image in chart.images:
+            running.setdefault(image.reference, (chart.pin.chart, image))
+    for reference, (chart_name, image) in running.items():
+        try:
+            digest = lookup(parse_reference(image.repository, image.tag))
+        except RegistryError as error:
+            err.write(f"pin-images: {chart_name}: {error}\n")
+            failed += 1
+            continue
+        current = config.chart_image_digests.get(reference)
+        if current == digest:
+            out.write(f"{chart_name}: {reference} is pinned at {digest}\n")
+            continue
+        was = f" (was {current})" if current else ""
+        out.write(f"{chart_name}: {reference} -> {digest}{was}\n")
+        resolved[reference] = digest
+    own = _own_chart_digests(text)
+    stale = sorted(reference for reference in own if reference not in running)
+    for reference in stale:
+        out.write(f"chartImageDigests: {reference} names no image this stack runs"
+                  f"{'; removed' if write else ''}\n")
+    if write and (resolved or stale):
+        expected = {**{k: v for k, v in own.items() if k not in stale}, **resolved}
+        updated = set_chart_digests(text, resolved, remove=stale)
+        _check_chart_edit(text, updated, expected)
+        text = updated
+    return failed, text

@@ -6,7 +6,8 @@ Installs the controller's chart when asked and declares the streaming-safe objec
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 from typing import Any, assert_never
 
 import pulumi
@@ -24,7 +25,8 @@ from .objects import EdgeSettings, Route
 # (the controller and its certgen hook Job: non-root UID 65532, seccomp RuntimeDefault, drop ALL)
 # and against the Envoy proxy Deployment the controller creates at run time in this namespace
 # (envoyproxy/gateway v1.9.0 internal/infrastructure/kubernetes/resource DefaultSecurityContext for
-# the envoy and shutdown-manager containers; our EnvoyProxy sets no pod or container overrides).
+# the envoy and shutdown-manager containers; our EnvoyProxy overrides no security context, only, once the
+# stack has its digest, the proxy container's image).
 EDGE_POD_SECURITY = RESTRICTED
 # `restricted`: ai-gateway-helm v1.1.0 rendered with our values runs its controller as UID 65532 with
 # seccomp RuntimeDefault and drops ALL capabilities (checked with `helm template`).
@@ -75,6 +77,9 @@ class EdgeSpec:
     load_balancer_controller: LoadBalancerControllerArgs | None = None
     # Gateway mode: scrape the proxies and alert on what clients see (None: no Prometheus rules here).
     monitoring: EdgeMonitoring | None = None
+    # A stack's chartImageDigests (`repository:tag` -> `sha256:...`): the images of the charts this edge installs,
+    # and the Envoy proxy's (objects.envoy_proxy_image), with a digest there are pulled by it.
+    image_digests: dict[str, str] = field(default_factory=dict)
 
 
 class Edge(pulumi.ComponentResource):
@@ -167,6 +172,7 @@ class Edge(pulumi.ComponentResource):
                 values=objects.envoy_gateway_chart_values(args.inference_extension),
                 parent=self,
                 depends_on=[crds, *pool_prerequisites],
+                image_digests=args.image_digests,
             )
             controller.append(envoy_gateway)
             if args.self_signed_host is not None:
@@ -200,7 +206,9 @@ class Edge(pulumi.ComponentResource):
                         "Bearer ", pulumi.Output.secret(args.upstream_api_key))},
                     opts=pulumi.ResourceOptions(parent=self, depends_on=controller),
                 )
-        return objects.gateway_objects(args.settings, routes)
+        proxy_image = objects.envoy_proxy_image(args.install_controller, args.envoy_gateway_chart_version,
+                                                args.image_digests)
+        return objects.gateway_objects(dataclasses.replace(args.settings, proxy_image=proxy_image), routes)
 
     def _alb(self, name: str, args: EdgeSpec, routes: list[Route]) -> list[dict[str, Any]]:
         """The ALB controller when this mode installs its own, and one Ingress per route."""
@@ -215,6 +223,7 @@ class Edge(pulumi.ComponentResource):
                     release_namespace=args.settings.namespace,
                     values=args.alb_controller_values,
                     parent=self,
+                    image_digests=args.image_digests,
                 )
             )
         return objects.alb_ingress(args.settings, routes, args.load_balancer_subnet_ids)
@@ -300,6 +309,7 @@ class Edge(pulumi.ComponentResource):
             values=objects.ai_gateway_chart_values(args.settings.namespace),
             parent=self,
             depends_on=[crds],
+            image_digests=args.image_digests,
         )
 
 

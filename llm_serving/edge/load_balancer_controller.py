@@ -26,6 +26,9 @@ class LoadBalancerControllerArgs:
     # taint keeps them off those).
     node_selector: dict[str, str] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)
+    # A stack's chartImageDigests (`repository:tag` -> `sha256:...`): the chart's images with a digest there are
+    # pulled by it (platform.helm_release); the others run by their chart's tag.
+    image_digests: dict[str, str] = field(default_factory=dict)
 
 
 class LoadBalancerController(pulumi.ComponentResource):
@@ -61,6 +64,7 @@ class LoadBalancerController(pulumi.ComponentResource):
             # Credentials are injected at pod start: without the association first the controller's
             # first calls fail with AccessDenied (and its first NLB waits for a restart).
             depends_on=[identity.association, identity.policy],
+            image_digests=args.image_digests,
         )
         self.role_arn = identity.role.arn
         self.register_outputs({"role_arn": self.role_arn})

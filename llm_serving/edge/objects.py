@@ -15,6 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, assert_never
 
+from llm_serving.platform.chart_images import pinned_reference
+from llm_serving.platform.versions import ENVOY_GATEWAY, ENVOY_PROXY_IMAGE
+
 from .args import EdgeAuth, EdgeMode, LoadBalancerScheme
 
 Manifest = dict[str, Any]
@@ -97,6 +100,8 @@ class EdgeSettings:
     listener: str | None = None  # the existing Gateway's HTTPS listener the routes attach to (required with one)
     # The NLB's TCP idle timeout when the stack sets one (listener attribute); None: the NLB's default.
     nlb_idle_timeout_seconds: int | None = None
+    # The Envoy proxy's image by digest (`envoy_proxy_image`); None: Envoy Gateway's built-in default, by tag.
+    proxy_image: str | None = None
 
     @property
     def nlb_idle_seconds(self) -> int:
@@ -364,6 +369,17 @@ def inference_pool_reader(edge_namespace: str) -> list[Manifest]:
     ]
 
 
+def envoy_proxy_image(install_controller: bool, chart_version: str, digests: dict[str, str]) -> str | None:
+    """The EnvoyProxy's container image by digest: the proxy image Envoy Gateway runs at its pinned version
+    (versions.ENVOY_PROXY_IMAGE), when this stack installs that version and has the image's digest. None with
+    the cluster's own Envoy Gateway (whose version, and so whose proxy, is not ours to pick), with another
+    chart version, or without a digest: Envoy Gateway then runs its built-in default by tag."""
+    digest = digests.get(ENVOY_PROXY_IMAGE.reference)
+    if not install_controller or digest is None or chart_version != ENVOY_GATEWAY.version:
+        return None
+    return pinned_reference(ENVOY_PROXY_IMAGE, digest)
+
+
 def gateway_crds_chart_values() -> dict[str, Any]:
     """gateway-crds-helm 1.9.0 values: Gateway API's standard channel and Envoy Gateway's CRDs (the
     chart's defaults render nothing: envoyproxy/gateway v1.9.0 charts/gateway-crds-helm/values.yaml).
@@ -405,6 +421,8 @@ def gateway_objects(settings: EdgeSettings, routes: list[Route]) -> list[Manifes
                 "kubernetes": {
                     "envoyDeployment": {
                         "replicas": 2,
+                        # The proxy enforces the edge's auth: pulled by digest once the stack has one.
+                        **({"container": {"image": settings.proxy_image}} if settings.proxy_image else {}),
                         # Surge first, one at a time: the new proxy is Ready (its NLB target healthy, through the
                         # readiness gate on the edge namespace) before an old one is taken out.
                         "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},

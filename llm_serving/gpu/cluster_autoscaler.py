@@ -6,12 +6,12 @@ adds GPU nodes when vLLM pods are Pending and removes a GPU node only once it ho
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_aws as aws
 
-from llm_serving.platform import helm_release, pod_identity_role
+from llm_serving.platform import chart_images, helm_release, pod_identity_role, versions
 
 from . import node_autoscaling
 
@@ -24,6 +24,9 @@ class ClusterAutoscalerArgs:
     image_tag: str
     node_group_name: str  # the logical name; its managed node groups are named <name>-<suffix>
     tags: dict[str, str]
+    # A stack's chartImageDigests (`repository:tag` -> `sha256:...`): the chart's images with a digest there are
+    # pulled by it (platform.helm_release); the others run by their chart's tag.
+    image_digests: dict[str, str] = field(default_factory=dict)
 
 
 class ClusterAutoscaler(pulumi.ComponentResource):
@@ -67,6 +70,10 @@ class ClusterAutoscaler(pulumi.ComponentResource):
             # Credentials are injected at pod start: the association and its permissions must exist
             # before the first pod, or its first calls fail with AccessDenied.
             depends_on=[identity.association, identity.policy],
+            image_digests=args.image_digests,
+            # The chart lists one image per pinned minor (versions.py): this release runs the one of `image_tag`.
+            images=[image for image in chart_images.runs(versions.CLUSTER_AUTOSCALER, args.chart_version)
+                    if image.tag == args.image_tag],
         )
         self.role_arn = identity.role.arn
         self.register_outputs({"role_arn": self.role_arn})

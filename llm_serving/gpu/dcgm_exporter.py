@@ -51,6 +51,9 @@ class DcgmExporterArgs:
     # Existing GPU nodes: their selector and tolerations; None: the created group's (scheduling.py).
     node_selector: dict[str, str] | None = None
     tolerations: list[dict[str, str]] | None = None
+    # A stack's chartImageDigests (`repository:tag` -> `sha256:...`): the chart's images with a digest there are
+    # pulled by it (platform.helm_release); the others run by their chart's tag.
+    image_digests: dict[str, str] = field(default_factory=dict)
 
 
 def chart_values(node_selector: dict[str, str] | None = None,
@@ -118,6 +121,7 @@ class DcgmExporter(pulumi.ComponentResource):
             release_namespace=ns.metadata.name,
             values=chart_values(args.node_selector, args.tolerations),
             parent=self,
+            image_digests=args.image_digests,
             depends_on=[counters_file],
         )
         # The CRDs come from the Prometheus Operator stack; without it first, the API server

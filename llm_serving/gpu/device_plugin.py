@@ -6,7 +6,7 @@ through GFD, labels each node with its GPU product; scheduled only on the GPU no
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -29,6 +29,9 @@ class NvidiaDevicePluginArgs:
     # Existing GPU nodes: their selector and tolerations; None: the created group's (scheduling.py).
     node_selector: dict[str, str] | None = None
     tolerations: list[dict[str, str]] | None = None
+    # A stack's chartImageDigests (`repository:tag` -> `sha256:...`): the chart's images with a digest there are
+    # pulled by it (platform.helm_release); the others run by their chart's tag.
+    image_digests: dict[str, str] = field(default_factory=dict)
 
 
 class NvidiaDevicePlugin(pulumi.ComponentResource):
@@ -49,6 +52,7 @@ class NvidiaDevicePlugin(pulumi.ComponentResource):
             release_namespace=ns.metadata.name,
             values=scheduling.device_plugin_values(args.node_selector, args.tolerations),
             parent=self,
+            image_digests=args.image_digests,
         )
         self.namespace = ns.metadata.name
         self.release_name = release.name

@@ -9,7 +9,7 @@ g6 and g6e from 8xlarge up: values.yaml supportedInstanceLabels of chart v0.5.30
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
@@ -30,6 +30,9 @@ def efa_device_plugin_values() -> dict[str, Any]:
 @dataclass(frozen=True)
 class EfaDevicePluginArgs:
     chart_version: str
+    # A stack's chartImageDigests (`repository:tag` -> `sha256:...`): the chart's images with a digest there are
+    # pulled by it (platform.helm_release); the others run by their chart's tag.
+    image_digests: dict[str, str] = field(default_factory=dict)
 
 
 class EfaDevicePlugin(pulumi.ComponentResource):
@@ -44,5 +47,6 @@ class EfaDevicePlugin(pulumi.ComponentResource):
             release_namespace=EFA_NAMESPACE,
             values=efa_device_plugin_values(),
             parent=self,
+            image_digests=args.image_digests,
         )
         self.register_outputs({})

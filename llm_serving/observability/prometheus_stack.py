@@ -6,7 +6,7 @@ serving layers declare objects of, plus Prometheus, Alertmanager and Grafana.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -29,6 +29,9 @@ class PrometheusStackArgs:
     grafana_admin_password: pulumi.Input[str]
     retention_days: int = 15
     protect_crds: bool = False  # the Prometheus Operator's CRDs: retained always, protected when asked
+    # A stack's chartImageDigests (`repository:tag` -> `sha256:...`): the chart's images with a digest there are
+    # pulled by it (platform.helm_release); the others run by their chart's tag.
+    image_digests: dict[str, str] = field(default_factory=dict)
 
 
 def chart_values(retention_days: int) -> dict[str, object]:
@@ -91,6 +94,7 @@ class PrometheusStack(pulumi.ComponentResource):
             values=chart_values(args.retention_days),
             parent=self,
             depends_on=[admin, crds],
+            image_digests=args.image_digests,
         )
         self.namespace = ns.metadata.name
         self.url = pulumi.Output.from_input(query_url(args.namespace))

@@ -1,7 +1,7 @@
 """What every other package builds on: the stack's Kubernetes provider, Helm and manifest helpers,
 the pinned versions and the shapes every Prometheus rule and query shares."""
 
-from . import versions
+from . import chart_images, versions
 from .addons import addon_settings, addon_version
 from .aws_iam import pod_identity_trust_policy
 from .credentials import credential_revision, derived_upstream_key
@@ -65,6 +65,7 @@ __all__ = [
     "EksCluster",
     "PodSecurity",
     "alert_rule",
+    "chart_images",
     "check_dns_label",
     "check_label_value",
     "helm_release",

@@ -109,6 +109,12 @@ INSTANCE_TYPE_NAME: Constraint = {"pattern": r"^[a-z][a-z0-9-]*\.[a-z0-9]+$"}
 HTTPS_URL: Constraint = {"pattern": r"^https?://[^\s]+$"}
 IMAGE_TAG: Constraint = {"pattern": r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$"}
 IMAGE_DIGEST: Constraint = {"pattern": r"^sha256:[0-9a-f]{64}$"}
+# `registry/repository:tag` with the registry spelt out, as versions.py lists chart images (Docker's reference
+# grammar, distribution/reference: lower-case path components; a tag of up to 128 word characters, dots, dashes).
+IMAGE_REFERENCE: Constraint = {
+    "pattern": r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9]+([._-]+[a-z0-9]+)*)+"
+               r":[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$",
+}
 HOSTNAME: Constraint = {
     "pattern": r"^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)+[a-z]([-a-z0-9]{0,61}[a-z0-9])?$",
     "max_length": 253,
@@ -150,7 +156,7 @@ def check_each(field: str, constraint: Constraint) -> Any:
 
 
 def check_labels(field: str, key: Constraint | None, value: Constraint | None) -> Any:
-    """A validator of `field` (a mapping of Kubernetes labels): keys and values match their constraints."""
+    """A validator of `field` (a mapping, such as Kubernetes labels): keys and values match their constraints."""
     key_ok = _matcher(key) if key else (lambda _: True)
     value_ok = _matcher(value) if value else (lambda _: True)
 

@@ -7,13 +7,15 @@ hooks and rollback) that the offline render can show with its chart, version, re
 from __future__ import annotations
 
 import importlib.resources
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
 import pulumi
 import pulumi_kubernetes as k8s
 
+from . import chart_images
 from .pod_security import POD_SECURITY_REASON_ANNOTATION, PodSecurity, pod_security_labels
-from .versions import CHARTS
+from .versions import CHARTS, ChartImage
 
 # Charts whose pods pull multi-GB images or wait for GPU nodes to appear can take long to become
 # ready; Helm's own default of 300 s turns a slow node launch into a failed `pulumi up`.
@@ -55,13 +57,26 @@ def helm_release(
     depends_on: list[pulumi.Resource] | None = None,
     crds_only: bool = False,
     protect: bool = False,
+    image_digests: Mapping[str, str] | None = None,
+    images: Sequence[ChartImage] | None = None,
 ) -> k8s.helm.v3.Release:
     """A pinned chart from its official repository; the release is named after the chart.
 
     `crds_only`: a chart that holds nothing but CRDs in its templates (which `helm uninstall` would
-    delete): the release is retained on delete like every CRD (`crd_options`), protected when asked."""
+    delete): the release is retained on delete like every CRD (`crd_options`), protected when asked.
+
+    `image_digests` (`repository:tag` -> `sha256:...`, a stack's chartImageDigests): each of the chart's images
+    with a digest there is pulled by it, through the values key versions.py names for it; `images` narrows the
+    chart's images to those this release runs (default: all those versions.py lists for `version`)."""
     repository = CHARTS[chart].repository
     oci = repository.startswith("oci://")
+    running = tuple(images) if images is not None else chart_images.runs(CHARTS[chart], version)
+    pinned = chart_images.image_values(running, image_digests or {})
+    if isinstance(values, Mapping):
+        # A mapping stays one: its other keys stay known at preview even where a value is an unknown Output.
+        values = chart_images.merged(values, pinned)
+    elif pinned:
+        values = pulumi.Output.from_input(cast(Any, values)).apply(lambda v: chart_images.merged(v, pinned))
     return k8s.helm.v3.Release(
         resource_name,
         name=chart,

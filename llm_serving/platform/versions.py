@@ -2,45 +2,129 @@
 
 A stack file may override a chart version, but the defaults live only here, so a bump is one
 reviewed diff. Each pin matches a reference copy the tests check values against.
+
+Beside each chart pin: the images that chart runs at its pinned version (read from the chart's values and
+templates at that tag, each cited), and the values key through which a digest reaches each one. The digests
+themselves are a stack's (`chartImageDigests`, written by `python -m stacks pin-images <stack> --write`):
+none of these charts publishes one, and none is committed here without a source. Bumping a chart means
+re-reading its images here and re-running that command.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
+
+
+class DigestForm(StrEnum):
+    """How a chart's template takes an image digest through its values key."""
+
+    TAG = "tag"
+    """The key is the image's tag and the template prints `repository:tag`: the tag becomes `<tag>@sha256:<hex>`.
+    A reference may carry both (the grammar `name[:tag][@digest]` of distribution/reference, which Kubernetes
+    image names follow: kubernetes.io docs/concepts/containers/images "Image names"); the pull is by digest."""
+    SHA = "sha"
+    """The key holds the hex digest alone; the template appends `@sha256:<sha>` to `repository:tag`."""
+    DIGEST = "digest"
+    """The key holds `sha256:<hex>`; the template appends `@<digest>` to `repository:tag`."""
+    IMAGE = "image"
+    """The key holds the whole reference: `registry/repository:tag@sha256:<hex>`."""
+
+
+@dataclass(frozen=True)
+class ChartImage:
+    """An image a chart runs at its pinned version, and the key that pins it by digest."""
+
+    repository: str  # registry host and path, as a pull names it (docker.io/... spelt out)
+    tag: str
+    key: str  # the dotted Helm values key (or, for the Envoy proxy, the EnvoyProxy field) the digest goes into
+    form: DigestForm
+
+    @property
+    def reference(self) -> str:
+        """`repository:tag`: the key of `chartImageDigests`."""
+        return f"{self.repository}:{self.tag}"
 
 
 @dataclass(frozen=True)
 class ChartPin:
-    """A Helm chart at one published version, from its official repository."""
+    """A Helm chart at one published version, from its official repository, and the images it runs there."""
 
     chart: str
     version: str
     repository: str
+    # Every image the chart's pods run with this program's values, at `version`; () for a chart of CRDs only.
+    # Images the chart only names for features this program leaves off are in the comment beside it.
+    images: tuple[ChartImage, ...] = ()
 
 
 # NVIDIA/k8s-device-plugin v0.20.0 (2026-08-19); chart repo per the project's README and the
 # EKS user guide's device-plugin procedure.
+# Its images (NVIDIA/k8s-device-plugin tag v0.20.0, commit 1b826acc6af3): the plugin and GPU feature discovery
+# run nvcr.io/nvidia/k8s-device-plugin, tag `v` + appVersion 0.20.0 (deployments/helm/nvidia-device-plugin/
+# templates/_helpers.tpl "nvidia-device-plugin.fullimage": `repository:tag`); GFD (on here) pulls in the
+# node-feature-discovery 0.19.0 subchart under the alias nfd (Chart.yaml, condition nfd.enabled,gfd.enabled),
+# whose master, worker, gc and post-delete Job run registry.k8s.io/nfd/node-feature-discovery at its appVersion
+# v0.19.0 (charts/node-feature-discovery-0.19.0.tgz templates: `repository:tag | default .Chart.AppVersion`).
 NVIDIA_DEVICE_PLUGIN = ChartPin(
     chart="nvidia-device-plugin",
     version="0.20.0",
     repository="https://nvidia.github.io/k8s-device-plugin",
+    images=(
+        ChartImage("nvcr.io/nvidia/k8s-device-plugin", "v0.20.0", "image.tag", DigestForm.TAG),
+        ChartImage("registry.k8s.io/nfd/node-feature-discovery", "v0.19.0", "nfd.image.tag", DigestForm.TAG),
+    ),
 )
 
 # NVIDIA/dcgm-exporter tag 4.5.3-4.8.2: DCGM 4.5.3, exporter 4.8.2, chart version 4.8.2.
+# The chart's own default image for 4.8.2; pinned here so a chart bump cannot move it silently. Its DaemonSet
+# prints `repository:tag` (deployment/templates/daemonset.yaml at that tag).
+DCGM_EXPORTER_IMAGE_TAG = "4.5.3-4.8.2-distroless"
 DCGM_EXPORTER = ChartPin(
     chart="dcgm-exporter",
     version="4.8.2",
     repository="https://nvidia.github.io/dcgm-exporter/helm-charts",
+    images=(ChartImage("nvcr.io/nvidia/k8s/dcgm-exporter", DCGM_EXPORTER_IMAGE_TAG, "image.tag", DigestForm.TAG),),
 )
-# The chart's own default image for 4.8.2; pinned here so a chart bump cannot move it silently.
-DCGM_EXPORTER_IMAGE_TAG = "4.5.3-4.8.2-distroless"
 
 # prometheus-community kube-prometheus-stack 88.5.3 (prometheus-operator v0.93.1); installed
 # only when a stack asks for its own Prometheus (the dev default).
+# Its images with this program's values (prometheus-community/helm-charts tag kube-prometheus-stack-88.5.3,
+# commit ea930baeebeb, charts/kube-prometheus-stack/values.yaml and templates/): every `sha` key there is empty,
+# and each template appends `@sha256:<sha>` to `registry/repository:tag` (prometheus-operator/deployment.yaml for
+# the operator and the config reloader it passes to Prometheus and Alertmanager, prometheus/prometheus.yaml,
+# alertmanager/alertmanager.yaml, admission-webhooks/job-patch/*.yaml for the certificate Jobs). Tags left
+# empty default to appVersion v0.93.1. The subcharts: kube-state-metrics 8.4.0 (tag kube-state-metrics-8.4.0,
+# _helpers.tpl "kube-state-metrics.image": `...:tag@<sha>`, so its `sha` holds `sha256:<hex>`, tag v + appVersion
+# 2.20.0), prometheus-node-exporter 4.56.1 (tag prometheus-node-exporter-4.56.1, _helpers.tpl: `image.digest`,
+# `sha` refused; kube-prometheus-stack sets `distroless: true`, so the tag is v1.12.1-distroless) and grafana
+# 12.11.1 (grafana-community/helm-charts tag grafana-12.11.1, templates/_pod.tpl: `@sha256:<sha>` for Grafana,
+# appVersion 13.2.0, and for the dashboard and datasource sidecars kube-prometheus-stack turns on). Not run
+# here: the CRD upgrade Job (crds.enabled false), the Thanos images (no Thanos sidecar or ruler), the admission
+# webhook Deployment (admissionWebhooks.deployment.enabled false), Grafana's init, download and test images
+# (no persistence, no dashboards to download; the test pod runs only under `helm test`).
 KUBE_PROMETHEUS_STACK = ChartPin(
     chart="kube-prometheus-stack",
     version="88.5.3",
     repository="https://prometheus-community.github.io/helm-charts",
+    images=(
+        ChartImage("quay.io/prometheus-operator/prometheus-operator", "v0.93.1", "prometheusOperator.image.sha",
+                   DigestForm.SHA),
+        ChartImage("quay.io/prometheus-operator/prometheus-config-reloader", "v0.93.1",
+                   "prometheusOperator.prometheusConfigReloader.image.sha", DigestForm.SHA),
+        ChartImage("ghcr.io/jkroepke/kube-webhook-certgen", "1.8.7",
+                   "prometheusOperator.admissionWebhooks.patch.image.sha", DigestForm.SHA),
+        ChartImage("quay.io/prometheus/prometheus", "v3.14.0-distroless", "prometheus.prometheusSpec.image.sha",
+                   DigestForm.SHA),
+        ChartImage("quay.io/prometheus/alertmanager", "v0.34.0", "alertmanager.alertmanagerSpec.image.sha",
+                   DigestForm.SHA),
+        ChartImage("registry.k8s.io/kube-state-metrics/kube-state-metrics", "v2.20.0", "kube-state-metrics.image.sha",
+                   DigestForm.DIGEST),
+        ChartImage("quay.io/prometheus/node-exporter", "v1.12.1-distroless", "prometheus-node-exporter.image.digest",
+                   DigestForm.DIGEST),
+        ChartImage("docker.io/grafana/grafana", "13.2.0", "grafana.image.sha", DigestForm.SHA),
+        ChartImage("quay.io/kiwigrid/k8s-sidecar", "2.10.1", "grafana.sidecar.image.sha", DigestForm.SHA),
+    ),
 )
 
 # vLLM's OpenAI-compatible server image at the pinned engine version (flags and metrics in
@@ -76,11 +160,33 @@ VERIFY_IMAGE = f"{STAGE_IMAGE}@sha256:2199a62885a12290dc9c5be3ca0681d367576ab7bf
 
 # Envoy Gateway's chart is published to an OCI registry only (release workflow of envoyproxy/gateway
 # v1.9.0); the version carries the leading "v".
-ENVOY_GATEWAY = ChartPin(chart="gateway-helm", version="v1.9.0", repository="oci://docker.io/envoyproxy/gateway-helm")
+# Its image (envoyproxy/gateway tag v1.9.0, commit 39763b1c07ec): the release workflow packages the chart with
+# IMAGE=docker.io/envoyproxy/gateway TAG=v1.9.0 (.github/workflows/release.yaml, tools/make/helm.mk fills
+# values.tmpl.yaml's global.images.envoyGateway.image). charts/gateway-helm/templates/_helpers.tpl "eg.image"
+# splits that value at its first ':' and prints registry/repository:rest, so `...:v1.9.0@sha256:<hex>` passes
+# through whole; the controller Deployment, the certgen Job and the proxies' shutdown-manager container
+# (envoy-gateway-config.yaml: provider.kubernetes.shutdownManager.image) all run it. The rate limit image
+# (global.images.ratelimit) runs only with the EnvoyGateway's rateLimit set (internal/infrastructure/runner/
+# runner.go), which this program leaves off.
+ENVOY_GATEWAY = ChartPin(
+    chart="gateway-helm", version="v1.9.0", repository="oci://docker.io/envoyproxy/gateway-helm",
+    images=(ChartImage("docker.io/envoyproxy/gateway", "v1.9.0", "global.images.envoyGateway.image",
+                       DigestForm.IMAGE),),
+)
+# The Envoy proxy that carries every request (and enforces the edge's auth): Envoy Gateway v1.9.0 runs
+# DefaultEnvoyProxyImage unless the EnvoyProxy names another (api/v1alpha1/shared_types.go; internal/
+# infrastructure/kubernetes/proxy/resource.go resolveProxyImage). It is not a chart value: the EnvoyProxy this
+# program renders (llm_serving/edge/objects.py) sets it, and its CRD admits `repo:tag@sha256:<hex>`
+# (KubernetesContainerSpec.Image's CEL pattern, shared_types.go @v1.9.0).
+ENVOY_PROXY_IMAGE = ChartImage("docker.io/envoyproxy/envoy", "distroless-v1.39.0",
+                               "spec.provider.kubernetes.envoyDeployment.container.image", DigestForm.IMAGE)
 
-# kubernetes-sigs/aws-load-balancer-controller v3.5.0, published in the EKS charts repository.
+# kubernetes-sigs/aws-load-balancer-controller v3.5.0, published in the EKS charts repository. Its image:
+# helm/aws-load-balancer-controller/values.yaml at tag v3.5.0 (the same in aws/eks-charts stable/), printed as
+# `repository:tag` by templates/deployment.yaml.
 AWS_LOAD_BALANCER_CONTROLLER = ChartPin(
-    chart="aws-load-balancer-controller", version="3.5.0", repository="https://aws.github.io/eks-charts"
+    chart="aws-load-balancer-controller", version="3.5.0", repository="https://aws.github.io/eks-charts",
+    images=(ChartImage("public.ecr.aws/eks/aws-load-balancer-controller", "v3.5.0", "image.tag", DigestForm.TAG),),
 )
 
 # Gateway API (standard channel, v1.6.1) and Envoy Gateway CRDs from Envoy's CRD-only chart, published
@@ -95,7 +201,15 @@ GATEWAY_CRDS = ChartPin(chart="gateway-crds-helm", version="v1.9.0", repository=
 # site/versioned_docs/version-1.1/capabilities/inference/httproute-inferencepool.md).
 # Its CRD chart keeps the CRDs in templates/, so a release upgrades them. Tested upstream with Envoy
 # Gateway v1.8.1 and Gateway API v1.5.1; our v1.9.0 / v1.6.1 fall under its "v1.8.1+" wording (docs/decisions.md).
-AI_GATEWAY = ChartPin(chart="ai-gateway-helm", version="v1.1.0", repository="oci://docker.io/envoyproxy/ai-gateway-helm")
+# Its controller image: `repository:tag | default .Chart.AppVersion` (manifests/charts/ai-gateway-helm/templates/
+# deployment.yaml @v1.1.0), appVersion v1.1.0 (the release workflow packages with --app-version of the tag,
+# Makefile helm-package). The ext_proc image it names (--extProcImage) runs only as the sidecar its webhook injects
+# for AIGatewayRoutes, which this program neither creates nor lets the webhook see (edge/objects.py).
+AI_GATEWAY = ChartPin(
+    chart="ai-gateway-helm", version="v1.1.0", repository="oci://docker.io/envoyproxy/ai-gateway-helm",
+    images=(ChartImage("docker.io/envoyproxy/ai-gateway-controller", "v1.1.0", "controller.image.tag",
+                       DigestForm.TAG),),
+)
 AI_GATEWAY_CRDS = ChartPin(
     chart="ai-gateway-crds-helm", version="v1.1.0", repository="oci://docker.io/envoyproxy/ai-gateway-crds-helm"
 )
@@ -154,34 +268,59 @@ EKS_ADDON_RESOLVE_CONFLICTS_ON_UPDATE = "OVERWRITE"
 
 # AWS's EFA device plugin (aws/eks-charts stable/aws-efa-k8s-device-plugin, chart v0.5.30 at commit
 # bfe91c4, 2026-07-21, image v0.5.20; the repo has no tags, the gh-pages index lists "v0.5.30").
+# Its image is in EKS's own ECR account (values.yaml at bfe91c4; templates/daemonset.yaml prints
+# `repository:tag`): `pin-images` resolves it with ecr:DescribeImages and AWS credentials.
 EFA_DEVICE_PLUGIN = ChartPin(
-    chart="aws-efa-k8s-device-plugin", version="v0.5.30", repository="https://aws.github.io/eks-charts"
+    chart="aws-efa-k8s-device-plugin", version="v0.5.30", repository="https://aws.github.io/eks-charts",
+    images=(ChartImage("602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/aws-efa-k8s-device-plugin", "v0.5.20",
+                       "image.tag", DigestForm.TAG),),
 )
 # LeaderWorkerSet v0.10.0 (kubernetes-sigs/lws tag v0.10.0, 2026-08-11): one group of pods per
 # replica of a model larger than one node.
-# The chart is pushed with the git tag as its version (hack/push-chart.sh), so the OCI tag is "v0.10.0".
-LWS = ChartPin(chart="lws", version="v0.10.0", repository="oci://registry.k8s.io/lws/charts/lws")
+# The chart is pushed with the git tag as its version (hack/push-chart.sh), so the OCI tag is "v0.10.0"; the
+# same script sets image.manager to registry.k8s.io/lws/lws at that tag before packaging, and
+# templates/manager/deployment.yaml prints `repository:tag`.
+LWS = ChartPin(
+    chart="lws", version="v0.10.0", repository="oci://registry.k8s.io/lws/charts/lws",
+    images=(ChartImage("registry.k8s.io/lws/lws", "v0.10.0", "image.manager.tag", DigestForm.TAG),),
+)
 
 PROMETHEUS_OPERATOR_CRDS = ChartPin(
     chart="prometheus-operator-crds", version="31.0.1", repository="https://prometheus-community.github.io/helm-charts"
 )
 
-# kedacore/charts v2.20.2 (KEDA 2.20.2 and its CRDs).
-KEDA = ChartPin(chart="keda", version="2.20.2", repository="https://kedacore.github.io/charts")
+# kedacore/charts v2.20.2 (KEDA 2.20.2 and its CRDs). Its three Deployments (operator, metrics server and
+# admission webhooks, all on by default) print `registry/repository:tag | default .Chart.AppVersion`
+# (keda/templates/{manager,metrics-server,webhooks}/deployment.yaml), appVersion 2.20.2, no "v".
+KEDA = ChartPin(
+    chart="keda", version="2.20.2", repository="https://kedacore.github.io/charts",
+    images=(
+        ChartImage("ghcr.io/kedacore/keda", "2.20.2", "image.keda.tag", DigestForm.TAG),
+        ChartImage("ghcr.io/kedacore/keda-metrics-apiserver", "2.20.2", "image.metricsApiServer.tag", DigestForm.TAG),
+        ChartImage("ghcr.io/kedacore/keda-admission-webhooks", "2.20.2", "image.webhooks.tag", DigestForm.TAG),
+    ),
+)
 
-# prometheus-community prometheus-adapter 5.3.0 (adapter v0.12.0).
+# prometheus-community prometheus-adapter 5.3.0 (adapter v0.12.0): templates/deployment.yaml prints
+# `repository:tag | default .Chart.AppVersion` (tag prometheus-adapter-5.3.0).
 PROMETHEUS_ADAPTER = ChartPin(
-    chart="prometheus-adapter", version="5.3.0", repository="https://prometheus-community.github.io/helm-charts"
+    chart="prometheus-adapter", version="5.3.0", repository="https://prometheus-community.github.io/helm-charts",
+    images=(ChartImage("registry.k8s.io/prometheus-adapter/prometheus-adapter", "v0.12.0", "image.tag",
+                       DigestForm.TAG),),
 )
 
 # kubernetes/autoscaler chart 9.53.0 (2025-12-03), the newest chart whose appVersion is 1.34; later
 # charts ship 1.35. Cluster Autoscaler's minor must equal the cluster's (its README, "Releases"), so
 # the image tag is chosen per cluster minor: the newest patch of each in the reference snapshot
 # (tags cluster-autoscaler-1.34.5 and -1.33.6, 2026-07-22). Chart 9.47.0+ supports 1.33.
-CLUSTER_AUTOSCALER = ChartPin(
-    chart="cluster-autoscaler", version="9.53.0", repository="https://kubernetes.github.io/autoscaler"
-)
+# The chart prints `repository:tag` (cluster-autoscaler/charts/cluster-autoscaler/templates/deployment.yaml at
+# tag cluster-autoscaler-chart-9.53.0), so one image per pinned tag; a stack runs the one of its minor.
 CLUSTER_AUTOSCALER_IMAGE_TAGS: dict[str, str] = {"1.33": "v1.33.6", "1.34": "v1.34.5"}
+CLUSTER_AUTOSCALER = ChartPin(
+    chart="cluster-autoscaler", version="9.53.0", repository="https://kubernetes.github.io/autoscaler",
+    images=tuple(ChartImage("registry.k8s.io/autoscaling/cluster-autoscaler", tag, "image.tag", DigestForm.TAG)
+                 for tag in CLUSTER_AUTOSCALER_IMAGE_TAGS.values()),
+)
 
 # The EKS cluster version the stack validates its Kubernetes objects against by default.
 DEFAULT_KUBERNETES_VERSION = "1.34"

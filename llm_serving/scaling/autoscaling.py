@@ -6,7 +6,7 @@ utilisation; scale-up is prompt, scale-down slow and one replica at a time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 import pulumi
@@ -34,6 +34,9 @@ class AutoscalingSpec:
     targets: tuple[ScalingTarget, ...]
     # False: the cluster runs KEDA (or prometheus-adapter) already; only the per-model objects are created.
     install: bool = True
+    # A stack's chartImageDigests (`repository:tag` -> `sha256:...`): the chart's images with a digest there are
+    # pulled by it (platform.helm_release); the others run by their chart's tag.
+    image_digests: dict[str, str] = field(default_factory=dict)
 
 
 def adapter_values(prometheus_url: str) -> dict:
@@ -70,6 +73,7 @@ class ModelAutoscaling(pulumi.ComponentResource):
                 release_namespace=ns.metadata.name,
                 values=objects.keda_chart_values() if keda else adapter_values(args.prometheus_url),
                 parent=self,
+                image_digests=args.image_digests,
             ))
         # ScaledObjects need KEDA's CRD and their target Deployment; an HPA on adapter metrics needs
         # the metrics API to answer (an existing installation's: a checked prerequisite).

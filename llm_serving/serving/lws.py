@@ -7,7 +7,7 @@ namespace `lws-system` under the release name `lws`: its CRD's conversion webhoo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
@@ -33,6 +33,9 @@ def lws_values() -> dict[str, Any]:
 @dataclass(frozen=True)
 class LeaderWorkerSetControllerArgs:
     chart_version: str
+    # A stack's chartImageDigests (`repository:tag` -> `sha256:...`): the chart's images with a digest there are
+    # pulled by it (platform.helm_release); the others run by their chart's tag.
+    image_digests: dict[str, str] = field(default_factory=dict)
 
 
 class LeaderWorkerSetController(pulumi.ComponentResource):
@@ -50,5 +53,6 @@ class LeaderWorkerSetController(pulumi.ComponentResource):
             release_namespace=ns.metadata.name,
             values=lws_values(),
             parent=self,
+            image_digests=args.image_digests,
         )
         self.register_outputs({})

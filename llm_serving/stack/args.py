@@ -15,7 +15,16 @@ from llm_serving.cluster import ClusterArgs
 from llm_serving.edge import EdgeArgs
 from llm_serving.gpu import AddonsArgs, GpuNodeGroupArgs, NodeAutoscalingArgs
 from llm_serving.observability import ObservabilityArgs
-from llm_serving.platform.args import LABEL_KEY, LABEL_VALUE, Environment, StrInput, args_type, check_labels
+from llm_serving.platform.args import (
+    IMAGE_DIGEST,
+    IMAGE_REFERENCE,
+    LABEL_KEY,
+    LABEL_VALUE,
+    Environment,
+    StrInput,
+    args_type,
+    check_labels,
+)
 from llm_serving.scaling import AutoscalingArgs
 from llm_serving.serving import ModelArgs, ServingArgs
 from llm_serving.storage import WeightsStorageArgs
@@ -89,6 +98,13 @@ class ServingStackArgs:
     """The served models, merged by `name` in clones."""
     verification: VerificationArgs = Field(default_factory=VerificationArgs)
     """The post-deploy verification Job and its gate."""
+    chart_image_digests: dict[str, str] = Field(default_factory=dict)
+    """Digests of the images the stack's charts run, and of the Envoy proxy, by `registry/repository:tag` as
+    llm_serving/platform/versions.py lists them (`docker.io/envoyproxy/gateway:v1.9.0: sha256:...`). An image with a
+    digest here is pulled by it; one without runs by the tag its chart names, which dev accepts and prod and staging
+    previews refuse (policy images-digest-pinned). Empty by default: `python -m stacks pin-images <stack> --write`
+    resolves each tag through its registry and writes this map; run it again after a chart bump. Only charts at their
+    pinned versions take these digests, and an entry naming no image the stack runs is ignored (with a warning)."""
     api_key: StrInput = Field(repr=False)
     """Secret. API key clients must present (vLLM `--api-key`, from a Kubernetes Secret)."""
     hf_token: StrInput | None = Field(default=None, repr=False)
@@ -103,6 +119,7 @@ class ServingStackArgs:
     _check_api_key = _check_secret("api_key", 16)
     _check_hf_token = _check_secret("hf_token", 8)
     _check_grafana_admin_password = _check_secret("grafana_admin_password", 16)
+    _check_chart_image_digests = check_labels("chart_image_digests", IMAGE_REFERENCE, IMAGE_DIGEST)
 
     @property
     def production_like(self) -> bool:

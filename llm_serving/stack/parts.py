@@ -89,13 +89,15 @@ def cluster_autoscaler(args: ServingStackArgs, site: Site) -> gpu.ClusterAutosca
         image_tag=gpu.image_tag_for(args.cluster.kubernetes_version, versions.CLUSTER_AUTOSCALER_IMAGE_TAGS),
         node_group_name=node_group_name(args),
         tags=planning.resource_tags(args),
+        image_digests=dict(args.chart_image_digests),
     )
 
 
 def device_plugin(args: ServingStackArgs, nodes: GpuNodes) -> gpu.NvidiaDevicePluginArgs:
     return gpu.NvidiaDevicePluginArgs(namespace=args.addons.nvidia_device_plugin.namespace,
                                       chart_version=args.addons.nvidia_device_plugin.chart_version,
-                                      node_selector=nodes.addon_node_selector, tolerations=nodes.addon_tolerations)
+                                      node_selector=nodes.addon_node_selector, tolerations=nodes.addon_tolerations,
+                                      image_digests=dict(args.chart_image_digests))
 
 
 def dcgm_exporter(args: ServingStackArgs, nodes: GpuNodes) -> gpu.DcgmExporterArgs:
@@ -111,6 +113,7 @@ def dcgm_exporter(args: ServingStackArgs, nodes: GpuNodes) -> gpu.DcgmExporterAr
         auto_repair=planning.creates_nodes(args) and args.gpu_node_group.auto_repair.enabled,
         node_selector=nodes.addon_node_selector,
         tolerations=nodes.addon_tolerations,
+        image_digests=dict(args.chart_image_digests),
     )
 
 
@@ -125,6 +128,7 @@ def prometheus(args: ServingStackArgs) -> observability.PrometheusStackArgs | No
         namespace=settings.namespace,
         chart_version=settings.chart_version,
         grafana_admin_password=pulumi.Output.secret(args.grafana_admin_password),
+        image_digests=dict(args.chart_image_digests),
     )
 
 
@@ -288,6 +292,7 @@ def edge(args: ServingStackArgs, site: Site) -> EdgeSpec:
         inference_pool_crds_file=versions.INFERENCE_POOL_CRDS_FILE,
         self_signed_host=edge_args.host if edge_args.tls.self_signed else None,
         protect_crds=args.environment is Environment.PROD,
+        image_digests=dict(args.chart_image_digests),
     )
 
 
@@ -303,6 +308,7 @@ def load_balancer_controller(args: ServingStackArgs, site: Site) -> LoadBalancer
         # A created cluster's CPU nodes; elsewhere the nodes are the operator's (GPU nodes are tainted).
         node_selector={SYSTEM_NODE_LABEL: "system"} if args.cluster.mode is ClusterMode.CREATE else {},
         tags=planning.resource_tags(args),
+        image_digests=dict(args.chart_image_digests),
     )
 
 

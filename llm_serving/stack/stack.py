@@ -78,7 +78,7 @@ from llm_serving.serving import (
     staging_claim_name,
     sync_configmap,
 )
-from llm_serving.stack import model_parts, parts, planning, rules, site, timing, verification
+from llm_serving.stack import chart_images, model_parts, parts, planning, rules, site, timing, verification
 from llm_serving.stack.admission import routed_admission
 from llm_serving.stack.args import SECRET_KEYS, ServingStackArgs
 from llm_serving.stack.rules import platform as platform_rules
@@ -208,6 +208,11 @@ class ServingStack(pulumi.ComponentResource):
         for note in planning.rollout_crowded_out(args).values():
             # A model added beside this one can take its surge room: the preview says so, with the numbers.
             pulumi.log.warn(note, resource=self)
+        for reference in chart_images.unused_digests(args):
+            # Left behind by a chart bump, or mistyped: either way it pins nothing, and the image meant runs by tag.
+            pulumi.log.warn(f"chartImageDigests[{reference}] names no image this stack's charts run at their pinned "
+                            "versions, so it pins nothing; `python -m stacks pin-images <stack> --write` removes it",
+                            resource=self)
         looked_up = (lookup_cluster(args.cluster.name, pulumi.InvokeOptions(parent=self))
                      if args.cluster_facts is None else None)
         self._site = site.resolve(args, looked_up, self)
@@ -234,12 +239,13 @@ class ServingStack(pulumi.ComponentResource):
         if args.addons.nvidia_device_plugin.mode is InstallMode.INSTALL:
             NvidiaDevicePlugin("nvidia-device-plugin", parts.device_plugin(args, self.gpu_nodes), child)
         self._group_prerequisites: list[pulumi.Resource] = []
+        digests = dict(args.chart_image_digests)
         if group.efa_interfaces:
             self._group_prerequisites.append(EfaDevicePlugin(
-                "efa-device-plugin", EfaDevicePluginArgs(versions.EFA_DEVICE_PLUGIN.version), child))
+                "efa-device-plugin", EfaDevicePluginArgs(versions.EFA_DEVICE_PLUGIN.version, digests), child))
         if any(planning.model_plan(args, m).pipeline_parallel_size > 1 for m in args.models):
             self._group_prerequisites.append(LeaderWorkerSetController(
-                "leaderworkerset", LeaderWorkerSetControllerArgs(versions.LWS.version), child))
+                "leaderworkerset", LeaderWorkerSetControllerArgs(versions.LWS.version, digests), child))
         crds: list[pulumi.Resource] = [prometheus.release] if prometheus else []
         if args.addons.dcgm_exporter.mode is InstallMode.INSTALL:
             DcgmExporter("dcgm-exporter", parts.dcgm_exporter(args, self.gpu_nodes), child, crds_from=crds or None)
@@ -271,6 +277,7 @@ class ServingStack(pulumi.ComponentResource):
             prometheus_url=parts.prometheus_query_url(args),
             targets=tuple(model_parts.scaling_target(args, m) for m in args.models),
             install=args.autoscaling.controller is InstallMode.INSTALL,
+            image_digests=dict(args.chart_image_digests),
         ), child, workloads=self._deployments)
         edge = Edge("edge", dataclasses.replace(edge_spec, monitoring=EdgeMonitoring(
             monitor_labels, args.observability.runbook_base_url)), child, crds_from=crds)

@@ -178,8 +178,9 @@ commands:
   diff [<stack>...] what a change does to each stack's render (default: every stack file), as
                    `pulumi preview --diff` would mark it
   pin-images <stack> [--write]
-                   resolve each model's vLLM image tag to its digest through the registry's API and
-                   (--write) set models[].image.digest in the stack file; prod and staging need it
+                   resolve each model's vLLM image tag, and each image the stack's charts run, to its
+                   digest through the registry's API and (--write) set models[].image.digest and
+                   chartImageDigests in the stack file; prod and staging need them
   preflight <stack>
                    read-only checks of the real account, cluster and Hub before an up (needs AWS credentials)
   verify <stack> --url URL

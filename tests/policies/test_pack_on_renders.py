@@ -7,7 +7,6 @@ from __future__ import annotations
 import ast
 import copy
 import dataclasses
-import json
 import os
 import select
 import subprocess
@@ -18,10 +17,13 @@ from typing import Any
 import pytest
 import yaml
 
+from llm_serving.platform import versions
+from llm_serving.stack import chart_images
 from policies import rules
 from stacks.environment import load_stack_file
 from stacks.offline import policy_check
-from tests.conftest import STACK_FILES, STACK_NAMES
+from tests.conftest import STACK_FILES, STACK_NAMES, render_file
+from tests.support import stack_variants
 
 POLICIES_DIR = Path(rules.__file__).parent
 ENVIRONMENTS = {name: load_stack_file(path)[1].environment.value for name, path in zip(STACK_NAMES, STACK_FILES,
@@ -30,8 +32,8 @@ MANDATORY = [r.name for r in rules.RULES if r.enforcement == "mandatory"]
 PICKER_IMAGE = ("ghcr.io/llm-d/llm-d-router-endpoint-picker:v0.10.0"
                 "@sha256:2e516fa1310da7be59b82beb1445362139597d6d553ef04d546716abe3aaaa70")
 DIGEST_RULE = "images-digest-pinned"
-DIGEST = "sha256:" + "ab" * 32
 PVC_KEY = f"{rules.PVC}::llama-70b-weights-claim"
+PIN = "`python -m stacks pin-images <stack> --write`"
 
 
 def _pods(result: Any) -> dict[str, dict[str, Any]]:
@@ -46,17 +48,19 @@ def _pods(result: Any) -> dict[str, dict[str, Any]]:
     return found
 
 
-def with_vllm_digest(result: Any) -> Any:
-    """The render as it is once `python -m stacks pin-images` has set models[].image.digest."""
-    text = json.dumps(result.resources).replace('"vllm/vllm-openai:v0.33.0"', f'"vllm/vllm-openai:v0.33.0@{DIGEST}"')
-    return dataclasses.replace(result, resources=json.loads(text))
+@pytest.fixture(scope="module")
+def pinned(rendered, variants_dir) -> dict[str, Any]:
+    """Each stack's render once `python -m stacks pin-images` has run (stack_variants.pinned: made-up digests for
+    the models' image and every image of the stack's charts); dev pulls by tag and is its own."""
+    return {name: rendered[name] if ENVIRONMENTS[name] == "dev"
+            else render_file(stack_variants.pinned(variants_dir, name)) for name in STACK_NAMES}
 
 
 @pytest.mark.parametrize("name", STACK_NAMES)
-def test_every_stack_passes_every_mandatory_rule_once_its_vllm_image_is_pinned(rendered, name):
-    # The committed prod and staging carry no digest (this repository cannot read Docker Hub): their previews fail
+def test_every_stack_passes_every_mandatory_rule_once_its_images_are_pinned(rendered, pinned, name):
+    # The committed prod and staging carry no digest (this repository reaches no registry): their previews fail
     # on images-digest-pinned alone until `pin-images` has run.
-    found = rules.violations(with_vllm_digest(rendered[name]), ENVIRONMENTS[name])
+    found = rules.violations(pinned[name], ENVIRONMENTS[name])
     assert {rule: found[rule] for rule in MANDATORY} == {rule: [] for rule in MANDATORY}
     unpinned = rules.violations(rendered[name], ENVIRONMENTS[name])
     assert {rule for rule in MANDATORY if unpinned[rule]} == ({DIGEST_RULE} if name in ("prod", "staging") else set())
@@ -82,9 +86,31 @@ VLLM_IMAGE_USERS = (
 )
 
 
+def _chart_keys(stack: str) -> list[str]:
+    """Where prod's or staging's preview finds a chart image by tag until `pin-images` has run: each values key of
+    each release of the stack that carries a digest (versions.py), as the message names it."""
+    config = load_stack_file(STACK_FILES[STACK_NAMES.index(stack)])[1]
+    return [f"Helm release {chart.pin.chart}: values {key}" for chart in chart_images.installed_charts(config)
+            for key in dict.fromkeys(i.key for i in chart.images if i is not versions.ENVOY_PROXY_IMAGE)]
+
+
 @pytest.mark.parametrize("stack", ["prod", "staging"])
-def test_only_the_vllm_image_misses_a_digest_and_its_preview_names_the_command(rendered, stack):
+def test_every_unpinned_image_fails_the_preview_and_names_the_command(rendered, stack):
     found = rules.violations(rendered[stack], stack)
+    # The charts' images: each values key that would carry a digest, and the Envoy proxy's image.
+    charts = [m for m in found[DIGEST_RULE] if m.startswith(("Helm release", "EnvoyProxy"))]
+    assert sorted(m.split(" is ")[0] for m in charts if m.startswith("Helm")) == sorted(_chart_keys(stack))
+    assert [m for m in charts if m.startswith("EnvoyProxy")] == [
+        "EnvoyProxy envoy-gateway-system/llm-serving-proxy: the proxies run Envoy Gateway's built-in image, by tag "
+        "(spec.provider.kubernetes.envoyDeployment.container.image); they carry every request and enforce the "
+        f"edge's auth, and a tag can be pushed again, so {stack} pulls exactly the build that was tested: run {PIN} "
+        "(chartImageDigests, with the stack's own Envoy Gateway)."]
+    assert all(m.endswith(f"run {PIN} (chartImageDigests).") for m in charts if m.startswith("Helm"))
+    # Where the chart sets a tag of its own (the exporter's, the autoscaler's minor), the message quotes it.
+    assert (f"Helm release cluster-autoscaler: values image.tag is 'v1.34.5', so chart cluster-autoscaler pulls that "
+            f"image by tag; a tag can be pushed again, so {stack} pulls exactly the build that was tested: run {PIN} "
+            "(chartImageDigests).") in charts
+    found = {DIGEST_RULE: [m for m in found[DIGEST_RULE] if m not in charts]}
     pods = _pods(rendered[stack])
     image = pods["Deployment"]["spec"]["template"]["spec"]["containers"][0]["image"]
     assert image == "vllm/vllm-openai:v0.33.0"
@@ -96,8 +122,9 @@ def test_only_the_vllm_image_misses_a_digest_and_its_preview_names_the_command(r
     (picker,) = [m for m in rendered[stack].manifests
                  if m["kind"] == "Deployment" and m["metadata"]["name"] == "llama-70b-epp"]
     assert picker["spec"]["template"]["spec"]["containers"][0]["image"] == PICKER_IMAGE
-    # Only the vLLM image lacks one, wherever it runs (the pre-pull pods, the cache seed, the server, the cache's
-    # producer): the staging Job and the pickers are pulled by digest by default.
+    # Of the pods the program declares itself, only the vLLM image lacks one, wherever it runs (the pre-pull pods,
+    # the cache seed, the server, the cache's producer): the staging Job and the pickers are pulled by digest by
+    # default.
     containers = [c for m in rendered[stack].manifests if m["kind"] in ("Deployment", "DaemonSet", "Job")
                   for spec in [m["spec"]["template"]["spec"]]
                   for c in [*spec.get("initContainers", []), *spec["containers"]] if c["image"] == image]
@@ -109,7 +136,7 @@ def test_only_the_vllm_image_misses_a_digest_and_its_preview_names_the_command(r
 
 
 def broken_prod(result: Any) -> Any:
-    """prod's render with one mistake per rule, except requests-and-limits-set."""
+    """prod's render once pinned (`pinned`) with one mistake per rule, except requests-and-limits-set."""
     resources, wiring = copy.deepcopy(result.resources), copy.deepcopy(result.wiring)
     broken = dataclasses.replace(result, resources=resources, wiring=wiring)
     pods = _pods(broken)
@@ -138,6 +165,12 @@ def broken_prod(result: Any) -> Any:
                         and r["inputs"]["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
                         and "device-plugin" in r["inputs"]["metadata"]["name"]]
     del device_plugin["metadata"]["annotations"]
+    # A chart image back on its tag, and the Envoy proxy's image left to Envoy Gateway's default.
+    (gateway,) = [r["inputs"] for r in resources if r["type"] == rules.HELM_RELEASE
+                  and r["inputs"]["name"] == "gateway-helm"]
+    gateway["values"]["global"]["images"]["envoyGateway"]["image"] = "docker.io/envoyproxy/gateway:v1.9.0"
+    (proxy,) = [r["inputs"] for r in resources if r["type"] == rules.ENVOY_PROXY]
+    del proxy["spec"]["provider"]["kubernetes"]["envoyDeployment"]["container"]
     return broken
 
 
@@ -146,13 +179,20 @@ def _first_clauses(found: dict[str, list[str]]) -> dict[str, list[str]]:
     return {rule: [m.split(";")[0] for m in messages] for rule, messages in found.items() if messages}
 
 
+BROKEN_CHART_IMAGES = [
+    "EnvoyProxy envoy-gateway-system/llm-serving-proxy: the proxies run Envoy Gateway's built-in image, by tag "
+    "(spec.provider.kubernetes.envoyDeployment.container.image)",
+    "Helm release gateway-helm: values global.images.envoyGateway.image is 'docker.io/envoyproxy/gateway:v1.9.0', "
+    "so chart gateway-helm pulls that image by tag",
+]
+
+
 def expected_broken_findings(job: str) -> dict[str, list[str]]:
     stage, vllm = f"Job llm-serving/{job} container stage", "Deployment llm-serving/llama-70b container vllm"
     return {
         "images-pinned": [f"{stage}: image vllm/vllm-openai:latest uses the moving tag 'latest', so nodes can run "
                           "different builds and a rollback cannot return to the old one"],
-        DIGEST_RULE: [*(f"{where}: image vllm/vllm-openai:v0.33.0 has no digest" for where in VLLM_IMAGE_USERS),
-                      f"{stage}: image vllm/vllm-openai:latest has no digest"],
+        DIGEST_RULE: [f"{stage}: image vllm/vllm-openai:latest has no digest", *BROKEN_CHART_IMAGES],
         "gpu-pods-select-gpu-nodes": ["Deployment llm-serving/llama-70b requests nvidia.com/gpu but does not tolerate "
                                       "the GPU nodes' taint nvidia.com/gpu=true:NoSchedule, so it stays Pending"],
         "probes-present-lenient-liveness": [f"{vllm}: livenessProbe.timeoutSeconds is 1"],
@@ -170,23 +210,24 @@ def expected_broken_findings(job: str) -> dict[str, list[str]]:
     }
 
 
-def test_a_broken_prod_fails_exactly_the_rules_it_breaks(rendered):
-    broken = broken_prod(rendered["prod"])
+def test_a_broken_prod_fails_exactly_the_rules_it_breaks(pinned):
+    broken = broken_prod(pinned["prod"])
     job = _pods(broken)["Job"]["metadata"]["name"]
     assert _first_clauses(rules.violations(broken, "prod")) == expected_broken_findings(job)
     # The copy is deep: the session's render is untouched.
-    assert rules.violations(rendered["prod"], "prod")["no-plaintext-secrets"] == []
+    assert rules.violations(pinned["prod"], "prod")["no-plaintext-secrets"] == []
 
 
-def test_check_command_reports_and_fails_on_mandatory_rules(rendered):
+def test_check_command_reports_and_fails_on_mandatory_rules(rendered, pinned):
     text, status = policy_check.report(rendered["prod"], "prod")
     assert status == 1
-    assert f"  images-digest-pinned [mandatory]: {len(VLLM_IMAGE_USERS)} violation(s)\n" in text
-    text, status = policy_check.report(with_vllm_digest(rendered["prod"]), "prod")
+    unpinned = len(VLLM_IMAGE_USERS) + len(_chart_keys("prod")) + 1  # the Envoy proxy
+    assert f"  images-digest-pinned [mandatory]: {unpinned} violation(s)\n" in text
+    text, status = policy_check.report(pinned["prod"], "prod")
     assert status == 0
     assert "  edge-non-buffering [mandatory]: ok\n" in text
     assert "  drains-cover-stream-bound [mandatory]: ok\n" in text
-    text, status = policy_check.report(broken_prod(rendered["prod"]), "prod")
+    text, status = policy_check.report(broken_prod(pinned["prod"]), "prod")
     assert status == 1 and "  autoscaling-not-on-utilisation [mandatory]: 1 violation(s)\n" in text
 
 
@@ -269,8 +310,8 @@ def test_pack_agrees_with_the_render_on_prod(rendered):
     assert pack_findings(rendered["dev"], "dev") == {}
 
 
-def test_pack_on_a_broken_prod_misses_only_what_the_engine_hides(rendered):
-    broken = broken_prod(rendered["prod"])
+def test_pack_on_a_broken_prod_misses_only_what_the_engine_hides(pinned):
+    broken = broken_prod(pinned["prod"])
     expected = expected_broken_findings(_pods(broken)["Job"]["metadata"]["name"])
     # retainOnDelete is not in the analyzer protocol, so only the offline render catches the unretained claim.
     del expected["weights-retained-and-protected-in-prod"]

@@ -209,6 +209,97 @@ def test_digest_is_required_in_prod_and_staging():
     assert check("images-digest-pinned", DEPLOYMENT, deployment(gpu_container(image=None)), PROD) == []
 
 
+PIN = "run `python -m stacks pin-images <stack> --write` (chartImageDigests)."
+
+
+def test_chart_image_keys_mirror_the_images_versions_lists():
+    # The pack cannot import llm_serving: its table is a copy of versions.py's, key for key and form for form.
+    from llm_serving.platform import versions
+
+    assert rules.CHART_IMAGE_KEYS == {
+        chart: tuple(dict.fromkeys((image.key, image.form.value) for image in pin.images))
+        for chart, pin in versions.CHARTS.items()
+    }
+    assert rules.ENVOY_PROXY_WORKLOADS[0] == versions.ENVOY_PROXY_IMAGE.key.split(".")[3]
+
+
+def test_a_chart_image_without_a_digest_fails_in_prod_and_names_the_command():
+    gateway = {"name": "gateway-helm", "chart": "oci://docker.io/envoyproxy/gateway-helm", "version": "v1.9.0",
+               "values": {"config": {}}}
+    assert check("images-digest-pinned", rules.HELM_RELEASE, gateway, PROD) == [
+        "Helm release gateway-helm: values global.images.envoyGateway.image is unset, so chart gateway-helm pulls "
+        f"that image by tag; a tag can be pushed again, so prod pulls exactly the build that was tested: {PIN}"]
+    assert check("images-digest-pinned", rules.HELM_RELEASE, gateway, DEV) == []
+    gateway["values"] = {"global": {"images": {"envoyGateway": {
+        "image": f"docker.io/envoyproxy/gateway:v1.9.0@{DIGEST}"}}}}
+    assert check("images-digest-pinned", rules.HELM_RELEASE, gateway, PROD) == []
+
+
+@pytest.mark.parametrize("key,form,pinned,unpinned", [
+    ("image.tag", "tag", f"v0.20.0@{DIGEST}", "v0.20.0"),
+    # kube-prometheus-stack and Grafana append `@sha256:` themselves: the hex alone, nothing else.
+    ("prometheusOperator.image.sha", "sha", DIGEST.removeprefix("sha256:"), DIGEST),
+    # kube-state-metrics and node-exporter append `@` only.
+    ("prometheus-node-exporter.image.digest", "digest", DIGEST, DIGEST.removeprefix("sha256:")),
+])
+def test_each_chart_key_takes_the_digest_in_its_templates_form(key, form, pinned, unpinned):
+    chart = {"tag": "nvidia-device-plugin", "sha": "kube-prometheus-stack", "digest": "kube-prometheus-stack"}[form]
+    assert (key, form) in rules.CHART_IMAGE_KEYS[chart]
+
+    def values(value: str) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        node = out
+        for part in key.split(".")[:-1]:
+            node = node.setdefault(part, {})
+        node[key.split(".")[-1]] = value
+        return out
+
+    found = check("images-digest-pinned", rules.HELM_RELEASE, {"name": chart, "chart": chart,
+                                                                  "values": values(pinned)}, PROD)
+    assert not [m for m in found if f"values {key} " in m]
+    found = check("images-digest-pinned", rules.HELM_RELEASE, {"name": chart, "chart": chart,
+                                                                  "values": values(unpinned)}, PROD)
+    assert f"Helm release {chart}: values {key} is '{unpinned}', so chart {chart} pulls that image by tag; a tag " \
+           f"can be pushed again, so prod pulls exactly the build that was tested: {PIN}" in found
+
+
+def test_a_chart_the_pack_does_not_know_fails_in_prod():
+    release = {"name": "ingress-nginx", "chart": "ingress-nginx", "values": {"controller": {"image": {
+        "digest": DIGEST}}}}
+    assert check("images-digest-pinned", rules.HELM_RELEASE, release, PROD) == [
+        "Helm release ingress-nginx: chart ingress-nginx is not in this pack's table of chart images "
+        "(CHART_IMAGE_KEYS), so nothing shows that prod pulls its images by digest; list them in "
+        "llm_serving/platform/versions.py and in the table."]
+    # A chart of CRDs only runs no image.
+    assert check("images-digest-pinned", rules.HELM_RELEASE, {"name": "ai-gateway-crds-helm", "chart":
+                 "oci://docker.io/envoyproxy/ai-gateway-crds-helm", "values": {}}, PROD) == []
+
+
+def _envoy_proxy(container: dict[str, Any] | None) -> dict[str, Any]:
+    settings = edge_objects.EdgeSettings(
+        namespace="envoy-gateway-system", gateway_name="llm-serving", tls_secret_name="tls", cert_manager_issuer=None,
+        load_balancer_scheme=LoadBalancerScheme.INTERNET_FACING, auth=EdgeAuth.VLLM_API_KEY, api_key_secret="keys",
+        jwt_issuer=None, jwt_jwks_uri=None, jwt_audiences=(), acm_certificate_arn=None, alb_idle_timeout_seconds=60,
+        proxy_image=(container or {}).get("image"))
+    route = edge_objects.Route("llama", "llm-serving", 8000, "llm.example.com", "/", 600, 300, 8 * 1024**2, 600)
+    (proxy,) = [o for o in edge_objects.gateway_objects(settings, [route]) if o["kind"] == "EnvoyProxy"]
+    return proxy
+
+
+def test_the_envoy_proxy_image_needs_a_digest_in_prod():
+    subject = "EnvoyProxy envoy-gateway-system/llm-serving-proxy"
+    tail = ("(spec.provider.kubernetes.envoyDeployment.container.image); they carry every request and enforce the "
+            "edge's auth, and a tag can be pushed again, so prod pulls exactly the build that was tested: run "
+            "`python -m stacks pin-images <stack> --write` (chartImageDigests, with the stack's own Envoy Gateway).")
+    assert check("images-digest-pinned", rules.ENVOY_PROXY, _envoy_proxy(None), PROD) == [
+        f"{subject}: the proxies run Envoy Gateway's built-in image, by tag {tail}"]
+    tagged = "docker.io/envoyproxy/envoy:distroless-v1.39.0"
+    assert check("images-digest-pinned", rules.ENVOY_PROXY, _envoy_proxy({"image": tagged}), PROD) == [
+        f"{subject}: the proxies run image {tagged} {tail}"]
+    assert check("images-digest-pinned", rules.ENVOY_PROXY, _envoy_proxy({"image": f"{tagged}@{DIGEST}"}), PROD) == []
+    assert check("images-digest-pinned", rules.ENVOY_PROXY, _envoy_proxy(None), DEV) == []
+
+
 # --------------------------------------------------------------------------------------------
 # 2. gpu-pods-select-gpu-nodes
 

@@ -7,6 +7,7 @@ use is one path, and `render_file` renders it once per test process.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -53,3 +54,21 @@ def prod_on_fsx(directory: Path) -> Path:
 def prod_behind_an_alb(directory: Path) -> Path:
     """prod with the ALB edge (ALB_EDGE)."""
     return write(directory, "prod-alb", {"edge": ALB_EDGE})
+
+
+def fake_digest(reference: str) -> str:
+    """A digest for a test only (no registry is reachable here): the sha256 of the reference's own name."""
+    return "sha256:" + hashlib.sha256(reference.encode()).hexdigest()
+
+
+def pinned(directory: Path, base: str) -> Path:
+    """`base` as it is once `python -m stacks pin-images <base> --write` has run: every model's image and every image
+    its charts run carry a digest (made up: see fake_digest)."""
+    from llm_serving.stack import chart_images
+    from stacks.environment import load_stack_file
+
+    config = load_stack_file(directory / f"Pulumi.{base}.yaml")[1]
+    digests = {image.reference: fake_digest(image.reference) for image in chart_images.chart_images(config)}
+    models = [{"name": m.name, "image": {"digest": fake_digest(f"{m.image.repository}:{m.image.tag}")}}
+              for m in config.models]
+    return write(directory, f"{base}-pinned", {"chartImageDigests": digests, "models": models}, extends=base)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 from llm_serving.edge import EdgeAuth, EdgeMode, LoadBalancerScheme
 from llm_serving.edge import objects as edge
 from llm_serving.edge.objects import EdgeSettings, Route
+from llm_serving.platform import versions
 from llm_serving.serving.engine import PORT
 from tests.support.reference import helm_value_errors, kubernetes_object_errors
 
@@ -96,6 +98,29 @@ def test_every_ingress_validates_against_kubernetes_1_34() -> None:
 
 def test_chart_values_exist_in_gateway_helm_1_9_0() -> None:
     assert helm_value_errors("gateway-helm", "1.9.0", edge.envoy_gateway_chart_values()) == []
+
+
+PROXY_DIGEST = "sha256:" + "cd" * 32
+# Envoy Gateway v1.9.0's CEL rule on the EnvoyProxy's container image (api/v1alpha1/shared_types.go,
+# KubernetesContainerSpec.Image; the reference CRDs keep no CEL rules, so it is spelt out here).
+ENVOY_PROXY_IMAGE_RULE = r"^[a-zA-Z0-9._-]+(:[0-9]+)?(/[a-zA-Z0-9._/-]+)?(:[a-zA-Z0-9._-]+)?(@sha256:[a-z0-9]+)?$"
+
+
+def test_the_proxy_image_is_pinned_only_by_our_envoy_gateway_at_its_pinned_version() -> None:
+    digests = {versions.ENVOY_PROXY_IMAGE.reference: PROXY_DIGEST}
+    pinned = f"docker.io/envoyproxy/envoy:distroless-v1.39.0@{PROXY_DIGEST}"
+    assert edge.envoy_proxy_image(True, "v1.9.0", digests) == pinned
+    # The cluster's own Envoy Gateway, or another version of ours, runs another default proxy: not ours to pick.
+    assert edge.envoy_proxy_image(False, "v1.9.0", digests) is None
+    assert edge.envoy_proxy_image(True, "v1.9.1", digests) is None
+    assert edge.envoy_proxy_image(True, "v1.9.0", {}) is None
+    proxy = one(edge.gateway_objects(dataclasses.replace(SETTINGS, proxy_image=pinned), ROUTES), "EnvoyProxy",
+                "llm-serving-proxy")
+    assert proxy["spec"]["provider"]["kubernetes"]["envoyDeployment"]["container"] == {"image": pinned}
+    assert kubernetes_object_errors(proxy, "1.34") == [] and re.match(ENVOY_PROXY_IMAGE_RULE, pinned)
+    # Without a digest the EnvoyProxy names no image: Envoy Gateway's default, as before.
+    assert "container" not in one(GATEWAY, "EnvoyProxy", "llm-serving-proxy")["spec"]["provider"]["kubernetes"][
+        "envoyDeployment"]
 
 
 def test_gateway_class_names_the_controller_the_chart_configures() -> None:

@@ -175,14 +175,16 @@ def test_ranks_reach_each_other_and_groups_scale_whole(example):
 
 def test_the_policy_pack_reads_both_templates_and_passes(example):
     found = rules.violations(example, "prod")
-    # Every mandatory rule passes but the digest, which only `pin-images` can give (the registry is not reachable
-    # here): it names the model's image alone.
+    # Every mandatory rule passes but the digests, which only `pin-images` can give (no registry is reachable here):
+    # the model's image wherever it runs, and the charts' images (their releases' values, the Envoy proxy).
     mandatory = [r.name for r in rules.RULES if r.enforcement == "mandatory" and r.name != "images-digest-pinned"]
     assert {rule: found[rule] for rule in mandatory} == {rule: [] for rule in mandatory}
     image = example.manifest("LeaderWorkerSet", "llama-405b")["spec"]["leaderWorkerTemplate"]["leaderTemplate"][
         "spec"]["containers"][0]["image"]
-    assert found["images-digest-pinned"] and all(f": image {image} has no digest;" in m
-                                                 for m in found["images-digest-pinned"])
+    charts = [m for m in found["images-digest-pinned"] if m.startswith(("Helm release ", "EnvoyProxy "))]
+    assert charts and all("(chartImageDigests" in m for m in charts)
+    pods = [m for m in found["images-digest-pinned"] if m not in charts]
+    assert pods and all(f": image {image} has no digest;" in m for m in pods)
     group = copy.deepcopy(_group(example))
     del group["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["tolerations"]
     found = rules.check_gpu_pods_select_gpu_nodes(rules.LEADER_WORKER_SET, group, rules.RuleContext("prod", None))
