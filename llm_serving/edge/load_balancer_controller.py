@@ -61,8 +61,9 @@ class LoadBalancerController(pulumi.ComponentResource):
             release_namespace=load_balancer.NAMESPACE,
             values=values,
             parent=self,
-            # Credentials are injected at pod start: without the association first the controller's
-            # first calls fail with AccessDenied (and its first NLB waits for a restart).
+            # Credentials are injected when a pod is admitted, and only once the association is in effect
+            # (seconds after it is created): the association's admission guard, created before it, refuses the
+            # controller's pods until then and the ReplicaSet retries them (llm_serving/platform/pod_identity.py).
             depends_on=[identity.association, identity.policy],
             image_digests=args.image_digests,
         )

@@ -45,37 +45,65 @@ def lookup_cluster(name: str, opts: pulumi.InvokeOptions | None = None) -> EksCl
 
 @dataclass(frozen=True)
 class PodIdentityRole:
-    """A role only this cluster's Pod Identity assumes, its inline policy, and the association that hands
-    it to one service account."""
+    """A role only this cluster's Pod Identity assumes, its inline policy, the association that hands it to one
+    service account, and the admission guard that keeps that account's pods out until the association is in
+    effect (`pod_identity_guard`)."""
 
     role: aws.iam.Role
     policy: aws.iam.RolePolicy
     association: aws.eks.PodIdentityAssociation
+    guard: list[pulumi.Resource]
 
 
-def pod_identity_role(prefix: str, *, cluster_name: str, namespace: pulumi.Input[str], service_account: str,
+def pod_identity_guard(prefix: str, *, namespace: str, service_account: str,
+                       parent: pulumi.Resource) -> list[pulumi.Resource]:
+    """`<prefix>-admission-policy` and `<prefix>-admission-binding` (pod_identity.admission_guard), children of
+    `parent` on its Kubernetes provider: pods of `namespace`/`service_account` are denied until EKS Pod Identity
+    injects their credentials, and their controller retries them (the module docstring of pod_identity.py says
+    why this, not a delay).
+
+    Create it before the association and what runs under it: an API server starts enforcing a new binding at
+    its next policy refresh, a second at most after its informer sees it (kubernetes staging/src/k8s.io/apiserver/
+    pkg/admission/plugin/policy/generic/policy_source.go, policyRefreshIntervalDefault), and `pod_identity_role`
+    creates the role and then the association, two AWS calls each followed by a read, after the binding and
+    before anything that creates a pod. Pulumi deletes in the reverse order: the guard goes last, once no
+    workload is left to create a pod."""
+    from .manifests import manifest_resource
+    from .pod_identity import admission_guard
+
+    policy, binding = admission_guard(namespace, service_account)
+    created = manifest_resource(f"{prefix}-admission-policy", policy, pulumi.ResourceOptions(parent=parent))
+    # A binding whose policy is missing is skipped (policy_source.go, calculatePolicyData): the policy first.
+    return [created, manifest_resource(f"{prefix}-admission-binding", binding,
+                                       pulumi.ResourceOptions(parent=parent, depends_on=[created]))]
+
+
+def pod_identity_role(prefix: str, *, cluster_name: str, namespace: str, service_account: str,
                       policy: pulumi.Input[str], description: str, tags: dict[str, str], parent: pulumi.Resource,
                       association_after: list[pulumi.Resource] | None = None) -> PodIdentityRole:
-    """`<prefix>-role`, `<prefix>-policy` and `<prefix>-pod-identity`, children of `parent`. Needs the
-    eks-pod-identity-agent add-on (a checked prerequisite); a pod gets credentials only once its
-    association exists, so what runs under it depends on `association`."""
+    """The admission guard (`pod_identity_guard`), then `<prefix>-role`, `<prefix>-policy` and
+    `<prefix>-pod-identity`, children of `parent`. Needs the eks-pod-identity-agent add-on (a checked
+    prerequisite); what runs under the role depends on `association`, and so comes after the guard too: a pod
+    created before the association is in effect is refused and retried, never admitted without credentials."""
+    guard = pod_identity_guard(prefix, namespace=namespace, service_account=service_account, parent=parent)
     child = pulumi.ResourceOptions(parent=parent)
+    after_guard = pulumi.ResourceOptions(parent=parent, depends_on=guard)
     role = aws.iam.Role(f"{prefix}-role",
                         assume_role_policy=pod_identity_trust(cluster_name, namespace, service_account, parent),
-                        description=description, tags=tags, opts=child)
+                        description=description, tags=tags, opts=after_guard)
     role_policy = aws.iam.RolePolicy(f"{prefix}-policy", role=role.id, policy=policy, opts=child)
     association = aws.eks.PodIdentityAssociation(
         f"{prefix}-pod-identity", cluster_name=cluster_name, namespace=namespace, service_account=service_account,
         role_arn=role.arn, tags=tags,
         # With `association_after` (even empty) it also waits for the role's policy: a pod that starts the
         # moment the association exists then never gets credentials without their permissions.
-        opts=child if association_after is None else pulumi.ResourceOptions(
-            parent=parent, depends_on=[role_policy, *association_after]),
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=[
+            *guard, *([] if association_after is None else [role_policy, *association_after])]),
     )
-    return PodIdentityRole(role, role_policy, association)
+    return PodIdentityRole(role, role_policy, association, guard)
 
 
-def pod_identity_trust(cluster_name: str, namespace: pulumi.Input[str], service_account: str,
+def pod_identity_trust(cluster_name: str, namespace: str, service_account: str,
                        parent: pulumi.Resource) -> pulumi.Output[str]:
     """The Pod Identity trust policy (JSON) for one service account of this account's cluster `cluster_name`."""
     from .aws_iam import pod_identity_trust_policy

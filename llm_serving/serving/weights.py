@@ -332,10 +332,11 @@ class ModelWeights(pulumi.ComponentResource):
                 "backoffLimit": 4,
                 # Each retry in a new pod: EKS injects Pod Identity credentials when it admits a pod, and an
                 # association "may take several seconds to be effective" (EKS API reference,
-                # CreatePodIdentityAssociation), so a pod admitted before that never gets credentials and
-                # OnFailure would retry in that same pod until the deadline. The Job controller's back-off (10 s,
-                # then doubling) gives the association its seconds; a retry starts its copy over (scratch is the
-                # pod's).
+                # CreatePodIdentityAssociation). The association's admission guard refuses a pod without them
+                # before it exists (llm_serving/platform/pod_identity.py); were one admitted all the same,
+                # OnFailure would retry in that same pod until the deadline, while a new pod after the Job
+                # controller's back-off (10 s, then doubling) is admitted afresh. A retry starts its copy over
+                # (scratch is the pod's).
                 "podReplacementPolicy": "Failed",
                 "activeDeadlineSeconds": args.download_deadline_seconds,
                 "template": {

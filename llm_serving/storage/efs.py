@@ -1,7 +1,8 @@
 """WeightsFileSystem: an encrypted EFS file system with Elastic throughput for the model weights.
 
 Mount targets in every AZ of the GPU node group, a security group admitting NFS only from the GPU and
-staging nodes' own groups, the EFS CSI driver add-on with its IAM through Pod Identity, a Retain
+staging nodes' own groups, the EFS CSI driver add-on with its IAM through Pod Identity (behind the admission
+guard that admits its controller's pods only with credentials, llm_serving/platform/pod_identity.py), a Retain
 StorageClass the staging Jobs write through, and per model a read-only access point, volume and claim
 the serving pods mount. The file system is never deleted by `pulumi destroy`.
 """
@@ -16,7 +17,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from llm_serving.platform import ManifestFields, addon_settings, pod_identity_trust
+from llm_serving.platform import ManifestFields, addon_settings, pod_identity_guard, pod_identity_trust
 
 from . import objects
 
@@ -120,6 +121,12 @@ class WeightsFileSystem(pulumi.ComponentResource):
         driver: list[pulumi.Resource] = []
         if args.install_csi_driver:
             partition = aws.get_partition_output(opts=pulumi.InvokeOptions(parent=self)).partition
+            # The add-on creates its own association (AddonPodIdentityAssociations) and EKS then installs its
+            # controller: nothing documented orders the two, and the controller's pods are admitted by the same
+            # webhook, so a controller pod admitted first would never get credentials and could never create an
+            # access point. The same admission guard as every other association, before the role and the add-on.
+            guard = pod_identity_guard(f"{name}-csi", namespace="kube-system",
+                                       service_account=objects.CSI_CONTROLLER_SERVICE_ACCOUNT, parent=self)
             role = aws.iam.Role(
                 f"{name}-csi-role",
                 # EKS installs the add-on's controller in kube-system.
@@ -127,7 +134,7 @@ class WeightsFileSystem(pulumi.ComponentResource):
                                                       objects.CSI_CONTROLLER_SERVICE_ACCOUNT, self),
                 description=f"EFS CSI driver controller of {args.cluster_name}",
                 tags=args.tags,
-                opts=child,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=guard),
             )
             attachment = aws.iam.RolePolicyAttachment(
                 f"{name}-csi-policy",
@@ -142,7 +149,7 @@ class WeightsFileSystem(pulumi.ComponentResource):
                 pod_identity_associations=[{
                     "role_arn": role.arn, "service_account": objects.CSI_CONTROLLER_SERVICE_ACCOUNT}],
                 tags=args.tags,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[attachment]),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[attachment, *guard]),
             ))
         # The serving pods' own access points: same directory as the staging claim, but a separate
         # identity in the file-system policy, which lets the GPU nodes mount only through these.

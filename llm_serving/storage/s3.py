@@ -107,7 +107,8 @@ class WeightsBucket(pulumi.ComponentResource):
             arn = pulumi.Output.concat("arn:", partition, ":s3:::", args.bucket_name)
         self.associations: dict[str, pulumi.Resource] = {}
         for access in args.access:
-            # The workloads depend on the association: credentials come only once it exists.
+            # The workloads depend on the association, and through it on its admission guard: their pods are
+            # admitted only once EKS injects credentials into them (llm_serving/platform/pod_identity.py).
             self.associations[access.name] = pod_identity_role(
                 f"{name}-{access.name}", cluster_name=args.cluster_name, namespace=access.namespace,
                 service_account=access.service_account,

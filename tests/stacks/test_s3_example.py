@@ -132,9 +132,14 @@ def test_each_role_is_bound_to_one_service_account_by_pod_identity_after_the_gua
         assert association["inputs"] == {
             "clusterName": "llm-prod", "namespace": "llm-serving", "serviceAccount": account, "tags": TAGS,
             "roleArn": f"arn:aws:iam::123456789012:role/weights-storage-llama-70b-{role}-role"}
+        # And after its admission guard: no pod of the account is admitted without the credentials EKS injects.
         assert association["options"]["dependsOn"] == [
             f"aws:iam/role:Role::weights-storage-llama-70b-{role}-role",
-            f"aws:iam/rolePolicy:RolePolicy::weights-storage-llama-70b-{role}-policy", *GUARDS]
+            f"aws:iam/rolePolicy:RolePolicy::weights-storage-llama-70b-{role}-policy", *GUARDS,
+            f"kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy::weights-storage-llama-70b-{role}"
+            "-admission-policy",
+            "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding::"
+            f"weights-storage-llama-70b-{role}-admission-binding"]
         assert example.manifest("ServiceAccount", account)["automountServiceAccountToken"] is False
 
 

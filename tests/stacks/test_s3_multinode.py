@@ -27,6 +27,7 @@ from stacks.config.files import PROJECT_DIR
 from stacks.offline import render
 from tests.conftest import render_file
 from tests.support import reference
+from tests.support.admission import denials, mutated
 
 EXAMPLE = PROJECT_DIR / "examples" / "Pulumi.prod-405b.yaml"
 MODEL = "llama-405b"
@@ -127,6 +128,15 @@ def test_both_ranks_run_as_the_models_reader_account_mapped_to_the_read_only_rol
     assert {"aws:eks/podIdentityAssociation:PodIdentityAssociation::weights-storage-llama-405b-read-pod-identity",
             "kubernetes:core/v1:ServiceAccount::llama-405b-serving-account",
             "kubernetes:batch/v1:Job::llama-405b-weights-stage"} <= set(group["options"]["dependsOn"])
+
+
+def test_both_ranks_are_admitted_only_with_the_credentials_eks_injects(example):
+    for spec in _templates(example):
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {}, "spec": spec}
+        # The leader's StatefulSet and the workers' retry a refused pod; one admitted without would never recover.
+        (refused,) = denials(example.manifests, "llm-serving", pod)
+        assert "llm-serving/llama-405b-vllm" in refused
+        assert denials(example.manifests, "llm-serving", mutated(pod)) == []
 
 
 def test_the_headless_workers_may_reach_the_pod_identity_agent_and_s3(example):
