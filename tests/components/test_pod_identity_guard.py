@@ -2,7 +2,7 @@
 under such an account starts after the guard that says so (llm_serving/platform/pod_identity.py).
 
 The policies are walked as the API server would (tests/support/admission.py, its expressions evaluated by
-tests/support/cel.py). The pods are the rendered workloads' own templates, before and after the EKS Pod Identity
+cel-python). The pods are the rendered workloads' own templates, before and after the EKS Pod Identity
 webhook mutates them (aws/amazon-eks-pod-identity-webhook v0.6.17, pkg/handler/handler.go `addEnvToContainer`).
 """
 

@@ -4,8 +4,9 @@ admission guards (llm_serving/platform/pod_identity.py).
 
 The walk covers what those policies use and asserts the rest away: a binding's Deny, the policy's match
 constraints (CREATE of pods, in the namespace its selector names by kubernetes.io/metadata.name), its match
-conditions and validations, evaluated by tests/support/cel.py; an expression that cannot be evaluated denies, as
-`failurePolicy: Fail` does (Kubernetes API reference, ValidatingAdmissionPolicySpec).
+conditions and validations, evaluated by cel-python (a full implementation of the CEL spec the API server
+evaluates); an expression that cannot be evaluated denies, as `failurePolicy: Fail` does (Kubernetes API
+reference, ValidatingAdmissionPolicySpec).
 """
 
 from __future__ import annotations
@@ -13,8 +14,22 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import celpy
+
 from llm_serving.platform.pod_identity import CREDENTIALS_ENV
-from tests.support.cel import CelError, evaluate
+
+_CEL = celpy.Environment()
+
+
+def evaluate(expression: str, **variables: Any) -> bool:
+    """The boolean an expression gives over JSON-like variables; CELEvalError when it cannot be evaluated."""
+    result = _CEL.program(_CEL.compile(expression)).evaluate(
+        {name: celpy.json_to_cel(value) for name, value in variables.items()})
+    if isinstance(result, celpy.CELEvalError):
+        raise result
+    if not isinstance(result, celpy.celtypes.BoolType):
+        raise celpy.CELEvalError(f"{expression} gave {result!r}, not a bool")
+    return bool(result)
 
 POLICY = "ValidatingAdmissionPolicy"
 BINDING = "ValidatingAdmissionPolicyBinding"
@@ -49,7 +64,7 @@ def denials(policies: list[dict[str, Any]], namespace: str, pod: dict[str, Any])
             if not all(evaluate(c["expression"], object=pod) for c in spec["matchConditions"]):
                 continue
             found += [v["message"] for v in spec["validations"] if not evaluate(v["expression"], object=pod)]
-        except CelError as error:
+        except celpy.CELEvalError as error:
             found.append(f"failurePolicy Fail: {error}")
     return found
 
