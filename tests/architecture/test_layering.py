@@ -93,6 +93,9 @@ WRONG_IMPORTS = [
     # The verification probe, which runs alone on a bare Python image, importing the project.
     ("llm_serving/verification/probe.py", "from llm_serving.platform import versions",
      ["llm_serving.verification.probe is not allowed to import llm_serving.platform"]),
+    # The drain barrier's preStop, which runs alone as `python -c` on a slim Python image, importing the project.
+    ("llm_serving/gpu/barrier_prestop.py", "import yaml",
+     ["llm_serving.gpu.barrier_prestop is not allowed to import yaml"]),
     # One domain section of the schema importing the root that composes it.
     ("stacks/config/problems.py", "from stacks.config.files import PROJECT_DIR",
      ["stacks.config.problems is not allowed to import stacks.config.files"]),

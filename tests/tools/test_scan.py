@@ -126,7 +126,7 @@ def test_the_committed_skip_list_is_the_reviewed_set_of_accepted_checks():
         ("CKV_K8S_43", ("prod*",)),  # prod digest until models[].image.digest is set
         ("CKV_K8S_35", ("*",)),  # VLLM_API_KEY as env
         ("CKV_K8S_40", ("*",)),  # UID 2000, the image's own user
-        ("CKV_K8S_38", ("*",)),  # the endpoint picker reads pods and pools with its token
+        ("CKV_K8S_38", ("*",)),  # the endpoint picker reads pods and pools, the drain barrier its Deployment
         ("CKV_K8S_8", ("*",)),  # the image pre-pull pods only sleep: no liveness probe
         ("CKV_K8S_9", ("*",)),  # ... and no readiness probe
     ]
@@ -160,7 +160,8 @@ def test_every_skip_pattern_matches_only_vllm_deployments_and_staging_jobs_in_th
     pickers = [f"Deployment.llm-serving.{model}-epp"]
     # dev's 1-GPU nodes leave no room for a compile-cache producer beside the surge replica (cache off).
     producers = [] if stack == "dev" else [f"Job.llm-serving.{model}-compile-<hash>"]
-    # The node generation's drain barrier (llm_serving/gpu/drain.py) passes the checks these entries skip.
+    # The node generation's drain barrier (llm_serving/gpu/drain.py) passes the checks these entries skip but its
+    # token's (CKV_K8S_38).
     assert [w if not w.startswith("Job.") and "drain-barrier" not in w else w.rsplit("-", 1)[0] + "-<hash>"
             for w in workloads] == [
         "DaemonSet.llm-serving.llm-serving-image-prepull", f"Deployment.llm-serving.{model}", *pickers,

@@ -254,11 +254,11 @@ def test_stack_plan_prints_the_timing_rules_with_the_numbers_the_render_carries(
     assert timing.rollout_steps(config, model)[0] == 4
     assert f"llama-70b: Pulumi rollout await {awaited:,} s >= planned rollout (4 steps) {planned:,} s" in rows
     assert wiring["customTimeouts"]["update"] == f"{awaited}s"
-    # The barrier's preStop sleeps as long as the vLLM pod's grace period allows.
+    # The barrier's preStop holds (while its Deployment is being deleted) as long as the vLLM pod's grace period.
     (barrier,) = [r for r in rendered["prod"].resources if r["name"].startswith("node-drain-barrier-")
                   and r["type"] == "kubernetes:apps/v1:Deployment"]
     (container,) = barrier["inputs"]["spec"]["template"]["spec"]["containers"]
-    assert container["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", str(grace)]
+    assert container["lifecycle"]["preStop"]["exec"]["command"][3] == str(grace)
     data = json.loads(_run(["--stack", "prod", "--model", "llama-70b", "--json"])[1])
     assert data["timing"][1] == {"rule": "llama-70b: vLLM --shutdown-timeout",
                                  "numbers": "1,805 s >= stream bound 1,805 s", "holds": True}

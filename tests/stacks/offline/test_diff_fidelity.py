@@ -115,9 +115,10 @@ def test_an_ami_bump_replaces_the_node_group_and_its_asg_tags_and_costs_a_node_g
     assert result.returncode == 1, result.stderr
     out = result.stdout
     # 10 and 2: the compile cache's producer Job (its pod template selects the node generation) is replaced, and
-    # the pre-pull DaemonSet follows the new generation like the Deployment; 3 and 3: the generation's drain
-    # barrier (a new one created, the old deleted last).
-    assert out.splitlines()[0].startswith("prod: 10 to replace, 3 to delete, 3 to create, 2 to update against main")
+    # the pre-pull DaemonSet follows the new generation like the Deployment; 6 and 6: the generation's drain
+    # barrier (a new one created, the old deleted last): component, Deployment, NetworkPolicy, ServiceAccount, Role
+    # and RoleBinding.
+    assert out.splitlines()[0].startswith("prod: 10 to replace, 6 to delete, 6 to create, 2 to update against main")
     # The new group's Auto Scaling group name is unknown at preview, and it forces each tag's replacement.
     tags = re.findall(r"^\+- aws:autoscaling/tag:Tag (\S+) \(forced by autoscalingGroupName\)$", out, re.MULTILINE)
     assert len(tags) == 8
