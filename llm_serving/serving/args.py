@@ -278,8 +278,10 @@ class ModelArgs:
     new one, every replica drains and then cold-starts, a full outage; removing the model deletes it. The preview
     refuses either until this is set for the model by name; set it, preview, up, then unset it."""
     compile_cache: CompileCacheMode = CompileCacheMode.AUTO
-    """`shared`: one Job compiles the model once per (revision, image, layout, GPU, engine flags) into the weights
-    storage (on S3 an object prefix in the bucket) and every later replica copies it instead of compiling; `auto`:
+    """`shared`: one Job compiles the model once per (revision, image, layout, GPU, engine flags) into the model's own
+    cache (EFS: its own access point and claim; S3: the prefix `compile-cache/<name>/`; FSx or an existing class: the
+    weights claim) and every later replica copies it, each file checked against the producer's SHA-256 manifest,
+    instead of compiling (a mismatch copies nothing: the pod compiles); `auto`:
     shared where the key is pinned, the producer may write the storage and the node group has room for the producer
     beside the rollout, else off; `off`: every pod compiles."""
     cache_volume_gib: int = Field(default=20, ge=1, le=1000)

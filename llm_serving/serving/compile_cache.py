@@ -10,22 +10,30 @@ and the environment, so a copied cache it does not match is ignored and compiled
 logs "Compiling model again due to a load failure"), never used wrongly. CUDA graphs are not cached:
 they are captured at every start (the planner keeps their capture time).
 
+vLLM loads those artifacts with `pickle.loads` (vllm/compilation/caching.py): whoever can write a model's
+cache can run code in that model's serving pods. So the seed copies a cache only when every file matches
+the SHA-256 manifest its producer wrote (cache_sync.py, on every backend), and each model's cache is its
+own: on EFS an access point rooted at `<COMPILE_CACHE_ROOT>/<model>` with its own volume and claim, which
+only that model's producer mounts read-write and its serving pods read-only; on S3 the prefix
+`compile-cache/<model>/<key>/`, which only that model's producer role may write. What each layer does and
+does not stop: llm_serving/storage/objects.py file_system_policy and the README's threat model.
+
 Why a copy and not vLLM reading the shared directory in place: vLLM is not read-only-safe there.
 On a hit it still points TORCHINDUCTOR_CACHE_DIR at `<hash>/inductor_cache` and writes into it after
 the load ("post-load execution, CUDA-graph capture, and later autotune/recompile all need to write
 under {hash}/inductor_cache/", decorators.py), and on a miss it compiles and saves there. So every
-serving pod mounts the shared copy read-only (it sits on the weights claim, which serving pods mount
-read-only) and an init container copies it into the pod's own cache volume; vLLM then writes only
-its own copy. A partly written copy is never seeded: the writer renames a finished directory into
-place and marks it last.
+serving pod mounts the shared copy read-only and an init container copies it into the pod's own cache
+volume; vLLM then writes only its own copy. A partly written copy is never seeded: the writer renames a
+finished directory, manifest inside, into place and marks it last.
 
 The key (our directory) adds what vLLM's hash cannot see from a path: the revision (a moved branch
 would bring other weights under the same name), the image (tag and digest), the layout, the GPU and
 a digest of the engine flags, so any change of those starts cold in a new directory.
 
-On S3 the same key is an object prefix, `compile-cache/<key>/` in the weights bucket: the producer
-uploads instead of renaming, the seed downloads instead of copying (cache_sync.py, shipped in a
-ConfigMap and run with the vLLM image's own boto3), and the lock is a conditional write.
+On S3 the same key is an object prefix, `compile-cache/<model>/<key>/` in the weights bucket: the producer
+uploads instead of renaming, the seed downloads instead of copying, and the lock is a conditional write.
+On every backend the transfers are cache_sync.py, shipped in a ConfigMap and run with the vLLM image's own
+Python (and, on S3, its boto3).
 """
 
 from __future__ import annotations
@@ -38,29 +46,33 @@ from pathlib import Path
 from typing import Any
 
 from . import engine
-from .cache_sync import EXIT_HELD
+from .cache_sync import EXIT_HELD, FILES_ROOT, MANIFEST, MARKER
 
 # The producer Jobs' pods carry this component label (deployment.py), which their NetworkPolicy selects.
 PRODUCER_COMPONENT = "compile-cache"
 
 CACHE_ROOT_DIR = "compile-cache"  # under the weights claim, beside the staged revisions (FSx, an existing class)
-# EFS: the cache has its own access point and claim (the file-system policy lets GPU nodes write only
-# through it), mounted here in the serving pods (read-only) and the producer (read-write).
+# EFS: each model's cache has its own access point and claim, mounted here in that model's serving pods
+# (read-only) and its producer (read-write); the access point's root is the model's directory.
 SHARED_MOUNT = "/var/lib/llm-serving/compile-cache"
-COMPLETE_MARKER = ".llm-serving-complete"
-# Where vLLM keeps the artifacts inside VLLM_CACHE_ROOT (backends.py, decorators.py).
-VLLM_COMPILE_SUBDIR = "torch_compile_cache"
+COMPLETE_MARKER = MARKER
+# Where vLLM keeps the artifacts inside VLLM_CACHE_ROOT (backends.py, decorators.py); a finished copy keeps
+# them under the same name (cache_sync.FILES_ROOT).
+VLLM_COMPILE_SUBDIR = FILES_ROOT.rstrip("/")
 SEED_CONTAINER = "compile-cache-seed"
-# S3: where the pods find cache_sync.py (a ConfigMap, read-only), and the env var naming the bucket.
+# Where the pods find cache_sync.py (a ConfigMap, read-only), and the env var naming the bucket (S3).
 SYNC_DIR = "/etc/llm-serving/compile-cache"
 SYNC_VOLUME = "compile-cache-sync"
 BUCKET_ENV = "LLM_SERVING_CACHE_BUCKET"
 SYNC_SOURCE = Path(__file__).with_name("cache_sync.py").read_text()
 # The vLLM image carries boto3: its Dockerfile installs runai-model-streamer[s3] (versions.py
 # VLLM_IMAGE_HAS_S3_STREAMER), and runai-model-streamer-s3 0.15.7 requires boto3 (its wheel's METADATA;
-# vllm 0.33.0's `runai` extra asks for runai-model-streamer[s3,gcs,azure]>=0.15.7).
+# vllm 0.33.0's `runai` extra asks for runai-model-streamer[s3,gcs,azure]>=0.15.7). On a file system the
+# script needs the standard library alone, so no S3 client is made.
 SYNC_LAUNCHER = (f'import sys; sys.path.insert(0, "{SYNC_DIR}"); import boto3, cache_sync; '
                  'sys.exit(cache_sync.main(sys.argv[1:], boto3.client("s3")))')
+LOCAL_SYNC_LAUNCHER = (f'import sys; sys.path.insert(0, "{SYNC_DIR}"); import cache_sync; '
+                       'sys.exit(cache_sync.main(sys.argv[1:], None))')
 COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")
 ENGINE_VERSION_TAG = re.compile(r"^v?(\d+\.\d+\.\d+)")
 
@@ -77,8 +89,11 @@ class CompileCacheKey:
     pipeline_parallel_size: int
     gpu_product: str  # nvidia.com/gpu.product, e.g. NVIDIA-H100-80GB-HBM3
     engine_flags: tuple[str, ...]  # the `vllm serve` arguments the cache was compiled with
-    # Not an input of the key: where the pods see the cache's storage (the weights mount's compile-cache
-    # directory, or SHARED_MOUNT for a claim of its own) and that claim (None: the weights claim).
+    # Not inputs of the key: whose cache this is (models[].name: on S3 the prefix is the model's own, so its
+    # producer's role writes no other model's cache even where two models share every input), where the pods see
+    # the cache's storage (the weights mount's compile-cache directory, or SHARED_MOUNT for the model's own claim)
+    # and that claim (None: the weights claim).
+    model_name: str = ""
     mount_root: str = f"{engine.MODELS_MOUNT}/{CACHE_ROOT_DIR}"
     claim_name: str | None = None
     in_bucket: bool = False  # S3: an object prefix in the weights bucket (object_prefix), no volume
@@ -122,25 +137,26 @@ class CompileCacheKey:
         return f"{self.mount_root}/{self.relative_dir()}"
 
     def object_prefix(self) -> str:
-        """S3: the cache's prefix in the weights bucket, beside the revisions' `<model>/<revision>/`."""
-        return f"{CACHE_ROOT_DIR}/{self.relative_dir()}/"
+        """S3: the cache's prefix in the weights bucket, `compile-cache/<model>/<key>/`, beside the revisions'
+        `<model id>/<revision>/`: one model's producer role is scoped to it (buckets.compile_cache_writer_policy)."""
+        if not self.model_name or "/" in self.model_name:
+            raise ValueError(f"an S3 compile cache needs the model's name, got {self.model_name!r}")
+        return f"{CACHE_ROOT_DIR}/{self.model_name}/{self.relative_dir()}/"
 
     def volume_mounts(self, *, writable: bool) -> list[dict]:
-        """The cache's own claim (EFS), mounted at SHARED_MOUNT; on S3 the transfer script; [] when it lives
-        on the weights mount."""
-        if self.in_bucket:
-            return [{"name": SYNC_VOLUME, "mountPath": SYNC_DIR, "readOnly": True}]
-        if self.claim_name is None:
-            return []
-        return [{"name": "compile-cache", "mountPath": SHARED_MOUNT, "readOnly": not writable}]
+        """The transfer script and, on EFS, the model's own cache claim (at SHARED_MOUNT, read-only unless
+        `writable`: the producer)."""
+        script = {"name": SYNC_VOLUME, "mountPath": SYNC_DIR, "readOnly": True}
+        if self.in_bucket or self.claim_name is None:
+            return [script]
+        return [{"name": "compile-cache", "mountPath": SHARED_MOUNT, "readOnly": not writable}, script]
 
     def volumes(self, *, writable: bool) -> list[dict]:
-        if self.in_bucket:
-            return [{"name": SYNC_VOLUME, "configMap": {"name": sync_configmap_name()}}]
-        if self.claim_name is None:
-            return []
+        script = {"name": SYNC_VOLUME, "configMap": {"name": sync_configmap_name()}}
+        if self.in_bucket or self.claim_name is None:
+            return [script]
         return [{"name": "compile-cache",
-                 "persistentVolumeClaim": {"claimName": self.claim_name, "readOnly": not writable}}]
+                 "persistentVolumeClaim": {"claimName": self.claim_name, "readOnly": not writable}}, script]
 
     def job_name(self, model_name: str) -> str:
         digest = hashlib.sha256(self.relative_dir().encode()).hexdigest()[:10]
@@ -158,7 +174,7 @@ def sync_configmap_name() -> str:
 
 
 def sync_configmap(namespace: str) -> dict[str, Any]:
-    """S3: cache_sync.py for the seed and the producer, immutable."""
+    """cache_sync.py for the seed and the producer, immutable."""
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": sync_configmap_name(), "namespace": namespace,
                          "labels": {"app.kubernetes.io/component": PRODUCER_COMPONENT,
@@ -167,30 +183,28 @@ def sync_configmap(namespace: str) -> dict[str, Any]:
 
 
 def sync_function(key: CompileCacheKey) -> str:
-    """The shell function `sync <command> [args]`: one cache_sync.py call against the key's prefix in the
-    bucket the pod is given in BUCKET_ENV."""
+    """The shell function `sync <command> [args]`: one cache_sync.py call; on S3 against the key's prefix in
+    the bucket the pod is given in BUCKET_ENV."""
+    if not key.in_bucket:
+        return f"sync() {{ {shlex.join(['python3', '-c', LOCAL_SYNC_LAUNCHER])} \"$@\"; }}"
     launcher = shlex.join(["python3", "-c", SYNC_LAUNCHER])
     return (f"sync() {{ command=$1; shift; {launcher} \"$command\" \"${BUCKET_ENV}\" "
             f"{shlex.quote(key.object_prefix())} \"$@\"; }}")
 
 
 def seed_script(key: CompileCacheKey) -> str:
-    """Copy a finished shared cache into the pod's own cache volume; without one, do nothing (vLLM
+    """Copy a finished shared cache into the pod's own cache volume when every file matches its manifest
+    (cache_sync.seed_dir, cache_sync.seed); without one, or on any difference, copy nothing and say why (vLLM
     compiles). The marker is written last by the producer, so a half-written copy is never seeded."""
-    if key.in_bucket:
-        return f"{sync_function(key)}\nsync seed {shlex.quote(vllm_compile_dir())}"
-    shared = shlex.quote(key.mounted_dir())
     local = shlex.quote(vllm_compile_dir())
-    return (
-        f"if [ -f {shared}/{COMPLETE_MARKER} ]; then "
-        f"mkdir -p {local} && cp -R {shared}/{VLLM_COMPILE_SUBDIR}/. {local}/ && "
-        f"echo 'compile cache hit: seeded from {key.relative_dir()}'; "
-        f"else echo 'compile cache miss: {key.relative_dir()} not produced yet; vLLM compiles'; fi"
-    )
+    if key.in_bucket:
+        return f"{sync_function(key)}\nsync seed {local}"
+    return f"{sync_function(key)}\nsync seed-dir {shlex.quote(key.mounted_dir())} {local}"
 
 
 def seed_init_container(key: CompileCacheKey, image: str, env: list[dict]) -> dict:
-    """The serving pod's init container: the weights mount read-only, its own cache volume writable."""
+    """The serving pod's init container: the cache read-only (the weights mount only where the cache lives on
+    it), its own cache volume writable."""
     return {
         "name": SEED_CONTAINER,
         "image": image,
@@ -200,7 +214,8 @@ def seed_init_container(key: CompileCacheKey, image: str, env: list[dict]) -> di
         "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}},
         "securityContext": engine.container_security_context(),
         "volumeMounts": [
-            *([] if key.in_bucket else [{"name": "weights", "mountPath": engine.MODELS_MOUNT, "readOnly": True}]),
+            *([{"name": "weights", "mountPath": engine.MODELS_MOUNT, "readOnly": True}]
+              if not key.in_bucket and key.claim_name is None else []),
             *key.volume_mounts(writable=False),
             {"name": "cache", "mountPath": engine.CACHE_MOUNT},
             {"name": "tmp", "mountPath": engine.TMP_MOUNT},
@@ -232,7 +247,8 @@ LOCK_POLL_SECONDS = 30
 def producer_script(key: CompileCacheKey, serving_args: list[str], stale_lock_seconds: int,
                     poll_seconds: float = LOCK_POLL_SECONDS) -> str:
     """One writer: an exclusive `mkdir` lock (atomic on NFS and Lustre), a vLLM start until /health
-    answers (compile and graph capture done), then its artifacts renamed into place and marked last.
+    answers (compile and graph capture done), then its artifacts copied with their SHA-256 manifest (written
+    last, cache_sync.publish_dir), renamed into place and marked after that.
 
     The lock goes with the writer on every exit it can see (EXIT, TERM, INT: the shell is the pod's PID 1,
     which ignores a signal it does not trap). A writer killed outright (SIGKILL after the grace period,
@@ -243,6 +259,9 @@ def producer_script(key: CompileCacheKey, serving_args: list[str], stale_lock_se
     stale, within its own Job's deadline. Exiting at once failed the Job within seconds (its backoff limit) and
     with it the `up` (issue #42). A lock without its `started` file yet (a writer between mkdir and date) is as
     old as the directory.
+
+    A cache counts as produced only with its manifest: one marked before manifests existed (which every seed
+    now refuses) is produced again.
     """
     if key.in_bucket:
         return s3_producer_script(key, serving_args, stale_lock_seconds, poll_seconds)
@@ -251,11 +270,13 @@ def producer_script(key: CompileCacheKey, serving_args: list[str], stale_lock_se
     staging = shlex.quote(key.mounted_dir() + ".partial")
     return "\n".join([
         "set -eu",
-        f"if [ -f {final}/{COMPLETE_MARKER} ]; then echo 'compile cache already produced'; exit 0; fi",
+        sync_function(key),
+        f"produced() {{ [ -f {final}/{COMPLETE_MARKER} ] && [ -f {final}/{MANIFEST} ]; }}",
+        "if produced; then echo 'compile cache already produced'; exit 0; fi",
         f"mkdir -p \"$(dirname {final})\"",
         "said=",
         f"until mkdir {lock} 2>/dev/null; do",
-        f"  if [ -f {final}/{COMPLETE_MARKER} ]; then echo 'compile cache produced by another writer'; exit 0; fi",
+        "  if produced; then echo 'compile cache produced by another writer'; exit 0; fi",
         # An empty read (the writer between creating and filling the file) counts as the directory's age too.
         f"  started=$(cat {lock}/started 2>/dev/null || true)",
         f"  [ -n \"$started\" ] || started=$(stat -c %Y {lock} 2>/dev/null || date +%s)",
@@ -273,8 +294,8 @@ def producer_script(key: CompileCacheKey, serving_args: list[str], stale_lock_se
         "pid=",
         f"trap 'rm -rf {lock}' EXIT",
         *_serve_until_healthy(serving_args),
-        f"rm -rf {staging} && mkdir -p {staging}",
-        f"cp -R {shlex.quote(vllm_compile_dir())} {staging}/{VLLM_COMPILE_SUBDIR}",
+        f"rm -rf {staging}",
+        f"sync publish-dir {shlex.quote(vllm_compile_dir())} {staging}",
         f"rm -rf {final} && mv {staging} {final} && touch {final}/{COMPLETE_MARKER}",
         f"echo 'compile cache produced: {key.relative_dir()}'",
     ])

@@ -138,7 +138,8 @@ def prometheus_query_url(args: ServingStackArgs) -> str:
 
 
 def weights_file_system(args: ServingStackArgs, site: Site) -> storage.WeightsFileSystemArgs:
-    """EFS: the GPU nodes' own group and role are added by ServingStack, which creates them."""
+    """EFS: the GPU nodes' own group and role, and each model's serving and compile-cache mounts (in the serving
+    namespace), are added by ServingStack, which creates them."""
     return storage.WeightsFileSystemArgs(
         cluster_name=args.cluster.name,
         vpc_id=site.vpc_id,
@@ -152,7 +153,6 @@ def weights_file_system(args: ServingStackArgs, site: Site) -> storage.WeightsFi
         kubernetes_version=args.cluster.kubernetes_version,
         tags=planning.resource_tags(args),
         writer_role_arn=site.staging.role_arn,
-        compile_cache=any(planning.compile_cache_state(args, m)[0] for m in args.models),
     )
 
 

@@ -479,13 +479,14 @@ def compile_cache_key(config: ServingStackArgs, model: ModelArgs) -> serving.Com
             model.max_model_len, model.gpu_memory_utilization, model.kv_cache_dtype.value, model.max_num_seqs,
             model.max_num_batched_tokens, model.enable_prefix_caching, model.quantization, *model.extra_args,
             *([f"kv-offloading-size={tier}"] if tier else []))),
+        model_name=model.name,
     )
 
 
 def compile_cache_writer_problem(config: ServingStackArgs, model: ModelArgs) -> str | None:
     """Why the producer (a GPU pod) could not write the cache on this model's storage, or None when it can.
-    EFS gets the cache its own access point, the only path the file-system policy lets GPU nodes write;
-    S3 an object prefix its producer's role alone may write."""
+    EFS gets each model's cache its own access point, the only paths the file-system policy lets GPU nodes
+    write; S3 each model's object prefix, which its producer's role alone may write."""
     if config.weights_storage.backend is StorageBackend.S3:
         return None
     if config.weights_storage.backend is not StorageBackend.EFS and \
@@ -501,7 +502,7 @@ def compile_cache_wiring(config: ServingStackArgs, model: ModelArgs) -> serving.
     key = compile_cache_key(config, model)
     if config.weights_storage.backend is StorageBackend.EFS:
         return dataclasses.replace(key, mount_root=serving.COMPILE_CACHE_SHARED_MOUNT,
-                                   claim_name=storage.COMPILE_CACHE_CLAIM)
+                                   claim_name=storage.compile_cache_claim_name(model.name))
     if config.weights_storage.backend is StorageBackend.S3:
         return dataclasses.replace(key, in_bucket=True)
     return key

@@ -83,12 +83,12 @@ from llm_serving.stack.admission import routed_admission
 from llm_serving.stack.args import SECRET_KEYS, ServingStackArgs
 from llm_serving.stack.rules import platform as platform_rules
 from llm_serving.storage import (
+    CompileCacheMount,
     ServingMount,
     StorageBackend,
     WeightsBucket,
     WeightsFileSystem,
     WeightsLustre,
-    compile_cache_claim,
     s3_prefix_list_name,
 )
 from llm_serving.verification import SELECTOR as VERIFY_POD_SELECTOR
@@ -471,7 +471,7 @@ class ServingStack(pulumi.ComponentResource):
         self._workloads: dict[str, pulumi.Resource] = {}
         storage_class: pulumi.Output[str] | None = None
         serving_claims: dict[str, pulumi.Output[str]] = {}
-        cache_claim: list[pulumi.Resource] = []
+        cache_claims: dict[str, pulumi.Resource] = {}
         if args.weights_storage.backend is StorageBackend.EFS:
             # Claims name the class through its output, so they wait for the file system to be mountable.
             # The GPU nodes (the serving identity) read through access points of their own; NFS comes
@@ -488,18 +488,19 @@ class ServingStack(pulumi.ComponentResource):
                                  staging_claim_name=staging_claim_name(m.name), claim_name=f"{m.name}-weights-ro",
                                  volume_name=f"{serving_namespace}-{m.name}-weights-ro")
                     for m in args.models),
+                # Each model's compile cache on its own access point, volume and claim: a producer mounts only
+                # its own model's, read-write, and the model's serving pods the same claim read-only.
+                compile_cache_mounts=tuple(
+                    CompileCacheMount(key=m.name, namespace=serving_namespace, claim_name=key.claim_name,
+                                      volume_name=f"{serving_namespace}-{key.claim_name}")
+                    for m in args.models
+                    if (key := planning.compile_cache_wiring(args, m)) is not None and key.claim_name is not None),
                 serving_namespace=ns.metadata.name,
             )
             file_system = WeightsFileSystem("weights-storage", efs, child)
             storage_class = file_system.storage_class_name
             serving_claims = file_system.serving_claim_names
-            if file_system.compile_cache_volume_name is not None:
-                claim = file_system.compile_cache_volume_name.apply(
-                    lambda volume: compile_cache_claim(serving_namespace, volume))
-                cache_claim.append(k8s.core.v1.PersistentVolumeClaim(
-                    "compile-cache-claim", metadata=claim["metadata"], spec=claim["spec"],
-                    # Retained like the weights: a compile is minutes of GPU time per key.
-                    opts=pulumi.ResourceOptions(parent=self, depends_on=[ns], retain_on_delete=True)))
+            cache_claims = file_system.compile_cache_claims
         shared_claim: pulumi.Output[str] | None = None
         if args.weights_storage.backend is StorageBackend.FSX_LUSTRE:
             # The shared claim lives in the serving namespace, behind the same fences as the Jobs.
@@ -537,12 +538,12 @@ class ServingStack(pulumi.ComponentResource):
             producer_fence.append(k8s.networking.v1.NetworkPolicy(
                 "compile-cache-network-policy", metadata=fence["metadata"], spec=fence["spec"],
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[ns])))
-            if bucket is not None:
-                # The seed and the producer run cache_sync.py from it; the pods wait for it like the fence.
-                sync = sync_configmap(serving_namespace)
-                producer_fence.append(k8s.core.v1.ConfigMap(
-                    "compile-cache-sync", metadata=sync["metadata"], data=sync["data"], immutable=True,
-                    opts=pulumi.ResourceOptions(parent=self, depends_on=[ns])))
+            # The seed and the producer run cache_sync.py from it on every backend (the seed's manifest check);
+            # the pods wait for it like the fence.
+            sync = sync_configmap(serving_namespace)
+            producer_fence.append(k8s.core.v1.ConfigMap(
+                "compile-cache-sync", metadata=sync["metadata"], data=sync["data"], immutable=True,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[ns])))
         for model in args.models:
             plan = planning.model_plan(args, model)
             architecture = planning.model_architecture(model)
@@ -591,7 +592,7 @@ class ServingStack(pulumi.ComponentResource):
                 child,
             )
             deployment = self._workload(args, model, plan, ns, weights, bucket, api_key, node_selector,
-                                        serving_claims, cache_claim, producer_fence, api_key_revision,
+                                        serving_claims, cache_claims, producer_fence, api_key_revision,
                                         s3_tokenizer_prefix, zone,
                                         () if planning.creates_nodes(args) else mount_zones)
             self._deployments.append(deployment.deployment)
@@ -605,7 +606,7 @@ class ServingStack(pulumi.ComponentResource):
     def _workload(self, args: ServingStackArgs, model: ModelArgs, plan: serving.CapacityPlan, ns: k8s.core.v1.Namespace,
                   weights: ModelWeights, bucket: WeightsBucket | None, api_key: pulumi.Resource,
                   node_selector: pulumi.Output[Any], serving_claims: dict[str, pulumi.Output[str]],
-                  cache_claim: list[pulumi.Resource], producer_fence: list[pulumi.Resource],
+                  cache_claims: dict[str, pulumi.Resource], producer_fence: list[pulumi.Resource],
                   api_key_revision: pulumi.Output[str], s3_tokenizer_prefix: str | None,
                   zone: str | None, zones: tuple[str, ...]) -> VllmDeployment:
         """The model's vLLM Deployment (or LeaderWorkerSet), Service and PDB, with its service accounts on S3."""
@@ -681,7 +682,8 @@ class ServingStack(pulumi.ComponentResource):
                 # Serving starts only once its revision is fully staged (and a group once its
                 # operator and the EFA device plugin run).
                 after=(weights.job, api_key, *serving_after,
-                       *((*cache_claim, *producer_fence) if compile_cache is not None else ()),
+                       *(([cache_claims[model.name]] if model.name in cache_claims else []) + producer_fence
+                         if compile_cache is not None else ()),
                        *(self._group_prerequisites if plan.pipeline_parallel_size > 1 else ())),
             ),
             pulumi.ResourceOptions(parent=self),

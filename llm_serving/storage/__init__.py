@@ -10,10 +10,9 @@ from .args import (
     WeightsStorageArgs,
 )
 from .buckets import model_prefix, model_uri, s3_prefix_list_name
-from .efs import ServingMount, WeightsFileSystem, WeightsFileSystemArgs
+from .efs import CompileCacheMount, ServingMount, WeightsFileSystem, WeightsFileSystemArgs
 from .fsx import WeightsLustre, WeightsLustreArgs
 from .objects import (
-    COMPILE_CACHE_CLAIM,
     COMPILE_CACHE_ROOT,
     CSI_ADDON,
     EFS_CLAIM_PLACEHOLDER_GIB,
@@ -21,6 +20,8 @@ from .objects import (
     FSX_CSI_ADDON,
     LUSTRE_THROUGHPUTS,
     compile_cache_claim,
+    compile_cache_claim_name,
+    compile_cache_directory,
     compile_cache_volume,
     lustre_capacity_problem,
     lustre_read_mib_per_second,
@@ -32,9 +33,9 @@ from .s3_throughput import NODE_S3_GBPS, S3ReadEstimate, S3ReadTerm, s3_read_est
 
 __all__ = [
     "BucketAccess",
-    "COMPILE_CACHE_CLAIM",
     "COMPILE_CACHE_ROOT",
     "CSI_ADDON",
+    "CompileCacheMount",
     "EFS_CLAIM_PLACEHOLDER_GIB",
     "EFS_READ_MIB_PER_SECOND",
     "EfsArgs",
@@ -56,6 +57,8 @@ __all__ = [
     "WeightsLustreArgs",
     "WeightsStorageArgs",
     "compile_cache_claim",
+    "compile_cache_claim_name",
+    "compile_cache_directory",
     "compile_cache_volume",
     "lustre_capacity_problem",
     "lustre_read_mib_per_second",

@@ -3,8 +3,10 @@
 Mount targets in every AZ of the GPU node group, a security group admitting NFS only from the GPU and
 staging nodes' own groups, the EFS CSI driver add-on with its IAM through Pod Identity (behind the admission
 guard that admits its controller's pods only with credentials, llm_serving/platform/pod_identity.py), a Retain
-StorageClass the staging Jobs write through, and per model a read-only access point, volume and claim
-the serving pods mount. The file system is never deleted by `pulumi destroy`.
+StorageClass the staging Jobs write through, per model a read-only access point, volume and claim
+the serving pods mount, and per model with a shared compile cache an access point, volume and claim of
+its own (objects.py, above COMPILE_CACHE_ROOT: what each layer enforces). The file system is never deleted
+by `pulumi destroy`.
 """
 
 from __future__ import annotations
@@ -34,6 +36,17 @@ class ServingMount:
 
 
 @dataclass(frozen=True)
+class CompileCacheMount:
+    """One model's compile cache: an access point rooted at its own directory, a volume and a claim that its
+    producer mounts read-write and its serving pods read-only."""
+
+    key: str  # the model's name: names the child resources and the directory
+    namespace: str
+    claim_name: str
+    volume_name: str  # the static PersistentVolume (cluster-scoped)
+
+
+@dataclass(frozen=True)
 class WeightsFileSystemArgs:
     cluster_name: str
     vpc_id: pulumi.Input[str]
@@ -56,9 +69,9 @@ class WeightsFileSystemArgs:
     serving_mounts: tuple[ServingMount, ...] = ()
     # The serving namespace's name as an output of the Namespace, so the claims wait for it.
     serving_namespace: pulumi.Input[str] | None = None
-    # A shared compile cache: its own access point and a static volume on it; with a file-system policy the
-    # GPU nodes may write through that access point only (objects.file_system_policy).
-    compile_cache: bool = False
+    # Per model with a shared compile cache: its own access point, volume and claim; with a file-system policy
+    # the GPU nodes may write through those access points only (objects.file_system_policy).
+    compile_cache_mounts: tuple[CompileCacheMount, ...] = ()
 
 
 class WeightsFileSystem(pulumi.ComponentResource):
@@ -164,34 +177,35 @@ class WeightsFileSystem(pulumi.ComponentResource):
             )
             for mount in args.serving_mounts
         }
-        cache_point: aws.efs.AccessPoint | None = None
-        if args.compile_cache:
-            cache_point = aws.efs.AccessPoint(
-                f"{name}-compile-cache",
+        # One per model: a producer whose pod mounts one model's claim reaches only that model's directory.
+        cache_points = {
+            mount.key: aws.efs.AccessPoint(
+                f"{name}-compile-cache-{mount.key}",
                 file_system_id=file_system.id,
                 # Every client is the pods' own identity here too, and the directory is created owned by it.
-                posix_user={"uid": args.owner_uid, "gid": args.owner_gid},
-                root_directory={"path": objects.COMPILE_CACHE_ROOT, "creation_info": {
-                    "owner_uid": args.owner_uid, "owner_gid": args.owner_gid, "permissions": "0750"}},
-                tags={**args.tags, "Name": f"{args.cluster_name}-{name}-compile-cache"},
+                **objects.serving_access_point(objects.compile_cache_directory(mount.key),
+                                               uid=args.owner_uid, gid=args.owner_gid),
+                tags={**args.tags, "Name": f"{args.cluster_name}-{mount.key}-compile-cache"},
                 opts=child,
             )
+            for mount in args.compile_cache_mounts
+        }
         guards: list[pulumi.Resource] = []
         if args.writer_role_arn is not None:
             # Before any claim binds: a pod must never mount the weights while they are unguarded.
             # EFS evaluates the policy when a client connects (iam-access-control-nfs-efs): mounts made
             # under the previous policy keep their access until they reconnect.
             arns = [point.arn for point in access_points.values()]
+            cache_arns = [point.arn for point in cache_points.values()]
             readers = list(args.reader_role_arns)
             guards.append(aws.efs.FileSystemPolicy(
                 f"{name}-policy",
                 file_system_id=file_system.id,
-                policy=pulumi.Output.all(file_system.arn, args.writer_role_arn,
-                                         cache_point.arn if cache_point is not None else "", *readers, *arns).apply(
+                policy=pulumi.Output.all(file_system.arn, args.writer_role_arn, *readers, *arns, *cache_arns).apply(
                     lambda values: json.dumps(objects.file_system_policy(
-                        values[0], writer_role_arn=values[1], reader_role_arns=list(values[3:3 + len(readers)]),
-                        serving_access_point_arns=list(values[3 + len(readers):]),
-                        compile_cache_access_point_arn=values[2] or None))),
+                        values[0], writer_role_arn=values[1], reader_role_arns=list(values[2:2 + len(readers)]),
+                        serving_access_point_arns=list(values[2 + len(readers):2 + len(readers) + len(arns)]),
+                        compile_cache_access_point_arns=list(values[2 + len(readers) + len(arns):])))),
                 opts=child,
             ))
         else:
@@ -223,21 +237,10 @@ class WeightsFileSystem(pulumi.ComponentResource):
         }
         self.storage_class_name = storage_class.metadata.name
         self.file_system_id = file_system.id
-        self.compile_cache_volume_name: pulumi.Output[str] | None = None
-        if cache_point is not None:
-            volume = pulumi.Output.all(file_system.id, cache_point.id).apply(
-                lambda ids: objects.compile_cache_volume(f"{args.storage_class_name}-compile-cache",
-                                                         file_system_id=ids[0], access_point_id=ids[1]))
-            persistent_volume = k8s.core.v1.PersistentVolume(
-                f"{name}-compile-cache-volume",
-                metadata=volume["metadata"], spec=volume["spec"],
-                # Mounted only once the policy that scopes the GPU nodes' writes is in force.
-                # Retained (a compile is minutes of GPU time per key) but never protected: a lost cache is
-                # rebuilt by its producer Job, so turning the cache off must not stop at a protected volume.
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[*targets, *driver, *guards],
-                                            retain_on_delete=True),
-            )
-            self.compile_cache_volume_name = persistent_volume.metadata.name
+        self.compile_cache_claims: dict[str, pulumi.Resource] = {
+            mount.key: self._compile_cache_claim(name, mount, file_system.id, cache_points[mount.key].id, args, ready)
+            for mount in args.compile_cache_mounts
+        }
         self.register_outputs({"storage_class_name": self.storage_class_name, "file_system_id": self.file_system_id,
                                "serving_claim_names": self.serving_claim_names})
 
@@ -276,3 +279,34 @@ class WeightsFileSystem(pulumi.ComponentResource):
                                         protect=args.protect),
         )
         return claim.metadata.name
+
+    def _compile_cache_claim(self, name: str, mount: CompileCacheMount, file_system_id: pulumi.Output[str],
+                             access_point_id: pulumi.Output[str], args: WeightsFileSystemArgs,
+                             ready: list[pulumi.Resource]) -> pulumi.Resource:
+        """The static volume through one model's cache access point and the claim bound to it, in the serving
+        namespace: the model's producer mounts it read-write, its serving pods read-only."""
+        def manifest(file_system: str, access_point: str) -> dict:
+            return objects.compile_cache_volume(mount.volume_name, file_system_id=file_system,
+                                                access_point_id=access_point, namespace=mount.namespace,
+                                                claim_name=mount.claim_name)
+
+        spec = pulumi.Output.all(file_system_id, access_point_id).apply(lambda ids: manifest(ids[0], ids[1])["spec"])
+        # Mounted only once the policy that scopes the GPU nodes' writes is in force, every zone's mount target
+        # answers and the driver runs. Retained, like the serving volumes, but never protected: they hold no data
+        # (the directory stays on the file system whatever happens to them), and a cache turned off must not stop
+        # at a protected volume.
+        persistent_volume = k8s.core.v1.PersistentVolume(
+            f"{name}-compile-cache-{mount.key}-volume",
+            metadata=manifest("", "")["metadata"], spec=spec,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=ready, retain_on_delete=True),
+        )
+        claim_manifest = objects.compile_cache_claim(mount.claim_name, namespace=mount.namespace,
+                                                     volume_name=mount.volume_name)
+        return k8s.core.v1.PersistentVolumeClaim(
+            f"{name}-compile-cache-{mount.key}-claim",
+            metadata=cast(ManifestFields, {
+                **claim_manifest["metadata"],
+                "namespace": args.serving_namespace if args.serving_namespace is not None else mount.namespace}),
+            spec=claim_manifest["spec"],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[persistent_volume, *ready], retain_on_delete=True),
+        )

@@ -79,9 +79,9 @@ def claim_directory(namespace: str, claim_name: str) -> str:
 
 
 def serving_access_point(directory: str, *, uid: int, gid: int) -> dict[str, Any]:
-    """A serving access point's inputs: the same directory, POSIX identity and creation settings the
-    driver gives the staging claim's access point (so whichever mounts first creates the directory
-    the same way), and nothing that lets a client pick another identity or path."""
+    """An access point's inputs, a serving one's or a compile cache's: the POSIX identity and creation
+    settings the driver gives the staging claim's access point (so whichever mounts first creates a shared
+    directory the same way), and nothing that lets a client pick another identity or path."""
     return {
         "posix_user": {"uid": uid, "gid": gid},
         "root_directory": {"path": directory, "creation_info": {
@@ -156,40 +156,82 @@ def storage_class(name: str, parameters: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-# The compile cache's own directory on the weights file system, outside the claims' base path, reached
-# only through its access point (llm_serving/serving/compile_cache.py).
+# The compile caches' directory on the weights file system, outside the claims' base path: one directory per
+# model, `<COMPILE_CACHE_ROOT>/<model>`, each reached only through that model's own access point, volume and
+# claim (llm_serving/serving/compile_cache.py). What each layer enforces, and what it does not:
+# - the access point's root directory: a client that mounts through it sees that directory as its root and
+#   nothing above it (EFS user guide, enforce-root-directory-access-point.html; API reference, RootDirectory: "NFS
+#   clients using the access point can only access data in the access point's RootDirectory and its
+#   subdirectories"), so a producer whose pod mounts model A's claim cannot reach model B's directory (nor the
+#   weights). The path may be 100 characters and four levels deep: this one is two, at most 90 (a model's name is
+#   a DNS label, <= 63);
+# - the access point's POSIX user (2000, the pods' own; enforce-identity-access-points.html):
+#   every client's operations run as it, so the non-root pods can write; the same on every model's access point,
+#   since the root directory already separates them;
+# - the serving pods' mount: the claim `readOnly` in their pod spec. The kubelet passes it to NodePublishVolume
+#   as `readonly` (kubernetes pkg/kubelet/volumemanager/populator/desired_state_of_world_populator.go,
+#   getPVSpec(pvName, pvcSource.ReadOnly, ...)) and the driver then mounts with `ro` (aws-efs-csi-driver v3.4.1
+#   pkg/driver/node.go, NodePublishVolume): a serving container, restricted (no CAP_SYS_ADMIN), cannot remount it;
+# - the file-system policy (file_system_policy): only the GPU nodes' role may write, and only through these access
+#   points; the staging nodes' role may not write through them, nor mount without an access point. It cannot tell
+#   a producer from a serving pod: EFS authorizes an NFS client by the IAM identity that signs the mount (the `iam`
+#   option, iam-access-control-nfs-efs.html), which with the EFS CSI driver is the CSI node pod's identity
+#   (aws-efs-csi-driver docs/parameters.md: "iam: Use the CSI Node Pod's IAM identity"), here the node's role,
+#   shared by every GPU node (the add-on gives only its controller a Pod Identity, efs.py; the node component has
+#   none to give, kubernetes-sigs/aws-efs-csi-driver issue #1759). The driver does not mount with the consuming
+#   pod's role (issue #1439, closed without it; aws/containers-roadmap issue #1003, open) and drops `awscredsuri`
+#   (node.go). So
+#   root on any GPU node can mount any model's cache access point and write it, and anyone who may create a pod
+#   in the serving namespace can mount a cache claim read-write: Kubernetes RBAC, not EFS, guards that.
 COMPILE_CACHE_ROOT = "/llm-serving-compile-cache"
-COMPILE_CACHE_CLAIM = "compile-cache"
+COMPILE_CACHE_COMPONENT = "compile-cache"
 COMPILE_CACHE_CLAIM_GIB = 100  # EFS ignores a claim's size; Kubernetes requires one
 
 
-def compile_cache_volume(name: str, *, file_system_id: str, access_point_id: str) -> dict[str, Any]:
-    """A static PersistentVolume on the compile cache's access point (EFS CSI driver, static provisioning:
-    volumeHandle `<file system>::<access point>`), retained, mounted with TLS and IAM like the weights."""
-    check_dns_label("name", name)
+def compile_cache_directory(model_name: str) -> str:
+    """The directory one model's cache access point is rooted at."""
+    check_dns_label("model name", model_name)
+    return f"{COMPILE_CACHE_ROOT}/{model_name}"
+
+
+def compile_cache_claim_name(model_name: str) -> str:
+    """The model's cache claim in the serving namespace, which its producer and serving pods mount."""
+    check_dns_label("model name", model_name)
+    return f"{model_name}-compile-cache"
+
+
+def compile_cache_volume(name: str, *, file_system_id: str, access_point_id: str, namespace: str,
+                         claim_name: str) -> dict[str, Any]:
+    """A static PersistentVolume on one model's cache access point (EFS CSI driver, static provisioning:
+    volumeHandle `<file system>::<access point>`), retained, mounted with TLS and IAM like the weights, and
+    reserved for that model's claim (claimRef: no other claim in the cluster can bind it). ReadWriteMany:
+    the producer mounts it read-write; the serving pods mount the same claim read-only (compile_cache.py)."""
+    check_dns_label("namespace", namespace)
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
         "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "llm-serving",
-                                              "app.kubernetes.io/component": COMPILE_CACHE_CLAIM}},
+                                              "app.kubernetes.io/component": COMPILE_CACHE_COMPONENT}},
         "spec": {
             "capacity": {"storage": f"{COMPILE_CACHE_CLAIM_GIB}Gi"},
             "accessModes": ["ReadWriteMany"],
             "persistentVolumeReclaimPolicy": "Retain",
             "storageClassName": "",
             "mountOptions": list(MOUNT_OPTIONS),
+            "claimRef": {"namespace": namespace, "name": claim_name},
             "csi": {"driver": CSI_PROVISIONER, "volumeHandle": f"{file_system_id}::{access_point_id}"},
         },
     }
 
 
-def compile_cache_claim(namespace: str, volume_name: str) -> dict[str, Any]:
-    """The serving namespace's claim on that volume, bound by name (no class, no provisioner)."""
+def compile_cache_claim(name: str, *, namespace: str, volume_name: str) -> dict[str, Any]:
+    """One model's cache claim, bound to its own volume by name (no class, no provisioner)."""
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": {"name": COMPILE_CACHE_CLAIM, "namespace": namespace,
-                     "labels": {"app.kubernetes.io/part-of": "llm-serving"}},
+        "metadata": {"name": name, "namespace": namespace,
+                     "labels": {"app.kubernetes.io/part-of": "llm-serving",
+                                "app.kubernetes.io/component": COMPILE_CACHE_COMPONENT}},
         "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": volume_name,
                  "resources": {"requests": {"storage": f"{COMPILE_CACHE_CLAIM_GIB}Gi"}}},
     }
@@ -211,8 +253,8 @@ EFS_CLIENT_CONDITION_KEYS = ("aws:SecureTransport", "aws:SourceIp", "elasticfile
 
 def file_system_policy(file_system_arn: str, *, reader_role_arns: list[str], writer_role_arn: str,
                        serving_access_point_arns: list[str],
-                       compile_cache_access_point_arn: str | None = None) -> dict[str, Any]:
-    """Who may mount and write the weights (EFS user guide, iam-access-control-nfs-efs).
+                       compile_cache_access_point_arns: list[str] | None = None) -> dict[str, Any]:
+    """Who may mount and write the weights and the compile caches (EFS user guide, iam-access-control-nfs-efs).
 
     With a policy in place EFS authorises every NFS connection against it: an anonymous (non-`iam`)
     client gets nothing. The readers (the GPU nodes' role) may mount only through the serving access
@@ -222,9 +264,14 @@ def file_system_policy(file_system_arn: str, *, reader_role_arns: list[str], wri
     request, and a negated condition on a missing key is true (IAM user guide,
     reference_policies_elements_condition_operators.html): it is denied.
 
-    With `compile_cache_access_point_arn` the readers may also mount and write through that access point
-    (condition key `elasticfilesystem:AccessPointArn`), whose root is the compile cache's directory: the
-    cache's producer Job runs on a GPU node, and the weights stay out of its reach.
+    With `compile_cache_access_point_arns` (one per model, each rooted at that model's cache directory) the
+    readers may also mount and write through those access points: a model's producer Job runs on a GPU node,
+    as the node's role, and the weights stay out of its reach. Only that identity writes a cache: the writer
+    (staging) role is denied writes through the cache access points, and denied any mount without an access
+    point (`Null` on AccessPointArn: its own claims all mount through the access points the CSI driver
+    provisions, storage_class_parameters), which would otherwise reach the caches' directories from the file
+    system's root. What the policy cannot do (every GPU node shares the role, serving or producing): the comment
+    above COMPILE_CACHE_ROOT.
     """
     if not reader_role_arns or not writer_role_arn or not serving_access_point_arns:
         raise ValueError("a file-system policy needs reader roles, a writer role and the serving access points")
@@ -233,16 +280,23 @@ def file_system_policy(file_system_arn: str, *, reader_role_arns: list[str], wri
     through_mount_target = {"Bool": {"elasticfilesystem:AccessedViaMountTarget": "true"}}
     everyone = {"AWS": "*"}
     readers = {"AWS": sorted(reader_role_arns)}
+    writer = {"AWS": writer_role_arn}
     access_points = sorted(serving_access_point_arns)
-    cache = compile_cache_access_point_arn
-    mountable = sorted([*access_points, cache]) if cache is not None else access_points
-    # Without a cache the readers never write; with one, only through its access point.
-    not_the_cache = {"Condition": {"StringNotEquals": {"elasticfilesystem:AccessPointArn": cache}}} if cache else {}
-    cache_writes = [
+    caches = sorted(compile_cache_access_point_arns or [])
+    mountable = sorted([*access_points, *caches])
+    # Without a cache the readers never write; with some, only through their access points.
+    not_a_cache = {"Condition": {"StringNotEquals": {"elasticfilesystem:AccessPointArn": caches}}} if caches else {}
+    cache_statements = [
         {"Sid": "CompileCacheWrites", "Effect": "Allow", "Principal": readers,
          "Action": "elasticfilesystem:ClientWrite", "Resource": file_system_arn,
-         "Condition": {**through_mount_target, "StringEquals": {"elasticfilesystem:AccessPointArn": cache}}},
-    ] if cache is not None else []
+         "Condition": {**through_mount_target, "StringEquals": {"elasticfilesystem:AccessPointArn": caches}}},
+        {"Sid": "DenyStagingCompileCacheWrites", "Effect": "Deny", "Principal": writer,
+         "Action": "elasticfilesystem:ClientWrite", "Resource": file_system_arn,
+         "Condition": {"StringEquals": {"elasticfilesystem:AccessPointArn": caches}}},
+        {"Sid": "DenyStagingWithoutAnAccessPoint", "Effect": "Deny", "Principal": writer,
+         "Action": ["elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite"], "Resource": file_system_arn,
+         "Condition": {"Null": {"elasticfilesystem:AccessPointArn": "true"}}},
+    ] if caches else []
     return {
         "Version": "2012-10-17",
         "Statement": [
@@ -253,7 +307,7 @@ def file_system_policy(file_system_arn: str, *, reader_role_arns: list[str], wri
             # Explicit denies for the serving identity: an identity policy that allowed more (an EFS
             # client policy attached to the node role) cannot widen it.
             {"Sid": "DenyServingWrites", "Effect": "Deny", "Principal": readers,
-             "Action": "elasticfilesystem:ClientWrite", "Resource": file_system_arn, **not_the_cache},
+             "Action": "elasticfilesystem:ClientWrite", "Resource": file_system_arn, **not_a_cache},
             {"Sid": "DenyServingOutsideItsAccessPoints", "Effect": "Deny", "Principal": readers,
              "Action": "elasticfilesystem:ClientMount", "Resource": file_system_arn,
              "Condition": {"StringNotEquals": {"elasticfilesystem:AccessPointArn": mountable}}},
@@ -261,10 +315,10 @@ def file_system_policy(file_system_arn: str, *, reader_role_arns: list[str], wri
              "Action": "elasticfilesystem:ClientMount", "Resource": file_system_arn,
              "Condition": {**through_mount_target,
                            "StringEquals": {"elasticfilesystem:AccessPointArn": mountable}}},
-            *cache_writes,
+            *cache_statements,
             # No anonymous principal and no other writer: a mount without the `iam` option, or by any
             # other role, matches no Allow here.
-            {"Sid": "StagingMountsAndWrites", "Effect": "Allow", "Principal": {"AWS": writer_role_arn},
+            {"Sid": "StagingMountsAndWrites", "Effect": "Allow", "Principal": writer,
              "Action": ["elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite"],
              "Resource": file_system_arn, "Condition": through_mount_target},
         ],

@@ -36,9 +36,10 @@ def _key():
     return key
 
 
-# Named after everything the cache depends on, the engine flags' digest last (compile_cache.CompileCacheKey).
+# The model's own prefix, then a directory named after everything the cache depends on, the engine flags' digest
+# last (compile_cache.CompileCacheKey).
 CACHE = _key().object_prefix()
-assert CACHE.startswith(f"compile-cache/{WEIGHTS}vllm-0.33.0/tp4-NVIDIA-H100-80GB-HBM3-")
+assert CACHE.startswith(f"compile-cache/llama-70b/{WEIGHTS}vllm-0.33.0/tp4-NVIDIA-H100-80GB-HBM3-")
 JOB = _key().job_name("llama-70b")
 ASSOCIATION = "aws:eks/podIdentityAssociation:PodIdentityAssociation::weights-storage-llama-70b-compile-pod-identity"
 SYNC_CONFIGMAP = "kubernetes:core/v1:ConfigMap::compile-cache-sync"

@@ -43,9 +43,9 @@ def _cache_prefix() -> str:
     return key.object_prefix()
 
 
-# The shared compile cache's prefix: named after the weights, engine, TP, GPU and the flags' digest.
+# The model's shared compile cache prefix: its name, then the weights, engine, TP, GPU and the flags' digest.
 CACHE_PREFIX = _cache_prefix()
-assert CACHE_PREFIX.startswith(f"compile-cache/{PREFIX}vllm-0.33.0/tp4-NVIDIA-H100-80GB-HBM3-")
+assert CACHE_PREFIX.startswith(f"compile-cache/llama-70b/{PREFIX}vllm-0.33.0/tp4-NVIDIA-H100-80GB-HBM3-")
 TAGS = {"app.kubernetes.io/part-of": "llm-serving", "llm-serving/environment": "prod"}
 GUARDS = ["aws:s3/bucketOwnershipControls:BucketOwnershipControls::weights-storage-ownership",
           "aws:s3/bucketPolicy:BucketPolicy::weights-storage-policy",

@@ -72,3 +72,28 @@ def pinned(directory: Path, base: str) -> Path:
     models = [{"name": m.name, "image": {"digest": fake_digest(f"{m.image.repository}:{m.image.tag}")}}
               for m in config.models]
     return write(directory, f"{base}-pinned", {"chartImageDigests": digests, "models": models}, extends=base)
+
+
+# A second model for prod: Llama 3.1 8B on one GPU, under its own path, with the node group grown so both
+# models' compile-cache producers fit beside them (serving.producer_room).
+SECOND_MODEL: dict[str, Any] = {
+    "name": "llama-8b", "modelId": "meta-llama/Llama-3.1-8B-Instruct",
+    "revision": "0e9e39f249a16976918f6564b8830bc894c89659", "replicas": 1, "maxModelLen": 8192,
+    "tensorParallelSize": 1, "slo": {"ttftP95Seconds": 2, "itlP95Seconds": 0.1}, "route": {"pathPrefix": "/small"}}
+ROOM_FOR_TWO = {"scaling": {"minNodes": 2, "maxNodes": 8, "desiredNodes": 2}}
+
+
+def prod_with_two_models(directory: Path) -> Path:
+    """prod serving llama-70b and llama-8b, each with its own shared compile cache."""
+    return write(directory, "prod-two-models", {"gpuNodeGroup": ROOM_FOR_TWO, "models": [SECOND_MODEL]})
+
+
+def prod_s3_with_twin_models(directory: Path) -> Path:
+    """prod on S3 serving llama-70b twice under two names with every input of the compile cache's key alike."""
+    twin = {"name": "llama-70b-canary", "modelId": "meta-llama/Llama-3.1-70B-Instruct",
+            "revision": "1605565b47bb9346c5515c34102e054115b4f98b", "replicas": 1, "maxModelLen": 16384,
+            "gpuMemoryUtilization": 0.92, "tensorParallelSize": "auto", "maxNumSeqs": 256,
+            "maxNumBatchedTokens": 8192, "slo": {"ttftP95Seconds": 2, "itlP95Seconds": 0.1},
+            "route": {"pathPrefix": "/canary"}}
+    return write(directory, "prod-s3-twins", {"weightsStorage": {"backend": "s3"}, "gpuNodeGroup": ROOM_FOR_TWO,
+                                               "models": [twin]})

@@ -5,6 +5,7 @@ producer's shell, its role and its room: test_compile_cache_s3_producer.py."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime
 import hashlib
 import json
@@ -20,7 +21,8 @@ from llm_serving.storage import buckets
 
 SHA = "1605565b47bb9346c5515c34102e054115b4f98b"
 BUCKET = "llm-prod-weights-123456789012-us-east-1"
-PREFIX = f"compile-cache/meta-llama/Llama-3.1-70B-Instruct/{SHA}/vllm-0.33.0/tp4-NVIDIA-H100-80GB-HBM3-7fadb4be04ff/"
+PREFIX = (f"compile-cache/llama-70b/meta-llama/Llama-3.1-70B-Instruct/{SHA}/vllm-0.33.0/"
+          "tp4-NVIDIA-H100-80GB-HBM3-7fadb4be04ff/")
 NOW = 1_800_000_000.0
 ARTIFACTS = {"rank_0_0/abc/vllm_compile_cache.py": b"# compiled graph\n",
              "rank_0_0/abc/inductor_cache/k.so": b"\x7fELF"}
@@ -29,7 +31,8 @@ ARTIFACTS = {"rank_0_0/abc/vllm_compile_cache.py": b"# compiled graph\n",
 def key() -> CompileCacheKey:
     return CompileCacheKey(model_id="meta-llama/Llama-3.1-70B-Instruct", revision=SHA, image_tag="v0.33.0",
                            image_digest=None, tensor_parallel_size=4, pipeline_parallel_size=1,
-                           gpu_product="NVIDIA-H100-80GB-HBM3", engine_flags=("16384", "0.92"), in_bucket=True)
+                           gpu_product="NVIDIA-H100-80GB-HBM3", engine_flags=("16384", "0.92"), model_name="llama-70b",
+                           in_bucket=True)
 
 
 @pytest.fixture
@@ -72,9 +75,15 @@ def _at(seconds_ago: float) -> datetime.datetime:
     return datetime.datetime.fromtimestamp(NOW - seconds_ago, tz=datetime.UTC)
 
 
-def test_the_key_is_an_object_prefix_beside_the_revisions():
+def test_the_key_is_an_object_prefix_of_the_models_own_beside_the_revisions():
     assert key().object_prefix() == PREFIX
     assert (buckets.CACHE_LOCK, buckets.CACHE_MARKER) == (cache_sync.LOCK, cache_sync.MARKER)
+    # Two models with every input of the key alike still write two prefixes: each producer's role has its own.
+    twin = dataclasses.replace(key(), model_name="llama-70b-canary")
+    assert twin.relative_dir() == key().relative_dir()
+    assert not twin.object_prefix().startswith(PREFIX) and not PREFIX.startswith(twin.object_prefix())
+    with pytest.raises(ValueError, match="needs the model's name"):
+        dataclasses.replace(key(), model_name="").object_prefix()
 
 
 # --- the lock --------------------------------------------------------------------------------------------------
@@ -257,17 +266,53 @@ def test_publish_refuses_an_empty_cache_without_marking_it(s3, tmp_path):
         cache_sync.publish(client, BUCKET, PREFIX, tmp_path, '"e1"')
 
 
-def test_seed_downloads_a_finished_cache_and_checks_every_file(s3, tmp_path):
-    client, stub = s3
+def _manifest_read(stub: Stubber, manifest: bytes | None = None) -> None:
     _marker_listed(stub)
-    stub.add_response("get_object", {"Body": _body(_manifest())},
+    stub.add_response("get_object", {"Body": _body(_manifest() if manifest is None else manifest)},
                       {"Bucket": BUCKET, "Key": PREFIX + ".llm-serving-complete"})
-    for name in sorted(ARTIFACTS):
-        stub.add_response("get_object", {"Body": _body(ARTIFACTS[name])},
+
+
+def _root_listed(stub: Stubber, names: list[str]) -> None:
+    """The writer's root as ListObjectsV2 lists it: `names` under it, one page."""
+    stub.add_response("list_objects_v2", {"Contents": [{"Key": PREFIX + ROOT + n} for n in names],
+                                          "KeyCount": len(names), "IsTruncated": False},
+                      {"Bucket": BUCKET, "Prefix": PREFIX + ROOT})
+
+
+def _downloads(stub: Stubber, bodies: dict[str, bytes]) -> None:
+    for name in sorted(bodies):
+        stub.add_response("get_object", {"Body": _body(bodies[name])},
                           {"Bucket": BUCKET, "Key": PREFIX + ROOT + name, "ChecksumMode": "ENABLED"})
-    assert cache_sync.seed(client, BUCKET, PREFIX, tmp_path) is True
-    assert {p.relative_to(tmp_path).as_posix(): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == \
-        ARTIFACTS
+
+
+def _seeded(target: Path) -> dict[str, bytes]:
+    return {p.relative_to(target).as_posix(): p.read_bytes() for p in target.rglob("*") if p.is_file()}
+
+
+def test_seed_downloads_a_good_cache_and_checks_every_file(s3, tmp_path, capsys):
+    client, stub = s3
+    _manifest_read(stub)
+    _root_listed(stub, sorted(ARTIFACTS))
+    _downloads(stub, ARTIFACTS)
+    target = tmp_path / "vllm" / "torch_compile_cache"
+    assert cache_sync.main(["seed", BUCKET, PREFIX, str(target)], client) == 0
+    assert _seeded(target) == ARTIFACTS
+    assert capsys.readouterr().err == (f"compile cache hit: seeded 2 files from {PREFIX}, each checked against its "
+                                       "manifest\n")
+    assert sorted(p.name for p in target.parent.iterdir()) == ["torch_compile_cache"]  # no staging left behind
+
+
+def test_a_seed_over_the_pods_own_cache_keeps_what_vllm_wrote_there(s3, tmp_path):
+    # A restarted pod's cache volume survives: the seed adds the checked files beside what is there.
+    client, stub = s3
+    target = tmp_path / "torch_compile_cache"
+    (target / "rank_0_0").mkdir(parents=True)
+    (target / "rank_0_0" / "own").write_bytes(b"vLLM's own")
+    _manifest_read(stub)
+    _root_listed(stub, sorted(ARTIFACTS))
+    _downloads(stub, ARTIFACTS)
+    assert cache_sync.seed(client, BUCKET, PREFIX, target) is True
+    assert _seeded(target) == {**ARTIFACTS, "rank_0_0/own": b"vLLM's own"}
 
 
 def test_a_miss_seeds_nothing_and_vllm_compiles(s3, tmp_path, capsys):
@@ -278,31 +323,62 @@ def test_a_miss_seeds_nothing_and_vllm_compiles(s3, tmp_path, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_file_that_differs_from_the_manifest_leaves_no_cache_and_the_pod_starts(s3, tmp_path, capsys):
+def test_a_tampered_file_leaves_no_cache_and_the_pod_starts(s3, tmp_path, capsys):
     client, stub = s3
-    _marker_listed(stub)
-    stub.add_response("get_object", {"Body": _body(_manifest())},
-                      {"Bucket": BUCKET, "Key": PREFIX + ".llm-serving-complete"})
+    _manifest_read(stub)
+    _root_listed(stub, sorted(ARTIFACTS))
     first, second = sorted(ARTIFACTS)
-    stub.add_response("get_object", {"Body": _body(ARTIFACTS[first])}, {"Bucket": BUCKET, "Key": PREFIX + ROOT + first,
-                                                                        "ChecksumMode": "ENABLED"})
-    stub.add_response("get_object", {"Body": _body(b"tampered")}, {"Bucket": BUCKET, "Key": PREFIX + ROOT + second,
-                                                                   "ChecksumMode": "ENABLED"})
-    assert cache_sync.main(["seed", BUCKET, PREFIX, str(tmp_path)], client) == 0
+    _downloads(stub, {first: ARTIFACTS[first], second: b"tampered"})
+    target = tmp_path / "torch_compile_cache"
+    assert cache_sync.main(["seed", BUCKET, PREFIX, str(target)], client) == 0
     assert capsys.readouterr().err == (f"compile cache not seeded (ValueError: {second} does not match the "
                                        "manifest); vLLM compiles\n")
-    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+    assert [p for p in tmp_path.rglob("*")] == []  # the first file, already checked, was not kept either
+
+
+def test_an_object_the_manifest_does_not_name_refuses_the_cache_before_any_download(s3, tmp_path, capsys):
+    client, stub = s3
+    _manifest_read(stub)
+    _root_listed(stub, [*sorted(ARTIFACTS), "rank_0_0/abc/extra.py"])  # no get_object is stubbed: none is made
+    assert cache_sync.main(["seed", BUCKET, PREFIX, str(tmp_path / "torch_compile_cache")], client) == 0
+    assert capsys.readouterr().err == (f"compile cache not seeded (ValueError: {PREFIX}{ROOT} does not match its "
+                                       "manifest: not in it rank_0_0/abc/extra.py); vLLM compiles\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_missing_object_refuses_the_cache_before_any_download(s3, tmp_path, capsys):
+    client, stub = s3
+    _manifest_read(stub)
+    first, second = sorted(ARTIFACTS)
+    _root_listed(stub, [first])
+    assert cache_sync.main(["seed", BUCKET, PREFIX, str(tmp_path / "torch_compile_cache")], client) == 0
+    assert capsys.readouterr().err == (f"compile cache not seeded (ValueError: {PREFIX}{ROOT} does not match its "
+                                       f"manifest: missing {second}); vLLM compiles\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_seed_reads_every_page_of_the_writers_root(s3, tmp_path):
+    client, stub = s3
+    first, second = sorted(ARTIFACTS)
+    _manifest_read(stub)
+    stub.add_response("list_objects_v2", {"Contents": [{"Key": PREFIX + ROOT + first}], "IsTruncated": True,
+                                          "NextContinuationToken": "page-2"},
+                      {"Bucket": BUCKET, "Prefix": PREFIX + ROOT})
+    stub.add_response("list_objects_v2", {"Contents": [{"Key": PREFIX + ROOT + second}], "IsTruncated": False},
+                      {"Bucket": BUCKET, "Prefix": PREFIX + ROOT, "ContinuationToken": "page-2"})
+    _downloads(stub, ARTIFACTS)
+    assert cache_sync.seed(client, BUCKET, PREFIX, tmp_path / "torch_compile_cache") is True
 
 
 @pytest.mark.parametrize(("manifest", "refusal"), [
-    ({"files": {"../../etc/passwd": {"size": 1, "sha256": "0"}}}, "not a path inside the cache"),  # an entry outside
-    ({"files": {"a": {"size": 1, "sha256": "0"}}, "root": "../weights/"}, "refused"),  # a root not a writer's
-], ids=["entry-outside-the-cache", "root-not-a-writer-root"])
-def test_a_manifest_pointing_outside_the_cache_is_refused(s3, tmp_path, manifest, refusal):
+    ({"files": {"../../etc/passwd": {"size": 1, "sha256": "0" * 64}}, "root": ROOT}, "not a path inside the cache"),
+    ({"files": {"a": {"size": 1, "sha256": "0" * 64}}, "root": "../weights/"}, "refused"),  # a root not a writer's
+    ({"files": {}, "root": ROOT}, "it names no files"),
+    ({"files": {"a": {"size": 1}}, "root": ROOT}, "no size and SHA-256"),
+], ids=["entry-outside-the-cache", "root-not-a-writer-root", "no-files", "no-digest"])
+def test_a_manifest_pointing_outside_the_cache_or_without_digests_is_refused(s3, tmp_path, manifest, refusal):
     client, stub = s3
-    _marker_listed(stub)
-    stub.add_response("get_object", {"Body": _body(json.dumps(manifest).encode())},
-                      {"Bucket": BUCKET, "Key": PREFIX + ".llm-serving-complete"})
+    _manifest_read(stub, json.dumps(manifest).encode())
     with pytest.raises(ValueError, match=refusal):
         cache_sync.seed(client, BUCKET, PREFIX, tmp_path)
 

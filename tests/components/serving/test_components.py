@@ -7,6 +7,7 @@ import pytest
 
 from llm_serving.serving import engine as vllm_engine
 from llm_serving.serving import weights
+from llm_serving.serving.compile_cache import sync_configmap_name
 from llm_serving.stack import planning
 from llm_serving.stack import timing as stack_timing
 from stacks.config.files import stack_file_path
@@ -113,8 +114,10 @@ def test_volumes_weights_read_only_cache_per_pod_and_shm_sized_for_tp(rendered):
         {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm}Gi"}},
         {"name": "cache", "emptyDir": {"sizeLimit": "20Gi"}},
         {"name": "tmp", "emptyDir": {"sizeLimit": "8Gi"}},
-        # Only the compile cache's seed mounts it, read-only (test_warm_start.py).
-        {"name": "compile-cache", "persistentVolumeClaim": {"claimName": "compile-cache", "readOnly": True}},
+        # Only the compile cache's seed mounts them: the model's own cache claim, read-only, and the script that
+        # checks it (test_warm_start.py).
+        {"name": "compile-cache", "persistentVolumeClaim": {"claimName": f"{MODEL}-compile-cache", "readOnly": True}},
+        {"name": "compile-cache-sync", "configMap": {"name": sync_configmap_name()}},
     ]
     env = {e["name"]: e for e in container(rendered)["env"]}
     assert env["HF_HUB_OFFLINE"]["value"] == "1"

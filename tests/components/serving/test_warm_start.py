@@ -13,11 +13,16 @@ import pytest
 
 from llm_serving.serving import CompileCacheKey, Footprint, Timing, image_pull_term, plan, prepull_daemonset
 from llm_serving.serving.capacity import compile_cache_hit_seconds
-from llm_serving.serving.compile_cache import producer_args, producer_script, seed_script
+from llm_serving.serving.compile_cache import (
+    producer_args,
+    producer_script,
+    seed_script,
+    sync_configmap_name,
+    sync_function,
+)
 from llm_serving.serving.rollout import replica_add_seconds
 from llm_serving.stack import planning
 from llm_serving.stack import timing as stack_timing
-from llm_serving.storage.objects import file_system_policy
 from stacks.config.files import stack_file_path
 from stacks.environment import load_stack_file
 
@@ -46,7 +51,7 @@ RESTRICTED_POD = {"runAsNonRoot": True, "runAsUser": 2000, "runAsGroup": 2000, "
 def key(**changes) -> CompileCacheKey:
     values = {"model_id": "meta-llama/Llama-3.1-70B-Instruct", "revision": SHA, "image_tag": "v0.33.0",
               "image_digest": None, "tensor_parallel_size": 4, "pipeline_parallel_size": 1,
-              "gpu_product": "NVIDIA-H100-80GB-HBM3", "engine_flags": ("16384", "0.92")}
+              "gpu_product": "NVIDIA-H100-80GB-HBM3", "engine_flags": ("16384", "0.92"), "model_name": "llama-70b"}
     return CompileCacheKey(**{**values, **changes})
 
 
@@ -175,11 +180,12 @@ def test_key_refuses_inputs_that_are_not_pinned():
         key(revision="main").relative_dir()
 
 
-def test_seed_copies_only_a_finished_cache():
-    script = seed_script(key())
-    assert script.startswith("if [ -f /models/compile-cache/meta-llama/Llama-3.1-70B-Instruct/")
-    assert "/.llm-serving-complete ]; then mkdir -p /var/cache/vllm/vllm/torch_compile_cache && cp -R " in script
-    assert script.endswith("not produced yet; vLLM compiles'; fi")
+def test_seed_copies_only_a_finished_cache_checked_against_its_manifest():
+    # The check itself, against real files: test_compile_cache_manifest.py.
+    script = seed_script(key()).splitlines()
+    assert script == [sync_function(key()), f"sync seed-dir /models/compile-cache/{key().relative_dir()} "
+                                            "/var/cache/vllm/vllm/torch_compile_cache"]
+    assert "boto3" not in script[0]  # the vLLM image's Python alone on a file system
 
 
 def test_producer_serves_on_loopback_without_the_chat_template():
@@ -190,11 +196,16 @@ def test_producer_serves_on_loopback_without_the_chat_template():
 def test_producer_takes_an_exclusive_lock_and_marks_the_cache_last():
     lines = producer_script(key(), ["/models/m"], stale_lock_seconds=3660).splitlines()
     final = "/models/compile-cache/" + key().relative_dir()
-    assert lines[1] == (f"if [ -f {final}/.llm-serving-complete ]; then echo 'compile cache already produced'; "
-                        "exit 0; fi")
-    assert lines[4] == f"until mkdir {final}.lock 2>/dev/null; do"
-    assert lines[8] == "  if [ $(( $(date +%s) - started )) -gt 3660 ]; then"
-    assert lines[-2] == (f"rm -rf {final} && mv {final}.partial {final} && touch {final}/.llm-serving-complete")
+    assert lines[1] == sync_function(key())
+    assert lines[2] == (f"produced() {{ [ -f {final}/.llm-serving-complete ] && "
+                        f"[ -f {final}/.llm-serving-manifest.json ]; }}")
+    assert lines[3] == "if produced; then echo 'compile cache already produced'; exit 0; fi"
+    assert lines[6] == f"until mkdir {final}.lock 2>/dev/null; do"
+    assert lines[10] == "  if [ $(( $(date +%s) - started )) -gt 3660 ]; then"
+    # The files and their manifest (written last) into the staging directory, renamed into place, marked after.
+    assert lines[-4:-1] == [f"rm -rf {final}.partial",
+                            f"sync publish-dir /var/cache/vllm/vllm/torch_compile_cache {final}.partial",
+                            f"rm -rf {final} && mv {final}.partial {final} && touch {final}/.llm-serving-complete"]
 
 
 def _run_producer(tmp_path, *, vllm: str, lock_started: int | None = None, terminate: bool = False,
@@ -234,14 +245,17 @@ def _run_producer(tmp_path, *, vllm: str, lock_started: int | None = None, termi
     return process.returncode, out, lock
 
 
+def first_writer_finishes(root, lock):
+    """What a finished writer leaves: its directory, the manifest inside, the marker last."""
+    final = root / key().relative_dir()
+    final.mkdir(parents=True)
+    (final / ".llm-serving-manifest.json").write_text("{}")
+    (final / ".llm-serving-complete").touch()
+
+
 def test_a_second_writer_waits_for_the_first_and_uses_its_cache(tmp_path):
     # The first writer marks its cache while the second waits: the second is done, with nothing to compile
     # (its vLLM stand-in would fail), and leaves the first writer's lock alone.
-    def first_writer_finishes(root, lock):
-        final = root / key().relative_dir()
-        final.mkdir(parents=True)
-        (final / ".llm-serving-complete").touch()
-
     code, out, lock = _run_producer(tmp_path, vllm="exit 1", lock_started=int(time.time()),
                                     while_waiting=first_writer_finishes)
     assert (code, lock.exists()) == (0, True)
@@ -250,11 +264,6 @@ def test_a_second_writer_waits_for_the_first_and_uses_its_cache(tmp_path):
 
 def test_a_lock_whose_started_file_is_still_empty_counts_as_new(tmp_path):
     # An empty read is not "started at 0": the lock is as old as its directory (now), so nobody breaks it.
-    def first_writer_finishes(root, lock):
-        final = root / key().relative_dir()
-        final.mkdir(parents=True)
-        (final / ".llm-serving-complete").touch()
-
     code, out, lock = _run_producer(tmp_path, vllm="exit 1", lock_started=-1, while_waiting=first_writer_finishes)
     assert (code, lock.exists()) == (0, True)
     assert "breaking a stale lock" not in out
@@ -277,6 +286,16 @@ def test_a_stale_lock_is_broken_and_every_exit_removes_the_writers_lock(tmp_path
                                 "vLLM exited before it was ready"]
 
 
+def test_a_cache_marked_without_a_manifest_is_produced_again(tmp_path):
+    # Marked before manifests existed: every seed refuses it now, so the producer compiles (here its stand-in
+    # fails) instead of calling it produced and leaving every replica to compile cold.
+    final = tmp_path / "cache" / key().relative_dir()
+    final.mkdir(parents=True)
+    (final / ".llm-serving-complete").touch()
+    code, out, _ = _run_producer(tmp_path, vllm="exit 1")
+    assert (code, out) == (1, "vLLM exited before it was ready\n")
+
+
 def test_a_terminated_writer_removes_its_lock(tmp_path):
     running = tmp_path / "vllm-running"
     code, _, lock = _run_producer(tmp_path, vllm=f"touch {running}; exec sleep 60", terminate=True)
@@ -286,26 +305,33 @@ def test_a_terminated_writer_removes_its_lock(tmp_path):
 # --- as prod renders it --------------------------------------------------------------------------------------------
 
 
-def test_prod_seeds_every_replica_from_the_read_only_cache_claim(rendered):
+SYNC_MOUNT = {"name": "compile-cache-sync", "mountPath": "/etc/llm-serving/compile-cache", "readOnly": True}
+
+
+def test_prod_seeds_every_replica_from_its_models_read_only_cache_claim(rendered):
     spec = rendered["prod"].manifest("Deployment", "llama-70b")["spec"]["template"]["spec"]
     (seed,) = spec["initContainers"]
     assert seed["name"] == "compile-cache-seed" and seed["image"] == "vllm/vllm-openai:v0.33.0"
+    # The model's own cache claim, read-only, and the transfer script; not the weights (the cache has its own).
     assert seed["volumeMounts"] == [
-        {"name": "weights", "mountPath": "/models", "readOnly": True},
-        {"name": "compile-cache", "mountPath": "/var/lib/llm-serving/compile-cache", "readOnly": True},
-        {"name": "cache", "mountPath": "/var/cache/vllm"},
-        {"name": "tmp", "mountPath": "/tmp"},
-    ]
-    assert seed["command"][2].startswith(f"if [ -f {CACHE}/.llm-serving-complete ]")
+        {"name": "compile-cache", "mountPath": "/var/lib/llm-serving/compile-cache", "readOnly": True}, SYNC_MOUNT,
+        {"name": "cache", "mountPath": "/var/cache/vllm"}, {"name": "tmp", "mountPath": "/tmp"}]
+    assert seed["command"][2].endswith(f"sync seed-dir {CACHE} /var/cache/vllm/vllm/torch_compile_cache")
     assert seed["securityContext"] == RESTRICTED_CONTAINER
-    assert {"name": "compile-cache", "persistentVolumeClaim": {"claimName": "compile-cache", "readOnly": True}} in \
-        spec["volumes"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["compile-cache"] == {"name": "compile-cache", "persistentVolumeClaim": {
+        "claimName": "llama-70b-compile-cache", "readOnly": True}}
+    assert volumes["compile-cache-sync"] == {"name": "compile-cache-sync", "configMap": {"name": sync_configmap_name()}}
     vllm = spec["containers"][0]
     assert {"name": "VLLM_CACHE_ROOT", "value": "/var/cache/vllm/vllm"} in vllm["env"]
     assert [m["name"] for m in vllm["volumeMounts"]] == ["weights", "cache", "shm", "tmp"]  # never the shared cache
+    # The pods start only once the script's ConfigMap and the model's cache claim exist.
+    depends = rendered["prod"].wiring["kubernetes:apps/v1:Deployment::llama-70b-deployment"]["dependsOn"]
+    assert {"kubernetes:core/v1:ConfigMap::compile-cache-sync",
+            "kubernetes:core/v1:PersistentVolumeClaim::weights-storage-compile-cache-llama-70b-claim"} <= set(depends)
 
 
-def test_prod_produces_the_cache_with_one_job_that_writes_only_the_cache_claim(rendered):
+def test_prod_produces_the_cache_with_one_job_that_writes_only_its_models_cache_claim(rendered):
     job = rendered["prod"].manifest("Job", PROD_KEY.job_name("llama-70b"))
     spec = job["spec"]
     # Its deadline: a new node (300 s) and an image pull (300 s) at worst, then one start within the startup budget.
@@ -319,50 +345,30 @@ def test_prod_produces_the_cache_with_one_job_that_writes_only_the_cache_claim(r
     assert pod["restartPolicy"] == "Never"
     assert writer["resources"]["limits"]["nvidia.com/gpu"] == "4"
     assert writer["volumeMounts"][0] == {"name": "weights", "mountPath": "/models", "readOnly": True}
-    assert writer["volumeMounts"][-1] == {"name": "compile-cache", "mountPath": "/var/lib/llm-serving/compile-cache",
-                                          "readOnly": False}
+    assert writer["volumeMounts"][-2:] == [
+        {"name": "compile-cache", "mountPath": "/var/lib/llm-serving/compile-cache", "readOnly": False}, SYNC_MOUNT]
     assert "VLLM_API_KEY" not in [e["name"] for e in writer["env"]]
     assert " --tensor-parallel-size 4 " in writer["command"][2] and " --host 127.0.0.1 &" in writer["command"][2]
-    assert pod["volumes"][-1] == {"name": "compile-cache",
-                                  "persistentVolumeClaim": {"claimName": "compile-cache", "readOnly": False}}
+    assert pod["volumes"][-2] == {"name": "compile-cache", "persistentVolumeClaim": {
+        "claimName": "llama-70b-compile-cache", "readOnly": False}}
 
 
-def test_prod_cache_lives_on_its_own_efs_access_point_and_retained_volume(rendered):
+def test_prod_cache_lives_on_its_models_own_efs_access_point_and_retained_volume(rendered):
+    # Per model, on a stack of two: tests/stacks/test_compile_cache_isolation.py.
     prod = rendered["prod"]
-    point = prod.resource("aws:efs/accessPoint:AccessPoint", "weights-storage-compile-cache")["inputs"]
-    assert point["rootDirectory"] == {"path": "/llm-serving-compile-cache", "creationInfo": {
-        "ownerUid": 2000, "ownerGid": 2000, "permissions": "0750"}}
+    point = prod.resource("aws:efs/accessPoint:AccessPoint", "weights-storage-compile-cache-llama-70b")["inputs"]
+    assert point["rootDirectory"] == {"path": "/llm-serving-compile-cache/llama-70b", "creationInfo": {
+        "ownerUid": 2000, "ownerGid": 2000, "permissions": "750"}}
     assert point["posixUser"] == {"uid": 2000, "gid": 2000}
-    volume = prod.manifest("PersistentVolume", "llm-serving-weights-compile-cache")["spec"]
-    assert volume["csi"] == {"driver": "efs.csi.aws.com",
-                             "volumeHandle": "weights-storage-file-system-id::weights-storage-compile-cache-id"}
+    volume = prod.manifest("PersistentVolume", "llm-serving-llama-70b-compile-cache")["spec"]
     assert (volume["persistentVolumeReclaimPolicy"], volume["mountOptions"]) == ("Retain", ["tls", "iam"])
-    claim = prod.manifest("PersistentVolumeClaim", "compile-cache")["spec"]
-    assert (claim["volumeName"], claim["storageClassName"]) == ("llm-serving-weights-compile-cache", "")
-
-
-def test_gpu_nodes_may_write_only_through_the_cache_access_point():
-    ap = "arn:aws:elasticfilesystem:us-east-1:1:access-point/fsap-1"
-    serving = "arn:aws:elasticfilesystem:us-east-1:1:access-point/fsap-2"
-    statements = {s["Sid"]: s for s in file_system_policy(
-        "arn:fs", reader_role_arns=["arn:gpu"], writer_role_arn="arn:staging", serving_access_point_arns=[serving],
-        compile_cache_access_point_arn=ap)["Statement"]}
-    # The GPU nodes' writes are denied everywhere but through the cache's access point, and they mount only
-    # through the serving access point or the cache's.
-    assert statements["DenyServingWrites"]["Condition"] == {
-        "StringNotEquals": {"elasticfilesystem:AccessPointArn": ap}}
-    assert statements["DenyServingOutsideItsAccessPoints"]["Condition"] == {
-        "StringNotEquals": {"elasticfilesystem:AccessPointArn": [ap, serving]}}
-    assert statements["CompileCacheWrites"] == {
-        "Sid": "CompileCacheWrites", "Effect": "Allow", "Principal": {"AWS": ["arn:gpu"]},
-        "Action": "elasticfilesystem:ClientWrite", "Resource": "arn:fs",
-        "Condition": {"Bool": {"elasticfilesystem:AccessedViaMountTarget": "true"},
-                      "StringEquals": {"elasticfilesystem:AccessPointArn": ap}}}
-    plain = {s["Sid"]: s for s in file_system_policy(
-        "arn:fs", reader_role_arns=["arn:gpu"], writer_role_arn="arn:staging",
-        serving_access_point_arns=[serving])["Statement"]}
-    assert "CompileCacheWrites" not in plain
-    assert "Condition" not in plain["DenyServingWrites"]  # without a cache the GPU nodes never write
+    # Retained, never protected: they hold no data, and a cache turned off must not stop at them. Mounted only once
+    # the policy that scopes the GPU nodes' writes is in force.
+    urns = [f"kubernetes:core/v1:{kind}::weights-storage-compile-cache-llama-70b-{name}"
+            for kind, name in (("PersistentVolume", "volume"), ("PersistentVolumeClaim", "claim"))]
+    for urn in urns:
+        assert (prod.wiring[urn]["retainOnDelete"], prod.wiring[urn]["protect"]) == (True, False), urn
+    assert "aws:efs/fileSystemPolicy:FileSystemPolicy::weights-storage-policy" in prod.wiring[urns[0]]["dependsOn"]
 
 
 # --- refusals at preview ----------------------------------------------------------------------------------

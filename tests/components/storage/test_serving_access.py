@@ -26,8 +26,8 @@ def _pod(result: Any, kind: str, predicate) -> dict[str, Any]:
 
 def test_each_model_gets_an_access_point_on_the_directory_its_staging_claim_writes(rendered):
     prod = rendered["prod"]
-    # The serving access point, beside the compile cache's (tests/components/serving/test_warm_start.py).
-    assert sorted(p["name"] for p in prod.by_type()[AP]) == ["weights-storage-compile-cache",
+    # The serving access point, beside the model's compile cache's (tests/components/serving/test_warm_start.py).
+    assert sorted(p["name"] for p in prod.by_type()[AP]) == ["weights-storage-compile-cache-llama-70b",
                                                              "weights-storage-serving-llama-70b"]
     (point,) = [p for p in prod.by_type()[AP] if p["name"] == "weights-storage-serving-llama-70b"]
     assert point["inputs"] == {

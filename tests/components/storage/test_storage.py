@@ -315,7 +315,7 @@ def test_the_lustre_security_group_allows_lnet_out_as_well_as_in(variants_dir):
 FS_ARN = "arn:aws:elasticfilesystem:us-east-1:123456789012:file-system/weights-storage-file-system-id"
 GPU_ROLE = "arn:aws:iam::123456789012:role/gpu-p5-48xlarge-node-role"
 STAGING_ROLE = "arn:aws:iam::123456789012:role/llm-prod-cpu-nodes"
-CACHE_AP = "arn:aws:elasticfilesystem:us-east-1:123456789012:access-point/weights-storage-compile-cache-id"
+CACHE_AP = "arn:aws:elasticfilesystem:us-east-1:123456789012:access-point/weights-storage-compile-cache-llama-70b-id"
 SERVING_AP = "arn:aws:elasticfilesystem:us-east-1:123456789012:access-point/weights-storage-serving-llama-70b-id"
 
 
@@ -329,12 +329,12 @@ def test_the_file_system_policy_requires_tls_and_iam_denies_root_and_lets_only_s
          "Condition": {"Bool": {"aws:SecureTransport": "false"}}},
         {"Sid": "DenyRootAccess", "Effect": "Deny", "Principal": {"AWS": "*"},
          "Action": "elasticfilesystem:ClientRootAccess", "Resource": FS_ARN},
-        # The serving identity (the GPU nodes' role): a write only through the compile cache's access point
-        # (whose root is the cache's directory, never the weights'), and a mount only through the serving
+        # The serving identity (the GPU nodes' role): a write only through the model's compile cache access point
+        # (whose root is the model's cache directory, never the weights'), and a mount only through the serving
         # access point or the cache's, whatever an identity policy on the node role might allow.
         {"Sid": "DenyServingWrites", "Effect": "Deny", "Principal": {"AWS": [GPU_ROLE]},
          "Action": "elasticfilesystem:ClientWrite", "Resource": FS_ARN,
-         "Condition": {"StringNotEquals": {"elasticfilesystem:AccessPointArn": CACHE_AP}}},
+         "Condition": {"StringNotEquals": {"elasticfilesystem:AccessPointArn": [CACHE_AP]}}},
         {"Sid": "DenyServingOutsideItsAccessPoints", "Effect": "Deny", "Principal": {"AWS": [GPU_ROLE]},
          "Action": "elasticfilesystem:ClientMount", "Resource": FS_ARN,
          "Condition": {"StringNotEquals": {"elasticfilesystem:AccessPointArn": [CACHE_AP, SERVING_AP]}}},
@@ -344,7 +344,14 @@ def test_the_file_system_policy_requires_tls_and_iam_denies_root_and_lets_only_s
                        "StringEquals": {"elasticfilesystem:AccessPointArn": [CACHE_AP, SERVING_AP]}}},
         {"Sid": "CompileCacheWrites", "Effect": "Allow", "Principal": {"AWS": [GPU_ROLE]},
          "Action": "elasticfilesystem:ClientWrite", "Resource": FS_ARN,
-         "Condition": {**through_mount_target, "StringEquals": {"elasticfilesystem:AccessPointArn": CACHE_AP}}},
+         "Condition": {**through_mount_target, "StringEquals": {"elasticfilesystem:AccessPointArn": [CACHE_AP]}}},
+        # The staging identity writes no cache: not through the caches' access points, not from the root.
+        {"Sid": "DenyStagingCompileCacheWrites", "Effect": "Deny", "Principal": {"AWS": STAGING_ROLE},
+         "Action": "elasticfilesystem:ClientWrite", "Resource": FS_ARN,
+         "Condition": {"StringEquals": {"elasticfilesystem:AccessPointArn": [CACHE_AP]}}},
+        {"Sid": "DenyStagingWithoutAnAccessPoint", "Effect": "Deny", "Principal": {"AWS": STAGING_ROLE},
+         "Action": ["elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite"], "Resource": FS_ARN,
+         "Condition": {"Null": {"elasticfilesystem:AccessPointArn": "true"}}},
         # No anonymous principal: a mount without the `iam` option matches no Allow and is refused.
         {"Sid": "StagingMountsAndWrites", "Effect": "Allow", "Principal": {"AWS": STAGING_ROLE},
          "Action": ["elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite"], "Resource": FS_ARN,
@@ -363,11 +370,12 @@ def _policy(**overrides: Any) -> dict[str, Any]:
                      **overrides})
 
 
-def test_the_policy_uses_only_efs_client_actions_and_the_condition_keys_efs_enforces_for_clients():
+@pytest.mark.parametrize("caches", [[], ["arn:cache-a", "arn:cache-b"]], ids=["no-compile-cache", "compile-caches"])
+def test_the_policy_uses_only_efs_client_actions_and_the_condition_keys_efs_enforces_for_clients(caches):
     # EFS enforces four condition keys for NFS clients and no other (iam-access-control-nfs-efs): a key
     # outside them (aws:PrincipalArn) would be absent from the request, and a negated condition on it
     # would deny the writer too.
-    document = _policy()
+    document = _policy(compile_cache_access_point_arns=caches)
     actions = {a for s in document["Statement"]
                for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
     assert actions - {"*"} == set(storage_objects.EFS_CLIENT_ACTIONS)

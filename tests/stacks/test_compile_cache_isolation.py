@@ -1,0 +1,200 @@
+"""Each model's compile cache is its own, on a stack that serves two: on EFS an access point, volume and claim per
+model, which only that model's producer Job mounts read-write and only its serving pods mount read-only; on S3 a
+prefix per model, which only that model's producer role may write, even for two models whose caches would have the
+same key. vLLM loads these artifacts with pickle (vllm/compilation/caching.py): one model's producer must not be
+able to rewrite another model's cache."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from typing import Any
+
+import pytest
+
+from llm_serving.stack import parts, planning
+from llm_serving.storage import objects
+from stacks.environment import load_stack_file
+from stacks.offline.render import RenderResult
+from tests.conftest import render_file
+from tests.support import reference, stack_variants
+
+MODELS = ("llama-70b", "llama-8b")
+AP = "aws:efs/accessPoint:AccessPoint"
+
+
+@pytest.fixture(scope="module")
+def two_models(variants_dir) -> RenderResult:
+    return render_file(stack_variants.prod_with_two_models(variants_dir))
+
+
+def _pod(result: RenderResult, kind: str, name: str) -> dict[str, Any]:
+    (found,) = [m for m in result.manifests if m["kind"] == kind and m["metadata"]["name"] == name]
+    return found["spec"]["template"]["spec"]
+
+
+def _producer(result: RenderResult, model: str) -> dict[str, Any]:
+    (job,) = [m for m in result.manifests
+              if m["kind"] == "Job" and m["metadata"]["name"].startswith(f"{model}-compile-")]
+    return job["spec"]["template"]["spec"]
+
+
+def _claims(pod: dict[str, Any]) -> dict[str, tuple[str, bool]]:
+    """The pod's claims: volume name -> (claim, read-only)."""
+    return {v["name"]: (v["persistentVolumeClaim"]["claimName"], v["persistentVolumeClaim"].get("readOnly", False))
+            for v in pod["volumes"] if "persistentVolumeClaim" in v}
+
+
+def test_each_model_has_its_own_cache_access_point_volume_and_claim(two_models):
+    points = {p["name"]: p["inputs"] for p in two_models.by_type()[AP] if "-compile-cache-" in p["name"]}
+    assert {name: point["rootDirectory"]["path"] for name, point in points.items()} == {
+        f"weights-storage-compile-cache-{m}": f"/llm-serving-compile-cache/{m}" for m in MODELS}
+    for model in MODELS:
+        volume = two_models.manifest("PersistentVolume", f"llm-serving-{model}-compile-cache")
+        # Through the model's own access point, and bindable by the model's own claim only.
+        assert volume["spec"]["csi"]["volumeHandle"] == (
+            f"weights-storage-file-system-id::weights-storage-compile-cache-{model}-id")
+        assert volume["spec"]["claimRef"] == {"namespace": "llm-serving", "name": f"{model}-compile-cache"}
+        claim = two_models.manifest("PersistentVolumeClaim", f"{model}-compile-cache")
+        assert claim["spec"]["volumeName"] == f"llm-serving-{model}-compile-cache"
+        for manifest in (volume, claim):
+            assert reference.kubernetes_object_errors(manifest, "1.34") == [], manifest["kind"]
+    # The old shared claim is gone: nothing mounts one cache for every model.
+    assert not [m for m in two_models.manifests if m["kind"] == "PersistentVolumeClaim"
+                and m["metadata"]["name"] == "compile-cache"]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_a_producer_mounts_only_its_own_models_cache_read_write(two_models, model):
+    pod = _producer(two_models, model)
+    claims = _claims(pod)
+    assert claims["compile-cache"] == (f"{model}-compile-cache", False)
+    assert claims["weights"] == (f"{model}-weights-ro", True)
+    other = next(m for m in MODELS if m != model)
+    assert not [c for c, _ in claims.values() if c.startswith(other)]
+    (writer,) = pod["containers"]
+    writable = [m["name"] for m in writer["volumeMounts"] if not m.get("readOnly")]
+    assert sorted(writable) == ["cache", "compile-cache", "shm", "tmp"]  # emptyDirs, and its own cache claim
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_a_models_serving_pods_mount_only_its_own_cache_read_only(two_models, model):
+    pod = _pod(two_models, "Deployment", model)
+    assert _claims(pod) == {"weights": (f"{model}-weights-ro", True), "compile-cache": (f"{model}-compile-cache", True)}
+    (seed,) = pod["initContainers"]
+    assert {m["name"]: m.get("readOnly", False) for m in seed["volumeMounts"]} == {
+        "compile-cache": True, "compile-cache-sync": True, "cache": False, "tmp": False}
+    assert all(m["name"] != "compile-cache" for m in pod["containers"][0]["volumeMounts"])
+
+
+def test_the_gpu_nodes_write_only_through_the_cache_access_points_and_staging_through_none(two_models):
+    (policy,) = two_models.by_type()["aws:efs/fileSystemPolicy:FileSystemPolicy"]
+    statements = {s["Sid"]: s for s in json.loads(policy["inputs"]["policy"])["Statement"]}
+    points = "arn:aws:elasticfilesystem:us-east-1:123456789012:access-point/weights-storage-compile-cache"
+    caches = sorted(f"{points}-{m}-id" for m in MODELS)
+    assert statements["CompileCacheWrites"]["Condition"]["StringEquals"] == {
+        "elasticfilesystem:AccessPointArn": caches}
+    assert statements["DenyServingWrites"]["Condition"] == {"StringNotEquals": {
+        "elasticfilesystem:AccessPointArn": caches}}
+    assert statements["DenyStagingCompileCacheWrites"]["Condition"] == {"StringEquals": {
+        "elasticfilesystem:AccessPointArn": caches}}
+    assert statements["DenyStagingWithoutAnAccessPoint"]["Principal"] == statements["StagingMountsAndWrites"][
+        "Principal"]
+
+
+# --- the file-system policy, as objects.file_system_policy writes it --------------------------------------------
+
+CACHE_A = "arn:aws:elasticfilesystem:us-east-1:1:access-point/fsap-a"
+CACHE_B = "arn:aws:elasticfilesystem:us-east-1:1:access-point/fsap-b"
+SERVING_AP = "arn:aws:elasticfilesystem:us-east-1:1:access-point/fsap-s"
+
+
+def test_gpu_nodes_may_write_only_through_the_cache_access_points():
+    statements = {s["Sid"]: s for s in objects.file_system_policy(
+        "arn:fs", reader_role_arns=["arn:gpu"], writer_role_arn="arn:staging", serving_access_point_arns=[SERVING_AP],
+        compile_cache_access_point_arns=[CACHE_B, CACHE_A])["Statement"]}
+    # The GPU nodes' writes are denied everywhere but through the caches' access points, and they mount only
+    # through the serving access point or the caches'.
+    assert statements["DenyServingWrites"]["Condition"] == {
+        "StringNotEquals": {"elasticfilesystem:AccessPointArn": [CACHE_A, CACHE_B]}}
+    assert statements["DenyServingOutsideItsAccessPoints"]["Condition"] == {
+        "StringNotEquals": {"elasticfilesystem:AccessPointArn": [CACHE_A, CACHE_B, SERVING_AP]}}
+    assert statements["CompileCacheWrites"] == {
+        "Sid": "CompileCacheWrites", "Effect": "Allow", "Principal": {"AWS": ["arn:gpu"]},
+        "Action": "elasticfilesystem:ClientWrite", "Resource": "arn:fs",
+        "Condition": {"Bool": {"elasticfilesystem:AccessedViaMountTarget": "true"},
+                      "StringEquals": {"elasticfilesystem:AccessPointArn": [CACHE_A, CACHE_B]}}}
+    plain = {s["Sid"]: s for s in objects.file_system_policy(
+        "arn:fs", reader_role_arns=["arn:gpu"], writer_role_arn="arn:staging",
+        serving_access_point_arns=[SERVING_AP])["Statement"]}
+    assert "CompileCacheWrites" not in plain
+    assert "Condition" not in plain["DenyServingWrites"]  # without a cache the GPU nodes never write
+
+
+def test_the_staging_role_writes_no_cache_neither_through_its_access_points_nor_from_the_root():
+    # Write access through a cache access point is the producer's identity's alone (the GPU nodes' role): the
+    # staging role is denied writes through them, and any mount without an access point, which would otherwise
+    # reach every cache's directory from the file system's root.
+    statements = {s["Sid"]: s for s in objects.file_system_policy(
+        "arn:fs", reader_role_arns=["arn:gpu"], writer_role_arn="arn:staging", serving_access_point_arns=[SERVING_AP],
+        compile_cache_access_point_arns=[CACHE_A, CACHE_B])["Statement"]}
+    assert statements["DenyStagingCompileCacheWrites"] == {
+        "Sid": "DenyStagingCompileCacheWrites", "Effect": "Deny", "Principal": {"AWS": "arn:staging"},
+        "Action": "elasticfilesystem:ClientWrite", "Resource": "arn:fs",
+        "Condition": {"StringEquals": {"elasticfilesystem:AccessPointArn": [CACHE_A, CACHE_B]}}}
+    assert statements["DenyStagingWithoutAnAccessPoint"] == {
+        "Sid": "DenyStagingWithoutAnAccessPoint", "Effect": "Deny", "Principal": {"AWS": "arn:staging"},
+        "Action": ["elasticfilesystem:ClientMount", "elasticfilesystem:ClientWrite"], "Resource": "arn:fs",
+        "Condition": {"Null": {"elasticfilesystem:AccessPointArn": "true"}}}
+    # Its own claims still mount through the access points the driver provisions for them (efs-ap).
+    assert statements["StagingMountsAndWrites"]["Effect"] == "Allow"
+    assert objects.storage_class_parameters(file_system_id="fs", uid=1, gid=1, base_path="/b")[
+        "provisioningMode"] == "efs-ap"
+
+
+# --- on S3 --------------------------------------------------------------------------------------------------------
+
+BUCKET_ARN = "arn:aws:s3:::llm-prod-weights-123456789012-us-east-1"
+TWINS = ("llama-70b", "llama-70b-canary")
+
+
+def _allowed(policy: dict[str, Any], action: str, arn: str) -> bool:
+    """Whether `policy` allows `action` on `arn` (IAM's `*` wildcard; an explicit Deny without a condition wins)."""
+    def covers(statement: dict[str, Any]) -> bool:
+        actions = [statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"]
+        resources = [statement["Resource"]] if isinstance(statement["Resource"], str) else statement["Resource"]
+        return action in actions and any(fnmatch.fnmatchcase(arn, r) for r in resources)
+
+    statements = policy["Statement"]
+    if any(s["Effect"] == "Deny" and "Condition" not in s and covers(s) for s in statements):
+        return False
+    return any(s["Effect"] == "Allow" and covers(s) for s in statements)
+
+
+def test_twin_models_share_every_input_of_the_key_but_not_the_prefix(variants_dir):
+    config = load_stack_file(stack_variants.prod_s3_with_twin_models(variants_dir))[1]
+    keys = {m.name: planning.compile_cache_wiring(config, m) for m in config.models}
+    assert tuple(keys) == TWINS
+    assert keys[TWINS[0]].relative_dir() == keys[TWINS[1]].relative_dir()
+    assert [keys[m].object_prefix() for m in TWINS] == [
+        f"compile-cache/{m}/{keys[m].relative_dir()}/" for m in TWINS]
+
+
+@pytest.mark.parametrize("model", TWINS)
+def test_a_producer_role_writes_only_its_own_models_prefix(variants_dir, model):
+    config = load_stack_file(stack_variants.prod_s3_with_twin_models(variants_dir))[1]
+    access = {a.name: a for a in parts.weights_bucket(config).access}
+    prefixes = {m: planning.compile_cache_wiring(config, next(x for x in config.models if x.name == m)).object_prefix()
+                for m in TWINS}
+    other = next(m for m in TWINS if m != model)
+    producer = access[f"{model}-compile"].policy(BUCKET_ARN)
+    reader = access[f"{model}-read"].policy(BUCKET_ARN)
+    own, theirs = f"{BUCKET_ARN}/{prefixes[model]}", f"{BUCKET_ARN}/{prefixes[other]}"
+    assert _allowed(producer, "s3:PutObject", own + "objects/e1/rank_0_0/model")
+    for key in ("objects/e1/rank_0_0/model", ".llm-serving-complete", ".llm-serving-lock"):
+        assert not _allowed(producer, "s3:PutObject", theirs + key), key
+    assert not _allowed(producer, "s3:DeleteObject", theirs + ".llm-serving-lock")
+    # The serving pods read their own model's cache, never write one, never read the other's.
+    assert _allowed(reader, "s3:GetObject", own + ".llm-serving-complete")
+    assert not _allowed(reader, "s3:GetObject", theirs + ".llm-serving-complete")
+    assert not _allowed(reader, "s3:PutObject", own + "objects/e1/rank_0_0/model")
