@@ -160,8 +160,14 @@ def _pin_images(argv: list[str]) -> int:
     return images.main(argv, stack_files.find_stack_file)
 
 
+def _check_github(argv: list[str]) -> int:
+    from stacks import github_settings
+
+    return github_settings.main(argv)
+
+
 COMMANDS = {"render": _render, "plan": _plan, "clone": _clone, "diff": _diff, "preflight": _preflight,
-            "verify": _verify, "pin-images": _pin_images}
+            "verify": _verify, "pin-images": _pin_images, "check-github": _check_github}
 
 
 HELP = """usage: .venv/bin/python -m stacks <command> [options]   (or `source .venv/bin/activate` first)
@@ -181,6 +187,9 @@ commands:
                    resolve each model's vLLM image tag, and each image the stack's charts run, to its
                    digest through the registry's API and (--write) set models[].image.digest and
                    chartImageDigests in the stack file; prod and staging need them
+  check-github <owner>/<repo>
+                   the repository's environments and main's protection against the set-up checklist
+                   (docs/operations.md); the token from $GITHUB_TOKEN
   preflight <stack>
                    read-only checks of the real account, cluster and Hub before an up (needs AWS credentials)
   verify <stack> --url URL
