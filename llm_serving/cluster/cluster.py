@@ -281,8 +281,11 @@ class Cluster(pulumi.ComponentResource):
         principals += [(admin_access_key(arn), arn, f"admin-{i}") for i, arn in enumerate(args.admin_role_arns)]
         for entry_key, principal, former in principals:
             def aliased(suffix: str, former: str | None = former) -> pulumi.ResourceOptions:
+                # Delete first: the alias goes by today's position, so when the same update also removes an admin
+                # above this one, the entry found under the alias is another principal's, and replacing it created
+                # first would hit the one-entry-per-principal refusal again.
                 return pulumi.ResourceOptions(parent=self, aliases=[pulumi.Alias(
-                    name=f"{name}-access-{former}{suffix}")] if former else None)
+                    name=f"{name}-access-{former}{suffix}")], delete_before_replace=True) if former else child
 
             entry = aws.eks.AccessEntry(
                 f"{name}-access-{entry_key}", cluster_name=cluster.name, principal_arn=principal, type="STANDARD",

@@ -35,8 +35,9 @@ DELETE_MARGIN_SECONDS = 300
 RUN_AS_ID = 65532
 # PID 1 ignores SIGTERM without a handler, which would hold the pod to its full grace period.
 _MAIN = "import signal, sys; signal.signal(signal.SIGTERM, lambda *_: sys.exit(0)); signal.pause()"
-# The preStop, byte for byte: a change to it rolls the barrier's pod, which no longer costs a wait (an old pod
-# whose Deployment is not being deleted exits at once).
+# The preStop, byte for byte: a change to it rolls the barrier's pod, which costs no wait from this version on
+# (an old pod whose Deployment is not being deleted exits at once); the first roll onto it still waits out the
+# replaced pod's old fixed sleep once.
 PRE_STOP_SOURCE = Path(barrier_prestop.__file__).read_text(encoding="utf-8")
 # The EKS control plane serves the API on TCP 443, the `kubernetes` Service's port and its endpoints' (the nodes'
 # minimum rules: TCP 443 out to the cluster security group, https://docs.aws.amazon.com/eks/latest/userguide/

@@ -145,15 +145,21 @@ class GroupRollout:
     """A pod-template change of a LeaderWorkerSet, at its worst.
 
     How lws v0.10.0 rolls (kubernetes-sigs/lws pkg/controllers/leaderworkerset_controller.go,
-    `rollingUpdateParameters`, `rollingUpdatePartition`, read at commit 9f47d6c): it first adds `maxSurge` groups
-    with the new template (the leader StatefulSet's replicas grow to replicas + maxSurge, partition unchanged),
-    and only once they are ready moves the partition down, `maxUnavailable + maxSurge` groups at a time from the
-    highest index. A group is updated in place: its leader pod is deleted and the StatefulSet recreates it under
-    the same name only once the old one is gone, that is after the old leader's whole drain; its workers belong
-    to the old leader and go after it (multinode.WORKER_PRE_STOP). So unlike a Deployment, whose surge pods
+    `rollingUpdateParameters`, `rollingUpdatePartition`, `calculateRollingUpdateReplicas` as changed by PR #778):
+    it first adds `maxSurge` groups with the new template (the leader StatefulSet's replicas grow to replicas +
+    maxSurge, partition unchanged), and with `maxUnavailable` 0 only once they are ready moves the partition down
+    from the highest index. A group is updated in place: its leader pod is deleted and the StatefulSet recreates it
+    under the same name only once the old one is gone, that is after the old leader's whole drain; its workers
+    belong to the old leader and go after it (multinode.WORKER_PRE_STOP). So unlike a Deployment, whose surge pods
     take new names and start while the old ones drain, every in-place step waits out a drain before its cold
-    start. The surge groups are released as soon as no more than `maxSurge` groups remain to update
-    (`wantReplicas`), so the last step runs on one group fewer than the model's replicas.
+    start. The surge groups stay while more groups are unready than `maxUnavailable` allows (`unready -
+    maxUnavailable` of them), so with `maxUnavailable` 0 the model never serves on fewer groups than its replicas.
+
+    One group per step whatever lws asks: the leader StatefulSet gets lws's `maxUnavailable`, but a StatefulSet
+    honours it only with the MaxUnavailableStatefulSet feature gate (alpha, off, through Kubernetes 1.34: KEP-961
+    and the field's API reference, "only honored by servers that enable MaxUnavailableStatefulSet"), and otherwise
+    replaces one pod at a time, each after the one before is Ready. So even a Recreate (every group unavailable)
+    rolls group after group on the clusters this project runs.
     """
 
     groups: int  # the replicas rolled (the model's most)
@@ -171,10 +177,12 @@ class GroupRollout:
 
 
 def group_rollout(groups: int, max_surge: int, max_unavailable: int, *, node_ready_seconds: int,
-                  image_pull_seconds: int, cold_start_seconds: int, leader_grace_seconds: int) -> GroupRollout:
-    """`max_unavailable` in groups (lws scales a percentage of the replicas down: "100%" is every group)."""
+                  image_pull_seconds: int, cold_start_seconds: int, leader_grace_seconds: int,
+                  parallel_pods: bool = False) -> GroupRollout:
+    """`max_unavailable` in groups (lws scales a percentage of the replicas down: "100%" is every group);
+    `parallel_pods`: the StatefulSet honours maxUnavailable (the MaxUnavailableStatefulSet gate is on)."""
     surge = min(max_surge, groups)  # lws: "No need to burst more than the replicas."
-    batch = max(1, max_unavailable + surge)
+    batch = max(1, max_unavailable + surge) if parallel_pods else 1
     start = image_pull_seconds + cold_start_seconds
     return GroupRollout(
         groups=groups, surge_groups=surge, batch=batch, in_place_steps=math.ceil(groups / batch),
@@ -206,10 +214,8 @@ def group_rollout_timeline(model: str, rollout: GroupRollout, await_seconds: int
         names = f"{model}-{first}" if last == first else f"{model}-{last} to {model}-{first}"
         what = (f"step {step} of {rollout.in_place_steps}: lws deletes the leader of {names}; it stops taking "
                 f"requests after its {PRE_STOP_SECONDS} s preStop and drains its streams")
-        if rollout.surge_groups:
-            what = ("the surge group is ready; " if step == 1 else "") + what
-            if step == rollout.in_place_steps:
-                what += "; lws releases the surge group, so one group fewer than the replicas serves until it ends"
+        if rollout.surge_groups and step == 1:
+            what = "the surge group is ready; " + what
         rows.append((_clock(at), what))
         drained = at + rollout.leader_grace_seconds
         rows.append((_clock(drained), f"the old leader has exited at the latest ({rollout.leader_grace_seconds:,} s "
@@ -217,8 +223,11 @@ def group_rollout_timeline(model: str, rollout: GroupRollout, await_seconds: int
                                       "is recreated under the same names on the nodes they free"))
         at = drained + WORKER_EXIT_SECONDS + rollout.start_seconds
         first = last - 1
-    rows.append((_clock(at), f"every group is ready on the new template: the LeaderWorkerSet is Available and "
-                             f"Pulumi's wait ends ({await_seconds:,} s allowed)"))
+    done = (f"every group is ready on the new template: the LeaderWorkerSet is Available and Pulumi's wait ends "
+            f"({await_seconds:,} s allowed)")
+    if rollout.surge_groups:
+        done += "; lws then removes the surge group, whose pods drain like any other"
+    rows.append((_clock(at), done))
     return rows
 
 

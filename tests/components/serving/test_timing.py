@@ -89,22 +89,28 @@ def test_a_group_rollout_waits_out_each_in_place_drain_before_its_cold_start():
     wait = serving.group_rollout_await_seconds(rollout)
     assert wait == rollout.seconds + serving.AWAIT_MARGIN_SECONDS
     rows = serving.group_rollout_timeline("m", rollout, wait)
-    # The timeline ends when the rollout does, within Pulumi's wait; the highest index rolls first, and only
-    # the last step runs without the surge group.
+    # The timeline ends when the rollout does, within Pulumi's wait; the highest index rolls first, and the surge
+    # group goes only once every group is ready (maxUnavailable 0: never fewer groups than the replicas).
     assert _seconds(rows[-1][0]) == rollout.seconds < wait
     assert [_seconds(at) for at, _ in rows] == sorted(_seconds(at) for at, _ in rows)
     steps = [what for _, what in rows if "lws deletes the leader" in what]
     assert ["m-1" in steps[0], "m-0" in steps[1]] == [True, True]
-    assert ["releases the surge group" in what for what in steps] == [False, True]
+    assert [what for _, what in rows if "removes the surge group" in what] == [rows[-1][1]]
 
 
-def test_every_group_at_once_rolls_in_one_step_without_a_surge():
-    rollout = serving.group_rollout(3, 0, 3, node_ready_seconds=300, image_pull_seconds=60, cold_start_seconds=900,
-                                    leader_grace_seconds=600)
-    assert (rollout.surge_groups, rollout.in_place_steps, rollout.surge_seconds) == (0, 1, 0)
+def test_every_group_unavailable_still_rolls_one_group_at_a_time_without_the_statefulset_gate():
+    # A Recreate asks lws for every group at once, but the leader StatefulSet replaces one pod at a time unless
+    # the MaxUnavailableStatefulSet gate is on (alpha through Kubernetes 1.34).
+    timing_args = dict(node_ready_seconds=300, image_pull_seconds=60, cold_start_seconds=900, leader_grace_seconds=600)
+    rollout = serving.group_rollout(3, 0, 3, **timing_args)
+    assert (rollout.surge_groups, rollout.in_place_steps, rollout.surge_seconds) == (0, 3, 0)
     rows = serving.group_rollout_timeline("m", rollout, serving.group_rollout_await_seconds(rollout))
-    assert "m-0 to m-2" in rows[0][1] and not [what for _, what in rows if "surge" in what]
+    assert not [what for _, what in rows if "surge" in what]
     assert _seconds(rows[-1][0]) == rollout.seconds
+    gated = serving.group_rollout(3, 0, 3, parallel_pods=True, **timing_args)
+    assert gated.in_place_steps == 1 and gated.seconds < rollout.seconds
+    rows = serving.group_rollout_timeline("m", gated, serving.group_rollout_await_seconds(gated))
+    assert "m-0 to m-2" in rows[0][1]
 
 
 def test_a_group_rollout_surges_no_more_groups_than_the_model_has():
