@@ -19,10 +19,10 @@ import pulumi_aws as aws
 from pulumi.runtime import config as runtime_config
 
 from llm_serving import cluster as created_cluster
-from llm_serving.platform import EksCluster, kubernetes_provider, lookup_cluster
+from llm_serving.platform import EksCluster, kubernetes_provider, lookup_cluster, manifest_resource
 from llm_serving.stack import ClusterFacts, ServingStack, ServingStackArgs, planning
 from llm_serving.stack.rules import cluster as cluster_checks
-from stacks import environment
+from stacks import environment, reader
 from stacks.config import SECRET_KEYS, ClusterMode, Environment
 from stacks.config import files as stack_files
 from stacks.config.problems import ConfigError
@@ -139,6 +139,38 @@ def after(resources: list[pulumi.Resource]) -> pulumi.ResourceTransformation:
     return transformation
 
 
+def record_secret_namespaces(created: set[str], named: set[str]) -> pulumi.ResourceTransformation:
+    """Collects, as the serving stack registers them, the namespaces it creates and the plain namespace names
+    its Secrets and Helm releases name (a namespace given as an output is one the stack creates)."""
+
+    def field(value: Any, key: str) -> Any:
+        return value.get(key) if isinstance(value, dict) else getattr(value, key, None)
+
+    def transformation(args: pulumi.ResourceTransformationArgs) -> None:
+        if args.type_ == "kubernetes:core/v1:Namespace":
+            name = field(args.props.get("metadata"), "name")
+            if isinstance(name, str):
+                created.add(name)
+        elif args.type_ in ("kubernetes:core/v1:Secret", "kubernetes:helm.sh/v3:Release"):
+            ns = (field(args.props.get("metadata"), "namespace") if args.type_.endswith("Secret")
+                  else args.props.get("namespace"))
+            if isinstance(ns, str):
+                named.add(ns)
+
+    return transformation
+
+
+def preview_reader(stack: pulumi.Resource, created: set[str], named: set[str], opts: pulumi.ResourceOptions) -> None:
+    """The read-only RBAC of the preview and drift role (stacks/reader.py). The cluster role and its binding
+    need nothing else; each Secrets binding waits for the stack, whose namespaces it lives in."""
+    for manifest in (reader.cluster_role(), reader.cluster_role_binding(), reader.secret_role()):
+        manifest_resource(f"preview-reader-{manifest['kind'].lower()}-{manifest['metadata']['name']}",
+                          manifest, opts)
+    after_stack = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[stack]))
+    for namespace in reader.secret_namespaces(created, named):
+        manifest_resource(f"preview-reader-secrets-{namespace}", reader.secret_role_binding(namespace), after_stack)
+
+
 def created_facts(config: ServingStackArgs, created: created_cluster.Cluster) -> ClusterFacts:
     """What ServingStack cannot look up about a cluster this up creates: its network and its CPU nodes, which
     stand in for the staging nodes where the stack file is silent."""
@@ -170,7 +202,11 @@ def run() -> None:
         cluster = lookup_cluster(config.cluster.name)
         provider = kubernetes_provider("kubernetes", cluster)
         opts = pulumi.ResourceOptions(providers={"kubernetes": provider})
-    stack = ServingStack("llm-serving", config, opts)
+    created_namespaces: set[str] = set()
+    named_namespaces: set[str] = set()
+    stack = ServingStack("llm-serving", config, pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(
+        transformations=[record_secret_namespaces(created_namespaces, named_namespaces)])))
+    preview_reader(stack, created_namespaces, named_namespaces, opts)
     pulumi.export("environment", config.environment.value)
     pulumi.export("gpuNodeSelector", stack.gpu_node_selector)
     pulumi.export("gpuTolerations", stack.gpu_tolerations)
