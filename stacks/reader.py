@@ -13,15 +13,19 @@ Deployment, DaemonSet and Job readers then list their ReplicaSets and Pods, and 
 policies) and no custom resources (https://docs.aws.amazon.com/eks/latest/userguide/access-policy-permissions.html),
 so a refresh with that policy alone stops at the first such object.
 
-The remedy: the access entry of the preview/drift role maps it to the Kubernetes group `GROUP` (an access
-entry's `kubernetesGroups`: https://docs.aws.amazon.com/eks/latest/userguide/creating-access-entries.html),
-and the program binds that group to
+The remedy: the roles' EKS access entries name Kubernetes groups (an access entry's `kubernetesGroups`:
+https://docs.aws.amazon.com/eks/latest/userguide/creating-access-entries.html) that the program binds:
 
-- `CLUSTER_ROLE`: get, list and watch on exactly `READ_RESOURCES` (the kinds the stacks render, the kinds
-  inside the charts and CRD files the offline render does not expand, and what the provider's read awaiters
-  list), cluster-wide;
-- `SECRET_ROLE`: get, list and watch on Secrets, bound by a RoleBinding only in the namespaces where the
-  program owns Secrets or Helm release records (`secret_namespaces`).
+- `GROUP` (the preview and the drift role) to `CLUSTER_ROLE`: get, list and watch on exactly
+  `read_resources()` (the kinds the stacks render, the kinds inside the charts and CRD files the offline
+  render does not expand, and what the provider's read awaiters list), cluster-wide, never Secrets;
+- `SECRET_GROUP` (the drift role alone) to `SECRET_ROLE`: get, list and watch on Secrets, through RoleBindings
+  only in the namespaces where the program owns Secrets or Helm release records (`secret_namespaces`).
+
+Secrets stay out of the pull-request preview's reach: that role runs a branch's own code, and reading the
+Secrets (or the Helm records, which hold each release's values) would hand the API key and the HF token to any
+author with write access. The drift role runs only main's code (its environment allows main alone), so it may
+read them, and only it can refresh a whole stack.
 
 Only read verbs, by design: a server-side dry run is authorised as the write it simulates, and the reasons
 not to grant writes to this group are in docs/operations.md ("Why previews do not dry-run on the server").
@@ -33,9 +37,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-# The Kubernetes group the checklist's access entry names (`kubernetesGroups`); not `system:`-prefixed,
-# which Kubernetes reserves (https://kubernetes.io/docs/reference/access-authn-authz/rbac/#referring-to-subjects).
-GROUP = "llm-serving:preview-readers"
+# The Kubernetes groups the checklist's access entries name (`kubernetesGroups`); not `system:`-prefixed, which
+# Kubernetes reserves (https://kubernetes.io/docs/reference/access-authn-authz/rbac/#referring-to-subjects).
+GROUP = "llm-serving:readers"
+SECRET_GROUP = "llm-serving:secret-readers"
 CLUSTER_ROLE = "llm-serving-preview-reader"
 SECRET_ROLE = "llm-serving-preview-secret-reader"
 READ_VERBS = ["get", "list", "watch"]
@@ -130,22 +135,22 @@ def secret_role() -> dict[str, Any]:
             "rules": [{"apiGroups": [group], "resources": [resource], "verbs": READ_VERBS}]}
 
 
-def _subjects() -> list[dict[str, str]]:
-    return [{"kind": "Group", "name": GROUP, "apiGroup": "rbac.authorization.k8s.io"}]
+def _subjects(group: str) -> list[dict[str, str]]:
+    return [{"kind": "Group", "name": group, "apiGroup": "rbac.authorization.k8s.io"}]
 
 
 def cluster_role_binding() -> dict[str, Any]:
     return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
             "metadata": {"name": CLUSTER_ROLE, "labels": LABELS},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLUSTER_ROLE},
-            "subjects": _subjects()}
+            "subjects": _subjects(GROUP)}
 
 
 def secret_role_binding(namespace: str) -> dict[str, Any]:
     return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
             "metadata": {"name": SECRET_ROLE, "namespace": namespace, "labels": LABELS},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": SECRET_ROLE},
-            "subjects": _subjects()}
+            "subjects": _subjects(SECRET_GROUP)}
 
 
 def secret_namespaces(created: Iterable[str], named: Iterable[str]) -> list[str]:

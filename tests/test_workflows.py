@@ -16,6 +16,7 @@ import yaml
 
 from llm_serving.stack import timing, verification
 from llm_serving.verification import await_seconds
+from stacks import reader
 from stacks.config.files import PROJECT_DIR, parse_yaml, stack_file_path
 from stacks.environment import load_stack_file
 from stacks.offline import awaits
@@ -152,6 +153,21 @@ def test_drift_check_refreshes_and_expects_no_changes():
     (action,) = [s for s in drift["jobs"]["drift"]["steps"] if str(s.get("uses", "")).startswith("pulumi/actions@")]
     assert action["with"]["refresh"] is True and action["with"]["expect-no-changes"] is True
 
+
+
+def test_pull_request_previews_refresh_only_if_their_group_reads_every_refreshed_object(rendered):
+    # A refresh reads every object in the state, and a Helm v3 release through the Secrets of its namespace
+    # (stacks/reader.py); the pull-request preview's group is never bound to Secrets, so it must not refresh.
+    preview_groups = {reader.GROUP}
+    secret_groups = {s["name"] for result in rendered.values() for doc in result.manifests
+                     if doc["kind"] == "RoleBinding" and doc["roleRef"]["name"] == reader.SECRET_ROLE
+                     for s in doc["subjects"]}
+    reads_secrets = bool(preview_groups & secret_groups)
+    holds_secrets = any(r["type"] in ("kubernetes:core/v1:Secret", "kubernetes:helm.sh/v3:Release")
+                        for result in rendered.values() for r in result.resources)
+    (action,) = [s for s in load("preview.yml")["jobs"]["preview"]["steps"]
+                 if str(s.get("uses", "")).startswith("pulumi/actions@")]
+    assert action["with"].get("refresh", False) is (reads_secrets or not holds_secrets)
 
 
 def test_no_preview_or_drift_run_can_cancel_a_pending_deploy():
@@ -415,7 +431,8 @@ def test_the_set_up_checklist_names_every_environment_the_workflows_use():
     checklist = operations.split("### Environment and role set-up checklist", 1)[1].split("\n## ", 1)[0]
     for environment in [f"{kind}{stack}" for kind in ("preview-", "drift-", "") for stack in STACK_NAMES]:
         assert f"`{environment}`" in checklist, environment
-    for needle in ("required reviewers", "main", "AmazonEKSViewPolicy", "Stack Read",
+    for needle in ("required reviewers", "main", "AmazonEKSViewPolicy", "Stack Read", "kubernetesGroups",
+                   f"`{reader.GROUP}`", f"`{reader.SECRET_GROUP}`",
                    "security/preview-role-deny-policy.json", "security/github-oidc-trust-policy.json"):
         assert needle in checklist, needle
 

@@ -1,8 +1,8 @@
-"""The preview and drift role can read every object a refresh reads, and nothing else (stacks/reader.py).
+"""The preview and drift roles can read every object a refresh reads, and nothing else (stacks/reader.py).
 
 Every kind in every stack's render (committed stacks and examples), and the kinds inside the remote components
 the offline render does not expand, must be readable through the rendered ClusterRole; Secrets only through
-RoleBindings in the namespaces that hold the stack's Secrets or Helm release records.
+RoleBindings of the drift role's group, in the namespaces that hold the stack's Secrets or Helm release records.
 """
 
 from __future__ import annotations
@@ -86,6 +86,8 @@ def test_secrets_are_readable_only_where_the_stack_keeps_secrets_or_helm_records
     objects = _reader_objects(result)
     bound = {b["metadata"]["namespace"] for b in objects["RoleBinding"] if b["roleRef"]["name"] == reader.SECRET_ROLE}
     assert bound == holders
+    # ... and only to the drift role's group: the pull-request preview never reads a Secret.
+    assert {s["name"] for b in objects["RoleBinding"] for s in b["subjects"]} == {reader.SECRET_GROUP}
     # Secrets come through RoleBindings alone; the cluster-wide role never names them, nor any verb but reads.
     assert not any(b["roleRef"]["name"] == reader.SECRET_ROLE for b in objects["ClusterRoleBinding"])
     for role in objects["ClusterRole"]:
