@@ -139,9 +139,10 @@ def after(resources: list[pulumi.Resource]) -> pulumi.ResourceTransformation:
     return transformation
 
 
-def record_secret_namespaces(created: set[str], named: set[str]) -> pulumi.ResourceTransformation:
-    """Collects, as the serving stack registers them, the namespaces it creates and the plain namespace names
-    its Secrets and Helm releases name (a namespace given as an output is one the stack creates)."""
+def record_secret_namespaces(created: dict[str, pulumi.Resource], named: set[str]) -> pulumi.ResourceTransformation:
+    """Collects, as the serving stack registers them, the namespaces it creates (by name, with the resource a
+    binding inside waits for) and the plain namespace names its Secrets and Helm releases name (a namespace
+    given as an output is one the stack creates)."""
 
     def field(value: Any, key: str) -> Any:
         return value.get(key) if isinstance(value, dict) else getattr(value, key, None)
@@ -150,7 +151,7 @@ def record_secret_namespaces(created: set[str], named: set[str]) -> pulumi.Resou
         if args.type_ == "kubernetes:core/v1:Namespace":
             name = field(args.props.get("metadata"), "name")
             if isinstance(name, str):
-                created.add(name)
+                created[name] = args.resource
         elif args.type_ in ("kubernetes:core/v1:Secret", "kubernetes:helm.sh/v3:Release"):
             ns = (field(args.props.get("metadata"), "namespace") if args.type_.endswith("Secret")
                   else args.props.get("namespace"))
@@ -160,15 +161,16 @@ def record_secret_namespaces(created: set[str], named: set[str]) -> pulumi.Resou
     return transformation
 
 
-def preview_reader(stack: pulumi.Resource, created: set[str], named: set[str], opts: pulumi.ResourceOptions) -> None:
-    """The read-only RBAC of the preview and drift role (stacks/reader.py). The cluster role and its binding
-    need nothing else; each Secrets binding waits for the stack, whose namespaces it lives in."""
+def preview_reader(created: dict[str, pulumi.Resource], named: set[str], opts: pulumi.ResourceOptions) -> None:
+    """The read-only RBAC of the preview and drift roles (stacks/reader.py). Each Secrets binding waits for
+    its namespace when the stack creates it (kube-system exists); nothing else waits."""
     for manifest in (reader.cluster_role(), reader.cluster_role_binding(), reader.secret_role()):
         manifest_resource(f"preview-reader-{manifest['kind'].lower()}-{manifest['metadata']['name']}",
                           manifest, opts)
-    after_stack = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[stack]))
     for namespace in reader.secret_namespaces(created, named):
-        manifest_resource(f"preview-reader-secrets-{namespace}", reader.secret_role_binding(namespace), after_stack)
+        after = [created[namespace]] if namespace in created else []
+        manifest_resource(f"preview-reader-secrets-{namespace}", reader.secret_role_binding(namespace),
+                          pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=after)))
 
 
 def created_facts(config: ServingStackArgs, created: created_cluster.Cluster) -> ClusterFacts:
@@ -202,11 +204,11 @@ def run() -> None:
         cluster = lookup_cluster(config.cluster.name)
         provider = kubernetes_provider("kubernetes", cluster)
         opts = pulumi.ResourceOptions(providers={"kubernetes": provider})
-    created_namespaces: set[str] = set()
+    created_namespaces: dict[str, pulumi.Resource] = {}
     named_namespaces: set[str] = set()
     stack = ServingStack("llm-serving", config, pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(
         transformations=[record_secret_namespaces(created_namespaces, named_namespaces)])))
-    preview_reader(stack, created_namespaces, named_namespaces, opts)
+    preview_reader(created_namespaces, named_namespaces, opts)
     pulumi.export("environment", config.environment.value)
     pulumi.export("gpuNodeSelector", stack.gpu_node_selector)
     pulumi.export("gpuTolerations", stack.gpu_tolerations)
