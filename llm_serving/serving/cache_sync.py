@@ -14,11 +14,12 @@ pod's cache as it was.
 
 What the check proves is that the files are the ones the manifest's writer published; it cannot tell a good
 writer from a bad one. On S3 the manifest is the marker, written once with If-None-Match: * (the producer's
-role may write it only conditionally and never delete it, buckets.compile_cache_writer_policy): a writer who
-comes later, even with the producer's role, cannot replace it, so a file changed after publication is
-refused. On a file system the manifest sits in the same directory as the files, and whoever can write one
-can rewrite the other: the check catches a torn or corrupted copy, a file added or changed by something that
-did not also rewrite the manifest, never a writer of the cache who does (README, threat model).
+role may only create it: a write without If-None-Match, or with If-Match, is denied, and it may never delete
+it, buckets.compile_cache_writer_policy): a writer who comes later, even with the producer's role, cannot
+replace it, so a file changed after publication is refused. On a file system the manifest sits in the same
+directory as the files, and whoever can write one can rewrite the other: the check catches a torn or corrupted
+copy, a file added or changed by something that did not also rewrite the manifest, never a writer of the cache
+who does (README, threat model).
 
 Shipped to the pods in a ConfigMap (compile_cache.sync_configmap) and called through a launcher
 (compile_cache.sync_function) that passes a boto3 S3 client on S3 and None on a file system, so the program

@@ -6,7 +6,6 @@ able to rewrite another model's cache."""
 
 from __future__ import annotations
 
-import fnmatch
 import json
 from typing import Any
 
@@ -17,7 +16,7 @@ from llm_serving.storage import objects
 from stacks.environment import load_stack_file
 from stacks.offline.render import RenderResult
 from tests.conftest import render_file
-from tests.support import reference, stack_variants
+from tests.support import iam_eval, reference, stack_variants
 
 MODELS = ("llama-70b", "llama-8b")
 AP = "aws:efs/accessPoint:AccessPoint"
@@ -159,16 +158,8 @@ TWINS = ("llama-70b", "llama-70b-canary")
 
 
 def _allowed(policy: dict[str, Any], action: str, arn: str) -> bool:
-    """Whether `policy` allows `action` on `arn` (IAM's `*` wildcard; an explicit Deny without a condition wins)."""
-    def covers(statement: dict[str, Any]) -> bool:
-        actions = [statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"]
-        resources = [statement["Resource"]] if isinstance(statement["Resource"], str) else statement["Resource"]
-        return action in actions and any(fnmatch.fnmatchcase(arn, r) for r in resources)
-
-    statements = policy["Statement"]
-    if any(s["Effect"] == "Deny" and "Condition" not in s and covers(s) for s in statements):
-        return False
-    return any(s["Effect"] == "Allow" and covers(s) for s in statements)
+    """Whether `policy` allows `action` on `arn` for a request without conditional headers (tests/support/iam_eval)."""
+    return iam_eval.allowed(policy, action, arn)
 
 
 def test_twin_models_share_every_input_of_the_key_but_not_the_prefix(variants_dir):
