@@ -203,9 +203,9 @@ def test_producer_takes_an_exclusive_lock_and_marks_the_cache_last():
     assert lines[6] == f"until mkdir {final}.lock 2>/dev/null; do"
     assert lines[10] == "  if [ $(( $(date +%s) - started )) -gt 3660 ]; then"
     # The files and their manifest (written last) into the staging directory, renamed into place, marked after.
-    assert lines[-4:-1] == [f"rm -rf {final}.partial",
+    assert lines[-6:-1] == [f"rm -rf {final}.partial",
                             f"sync publish-dir /var/cache/vllm/vllm/torch_compile_cache {final}.partial",
-                            f"rm -rf {final} && mv {final}.partial {final} && touch {final}/.llm-serving-complete"]
+                            f"rm -rf {final}", f"mv {final}.partial {final}", f"touch {final}/.llm-serving-complete"]
 
 
 def _run_producer(tmp_path, *, vllm: str, lock_started: int | None = None, terminate: bool = False,
