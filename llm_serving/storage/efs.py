@@ -11,7 +11,6 @@ by `pulumi destroy`.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import cast
 
@@ -21,7 +20,7 @@ import pulumi_kubernetes as k8s
 
 from llm_serving.platform import ManifestFields, addon_settings, pod_identity_guard, pod_identity_trust
 
-from . import objects
+from . import objects, policy_size
 
 
 @dataclass(frozen=True)
@@ -204,8 +203,9 @@ class WeightsFileSystem(pulumi.ComponentResource):
             guards.append(aws.efs.FileSystemPolicy(
                 f"{name}-policy",
                 file_system_id=file_system.id,
+                # Compact: EFS counts every character against the policy's 20,000 (policy_size.py).
                 policy=pulumi.Output.all(file_system.arn, args.writer_role_arn, *readers, *arns, *cache_arns).apply(
-                    lambda values: json.dumps(objects.file_system_policy(
+                    lambda values: policy_size.file_system_policy_json(objects.file_system_policy(
                         values[0], writer_role_arn=values[1], reader_role_arns=list(values[2:2 + len(readers)]),
                         serving_access_point_arns=list(values[2 + len(readers):2 + len(readers) + len(arns)]),
                         compile_cache_access_point_arns=list(values[2 + len(readers) + len(arns):])))),
