@@ -1,6 +1,10 @@
 """The shared compile cache on S3: cache_sync.py's requests against botocore's Stubber (the lock's conditional
 writes, each artifact with its checksum, the manifest marker last, the seed's verified download). The
-producer's shell, its role and its room: test_compile_cache_s3_producer.py."""
+producer's shell, its role and its room: test_compile_cache_s3_producer.py.
+
+Length: every request cache_sync.py makes on S3, lock, publish and seed, against one Stubber fixture and the helpers
+that build its answers (listings, manifests, bodies); split by request, those helpers would be imported across
+files."""
 
 from __future__ import annotations
 
