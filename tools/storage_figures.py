@@ -165,8 +165,19 @@ def _weights_gb(facts: Facts) -> float:
     return architecture.weight_bytes / 1e9
 
 
+def efs_policy_ceiling(facts: Facts) -> str:
+    """How many models prod's weights file system policy holds within EFS's 20,000 characters (the preview's rule,
+    llm_serving/stack/rules/platform.py efs_policy_rules)."""
+    from llm_serving.stack.rules import platform
+
+    with_caches = platform.efs_policy_ceiling(facts.prod, with_caches=True)
+    without = platform.efs_policy_ceiling(facts.prod, with_caches=False)
+    return f"{with_caches} models with a shared compile cache each, {without} without one"
+
+
 GENERATORS: dict[str, Callable[[Facts], str]] = {
     "s3-nat-cold-start": nat_cold_start,
+    "efs-policy-ceiling": efs_policy_ceiling,
     "fsx-default-read": fsx_default_read,
     "cold-start-by-backend": cold_start_by_backend,
     "add-replica-by-backend": add_replica_by_backend,

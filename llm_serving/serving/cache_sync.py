@@ -14,11 +14,12 @@ pod's cache as it was.
 
 What the check proves is that the files are the ones the manifest's writer published; it cannot tell a good
 writer from a bad one. On S3 the manifest is the marker, written once with If-None-Match: * (the producer's
-role may write it only conditionally and never delete it, buckets.compile_cache_writer_policy): a writer who
-comes later, even with the producer's role, cannot replace it, so a file changed after publication is
-refused. On a file system the manifest sits in the same directory as the files, and whoever can write one
-can rewrite the other: the check catches a torn or corrupted copy, a file added or changed by something that
-did not also rewrite the manifest, never a writer of the cache who does (README, threat model).
+role may only create it: a write without If-None-Match, or with If-Match, is denied, and it may never delete
+it, buckets.compile_cache_writer_policy): a writer who comes later, even with the producer's role, cannot
+replace it, so a file changed after publication is refused. On a file system the manifest sits in the same
+directory as the files, and whoever can write one can rewrite the other: the check catches a torn or corrupted
+copy, a file added or changed by something that did not also rewrite the manifest, never a writer of the cache
+who does (README, threat model).
 
 Shipped to the pods in a ConfigMap (compile_cache.sync_configmap) and called through a launcher
 (compile_cache.sync_function) that passes a boto3 S3 client on S3 and None on a file system, so the program
@@ -111,9 +112,8 @@ def _say(message: str) -> None:
 def file_digest(path: Path) -> tuple[str, str]:
     """(hex, base64) SHA-256 of a file: the manifest records the first, S3's ChecksumSHA256 takes the second."""
     digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(CHUNK_BYTES), b""):
-            digest.update(chunk)
+    for chunk in _file_chunks(path):
+        digest.update(chunk)
     return digest.hexdigest(), base64.b64encode(digest.digest()).decode()
 
 
@@ -217,10 +217,13 @@ def _regular_files(root: Path) -> tuple[list[str], list[str]]:
     return sorted(regular), sorted(other)
 
 
-def _file_chunks(path: Path) -> Iterator[bytes]:
+def _open_regular(path: Path) -> Any:
     # O_NOFOLLOW: a file swapped for a symlink after the walk is refused rather than read through.
-    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    with os.fdopen(descriptor, "rb") as handle:
+    return os.fdopen(os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)), "rb")
+
+
+def _file_chunks(path: Path) -> Iterator[bytes]:
+    with _open_regular(path) as handle:
         yield from iter(lambda: handle.read(CHUNK_BYTES), b"")
 
 
@@ -368,18 +371,24 @@ def release(s3: Any, bucket: str, prefix: str, etag: str) -> None:
 
 def publish(s3: Any, bucket: str, prefix: str, source: Path, etag: str, *,
             retry_seconds: float = 1.0) -> int:
-    """Upload every file under `source` into this writer's root, then the manifest as the marker
-    (If-None-Match: a finished cache is never overwritten; a 409, a write in flight, is retried). The
-    number of files."""
+    """Upload every regular file under `source` into this writer's root, then the manifest as the marker
+    (If-None-Match: a finished cache is never overwritten; a 409, a write in flight, is retried). A symlink
+    is neither followed nor published, as on a file system (publish_dir): what it points at is not the
+    compile's output but anything the pod may read (its Pod Identity token file among them, EKS user guide
+    pod-id-how-it-works.html), which the bucket would then serve to every reader of the cache. The number of
+    files."""
     root = writer_root(etag)
     files: dict[str, dict[str, Any]] = {}
-    for path in sorted(p for p in source.rglob("*") if p.is_file()):
-        relative = path.relative_to(source).as_posix()
-        size = path.stat().st_size
+    regular, other = _regular_files(source)
+    if other:
+        _say(f"not published (not regular files): {', '.join(other)}")
+    for relative in regular:
+        path = source / relative
+        size = path.lstat().st_size
         if size > MAX_OBJECT_BYTES:
             raise ValueError(f"{relative} is {size} bytes, over the {MAX_OBJECT_BYTES} a single PutObject takes")
         hex_digest, b64_digest = file_digest(path)
-        with path.open("rb") as body:
+        with _open_regular(path) as body:
             s3.put_object(Bucket=bucket, Key=prefix + root + relative, Body=body, ChecksumSHA256=b64_digest)
         files[relative] = {"size": size, "sha256": hex_digest}
     if not files:

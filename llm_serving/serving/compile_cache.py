@@ -296,7 +296,11 @@ def producer_script(key: CompileCacheKey, serving_args: list[str], stale_lock_se
         *_serve_until_healthy(serving_args),
         f"rm -rf {staging}",
         f"sync publish-dir {shlex.quote(vllm_compile_dir())} {staging}",
-        f"rm -rf {final} && mv {staging} {final} && touch {final}/{COMPLETE_MARKER}",
+        # One command a line: `set -e` is ignored for every command of an AND-OR list but the last (POSIX.1-2017,
+        # Shell Command Language, "set -e"), so `rm && mv && touch` went on to say "produced" after a failed mv.
+        f"rm -rf {final}",
+        f"mv {staging} {final}",
+        f"touch {final}/{COMPLETE_MARKER}",
         f"echo 'compile cache produced: {key.relative_dir()}'",
     ])
 

@@ -489,8 +489,14 @@ def compile_cache_writer_problem(config: ServingStackArgs, model: ModelArgs) -> 
     write; S3 each model's object prefix, which its producer's role alone may write."""
     if config.weights_storage.backend is StorageBackend.S3:
         return None
-    if config.weights_storage.backend is not StorageBackend.EFS and \
-            model.storage.access_mode is not AccessMode.READ_WRITE_MANY:
+    if config.weights_storage.backend is StorageBackend.EFS:
+        volume = compile_cache_volume_name(config, model)
+        if volume == shared_compile_cache_volume_name(config):
+            return (f"its cache volume would be named {volume}, as the shared cache's volume that a stack upgraded "
+                    "from a release before per-model caches may still hold (retained, CHANGELOG): give the model "
+                    "another name")
+        return None
+    if model.storage.access_mode is not AccessMode.READ_WRITE_MANY:
         return "a ReadWriteOnce weights claim cannot be mounted by the producer Job beside the replica"
     return None
 
@@ -626,6 +632,18 @@ def weights_storage_class(config: ServingStackArgs) -> str:
     if config.weights_storage.backend is StorageBackend.EXISTING_STORAGE_CLASS and existing is not None:
         return existing.name
     return f"{config.serving.namespace}-weights"
+
+
+def compile_cache_volume_name(config: ServingStackArgs, model: ModelArgs) -> str:
+    """The static volume of the model's cache on EFS (cluster-scoped, so named after the serving namespace)."""
+    return f"{config.serving.namespace}-{storage.compile_cache_claim_name(model.name)}"
+
+
+def shared_compile_cache_volume_name(config: ServingStackArgs) -> str:
+    """The volume of the one cache every model shared before each had its own: `retainOnDelete`, so the upgrade
+    dropped it from the state and left it in the cluster until deleted by hand (CHANGELOG). A model's own volume
+    must never take its name: its create would fail with AlreadyExists."""
+    return f"{weights_storage_class(config)}-compile-cache"
 
 
 def claim_size_gib(config: ServingStackArgs, model: ModelArgs, weight_bytes: int) -> int:

@@ -492,7 +492,8 @@ class ServingStack(pulumi.ComponentResource):
                 # its own model's, read-write, and the model's serving pods the same claim read-only.
                 compile_cache_mounts=tuple(
                     CompileCacheMount(key=m.name, namespace=serving_namespace, claim_name=key.claim_name,
-                                      volume_name=f"{serving_namespace}-{key.claim_name}")
+                                      volume_name=planning.compile_cache_volume_name(args, m),
+                                      delete_timeout_seconds=timing.model_drains(args, m).delete_timeout_seconds)
                     for m in args.models
                     if (key := planning.compile_cache_wiring(args, m)) is not None and key.claim_name is not None),
                 serving_namespace=ns.metadata.name,

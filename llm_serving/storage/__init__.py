@@ -28,6 +28,7 @@ from .objects import (
     mount_target_subnets,
     storage_class,
 )
+from .policy_size import FILE_SYSTEM_POLICY_MAX_CHARS, file_system_policy_length
 from .s3 import BucketAccess, WeightsBucket, WeightsBucketArgs
 from .s3_throughput import NODE_S3_GBPS, S3ReadEstimate, S3ReadTerm, s3_read_estimate, streamer_mib_per_second
 
@@ -40,6 +41,7 @@ __all__ = [
     "EFS_READ_MIB_PER_SECOND",
     "EfsArgs",
     "ExistingStorageClassArgs",
+    "FILE_SYSTEM_POLICY_MAX_CHARS",
     "FSX_CSI_ADDON",
     "FsxLustreArgs",
     "LUSTRE_THROUGHPUTS",
@@ -60,6 +62,7 @@ __all__ = [
     "compile_cache_claim_name",
     "compile_cache_directory",
     "compile_cache_volume",
+    "file_system_policy_length",
     "lustre_capacity_problem",
     "lustre_read_mib_per_second",
     "model_prefix",

@@ -106,7 +106,9 @@ class S3Args:
     """Whether an S3 gateway endpoint of the cluster's VPC is on the route table of every `gpuNodeGroup.subnets` entry.
     true: the pods that stream from the bucket (serving pods, multi-node workers, compile-cache producers) may reach on
     443 only the CIDRs of the AWS-managed prefix list `com.amazonaws.<region>.s3`, read at every preview (preflight's
-    `s3.gateway-endpoint` proves the endpoint, `s3.prefix-list` the list); false: any address on 443, as without an
+    `s3.gateway-endpoint` proves the endpoint, and that no S3 interface endpoint's private DNS answers the VPC's own
+    lookups, which would send the pods to addresses outside the list; `s3.prefix-list` the list); false: any address
+    on 443, as without an
     endpoint S3 is reached through the NAT gateway at public addresses only ip-ranges.json publishes. Unset: true
     with `cluster.mode: create` (its VPC has one on every private route table), false with `existing`. The staging
     Job also downloads from the Hugging Face Hub and keeps any address on 443 either way."""

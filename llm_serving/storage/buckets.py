@@ -98,14 +98,19 @@ def compile_cache_writer_policy(bucket_arn: str, prefixes: list[str], cache_pref
     """The compile-cache producer's role: read the revision like a replica (it runs the same `vllm serve`),
     write only under its one cache prefix, and touch the lock and the marker only conditionally.
 
-    The lock and the marker must be written with If-None-Match or If-Match (condition keys s3:if-none-match
-    and s3:if-match, S3 user guide conditional-writes-enforce.html), so a writer can never overwrite
-    another's lock or a finished cache unconditionally; the only delete is of the lock, with If-Match
-    (conditional-delete-enforce.html). Conditional writes with If-Match and conditional deletes need
-    s3:GetObject beside (conditional-writes.html, conditional-deletes.html): granted on the prefix."""
+    The lock must be written with If-None-Match or If-Match (condition keys s3:if-none-match and s3:if-match,
+    S3 user guide conditional-writes-enforce.html), so a writer can never overwrite another's lock
+    unconditionally; a stale one is taken over with If-Match: its ETag (cache_sync.acquire). The marker (the
+    manifest) may only be created: a PutObject of it without If-None-Match is denied, and so is one with
+    If-Match, which S3 honours on PutObject to overwrite a matching object (conditional-writes.html: "If-Match"
+    on general purpose buckets; s3:if-match is its own condition key), so not even this role can replace a
+    published manifest. The only delete is of the lock, with If-Match naming an ETag: `If-Match: *` would
+    delete whatever lock is there (conditional-delete-enforce.html, example 2), another writer's included, so
+    it is refused. Conditional writes with If-Match and conditional deletes need s3:GetObject beside
+    (conditional-writes.html, conditional-deletes.html): granted on the prefix."""
     if not prefixes or not cache_prefix.endswith("/"):
         raise ValueError("a compile-cache writer needs the revision's prefixes and one cache prefix ending in /")
-    guarded = [f"{bucket_arn}/{cache_prefix}{lock}", f"{bucket_arn}/{cache_prefix}{marker}"]
+    lock_arn, marker_arn = f"{bucket_arn}/{cache_prefix}{lock}", f"{bucket_arn}/{cache_prefix}{marker}"
     return {
         "Version": "2012-10-17",
         "Statement": [
@@ -113,11 +118,16 @@ def compile_cache_writer_policy(bucket_arn: str, prefixes: list[str], cache_pref
              "Resource": [f"{bucket_arn}/{p}*" for p in sorted(prefixes)]},
             {"Sid": "WriteCompileCache", "Effect": "Allow", "Action": ["s3:PutObject", "s3:GetObject"],
              "Resource": [f"{bucket_arn}/{cache_prefix}*"]},
-            {"Sid": "OnlyConditionalLockAndMarkerWrites", "Effect": "Deny", "Action": "s3:PutObject",
-             "Resource": guarded,
+            {"Sid": "OnlyConditionalLockWrites", "Effect": "Deny", "Action": "s3:PutObject", "Resource": lock_arn,
              "Condition": {"Null": {"s3:if-none-match": "true", "s3:if-match": "true"}}},
-            {"Sid": "ReleaseOwnLock", "Effect": "Allow", "Action": "s3:DeleteObject",
-             "Resource": f"{bucket_arn}/{cache_prefix}{lock}", "Condition": {"Null": {"s3:if-match": "false"}}},
+            # Two statements, since the keys of one condition block must all hold (IAM user guide,
+            # reference_policies_elements_condition_logic_multiple-context-keys-or-values.html).
+            {"Sid": "OnlyCreateTheMarker", "Effect": "Deny", "Action": "s3:PutObject", "Resource": marker_arn,
+             "Condition": {"Null": {"s3:if-none-match": "true"}}},
+            {"Sid": "NeverOverwriteTheMarker", "Effect": "Deny", "Action": "s3:PutObject", "Resource": marker_arn,
+             "Condition": {"Null": {"s3:if-match": "false"}}},
+            {"Sid": "ReleaseOwnLock", "Effect": "Allow", "Action": "s3:DeleteObject", "Resource": lock_arn,
+             "Condition": {"Null": {"s3:if-match": "false"}, "StringNotEquals": {"s3:if-match": "*"}}},
             _listing(bucket_arn, [*prefixes, cache_prefix]),
         ],
     }

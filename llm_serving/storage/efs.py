@@ -11,7 +11,6 @@ by `pulumi destroy`.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import cast
 
@@ -21,7 +20,7 @@ import pulumi_kubernetes as k8s
 
 from llm_serving.platform import ManifestFields, addon_settings, pod_identity_guard, pod_identity_trust
 
-from . import objects
+from . import objects, policy_size
 
 
 @dataclass(frozen=True)
@@ -44,6 +43,9 @@ class CompileCacheMount:
     namespace: str
     claim_name: str
     volume_name: str  # the static PersistentVolume (cluster-scoped)
+    # How long deleting the claim may wait: the API server holds it (pvc-protection) until the last pod that
+    # mounts it is gone, a serving pod draining its streams included (the model's workloads' delete timeout).
+    delete_timeout_seconds: int
 
 
 @dataclass(frozen=True)
@@ -201,8 +203,9 @@ class WeightsFileSystem(pulumi.ComponentResource):
             guards.append(aws.efs.FileSystemPolicy(
                 f"{name}-policy",
                 file_system_id=file_system.id,
+                # Compact: EFS counts every character against the policy's 20,000 (policy_size.py).
                 policy=pulumi.Output.all(file_system.arn, args.writer_role_arn, *readers, *arns, *cache_arns).apply(
-                    lambda values: json.dumps(objects.file_system_policy(
+                    lambda values: policy_size.file_system_policy_json(objects.file_system_policy(
                         values[0], writer_role_arn=values[1], reader_role_arns=list(values[2:2 + len(readers)]),
                         serving_access_point_arns=list(values[2 + len(readers):2 + len(readers) + len(arns)]),
                         compile_cache_access_point_arns=list(values[2 + len(readers) + len(arns):])))),
@@ -292,13 +295,16 @@ class WeightsFileSystem(pulumi.ComponentResource):
 
         spec = pulumi.Output.all(file_system_id, access_point_id).apply(lambda ids: manifest(ids[0], ids[1])["spec"])
         # Mounted only once the policy that scopes the GPU nodes' writes is in force, every zone's mount target
-        # answers and the driver runs. Retained, like the serving volumes, but never protected: they hold no data
-        # (the directory stays on the file system whatever happens to them), and a cache turned off must not stop
-        # at a protected volume.
+        # answers and the driver runs. Neither retained nor protected: they hold no data (a static volume with
+        # reclaim Retain, on an access point whose deletion deletes no data; the directory stays on the retained
+        # file system), and a retained pair left in the cluster would fail the create of the next one of the same
+        # names, when the cache is turned on again or the model added back, with AlreadyExists (pulumi-kubernetes
+        # creates client-side and never adopts an existing object since pulumi/pulumi-kubernetes#4278, issue
+        # #2926). Deleting the claim waits for the pods that mount it (pvc-protection), up to the model's drain.
         persistent_volume = k8s.core.v1.PersistentVolume(
             f"{name}-compile-cache-{mount.key}-volume",
             metadata=manifest("", "")["metadata"], spec=spec,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=ready, retain_on_delete=True),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=ready),
         )
         claim_manifest = objects.compile_cache_claim(mount.claim_name, namespace=mount.namespace,
                                                      volume_name=mount.volume_name)
@@ -308,5 +314,6 @@ class WeightsFileSystem(pulumi.ComponentResource):
                 **claim_manifest["metadata"],
                 "namespace": args.serving_namespace if args.serving_namespace is not None else mount.namespace}),
             spec=claim_manifest["spec"],
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[persistent_volume, *ready], retain_on_delete=True),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[persistent_volume, *ready],
+                                        custom_timeouts=pulumi.CustomTimeouts(delete=f"{mount.delete_timeout_seconds}s")),
         )

@@ -46,8 +46,9 @@ CHECKS: tuple[Check, ...] = (
     Check("s3.bucket", "with `weightsStorage.s3.bucketName`, the bucket exists, this identity reads it, and it is in "
           "the stack's region", ("s3:GetBucketLocation", "s3:ListBucket"), "", s3_checks.s3_bucket),
     Check("s3.gateway-endpoint", "on S3, an S3 gateway endpoint of the cluster's VPC is on every GPU subnet's route "
-          "table (else cold starts stream through the NAT gateway)", ("ec2:DescribeVpcEndpoints",
-                                                                        "ec2:DescribeRouteTables"), "",
+          "table (else cold starts stream through the NAT gateway), and no S3 interface endpoint's private DNS "
+          "answers the VPC's own lookups (else the pods' S3 traffic goes to its addresses, which the prefix-list "
+          "fence refuses)", ("ec2:DescribeVpcEndpoints", "ec2:DescribeRouteTables"), "",
           s3_checks.s3_gateway_endpoint),
     Check("s3.prefix-list", "where the pods that stream from the bucket are fenced to S3 "
           "(`weightsStorage.s3.vpcEndpoint`, a created VPC), S3's AWS-managed prefix list `com.amazonaws.<region>.s3` "

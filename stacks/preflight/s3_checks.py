@@ -69,9 +69,35 @@ def _subnet_route_tables(tables: list[dict[str, Any]], subnets: list[str]) -> di
     return {subnet: explicit.get(subnet, main) for subnet in subnets}
 
 
+def _resolving_interfaces(endpoints: list[dict[str, Any]], fenced: bool) -> list[Finding]:
+    """S3 interface endpoints whose private DNS answers the VPC's own resolver: S3's names then resolve, in the VPC,
+    to the endpoint's addresses in its subnets (S3 user guide, privatelink-interface-endpoints.html, "Private DNS"),
+    so the pods' S3 traffic goes there rather than through the gateway endpoint. Private DNS "only for inbound
+    endpoints" routes the VPC's own traffic to the gateway endpoint and on-premises traffic to the interface
+    endpoint (EC2 API reference, DnsOptionsSpecification, PrivateDnsOnlyForInboundResolverEndpoint)."""
+    resolving = sorted(e["VpcEndpointId"] for e in endpoints
+                       if e.get("VpcEndpointType") == "Interface" and e.get("State", "").lower() == "available"
+                       and e.get("PrivateDnsEnabled")
+                       and not e.get("DnsOptions", {}).get("PrivateDnsOnlyForInboundResolverEndpoint"))
+    if not resolving:
+        return []
+    effect = ("S3's prefix list does not hold those addresses, so the NetworkPolicies that fence the serving pods, "
+              "workers and compile-cache producers to it (weightsStorage.s3.vpcEndpoint) would refuse every S3 request "
+              "they make" if fenced else
+              "their S3 traffic goes through the interface endpoint, billed per GB processed (AWS PrivateLink "
+              "pricing), not the gateway endpoint")
+    fix = "; ".join(f"aws ec2 modify-vpc-endpoint --vpc-endpoint-id {e} --dns-options "
+                    "PrivateDnsOnlyForInboundResolverEndpoint=true" for e in resolving)
+    return [failed("s3.gateway-endpoint", f"S3 interface endpoint(s) {', '.join(resolving)} enable private DNS for "
+                   "every resolver: inside the VPC, S3's names resolve to the endpoint's addresses in its subnets, and "
+                   f"{effect}", f"{fix} (private DNS only for inbound endpoints: the VPC's own requests then take the "
+                   "gateway endpoint, on-premises ones still the interface endpoint)")]
+
+
 def s3_gateway_endpoint(ctx: Context) -> list[Finding]:
-    """On S3, the cluster's VPC has an S3 gateway endpoint on the route table of every GPU subnet;
-    without it each cold start streams its checkpoint through the NAT gateway."""
+    """On S3, the cluster's VPC has an S3 gateway endpoint on the route table of every GPU subnet, and no S3
+    interface endpoint answers the VPC's own lookups of S3's names; without the first each cold start streams its
+    checkpoint through the NAT gateway, with the second the pods' S3 traffic never takes the gateway endpoint."""
     i = ctx.intent
     if not i.s3_weights:
         return []
@@ -82,13 +108,17 @@ def s3_gateway_endpoint(ctx: Context) -> list[Finding]:
         raise ClusterUnknown()
     vpc = ctx.cluster.get("resourcesVpcConfig", {}).get("vpcId", "")
     service = f"com.amazonaws.{i.region}.s3"
-    endpoints = ctx.ec2.describe_vpc_endpoints(Filters=[
-        {"Name": "vpc-id", "Values": [vpc]}, {"Name": "service-name", "Values": [service]},
-        {"Name": "vpc-endpoint-type", "Values": ["Gateway"]}])["VpcEndpoints"]
+    # Gateway and interface endpoints of S3 share the service name (S3 user guide, privatelink-interface-endpoints).
+    found = ctx.ec2.describe_vpc_endpoints(Filters=[
+        {"Name": "vpc-id", "Values": [vpc]}, {"Name": "service-name", "Values": [service]}])["VpcEndpoints"]
+    interfaces = _resolving_interfaces(found, i.s3_prefix_list_egress)
+    endpoints = [e for e in found if e.get("VpcEndpointType") == "Gateway"]
     routed = {t for e in endpoints if e.get("State", "").lower() == "available" for t in e.get("RouteTableIds", [])}
     tables = ctx.ec2.describe_route_tables(Filters=[{"Name": "vpc-id", "Values": [vpc]}])["RouteTables"]
     subnets = [subnet for subnet, _ in i.subnets if subnet is not None]  # (ids are set with an existing cluster)
     missing = {s: t for s, t in _subnet_route_tables(tables, subnets).items() if t not in routed}
+    if not missing and interfaces:
+        return interfaces
     if not missing:
         fence = ("the pods that stream from the bucket reach S3 only at its prefix list" if i.s3_prefix_list_egress
                  else "weightsStorage.s3.vpcEndpoint: true would fence the pods that stream from the bucket to S3's "
@@ -108,7 +138,7 @@ def s3_gateway_endpoint(ctx: Context) -> list[Finding]:
                    f"start's {i.s3_cold_start_gb:,.0f} GB would go through the NAT gateway, at "
                    f"${NAT_USD_PER_GB_PROCESSED} per GB processed (${cost:,.2f} a cold start) and its "
                    f"{NAT_GBPS} shared by the zone{promised}", f"{fix} (a gateway endpoint is free; expected one on "
-                   "every GPU subnet's route table)")]
+                   "every GPU subnet's route table)"), *interfaces]
 
 
 def s3_prefix_list(ctx: Context) -> list[Finding]:

@@ -6,18 +6,21 @@ able to rewrite another model's cache."""
 
 from __future__ import annotations
 
-import fnmatch
 import json
 from typing import Any
 
 import pytest
 
+from llm_serving.platform.args import validate
 from llm_serving.stack import parts, planning
 from llm_serving.storage import objects
+from stacks.config import ServingStackArgs
 from stacks.environment import load_stack_file
 from stacks.offline.render import RenderResult
 from tests.conftest import render_file
-from tests.support import reference, stack_variants
+from tests.stacks.checks.test_gpu_node_group_checks import BASE
+from tests.stacks.checks.test_model_checks import LLAMA_70B, lines
+from tests.support import iam_eval, reference, stack_variants
 
 MODELS = ("llama-70b", "llama-8b")
 AP = "aws:efs/accessPoint:AccessPoint"
@@ -62,6 +65,38 @@ def test_each_model_has_its_own_cache_access_point_volume_and_claim(two_models):
     # The old shared claim is gone: nothing mounts one cache for every model.
     assert not [m for m in two_models.manifests if m["kind"] == "PersistentVolumeClaim"
                 and m["metadata"]["name"] == "compile-cache"]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_a_models_cache_volume_and_claim_go_with_its_cache_once_its_pods_are_gone(two_models, model):
+    # Not retained: a pair left in the cluster would fail the create of the next one of the same names (the cache
+    # turned on again, the model added back) with AlreadyExists. They hold no data: the volume's reclaim policy is
+    # Retain and the directory stays on the file system.
+    volume = two_models.resource("kubernetes:core/v1:PersistentVolume", f"weights-storage-compile-cache-{model}-volume")
+    claim = two_models.resource("kubernetes:core/v1:PersistentVolumeClaim",
+                                f"weights-storage-compile-cache-{model}-claim")
+    assert (volume["options"]["retainOnDelete"], claim["options"]["retainOnDelete"]) == (False, False)
+    assert two_models.manifest("PersistentVolume", f"llm-serving-{model}-compile-cache")["spec"][
+        "persistentVolumeReclaimPolicy"] == "Retain"
+    # The claim's delete waits for every pod that mounts it (pvc-protection): long enough for the slowest to stop.
+    graces = [pod["terminationGracePeriodSeconds"] for pod in (_pod(two_models, "Deployment", model),
+                                                                _producer(two_models, model))]
+    assert int(claim["options"]["customTimeouts"]["delete"].removesuffix("s")) > max(graces)
+
+
+def test_no_models_cache_volume_takes_the_name_the_old_shared_caches_volume_kept():
+    # llm-serving-weights-compile-cache: the volume of the cache every model shared before, retained in the
+    # cluster of a stack upgraded from then, where a model named `weights` would fail its create.
+    assert lines(name="weights", compileCache="shared") == [
+        "llm-serving:models[weights].compileCache: no shared compile cache: its cache volume would be named "
+        "llm-serving-weights-compile-cache, as the shared cache's volume that a stack upgraded from a release before "
+        "per-model caches may still hold (retained, CHANGELOG): give the model another name (got \"shared\"; "
+        "expected auto or off, or pin the missing input)"]
+    config = validate(ServingStackArgs, {**BASE, "models": [{**LLAMA_70B, "name": "weights"}]})
+    assert planning.compile_cache_state(config, config.models[0]) == (False, (
+        "its cache volume would be named llm-serving-weights-compile-cache, as the shared cache's volume that a stack "
+        "upgraded from a release before per-model caches may still hold (retained, CHANGELOG): give the model "
+        "another name"))
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -159,16 +194,8 @@ TWINS = ("llama-70b", "llama-70b-canary")
 
 
 def _allowed(policy: dict[str, Any], action: str, arn: str) -> bool:
-    """Whether `policy` allows `action` on `arn` (IAM's `*` wildcard; an explicit Deny without a condition wins)."""
-    def covers(statement: dict[str, Any]) -> bool:
-        actions = [statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"]
-        resources = [statement["Resource"]] if isinstance(statement["Resource"], str) else statement["Resource"]
-        return action in actions and any(fnmatch.fnmatchcase(arn, r) for r in resources)
-
-    statements = policy["Statement"]
-    if any(s["Effect"] == "Deny" and "Condition" not in s and covers(s) for s in statements):
-        return False
-    return any(s["Effect"] == "Allow" and covers(s) for s in statements)
+    """Whether `policy` allows `action` on `arn` for a request without conditional headers (tests/support/iam_eval)."""
+    return iam_eval.allowed(policy, action, arn)
 
 
 def test_twin_models_share_every_input_of_the_key_but_not_the_prefix(variants_dir):

@@ -13,8 +13,9 @@ from llm_serving.gpu import AmiType, ExistingAutoscaler, NodeAutoscalingMode
 from llm_serving.platform import addon_version, versions
 from llm_serving.platform.args import Environment
 from llm_serving.platform.problems import Problem
+from llm_serving.serving import CapacityError
 from llm_serving.stack.args import ServingStackArgs
-from llm_serving.stack.planning import creates_nodes
+from llm_serving.stack.planning import compile_cache_wiring, creates_nodes
 from llm_serving.storage import StorageBackend
 
 NG = "gpuNodeGroup"
@@ -147,6 +148,8 @@ def weights_storage_rules(config: ServingStackArgs) -> Iterator[Problem]:
                       "{eks.amazonaws.com/nodegroup: <the CPU node group>}")
     if weights.backend is StorageBackend.S3:
         yield from s3_rules(config)
+    if weights.backend is StorageBackend.EFS:
+        yield from efs_policy_rules(config)
     if weights.backend is StorageBackend.EFS and not weights.efs.staging_node_security_group_ids and vouched:
         # Without it NFS would be admitted from the cluster security group: every node and the control plane.
         yield Problem("weightsStorage.efs.stagingNodeSecurityGroupIds", f"{config.environment.value} needs the "
@@ -156,6 +159,61 @@ def weights_storage_rules(config: ServingStackArgs) -> Iterator[Problem]:
     if weights.backend is not StorageBackend.EXISTING_STORAGE_CLASS and weights.existing_storage_class is not None:
         yield Problem("weightsStorage.existingStorageClass", "only read with backend existingStorageClass",
                       weights.existing_storage_class.name, "unset, or backend existingStorageClass")
+
+
+def _region(config: ServingStackArgs) -> str | None:
+    """The stack's region as its zones name it (an availability zone is its region and a letter: EC2 user guide,
+    using-regions-availability-zones.html); None when the stack names no zone."""
+    zones = [s.availability_zone for s in config.gpu_node_group.subnets]
+    if not zones and config.cluster.create is not None:
+        zones = list(config.cluster.create.zones)
+    return zones[0][:-1] if zones else None
+
+
+def efs_policy_length(config: ServingStackArgs, models: int, cache_models: int) -> int | None:
+    """The length of the policy this stack's weights file system would get (llm_serving/storage/policy_size.py) with
+    `models` models, `cache_models` of them keeping a shared compile cache; None without a policy (no staging role:
+    dev) or a region."""
+    region = _region(config)
+    staging = config.weights_storage.efs.staging_node_role_arn
+    if region is None or (staging is None and config.cluster.mode is not ClusterMode.CREATE):
+        return None
+    existing = config.gpu_node_group.existing
+    reader = existing.node_role_arn if existing is not None and not creates_nodes(config) else None
+    return storage.file_system_policy_length(region, reader_role_arns=[reader], writer_role_arn=staging,
+                                             serving_access_points=models, compile_cache_access_points=cache_models)
+
+
+def efs_policy_ceiling(config: ServingStackArgs, *, with_caches: bool) -> int | None:
+    """The most models, each with a shared compile cache or none with one, whose policy fits EFS's limit (the docs'
+    figure); None without a policy."""
+    limit = storage.FILE_SYSTEM_POLICY_MAX_CHARS
+    if efs_policy_length(config, 1, int(with_caches)) is None:
+        return None
+    count = 1
+    while (efs_policy_length(config, count + 1, (count + 1) * with_caches) or 0) <= limit:
+        count += 1
+    return count
+
+
+def efs_policy_rules(config: ServingStackArgs) -> Iterator[Problem]:
+    """The weights file system's policy names every model's access points and must fit in EFS's 20,000 characters
+    (PutFileSystemPolicy): past it `pulumi up` would fail after creating every access point."""
+    try:
+        caches = sum(1 for m in config.models if compile_cache_wiring(config, m) is not None)
+    except CapacityError:
+        return  # the capacity rule reports the plan itself
+    models = len(config.models)
+    length = efs_policy_length(config, models, caches)
+    limit = storage.FILE_SYSTEM_POLICY_MAX_CHARS
+    if length is None or length <= limit:
+        return
+    fitting = next((n for n in range(caches, -1, -1) if (efs_policy_length(config, models, n) or 0) <= limit), None)
+    fix = (f"compileCache off on {caches - fitting} of them, or fewer models on this file system"
+           if fitting is not None else "fewer models on this file system")
+    yield Problem("models", f"the weights file system's policy would be {length:,} characters, over the {limit:,} "
+                  "EFS takes: it names each model's serving access point twice and each shared compile cache's "
+                  "access point five times", f"{models} models, {caches} with a shared compile cache", fix)
 
 
 # What the Run:ai Model Streamer reads: safetensors only (vLLM's runai_model_streamer page: "vLLM supports

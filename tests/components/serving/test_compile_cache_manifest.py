@@ -233,3 +233,21 @@ def test_the_producer_publishes_with_its_manifest_and_the_seed_copies_it(tmp_pat
     assert refused.stderr == ("compile cache not seeded (ValueError: torch_aot_compile/abc/rank_0_0/model does not "
                               "match the manifest); vLLM compiles\n")
     assert _tree(tmp_path / "pod-cache") == {}
+
+
+def test_a_producer_whose_rename_fails_stops_without_marking_or_saying_produced(tmp_path):
+    # The staging directory cannot be moved into place (a stand-in `mv` refuses it, as a full or read-only volume
+    # would): the producer fails, so its Job does, and no marker names a cache that is not there.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "mv").write_text('#!/bin/sh\ncase "$1" in *.partial) exit 1;; esac\nexec /bin/mv "$@"\n')
+    (bin_dir / "mv").chmod(0o755)
+    _Health.ready = tmp_path / "ready"
+    with serving(http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Health)) as server:
+        produced = _shell(tmp_path, producer_script(key(), ["/models/m"], stale_lock_seconds=3660),
+                          server.server_address[1])
+    final = tmp_path / "shared" / key().relative_dir()
+    assert produced.returncode == 1, produced.stdout + produced.stderr
+    assert "compile cache produced" not in produced.stdout
+    assert not final.exists() and (final.parent / (final.name + ".partial")).is_dir()
+    assert not (final.parent / (final.name + ".lock")).exists()  # released on the way out

@@ -1,6 +1,10 @@
 """The shared compile cache on S3: cache_sync.py's requests against botocore's Stubber (the lock's conditional
 writes, each artifact with its checksum, the manifest marker last, the seed's verified download). The
-producer's shell, its role and its room: test_compile_cache_s3_producer.py."""
+producer's shell, its role and its room: test_compile_cache_s3_producer.py.
+
+Length: every request cache_sync.py makes on S3, lock, publish and seed, against one Stubber fixture and the helpers
+that build its answers (listings, manifests, bodies); split by request, those helpers would be imported across
+files."""
 
 from __future__ import annotations
 
@@ -215,6 +219,25 @@ def test_publish_uploads_each_artifact_with_its_checksum_then_the_manifest_marke
     stub.add_response("put_object", {}, {"Bucket": BUCKET, "Key": PREFIX + ".llm-serving-complete",
                                          "Body": _manifest(), "IfNoneMatch": "*", "ChecksumSHA256": _b64(_manifest())})
     assert cache_sync.publish(client, BUCKET, PREFIX, _artifacts(tmp_path), '"e1"') == 2
+
+
+def test_publish_never_follows_a_symlink_out_of_the_cache(s3, tmp_path, capsys):
+    # A symlink (to a file, or to a directory) under vLLM's cache points at whatever the pod may read: neither it
+    # nor what it reaches is uploaded or named in the manifest, as publish_dir on a file system.
+    secret = tmp_path / "outside"
+    secret.mkdir()
+    (secret / "token").write_bytes(b"not compile output")
+    source = _artifacts(tmp_path / "cache")
+    (source / "rank_0_0" / "token").symlink_to(secret / "token")
+    (source / "linked").symlink_to(secret, target_is_directory=True)
+    client, stub = s3
+    for name in sorted(ARTIFACTS):
+        stub.add_response("put_object", {}, {"Bucket": BUCKET, "Key": PREFIX + ROOT + name, "Body": ANY,
+                                             "ChecksumSHA256": _b64(ARTIFACTS[name])})
+    stub.add_response("put_object", {}, {"Bucket": BUCKET, "Key": PREFIX + ".llm-serving-complete",
+                                         "Body": _manifest(), "IfNoneMatch": "*", "ChecksumSHA256": _b64(_manifest())})
+    assert cache_sync.publish(client, BUCKET, PREFIX, source, '"e1"') == 2
+    assert capsys.readouterr().err == "not published (not regular files): linked, rank_0_0/token\n"
 
 
 def test_a_marker_write_in_flight_is_retried_until_it_lands(s3, tmp_path):

@@ -16,6 +16,7 @@ from llm_serving.serving import Footprint, Strategy, Supply, producer_room
 from llm_serving.serving.compile_cache import producer_script, seed_script, sync_function
 from llm_serving.storage import buckets
 from tests.components.serving.test_compile_cache_s3 import BUCKET, PREFIX, SHA, key
+from tests.support import iam_eval
 
 # --- the shell around it, under a real /bin/sh --------------------------------------------------------------
 
@@ -138,17 +139,56 @@ def test_the_producer_may_write_only_its_cache_prefix_and_the_lock_and_marker_on
             {"Sid": "ReadWeights", "Effect": "Allow", "Action": "s3:GetObject", "Resource": [f"{arn}/{weights}*"]},
             {"Sid": "WriteCompileCache", "Effect": "Allow", "Action": ["s3:PutObject", "s3:GetObject"],
              "Resource": [f"{arn}/{PREFIX}*"]},
-            {"Sid": "OnlyConditionalLockAndMarkerWrites", "Effect": "Deny", "Action": "s3:PutObject",
-             "Resource": [f"{arn}/{PREFIX}.llm-serving-lock", f"{arn}/{PREFIX}.llm-serving-complete"],
+            {"Sid": "OnlyConditionalLockWrites", "Effect": "Deny", "Action": "s3:PutObject",
+             "Resource": f"{arn}/{PREFIX}.llm-serving-lock",
              "Condition": {"Null": {"s3:if-none-match": "true", "s3:if-match": "true"}}},
+            {"Sid": "OnlyCreateTheMarker", "Effect": "Deny", "Action": "s3:PutObject",
+             "Resource": f"{arn}/{PREFIX}.llm-serving-complete", "Condition": {"Null": {"s3:if-none-match": "true"}}},
+            {"Sid": "NeverOverwriteTheMarker", "Effect": "Deny", "Action": "s3:PutObject",
+             "Resource": f"{arn}/{PREFIX}.llm-serving-complete", "Condition": {"Null": {"s3:if-match": "false"}}},
             {"Sid": "ReleaseOwnLock", "Effect": "Allow", "Action": "s3:DeleteObject",
-             "Resource": f"{arn}/{PREFIX}.llm-serving-lock", "Condition": {"Null": {"s3:if-match": "false"}}},
+             "Resource": f"{arn}/{PREFIX}.llm-serving-lock",
+             "Condition": {"Null": {"s3:if-match": "false"}, "StringNotEquals": {"s3:if-match": "*"}}},
             {"Sid": "ListWeights", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": arn,
              "Condition": {"StringLike": {"s3:prefix": [f"{PREFIX}*", f"{weights}*"]}}},
         ],
     }
     with pytest.raises(ValueError, match="one cache prefix ending in /"):
         buckets.compile_cache_writer_policy(arn, [weights], PREFIX.rstrip("/"), lock="l", marker="m")
+
+
+def _producer_policy() -> dict:
+    return buckets.compile_cache_writer_policy(f"arn:aws:s3:::{BUCKET}", [f"meta-llama/Llama-3.1-70B-Instruct/{SHA}/"],
+                                               PREFIX, lock=".llm-serving-lock", marker=".llm-serving-complete")
+
+
+def _may(action: str, key: str, **headers: str) -> bool:
+    """Whether the producer's role may `action` the object `key` under its prefix with these conditional headers
+    (If-None-Match as if_none_match, If-Match as if_match: their condition keys s3:if-none-match, s3:if-match)."""
+    context = {f"s3:{name.replace('_', '-')}": value for name, value in headers.items()}
+    return iam_eval.allowed(_producer_policy(), action, f"arn:aws:s3:::{BUCKET}/{PREFIX}{key}", context)
+
+
+def test_the_producer_role_may_create_the_marker_but_never_replace_it():
+    # What cache_sync.publish sends: If-None-Match: *, which S3 refuses with 412 once the marker exists.
+    assert _may("s3:PutObject", ".llm-serving-complete", if_none_match="*")
+    # An overwrite of the published manifest, conditional on its ETag or not, is denied: the seed trusts it.
+    assert not _may("s3:PutObject", ".llm-serving-complete", if_match='"m1"')
+    assert not _may("s3:PutObject", ".llm-serving-complete", if_match='"m1"', if_none_match="*")
+    assert not _may("s3:PutObject", ".llm-serving-complete")
+    assert not _may("s3:DeleteObject", ".llm-serving-complete", if_match='"m1"')
+    # The artifacts under its own root are plain writes.
+    assert _may("s3:PutObject", "objects/e1/rank_0_0/model")
+
+
+def test_the_producer_role_takes_and_releases_the_lock_only_by_its_etag():
+    assert _may("s3:PutObject", ".llm-serving-lock", if_none_match="*")  # cache_sync.acquire
+    assert _may("s3:PutObject", ".llm-serving-lock", if_match='"old"')  # a stale lock taken over
+    assert not _may("s3:PutObject", ".llm-serving-lock")
+    assert _may("s3:DeleteObject", ".llm-serving-lock", if_match='"e1"')  # cache_sync.release
+    # If-Match: * deletes whichever lock is there, another live writer's included.
+    assert not _may("s3:DeleteObject", ".llm-serving-lock", if_match="*")
+    assert not _may("s3:DeleteObject", ".llm-serving-lock")
 
 
 # --- the room the producer needs ------------------------------------------------------------------------------

@@ -19,8 +19,7 @@ EXAMPLE = PROJECT_DIR / "examples" / "Pulumi.prod-s3.yaml"
 VPC = CLUSTER["resourcesVpcConfig"]["vpcId"]
 SUBNETS = ("subnet-0bb00000000000001", "subnet-0bb00000000000002", "subnet-0bb00000000000003")
 ENDPOINT_FILTERS = [{"Name": "vpc-id", "Values": [VPC]},
-                    {"Name": "service-name", "Values": ["com.amazonaws.us-east-1.s3"]},
-                    {"Name": "vpc-endpoint-type", "Values": ["Gateway"]}]
+                    {"Name": "service-name", "Values": ["com.amazonaws.us-east-1.s3"]}]
 
 
 @pytest.fixture
@@ -140,6 +139,51 @@ def test_a_subnet_whose_table_the_endpoint_misses_fails_with_the_nat_cost(aws):
         "is free; expected one on every GPU subnet's route table)")
     (finding,) = run("s3.gateway-endpoint", context(aws, s3_intent(s3_prefix_list_egress=False), cluster=CLUSTER))
     assert finding.outcome is Outcome.FAIL and finding.reason.endswith("shared by the zone")
+
+
+def _interface(private_dns: bool = True, inbound_only: bool | None = None, endpoint_id: str = "vpce-0if") -> dict:
+    """An S3 interface endpoint as DescribeVpcEndpoints answers (PrivateDnsEnabled, DnsOptions)."""
+    dns = {} if inbound_only is None else {"PrivateDnsOnlyForInboundResolverEndpoint": inbound_only}
+    return {"VpcEndpointId": endpoint_id, "VpcEndpointType": "Interface", "VpcId": VPC, "State": "available",
+            "ServiceName": "com.amazonaws.us-east-1.s3", "PrivateDnsEnabled": private_dns,
+            "DnsOptions": {"DnsRecordIpType": "ipv4", **dns}, "SubnetIds": list(SUBNETS)}
+
+
+INTERFACE_FIX = ("aws ec2 modify-vpc-endpoint --vpc-endpoint-id vpce-0if --dns-options "
+                 "PrivateDnsOnlyForInboundResolverEndpoint=true (private DNS only for inbound endpoints: the VPC's own "
+                 "requests then take the gateway endpoint, on-premises ones still the interface endpoint)")
+
+
+def test_an_interface_endpoint_that_answers_the_vpcs_lookups_fails_where_the_pods_are_fenced(aws):
+    # S3's names resolve to the interface endpoint's addresses in the VPC, outside the prefix list the pods may reach.
+    _stub_network(aws, [_endpoint("rtb-a", "rtb-b", "rtb-main"), _interface()])
+    (finding,) = run("s3.gateway-endpoint", context(aws, s3_intent(), cluster=CLUSTER))
+    assert (finding.outcome, finding.reason, finding.fix) == (
+        Outcome.FAIL, "S3 interface endpoint(s) vpce-0if enable private DNS for every resolver: inside the VPC, S3's "
+        "names resolve to the endpoint's addresses in its subnets, and S3's prefix list does not hold those "
+        "addresses, so the NetworkPolicies that fence the serving pods, workers and compile-cache producers to it "
+        "(weightsStorage.s3.vpcEndpoint) would refuse every S3 request they make", INTERFACE_FIX)
+    # Unfenced, the pods still reach S3, through the interface endpoint instead of the gateway endpoint.
+    _stub_network(aws, [_endpoint("rtb-a", "rtb-b", "rtb-main"), _interface(inbound_only=False)])
+    (finding,) = run("s3.gateway-endpoint", context(aws, s3_intent(s3_prefix_list_egress=False), cluster=CLUSTER))
+    assert finding.outcome is Outcome.FAIL
+    assert finding.reason.endswith("their S3 traffic goes through the interface endpoint, billed per GB processed "
+                                   "(AWS PrivateLink pricing), not the gateway endpoint")
+
+
+def test_an_interface_endpoint_private_to_on_premises_or_without_private_dns_passes(aws):
+    for interface in (_interface(inbound_only=True), _interface(private_dns=False)):
+        _stub_network(aws, [_endpoint("rtb-a", "rtb-b", "rtb-main"), interface])
+        (finding,) = run("s3.gateway-endpoint", context(aws, s3_intent(), cluster=CLUSTER))
+        assert finding.outcome is Outcome.PASS, finding.reason
+
+
+def test_a_missing_route_and_a_resolving_interface_endpoint_are_both_reported(aws):
+    _stub_network(aws, [_endpoint("rtb-a", "rtb-b"), _interface()])
+    gateway, interface = run("s3.gateway-endpoint", context(aws, s3_intent(), cluster=CLUSTER))
+    assert (gateway.outcome, interface.outcome) == (Outcome.FAIL, Outcome.FAIL)
+    assert gateway.fix.startswith("aws ec2 modify-vpc-endpoint --vpc-endpoint-id vpce-0s3 --add-route-table-ids")
+    assert interface.fix == INTERFACE_FIX
 
 
 def test_no_endpoint_at_all_fails_with_the_create_command(aws):
