@@ -74,6 +74,14 @@ def extra_env(args: ServingStackArgs, region: pulumi.Input[str]) -> tuple[dict, 
     return found
 
 
+def staged_adapters(model: ModelArgs) -> tuple[serving.StagedAdapter, ...]:
+    """The model's LoRA adapters as the staging Job fetches them, each into its own directory."""
+    if model.lora is None:
+        return ()
+    return tuple(serving.StagedAdapter(model_id=a.model_id, revision=a.revision,
+                                       target=serving.staged_adapter_path(a)) for a in model.lora.adapters)
+
+
 def download_deadline_seconds(model: ModelArgs) -> int:
     architecture = planning.model_architecture(model)
     assert architecture is not None  # the rules refuse a model without one

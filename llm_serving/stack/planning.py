@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -229,6 +230,7 @@ def host_memory(config: ServingStackArgs, model: ModelArgs, plan: serving.Capaci
     return serving.HostMemory(
         pod_gib=serving.pod_memory_gib(instance.memory_gib, instance.gpu_count, tp),
         transport_gib=serving.shm_size_gib(tp), engine_gib=serving.engine_gib(tp), streamer_gib=streamer,
+        lora_gib=lora_host_gib(config, model, plan),
         tier_gib=kv_offload_gib(config, model, plan) if tier_gib is None else tier_gib)
 
 
@@ -272,8 +274,23 @@ def _plan(config: ServingStackArgs, model: ModelArgs, read_mib_per_second: float
         storage_read_mib_per_second=read_mib_per_second,
         pp=model.pipeline_parallel_size,
         engine_startup_seconds=engine_startup_seconds,
+        lora_bytes_per_gpu=_lora_bytes(architecture, model.lora) if model.lora is not None else None,
         **extra_arg_knobs(model.extra_args),
     )
+
+
+def _lora_bytes(architecture: ModelArchitecture, lora: serving.LoraArgs) -> Callable[[int, int], int]:
+    """The adapters' GPU buffers per GPU at a (TP, PP) layout (llm_serving/serving/lora.py)."""
+    return lambda tp, pp: serving.lora_gpu_bytes_per_gpu(architecture, lora, tp, pp)
+
+
+def lora_host_gib(config: ServingStackArgs, model: ModelArgs, plan: serving.CapacityPlan | None = None) -> int:
+    """The pinned host memory of the model's CPU adapter cache per pod, in whole GiB (0 without LoRA)."""
+    architecture = model_architecture(model)
+    if model.lora is None or architecture is None:
+        return 0
+    plan = plan or model_plan(config, model)
+    return math.ceil(serving.lora_cpu_bytes_per_pod(architecture, model.lora, plan.tensor_parallel_size) / 1024**3)
 
 
 def extra_arg_knobs(extra_args: list[str]) -> dict[str, Any]:

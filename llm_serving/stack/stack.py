@@ -382,6 +382,9 @@ class ServingStack(pulumi.ComponentResource):
                 # The edge's TTFT alerts hold the model to its own objective.
                 ttft_objective_seconds=ttft[model.name],
                 wake_seconds=planning.wake(args, model).total_seconds if planning.scales_to_zero(model) else None,
+                lora=model.lora is not None,
+                aliases=tuple((alias.name, tuple((t.adapter, t.weight) for t in alias.targets))
+                              for alias in model.lora.aliases) if model.lora is not None else (),
             ))
         return tuple(routed)
 
@@ -588,6 +591,8 @@ class ServingStack(pulumi.ComponentResource):
                     s3_tokenizer_prefix=s3_tokenizer_prefix,
                     service_account=planning.stage_service_account(model) if s3 else None,
                     region=self._site.region if s3 else None,
+                    adapters=model_parts.staged_adapters(model),
+                    max_lora_rank=model.lora.max_lora_rank if model.lora is not None else 0,
                 ),
                 child,
             )
