@@ -10,6 +10,9 @@ election, so every replica is Ready and a rollout never waits on a standby), a P
 spread over nodes and zones, fast gRPC readiness, and a drain window as long as the longest stream,
 because response bodies stream through the picker (FULL_DUPLEX_STREAMED).
 
+Length: every object of a picker and its pool (RBAC, config, Deployment, Service, PDB, monitor, NetworkPolicy, and
+the llm-d.ai objects it reads: objectives and model rewrites) is built here from one RoutedModel.
+
 Every flag and port below is from llm-d/llm-d-router v0.10.0 (pkg/epp/server/options.go,
 cmd/epp/runner/health.go); the scheduling configuration is the chart's default profile.
 """

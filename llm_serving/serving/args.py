@@ -1,7 +1,10 @@
 """What a stack says about each model it serves, the way its users think of it: the Hugging Face model and its
 pinned revisions, the context it must serve, its latency objectives and replicas, the engine knobs worth
 setting, its route and its scaling. The planner derives the rest (tensor parallelism, KV room, probes,
-drains, rollout). Shapes and ranges only; relations are the stack's rules (llm_serving.stack.rules)."""
+drains, rollout). Shapes and ranges only; relations are the stack's rules (llm_serving.stack.rules).
+
+Length: every section of a model's args (image, architecture, route, scaling, storage, KV tier, LoRA adapters) is
+declared here, so the configuration reference and the package schema read one model from one module."""
 
 from enum import StrEnum
 from typing import Any

@@ -116,8 +116,10 @@ class EngineSettings:
     model_loader_extra_config: str | None = None
     # A CPU tier of the KV cache, GiB summed over the ranks (native offloading; 0: none): /dev/shm grows by it.
     kv_offloading_gib: int = 0
-    # The LoRA adapters' flags (lora.lora_args); () : no LoRA.
-    lora_args: tuple[str, ...] = ()
+    # The LoRA adapters' flags (lora_args); () : no LoRA. Out of the repr, which names what a verification Job
+    # checked (stack.py `deployed`): that names them itself when there are any, so a stack without adapters keeps
+    # its verification Job.
+    lora_args: tuple[str, ...] = field(default=(), repr=False)
 
 
 # The chat template's digest on the pod template: its ConfigMap keeps its name and is mounted with subPath, which a

@@ -1,7 +1,11 @@
 """ModelWeights: a retained PersistentVolumeClaim (or an S3 prefix) and a Job that pre-stages one pinned revision.
 
 Weights land in a directory named after the revision and are marked complete last, so a rollout
-never reads half-written weights and re-running the same revision downloads nothing.
+never reads half-written weights and re-running the same revision downloads nothing. A model's LoRA adapters are
+staged by the same Job, each into its own directory, before the model.
+
+Length: the two Jobs (a volume, an S3 bucket) share their naming, requirements and environment, and differ in
+every part of their pod; one component keeps the pair side by side.
 """
 
 from __future__ import annotations

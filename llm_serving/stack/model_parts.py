@@ -59,6 +59,12 @@ def engine_settings(args: ServingStackArgs, model: ModelArgs) -> EngineSettings:
     )
 
 
+def verified_lora(args: ServingStackArgs, model: ModelArgs) -> tuple[tuple[str, ...], ...]:
+    """The adapters' flags, for what a verification Job names (a new adapter is verified again); () without LoRA,
+    so a model without adapters keeps its Job's name."""
+    return (engine_settings(args, model).lora_args,) if model.lora is not None else ()
+
+
 def extra_env(args: ServingStackArgs, region: pulumi.Input[str]) -> tuple[dict, ...]:
     """Environment the serving pods need from the platform around them."""
     found: tuple[dict, ...] = ()

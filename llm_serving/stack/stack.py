@@ -713,7 +713,8 @@ class ServingStack(pulumi.ComponentResource):
                     deadline_seconds=verification.deadline_seconds(checks),
                     # Image, revision, engine flags and replicas: a deploy that changes them is verified again.
                     deployed=repr((model_parts.image(model), model.revision, model_parts.tokenizer_revision(model),
-                                   model_parts.engine_settings(args, model), model.replicas, model.chat_template)),
+                                   model_parts.engine_settings(args, model), model.replicas, model.chat_template,
+                                   *model_parts.verified_lora(args, model))),
                     after=(self._workloads[model.name], *routes, self._api_key_secret, *self._fences),
                 ),
                 pulumi.ResourceOptions(parent=self),
