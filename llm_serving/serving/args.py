@@ -289,8 +289,8 @@ class LoraArgs:
     """`--max-cpu-loras`: adapters kept in the pod's pinned host memory; at least `maxLoras`; unset: `maxLoras`
     (vLLM's default)."""
     target_modules: list[LoraTargetModule] | None = None
-    """`--lora-target-modules`: the layers vLLM allocates LoRA buffers for, which narrows GPU memory; unset: all four
-    (what vLLM wraps without the flag); an adapter that also targets other layers has those ignored by vLLM."""
+    """`--lora-target-modules`: the only layers vLLM wraps for LoRA and allocates buffers for, which narrows GPU
+    memory; unset: all four (vLLM wraps every supported layer without the flag)."""
     aliases: list[LoraAliasArgs] = Field(default_factory=list)
     """Names that split requests over adapters by weight (routing `inferencePool` only); none by default."""
 
