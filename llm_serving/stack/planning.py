@@ -495,9 +495,18 @@ def compile_cache_key(config: ServingStackArgs, model: ModelArgs) -> serving.Com
         engine_flags=tuple(str(value) for value in (
             model.max_model_len, model.gpu_memory_utilization, model.kv_cache_dtype.value, model.max_num_seqs,
             model.max_num_batched_tokens, model.enable_prefix_caching, model.quantization, *model.extra_args,
-            *([f"kv-offloading-size={tier}"] if tier else []))),
+            *([f"kv-offloading-size={tier}"] if tier else []), *_lora_graph(model.lora))),
         model_name=model.name,
     )
+
+
+def _lora_graph(lora: serving.LoraArgs | None) -> list[str]:
+    """What of a model's LoRA settings shapes the compiled graph: vLLM 0.33.0 LoRAConfig.compute_hash hashes the
+    slots, the rank and the target modules, not which adapters are loaded (vllm/config/lora.py)."""
+    if lora is None:
+        return []
+    modules = ",".join(sorted(m.value for m in lora.target_modules)) if lora.target_modules else "all"
+    return [f"lora={lora.max_loras}x{lora.max_lora_rank}:{modules}"]
 
 
 def compile_cache_writer_problem(config: ServingStackArgs, model: ModelArgs) -> str | None:

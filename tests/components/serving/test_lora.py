@@ -302,3 +302,17 @@ def test_a_changed_adapter_is_a_new_job_and_a_model_without_adapters_keeps_its_j
                 weights.job_name("llama-8b", REVISION, None, two, 16),
                 weights.job_name("llama-8b", REVISION, None, one, 32)}) == 4
     assert weights.requirements_configmap_name("m") != weights.requirements_configmap_name("m", adapters=True)
+
+
+def test_the_compile_cache_key_follows_the_lora_shape_not_the_adapters():
+    plain = committed_args("dev")
+    base = planning.compile_cache_key(plain, plain.models[0]).engine_flags
+    config = dev_with(stack_variants.DEV_LORA)
+    with_lora = planning.compile_cache_key(config, config.models[0]).engine_flags
+    other_adapter = dev_with({**stack_variants.DEV_LORA, "adapters": [
+        {"name": "sql-v1", "modelId": "org/other", "revision": REVISION},
+        {"name": "sql-v2", "modelId": "org/other", "revision": "b" * 40}]})
+    higher_rank = dev_with({**stack_variants.DEV_LORA, "maxLoraRank": 64})
+    assert with_lora[:len(base)] == base and with_lora != base
+    assert planning.compile_cache_key(other_adapter, other_adapter.models[0]).engine_flags == with_lora
+    assert planning.compile_cache_key(higher_rank, higher_rank.models[0]).engine_flags != with_lora
