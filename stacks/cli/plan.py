@@ -470,7 +470,9 @@ def _dynamics_rows(found: dict[str, object]) -> list[tuple[str, str]]:
                             f"{tier['gpu_kv_tokens']:,} ({tier['conversations_of_max_model_len']:,} contexts of "
                             "max-model-len whose prefixes it keeps)"),
             ("host memory per pod", f"{tier['pod_memory_gib']:,} GiB: engine {tier['engine_gib']} + transport "
-                                    f"{tier['transport_gib']} + S3 streamer {tier['streamer_gib']} + tier "
+                                    f"{tier['transport_gib']} + S3 streamer {tier['streamer_gib']} + "
+                                    + (f"LoRA adapters {tier['lora_gib']} + " if tier.get("lora_gib") else "")
+                                    + "tier "
                                     f"{tier['size_gib']:,} + spare {tier['spare_gib']:,}"),
             ("host memory per node", f"{tier['pods_per_node']} pod(s): {tier['node_memory_gib_used']:,} GiB"),
         ]
@@ -916,7 +918,7 @@ def _stack_plan(args: argparse.Namespace, explicit: dict[str, object], out: Text
                 "pod_memory_gib": memory.pod_gib, "engine_gib": memory.engine_gib,
                 "transport_gib": memory.transport_gib, "streamer_gib": memory.streamer_gib,
                 "spare_gib": memory.spare_gib, "pods_per_node": per_node, "node_memory_gib_used": memory.pod_gib
-                * per_node}
+                * per_node, **({"lora_gib": memory.lora_gib} if memory.lora_gib else {})}
         if model.lora is not None:
             found["lora"] = {
                 "adapters": [a.name for a in model.lora.adapters], "aliases": [a.name for a in model.lora.aliases],

@@ -95,3 +95,20 @@ def test_the_plan_shows_the_adapters_gpu_buffers_beside_the_kv_room_with_and_wit
         found["available_kv_gib_per_gpu"] + found["lora_gib_per_gpu"], abs=0.011)
     assert f"LoRA buffers per GPU        {found['lora_gib_per_gpu']:.2f} GiB" in text.getvalue()
     assert "LoRA adapters               sql-v1, sql-v2 (aliases sql)" in text.getvalue()
+
+
+def test_the_host_memory_row_adds_up_with_the_adapters_beside_the_cpu_kv_tier(variants_dir):
+    import io
+    import re
+
+    from stacks.cli import plan
+
+    path = stack_variants.write(variants_dir, "prod-lora-plan",
+                                {"models": [{"name": "llama-70b", "lora": stack_variants.DEV_LORA}]})
+    text, err = io.StringIO(), io.StringIO()
+    assert plan.main(["--stack", str(path), "--model", "llama-70b"], text, err) == 0, err.getvalue()
+    (row,) = [line for line in text.getvalue().splitlines() if line.startswith("host memory per pod")]
+    head, _, sum_of = row.split("  ", 1)[1].partition(": ")
+    total = int(head.removesuffix(" GiB").replace(",", ""))
+    terms = [int(re.findall(r"[\d,]+$", term)[0].replace(",", "")) for term in sum_of.split(" + ")]
+    assert "LoRA adapters" in row and sum(terms) == total
