@@ -10,6 +10,9 @@ election, so every replica is Ready and a rollout never waits on a standby), a P
 spread over nodes and zones, fast gRPC readiness, and a drain window as long as the longest stream,
 because response bodies stream through the picker (FULL_DUPLEX_STREAMED).
 
+Length: every object of a picker and its pool (RBAC, config, Deployment, Service, PDB, monitor, NetworkPolicy, and
+the llm-d.ai objects it reads: objectives and model rewrites) is built here from one RoutedModel.
+
 Every flag and port below is from llm-d/llm-d-router v0.10.0 (pkg/epp/server/options.go,
 cmd/epp/runner/health.go); the scheduling configuration is the chart's default profile.
 """
@@ -53,6 +56,12 @@ SCORER_WEIGHTS: tuple[tuple[str, int], ...] = (
     ("kv-cache-utilization-scorer", 2),
     ("prefix-cache-scorer", 3),
 )
+# For a model with LoRA adapters: prefer a replica that already runs the request's adapter (1.0), then one with a
+# free adapter slot (0.8), then one where it waits (0.6) (llm-d-router v0.10.0
+# pkg/epp/framework/plugins/scheduling/scorer/loraaffinity/lora_affinity.go, type "lora-affinity-scorer"). It reads
+# vLLM's vllm:lora_requests_info through core-metrics-extractor, already configured; weighted like the queue and
+# KV scorers, below prefix affinity, so an adapter's conversations still stick to their cache.
+LORA_SCORER = ("lora-affinity-scorer", 2)
 
 
 
@@ -84,6 +93,9 @@ class RoutedModel:
     # A model that scales to zero: its planned wake, how long the picker may hold a request at zero replicas
     # before that is a fault. None: zero ready replicas is a fault at once.
     wake_seconds: int | None = None
+    lora: bool = False  # the model serves LoRA adapters: the picker scores adapter affinity
+    # Aliases the picker rewrites to adapters: (alias, ((adapter, weight or None), ...)), one InferenceModelRewrite.
+    aliases: tuple[tuple[str, tuple[tuple[str, int | None], ...]], ...] = ()
 
 
 def picker_name(model: str) -> str:
@@ -108,15 +120,17 @@ def _meta(name: str, namespace: str, labels: dict[str, str] | None = None,
     return meta
 
 
-def picker_config(admission: Admission | None = None) -> str:
+def picker_config(admission: Admission | None = None, lora: bool = False) -> str:
     """The EndpointPickerConfig: scrape each replica's vLLM /metrics, score, pick the best; with
-    `admission`, hold and shed what the pool cannot take (llm_serving/routing/admission.py)."""
+    `admission`, hold and shed what the pool cannot take (llm_serving/routing/admission.py); with `lora`, score
+    adapter affinity too (LORA_SCORER)."""
+    scorers = SCORER_WEIGHTS + ((LORA_SCORER,) if lora else ())
     lines = [
         f"apiVersion: {PICKER_CONFIG_API}",
         "kind: EndpointPickerConfig",
         *feature_gate_lines(admission),
         "plugins:",
-        *[f"- type: {scorer}" for scorer, _ in SCORER_WEIGHTS],
+        *[f"- type: {scorer}" for scorer, _ in scorers],
         # vLLM serves /metrics over plain HTTP on its API port, without the API key.
         "- type: metrics-data-source",
         "  parameters:",
@@ -127,7 +141,7 @@ def picker_config(admission: Admission | None = None) -> str:
         "schedulingProfiles:",
         "- name: default",
         "  plugins:",
-        *[line for scorer, weight in SCORER_WEIGHTS for line in (f"  - pluginRef: {scorer}", f"    weight: {weight}")],
+        *[line for scorer, weight in scorers for line in (f"  - pluginRef: {scorer}", f"    weight: {weight}")],
         *flow_control_lines(admission),
     ]
     return "\n".join(lines) + "\n"
@@ -186,7 +200,7 @@ def picker_objects(model: RoutedModel, settings: PickerSettings,
         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
     }
     config: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(name, ns, labels),
-                              "data": {CONFIG_FILE: picker_config(model.admission)}}
+                              "data": {CONFIG_FILE: picker_config(model.admission, model.lora)}}
     container = {
         "name": "epp",
         "image": settings.image,
@@ -374,4 +388,23 @@ def inference_objective(model: RoutedModel) -> Manifest | None:
         "metadata": _meta(model.name, model.namespace),
         "spec": {"poolRef": {"group": POOL_GROUP, "kind": "InferencePool", "name": model.name},
                  "priority": model.priority},
+    }
+
+
+def inference_model_rewrite(model: RoutedModel) -> Manifest | None:
+    """The model's aliases as one InferenceModelRewrite (llm-d.ai/v1alpha2, vendored in platform/crds/): each
+    alias an Exact match whose requests the picker rewrites to one adapter, chosen by weight, in the body's
+    `model` before it scores (llm-d-router v0.10.0 apix/v1alpha2/inferencemodelrewrite_types.go;
+    pkg/epp/requestcontrol/director.go), so the LoRA scorer and vLLM see the adapter's name. None: no alias."""
+    if not model.aliases:
+        return None
+    rules = [{"matches": [{"model": {"type": "Exact", "value": alias}}],
+              "targets": [{"modelRewrite": adapter, **({"weight": weight} if weight is not None else {})}
+                          for adapter, weight in targets]}
+             for alias, targets in model.aliases]
+    return {
+        "apiVersion": OBJECTIVE_API,
+        "kind": "InferenceModelRewrite",
+        "metadata": _meta(f"{model.name}-aliases", model.namespace),
+        "spec": {"poolRef": {"group": POOL_GROUP, "kind": "InferencePool", "name": model.name}, "rules": rules},
     }

@@ -13,6 +13,7 @@ from .alerts import picker_alert_groups
 from .objects import (
     PickerSettings,
     RoutedModel,
+    inference_model_rewrite,
     inference_objective,
     inference_pool,
     network_policy,
@@ -77,6 +78,11 @@ class InferenceRouting(pulumi.ComponentResource):
             objective = inference_objective(model)
             if objective is not None:
                 pickers.append(manifest_resource(f"{model.name}-inferenceobjective", objective, after_crds))
+            rewrite = inference_model_rewrite(model)
+            if rewrite is not None:
+                # Before the routes: an alias request reaching the picker without its rewrite would go to vLLM
+                # under the alias, which vLLM does not serve (404).
+                pickers.append(manifest_resource(f"{model.name}-inferencemodelrewrite", rewrite, after_crds))
         manifest_resource(
             f"{name}-alerts",
             {

@@ -7,6 +7,11 @@ from .args import (
     CompileCacheMode,
     KvCacheDtype,
     KvOffloadArgs,
+    LoraAdapterArgs,
+    LoraAliasArgs,
+    LoraAliasTargetArgs,
+    LoraArgs,
+    LoraTargetModule,
     ModelArchitectureArgs,
     ModelArgs,
     ModelScalingArgs,
@@ -47,6 +52,7 @@ from .engine import (
     VLLM_QUANTIZATION_METHODS,
     EngineSettings,
     container_security_context,
+    lora_args,
     managed_flag_conflicts,
     model_settings,
     pod_memory_gib,
@@ -55,6 +61,7 @@ from .engine import (
     s3_model_prefix,
     s3_tokenizer_prefix,
     shm_size_gib,
+    staged_adapter_path,
     staged_model_path,
     staged_tokenizer_path,
     streamer_extra_config,
@@ -69,6 +76,8 @@ from .hf_config import (
     weight_bytes_from_index,
 )
 from .host_memory import HostMemory, auto_tier_gib, cpu_kv_tokens, engine_gib, offload_init_seconds
+from .lora import cpu_bytes_per_pod as lora_cpu_bytes_per_pod
+from .lora import gpu_bytes_per_gpu as lora_gpu_bytes_per_gpu
 from .lws import LeaderWorkerSetController, LeaderWorkerSetControllerArgs, lws_values
 from .models import ModelArchitecture, known_model_ids, lookup_model
 from .multinode import WORKER_COMPONENT
@@ -126,12 +135,14 @@ from .timing import (
     timing_table,
 )
 from .weights import (
+    ADAPTER_PATTERNS,
     ALLOW_PATTERNS,
     IGNORE_PATTERNS,
     S3_STAGE_EPHEMERAL_GIB,
     TOKENIZER_PATTERNS,
     ModelWeights,
     ModelWeightsArgs,
+    StagedAdapter,
     staging_claim_name,
 )
 
@@ -180,11 +191,22 @@ __all__ = [
     "ModelConfigError",
     "ModelArchitectureArgs",
     "ModelArgs",
+    "LoraAdapterArgs",
+    "LoraAliasArgs",
+    "LoraAliasTargetArgs",
+    "LoraArgs",
+    "LoraTargetModule",
+    "ADAPTER_PATTERNS",
+    "staged_adapter_path",
+    "lora_cpu_bytes_per_pod",
+    "lora_gpu_bytes_per_gpu",
+    "lora_args",
     "ModelDrains",
     "ModelScalingArgs",
     "ModelStorageArgs",
     "ModelWeights",
     "ModelWeightsArgs",
+    "StagedAdapter",
     "NodeUpdate",
     "OLD_GROUP_DELETE_SECONDS",
     "PORT",

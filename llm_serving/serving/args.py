@@ -1,7 +1,10 @@
 """What a stack says about each model it serves, the way its users think of it: the Hugging Face model and its
 pinned revisions, the context it must serve, its latency objectives and replicas, the engine knobs worth
 setting, its route and its scaling. The planner derives the rest (tensor parallelism, KV room, probes,
-drains, rollout). Shapes and ranges only; relations are the stack's rules (llm_serving.stack.rules)."""
+drains, rollout). Shapes and ranges only; relations are the stack's rules (llm_serving.stack.rules).
+
+Length: every section of a model's args (image, architecture, route, scaling, storage, KV tier, LoRA adapters) is
+declared here, so the configuration reference and the package schema read one model from one module."""
 
 from enum import StrEnum
 from typing import Any
@@ -213,6 +216,92 @@ class KvOffloadArgs:
     pod's share of the node leaves after the engine, `/dev/shm`'s transport and the S3 streamer."""
 
 
+class LoraTargetModule(StrEnum):
+    """A layer vLLM wraps for LoRA, by vLLM's packed module name (`--lora-target-modules`; vllm 0.33.0
+    lora/model_manager.py matches these suffixes). The planner sizes the Llama-style decoder's four."""
+
+    QKV_PROJ = "qkv_proj"
+    """q_proj, k_proj and v_proj of PEFT, packed."""
+    O_PROJ = "o_proj"
+    """The attention output projection."""
+    GATE_UP_PROJ = "gate_up_proj"
+    """gate_proj and up_proj of PEFT, packed."""
+    DOWN_PROJ = "down_proj"
+    """The MLP's down projection."""
+
+
+# `--max-lora-rank` choices in vLLM 0.33.0 (tests/fixtures/reference/vllm/0.33.0/flags.json; vllm/config/lora.py
+# MaxLoRARanks).
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+HUB_COMMIT: Constraint = {"pattern": r"^[0-9a-f]{40}$"}
+
+
+@args_type
+class LoraAdapterArgs:
+    """One LoRA adapter: a PEFT repository on the Hugging Face Hub at a pinned commit, staged beside the weights
+    by the staging Job (every file checked against the Hub's record, `adapter_config.json` checked against the
+    model, before the adapter's completion marker) and served under its own name."""
+
+    name: str = Field(**DNS_LABEL)
+    """The served name clients put in the request's `model` (vLLM `--lora-modules` name)."""
+    model_id: str = Field(**MODEL_ID)
+    """Hugging Face repository of the adapter, e.g. `org/llama-3.1-8b-sql-lora`."""
+    revision: str = Field(**HUB_COMMIT)
+    """The adapter's 40-character commit: a tag or branch could change what is served under the same name."""
+
+
+@args_type
+class LoraAliasTargetArgs:
+    """One adapter behind an alias, with its share of the alias's requests."""
+
+    adapter: str = Field(**DNS_LABEL)
+    """An adapter of this model (`lora.adapters[].name`)."""
+    weight: int | None = Field(default=None, ge=1, le=1000000)
+    """Relative share of the alias's requests (InferenceModelRewrite target weight, 1..1000000); unset on every
+    target of the alias: uniform. Set on some targets only is refused (the picker would never choose the others)."""
+
+
+@args_type
+class LoraAliasArgs:
+    """A name clients call that the endpoint picker rewrites to one of several adapters, by weight: one alias,
+    two adapter versions behind it, for a rollout (llm-d-router's InferenceModelRewrite)."""
+
+    name: str = Field(**DNS_LABEL)
+    """The served name clients put in the request's `model`."""
+    targets: list[LoraAliasTargetArgs] = Field(min_length=1)
+    """The adapters the alias's requests go to."""
+
+
+@args_type
+class LoraArgs:
+    """LoRA adapters served on top of the model by vLLM (`--enable-lora`, static `--lora-modules`; the runtime
+    load/unload endpoints stay off). Their GPU buffers come out of the KV cache's room, and the plan shows both."""
+
+    adapters: list[LoraAdapterArgs] = Field(min_length=1)
+    """The adapters, each loaded at start-up (a start fails if one cannot load)."""
+    max_loras: int = Field(default=1, ge=1, le=64)
+    """`--max-loras`: adapters one batch can use at once; vLLM preallocates GPU buffers for this many at
+    `maxLoraRank` (default 1, vLLM's own)."""
+    max_lora_rank: int = 16
+    """`--max-lora-rank`: one of 1, 8, 16, 32, 64, 128, 256, 320, 512 (default 16, vLLM's own); an adapter whose
+    rank (`r`, or its largest `rank_pattern`) is higher is refused by the staging Job."""
+    max_cpu_loras: int | None = Field(default=None, ge=1, le=1024)
+    """`--max-cpu-loras`: adapters kept in the pod's pinned host memory; at least `maxLoras`; unset: `maxLoras`
+    (vLLM's default)."""
+    target_modules: list[LoraTargetModule] | None = None
+    """`--lora-target-modules`: the only layers vLLM wraps for LoRA and allocates buffers for, which narrows GPU
+    memory; unset: all four (vLLM wraps every supported layer without the flag)."""
+    aliases: list[LoraAliasArgs] = Field(default_factory=list)
+    """Names that split requests over adapters by weight (routing `inferencePool` only); none by default."""
+
+    @field_validator("max_lora_rank")
+    @classmethod
+    def _a_vllm_rank(cls, value: int) -> int:
+        if value not in LORA_RANKS:
+            raise ValueError(f"maxLoraRank must be one of {', '.join(map(str, LORA_RANKS))} (vLLM 0.33.0)")
+        return value
+
+
 @args_type
 class ModelArgs:
     """One served model: its pinned artifacts, engine settings and replicas."""
@@ -296,7 +385,15 @@ class ModelArgs:
     """Replica bounds and scaling targets."""
     slo: SloArgs = Field(default_factory=SloArgs)
     """Latency SLOs for the serving alerts."""
+    lora: LoraArgs | None = None
+    """LoRA adapters on this model, and aliases over them; unset: none (vLLM starts without LoRA)."""
     _check_extra_args = check_each("extra_args", ENGINE_FLAG)
+
+    def served_names(self) -> list[str]:
+        """Every name a request's `model` may carry for this model: its own, its adapters' and its aliases'."""
+        if self.lora is None:
+            return [self.name]
+        return [self.name, *(a.name for a in self.lora.adapters), *(a.name for a in self.lora.aliases)]
 
 
 @args_type

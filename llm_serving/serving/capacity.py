@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal, TypeGuard
@@ -335,6 +335,8 @@ class LayoutSizing:
     target_concurrency: int = 1
     block_size: int = DEFAULT_BLOCK_SIZE
     cuda_graphs_counted: bool = True
+    # LoRA buffers per GPU at (TP, PP), taken from the KV room (llm_serving/serving/lora.py); None: no LoRA.
+    lora_bytes_per_gpu: Callable[[int, int], int] | None = None
 
     @property
     def needed_tokens(self) -> int:
@@ -353,7 +355,7 @@ class LayoutSizing:
         available = available_kv_bytes_per_gpu(
             self.gpu_memory_bytes, self.gpu_memory_utilization, model, tp, self.max_num_batched_tokens,
             max_num_seqs=self.max_num_seqs, cuda_graphs_counted=self.cuda_graphs_counted, pp=pp,
-        )
+        ) - (self.lora_bytes_per_gpu(tp, pp) if self.lora_bytes_per_gpu else 0)
         tokens = kv_cache_tokens(available, kv_bytes_per_token_per_gpu(model, tp, self.kv_cache_dtype, pp),
                                  self.block_size)
         if tokens >= self.needed_tokens:
@@ -532,6 +534,8 @@ class CapacityPlan:
     engine_init_seconds: int = 0
     compile_seconds: int = DEFAULT_COMPILE_SECONDS
     compile_cached_seconds: int = DEFAULT_COMPILE_CACHED_SECONDS
+    # LoRA adapters' GPU buffers, per GPU, already taken out of available_kv_gib_per_gpu (0: no LoRA).
+    lora_gib_per_gpu: float = 0.0
 
     @property
     def cold_start_cached_seconds(self) -> int:
@@ -561,6 +565,7 @@ class CapacityPlan:
             "weights_gib_per_gpu": round(self.weights_gib_per_gpu, 2),
             "kv_bytes_per_token_per_gpu": self.kv_bytes_per_token_per_gpu,
             "available_kv_gib_per_gpu": round(self.available_kv_gib_per_gpu, 2),
+            "lora_gib_per_gpu": round(self.lora_gib_per_gpu, 2),
             "kv_cache_tokens": self.kv_cache_tokens,
             "max_concurrency": round(self.max_concurrency, 2),
             "startup_budget_seconds": self.startup_budget_seconds,
@@ -610,6 +615,7 @@ def plan(
     speculative_decoding: bool = False,
     pp: int | Literal["auto"] = 1,
     max_nodes_per_replica: int | None = None,
+    lora_bytes_per_gpu: Callable[[int, int], int] | None = None,
 ) -> CapacityPlan:
     """Plan one replica; raises CapacityError (one line, with numbers) when it cannot work.
 
@@ -626,6 +632,9 @@ def plan(
     safetensors_weights_iterator reads every tensor; runai_streamer_loader.py:232-263 on S3) and drops
     the other stages' tensors after reading them, so the weights term is the checkpoint at the pod's
     read speed, whatever `pp`.
+    `lora_bytes_per_gpu` (TP, PP -> bytes; llm_serving/serving/lora.py): LoRA adapters' preallocated GPU buffers,
+    which vLLM counts with the weights, so they come out of the estimated KV room (a measured
+    `available_kv_gib` is taken as the boot logged it).
     """
     compile_seconds = min(DEFAULT_COMPILE_SECONDS, math.floor(engine_startup_seconds))
     if enforce_eager:
@@ -691,6 +700,7 @@ def plan(
             target_concurrency=target_concurrency,
             block_size=block_size,
             cuda_graphs_counted=cuda_graphs_counted,
+            lora_bytes_per_gpu=lora_bytes_per_gpu,
         )
         try:
             tp = layout.smallest_tensor_parallel_size(model)
@@ -718,15 +728,18 @@ def plan(
         )
 
     overhead: int | None
+    lora = lora_bytes_per_gpu(tp, pp) if lora_bytes_per_gpu is not None else 0
+    lora_text = f" - {_gib(lora)} LoRA buffers" if lora else ""
     if available_kv_gib is None:
         overhead = runtime_overhead_bytes(model, tp, max_num_batched_tokens, max_num_seqs=max_num_seqs,
                                           cuda_graphs_counted=cuda_graphs_counted)
-        available = usable - weights - overhead
+        available = usable - weights - overhead - lora
         if available <= 0:
             raise CapacityError(
                 f"no room for a KV cache: {_gib(usable)} usable - {_gib(weights)} weights - "
-                f"{_gib(overhead)} runtime overhead per GPU at --tensor-parallel-size {tp}; raise "
+                f"{_gib(overhead)} runtime overhead{lora_text} per GPU at --tensor-parallel-size {tp}; raise "
                 "--tensor-parallel-size, lower --max-num-batched-tokens or use an FP8 checkpoint"
+                + ("; or lower maxLoras, maxLoraRank or targetModules" if lora else "")
             )
         kv_source: Literal["estimate", "measured"] = "estimate"
     else:
@@ -747,9 +760,12 @@ def plan(
                 f"{target_concurrency} requests at --max-model-len {max_model_len} need "
                 f"{_tokens(target_concurrency * per_request)}"
             )
+        lora_room = (f" (after {_gib(lora)} of LoRA buffers per GPU, which leave {_gib(available)} of KV "
+                     "room)" if lora else "")
         raise CapacityError(
-            f"KV cache holds {_tokens(tokens)} tokens but {wanted}; lower --max-model-len, raise "
+            f"KV cache holds {_tokens(tokens)} tokens{lora_room} but {wanted}; lower --max-model-len, raise "
             "--tensor-parallel-size, or use --kv-cache-dtype fp8"
+            + ("; or lower maxLoras, maxLoraRank or targetModules" if lora else "")
         )
 
     # Each stage's pod reads the whole checkpoint, all stages at once (docstring).
@@ -795,6 +811,7 @@ def plan(
         engine_init_seconds=engine_init + graph_capture - compile_seconds,
         compile_seconds=compile_seconds,
         compile_cached_seconds=min(compile_seconds, DEFAULT_COMPILE_CACHED_SECONDS),
+        lora_gib_per_gpu=lora / GIB,
     )
 
 

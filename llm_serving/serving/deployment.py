@@ -165,6 +165,7 @@ class VllmDeployment(pulumi.ComponentResource):
                 },
                 *args.extra_env,
                 *(EFA_ENV if args.efa_interfaces else ()),
+                *engine.lora_env(settings),
             ],
             "resources": efa_resources(args.resources, args.efa_interfaces),
             "volumeMounts": mounts,

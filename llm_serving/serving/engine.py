@@ -14,7 +14,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
-from .args import ModelArgs
+from .args import LoraAdapterArgs, LoraArgs, ModelArgs
 
 PORT = 8000
 MODELS_MOUNT = "/models"  # the weights volume, read-only in serving pods
@@ -38,6 +38,9 @@ MANAGED_FLAGS = frozenset(
         "--load-format", "--model-loader-extra-config",
         "--pipeline-parallel-size", "-pp", "--nnodes", "-n", "--node-rank", "-r", "--master-addr",
         "--master-port", "--headless", "--distributed-executor-backend",
+        # models[].lora (lora.py): the adapters' flags.
+        "--enable-lora", "--no-enable-lora", "--disable-lora", "--max-loras", "--max-lora-rank", "--max-cpu-loras",
+        "--lora-target-modules", "--lora-modules",
     }
 )
 # `--quantization` methods vLLM 0.33.0 accepts (its flag list's post-parse known values; a test
@@ -113,6 +116,10 @@ class EngineSettings:
     model_loader_extra_config: str | None = None
     # A CPU tier of the KV cache, GiB summed over the ranks (native offloading; 0: none): /dev/shm grows by it.
     kv_offloading_gib: int = 0
+    # The LoRA adapters' flags (lora_args); () : no LoRA. Out of the repr, which names what a verification Job
+    # checked (stack.py `deployed`): that names them itself when there are any, so a stack without adapters keeps
+    # its verification Job.
+    lora_args: tuple[str, ...] = field(default=(), repr=False)
 
 
 # The chat template's digest on the pod template: its ConfigMap keeps its name and is mounted with subPath, which a
@@ -154,6 +161,7 @@ def model_settings(model: ModelArgs, *, tensor_parallel_size: int, pipeline_para
         load_format=load_format,
         model_loader_extra_config=model_loader_extra_config,
         kv_offloading_gib=kv_offloading_gib,
+        lora_args=tuple(lora_args(model.lora, model.name)) if model.lora is not None else (),
     )
 
 
@@ -182,6 +190,48 @@ def streamer_extra_config(concurrency: int, memory_limit_gib: int, *, distribute
     if distributed:
         config["distributed"] = True
     return json.dumps(config, separators=(",", ":"), sort_keys=True)
+
+
+# LoRA adapters under the weights volume, beside the models: a dot directory, which no Hub repository id can begin
+# with (args.MODEL_ID), so an adapter's directory never nests inside a model's (/models/<org>/<name>/<revision>).
+ADAPTERS_DIR = f"{MODELS_MOUNT}/.lora"
+
+
+def staged_adapter_path(adapter: LoraAdapterArgs) -> str:
+    """One directory per adapter repository and revision: a new revision never overwrites the one serving."""
+    return f"{ADAPTERS_DIR}/{adapter.model_id}/{adapter.revision}"
+
+
+def max_cpu_loras(lora: LoraArgs) -> int:
+    """`--max-cpu-loras`: as set, else `--max-loras` (vLLM 0.33.0 vllm/config/lora.py's default)."""
+    return lora.max_cpu_loras if lora.max_cpu_loras is not None else lora.max_loras
+
+
+def lora_args(lora: LoraArgs, served_model_name: str) -> list[str]:
+    """The `vllm serve` flags of a model's adapters (vllm/entrypoints/common/cli_args.py, 0.33.0): each adapter
+    one `--lora-modules` argument, a JSON object loaded at start from its staged path, with the model's served
+    name as its parent in /v1/models (openai/models/protocol.py LoRAModulePath). The runtime load/unload
+    endpoints stay unregistered: the pods set VLLM_ALLOW_RUNTIME_LORA_UPDATING=0 (deployment.py)."""
+    args = ["--enable-lora", "--max-loras", str(lora.max_loras), "--max-lora-rank", str(lora.max_lora_rank),
+            "--max-cpu-loras", str(max_cpu_loras(lora))]
+    if lora.target_modules:
+        args += ["--lora-target-modules", *(m.value for m in lora.target_modules)]
+    args.append("--lora-modules")
+    args += [json.dumps({"name": a.name, "path": staged_adapter_path(a), "base_model_name": served_model_name},
+                        separators=(",", ":"), sort_keys=True) for a in lora.adapters]
+    return args
+
+
+# vllm 0.33.0 vllm/envs.py: 1 registers POST /v1/load_lora_adapter and /v1/unload_lora_adapter
+# (entrypoints/serve/lora/api_router.py, "ONLY ... local development") and lets the LoRA resolvers load any
+# adapter a request names. Said explicitly, 0, on every pod that serves adapters: those routes never exist, and
+# the served adapters are exactly the reviewed, staged `--lora-modules`.
+RUNTIME_LORA_UPDATING_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
+
+
+def lora_env(s: EngineSettings) -> list[dict[str, str]]:
+    """The serving container's LoRA environment: runtime adapter loading off (none without adapters)."""
+    return [{"name": RUNTIME_LORA_UPDATING_ENV, "value": "0"}] if s.lora_args else []
 
 
 def staged_tokenizer_path(model_id: str, tokenizer_revision: str) -> str:
@@ -245,6 +295,7 @@ def engine_args(s: EngineSettings) -> list[str]:
         # vLLM's own offloading connector (vllm/config/vllm.py turns these into an OffloadingConnector with
         # CPUOffloadingSpec); the size is GiB summed over the TP ranks (vllm/config/cache.py).
         args += ["--kv-offloading-size", str(s.kv_offloading_gib), "--kv-offloading-backend", "native"]
+    args += list(s.lora_args)
     conflicts = managed_flag_conflicts(s.extra_args)
     if conflicts:
         raise ValueError(f"extra args override typed settings: {', '.join(conflicts)}")

@@ -36,11 +36,12 @@ class HostMemory:
     engine_gib: int  # the engine's own host memory (the allowance above)
     streamer_gib: int  # the Run:ai streamer's CPU buffer (S3 weights), else 0
     tier_gib: int  # the CPU tier of the KV cache, also in /dev/shm
+    lora_gib: int = 0  # LoRA adapters held in pinned host memory (`--max-cpu-loras`; llm_serving/serving/lora.py)
 
     @property
     def free_gib(self) -> int:
         """What the pod's limit leaves besides the tier."""
-        return self.pod_gib - self.transport_gib - self.engine_gib - self.streamer_gib
+        return self.pod_gib - self.transport_gib - self.engine_gib - self.streamer_gib - self.lora_gib
 
     @property
     def spare_gib(self) -> int:

@@ -83,6 +83,83 @@ date -u +%Y-%m-%dT%H:%M:%SZ > "$TARGET/{engine.COMPLETE_MARKER}"
 echo "staged $MODEL_ID@$REVISION in $TARGET"
 """
 
+# The module the Job checks each LoRA adapter's adapter_config.json with (standard library only), shipped beside
+# the verifier when the model has adapters.
+STAGE_ADAPTER = (Path(__file__).with_name("stage_adapter.py")).read_text()
+# What vLLM 0.33.0 loads from an adapter directory (vllm/lora/lora_model.py:239-241): the config and the
+# safetensors weights. adapter_model.bin/.pt would be unpickled; they are never fetched, so an adapter without
+# safetensors fails the Job rather than loading pickled code.
+ADAPTER_PATTERNS = ("adapter_config.json", "adapter_model.safetensors")
+
+# The adapters of a model with LoRA, staged by the same Job before the model (STAGE_SCRIPT_WITH_ADAPTERS): each
+# into its own directory per repository and revision (ADAPTERS, a JSON list of {model_id, revision, target}),
+# each checked like the weights, every file against the Hub's record of the pinned commit (stage_verify), then its
+# adapter_config.json against the model (stage_adapter: base model, rank against MAX_LORA_RANK, what vLLM
+# refuses), and only then its own marker. A refused adapter fails the Job before any marker of it is written,
+# so the serving pods, which wait for the Job, never start with it.
+ADAPTER_PROGRAM = f"""import datetime
+import json
+import os
+import sys
+from pathlib import Path
+
+from huggingface_hub import HfApi, snapshot_download
+
+import stage_adapter
+import stage_verify
+
+token = None
+allow = {list(ADAPTER_PATTERNS)!r}
+
+
+def fetch(adapter, target, name):
+    snapshot_download(adapter["model_id"], revision=adapter["revision"], local_dir=str(target), token=token,
+                      allow_patterns=allow)
+    info = HfApi().model_info(adapter["model_id"], revision=adapter["revision"], files_metadata=True, token=token)
+    listing = [{{"rfilename": s.rfilename, "size": s.size, "blob_id": s.blob_id,
+                "lfs": {{"sha256": s.lfs.sha256, "size": s.lfs.size}} if s.lfs else None}} for s in info.siblings]
+    expected = stage_verify.expected_files(listing, allow, [])
+    missing = sorted(set(allow) - set(expected))
+    if missing:
+        sys.exit(f"adapter {{name}} has no {{missing}}; no marker written")
+    bad = stage_verify.problems(target, expected, allow, [])
+    for path, why in sorted(bad.items()):
+        print(f"refused {{target}}/{{path}}: {{why}}", file=sys.stderr)
+    if bad:
+        stage_verify.discard(target, bad)
+        sys.exit(f"{{len(bad)}} files of adapter {{name}} do not match the Hub's record; no marker written")
+
+
+for adapter in json.loads(os.environ["ADAPTERS"]):
+    target, name = Path(adapter["target"]), f"{{adapter['model_id']}}@{{adapter['revision']}}"
+    staged = (target / "{engine.COMPLETE_MARKER}").is_file()
+    if staged:
+        print(f"adapter {{name}} already staged in {{target}}")
+    else:
+        fetch(adapter, target, name)
+    # Checked again when already staged: the model or maxLoraRank may have changed since.
+    config = json.loads((target / "adapter_config.json").read_text())
+    problems = stage_adapter.config_problems(config, os.environ["MODEL_ID"], int(os.environ["MAX_LORA_RANK"]))
+    if problems:
+        sys.exit(f"adapter {{name}} refused: {{'; '.join(problems)}}; no marker written")
+    if not staged:
+        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        (target / "{engine.COMPLETE_MARKER}").write_text(stamp + "\\n")
+        print(f"verified adapter {{name}} in {{target}}")"""
+
+_MODEL_STAGED = f"""if [ -f "$TARGET/{engine.COMPLETE_MARKER}" ]; then
+  echo "revision $REVISION of $MODEL_ID already staged in $TARGET"
+  exit 0
+fi
+"""
+_INSTALL = STAGE_SCRIPT[len("set -eu\n" + _MODEL_STAGED):STAGE_SCRIPT.index("python3 - <<'PY'")]
+# The volume Job for a model with adapters: install, stage and check the adapters, then the model as STAGE_SCRIPT
+# does (skipped when its marker is there).
+STAGE_SCRIPT_WITH_ADAPTERS = ("set -eu\n" + _INSTALL + "python3 - <<'PY'\n" + ADAPTER_PROGRAM + "\nPY\n"
+                              + _MODEL_STAGED + STAGE_SCRIPT[STAGE_SCRIPT.index("python3 - <<'PY'"):])
+assert STAGE_SCRIPT.startswith("set -eu\n" + _MODEL_STAGED)  # the split above follows STAGE_SCRIPT's text
+
+
 # The S3 backend's Job: the same hashed lock (boto3 beside huggingface_hub), one file at a time so the
 # node's disk holds one shard, not the checkpoint. Each file is downloaded from the pinned revision,
 # checked against the Hub's record (stage_verify, as on EFS), uploaded under the revision's prefix with

@@ -1,12 +1,17 @@
 """ModelWeights: a retained PersistentVolumeClaim (or an S3 prefix) and a Job that pre-stages one pinned revision.
 
 Weights land in a directory named after the revision and are marked complete last, so a rollout
-never reads half-written weights and re-running the same revision downloads nothing.
+never reads half-written weights and re-running the same revision downloads nothing. A model's LoRA adapters are
+staged by the same Job, each into its own directory, before the model.
+
+Length: the two Jobs (a volume, an S3 bucket) share their naming, requirements and environment, and differ in
+every part of their pod; one component keeps the pair side by side.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -17,14 +22,17 @@ from llm_serving.platform import ManifestFields
 
 from . import engine
 from .stage_scripts import (  # noqa: F401  (re-exported: tests and the package read them here)
+    ADAPTER_PATTERNS,
     ALLOW_PATTERNS,
     IGNORE_PATTERNS,
     REQUIREMENTS_DIR,
     S3_SCRATCH_GIB,
     S3_STAGE_EPHEMERAL_GIB,
+    STAGE_ADAPTER,
     STAGE_REQUIREMENTS,
     STAGE_S3_SCRIPT,
     STAGE_SCRIPT,
+    STAGE_SCRIPT_WITH_ADAPTERS,
     STAGE_VERIFY,
     TOKENIZER_PATTERNS,
 )
@@ -35,11 +43,26 @@ ZONE_LABEL = "topology.kubernetes.io/zone"
 ARCH_SELECTOR = {"kubernetes.io/arch": "amd64"}
 
 
-def requirements_configmap_name(model_name: str) -> str:
+def requirements_data(adapters: bool) -> dict[str, str]:
+    """The ConfigMap's files: the lock and the verifier, and the adapter check for a model with adapters."""
+    return {"requirements.txt": STAGE_REQUIREMENTS, "stage_verify.py": STAGE_VERIFY,
+            **({"stage_adapter.py": STAGE_ADAPTER} if adapters else {})}
+
+
+def requirements_configmap_name(model_name: str, adapters: bool = False) -> str:
     """Named after its content: a new lock or verifier is a new ConfigMap and a new Job template."""
-    digest = hashlib.sha256((STAGE_REQUIREMENTS + STAGE_VERIFY).encode()).hexdigest()[:10]
+    digest = hashlib.sha256("".join(requirements_data(adapters).values()).encode()).hexdigest()[:10]
     return f"{model_name}-stage-requirements-{digest}"
 HF_TOKEN_DIR = "/var/run/secrets/huggingface"
+
+
+@dataclass(frozen=True)
+class StagedAdapter:
+    """One LoRA adapter the Job stages beside the weights (models[].lora.adapters)."""
+
+    model_id: str
+    revision: str  # a 40-character commit
+    target: str  # engine.staged_adapter_path
 
 
 @dataclass(frozen=True)
@@ -77,6 +100,9 @@ class ModelWeightsArgs:
     s3_tokenizer_prefix: str | None = None
     service_account: str | None = None
     region: pulumi.Input[str] | None = None  # the bucket's (the cluster's) region, for boto3
+    # LoRA adapters staged by the same Job before the model (volume backends only), and the rank each may have.
+    adapters: tuple[StagedAdapter, ...] = ()
+    max_lora_rank: int = 0
 
 
 def stage_affinity(zone: str | None, stage_zones: tuple[str, ...]) -> dict[str, Any]:
@@ -94,10 +120,15 @@ def staging_claim_name(model_name: str) -> str:
     return f"{model_name}-weights"
 
 
-def job_name(model_name: str, revision: str, tokenizer_revision: str | None) -> str:
+def job_name(model_name: str, revision: str, tokenizer_revision: str | None,
+             adapters: tuple[StagedAdapter, ...] = (), max_lora_rank: int = 0) -> str:
     """One Job per pinned revision: a Job's pod template is immutable, and a new revision must be
-    a new download while the old weights keep serving."""
-    digest = hashlib.sha256(f"{revision}/{tokenizer_revision or ''}".encode()).hexdigest()[:10]
+    a new download while the old weights keep serving. A model's adapters (and the rank they are checked
+    against) are part of the name, so adding or changing one is a new Job that stages it."""
+    key = f"{revision}/{tokenizer_revision or ''}"
+    if adapters:
+        key += "/" + ",".join(f"{a.model_id}@{a.revision}" for a in adapters) + f"/r{max_lora_rank}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:10]
     return f"{model_name}-stage-{digest}"
 
 
@@ -120,6 +151,8 @@ class ModelWeights(pulumi.ComponentResource):
         super().__init__("llmserving:serving:ModelWeights", name, None, opts)
         claim_name: pulumi.Input[str]
         if args.bucket is not None:
+            if args.adapters:
+                raise ValueError("LoRA adapters are staged on a volume; the S3 backend has none (the stack's rules)")
             self._stage_s3(name, args)
             self.claim_name = pulumi.Output.from_input("")
             self.model_path = pulumi.Output.from_input(args.bucket).apply(lambda b: f"s3://{b}/{args.s3_prefix}")
@@ -168,9 +201,9 @@ class ModelWeights(pulumi.ComponentResource):
         """The staging program's pinned requirements and its verifier, immutable and named by their hash."""
         return k8s.core.v1.ConfigMap(
             f"{name}-stage-requirements",
-            metadata={"name": requirements_configmap_name(args.model_name), "namespace": args.namespace,
-                      "labels": {"app.kubernetes.io/name": args.model_name}},
-            data={"requirements.txt": STAGE_REQUIREMENTS, "stage_verify.py": STAGE_VERIFY},
+            metadata={"name": requirements_configmap_name(args.model_name, bool(args.adapters)),
+                      "namespace": args.namespace, "labels": {"app.kubernetes.io/name": args.model_name}},
+            data=requirements_data(bool(args.adapters)),
             immutable=True,
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.after)),
         )
@@ -192,6 +225,11 @@ class ModelWeights(pulumi.ComponentResource):
                     "value": engine.staged_tokenizer_path(args.model_id, args.tokenizer_revision),
                 },
             ]
+        if args.adapters:
+            env += [{"name": "ADAPTERS", "value": json.dumps(
+                        [{"model_id": a.model_id, "revision": a.revision, "target": a.target} for a in args.adapters],
+                        separators=(",", ":"))},
+                    {"name": "MAX_LORA_RANK", "value": str(args.max_lora_rank)}]
         env += STAGE_HOME_ENV
         requirements = self._requirements(name, args)
         mounts = [
@@ -201,7 +239,8 @@ class ModelWeights(pulumi.ComponentResource):
             {"name": "tmp", "mountPath": engine.TMP_MOUNT},
         ]
         volumes: list[dict] = [
-            {"name": "requirements", "configMap": {"name": requirements_configmap_name(args.model_name)}},
+            {"name": "requirements",
+             "configMap": {"name": requirements_configmap_name(args.model_name, bool(args.adapters))}},
             {"name": "weights", "persistentVolumeClaim": {"claimName": claim_name}},
             {"name": "home", "emptyDir": {"sizeLimit": "1Gi"}},
             {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
@@ -218,7 +257,8 @@ class ModelWeights(pulumi.ComponentResource):
                                "defaultMode": 0o440},
                 }
             )
-        name_of_job = job_name(args.model_name, args.revision, args.tokenizer_revision)
+        name_of_job = job_name(args.model_name, args.revision, args.tokenizer_revision, args.adapters,
+                               args.max_lora_rank)
         self.job = k8s.batch.v1.Job(
             f"{name}-stage",
             metadata={
@@ -252,7 +292,8 @@ class ModelWeights(pulumi.ComponentResource):
                             {
                                 "name": "stage",
                                 "image": args.stage_image,
-                                "command": ["/bin/sh", "-c", STAGE_SCRIPT],
+                                "command": ["/bin/sh", "-c",
+                                            STAGE_SCRIPT_WITH_ADAPTERS if args.adapters else STAGE_SCRIPT],
                                 "env": env,
                                 "resources": {
                                     "requests": {"cpu": "2", "memory": "8Gi"},

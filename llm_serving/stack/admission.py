@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from llm_serving.platform.problems import Problem
 from llm_serving.routing import Admission
-from llm_serving.serving import ModelArgs, RoutingMode
+from llm_serving.serving import CapacityError, ModelArgs, RoutingMode
 from llm_serving.stack.args import ServingStackArgs
 from llm_serving.stack.planning import model_plan, replica_add_seconds, routing_mode, scales_to_zero, wake
 
@@ -54,7 +54,10 @@ def admission_rules(config: ServingStackArgs) -> Iterator[Problem]:
     for model in config.models:
         if routing_mode(config, model) is not RoutingMode.INFERENCE_POOL:
             continue
-        admission = model_admission(config, model)
+        try:
+            admission = model_admission(config, model)
+        except CapacityError:
+            continue  # a model that scales to zero waits for its wake, which needs a plan: capacity_rules reports it
         scaling = model.autoscaling
         # The queue wait against Envoy's stream idle timeout is a timing rule (llm_serving/stack/timing.py).
         if admission.queue_depth_per_replica <= scaling.waiting_per_replica_target:

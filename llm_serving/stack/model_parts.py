@@ -59,6 +59,12 @@ def engine_settings(args: ServingStackArgs, model: ModelArgs) -> EngineSettings:
     )
 
 
+def verified_lora(args: ServingStackArgs, model: ModelArgs) -> tuple[tuple[str, ...], ...]:
+    """The adapters' flags, for what a verification Job names (a new adapter is verified again); () without LoRA,
+    so a model without adapters keeps its Job's name."""
+    return (engine_settings(args, model).lora_args,) if model.lora is not None else ()
+
+
 def extra_env(args: ServingStackArgs, region: pulumi.Input[str]) -> tuple[dict, ...]:
     """Environment the serving pods need from the platform around them."""
     found: tuple[dict, ...] = ()
@@ -72,6 +78,14 @@ def extra_env(args: ServingStackArgs, region: pulumi.Input[str]) -> tuple[dict, 
         # credentials only (AWS_CONTAINER_CREDENTIALS_FULL_URI), not a region.
         found += ({"name": "AWS_REGION", "value": region}, {"name": "AWS_DEFAULT_REGION", "value": region})
     return found
+
+
+def staged_adapters(model: ModelArgs) -> tuple[serving.StagedAdapter, ...]:
+    """The model's LoRA adapters as the staging Job fetches them, each into its own directory."""
+    if model.lora is None:
+        return ()
+    return tuple(serving.StagedAdapter(model_id=a.model_id, revision=a.revision,
+                                       target=serving.staged_adapter_path(a)) for a in model.lora.adapters)
 
 
 def download_deadline_seconds(model: ModelArgs) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -229,6 +230,7 @@ def host_memory(config: ServingStackArgs, model: ModelArgs, plan: serving.Capaci
     return serving.HostMemory(
         pod_gib=serving.pod_memory_gib(instance.memory_gib, instance.gpu_count, tp),
         transport_gib=serving.shm_size_gib(tp), engine_gib=serving.engine_gib(tp), streamer_gib=streamer,
+        lora_gib=lora_host_gib(config, model, plan),
         tier_gib=kv_offload_gib(config, model, plan) if tier_gib is None else tier_gib)
 
 
@@ -272,8 +274,23 @@ def _plan(config: ServingStackArgs, model: ModelArgs, read_mib_per_second: float
         storage_read_mib_per_second=read_mib_per_second,
         pp=model.pipeline_parallel_size,
         engine_startup_seconds=engine_startup_seconds,
+        lora_bytes_per_gpu=_lora_bytes(architecture, model.lora) if model.lora is not None else None,
         **extra_arg_knobs(model.extra_args),
     )
+
+
+def _lora_bytes(architecture: ModelArchitecture, lora: serving.LoraArgs) -> Callable[[int, int], int]:
+    """The adapters' GPU buffers per GPU at a (TP, PP) layout (llm_serving/serving/lora.py)."""
+    return lambda tp, pp: serving.lora_gpu_bytes_per_gpu(architecture, lora, tp, pp)
+
+
+def lora_host_gib(config: ServingStackArgs, model: ModelArgs, plan: serving.CapacityPlan | None = None) -> int:
+    """The pinned host memory of the model's CPU adapter cache per pod, in whole GiB (0 without LoRA)."""
+    architecture = model_architecture(model)
+    if model.lora is None or architecture is None:
+        return 0
+    plan = plan or model_plan(config, model)
+    return math.ceil(serving.lora_cpu_bytes_per_pod(architecture, model.lora, plan.tensor_parallel_size) / 1024**3)
 
 
 def extra_arg_knobs(extra_args: list[str]) -> dict[str, Any]:
@@ -478,9 +495,18 @@ def compile_cache_key(config: ServingStackArgs, model: ModelArgs) -> serving.Com
         engine_flags=tuple(str(value) for value in (
             model.max_model_len, model.gpu_memory_utilization, model.kv_cache_dtype.value, model.max_num_seqs,
             model.max_num_batched_tokens, model.enable_prefix_caching, model.quantization, *model.extra_args,
-            *([f"kv-offloading-size={tier}"] if tier else []))),
+            *([f"kv-offloading-size={tier}"] if tier else []), *_lora_graph(model.lora))),
         model_name=model.name,
     )
+
+
+def _lora_graph(lora: serving.LoraArgs | None) -> list[str]:
+    """What of a model's LoRA settings shapes the compiled graph: vLLM 0.33.0 LoRAConfig.compute_hash hashes the
+    slots, the rank and the target modules, not which adapters are loaded (vllm/config/lora.py)."""
+    if lora is None:
+        return []
+    modules = ",".join(sorted(m.value for m in lora.target_modules)) if lora.target_modules else "all"
+    return [f"lora={lora.max_loras}x{lora.max_lora_rank}:{modules}"]
 
 
 def compile_cache_writer_problem(config: ServingStackArgs, model: ModelArgs) -> str | None:

@@ -382,6 +382,9 @@ class ServingStack(pulumi.ComponentResource):
                 # The edge's TTFT alerts hold the model to its own objective.
                 ttft_objective_seconds=ttft[model.name],
                 wake_seconds=planning.wake(args, model).total_seconds if planning.scales_to_zero(model) else None,
+                lora=model.lora is not None,
+                aliases=tuple((alias.name, tuple((t.adapter, t.weight) for t in alias.targets))
+                              for alias in model.lora.aliases) if model.lora is not None else (),
             ))
         return tuple(routed)
 
@@ -589,6 +592,8 @@ class ServingStack(pulumi.ComponentResource):
                     s3_tokenizer_prefix=s3_tokenizer_prefix,
                     service_account=planning.stage_service_account(model) if s3 else None,
                     region=self._site.region if s3 else None,
+                    adapters=model_parts.staged_adapters(model),
+                    max_lora_rank=model.lora.max_lora_rank if model.lora is not None else 0,
                 ),
                 child,
             )
@@ -709,7 +714,8 @@ class ServingStack(pulumi.ComponentResource):
                     deadline_seconds=verification.deadline_seconds(checks),
                     # Image, revision, engine flags and replicas: a deploy that changes them is verified again.
                     deployed=repr((model_parts.image(model), model.revision, model_parts.tokenizer_revision(model),
-                                   model_parts.engine_settings(args, model), model.replicas, model.chat_template)),
+                                   model_parts.engine_settings(args, model), model.replicas, model.chat_template,
+                                   *model_parts.verified_lora(args, model))),
                     after=(self._workloads[model.name], *routes, self._api_key_secret, *self._fences),
                 ),
                 pulumi.ResourceOptions(parent=self),

@@ -470,10 +470,19 @@ def _dynamics_rows(found: dict[str, object]) -> list[tuple[str, str]]:
                             f"{tier['gpu_kv_tokens']:,} ({tier['conversations_of_max_model_len']:,} contexts of "
                             "max-model-len whose prefixes it keeps)"),
             ("host memory per pod", f"{tier['pod_memory_gib']:,} GiB: engine {tier['engine_gib']} + transport "
-                                    f"{tier['transport_gib']} + S3 streamer {tier['streamer_gib']} + tier "
+                                    f"{tier['transport_gib']} + S3 streamer {tier['streamer_gib']} + "
+                                    + (f"LoRA adapters {tier['lora_gib']} + " if tier.get("lora_gib") else "")
+                                    + "tier "
                                     f"{tier['size_gib']:,} + spare {tier['spare_gib']:,}"),
             ("host memory per node", f"{tier['pods_per_node']} pod(s): {tier['node_memory_gib_used']:,} GiB"),
         ]
+    adapters = found.get("lora")
+    if isinstance(adapters, dict):
+        rows += [("LoRA adapters", f"{', '.join(adapters['adapters'])}"
+                  + (f" (aliases {', '.join(adapters['aliases'])})" if adapters["aliases"] else "")
+                  + f": {adapters['max_loras']} per batch at rank <= {adapters['max_lora_rank']}"),
+                 ("LoRA host memory per pod", f"{adapters['host_gib_per_pod']:,} GiB pinned for "
+                  f"{adapters['max_cpu_loras']} adapter(s) of the pod's {adapters['pod_memory_gib']:,} GiB")]
     idle = found.get("scale_to_zero")
     if isinstance(idle, dict):
         wake = idle["wake"]
@@ -550,6 +559,9 @@ def render_table(result: CapacityPlan, found: dict[str, object] | None = None,
         ("gpu memory utilization", f"{result.gpu_memory_utilization}"),
         ("weights per GPU", f"{result.weights_gib_per_gpu:.2f} GiB"),
         ("runtime overhead per GPU", overhead),
+        *([("LoRA buffers per GPU", f"{result.lora_gib_per_gpu:.2f} GiB, taken from the KV cache (without them: "
+                                     f"{result.available_kv_gib_per_gpu + result.lora_gib_per_gpu:.2f} GiB)")]
+          if result.lora_gib_per_gpu else []),
         ("KV cache per GPU", f"{result.available_kv_gib_per_gpu:.2f} GiB ({result.kv_cache_dtype})"),
         ("KV bytes per token per GPU", f"{result.kv_bytes_per_token_per_gpu:,}"),
         ("KV cache tokens", f"{result.kv_cache_tokens:,}"),
@@ -906,7 +918,15 @@ def _stack_plan(args: argparse.Namespace, explicit: dict[str, object], out: Text
                 "pod_memory_gib": memory.pod_gib, "engine_gib": memory.engine_gib,
                 "transport_gib": memory.transport_gib, "streamer_gib": memory.streamer_gib,
                 "spare_gib": memory.spare_gib, "pods_per_node": per_node, "node_memory_gib_used": memory.pod_gib
-                * per_node}
+                * per_node, **({"lora_gib": memory.lora_gib} if memory.lora_gib else {})}
+        if model.lora is not None:
+            found["lora"] = {
+                "adapters": [a.name for a in model.lora.adapters], "aliases": [a.name for a in model.lora.aliases],
+                "max_loras": model.lora.max_loras, "max_lora_rank": model.lora.max_lora_rank,
+                "max_cpu_loras": model.lora.max_cpu_loras or model.lora.max_loras,
+                "gpu_gib_per_gpu": round(result.lora_gib_per_gpu, 2),
+                "kv_gib_per_gpu_without_lora": round(result.available_kv_gib_per_gpu + result.lora_gib_per_gpu, 2),
+                "host_gib_per_pod": memory.lora_gib, "pod_memory_gib": memory.pod_gib}
         if planning.scales_to_zero(model):
             idle = model.autoscaling.scale_to_zero
             assert idle is not None  # the rules require it at minReplicas 0

@@ -97,3 +97,21 @@ def prod_s3_with_twin_models(directory: Path) -> Path:
             "route": {"pathPrefix": "/canary"}}
     return write(directory, "prod-s3-twins", {"weightsStorage": {"backend": "s3"}, "gpuNodeGroup": ROOM_FOR_TWO,
                                                "models": [twin]})
+
+
+# Two LoRA adapters on dev's model, two versions of one fine-tune behind an alias the clients call. The repositories
+# and commits are made up (no Hub is reachable from the tests); the staging Job checks real ones.
+ADAPTER_REVISIONS = ("1111111111111111111111111111111111111111", "2222222222222222222222222222222222222222")
+DEV_LORA: dict[str, Any] = {
+    "maxLoras": 2, "maxLoraRank": 16, "maxCpuLoras": 4,
+    "adapters": [{"name": "sql-v1", "modelId": "example-org/llama-3.1-8b-sql-lora", "revision": ADAPTER_REVISIONS[0]},
+                 {"name": "sql-v2", "modelId": "example-org/llama-3.1-8b-sql-lora", "revision": ADAPTER_REVISIONS[1]}],
+    "aliases": [{"name": "sql", "targets": [{"adapter": "sql-v1", "weight": 90}, {"adapter": "sql-v2", "weight": 10}]}],
+}
+
+
+def dev_with_adapters(directory: Path) -> Path:
+    """dev serving llama-8b with two LoRA adapters and an alias over them (DEV_LORA)."""
+    return write(directory, "dev-lora", {
+        "grafanaAdminPassword": {"secure": "v1:x"},
+        "models": [{"name": "llama-8b", "lora": DEV_LORA}]}, extends="dev")

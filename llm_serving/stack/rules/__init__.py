@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from llm_serving.platform.problems import Problem
 from llm_serving.stack import admission, timing
 from llm_serving.stack.args import ServingStackArgs
-from llm_serving.stack.rules import cluster, edge, idle, models, platform, routing
+from llm_serving.stack.rules import cluster, edge, idle, lora, models, platform, routing
 
 __all__ = ["RULES", "SHAPE_RULES", "check"]
 
@@ -27,6 +27,7 @@ RULES: tuple[Callable[[ServingStackArgs], Iterator[Problem]], ...] = (
     models.observability_rules,
     models.models_rules,
     models.kv_offload_rules,
+    lora.lora_rules,
     edge.edge_rules,
     routing.routing_rules,
     idle.scale_to_zero_rules,
