@@ -582,7 +582,7 @@ class ServingStack(pulumi.ComponentResource):
                     node_selector=self._site.staging.node_selector
                     if args.weights_storage.backend is StorageBackend.EFS else None,
                     protect=args.environment is Environment.PROD,
-                    after=tuple(fences) + ((bucket.associations[f"{model.name}-stage"],) if bucket else ()),
+                    after=tuple(fences) + (tuple(bucket.admission_guards[f"{model.name}-stage"]) if bucket else ()),
                     bucket=bucket.bucket_name if bucket else None,
                     s3_prefix=s3_prefix,
                     s3_tokenizer_prefix=s3_tokenizer_prefix,
@@ -620,7 +620,7 @@ class ServingStack(pulumi.ComponentResource):
         compile_account = planning.compile_cache_service_account(model) if bucket is not None else None
         if bucket is not None and service_account is not None:
             # The pods read as their own account, which Pod Identity maps to the prefix's read-only role.
-            serving_after = (bucket.associations[f"{model.name}-read"], k8s.core.v1.ServiceAccount(
+            serving_after = (*bucket.admission_guards[f"{model.name}-read"], k8s.core.v1.ServiceAccount(
                 f"{model.name}-serving-account",
                 metadata={"name": service_account, "namespace": ns.metadata.name,
                           "labels": {"app.kubernetes.io/name": model.name}},
@@ -633,8 +633,8 @@ class ServingStack(pulumi.ComponentResource):
                                            tokenizer_path=tokenizer_path)  # type: ignore[arg-type]
             if compile_cache is not None and compile_account:
                 # The producer Job uploads as its own account, mapped to the role that writes only the
-                # cache's prefix; the Job waits for the association (the Deployment's `after`).
-                serving_after += (bucket.associations[f"{model.name}-compile"], k8s.core.v1.ServiceAccount(
+                # cache's prefix; the Job waits for its association's admission guard (the Deployment's `after`).
+                serving_after += (*bucket.admission_guards[f"{model.name}-compile"], k8s.core.v1.ServiceAccount(
                     f"{model.name}-compile-cache-account",
                     metadata={"name": compile_account, "namespace": ns.metadata.name,
                               "labels": {"app.kubernetes.io/name": model.name}},
