@@ -58,6 +58,7 @@ from llm_serving.platform import (
     vpc_cni_configuration,
 )
 from llm_serving.platform.args import Environment, InstallMode, validate
+from llm_serving.platform.pod_identity import refusal_alert_groups
 from llm_serving.platform.problems import Problem, from_validation_error, mask_problem
 from llm_serving.routing import InferenceRouting, RoutedModel, RoutingSpec, picker_selector
 from llm_serving.scaling import AutoscalingSpec, ModelAutoscaling
@@ -269,6 +270,14 @@ class ServingStack(pulumi.ComponentResource):
             child,
             crds_from=crds,
         )
+        # Refusals of the Pod Identity admission guards that go on (llm_serving/platform/pod_identity.py): one rule
+        # for every guard of the cluster, whichever part of the stack made it.
+        manifest_resource("pod-identity-alerts", {
+            "apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
+            "metadata": {"name": "pod-identity-alerts", "namespace": args.serving.namespace,
+                         "labels": {"app.kubernetes.io/part-of": "llm-serving", **monitor_labels}},
+            "spec": {"groups": refusal_alert_groups(args.observability.runbook_base_url)},
+        }, pulumi.ResourceOptions(parent=self, depends_on=crds))
         ModelAutoscaling("autoscaling", AutoscalingSpec(
             mode=args.autoscaling.mode,
             namespace=args.autoscaling.namespace,

@@ -141,7 +141,7 @@ class WeightsFileSystem(pulumi.ComponentResource):
             # add-on, not after the association as pod_identity_role orders it: the add-on's one CreateAddon call makes
             # both the association and the pods, so nothing comes between them where the guard could go. A CreateAddon
             # that fails therefore leaves the guard refusing the controller's pods until an up succeeds or the binding
-            # is deleted.
+            # is deleted (docs/runbooks.md, PodIdentityPodsRefused).
             guard = pod_identity_guard(f"{name}-csi", namespace="kube-system",
                                        service_account=objects.CSI_CONTROLLER_SERVICE_ACCOUNT, parent=self)
             role = aws.iam.Role(
