@@ -119,14 +119,24 @@ def _token(challenge: dict[str, str], image: ImageReference) -> str:
     return str(token)
 
 
-# A private ECR registry answers the registry API with a Basic challenge whose password is an ECR authorization
-# token (ECR user guide, registry_auth): its own API says the same in one read-only call, DescribeImages, whose
-# imageDigest is the manifest's (the index's, for a multi-architecture image).
+# An ECR registry answers the registry API with a Basic challenge whose password is an ECR authorization token (ECR
+# user guide, registry_auth): its own API answers instead, with BatchGetImage, the call a pull makes for the manifest
+# ("When an image is pulled, the BatchGetImage API is called once to retrieve the image manifest": the ECR API
+# reference, botocore 1.44.5 data/ecr/2015-09-21/service-2.json), so pull permission is what it needs
+# (ecr:BatchGetImage). EKS's own image registry (602401143452, the EFA device plugin's) lets any account's nodes pull
+# with AmazonEC2ContainerRegistryReadOnly (EKS user guide, add-ons-images) but refuses DescribeImages ("no
+# resource-based policy allows the ecr:DescribeImages action": jetstack/version-checker#167 and #122), so pull is all
+# this asks of any ECR registry. `acceptedMediaTypes` lists the index types first, as AWS's containerd
+# resolver does (awslabs/amazon-ecr-containerd-resolver ecr/base.go supportedImageMediaTypes, ecr/resolver.go
+# Resolve): a multi-architecture image then answers its index, whose digest is `imageId.imageDigest`.
 ECR_REGISTRY = re.compile(r"^(?P<account>\d{12})\.dkr\.ecr(-fips)?\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?$")
+# BatchGetImage reports an image it cannot answer in `failures`, not as an error (service-2.json ImageFailureCode).
+_ECR_NO_SUCH_IMAGE = ("ImageNotFound", "InvalidImageTag")
 
 
 def resolve_ecr(image: ImageReference, ecr: Any = None) -> str:
-    """The digest of an image in a private ECR registry, through DescribeImages (ecr:DescribeImages)."""
+    """The digest of an image in an ECR registry (private, or EKS's own), through BatchGetImage (ecr:BatchGetImage,
+    what a pull needs)."""
     match = ECR_REGISTRY.match(image.registry)
     assert match is not None
     if ecr is None:
@@ -135,17 +145,25 @@ def resolve_ecr(image: ImageReference, ecr: Any = None) -> str:
         ecr = boto3.client("ecr", region_name=match["region"])
     from botocore.exceptions import BotoCoreError, ClientError
 
+    name = f"{image.registry}/{image.repository}:{image.tag}"
     try:
-        found = ecr.describe_images(registryId=match["account"], repositoryName=image.repository,
-                                    imageIds=[{"imageTag": image.tag}])
+        found = ecr.batch_get_image(registryId=match["account"], repositoryName=image.repository,
+                                    imageIds=[{"imageTag": image.tag}], acceptedMediaTypes=list(MANIFEST_TYPES))
     except ClientError as error:
         code = error.response.get("Error", {}).get("Code", "")
-        if code in ("ImageNotFoundException", "RepositoryNotFoundException"):
-            raise RegistryError(f"{image.registry}/{image.repository}:{image.tag}: no such tag ({code})") from None
-        raise RegistryError(f"{image.registry}: ecr:DescribeImages refused: {code}") from None
+        if code == "RepositoryNotFoundException":
+            raise RegistryError(f"{name}: no such repository ({code})") from None
+        raise RegistryError(f"{image.registry}: ecr:BatchGetImage refused: {code}") from None
     except BotoCoreError as error:
-        raise RegistryError(f"{image.registry}: {error} (ECR needs AWS credentials with ecr:DescribeImages)") from None
-    digest = str(found["imageDetails"][0]["imageDigest"])
+        raise RegistryError(f"{image.registry}: {error} (ECR needs AWS credentials with ecr:BatchGetImage)") from None
+    if not found.get("images"):
+        failure = (found.get("failures") or [{}])[0]
+        code = failure.get("failureCode", "")
+        if code in _ECR_NO_SUCH_IMAGE:
+            raise RegistryError(f"{name}: no such tag ({code})")
+        raise RegistryError(f"{name}: ECR answered no image ({code or 'no failure code'}: "
+                            f"{failure.get('failureReason', '')})")
+    digest = str(found["images"][0]["imageId"]["imageDigest"])
     if not DIGEST.match(digest):
         raise RegistryError(f"{image.registry}: ECR answered {digest!r}, not a sha256 digest")
     return digest

@@ -62,9 +62,10 @@ class LoadBalancerController(pulumi.ComponentResource):
             values=values,
             parent=self,
             # Credentials are injected when a pod is admitted, and only once the association is in effect
-            # (seconds after it is created): the association's admission guard, created before it, refuses the
-            # controller's pods until then and the ReplicaSet retries them (llm_serving/platform/pod_identity.py).
-            depends_on=[identity.association, identity.policy],
+            # (seconds after it is created): the association's admission guard, created after it (and so after
+            # the role's policy), refuses the controller's pods until then and the ReplicaSet retries them
+            # (llm_serving/platform/pod_identity.py).
+            depends_on=identity.guard,
             image_digests=args.image_digests,
         )
         self.role_arn = identity.role.arn

@@ -67,10 +67,10 @@ class ClusterAutoscaler(pulumi.ComponentResource):
             release_namespace=node_autoscaling.NAMESPACE,
             values=values,
             parent=self,
-            # Credentials are injected when a pod is admitted, and only once the association is in effect:
-            # the association's admission guard, created before it, refuses the autoscaler's pods until then
-            # and the ReplicaSet retries them (llm_serving/platform/pod_identity.py); its permissions first too.
-            depends_on=[identity.association, identity.policy],
+            # Credentials are injected when a pod is admitted, and only once the association is in effect: the
+            # association's admission guard, created after it (and so after the role's policy), refuses the
+            # autoscaler's pods until then and the ReplicaSet retries them (llm_serving/platform/pod_identity.py).
+            depends_on=identity.guard,
             image_digests=args.image_digests,
             # The chart lists one image per pinned minor (versions.py): this release runs the one of `image_tag`.
             images=[image for image in chart_images.runs(versions.CLUSTER_AUTOSCALER, args.chart_version)

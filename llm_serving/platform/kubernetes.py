@@ -47,7 +47,7 @@ def lookup_cluster(name: str, opts: pulumi.InvokeOptions | None = None) -> EksCl
 class PodIdentityRole:
     """A role only this cluster's Pod Identity assumes, its inline policy, the association that hands it to one
     service account, and the admission guard that keeps that account's pods out until the association is in
-    effect (`pod_identity_guard`)."""
+    effect (`pod_identity_guard`). What runs under the role depends on `guard`, the last of them on create."""
 
     role: aws.iam.Role
     policy: aws.iam.RolePolicy
@@ -55,24 +55,25 @@ class PodIdentityRole:
     guard: list[pulumi.Resource]
 
 
-def pod_identity_guard(prefix: str, *, namespace: str, service_account: str,
-                       parent: pulumi.Resource) -> list[pulumi.Resource]:
+def pod_identity_guard(prefix: str, *, namespace: str, service_account: str, parent: pulumi.Resource,
+                       after: list[pulumi.Resource] | None = None) -> list[pulumi.Resource]:
     """`<prefix>-admission-policy` and `<prefix>-admission-binding` (pod_identity.admission_guard), children of
-    `parent` on its Kubernetes provider: pods of `namespace`/`service_account` are denied until EKS Pod Identity
-    injects their credentials, and their controller retries them (the module docstring of pod_identity.py says
-    why this, not a delay).
+    `parent` on its Kubernetes provider, created after `after`: pods of `namespace`/`service_account` are denied
+    until EKS Pod Identity injects their credentials, and their controller retries them (the module docstring of
+    pod_identity.py says why this, not a delay).
 
-    Create it before the association and what runs under it: an API server starts enforcing a new binding at
-    its next policy refresh, a second at most after its informer sees it (kubernetes staging/src/k8s.io/apiserver/
-    pkg/admission/plugin/policy/generic/policy_source.go, policyRefreshIntervalDefault), and `pod_identity_role`
-    creates the role and then the association, two AWS calls each followed by a read, after the binding and
-    before anything that creates a pod. Pulumi deletes in the reverse order: the guard goes last, once no
-    workload is left to create a pod."""
+    Create it before what runs under the association, which depends on it. An API server starts enforcing a new
+    binding at its next policy refresh, a second at most after its informer sees it (kubernetes staging/src/k8s.io/
+    apiserver/pkg/admission/plugin/policy/generic/policy_source.go, policyRefreshIntervalDefault): a pod created
+    within that second whose association is not in effect yet is still admitted without credentials, the one
+    window this order leaves (docs/components.md, "Pod Identity admission guards"). Pulumi deletes in the reverse
+    order: the guard goes once no workload under it is left to create a pod, before what `after` names."""
     from .manifests import manifest_resource
     from .pod_identity import admission_guard
 
     policy, binding = admission_guard(namespace, service_account)
-    created = manifest_resource(f"{prefix}-admission-policy", policy, pulumi.ResourceOptions(parent=parent))
+    created = manifest_resource(f"{prefix}-admission-policy", policy,
+                                pulumi.ResourceOptions(parent=parent, depends_on=after or []))
     # A binding whose policy is missing is skipped (policy_source.go, calculatePolicyData): the policy first.
     return [created, manifest_resource(f"{prefix}-admission-binding", binding,
                                        pulumi.ResourceOptions(parent=parent, depends_on=[created]))]
@@ -81,25 +82,27 @@ def pod_identity_guard(prefix: str, *, namespace: str, service_account: str,
 def pod_identity_role(prefix: str, *, cluster_name: str, namespace: str, service_account: str,
                       policy: pulumi.Input[str], description: str, tags: dict[str, str], parent: pulumi.Resource,
                       association_after: list[pulumi.Resource] | None = None) -> PodIdentityRole:
-    """The admission guard (`pod_identity_guard`), then `<prefix>-role`, `<prefix>-policy` and
-    `<prefix>-pod-identity`, children of `parent`. Needs the eks-pod-identity-agent add-on (a checked
-    prerequisite); what runs under the role depends on `association`, and so comes after the guard too: a pod
-    created before the association is in effect is refused and retried, never admitted without credentials."""
-    guard = pod_identity_guard(prefix, namespace=namespace, service_account=service_account, parent=parent)
+    """`<prefix>-role`, `<prefix>-policy` and `<prefix>-pod-identity`, then the admission guard
+    (`pod_identity_guard`), children of `parent`. Needs the eks-pod-identity-agent add-on (a checked
+    prerequisite). What runs under the role depends on `guard` and so comes last: a pod created before the
+    association is in effect is refused and retried, never admitted without credentials.
+
+    The guard comes after the association, not before it: a create that fails on the way (an IAM error, an
+    association the account already has: ResourceInUseException) then leaves no guard refusing every new pod of
+    the account while nothing hands it credentials. The association waits for the role's policy and for
+    `association_after`, so a pod admitted the moment it is in effect has its permissions too."""
     child = pulumi.ResourceOptions(parent=parent)
-    after_guard = pulumi.ResourceOptions(parent=parent, depends_on=guard)
     role = aws.iam.Role(f"{prefix}-role",
                         assume_role_policy=pod_identity_trust(cluster_name, namespace, service_account, parent),
-                        description=description, tags=tags, opts=after_guard)
+                        description=description, tags=tags, opts=child)
     role_policy = aws.iam.RolePolicy(f"{prefix}-policy", role=role.id, policy=policy, opts=child)
     association = aws.eks.PodIdentityAssociation(
         f"{prefix}-pod-identity", cluster_name=cluster_name, namespace=namespace, service_account=service_account,
         role_arn=role.arn, tags=tags,
-        # With `association_after` (even empty) it also waits for the role's policy: a pod that starts the
-        # moment the association exists then never gets credentials without their permissions.
-        opts=pulumi.ResourceOptions(parent=parent, depends_on=[
-            *guard, *([] if association_after is None else [role_policy, *association_after])]),
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=[role_policy, *(association_after or [])]),
     )
+    guard = pod_identity_guard(prefix, namespace=namespace, service_account=service_account, parent=parent,
+                               after=[association])
     return PodIdentityRole(role, role_policy, association, guard)
 
 

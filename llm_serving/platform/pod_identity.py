@@ -30,6 +30,10 @@ with the variable shows that the association applied. The guard looks for the va
 read it (AWS SDKs and Tools reference, "Container credential provider"), while the label
 `eks.amazonaws.com/pod-identity` the webhook also adds came only in v0.6.15 (#295), and which webhook a cluster's
 control plane runs is not published.
+
+A guard that keeps refusing is the one failure it adds: `refusal_alert_groups` is the alert on the API server's
+count of its denials, for refusals that go on past the seconds a new association takes (docs/runbooks.md,
+PodIdentityPodsRefused, with the break-glass that deletes the binding).
 """
 
 from __future__ import annotations
@@ -109,3 +113,55 @@ def admission_guard(namespace: str, service_account: str) -> list[dict[str, Any]
         "spec": {"policyName": name, "validationActions": ["Deny"]},
     }
     return [policy, binding]
+
+
+# --- refusals that do not stop -------------------------------------------------------------------------------------
+# The guard turns a pod the webhook left without credentials into a refused create that its controller retries with
+# back-off; while an association is not in effect (or the webhook misses: it is registered failurePolicy Ignore, and
+# aws/eks-pod-identity-agent#153 reports injection that comes and goes) the workload gets no pod at all. The API
+# server counts each refusal: apiserver_validating_admission_policy_check_total, BETA, labels policy, policy_binding,
+# error_type and enforcement_action (kubernetes staging/src/k8s.io/apiserver/pkg/admission/plugin/policy/validating/
+# metrics/metrics.go), incremented with enforcement_action="deny" and the policy's own name for each denial of a Deny
+# binding (validating/dispatcher.go, ObserveRejection). EKS serves the API server's /metrics
+# (EKS user guide, view-raw-metrics); kube-prometheus-stack scrapes it by default (chart 88.5.3 values.yaml
+# kubeApiServer.enabled and its `apiserver` ServiceMonitor, whose metricRelabelings drop only duration buckets); an
+# existing Prometheus scrapes it only if its operator set it up.
+ADMISSION_CHECKS_METRIC = "apiserver_validating_admission_policy_check_total"
+REFUSED_ALERT = "PodIdentityPodsRefused"
+# Longer than the longest pause between two retries of a refused pod: a ReplicaSet's or StatefulSet's queue backs
+# off from 5 ms, doubling, to 1000 s (client-go util/workqueue/default_rate_limiters.go,
+# DefaultControllerRateLimiter), a Job's to 60 s (pkg/controller/job/job_controller.go, MaxJobApiBackOff). So a
+# workload that keeps being refused keeps the window's increase above zero, and the first refused create of a new
+# API server series (it starts at 1, which no increase sees) is covered by the ones after it.
+REFUSAL_WINDOW = "20m"
+# Longer than the window: the few seconds of refusals while a new association comes into effect (each first up, each
+# new pod of a flapping webhook) keep the expression true for the window and no longer, so only refusals that go on
+# past it fire.
+REFUSED_FOR_MINUTES = 30
+
+
+def refusals(window: str = REFUSAL_WINDOW) -> str:
+    """Pods each guard refused over `window`, by policy (one per namespace and service account, every API server
+    summed)."""
+    selector = 'policy=~"pod-identity\\\\..+", enforcement_action="deny"'
+    return f"sum by (policy) (increase({ADMISSION_CHECKS_METRIC}{{{selector}}}[{window}]))"
+
+
+def refusal_alert_groups(runbook_base_url: str) -> list[dict[str, Any]]:
+    """PrometheusRule `spec.groups`: the guards' refusals that go on, one alert per guard (its policy name)."""
+    from .prometheus import alert_rule
+
+    return [{"name": "llm-serving-pod-identity", "rules": [alert_rule(
+        alert=REFUSED_ALERT,
+        expr=f"{refusals()} > 0",
+        for_minutes=REFUSED_FOR_MINUTES,
+        severity="critical",
+        summary=("The admission guard {{ $labels.policy }} has refused pods for "
+                 f"{REFUSED_FOR_MINUTES} minutes: EKS Pod Identity injects no credentials into them"),
+        description=("Pods of that namespace and service account are refused at create because EKS did not inject "
+                     f"{CREDENTIALS_ENV}: the association is missing or not in effect, the EKS Pod Identity webhook "
+                     "missed them, or a failed `pulumi up` left the guard. Their controller retries with back-off "
+                     "and runs no pod meanwhile. The runbook's break-glass deletes the "
+                     "ValidatingAdmissionPolicyBinding {{ $labels.policy }}; `pulumi up --refresh` creates it again."),
+        runbook_base_url=runbook_base_url,
+    )]}]

@@ -269,7 +269,8 @@ EKS_ADDON_RESOLVE_CONFLICTS_ON_UPDATE = "OVERWRITE"
 # AWS's EFA device plugin (aws/eks-charts stable/aws-efa-k8s-device-plugin, chart v0.5.30 at commit
 # bfe91c4, 2026-07-21, image v0.5.20; the repo has no tags, the gh-pages index lists "v0.5.30").
 # Its image is in EKS's own ECR account (values.yaml at bfe91c4; templates/daemonset.yaml prints
-# `repository:tag`): `pin-images` resolves it with ecr:DescribeImages and AWS credentials.
+# `repository:tag`): `pin-images` resolves it with ecr:BatchGetImage (a pull's manifest read; that registry
+# refuses ecr:DescribeImages to other accounts, jetstack/version-checker#167) and AWS credentials.
 EFA_DEVICE_PLUGIN = ChartPin(
     chart="aws-efa-k8s-device-plugin", version="v0.5.30", repository="https://aws.github.io/eks-charts",
     images=(ChartImage("602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/aws-efa-k8s-device-plugin", "v0.5.20",

@@ -67,7 +67,7 @@ class VllmDeploymentArgs:
     extra_env: tuple[dict, ...] = ()
     efa_interfaces: int = 0  # multi-node groups: the node's EFA interfaces, all requested by each rank
     # S3 backend: the pods' service account, which Pod Identity maps to the read-only role of the model's
-    # prefix (the association must exist first: in `after`).
+    # prefix (its association and then its admission guard first: in `after`).
     service_account: str | None = None
     # The shared compile cache's key (compile_cache.py): each pod seeds its own cache from it, and one Job
     # produces it; None: every pod compiles for itself.

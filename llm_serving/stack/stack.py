@@ -58,6 +58,7 @@ from llm_serving.platform import (
     vpc_cni_configuration,
 )
 from llm_serving.platform.args import Environment, InstallMode, validate
+from llm_serving.platform.pod_identity import refusal_alert_groups
 from llm_serving.platform.problems import Problem, from_validation_error, mask_problem
 from llm_serving.routing import InferenceRouting, RoutedModel, RoutingSpec, picker_selector
 from llm_serving.scaling import AutoscalingSpec, ModelAutoscaling
@@ -269,6 +270,14 @@ class ServingStack(pulumi.ComponentResource):
             child,
             crds_from=crds,
         )
+        # Refusals of the Pod Identity admission guards that go on (llm_serving/platform/pod_identity.py): one rule
+        # for every guard of the cluster, whichever part of the stack made it.
+        manifest_resource("pod-identity-alerts", {
+            "apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
+            "metadata": {"name": "pod-identity-alerts", "namespace": args.serving.namespace,
+                         "labels": {"app.kubernetes.io/part-of": "llm-serving", **monitor_labels}},
+            "spec": {"groups": refusal_alert_groups(args.observability.runbook_base_url)},
+        }, pulumi.ResourceOptions(parent=self, depends_on=crds))
         ModelAutoscaling("autoscaling", AutoscalingSpec(
             mode=args.autoscaling.mode,
             namespace=args.autoscaling.namespace,
@@ -586,7 +595,7 @@ class ServingStack(pulumi.ComponentResource):
                     node_selector=self._site.staging.node_selector
                     if args.weights_storage.backend is StorageBackend.EFS else None,
                     protect=args.environment is Environment.PROD,
-                    after=tuple(fences) + ((bucket.associations[f"{model.name}-stage"],) if bucket else ()),
+                    after=tuple(fences) + (tuple(bucket.admission_guards[f"{model.name}-stage"]) if bucket else ()),
                     bucket=bucket.bucket_name if bucket else None,
                     s3_prefix=s3_prefix,
                     s3_tokenizer_prefix=s3_tokenizer_prefix,
@@ -626,7 +635,7 @@ class ServingStack(pulumi.ComponentResource):
         compile_account = planning.compile_cache_service_account(model) if bucket is not None else None
         if bucket is not None and service_account is not None:
             # The pods read as their own account, which Pod Identity maps to the prefix's read-only role.
-            serving_after = (bucket.associations[f"{model.name}-read"], k8s.core.v1.ServiceAccount(
+            serving_after = (*bucket.admission_guards[f"{model.name}-read"], k8s.core.v1.ServiceAccount(
                 f"{model.name}-serving-account",
                 metadata={"name": service_account, "namespace": ns.metadata.name,
                           "labels": {"app.kubernetes.io/name": model.name}},
@@ -639,8 +648,8 @@ class ServingStack(pulumi.ComponentResource):
                                            tokenizer_path=tokenizer_path)  # type: ignore[arg-type]
             if compile_cache is not None and compile_account:
                 # The producer Job uploads as its own account, mapped to the role that writes only the
-                # cache's prefix; the Job waits for the association (the Deployment's `after`).
-                serving_after += (bucket.associations[f"{model.name}-compile"], k8s.core.v1.ServiceAccount(
+                # cache's prefix; the Job waits for its association's admission guard (the Deployment's `after`).
+                serving_after += (*bucket.admission_guards[f"{model.name}-compile"], k8s.core.v1.ServiceAccount(
                     f"{model.name}-compile-cache-account",
                     metadata={"name": compile_account, "namespace": ns.metadata.name,
                               "labels": {"app.kubernetes.io/name": model.name}},

@@ -139,7 +139,11 @@ class WeightsFileSystem(pulumi.ComponentResource):
             # The add-on creates its own association (AddonPodIdentityAssociations) and EKS then installs its
             # controller: nothing documented orders the two, and the controller's pods are admitted by the same
             # webhook, so a controller pod admitted first would never get credentials and could never create an
-            # access point. The same admission guard as every other association, before the role and the add-on.
+            # access point. The same admission guard as every other association, but here before the role and the
+            # add-on, not after the association as pod_identity_role orders it: the add-on's one CreateAddon call makes
+            # both the association and the pods, so nothing comes between them where the guard could go. A CreateAddon
+            # that fails therefore leaves the guard refusing the controller's pods until an up succeeds or the binding
+            # is deleted (docs/runbooks.md, PodIdentityPodsRefused).
             guard = pod_identity_guard(f"{name}-csi", namespace="kube-system",
                                        service_account=objects.CSI_CONTROLLER_SERVICE_ACCOUNT, parent=self)
             role = aws.iam.Role(

@@ -105,11 +105,12 @@ class WeightsBucket(pulumi.ComponentResource):
             bucket_id = pulumi.Output.from_input(args.bucket_name)
             partition = aws.get_partition_output(opts=pulumi.InvokeOptions(parent=self)).partition
             arn = pulumi.Output.concat("arn:", partition, ":s3:::", args.bucket_name)
-        self.associations: dict[str, pulumi.Resource] = {}
+        # What each access's workloads wait for: the association's admission guard, the last of its role, policy,
+        # association and guard; their pods are admitted only once EKS injects credentials into them
+        # (llm_serving/platform/pod_identity.py).
+        self.admission_guards: dict[str, list[pulumi.Resource]] = {}
         for access in args.access:
-            # The workloads depend on the association, and through it on its admission guard: their pods are
-            # admitted only once EKS injects credentials into them (llm_serving/platform/pod_identity.py).
-            self.associations[access.name] = pod_identity_role(
+            self.admission_guards[access.name] = pod_identity_role(
                 f"{name}-{access.name}", cluster_name=args.cluster_name, namespace=access.namespace,
                 service_account=access.service_account,
                 # (A default argument binds this entry; mypy cannot type a lambda with one.)
@@ -117,6 +118,6 @@ class WeightsBucket(pulumi.ComponentResource):
                 description=(f"{access.purpose} in the bucket for "
                              f"{access.namespace}/{access.service_account} of {args.cluster_name}"),
                 tags=args.tags, parent=self, association_after=list(guards),
-            ).association
+            ).guard
         self.bucket_name = bucket_id
         self.register_outputs({"bucket_name": self.bucket_name})

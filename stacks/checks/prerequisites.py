@@ -142,7 +142,9 @@ PREREQUISITES: tuple[Prerequisite, ...] = (
     Prerequisite(
         "prometheus", "`observability.prometheus.mode: existing`",
         "The Prometheus Operator CRDs (ServiceMonitor, PrometheusRule) are installed and the given "
-        "Prometheus URL answers from inside the cluster: KEDA's triggers and the alerts read it.",
+        "Prometheus URL answers from inside the cluster: KEDA's triggers and the alerts read it. "
+        "PodIdentityPodsRefused reads the API server's own metrics, which that Prometheus must scrape "
+        "(kube-prometheus-stack's `apiserver` ServiceMonitor does; preflight does not check it).",
         "Kubernetes get crd, HTTP GET <url>/-/ready from a pod",
         lambda c: c.observability.prometheus.mode.value == "existing"),
     Prerequisite(

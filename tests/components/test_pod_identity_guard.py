@@ -1,5 +1,6 @@
-"""No pod of a Pod Identity service account is admitted without the credentials EKS injects, and every workload
-under such an account starts after the guard that says so (llm_serving/platform/pod_identity.py).
+"""No pod of a Pod Identity service account is admitted without the credentials EKS injects, every workload
+under such an account starts after the guard that says so, and the guard of a role's association comes after the
+association, so a create that fails leaves none behind (llm_serving/platform/pod_identity.py).
 
 The policies are walked as the API server would (tests/support/admission.py, its expressions evaluated by
 cel-python). The pods are the rendered workloads' own templates, before and after the EKS Pod Identity
@@ -20,6 +21,7 @@ from tests.support.admission import BINDING, INJECTED, denials, mutated
 ASSOCIATION = "aws:eks/podIdentityAssociation:PodIdentityAssociation"
 ADDON = "aws:eks/addon:Addon"
 ROLE = "aws:iam/role:Role"
+ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
 RELEASE = "kubernetes:helm.sh/v3:Release"
 # The committed stacks and the examples: between them every user of Pod Identity (the Cluster Autoscaler and
 # the EFS CSI add-on; the load balancer controller of a created cluster; the S3 staging Job, serving pods and
@@ -120,28 +122,56 @@ def test_the_rendered_workloads_are_refused_only_when_their_account_has_an_assoc
         assert guarded >= 3
 
 
-def test_every_pod_identity_workload_is_created_after_its_guard(render):
-    """On create: the guard, then the role, then the association (or the add-on that makes it), then what runs
-    under it; the API server enforces a new binding within its one-second policy refresh, and the role and the
-    association are two AWS calls after it."""
-    bindings = {r["inputs"]["spec"]["policyName"]: _key(r) for r in render.resources
-                if r["type"].endswith(f":{BINDING}")}
+def _holders(render) -> dict[tuple[str, str], list[str]]:
+    """What creates pods as each (namespace, service account): rendered pod templates and the Helm releases."""
     holders: dict[tuple[str, str], list[str]] = {}
     for key, namespace, pod in _templates(render):
         holders.setdefault((namespace, pod["spec"].get("serviceAccountName", "default")), []).append(key)
     for release in (r for r in render.resources if r["type"] == RELEASE and r["inputs"]["chart"] in RELEASE_ACCOUNTS):
         holders.setdefault(RELEASE_ACCOUNTS[release["inputs"]["chart"]](release["inputs"]["values"]), []).append(
             _key(release))
-    for association, namespace, account in _associations(render):
+    return holders
+
+
+def _bindings(render) -> dict[str, str]:
+    return {r["inputs"]["spec"]["policyName"]: _key(r) for r in render.resources
+            if r["type"].endswith(f":{BINDING}")}
+
+
+def test_a_role_association_is_created_before_its_guard_and_its_workloads_after_the_guard(render):
+    """On create: the role, its policy, the association, the guard, then what runs under it. A create that fails on
+    the way (an IAM error, ResourceInUseException) leaves no guard refusing the account's pods; a workload starts
+    only once its pods are refused until EKS injects their credentials."""
+    bindings, holders = _bindings(render), _holders(render)
+    standalone = [a for a in _associations(render) if a[0].startswith(ASSOCIATION)]
+    if render.stack == "prod-s3":
+        assert len(standalone) >= 4  # the autoscaler's and, per model, the staging, serving and producer roles
+    for association, namespace, account in standalone:
+        prefix = association.rsplit("::", 1)[1].removesuffix("-pod-identity")
+        role, policy = f"{ROLE}::{prefix}-role", f"{ROLE_POLICY}::{prefix}-policy"
         binding = bindings[guard_name(namespace, account)]
-        assert binding in _after(render, association), association
-        if association.startswith(ASSOCIATION):
-            role = f"{ROLE}::{association.rsplit('::', 1)[1].removesuffix('-pod-identity')}-role"
-            assert binding in _after(render, role), role
+        guard = {binding, f"{binding.split('::')[0].removesuffix('Binding')}::{prefix}-admission-policy"}
+        assert {role, policy} <= _after(render, association), association
+        assert role in _after(render, policy)
+        # Nothing of the guard before the association: what a failed create leaves behind refuses no pod.
+        assert not guard & (_after(render, association) | _after(render, role)), association
+        assert association in _after(render, binding), binding
         workloads = holders.get((namespace, account), [])
-        assert workloads or association.startswith(ADDON), f"nothing runs as {namespace}/{account}"
+        assert workloads, f"nothing runs as {namespace}/{account}"
         for workload in workloads:
-            assert {association, binding} <= _after(render, workload), workload
+            assert guard | {association, policy} <= _after(render, workload), workload
+
+
+def test_an_addon_association_is_guarded_before_the_addon_that_makes_it_and_its_pods(render):
+    """The EFS CSI add-on makes its association and its controller's pods in one CreateAddon call: the guard
+    comes first, then the role, then the add-on."""
+    bindings = _bindings(render)
+    for addon, namespace, account in (a for a in _associations(render) if a[0].startswith(ADDON)):
+        binding = bindings[guard_name(namespace, account)]
+        assert binding in _after(render, addon), addon
+        # `<prefix>-driver` and its `<prefix>-role` (llm_serving/storage/efs.py).
+        role = f"{ROLE}::{addon.rsplit('::', 1)[1].removesuffix('-driver')}-role"
+        assert role in _after(render, addon) and binding in _after(render, role), addon
 
 
 def test_the_guard_matches_one_namespace_and_account_and_refuses_a_pod_whose_webhook_did_nothing():

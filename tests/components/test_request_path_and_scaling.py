@@ -12,6 +12,7 @@ import pytest
 from llm_serving.edge import ENVOY_METRIC_TYPES
 from llm_serving.gpu.counters import COUNTERS
 from llm_serving.observability.serving_alerts import CONTAINER_METRICS, KUBE_STATE_METRICS
+from llm_serving.platform.pod_identity import ADMISSION_CHECKS_METRIC
 from llm_serving.routing import PICKER_METRICS, pool_problems
 from llm_serving.routing.alerts import PICKER_KUBE_STATE_METRICS
 from llm_serving.stack import planning
@@ -294,6 +295,9 @@ def test_every_promql_expression_parses_and_names_known_metrics(rendered, name):
         # kube-state-metrics' PDB and restart series the picker alerts read, and Envoy's HTTP statistics.
         | PICKER_KUBE_STATE_METRICS
         | set(ENVOY_METRIC_TYPES)
+        # The API server's count of admission policy checks the Pod Identity guards' alert reads (k8s.io/apiserver
+        # pkg/admission/plugin/policy/validating/metrics/metrics.go).
+        | {ADMISSION_CHECKS_METRIC}
     )
     queries = _emitted_queries(rendered[name])
     assert len(queries) > 30

@@ -15,6 +15,7 @@ import pytest
 from llm_serving.edge import edge_alert_groups
 from llm_serving.gpu.alerts import gpu_health_rule_groups
 from llm_serving.observability.serving_alerts import ModelSlo, alert_names, serving_rule_groups
+from llm_serving.platform.pod_identity import refusal_alert_groups
 from llm_serving.routing import Admission, RoutedModel, picker_alert_groups
 from stacks.cli import plan as plan_cli
 from stacks.config import ServingStackArgs, fields_of
@@ -127,6 +128,7 @@ def _emitted_alerts() -> set[str]:
                          ttft_objective_seconds=2, wake_seconds=901)
     groups += picker_alert_groups((routed, waking), replicas=2, runbook_base_url="https://x")
     groups += edge_alert_groups("llm-serving", "envoy-gateway-system", "https://x")
+    groups += refusal_alert_groups("https://x")
     return set(alert_names(groups))
 
 
@@ -134,7 +136,7 @@ def test_every_alert_has_exactly_one_runbook_section_at_its_link_anchor():
     text = FENCE.sub("", (DOCS / "runbooks.md").read_text(encoding="utf-8"))
     sections = re.findall(r"^### (.+)$", text, re.M)
     emitted = _emitted_alerts()
-    assert len(emitted) == 39
+    assert len(emitted) == 40
     assert sorted(sections) == sorted(emitted)
     # Each alert links to <base>#<alert lowercased>; the section's anchor must be exactly that.
     assert {name.lower() for name in emitted} <= _anchors(DOCS / "runbooks.md")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from llm_serving.platform import versions
 from llm_serving.platform.versions import ChartImage
 from llm_serving.stack import chart_images
 from stacks import images
@@ -277,17 +278,52 @@ def _ecr():
     return client, Stubber(client)
 
 
-def test_a_private_ecr_image_resolves_through_describe_images():
-    # ECR answers the registry API with a Basic challenge (an ECR authorization token): its own API instead.
+def _batch_get_image(account: str, repository: str, tag: str) -> dict[str, object]:
+    """The request a pull's manifest read makes (botocore's Stubber checks it against the ECR service model)."""
+    return {"registryId": account, "repositoryName": repository, "imageIds": [{"imageTag": tag}],
+            "acceptedMediaTypes": list(images.MANIFEST_TYPES)}
+
+
+def test_the_efa_device_plugin_image_in_eks_own_registry_resolves_with_pull_permission_only():
+    # EKS's registry refuses ecr:DescribeImages to other accounts (jetstack/version-checker#167) and lets them pull:
+    # BatchGetImage, the manifest read of a pull, is the only call.
+    plugin = versions.EFA_DEVICE_PLUGIN.images[0]
+    reference = images.parse_reference(plugin.repository, plugin.tag)
+    match = images.ECR_REGISTRY.match(reference.registry)
+    assert match is not None and (match["account"], match["region"]) == ("602401143452", "us-west-2")
     client, stub = _ecr()
-    reference = images.parse_reference(f"{ECR}/vllm-openai-efa", "v0.33.0")
-    stub.add_response("describe_images", {"imageDetails": [{"imageDigest": INDEX_DIGEST}]},
-                      {"registryId": "123456789012", "repositoryName": "vllm-openai-efa",
-                       "imageIds": [{"imageTag": "v0.33.0"}]})
+    stub.add_response("batch_get_image", {"images": [{
+        "registryId": "602401143452", "repositoryName": reference.repository,
+        "imageId": {"imageTag": plugin.tag, "imageDigest": INDEX_DIGEST},
+        "imageManifest": INDEX.decode(), "imageManifestMediaType": images.MANIFEST_TYPES[0]}], "failures": []},
+        _batch_get_image("602401143452", "eks/aws-efa-k8s-device-plugin", plugin.tag))
     with stub:
         assert images.resolve_ecr(reference, client) == INDEX_DIGEST
-    stub.add_client_error("describe_images", service_error_code="ImageNotFoundException")
-    with stub, pytest.raises(images.RegistryError, match=r"vllm-openai-efa:v0\.33\.0: no such tag"):
+    stub.assert_no_pending_responses()
+    # An index first: a multi-architecture image answers the digest a pull on any node can use.
+    assert images.MANIFEST_TYPES[0] == "application/vnd.oci.image.index.v1+json"
+
+
+def test_a_private_ecr_image_resolves_the_same_way_and_its_failures_are_one_line():
+    client, stub = _ecr()
+    reference = images.parse_reference(f"{ECR}/vllm-openai-efa", "v0.33.0")
+    request = _batch_get_image("123456789012", "vllm-openai-efa", "v0.33.0")
+    stub.add_response("batch_get_image", {"images": [{"imageId": {"imageTag": "v0.33.0",
+                                                                  "imageDigest": INDEX_DIGEST}}]}, request)
+    with stub:
+        assert images.resolve_ecr(reference, client) == INDEX_DIGEST
+    # A missing tag is a failure in the answer, not an error (the service model's ImageFailureCode).
+    stub.add_response("batch_get_image", {"images": [], "failures": [{
+        "imageId": {"imageTag": "v0.33.0"}, "failureCode": "ImageNotFound",
+        "failureReason": "Requested image not found"}]}, request)
+    missing = r"vllm-openai-efa:v0\.33\.0: no such tag \(ImageNotFound\)$"
+    with stub, pytest.raises(images.RegistryError, match=missing):
+        images.resolve_ecr(reference, client)
+    stub.add_client_error("batch_get_image", service_error_code="AccessDeniedException", http_status_code=400)
+    with stub, pytest.raises(images.RegistryError, match=r"ecr:BatchGetImage refused: AccessDeniedException$"):
+        images.resolve_ecr(reference, client)
+    stub.add_client_error("batch_get_image", service_error_code="RepositoryNotFoundException")
+    with stub, pytest.raises(images.RegistryError, match=r"vllm-openai-efa:v0\.33\.0: no such repository"):
         images.resolve_ecr(reference, client)
     assert images.ECR_REGISTRY.match(ECR) and not images.ECR_REGISTRY.match("ghcr.io")
 

@@ -42,6 +42,11 @@ CACHE = _key().object_prefix()
 assert CACHE.startswith(f"compile-cache/llama-70b/{WEIGHTS}vllm-0.33.0/tp4-NVIDIA-H100-80GB-HBM3-")
 JOB = _key().job_name("llama-70b")
 ASSOCIATION = "aws:eks/podIdentityAssociation:PodIdentityAssociation::weights-storage-llama-70b-compile-pod-identity"
+# The association's admission guard (policy, then binding), created after it: what the producer waits for.
+GUARD_POLICY = ("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy::"
+                "weights-storage-llama-70b-compile-admission-policy")
+GUARD = ("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding::"
+         "weights-storage-llama-70b-compile-admission-binding")
 SYNC_CONFIGMAP = "kubernetes:core/v1:ConfigMap::compile-cache-sync"
 SYNC_MOUNT = {"name": "compile-cache-sync", "mountPath": "/etc/llm-serving/compile-cache", "readOnly": True}
 SYNC_VOLUME = {"name": "compile-cache-sync", "configMap": {"name": sync_configmap_name()}}
@@ -91,9 +96,11 @@ def test_the_producer_job_streams_and_uploads_with_its_own_account_on_a_gpu_node
                                       {"name": "tmp", "mountPath": "/tmp"}, SYNC_MOUNT]
     assert [v["name"] for v in pod["volumes"]] == ["shm", "cache", "tmp", "compile-cache-sync"]
     assert pod["volumes"][-1] == SYNC_VOLUME
-    # Credentials only once its association exists; the script only once its ConfigMap does; fenced first.
+    # Credentials only once its association's guard exists (after the association); the script only once its
+    # ConfigMap does; fenced first.
     depends = example.wiring["kubernetes:batch/v1:Job::llama-70b-compile-cache"]["dependsOn"]
-    assert {ASSOCIATION, SYNC_CONFIGMAP, "kubernetes:networking.k8s.io/v1:NetworkPolicy::compile-cache-network-policy",
+    assert ASSOCIATION in example.wiring[GUARD_POLICY]["dependsOn"]
+    assert {GUARD, SYNC_CONFIGMAP, "kubernetes:networking.k8s.io/v1:NetworkPolicy::compile-cache-network-policy",
             "kubernetes:core/v1:ServiceAccount::llama-70b-compile-cache-account"} <= set(depends)
     assert example.manifest("ServiceAccount", "llama-70b-compile-cache")["automountServiceAccountToken"] is False
 

@@ -125,21 +125,22 @@ def test_the_staging_role_may_write_and_the_serving_role_only_read_the_revision_
         "aws:RequestTag/kubernetes-service-account": "llama-70b-vllm"}}
 
 
-def test_each_role_is_bound_to_one_service_account_by_pod_identity_after_the_guards(example):
+def test_each_role_is_bound_to_one_service_account_by_pod_identity_then_guarded(example):
     for role, account in (("read", "llama-70b-vllm"), ("stage", "llama-70b-stage-weights")):
         association = _resource(example, "aws:eks/podIdentityAssociation:PodIdentityAssociation",
                                 f"weights-storage-llama-70b-{role}-pod-identity")
         assert association["inputs"] == {
             "clusterName": "llm-prod", "namespace": "llm-serving", "serviceAccount": account, "tags": TAGS,
             "roleArn": f"arn:aws:iam::123456789012:role/weights-storage-llama-70b-{role}-role"}
-        # And after its admission guard: no pod of the account is admitted without the credentials EKS injects.
+        # After the role's policy and the bucket's guards; then its admission guard, so that no pod of the account
+        # is admitted without the credentials EKS injects and a failed association leaves no guard behind.
         assert association["options"]["dependsOn"] == [
             f"aws:iam/role:Role::weights-storage-llama-70b-{role}-role",
-            f"aws:iam/rolePolicy:RolePolicy::weights-storage-llama-70b-{role}-policy", *GUARDS,
-            f"kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy::weights-storage-llama-70b-{role}"
-            "-admission-policy",
-            "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding::"
-            f"weights-storage-llama-70b-{role}-admission-binding"]
+            f"aws:iam/rolePolicy:RolePolicy::weights-storage-llama-70b-{role}-policy", *GUARDS]
+        admission = _resource(example, "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy",
+                              f"weights-storage-llama-70b-{role}-admission-policy")
+        assert admission["options"]["dependsOn"] == [
+            f"aws:eks/podIdentityAssociation:PodIdentityAssociation::weights-storage-llama-70b-{role}-pod-identity"]
         assert example.manifest("ServiceAccount", account)["automountServiceAccountToken"] is False
 
 
@@ -162,8 +163,8 @@ def test_the_staging_job_uploads_the_revision_with_its_own_account_and_no_volume
         "HF_HUB_DISABLE_TELEMETRY": "1", "HOME": "/home/stage", "HF_HOME": "/home/stage/huggingface",
         "TMPDIR": "/tmp", "HF_TOKEN_PATH": "/var/run/secrets/huggingface/token"}
     options = _resource(example, "kubernetes:batch/v1:Job", "llama-70b-weights-stage")["options"]
-    assert "aws:eks/podIdentityAssociation:PodIdentityAssociation::weights-storage-llama-70b-stage-pod-identity" \
-        in options["dependsOn"]
+    assert ("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding::"
+            "weights-storage-llama-70b-stage-admission-binding") in options["dependsOn"]
     assert not [m for m in example.manifests if m["kind"] == "PersistentVolumeClaim"]
     # EKS injects Pod Identity credentials at a pod's admission: a pod admitted before the association took
     # effect never gets them, so every retry is a new pod (never a restart in the same one).
@@ -194,8 +195,8 @@ def test_vllm_streams_from_the_prefix_with_the_streamer_settings_and_mounts_no_w
     assert probe["periodSeconds"] * probe["failureThreshold"] == plan.startup_budget_seconds
     assert env["VLLM_ENGINE_READY_TIMEOUT_S"] == str(plan.startup_budget_seconds)
     options = _resource(example, "kubernetes:apps/v1:Deployment", "llama-70b-deployment")["options"]
-    assert "aws:eks/podIdentityAssociation:PodIdentityAssociation::weights-storage-llama-70b-read-pod-identity" \
-        in options["dependsOn"]
+    assert ("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding::"
+            "weights-storage-llama-70b-read-admission-binding") in options["dependsOn"]
 
 
 def test_serving_pods_and_the_job_reach_the_pod_identity_agent(example):

@@ -123,9 +123,11 @@ def test_both_ranks_run_as_the_models_reader_account_mapped_to_the_read_only_rol
          "Resource": [f"arn:aws:s3:::{BUCKET}/{PREFIX}*"]},
         {"Sid": "ListWeights", "Effect": "Allow", "Action": "s3:ListBucket", "Resource": f"arn:aws:s3:::{BUCKET}",
          "Condition": {"StringLike": {"s3:prefix": [f"{PREFIX}*"]}}}]}
-    # The group starts only once its pods can get credentials, and after its revision is uploaded.
+    # The group starts only once its pods can get credentials (its association's guard, created after the
+    # association), and after its revision is uploaded.
     group = example.resource("kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet", "llama-405b-leaderworkerset")
-    assert {"aws:eks/podIdentityAssociation:PodIdentityAssociation::weights-storage-llama-405b-read-pod-identity",
+    assert {"kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding::"
+            "weights-storage-llama-405b-read-admission-binding",
             "kubernetes:core/v1:ServiceAccount::llama-405b-serving-account",
             "kubernetes:batch/v1:Job::llama-405b-weights-stage"} <= set(group["options"]["dependsOn"])
 

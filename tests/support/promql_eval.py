@@ -3,7 +3,7 @@
 Covers the subset our edge and picker rules use, parsed by promql_parser (tests/support/promql.py):
 selectors with =, !=, =~, !~; rate() and increase() over a range (no counter resets, no extrapolation:
 the difference between the last sample in the range and the first, which is what Prometheus computes
-for a steady counter sampled at the range's edges); sum() and max() without grouping; + - * / between vectors
+for a steady counter sampled at the range's edges); sum() and max(), alone or `by` labels; + - * / between vectors
 with the same labels or with a number; comparisons against a number or a vector (filtering); and, or;
 absent(). Anything else raises, so a rule outside the subset cannot pass silently.
 """
@@ -135,11 +135,16 @@ def _eval(node: promql_parser.Expr, store: Store, t: float) -> Vector | float:
             return out
         raise NotImplementedError(f"function {name}")
     if isinstance(node, promql_parser.AggregateExpr):
-        if str(node.op) not in ("sum", "max") or node.modifier is not None:
+        by = node.modifier is not None and node.modifier.type == promql_parser.AggModifierType.By
+        if str(node.op) not in ("sum", "max") or (node.modifier is not None and not by):
             raise NotImplementedError(f"aggregation {node.op} {node.modifier}")
         inner = _eval(node.expr, store, t)
         aggregate = sum if str(node.op) == "sum" else max
-        return {(): aggregate(inner.values())} if inner else {}
+        kept = frozenset(node.modifier.labels) if by else frozenset()
+        groups: dict[Labels, list[float]] = {}
+        for labels, value in inner.items():
+            groups.setdefault(tuple(item for item in labels if item[0] in kept), []).append(value)
+        return {labels: aggregate(values) for labels, values in groups.items()}
     if isinstance(node, promql_parser.BinaryExpr):
         return _binary(str(node.op), _eval(node.lhs, store, t), _eval(node.rhs, store, t))
     raise NotImplementedError(type(node).__name__)
@@ -177,17 +182,17 @@ def _binary(op: str, lhs: Vector | float, rhs: Vector | float) -> Vector | float
 
 
 def firing(rule: dict, store: Store, start: float, end: float, step: float = 15) -> list[float]:
-    """The evaluation times at which `rule` fires: its expression non-empty for its whole `for`."""
+    """The evaluation times at which `rule` fires: some series of its expression present for its whole `for`. As in
+    Prometheus, each series (label set) is pending on its own: one that goes away resets its own wait only, and
+    one that appears later starts its own."""
     hold = int(rule["for"].removesuffix("m")) * 60
-    pending_since: float | None = None
+    pending_since: dict[Labels, float] = {}
     fired = []
     t = start
     while t <= end:
-        if evaluate(rule["expr"], store, t):
-            pending_since = t if pending_since is None else pending_since
-            if t - pending_since >= hold:
-                fired.append(t)
-        else:
-            pending_since = None
+        present = evaluate(rule["expr"], store, t)
+        pending_since = {labels: pending_since.get(labels, t) for labels in present}
+        if any(t - since >= hold for since in pending_since.values()):
+            fired.append(t)
         t += step
     return fired

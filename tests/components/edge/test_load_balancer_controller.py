@@ -52,16 +52,22 @@ def _graph(result) -> dict[str, set[str]]:
     return {f"{r['type']}::{r['name']}": set(r.get("options", {}).get("dependsOn", [])) for r in result.resources}
 
 
-def _deleted_before(graph: dict[str, set[str]], first: str, then: str) -> bool:
-    """Whether destroy must delete `first` before `then`: `then` is among `first`'s transitive
-    dependencies (Pulumi deletes dependents before what they depend on)."""
-    seen, todo = set(), [first]
+def _closure(graph: dict[str, set[str]], key: str) -> set[str]:
+    """Everything `key` waits for on create, transitively."""
+    seen: set[str] = set()
+    todo = [key]
     while todo:
         for dep in graph.get(todo.pop(), ()):
             if dep not in seen:
                 seen.add(dep)
                 todo.append(dep)
-    return then in seen
+    return seen
+
+
+def _deleted_before(graph: dict[str, set[str]], first: str, then: str) -> bool:
+    """Whether destroy must delete `first` before `then`: `then` is among `first`'s transitive
+    dependencies (Pulumi deletes dependents before what they depend on)."""
+    return then in _closure(graph, first)
 
 
 def test_policy_is_the_published_v3_5_0_policy():
@@ -131,8 +137,12 @@ def test_controller_role_is_trusted_by_pod_identity_of_this_cluster_only_and_hol
 
 def test_create_order_is_cpu_nodes_then_credentials_then_controller_then_the_edge(sandbox):
     graph = _graph(sandbox)
-    assert {ASSOCIATION, ROLE_POLICY, "aws:eks/nodeGroup:NodeGroup::cluster-system-nodes",
-            "aws:eks/addon:Addon::cluster-coredns"} <= graph[RELEASE]
+    # The release waits for the association's admission guard, which comes after the association and its policy.
+    guard = ("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding::"
+             "edge-load-balancer-controller-admission-binding")
+    assert {guard, "aws:eks/nodeGroup:NodeGroup::cluster-system-nodes", "aws:eks/addon:Addon::cluster-coredns"} <= (
+        graph[RELEASE])
+    assert {ASSOCIATION, ROLE_POLICY} <= _closure(graph, guard)
     namespace = "kubernetes:core/v1:Namespace::edge-namespace"
     assert RELEASE in graph[namespace]
     # The objects that make Envoy Gateway create the LoadBalancer Service wait for the controller.

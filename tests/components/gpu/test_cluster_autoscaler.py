@@ -44,9 +44,8 @@ def test_prod_chart_values_are_exactly_as_designed(rendered):
     }
     assert helm_value_errors("cluster-autoscaler", "9.53.0", release["values"]) == []
     # Credentials come through the Pod Identity association, which must exist before the first pod.
-    wiring = rendered["prod"].wiring[f"{RELEASE}::cluster-autoscaler-release"]
     assert "aws:eks/podIdentityAssociation:PodIdentityAssociation::cluster-autoscaler-pod-identity" in (
-        wiring["dependsOn"])
+        _after(rendered["prod"], f"{RELEASE}::cluster-autoscaler-release"))
 
 
 def test_iam_is_least_privilege_and_bound_to_the_service_account(rendered):
@@ -92,10 +91,26 @@ def test_node_monitoring_agent_runs_on_every_node_for_auto_repair(rendered):
     assert "aws:eks/nodeGroup:NodeGroup::gpu-p5-48xlarge-node-group" in wiring["dependsOn"]
 
 
-def test_autoscaler_starts_only_with_its_permissions_in_place(rendered):
-    wiring = rendered["prod"].wiring[f"{RELEASE}::cluster-autoscaler-release"]
+def _after(result, key: str) -> set[str]:
+    """Everything `key` waits for on create, transitively."""
+    seen: set[str] = set()
+    todo = [key]
+    while todo:
+        for dependency in result.wiring[todo.pop()]["dependsOn"]:
+            if dependency not in seen:
+                seen.add(dependency)
+                todo.append(dependency)
+    return seen
+
+
+def test_autoscaler_starts_only_with_its_permissions_and_its_admission_guard_in_place(rendered):
+    release = f"{RELEASE}::cluster-autoscaler-release"
+    guard = ("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding::"
+             "cluster-autoscaler-admission-binding")
+    # The release depends on the guard itself, which comes after the association and its policy.
+    assert guard in rendered["prod"].wiring[release]["dependsOn"]
     assert {"aws:eks/podIdentityAssociation:PodIdentityAssociation::cluster-autoscaler-pod-identity",
-            "aws:iam/rolePolicy:RolePolicy::cluster-autoscaler-policy"} <= set(wiring["dependsOn"])
+            "aws:iam/rolePolicy:RolePolicy::cluster-autoscaler-policy"} <= _after(rendered["prod"], guard)
 
 
 def node_group(args) -> object:
