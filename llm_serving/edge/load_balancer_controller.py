@@ -65,7 +65,7 @@ class LoadBalancerController(pulumi.ComponentResource):
             # (seconds after it is created): the association's admission guard, created after it (and so after
             # the role's policy), refuses the controller's pods until then and the ReplicaSet retries them
             # (llm_serving/platform/pod_identity.py).
-            depends_on=identity.guard,
+            depends_on=identity.ready,
             image_digests=args.image_digests,
         )
         self.role_arn = identity.role.arn

@@ -70,7 +70,7 @@ class ClusterAutoscaler(pulumi.ComponentResource):
             # Credentials are injected when a pod is admitted, and only once the association is in effect: the
             # association's admission guard, created after it (and so after the role's policy), refuses the
             # autoscaler's pods until then and the ReplicaSet retries them (llm_serving/platform/pod_identity.py).
-            depends_on=identity.guard,
+            depends_on=identity.ready,
             image_digests=args.image_digests,
             # The chart lists one image per pinned minor (versions.py): this release runs the one of `image_tag`.
             images=[image for image in chart_images.runs(versions.CLUSTER_AUTOSCALER, args.chart_version)

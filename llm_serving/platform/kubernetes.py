@@ -45,14 +45,18 @@ def lookup_cluster(name: str, opts: pulumi.InvokeOptions | None = None) -> EksCl
 
 @dataclass(frozen=True)
 class PodIdentityRole:
-    """A role only this cluster's Pod Identity assumes, its inline policy, the association that hands it to one
-    service account, and the admission guard that keeps that account's pods out until the association is in
-    effect (`pod_identity_guard`). What runs under the role depends on `guard`, the last of them on create."""
+    """A role only this cluster's Pod Identity assumes, its inline policy, the admission guard that keeps the
+    service account's pods out until its association is in effect (`pod_identity_guard`), and the association that
+    hands the role to that account. What runs under the role depends on `ready`: the guard, then the association."""
 
     role: aws.iam.Role
     policy: aws.iam.RolePolicy
     association: aws.eks.PodIdentityAssociation
     guard: list[pulumi.Resource]
+
+    @property
+    def ready(self) -> list[pulumi.Resource]:
+        return [*self.guard, self.association]
 
 
 def pod_identity_guard(prefix: str, *, namespace: str, service_account: str, parent: pulumi.Resource,
@@ -82,27 +86,32 @@ def pod_identity_guard(prefix: str, *, namespace: str, service_account: str, par
 def pod_identity_role(prefix: str, *, cluster_name: str, namespace: str, service_account: str,
                       policy: pulumi.Input[str], description: str, tags: dict[str, str], parent: pulumi.Resource,
                       association_after: list[pulumi.Resource] | None = None) -> PodIdentityRole:
-    """`<prefix>-role`, `<prefix>-policy` and `<prefix>-pod-identity`, then the admission guard
-    (`pod_identity_guard`), children of `parent`. Needs the eks-pod-identity-agent add-on (a checked
-    prerequisite). What runs under the role depends on `guard` and so comes last: a pod created before the
+    """`<prefix>-role`, `<prefix>-policy`, the admission guard (`pod_identity_guard`), then
+    `<prefix>-pod-identity`, children of `parent`. Needs the eks-pod-identity-agent add-on (a checked
+    prerequisite). What runs under the role depends on `ready` and so comes last: a pod created before the
     association is in effect is refused and retried, never admitted without credentials.
 
-    The guard comes after the association, not before it: a create that fails on the way (an IAM error, an
-    association the account already has: ResourceInUseException) then leaves no guard refusing every new pod of
-    the account while nothing hands it credentials. The association waits for the role's policy and for
+    The guard comes before the association: an API server enforces a new binding only at its next policy refresh,
+    up to a second after it is created (k8s.io/apiserver pkg/admission/plugin/policy/generic/policy_source.go,
+    policyRefreshInterval), while an association can take effect later than its create returns (seconds:
+    CreatePodIdentityAssociation, aws/eks-pod-identity-agent#52). Created after the association, a guard could
+    start refusing only after the first pods, admitted without credentials in that gap, and a Deployment's pod
+    would then never get them. The price: when the association's own create fails, the guard stays and refuses the
+    account's new pods until the next `up` creates the association; none of ours exist yet on a first up, and on a
+    later one the association already exists. The association waits for the role's policy and for
     `association_after`, so a pod admitted the moment it is in effect has its permissions too."""
     child = pulumi.ResourceOptions(parent=parent)
     role = aws.iam.Role(f"{prefix}-role",
                         assume_role_policy=pod_identity_trust(cluster_name, namespace, service_account, parent),
                         description=description, tags=tags, opts=child)
     role_policy = aws.iam.RolePolicy(f"{prefix}-policy", role=role.id, policy=policy, opts=child)
+    guard = pod_identity_guard(prefix, namespace=namespace, service_account=service_account, parent=parent,
+                               after=[role_policy])
     association = aws.eks.PodIdentityAssociation(
         f"{prefix}-pod-identity", cluster_name=cluster_name, namespace=namespace, service_account=service_account,
         role_arn=role.arn, tags=tags,
-        opts=pulumi.ResourceOptions(parent=parent, depends_on=[role_policy, *(association_after or [])]),
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=[role_policy, *guard, *(association_after or [])]),
     )
-    guard = pod_identity_guard(prefix, namespace=namespace, service_account=service_account, parent=parent,
-                               after=[association])
     return PodIdentityRole(role, role_policy, association, guard)
 
 

@@ -118,6 +118,6 @@ class WeightsBucket(pulumi.ComponentResource):
                 description=(f"{access.purpose} in the bucket for "
                              f"{access.namespace}/{access.service_account} of {args.cluster_name}"),
                 tags=args.tags, parent=self, association_after=list(guards),
-            ).guard
+            ).ready
         self.bucket_name = bucket_id
         self.register_outputs({"bucket_name": self.bucket_name})

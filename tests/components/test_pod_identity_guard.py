@@ -138,10 +138,10 @@ def _bindings(render) -> dict[str, str]:
             if r["type"].endswith(f":{BINDING}")}
 
 
-def test_a_role_association_is_created_before_its_guard_and_its_workloads_after_the_guard(render):
-    """On create: the role, its policy, the association, the guard, then what runs under it. A create that fails on
-    the way (an IAM error, ResourceInUseException) leaves no guard refusing the account's pods; a workload starts
-    only once its pods are refused until EKS injects their credentials."""
+def test_a_roles_guard_is_enforced_before_its_association_and_its_workloads_come_after_both(render):
+    """On create: the role, its policy, the guard, the association, then what runs under it. The guard is in force
+    (the API server's next policy refresh) before the association can take effect, so no pod of the account is
+    ever admitted without credentials; a workload starts only once both exist."""
     bindings, holders = _bindings(render), _holders(render)
     standalone = [a for a in _associations(render) if a[0].startswith(ASSOCIATION)]
     if render.stack == "prod-s3":
@@ -153,9 +153,8 @@ def test_a_role_association_is_created_before_its_guard_and_its_workloads_after_
         guard = {binding, f"{binding.split('::')[0].removesuffix('Binding')}::{prefix}-admission-policy"}
         assert {role, policy} <= _after(render, association), association
         assert role in _after(render, policy)
-        # Nothing of the guard before the association: what a failed create leaves behind refuses no pod.
-        assert not guard & (_after(render, association) | _after(render, role)), association
-        assert association in _after(render, binding), binding
+        assert guard <= _after(render, association), association
+        assert policy in _after(render, binding) and association not in _after(render, binding), binding
         workloads = holders.get((namespace, account), [])
         assert workloads, f"nothing runs as {namespace}/{account}"
         for workload in workloads:

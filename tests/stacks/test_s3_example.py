@@ -132,15 +132,18 @@ def test_each_role_is_bound_to_one_service_account_by_pod_identity_then_guarded(
         assert association["inputs"] == {
             "clusterName": "llm-prod", "namespace": "llm-serving", "serviceAccount": account, "tags": TAGS,
             "roleArn": f"arn:aws:iam::123456789012:role/weights-storage-llama-70b-{role}-role"}
-        # After the role's policy and the bucket's guards; then its admission guard, so that no pod of the account
-        # is admitted without the credentials EKS injects and a failed association leaves no guard behind.
-        assert association["options"]["dependsOn"] == [
+        # After the role's policy, the bucket's guards and the account's admission guard, which is then in force
+        # before the association can take effect: no pod of the account is admitted without its credentials.
+        admission = [f"kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy{kind}::"
+                     f"weights-storage-llama-70b-{role}-admission-{name}"
+                     for kind, name in (("", "policy"), ("Binding", "binding"))]
+        assert association["options"]["dependsOn"] == sorted([
             f"aws:iam/role:Role::weights-storage-llama-70b-{role}-role",
-            f"aws:iam/rolePolicy:RolePolicy::weights-storage-llama-70b-{role}-policy", *GUARDS]
-        admission = _resource(example, "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy",
-                              f"weights-storage-llama-70b-{role}-admission-policy")
-        assert admission["options"]["dependsOn"] == [
-            f"aws:eks/podIdentityAssociation:PodIdentityAssociation::weights-storage-llama-70b-{role}-pod-identity"]
+            f"aws:iam/rolePolicy:RolePolicy::weights-storage-llama-70b-{role}-policy", *GUARDS, *admission])
+        policy = _resource(example, "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy",
+                           f"weights-storage-llama-70b-{role}-admission-policy")
+        assert policy["options"]["dependsOn"] == [
+            f"aws:iam/rolePolicy:RolePolicy::weights-storage-llama-70b-{role}-policy"]
         assert example.manifest("ServiceAccount", account)["automountServiceAccountToken"] is False
 
 

@@ -137,12 +137,12 @@ def test_controller_role_is_trusted_by_pod_identity_of_this_cluster_only_and_hol
 
 def test_create_order_is_cpu_nodes_then_credentials_then_controller_then_the_edge(sandbox):
     graph = _graph(sandbox)
-    # The release waits for the association's admission guard, which comes after the association and its policy.
+    # The release waits for the admission guard and the association, which comes after the guard and its policy.
     guard = ("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding::"
              "edge-load-balancer-controller-admission-binding")
-    assert {guard, "aws:eks/nodeGroup:NodeGroup::cluster-system-nodes", "aws:eks/addon:Addon::cluster-coredns"} <= (
-        graph[RELEASE])
-    assert {ASSOCIATION, ROLE_POLICY} <= _closure(graph, guard)
+    assert {guard, ASSOCIATION, "aws:eks/nodeGroup:NodeGroup::cluster-system-nodes",
+            "aws:eks/addon:Addon::cluster-coredns"} <= graph[RELEASE]
+    assert {guard, ROLE_POLICY} <= _closure(graph, ASSOCIATION)
     namespace = "kubernetes:core/v1:Namespace::edge-namespace"
     assert RELEASE in graph[namespace]
     # The objects that make Envoy Gateway create the LoadBalancer Service wait for the controller.

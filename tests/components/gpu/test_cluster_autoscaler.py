@@ -107,10 +107,10 @@ def test_autoscaler_starts_only_with_its_permissions_and_its_admission_guard_in_
     release = f"{RELEASE}::cluster-autoscaler-release"
     guard = ("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding::"
              "cluster-autoscaler-admission-binding")
-    # The release depends on the guard itself, which comes after the association and its policy.
-    assert guard in rendered["prod"].wiring[release]["dependsOn"]
-    assert {"aws:eks/podIdentityAssociation:PodIdentityAssociation::cluster-autoscaler-pod-identity",
-            "aws:iam/rolePolicy:RolePolicy::cluster-autoscaler-policy"} <= _after(rendered["prod"], guard)
+    # The release depends on the guard and on the association, which comes after the guard and the role's policy.
+    association = "aws:eks/podIdentityAssociation:PodIdentityAssociation::cluster-autoscaler-pod-identity"
+    assert {guard, association} <= set(rendered["prod"].wiring[release]["dependsOn"])
+    assert {guard, "aws:iam/rolePolicy:RolePolicy::cluster-autoscaler-policy"} <= _after(rendered["prod"], association)
 
 
 def node_group(args) -> object:
