@@ -14,6 +14,7 @@ from llm_serving.edge import (
     ControllerMode,
     EdgeAuth,
     EdgeMode,
+    EdgeRouting,
     EdgeSettings,
     EdgeSpec,
     LoadBalancerControllerArgs,
@@ -246,6 +247,7 @@ def edge(args: ServingStackArgs, site: Site) -> EdgeSpec:
         acm_certificate_arn=edge_args.tls.acm_certificate_arn,
         alb_idle_timeout_seconds=alb_idle_timeout(args),
         nlb_idle_timeout_seconds=edge_args.load_balancer_idle_timeout_seconds,
+        by_model=edge_args.routing is EdgeRouting.BY_MODEL,
     )
     routes = tuple(
         Route(
@@ -290,6 +292,8 @@ def edge(args: ServingStackArgs, site: Site) -> EdgeSpec:
         ai_gateway_chart_version=edge_args.inference_routing.ai_gateway_chart_version,
         ai_gateway_crds_chart_version=edge_args.inference_routing.ai_gateway_crds_chart_version,
         inference_pool_crds_file=versions.INFERENCE_POOL_CRDS_FILE,
+        # A stack that names a cert-manager issuer runs cert-manager: it renews the AI Gateway webhook's certificate.
+        ai_gateway_webhook_cert_manager=edge_args.tls.cert_manager_issuer is not None,
         self_signed_host=edge_args.host if edge_args.tls.self_signed else None,
         protect_crds=args.environment is Environment.PROD,
         image_digests=dict(args.chart_image_digests),

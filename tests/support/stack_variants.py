@@ -97,3 +97,11 @@ def prod_s3_with_twin_models(directory: Path) -> Path:
             "route": {"pathPrefix": "/canary"}}
     return write(directory, "prod-s3-twins", {"weightsStorage": {"backend": "s3"}, "gpuNodeGroup": ROOM_FOR_TWO,
                                                "models": [twin]})
+
+
+def prod_two_models_by_model(directory: Path) -> Path:
+    """prod serving llama-70b and llama-8b behind one base URL (`edge.routing: byModel`): the request body's `model`
+    picks the pool, so llama-8b keeps no path prefix of its own."""
+    second = {**SECOND_MODEL, "route": {"routing": "inferencePool"}}
+    return write(directory, "prod-by-model", {"gpuNodeGroup": ROOM_FOR_TWO, "models": [second],
+                                              "edge": {"routing": "byModel"}})
