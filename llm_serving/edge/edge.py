@@ -257,7 +257,7 @@ class Edge(pulumi.ComponentResource):
             "metadata": {"name": "edge-alerts", "namespace": settings.namespace,
                          "labels": {"app.kubernetes.io/part-of": "llm-serving", **labels}},
             "spec": {"groups": alerts.edge_alert_groups(settings.gateway_name, settings.namespace,
-                                                        monitoring.runbook_base_url)},
+                                                        monitoring.runbook_base_url, by_model=settings.by_model)},
         }, after)
 
     def _inference_pool_prerequisites(self, name: str, args: EdgeSpec) -> list[pulumi.Resource]:
