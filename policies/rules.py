@@ -714,6 +714,8 @@ def check_edge_non_buffering(resource_type: str, inputs: Mapping[str, Any], cont
                             f"timeout and cuts long generations. Set {_TIMEOUT_RULE}.")
         return messages
     for index, rule in enumerate(_list(spec.get("rules"))):
+        if not _list(_map(rule).get("backendRefs")):
+            continue  # a rule without a backend answers itself (a direct response): no generation to cut
         timeouts = _map(_map(rule).get("timeouts"))
         if not _long_enough(timeouts.get("request")):
             shown = _shown(timeouts, "request", f"{ENVOY_GATEWAY_DEFAULT_REQUEST_TIMEOUT} in Envoy Gateway")

@@ -101,6 +101,8 @@ def stream_drain_problems(resources: Iterable[Mapping[str, Any]]) -> list[str]:
     bounds: list[int] = []
     for name, route in sorted(by_kind.get("HTTPRoute", {}).items()):
         for rule in route["inputs"]["spec"].get("rules") or []:
+            if not rule.get("backendRefs"):
+                continue  # a rule without a backend answers itself (a direct response): no stream to drain
             bound = _seconds((rule.get("timeouts") or {}).get("request"))
             backend = (rule.get("backendRefs") or [{}])[0]
             where = f"HTTPRoute {name} timeouts.request"

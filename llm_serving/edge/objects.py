@@ -929,7 +929,9 @@ def nginx_ingress(settings: EdgeSettings, routes: list[Route]) -> list[Manifest]
         # is found, the search terminates"), so the prefix Ingress never forwards them.
         service = {"service": {"name": route.model_name, "port": {"number": route.port}}}
         objects.append(_ingress(
-            settings, route, "nginx", {"nginx.ingress.kubernetes.io/denylist-source-range": "0.0.0.0/0,::/0"}, tls,
+            # The model Ingress's annotations too: nothing passes, and nothing would be buffered if it did.
+            settings, route, "nginx",
+            {**annotations, "nginx.ingress.kubernetes.io/denylist-source-range": "0.0.0.0/0,::/0"}, tls,
             paths=[{"path": path, "pathType": "Exact", "backend": service}
                    for path in runtime_adapter_paths(route.path_prefix)],
             suffix="-closed"))
