@@ -153,7 +153,9 @@ def models_route_objects(settings: EdgeSettings, routes: list[Route]) -> list[Ma
         "apiVersion": ENVOY_API,
         "kind": "BackendTrafficPolicy",
         "metadata": _meta(f"{name}-not-found", namespace),
-        "spec": {"targetRefs": [{**target, "sectionName": NOT_FOUND_RULE}],
+        # Retries written down as on every policy of ours (the policy pack's edge-non-buffering rule): a direct
+        # response is never retried anyway.
+        "spec": {"targetRefs": [{**target, "sectionName": NOT_FOUND_RULE}], "retry": {"numRetries": 0},
                  "responseOverride": [not_found_response(all_names)]},
     })
     return objects

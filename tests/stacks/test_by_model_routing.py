@@ -4,6 +4,7 @@ AI Gateway sidecar switched on from the pinned image, and every object valid aga
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -60,3 +61,28 @@ def test_the_sidecar_runs_from_the_pinned_image(two_models):
     assert values["extProc"] == {"image": {"tag": versions.AI_GATEWAY_EXTPROC_IMAGE.tag}}
     assert values["controller"]["mutatingWebhook"]["objectSelector"] == {
         "matchLabels": {"app.kubernetes.io/managed-by": "envoy-gateway"}}
+
+
+
+def test_the_policy_pack_reads_the_ai_gateway_route(two_models):
+    """The pack bounds every stream by the AIGatewayRoute's rules as by per-model HTTPRoutes (byModel has none): a
+    drain shortened below the bound is found, and a rule whose timeout AI Gateway would default to 60 s refused."""
+    from policies import rules
+    from policies.streams import stream_drain_problems
+
+    found = rules.violations(two_models, "prod")
+    assert found["edge-non-buffering"] == []
+    assert stream_drain_problems(two_models.resources) == []
+    short = copy.deepcopy(two_models.resources)
+    (picker,) = [r for r in short
+                 if r["type"].endswith(":Deployment") and r["inputs"]["metadata"]["name"] == "llama-8b-epp"]
+    args = picker["inputs"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    args[next(i for i, arg in enumerate(args) if arg.startswith("--drain-timeout="))] = "--drain-timeout=60s"
+    assert [p for p in stream_drain_problems(short) if "AIGatewayRoute llm-serving-models" in p] != []
+    (route,) = [r for r in two_models.resources if r["type"].endswith(":AIGatewayRoute")]
+    unbounded = copy.deepcopy(route["inputs"])
+    del unbounded["spec"]["rules"][0]["timeouts"]
+    (rule,) = [r for r in rules.RULES if r.name == "edge-non-buffering"]
+    assert rule.check(rules.AI_GATEWAY_ROUTE, unbounded, rules.RuleContext("prod", "r")) == [
+        'AIGatewayRoute llm-serving/llm-serving-models rule 0: timeouts.request is unset (default 60s in Envoy AI '
+        'Gateway), which cuts every longer generation. Set "0s" (no limit) or >= 600s.']
