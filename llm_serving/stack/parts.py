@@ -265,6 +265,10 @@ def edge(args: ServingStackArgs, site: Site) -> EdgeSpec:
             objective_header=(OBJECTIVE_HEADER, m.name) if m.route.priority is not None else None,
             # Only a picker answers 429 here; vLLM's own answers pass through untouched.
             retry_after_seconds=model_admission(args, m).retry_after_seconds if pooled else None,
+            # byModel: the other names a request's `model` may carry to reach this pool; a model's LoRA adapters and
+            # their aliases go here, each becoming an Exact match on its rule and an entry of GET /v1/models
+            # (edge/by_model.py model_names). None yet.
+            extra_model_names=(),
         )
         for m in args.models
         for pooled in [planning.routing_mode(args, m) is RoutingMode.INFERENCE_POOL]
