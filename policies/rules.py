@@ -56,6 +56,10 @@ HTTP_ROUTES = (
     "kubernetes:gateway.networking.k8s.io/v1:HTTPRoute",
     "kubernetes:gateway.networking.k8s.io/v1beta1:HTTPRoute",
 )
+# byModel routing's route: its rules carry `timeouts.request` as an HTTPRoute's do; unset, Envoy AI Gateway v1.1.0
+# sets 60 s (api/v1beta1/ai_gateway_route_helper.go defaultRequestTimeout).
+AI_GATEWAY_ROUTE = "kubernetes:aigateway.envoyproxy.io/v1beta1:AIGatewayRoute"
+AI_GATEWAY_DEFAULT_REQUEST_TIMEOUT = "60s"
 BACKEND_TRAFFIC_POLICY = "kubernetes:gateway.envoyproxy.io/v1alpha1:BackendTrafficPolicy"
 ENVOY_PROXY = "kubernetes:gateway.envoyproxy.io/v1alpha1:EnvoyProxy"
 INFERENCE_POOL = "kubernetes:inference.networking.k8s.io/v1:InferencePool"
@@ -714,9 +718,13 @@ def check_edge_non_buffering(resource_type: str, inputs: Mapping[str, Any], cont
                             f"timeout and cuts long generations. Set {_TIMEOUT_RULE}.")
         return messages
     for index, rule in enumerate(_list(spec.get("rules"))):
+        if not _list(_map(rule).get("backendRefs")):
+            continue  # a rule without a backend answers itself (a direct response): no generation to cut
         timeouts = _map(_map(rule).get("timeouts"))
         if not _long_enough(timeouts.get("request")):
-            shown = _shown(timeouts, "request", f"{ENVOY_GATEWAY_DEFAULT_REQUEST_TIMEOUT} in Envoy Gateway")
+            default = (f"{AI_GATEWAY_DEFAULT_REQUEST_TIMEOUT} in Envoy AI Gateway" if resource_type == AI_GATEWAY_ROUTE
+                       else f"{ENVOY_GATEWAY_DEFAULT_REQUEST_TIMEOUT} in Envoy Gateway")
+            shown = _shown(timeouts, "request", default)
             messages.append(f"{subject} rule {index}: timeouts.request is {shown}, which cuts every longer "
                             f"generation. Set {_TIMEOUT_RULE}.")
         if "backendRequest" in timeouts and not _long_enough(timeouts["backendRequest"]):
@@ -867,7 +875,8 @@ RULES: list[Rule] = [
          "mandatory", check_weights_retained_and_protected_in_prod, (PVC,)),
     Rule("edge-non-buffering",
          "The edge never buffers a request or response and never cuts or retries a long generation.",
-         "mandatory", check_edge_non_buffering, (INGRESS, *HTTP_ROUTES, BACKEND_TRAFFIC_POLICY, INFERENCE_POOL)),
+         "mandatory", check_edge_non_buffering,
+         (INGRESS, *HTTP_ROUTES, AI_GATEWAY_ROUTE, BACKEND_TRAFFIC_POLICY, INFERENCE_POOL)),
     Rule("autoscaling-not-on-utilisation",
          "Autoscalers scale on queue depth and KV-cache usage, never on CPU, memory or GPU utilisation.",
          "mandatory", check_autoscaling_not_on_utilisation, (SCALED_OBJECT, HPA_V2, HPA_V1)),

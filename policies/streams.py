@@ -99,13 +99,18 @@ def stream_drain_problems(resources: Iterable[Mapping[str, Any]]) -> list[str]:
             by_kind.setdefault(_kind(resource), {})[name] = resource
     problems: list[str] = []
     bounds: list[int] = []
-    for name, route in sorted(by_kind.get("HTTPRoute", {}).items()):
+    # byModel routing's AIGatewayRoute names each model's pool in its rule, as a per-model HTTPRoute does.
+    routes = [(f"{kind} {name}", route) for kind in ("HTTPRoute", "AIGatewayRoute")
+              for name, route in sorted(by_kind.get(kind, {}).items())]
+    for name, route in routes:
         for rule in route["inputs"]["spec"].get("rules") or []:
+            if not rule.get("backendRefs"):
+                continue  # a rule without a backend answers itself (a direct response): no stream to drain
             bound = _seconds((rule.get("timeouts") or {}).get("request"))
             backend = (rule.get("backendRefs") or [{}])[0]
-            where = f"HTTPRoute {name} timeouts.request"
+            where = f"{name} timeouts.request"
             if not bound:
-                problems.append(f"HTTPRoute {name}: timeouts.request {(rule.get('timeouts') or {}).get('request')!r} "
+                problems.append(f"{name}: timeouts.request {(rule.get('timeouts') or {}).get('request')!r} "
                                 "leaves streams unbounded, so no drain can cover them: bound it")
                 continue
             bounds.append(bound)

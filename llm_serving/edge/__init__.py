@@ -7,6 +7,7 @@ from .args import (
     EdgeArgs,
     EdgeAuth,
     EdgeMode,
+    EdgeRouting,
     ExistingGatewayArgs,
     InferenceRoutingArgs,
     JwtArgs,
@@ -14,6 +15,7 @@ from .args import (
     OverloadArgs,
     TlsArgs,
 )
+from .by_model import MAX_MODELS as BY_MODEL_MAX_MODELS
 from .edge import Edge, EdgeMonitoring, EdgeSpec
 from .load_balancer import NAMESPACE as LOAD_BALANCER_NAMESPACE
 from .load_balancer import POLICY_SOURCE as LOAD_BALANCER_POLICY_SOURCE
@@ -40,6 +42,7 @@ from .objects import (
 )
 
 __all__ = [
+    "BY_MODEL_MAX_MODELS",
     "ControllerMode",
     "ENVOY_GATEWAY_CONTROLLER",
     "ENVOY_HTTPS_CONTAINER_PORT",
@@ -48,6 +51,7 @@ __all__ = [
     "EdgeArgs",
     "EdgeAuth",
     "EdgeMode",
+    "EdgeRouting",
     "EdgeSettings",
     "EdgeMonitoring",
     "EdgeSpec",

@@ -25,6 +25,15 @@ ENVOY_METRIC_TYPES: dict[str, str] = {
     "envoy_http_downstream_rq_xx": "counter",
     "envoy_http_downstream_rq_tx_reset": "counter",
 }
+# byModel routing: the kube-state-metrics series the router's alert reads (kubernetes/kube-state-metrics
+# docs/metrics/workload/pod-metrics.md, `kube_pod_init_container_status_ready`: "Describes whether the init
+# containers readiness check succeeded"; AI Gateway injects its sidecar as a native sidecar, an init container with
+# restartPolicy Always, envoyproxy/ai-gateway v1.1.0 internal/controller/extproc_builder.go).
+ROUTER_METRIC_TYPES: dict[str, str] = {"kube_pod_init_container_status_ready": "gauge"}
+# The sidecar's container name (internal/controller/gateway_mutator.go @v1.1.0: "ai-gateway-" + "extproc").
+ROUTER_CONTAINER = "ai-gateway-extproc"
+# Its readiness probe fails after one missed check every 10 s (extproc_builder.go); five minutes is no blip.
+ROUTER_NOT_READY_MINUTES = 5
 # The availability objective of every model behind the edge: 99.5 % of requests answered without a 5xx
 # or a reset over 30 days (a 0.5 % error budget, 3.6 hours a month). Burn rates: platform.BURN_RATES.
 AVAILABILITY_OBJECTIVE = 0.995
@@ -57,8 +66,30 @@ def error_ratio(job: str, window: str) -> str:
     return f"({errors}) / sum(rate(envoy_http_downstream_rq_total{{{selector}}}[{window}]))"
 
 
+def router_alert_rule(edge_namespace: str, runbook_base_url: str) -> dict[str, Any]:
+    """byModel routing: an Envoy pod whose body router (AI Gateway's ext_proc sidecar) is not ready. Envoy calls it
+    with failure_mode_allow false (internal/extensionserver/post_translate_modify.go @v1.1.0), so every request that
+    pod takes fails, 500 (or 504 after the sidecar's 10 s message timeout); its readiness takes the pod out of the
+    NLB's targets as well (a native sidecar's readiness counts towards the pod's Ready condition). A pod created
+    without the sidecar (the webhook skipped) fails every request and shows as EdgeErrorBudgetBurnFast."""
+    return alert_rule(
+        alert="EdgeModelRouterNotReady",
+        expr=(f'kube_pod_init_container_status_ready{{namespace="{edge_namespace}", '
+              f'container="{ROUTER_CONTAINER}"}} == 0'),
+        for_minutes=ROUTER_NOT_READY_MINUTES,
+        severity="critical",
+        summary="The body router of Envoy pod {{ $labels.pod }} has not been ready for "
+                f"{ROUTER_NOT_READY_MINUTES} minutes",
+        description=("AI Gateway's ext_proc sidecar reads each request's model and picks its pool; Envoy fails "
+                     "closed without it (500, or 504 after 10 s), and the pod leaves the load balancer. Check the "
+                     f"{ROUTER_CONTAINER} container's logs and restarts, and the AI Gateway controller."),
+        runbook_base_url=runbook_base_url,
+        labels={"namespace": edge_namespace},
+    )
+
+
 def edge_alert_groups(gateway_name: str, edge_namespace: str, runbook_base_url: str,
-                      objective: float = AVAILABILITY_OBJECTIVE) -> list[dict[str, Any]]:
+                      objective: float = AVAILABILITY_OBJECTIVE, by_model: bool = False) -> list[dict[str, Any]]:
     job = f"{edge_namespace}/{gateway_name}-envoy"
     budget = 1 - objective
     rules = []
@@ -77,4 +108,6 @@ def edge_alert_groups(gateway_name: str, edge_namespace: str, runbook_base_url: 
             runbook_base_url=runbook_base_url,
             labels={"namespace": edge_namespace, "gateway": gateway_name},
         ))
+    if by_model:
+        rules.append(router_alert_rule(edge_namespace, runbook_base_url))
     return [{"name": f"llm-serving-edge-{gateway_name}", "rules": rules}]

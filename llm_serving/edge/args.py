@@ -30,6 +30,13 @@ class EdgeMode(StrEnum):
     INGRESS_NGINX = "ingress-nginx"
 
 
+class EdgeRouting(StrEnum):
+    """How the edge finds a request's model: by its host and path prefix, or by the `model` field of its body."""
+
+    PER_MODEL = "perModel"
+    BY_MODEL = "byModel"
+
+
 class EdgeAuth(StrEnum):
     """Who checks credentials: vLLM's own API key, or the gateway (API keys or JWT)."""
 
@@ -176,6 +183,11 @@ class EdgeArgs:
     admitted too); subnets no node uses."""
     host: str = Field(**HOSTNAME)
     """Default hostname of the model APIs."""
+    routing: EdgeRouting = EdgeRouting.PER_MODEL
+    """`perModel` (default): each model at its own `route.host` and `route.pathPrefix`, as an OpenAI base URL of its
+    own. `byModel` (gateway mode with an installed controller, every model on an InferencePool): every model behind
+    one base URL, `https://<host>/v1`, chosen by the request body's `model` (Envoy AI Gateway's AIGatewayRoute);
+    `GET /v1/models` lists them and an unknown model gets a 404 naming them (docs/request-path.md)."""
     scheme: LoadBalancerScheme = LoadBalancerScheme.INTERNAL
     """`internal` (default) or `internet-facing` load balancer."""
     tls: TlsArgs = Field(default_factory=TlsArgs)

@@ -14,9 +14,18 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_tls as tls
 
-from llm_serving.platform import RESTRICTED, crd_chart, crd_manifests, helm_release, manifest_resource, namespace
+from llm_serving.platform import (
+    RESTRICTED,
+    chart_images,
+    crd_chart,
+    crd_manifests,
+    helm_release,
+    manifest_resource,
+    namespace,
+    versions,
+)
 
-from . import alerts, objects
+from . import alerts, by_model, objects
 from .args import EdgeMode
 from .load_balancer_controller import LoadBalancerController, LoadBalancerControllerArgs
 from .objects import EdgeSettings, Route
@@ -66,6 +75,9 @@ class EdgeSpec:
     ai_gateway_chart_version: str = ""
     ai_gateway_crds_chart_version: str = ""
     inference_pool_crds_file: str = ""  # the InferencePool CRD manifest (a file of platform/crds/)
+    # byModel routing: the AI Gateway webhook's certificate from cert-manager (which the cluster runs) instead of
+    # the chart's self-signed one (objects.ai_gateway_chart_values).
+    ai_gateway_webhook_cert_manager: bool = False
     # Dev: the host a self-signed certificate is made for, stored as settings.tls_secret_name; None: the
     # certificate comes from cert-manager or an existing Secret.
     self_signed_host: str | None = None
@@ -120,7 +132,11 @@ class Edge(pulumi.ComponentResource):
                 assert_never(args.mode)
         # Custom resources wait for the chart that brings their CRDs (and the namespace they live in).
         pooled = {r.model_name for r in routes if r.inference_pool}
-        self.pool_route_manifests = [o for o in manifests if _route_of(o) in pooled]
+        if args.settings.by_model:
+            # One AIGatewayRoute over every pool: it goes up once every picker answers, as a pool's HTTPRoute does.
+            self.pool_route_manifests = by_model.models_route_objects(args.settings, routes)
+        else:
+            self.pool_route_manifests = [o for o in manifests if _route_of(o) in pooled]
         after = pulumi.ResourceOptions(parent=self, depends_on=self.controller)
         for obj in manifests:
             if _route_of(obj) not in pooled:
@@ -241,7 +257,7 @@ class Edge(pulumi.ComponentResource):
             "metadata": {"name": "edge-alerts", "namespace": settings.namespace,
                          "labels": {"app.kubernetes.io/part-of": "llm-serving", **labels}},
             "spec": {"groups": alerts.edge_alert_groups(settings.gateway_name, settings.namespace,
-                                                        monitoring.runbook_base_url)},
+                                                        monitoring.runbook_base_url, by_model=settings.by_model)},
         }, after)
 
     def _inference_pool_prerequisites(self, name: str, args: EdgeSpec) -> list[pulumi.Resource]:
@@ -301,12 +317,18 @@ class Edge(pulumi.ComponentResource):
             crds_only=True,
             protect=args.protect_crds,
         )
+        # byModel: the release also runs the ext_proc sidecar its webhook injects, pinned like its controller.
+        images = chart_images.runs(versions.AI_GATEWAY, args.ai_gateway_chart_version)
+        if args.settings.by_model and images:
+            images = (*images, versions.AI_GATEWAY_EXTPROC_IMAGE)
         return helm_release(
             f"{name}-ai-gateway",
             chart="ai-gateway-helm",
             version=args.ai_gateway_chart_version,
             release_namespace=ns.metadata.name,
-            values=objects.ai_gateway_chart_values(args.settings.namespace),
+            images=images,
+            values=objects.ai_gateway_chart_values(args.settings.namespace, sidecar=args.settings.by_model,
+                                                   webhook_cert_manager=args.ai_gateway_webhook_cert_manager),
             parent=self,
             depends_on=[crds],
             image_digests=args.image_digests,

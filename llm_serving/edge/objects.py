@@ -10,13 +10,14 @@ mode, each file would repeat it, and a reviewer compares the modes' settings sid
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, assert_never
 
 from llm_serving.platform.chart_images import pinned_reference
-from llm_serving.platform.versions import ENVOY_GATEWAY, ENVOY_PROXY_IMAGE
+from llm_serving.platform.versions import AI_GATEWAY_EXTPROC_IMAGE, ENVOY_GATEWAY, ENVOY_PROXY_IMAGE
 
 from .args import EdgeAuth, EdgeMode, LoadBalancerScheme
 
@@ -71,6 +72,9 @@ class Route:
     objective_header: tuple[str, str] | None = None
     # With a pool: the Retry-After (seconds) every 429 the picker sends carries (None: the picker's bare 429).
     retry_after_seconds: int | None = None
+    # byModel routing: names besides `model_name` that requests may ask for to reach this pool (LoRA adapters and
+    # their aliases), each an Exact match on the model's rule (by_model.model_names).
+    extra_model_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,9 @@ class EdgeSettings:
     nlb_idle_timeout_seconds: int | None = None
     # The Envoy proxy's image by digest (`envoy_proxy_image`); None: Envoy Gateway's built-in default, by tag.
     proxy_image: str | None = None
+    # byModel routing (by_model.py): every model on one host, chosen by the body's `model`; the per-model
+    # HTTPRoutes give way to one AIGatewayRoute.
+    by_model: bool = False
 
     @property
     def nlb_idle_seconds(self) -> int:
@@ -178,7 +185,7 @@ def _check(settings: EdgeSettings, routes: list[Route]) -> None:
         if not _HOST.match(route.host):
             raise ValueError(f"{route.model_name}: host {route.host!r} is not a lowercase DNS name")
         key = (route.host, v1_path(route.path_prefix))
-        if key in seen:
+        if key in seen and not settings.by_model:
             raise ValueError(f"{route.model_name} and {seen[key]} both claim https://{key[0]}{key[1]}")
         seen[key] = route.model_name
         if (route.namespace, route.model_name) in names:
@@ -327,10 +334,27 @@ def envoy_gateway_chart_values(inference_extension: bool = False) -> dict[str, A
     return {"config": {"envoyGateway": envoy_gateway}, "crds": {"enabled": False}}
 
 
-def ai_gateway_chart_values(edge_namespace: str) -> dict[str, Any]:
+def ai_gateway_chart_values(edge_namespace: str, sidecar: bool = False,
+                            webhook_cert_manager: bool = False) -> dict[str, Any]:
     """ai-gateway-helm v1.1.0 values (defaults in tests/fixtures/reference/charts/ai-gateway-helm). Rendered
     with `helm template` (Helm v4.1.4) at the chart's v1.1.0 tag: the PDB, the spread and the webhook's
-    objectSelector come out as set here."""
+    objectSelector come out as set here.
+
+    `sidecar` (byModel routing): the webhook injects the ext_proc sidecar into Envoy Gateway's pods (its selector
+    back to the chart default, `app.kubernetes.io/managed-by: envoy-gateway`, values.yaml @v1.1.0), from the pinned
+    image. Its webhook then answers for every Envoy pod created (failurePolicy Fail, timeoutSeconds 10:
+    templates/admission_webhook.yaml), so its certificate matters: `webhook_cert_manager` has cert-manager issue and
+    renew it (the chart's `certManager.enable`, a self-signed Issuer and Certificate; the controller copies the CA
+    into the webhook at start, cmd/controller/main.go maybePatchAdmissionWebhook); without it the chart makes a
+    365-day certificate once and keeps it on upgrades (its `lookup`), which docs/runbooks.md says how to renew."""
+    webhook: dict[str, Any] = {"objectSelector": {"matchLabels": {AI_GATEWAY_WEBHOOK_LABEL: AI_GATEWAY_WEBHOOK_OFF}}}
+    extra: dict[str, Any] = {}
+    if sidecar:
+        webhook = {"objectSelector": {"matchLabels": {AI_GATEWAY_WEBHOOK_LABEL: ENVOY_PROXY_LABELS[
+            AI_GATEWAY_WEBHOOK_LABEL]}}}
+        if webhook_cert_manager:
+            webhook["certManager"] = {"enable": True}
+        extra["extProc"] = {"image": {"tag": AI_GATEWAY_EXTPROC_IMAGE.tag}}
     return {
         "controller": {
             # Two replicas and a PDB: Envoy Gateway stops applying route changes while its extension
@@ -342,14 +366,15 @@ def ai_gateway_chart_values(edge_namespace: str) -> dict[str, Any]:
                 "maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway",
                 "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "ai-gateway-helm"}},
             }],
-            # The webhook injects an extproc sidecar into Envoy pods only for AIGatewayRoutes, which
-            # this program does not create; but with failurePolicy Fail it would block every Envoy pod
-            # while the controller is down, and its chart-made certificate expires after 365 days
-            # without renewal. Select a label value no pod carries, so the API server never calls it.
-            "mutatingWebhook": {"objectSelector": {"matchLabels": {AI_GATEWAY_WEBHOOK_LABEL: AI_GATEWAY_WEBHOOK_OFF}}},
+            # perModel: the webhook's extproc sidecar serves AIGatewayRoutes only, which this program then does not
+            # create; but with failurePolicy Fail it would block every Envoy pod while the controller is down, and
+            # its chart-made certificate expires after 365 days without renewal. Select a label value no pod
+            # carries, so the API server never calls it.
+            "mutatingWebhook": webhook,
         },
         # Binds Envoy Gateway's service account (in the edge namespace) to read InferencePools.
         "envoyGateway": {"namespace": edge_namespace},
+        **extra,
     }
 
 
@@ -397,9 +422,7 @@ def gateway_objects(settings: EdgeSettings, routes: list[Route]) -> list[Manifes
         objects = [_security_policy(settings, routes)]
         if gateway_injects_upstream_key(settings):
             objects.extend(_upstream_credential_filter(namespace) for namespace in namespaces)
-        for route in routes:
-            objects.extend(_route_objects(settings, route))
-        return objects
+        return objects + _per_model_routes(settings, routes)
     secret = _tls_secret(settings)
     for route in routes:
         if route.stream_idle_timeout_seconds >= settings.nlb_idle_seconds:
@@ -507,7 +530,7 @@ def gateway_objects(settings: EdgeSettings, routes: list[Route]) -> list[Manifes
             ],
         },
     }
-    client_policy = {
+    client_policy: dict[str, Any] = {
         "apiVersion": ENVOY_API,
         "kind": "ClientTrafficPolicy",
         "metadata": _meta(name, edge),
@@ -529,13 +552,55 @@ def gateway_objects(settings: EdgeSettings, routes: list[Route]) -> list[Manifes
             "connection": {"bufferLimit": _quantity(max(r.request_body_limit_bytes for r in routes))},
         },
     }
+    if settings.by_model:
+        # An AIGatewayRoute rule cannot set the picker's objective header per model (v1beta1 rules have no
+        # filters), and the picker reads a request's objective from that header only (llm-d-router v0.10.0
+        # pkg/epp/handlers/request.go): removed before any filter runs, so no client picks its own priority.
+        client_policy["spec"]["headers"] = {"earlyRequestHeaders": {"remove": [OBJECTIVE_HEADER]}}
     objects = [envoy_proxy, gateway_class, gateway, client_policy, _security_policy(settings),
                internal_edge_service(settings)]
     if gateway_injects_upstream_key(settings):
         objects.extend(_upstream_credential_filter(namespace) for namespace in route_namespaces)
+    return objects + _per_model_routes(settings, routes)
+
+
+def _per_model_routes(settings: EdgeSettings, routes: list[Route]) -> list[Manifest]:
+    """perModel routing: each model's HTTPRoute and policy, and in each route namespace the filter that closes
+    vLLM's runtime adapter API. byModel: none (the edge adds the AIGatewayRoute, by_model.models_route_objects)."""
+    if settings.by_model:
+        return []
+    objects = [runtime_adapter_api_closed(namespace) for namespace in sorted({route.namespace for route in routes})]
     for route in routes:
         objects.extend(_route_objects(settings, route))
     return objects
+
+
+# The picker's objective header (llm-d-router v0.10.0 pkg/epp/metadata/consts.go), stripped from clients' requests
+# in byModel routing; routing/objects.py sets the same name per model in perModel routing.
+OBJECTIVE_HEADER = "x-llm-d-inference-objective"
+# vLLM's runtime LoRA API (vllm/entrypoints/serve/lora/api_router.py @0.33.0, registered when
+# VLLM_ALLOW_RUNTIME_LORA_UPDATING is set): loads or unloads adapters on one replica; never a client's to call.
+RUNTIME_ADAPTER_PATHS = ("/v1/load_lora_adapter", "/v1/unload_lora_adapter")
+RUNTIME_ADAPTER_FILTER = "runtime-adapter-api-closed"
+_CLOSED_BODY = ('{"error": {"message": "Not found.", "type": "NotFoundError", "param": null, "code": 404}}')
+
+
+def runtime_adapter_api_closed(namespace: str) -> Manifest:
+    """A direct 404 for the runtime adapter paths (envoyproxy/gateway v1.9.0 api/v1alpha1/httproutefilter_types.go
+    HTTPDirectResponseFilter), so a per-model route's `/v1` prefix never forwards them to vLLM."""
+    return {
+        "apiVersion": ENVOY_API,
+        "kind": "HTTPRouteFilter",
+        "metadata": _meta(RUNTIME_ADAPTER_FILTER, namespace),
+        "spec": {"directResponse": {"statusCode": 404, "contentType": "application/json",
+                                    "body": {"type": "Inline", "inline": _CLOSED_BODY}}},
+    }
+
+
+def runtime_adapter_paths(path_prefix: str) -> list[str]:
+    """The runtime adapter API under a model's prefix, as a client would call it ("/small" -> "/small/v1/...")."""
+    base = v1_path(path_prefix).removesuffix("/v1")
+    return [base + path for path in RUNTIME_ADAPTER_PATHS]
 
 
 def _upstream_credential_filter(namespace: str) -> Manifest:
@@ -641,6 +706,13 @@ def _route_objects(settings: EdgeSettings, route: Route) -> list[Manifest]:
     # Failure: Envoy Gateway's default request timeout is 15 s, so any generation longer than that is
     # cut mid-stream (https://gateway.envoyproxy.io/latest/tasks/traffic/http-timeouts/).
     rule["timeouts"] = {"request": request_timeout}
+    # An Exact path match outranks the rule's prefix (Gateway API HTTPRouteRule matching precedence: "Exact"
+    # path match before "Prefix"), so the runtime adapter API answers 404 here and never reaches vLLM.
+    closed = {
+        "matches": [{"path": {"type": "Exact", "value": path}} for path in runtime_adapter_paths(route.path_prefix)],
+        "filters": [{"type": "ExtensionRef", "extensionRef": {
+            "group": "gateway.envoyproxy.io", "kind": "HTTPRouteFilter", "name": RUNTIME_ADAPTER_FILTER}}],
+    }
     http_route = {
         "apiVersion": GATEWAY_API,
         "kind": "HTTPRoute",
@@ -648,7 +720,7 @@ def _route_objects(settings: EdgeSettings, route: Route) -> list[Manifest]:
         "spec": {
             "parentRefs": [_parent_ref(settings, route)],
             "hostnames": [route.host],
-            "rules": [rule],
+            "rules": [rule, closed],
         },
     }
     backend_policy: dict[str, Any] = {
@@ -657,31 +729,41 @@ def _route_objects(settings: EdgeSettings, route: Route) -> list[Manifest]:
         "metadata": _meta(route.model_name, route.namespace),
         "spec": {
             "targetRefs": [{"group": GATEWAY_GROUP, "kind": "HTTPRoute", "name": route.model_name}],
-            "timeout": {
-                "http": {
-                    # Failure: a BackendTrafficPolicy on a route made Envoy Gateway ignore the route's
-                    # timeouts.request and fall back to 15 s (envoyproxy/gateway#4091): repeat it here.
-                    "requestTimeout": request_timeout,
-                    # Failure: with request timeout 0s, Envoy Gateway 1.9.1 also drops the default stream
-                    # idle deadline unless one is set (nextjs/adapter-k8s#88), so a hung
-                    # engine would hold the stream forever. Set it per route (envoyproxy/gateway#8454).
-                    "streamIdleTimeout": _duration(route.stream_idle_timeout_seconds),
-                    "connectionIdleTimeout": _duration(UPSTREAM_CONNECTION_IDLE_SECONDS),
-                }
-            },
-            # Retries off: a retried POST re-runs a whole generation (twice the GPU time, and a client that
-            # already got tokens gets a second stream). The CRD's default trigger set retries on 503.
-            "retry": {"numRetries": 0},
-            # vLLM's uvicorn speaks HTTP/1.1 only: HTTP/2 clients must not be proxied upstream as h2c.
-            "useClientProtocol": False,
-            # requestBuffer stays unset: it holds the whole request in Envoy before forwarding
-            # (CRD: "incompatible with streaming APIs"). Without it Envoy Gateway 1.9 cannot reject an
-            # oversized body; vLLM rejects prompts beyond --max-model-len itself.
+            **backend_policy_spec(route),
         },
     }
-    if route.retry_after_seconds is not None:
-        backend_policy["spec"]["responseOverride"] = [overload_response(route.retry_after_seconds)]
     return [http_route, backend_policy]
+
+
+def backend_policy_spec(route: Route) -> dict[str, Any]:
+    """What a model's BackendTrafficPolicy sets on its route, whatever route it targets (a per-model HTTPRoute, or
+    the model's rule of the byModel AIGatewayRoute's HTTPRoute)."""
+    request_timeout = _duration(route.request_timeout_seconds)
+    spec: dict[str, Any] = {
+        "timeout": {
+            "http": {
+                # Failure: a BackendTrafficPolicy on a route made Envoy Gateway ignore the route's
+                # timeouts.request and fall back to 15 s (envoyproxy/gateway#4091): repeat it here.
+                "requestTimeout": request_timeout,
+                # Failure: with request timeout 0s, Envoy Gateway 1.9.1 also drops the default stream
+                # idle deadline unless one is set (nextjs/adapter-k8s#88), so a hung
+                # engine would hold the stream forever. Set it per route (envoyproxy/gateway#8454).
+                "streamIdleTimeout": _duration(route.stream_idle_timeout_seconds),
+                "connectionIdleTimeout": _duration(UPSTREAM_CONNECTION_IDLE_SECONDS),
+            }
+        },
+        # Retries off: a retried POST re-runs a whole generation (twice the GPU time, and a client that
+        # already got tokens gets a second stream). The CRD's default trigger set retries on 503.
+        "retry": {"numRetries": 0},
+        # vLLM's uvicorn speaks HTTP/1.1 only: HTTP/2 clients must not be proxied upstream as h2c.
+        "useClientProtocol": False,
+        # requestBuffer stays unset: it holds the whole request in Envoy before forwarding
+        # (CRD: "incompatible with streaming APIs"). Without it Envoy Gateway 1.9 cannot reject an
+        # oversized body; vLLM rejects prompts beyond --max-model-len itself.
+    }
+    if route.retry_after_seconds is not None:
+        spec["responseOverride"] = [overload_response(route.retry_after_seconds)]
+    return spec
 
 
 def overload_response(retry_after_seconds: int) -> dict[str, Any]:
@@ -726,16 +808,16 @@ def _ingress_routes(settings: EdgeSettings, routes: list[Route], mode: str) -> l
 
 
 def _ingress(settings: EdgeSettings, route: Route, class_name: str, annotations: dict[str, str],
-             tls: list[dict[str, Any]] | None = None) -> Manifest:
+             tls: list[dict[str, Any]] | None = None, paths: list[dict[str, Any]] | None = None,
+             suffix: str = "") -> Manifest:
+    """An Ingress for the route's host: by default its `/v1` prefix to the model's Service; `paths` instead."""
+    service = {"service": {"name": route.model_name, "port": {"number": route.port}}}
     spec: dict[str, Any] = {
         "ingressClassName": class_name,
         "rules": [{
             "host": route.host,
-            "http": {"paths": [{
-                "path": v1_path(route.path_prefix),
-                "pathType": "Prefix",
-                "backend": {"service": {"name": route.model_name, "port": {"number": route.port}}},
-            }]},
+            "http": {"paths": paths or [{"path": v1_path(route.path_prefix), "pathType": "Prefix",
+                                         "backend": service}]},
         }],
     }
     if tls:
@@ -743,9 +825,25 @@ def _ingress(settings: EdgeSettings, route: Route, class_name: str, annotations:
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "Ingress",
-        "metadata": _meta(f"{settings.gateway_name}-{_slug(route.host)}", route.namespace, annotations),
+        "metadata": _meta(f"{settings.gateway_name}-{_slug(route.host)}{suffix}", route.namespace, annotations),
         "spec": spec,
     }
+
+
+# The ALB's fixed answer for vLLM's runtime adapter API: an Ingress path whose backend names an action of this
+# annotation, port `use-annotation` (aws-load-balancer-controller docs/guide/ingress/annotations.md "actions" at
+# v3.5.0). The controller orders an Ingress's rules as its paths are listed, exact paths first in ours.
+ALB_CLOSED_ACTION = "runtime-adapter-api-closed"
+
+
+def _alb_closed_paths(route: Route) -> tuple[dict[str, str], list[dict[str, Any]]]:
+    action = {"type": "fixed-response", "fixedResponseConfig": {
+        "contentType": "application/json", "statusCode": "404", "messageBody": _CLOSED_BODY}}
+    annotation = {f"alb.ingress.kubernetes.io/actions.{ALB_CLOSED_ACTION}": json.dumps(action, separators=(",", ":"))}
+    backend = {"service": {"name": ALB_CLOSED_ACTION, "port": {"name": "use-annotation"}}}
+    paths = [{"path": path, "pathType": "Exact", "backend": backend}
+             for path in runtime_adapter_paths(route.path_prefix)]
+    return annotation, paths
 
 
 def alb_ingress(settings: EdgeSettings, routes: list[Route], subnet_ids: tuple[str, ...] = ()) -> list[Manifest]:
@@ -785,7 +883,11 @@ def alb_ingress(settings: EdgeSettings, routes: list[Route], subnet_ids: tuple[s
                 f"deregistration_delay.timeout_seconds={route.drain_seconds}"
             ),
         }
-        objects.append(_ingress(settings, route, "alb", annotations))
+        closed_action, closed_paths = _alb_closed_paths(route)
+        prefix = {"path": v1_path(route.path_prefix), "pathType": "Prefix",
+                  "backend": {"service": {"name": route.model_name, "port": {"number": route.port}}}}
+        objects.append(_ingress(settings, route, "alb", {**annotations, **closed_action},
+                                paths=[*closed_paths, prefix]))
     return objects
 
 
@@ -818,7 +920,21 @@ def nginx_ingress(settings: EdgeSettings, routes: list[Route]) -> list[Manifest]
         }
         if settings.cert_manager_issuer:
             annotations["cert-manager.io/cluster-issuer"] = settings.cert_manager_issuer
-        objects.append(_ingress(settings, route, "nginx", annotations, [{"hosts": [route.host], "secretName": secret}]))
+        tls = [{"hosts": [route.host], "secretName": secret}]
+        objects.append(_ingress(settings, route, "nginx", annotations, tls))
+        # vLLM's runtime adapter API: its exact paths in an Ingress of their own that refuses every client address
+        # (`denylist-source-range`, a location annotation: ingress-nginx docs/user-guide/nginx-configuration/
+        # annotations.md "Denylist source range"); an Exact path becomes an exact `location =`, which nginx matches
+        # before any prefix location (nginx.org/en/docs/http/ngx_http_core_module.html#location: "If an exact match
+        # is found, the search terminates"), so the prefix Ingress never forwards them.
+        service = {"service": {"name": route.model_name, "port": {"number": route.port}}}
+        objects.append(_ingress(
+            # The model Ingress's annotations too: nothing passes, and nothing would be buffered if it did.
+            settings, route, "nginx",
+            {**annotations, "nginx.ingress.kubernetes.io/denylist-source-range": "0.0.0.0/0,::/0"}, tls,
+            paths=[{"path": path, "pathType": "Exact", "backend": service}
+                   for path in runtime_adapter_paths(route.path_prefix)],
+            suffix="-closed"))
     return objects
 
 

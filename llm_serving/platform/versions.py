@@ -203,13 +203,19 @@ GATEWAY_CRDS = ChartPin(chart="gateway-crds-helm", version="v1.9.0", repository=
 # Gateway v1.8.1 and Gateway API v1.5.1; our v1.9.0 / v1.6.1 fall under its "v1.8.1+" wording (docs/decisions.md).
 # Its controller image: `repository:tag | default .Chart.AppVersion` (manifests/charts/ai-gateway-helm/templates/
 # deployment.yaml @v1.1.0), appVersion v1.1.0 (the release workflow packages with --app-version of the tag,
-# Makefile helm-package). The ext_proc image it names (--extProcImage) runs only as the sidecar its webhook injects
-# for AIGatewayRoutes, which this program neither creates nor lets the webhook see (edge/objects.py).
+# Makefile helm-package).
 AI_GATEWAY = ChartPin(
     chart="ai-gateway-helm", version="v1.1.0", repository="oci://docker.io/envoyproxy/ai-gateway-helm",
     images=(ChartImage("docker.io/envoyproxy/ai-gateway-controller", "v1.1.0", "controller.image.tag",
                        DigestForm.TAG),),
 )
+# The ext_proc sidecar the controller's webhook injects into every Envoy pod, for byModel routing only (edge.routing:
+# the webhook sees no pod otherwise, edge/objects.py ai_gateway_chart_values): `--extProcImage=
+# {{ extProc.image.repository }}:{{ extProc.image.tag | default .Chart.AppVersion }}` (manifests/charts/
+# ai-gateway-helm/templates/deployment.yaml @v1.1.0, values.yaml extProc.image); the tag is set, not left to the
+# appVersion, and a digest in chartImageDigests pins it.
+AI_GATEWAY_EXTPROC_IMAGE = ChartImage("docker.io/envoyproxy/ai-gateway-extproc", "v1.1.0", "extProc.image.tag",
+                                      DigestForm.TAG)
 AI_GATEWAY_CRDS = ChartPin(
     chart="ai-gateway-crds-helm", version="v1.1.0", repository="oci://docker.io/envoyproxy/ai-gateway-crds-helm"
 )

@@ -11,7 +11,8 @@ a stream's first byte: Envoy's own histograms end at the last byte (cluster `ups
 connection manager `downstream_rq_time`: envoyproxy.io docs, cluster_stats and http_conn_man/stats), and
 Envoy AI Gateway v1.1.0's `gen_ai.server.time_to_first_token` is recorded by its extproc sidecar, which
 it injects only into the proxies of a Gateway with an AIGatewayRoute or MCPRoute
-(internal/controller/gateway_mutator.go mutatePod @v1.1.0); this program routes with plain HTTPRoutes.
+(internal/controller/gateway_mutator.go mutatePod @v1.1.0); this program routes with plain HTTPRoutes unless
+`edge.routing` is byModel, and reads the picker's figure in every mode.
 """
 
 from __future__ import annotations

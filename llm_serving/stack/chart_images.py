@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llm_serving import gpu
-from llm_serving.edge import ControllerMode, EdgeMode
+from llm_serving.edge import ControllerMode, EdgeMode, EdgeRouting
 from llm_serving.gpu import NodeAutoscalingMode
 from llm_serving.observability import PrometheusMode
 from llm_serving.platform import versions
@@ -84,7 +84,9 @@ def _edge_charts(args: ServingStackArgs) -> list[InstalledChart]:
         if any(planning.routing_mode(args, m) is RoutingMode.INFERENCE_POOL for m in args.models):
             routing = edge.inference_routing
             found.append(_chart(versions.AI_GATEWAY_CRDS, routing.ai_gateway_crds_chart_version))
-            found.append(_chart(versions.AI_GATEWAY, routing.ai_gateway_chart_version))
+            # byModel: the controller's webhook runs the ext_proc sidecar in every Envoy pod.
+            sidecar = (versions.AI_GATEWAY_EXTPROC_IMAGE,) if edge.routing is EdgeRouting.BY_MODEL else ()
+            found.append(_chart(versions.AI_GATEWAY, routing.ai_gateway_chart_version, *sidecar))
     return found
 
 

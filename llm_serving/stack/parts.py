@@ -14,6 +14,7 @@ from llm_serving.edge import (
     ControllerMode,
     EdgeAuth,
     EdgeMode,
+    EdgeRouting,
     EdgeSettings,
     EdgeSpec,
     LoadBalancerControllerArgs,
@@ -246,6 +247,7 @@ def edge(args: ServingStackArgs, site: Site) -> EdgeSpec:
         acm_certificate_arn=edge_args.tls.acm_certificate_arn,
         alb_idle_timeout_seconds=alb_idle_timeout(args),
         nlb_idle_timeout_seconds=edge_args.load_balancer_idle_timeout_seconds,
+        by_model=edge_args.routing is EdgeRouting.BY_MODEL,
     )
     routes = tuple(
         Route(
@@ -263,6 +265,10 @@ def edge(args: ServingStackArgs, site: Site) -> EdgeSpec:
             objective_header=(OBJECTIVE_HEADER, m.name) if m.route.priority is not None else None,
             # Only a picker answers 429 here; vLLM's own answers pass through untouched.
             retry_after_seconds=model_admission(args, m).retry_after_seconds if pooled else None,
+            # byModel: the other names a request's `model` may carry to reach this pool, the model's LoRA adapters and
+            # their aliases, each an Exact match on its rule and an entry of GET /v1/models (edge/by_model.py
+            # model_names); the picker then rewrites an alias to one of its adapters (InferenceModelRewrite).
+            extra_model_names=tuple(m.served_names()[1:]),
         )
         for m in args.models
         for pooled in [planning.routing_mode(args, m) is RoutingMode.INFERENCE_POOL]
@@ -290,6 +296,8 @@ def edge(args: ServingStackArgs, site: Site) -> EdgeSpec:
         ai_gateway_chart_version=edge_args.inference_routing.ai_gateway_chart_version,
         ai_gateway_crds_chart_version=edge_args.inference_routing.ai_gateway_crds_chart_version,
         inference_pool_crds_file=versions.INFERENCE_POOL_CRDS_FILE,
+        # A stack that names a cert-manager issuer runs cert-manager: it renews the AI Gateway webhook's certificate.
+        ai_gateway_webhook_cert_manager=edge_args.tls.cert_manager_issuer is not None,
         self_signed_host=edge_args.host if edge_args.tls.self_signed else None,
         protect_crds=args.environment is Environment.PROD,
         image_digests=dict(args.chart_image_digests),

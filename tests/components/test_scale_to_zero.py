@@ -57,7 +57,7 @@ def test_every_timeout_on_the_waiting_requests_path_outlasts_the_wake(rendered):
     wake = planning.wake(config, model).total_seconds
     dev = rendered["dev"]
     # The route goes to the pool, whose picker holds requests at zero replicas for at least the wake.
-    (rule,) = dev.manifest("HTTPRoute", MODEL)["spec"]["rules"]
+    rule = dev.manifest("HTTPRoute", MODEL)["spec"]["rules"][0]
     assert rule["backendRefs"] == [{"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": MODEL}]
     picker = dev.manifest("ConfigMap", f"{MODEL}-epp")["data"]["config.yaml"]
     hold = seconds(re.search(r"defaultRequestTTL: (\S+)", picker).group(1))  # type: ignore[union-attr]

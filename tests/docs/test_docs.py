@@ -127,7 +127,7 @@ def _emitted_alerts() -> set[str]:
                          admission=Admission(True, 901, 7, 1.0, 7, 2, scale_out_seconds=840),
                          ttft_objective_seconds=2, wake_seconds=901)
     groups += picker_alert_groups((routed, waking), replicas=2, runbook_base_url="https://x")
-    groups += edge_alert_groups("llm-serving", "envoy-gateway-system", "https://x")
+    groups += edge_alert_groups("llm-serving", "envoy-gateway-system", "https://x", by_model=True)
     groups += refusal_alert_groups("https://x")
     return set(alert_names(groups))
 

@@ -606,13 +606,14 @@ def test_the_programs_ingresses_and_gateway_objects_pass():
     types = {"Ingress": rules.INGRESS, "HTTPRoute": rules.HTTP_ROUTES[0],
              "BackendTrafficPolicy": rules.BACKEND_TRAFFIC_POLICY}
     checked = [o for o in objects if o["kind"] in types]
-    assert sorted(o["kind"] for o in checked) == ["BackendTrafficPolicy", "HTTPRoute", "Ingress", "Ingress"]
+    # nginx: the model's Ingress and the one closing vLLM's runtime adapter API; the ALB's.
+    assert sorted(o["kind"] for o in checked) == ["BackendTrafficPolicy", "HTTPRoute", "Ingress", "Ingress", "Ingress"]
     for manifest in checked:
         assert edge_check(types[manifest["kind"]], manifest) == [], manifest["kind"]
 
 
 def test_nginx_buffering_fails_whether_on_or_left_at_the_default():
-    (ingress,) = edge_objects.nginx_ingress(SETTINGS, [ROUTE])
+    ingress = edge_objects.nginx_ingress(SETTINGS, [ROUTE])[0]
     ingress["metadata"]["annotations"]["nginx.ingress.kubernetes.io/proxy-buffering"] = "on"
     del ingress["metadata"]["annotations"]["nginx.ingress.kubernetes.io/proxy-request-buffering"]
     assert edge_check(rules.INGRESS, ingress) == [
@@ -665,14 +666,18 @@ def test_backend_traffic_policy_that_buffers_retries_or_times_out_fails():
 @pytest.mark.parametrize("timeouts", [{"request": "0s"}, {"request": "1h"}, {"request": "600s"},
                                       {"request": "0s", "backendRequest": "0s"}])
 def test_http_routes_without_a_short_timeout_pass(timeouts):
-    route = {"metadata": {"name": "r", "namespace": "ns"}, "spec": {"rules": [{"timeouts": timeouts}]}}
+    route = {"metadata": {"name": "r", "namespace": "ns"}, "spec": {"rules": [
+        {"timeouts": timeouts, "backendRefs": [{"name": "llama-70b"}]}]}}
     assert edge_check(rules.HTTP_ROUTES[0], route) == []
 
 
 def test_http_routes_with_a_short_or_default_timeout_fail():
     route = {"metadata": {"name": "r", "namespace": "ns"}, "spec": {"rules": [
-        {"timeouts": {"request": "300s", "backendRequest": "30s"}},
+        {"timeouts": {"request": "300s", "backendRequest": "30s"}, "backendRefs": [{"name": "llama-70b"}]},
         {"backendRefs": [{"name": "llama-70b"}]},
+        # A rule without a backend answers itself (the runtime adapter API's direct 404): no generation to cut.
+        {"matches": [{"path": {"type": "Exact", "value": "/v1/load_lora_adapter"}}], "filters": [
+            {"type": "ExtensionRef", "extensionRef": {"kind": "HTTPRouteFilter", "name": "closed"}}]},
     ]}}
     assert edge_check(rules.HTTP_ROUTES[0], route) == [
         'HTTPRoute ns/r rule 0: timeouts.request is 300s, which cuts every longer generation. Set "0s" (no limit) '

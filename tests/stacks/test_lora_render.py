@@ -112,3 +112,18 @@ def test_the_host_memory_row_adds_up_with_the_adapters_beside_the_cpu_kv_tier(va
     total = int(head.removesuffix(" GiB").replace(",", ""))
     terms = [int(re.findall(r"[\d,]+$", term)[0].replace(",", "")) for term in sum_of.split(" + ")]
     assert "LoRA adapters" in row and sum(terms) == total
+
+
+def test_a_models_adapters_and_aliases_reach_its_pool_by_name_on_one_host():
+    """byModel: the request's `model` may name the model, one of its adapters or an alias; each is an Exact match on
+    the model's rule (and an entry of GET /v1/models), so all reach that model's pool, where the picker rewrites an
+    alias to one of its adapters."""
+    from llm_serving.edge import by_model
+    from llm_serving.stack import parts
+    from tests.support.components import committed_args, site
+
+    args = committed_args("dev", edge={"routing": "byModel"},
+                          models=[{"name": "llama-8b", "lora": stack_variants.DEV_LORA}])
+    (route,) = parts.edge(args, site(args)).routes
+    assert route.extra_model_names == ("sql-v1", "sql-v2", "sql")
+    assert by_model.model_names(route) == ("llama-8b", "sql-v1", "sql-v2", "sql")

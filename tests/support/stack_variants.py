@@ -115,3 +115,11 @@ def dev_with_adapters(directory: Path) -> Path:
     return write(directory, "dev-lora", {
         "grafanaAdminPassword": {"secure": "v1:x"},
         "models": [{"name": "llama-8b", "lora": DEV_LORA}]}, extends="dev")
+
+
+def prod_two_models_by_model(directory: Path) -> Path:
+    """prod serving llama-70b and llama-8b behind one base URL (`edge.routing: byModel`): the request body's `model`
+    picks the pool, so llama-8b keeps no path prefix of its own."""
+    second = {**SECOND_MODEL, "route": {"routing": "inferencePool"}}
+    return write(directory, "prod-by-model", {"gpuNodeGroup": ROOM_FOR_TWO, "models": [second],
+                                              "edge": {"routing": "byModel"}})

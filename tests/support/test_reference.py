@@ -780,3 +780,12 @@ def test_fixtures_are_up_to_date_with_the_reference(tmp_path: Path) -> None:
     assert derived == committed
     _, mismatch, errors = filecmp.cmpfiles(out, reference.FIXTURES, derived, shallow=False)
     assert (mismatch, errors) == ([], []), "run tools/derive_reference_fixtures.py and commit the result"
+
+
+def test_a_kind_without_a_reference_crd_is_checked_for_its_shape_only():
+    ok = {"apiVersion": "gateway.envoyproxy.io/v1alpha1", "kind": "HTTPRouteFilter",
+          "metadata": {"name": "f", "namespace": "n"}, "spec": {"directResponse": {"statusCode": 404}}}
+    assert reference.custom_resource_errors(ok) == []
+    for spec in ({}, {"directResponse": {}, "urlRewrite": {}}, {"redirect": {}}):
+        assert reference.custom_resource_errors({**ok, "spec": spec}) != []
+    assert reference.custom_resource_errors({**ok, "metadata": {"name": "f"}}) != []

@@ -10,7 +10,8 @@ from collections.abc import Iterator
 
 from llm_serving import routing, serving
 from llm_serving.cluster import ClusterMode, LoadBalancerControllerMode
-from llm_serving.edge import ControllerMode, EdgeAuth, EdgeMode
+from llm_serving.edge import BY_MODEL_MAX_MODELS as MAX_MODELS
+from llm_serving.edge import ControllerMode, EdgeAuth, EdgeMode, EdgeRouting
 from llm_serving.platform.args import Environment
 from llm_serving.platform.problems import Problem
 from llm_serving.serving import RoutingMode
@@ -106,10 +107,13 @@ def edge_rules(config: ServingStackArgs) -> Iterator[Problem]:
     if edge.auth is EdgeAuth.JWT and edge.jwt is None:
         yield Problem("edge.jwt", "auth jwt needs an issuer, a JWKS URI and the accepted audiences", None,
                       "jwt.issuer, jwt.jwksUri and jwt.audiences")
+    by_model = edge.routing is EdgeRouting.BY_MODEL
+    if by_model:
+        yield from _by_model_rules(config)
     seen: dict[tuple[str, str], str] = {}
     for model in config.models:
         key = (route_host(config, model), model.route.path_prefix)
-        if key in seen:
+        if key in seen and not by_model:
             yield Problem(f"models[{model.name}].route", f"same host and path as model {seen[key]}",
                           f"{key[0]}{key[1]}", "a distinct host or pathPrefix")
         seen.setdefault(key, model.name)
@@ -137,6 +141,37 @@ def edge_rules(config: ServingStackArgs) -> Iterator[Problem]:
                           f"tokens at {edge.min_decode_tokens_per_second:g} tokens/s takes {needed} s, beyond the "
                           f"ALB's {ALB_MAX_IDLE_TIMEOUT_SECONDS} s idle timeout", model.max_model_len,
                           "a gateway edge, or a shorter maxModelLen")
+
+
+def _by_model_rules(config: ServingStackArgs) -> Iterator[Problem]:
+    """`edge.routing: byModel`: Envoy AI Gateway's AIGatewayRoute over every model's InferencePool, which only an
+    installed Envoy Gateway with AI Gateway runs (the stack installs AI Gateway with its own Envoy Gateway only)."""
+    edge = config.edge
+    if edge.mode is not EdgeMode.GATEWAY or edge.controller is not ControllerMode.INSTALL:
+        yield Problem("edge.routing", "byModel needs Envoy AI Gateway, which the stack installs in gateway mode with "
+                      "controller install only", f"mode {edge.mode.value}, controller {edge.controller.value}",
+                      "perModel, or mode gateway with controller install")
+    if edge.auth is not EdgeAuth.VLLM_API_KEY:
+        # The gateway modes inject vLLM's key with an HTTPRouteFilter on each model's rule; AIGatewayRoute rules
+        # take no filters (aigateway.envoyproxy.io v1beta1 AIGatewayRouteRule), and AI Gateway's own way for a
+        # pool (BackendSecurityPolicy) is not verified end to end here.
+        yield Problem("edge.auth", "byModel routing passes the client's key through to vLLM; the gateway cannot "
+                      "inject vLLM's own key on an AIGatewayRoute", edge.auth.value, "vllm-api-key")
+    if len(config.models) > MAX_MODELS:
+        yield Problem("models", f"one AIGatewayRoute routes at most {MAX_MODELS} models (15 rules, one reserved)",
+                      len(config.models), f"<= {MAX_MODELS} models, or edge.routing perModel")
+    for model in config.models:
+        if planning.routing_mode(config, model) is not RoutingMode.INFERENCE_POOL:
+            yield Problem(f"models[{model.name}].route.routing", "byModel routing sends every model to its "
+                          "InferencePool", planning.routing_mode(config, model).value, "inferencePool, or unset")
+        if model.route.host is not None or model.route.path_prefix != "/":
+            yield Problem(f"models[{model.name}].route", "byModel routing publishes every model at "
+                          f"https://{edge.host}/v1", f"host {model.route.host}, pathPrefix {model.route.path_prefix}",
+                          "host and pathPrefix unset")
+        if model.route.priority is not None:
+            # The picker reads the objective from a header only; an AIGatewayRoute rule cannot set one per model.
+            yield Problem(f"models[{model.name}].route.priority", "byModel routing cannot tag a model's requests "
+                          "with its InferenceObjective", model.route.priority, "unset, or edge.routing perModel")
 
 
 def _load_balancer_controller_rules(config: ServingStackArgs) -> Iterator[Problem]:

@@ -56,3 +56,23 @@ def test_the_error_ratio_counts_only_gateway_listeners_not_probes_or_scrapes():
         store.add("envoy_http_downstream_rq_xx", {**labels, "envoy_response_code_class": "5"}, [(10, 0), (300, errors)])
         store.add("envoy_http_downstream_rq_tx_reset", labels, [(10, 0), (300, 0)])
     assert evaluate(error_ratio(job, "5m"), store, 300) == {(): pytest.approx(0.1)}
+
+
+def test_by_model_alerts_on_an_envoy_pod_whose_body_router_is_not_ready():
+    from llm_serving.edge.alerts import ROUTER_METRIC_TYPES, edge_alert_groups
+
+    (per_model,) = edge_alert_groups("llm-serving", "envoy-gateway-system", "https://x")
+    (by_model,) = edge_alert_groups("llm-serving", "envoy-gateway-system", "https://x", by_model=True)
+    assert [r["alert"] for r in by_model["rules"]] == [*(r["alert"] for r in per_model["rules"]),
+                                                      "EdgeModelRouterNotReady"]
+    rule = by_model["rules"][-1]
+    assert promql.parse_errors(rule["expr"]) == []
+    assert promql.metric_names(rule["expr"]) == set(ROUTER_METRIC_TYPES)
+    # One pod's sidecar unready fires for that pod only; a ready one, or a container of another name, does not.
+    store = Store()
+    for pod, container, ready in (("envoy-a", "ai-gateway-extproc", 0), ("envoy-b", "ai-gateway-extproc", 1),
+                                  ("envoy-c", "envoy", 0)):
+        store.add("kube_pod_init_container_status_ready",
+                  {"namespace": "envoy-gateway-system", "pod": pod, "container": container}, [(300, ready)])
+    fired = evaluate(rule["expr"], store, 300)
+    assert [dict(labels)["pod"] for labels in fired] == ["envoy-a"]

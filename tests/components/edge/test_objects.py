@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from llm_serving.edge import EdgeAuth, EdgeMode, LoadBalancerScheme
+from llm_serving.edge import EdgeAuth, EdgeMode, LoadBalancerScheme, by_model
 from llm_serving.edge import objects as edge
 from llm_serving.edge.objects import EdgeSettings, Route
 from llm_serving.platform import versions
@@ -92,7 +92,8 @@ def test_every_gateway_object_validates_against_its_crd(settings: EdgeSettings) 
 
 def test_every_ingress_validates_against_kubernetes_1_34() -> None:
     objects = edge.alb_ingress(SETTINGS, INGRESS_ROUTES, ALB_SUBNETS) + edge.nginx_ingress(SETTINGS, INGRESS_ROUTES)
-    assert len(objects) == 4
+    # ALB: one per host; nginx: one per host and one closing its runtime adapter API.
+    assert len(objects) == 6
     assert [e for o in objects for e in kubernetes_object_errors(o, "1.34")] == []
 
 
@@ -142,6 +143,7 @@ def test_gateway_objects_are_the_expected_kinds_in_namespaces() -> None:
         ("ClientTrafficPolicy", "llm-serving", EDGE_NS),
         ("SecurityPolicy", "llm-serving-auth", EDGE_NS),
         ("Service", "llm-serving-internal", EDGE_NS),  # the deploy gate's way in before DNS points at the NLB
+        ("HTTPRouteFilter", "runtime-adapter-api-closed", SERVING_NS),
         ("HTTPRoute", "llama-70b", SERVING_NS),
         ("BackendTrafficPolicy", "llama-70b", SERVING_NS),
         ("HTTPRoute", "qwen-7b", SERVING_NS),
@@ -244,6 +246,11 @@ def test_http_routes_publish_only_v1_under_the_prefix_to_the_model_service() -> 
             "matches": [{"path": {"type": "PathPrefix", "value": "/v1"}}],
             "backendRefs": [{"group": "", "kind": "Service", "name": "llama-70b", "port": 8000}],
             "timeouts": {"request": "0s"},
+        }, {
+            "matches": [{"path": {"type": "Exact", "value": "/v1/load_lora_adapter"}},
+                        {"path": {"type": "Exact", "value": "/v1/unload_lora_adapter"}}],
+            "filters": [{"type": "ExtensionRef", "extensionRef": {
+                "group": "gateway.envoyproxy.io", "kind": "HTTPRouteFilter", "name": "runtime-adapter-api-closed"}}],
         }],
     }
     qwen_rule = one(GATEWAY, "HTTPRoute", "qwen-7b")["spec"]["rules"][0]
@@ -384,12 +391,17 @@ def gateway_backend(objects: list[dict[str, Any]], host: str, path: str) -> tupl
                     continue
                 for rule in route["spec"]["rules"]:
                     for match in rule["matches"]:
-                        prefix = match["path"]["value"]
-                        if match["path"]["type"] == "PathPrefix" and _prefix_matches(prefix, path):
-                            found.append((len(prefix), ns, prefix, rule))
+                        prefix, kind = match["path"]["value"], match["path"]["type"]
+                        if kind == "PathPrefix" and _prefix_matches(prefix, path) or kind == "Exact" and prefix == path:
+                            # Gateway API precedence: an Exact path match first, then the longest prefix.
+                            found.append(((kind == "Exact", len(prefix)), ns, prefix, rule))
     if not found:
         return None
     _, ns, prefix, rule = max(found, key=lambda item: item[0])
+    if "backendRefs" not in rule:
+        # A rule without a backend answers itself (the runtime adapter API's direct 404).
+        assert [f["extensionRef"]["name"] for f in rule["filters"]] == [edge.RUNTIME_ADAPTER_FILTER]
+        return None
     upstream = path
     for f in rule.get("filters", []):
         if f["type"] != "URLRewrite":
@@ -443,15 +455,17 @@ def test_vllm_api_key_mode_checks_the_same_key_at_the_gateway_and_passes_it_on()
         "extractFrom": [{"headers": ["authorization"]}],
         "sanitize": False,
     }
-    assert by_kind(GATEWAY, "HTTPRouteFilter") == []
+    assert [f["metadata"]["name"] for f in by_kind(GATEWAY, "HTTPRouteFilter")] == ["runtime-adapter-api-closed"]
     for route in by_kind(GATEWAY, "HTTPRoute"):
-        assert all(f["type"] != "ExtensionRef" for rule in route["spec"]["rules"] for f in rule.get("filters", []))
+        # No key injected: vLLM checks the client's own (the only extension filter is the closed adapter API's).
+        assert all(f["type"] != "ExtensionRef" or f["extensionRef"]["name"] == "runtime-adapter-api-closed"
+                   for rule in route["spec"]["rules"] for f in rule.get("filters", []))
 
 
 @pytest.mark.parametrize("settings", [API_KEYS, JWT], ids=["keys", "jwt"])
 def test_gateway_auth_modes_inject_vllms_own_key_on_every_route(settings: EdgeSettings) -> None:
     objects = edge.gateway_objects(settings, ROUTES)
-    (injector,) = by_kind(objects, "HTTPRouteFilter")
+    injector = one(objects, "HTTPRouteFilter", "vllm-api-key")
     assert injector == {
         "apiVersion": "gateway.envoyproxy.io/v1alpha1",
         "kind": "HTTPRouteFilter",
@@ -463,7 +477,7 @@ def test_gateway_auth_modes_inject_vllms_own_key_on_every_route(settings: EdgeSe
         }},
     }
     for route in by_kind(objects, "HTTPRoute"):
-        (rule,) = route["spec"]["rules"]
+        rule = route["spec"]["rules"][0]
         assert {"type": "ExtensionRef", "extensionRef": {
             "group": "gateway.envoyproxy.io", "kind": "HTTPRouteFilter", "name": "vllm-api-key"}} in rule["filters"]
 
@@ -493,19 +507,31 @@ def test_unknown_host_is_not_routed() -> None:
 ALB = edge.alb_ingress(SETTINGS, INGRESS_ROUTES, ALB_SUBNETS)
 
 
+DENY_ALL = "0.0.0.0/0,::/0"
+
+
 def ingress_backend(objects: list[dict[str, Any]], host: str, path: str) -> tuple[str, str, int] | None:
+    """The Service host + path reach: an Exact path before any Prefix (ingress-nginx `location =`, the ALB's rules
+    in listed order with exact paths first), the longest prefix otherwise; None where nothing matches, or the
+    matching path answers itself (an ALB fixed-response action, an Ingress that denies every address)."""
     found = []
     for ingress in by_kind(objects, "Ingress"):
+        annotations = ingress["metadata"].get("annotations", {})
         for rule in ingress["spec"]["rules"]:
             if rule["host"] != host:
                 continue
             for entry in rule["http"]["paths"]:
-                assert entry["pathType"] == "Prefix"
-                if _prefix_matches(entry["path"], path):
+                assert entry["pathType"] in ("Prefix", "Exact")
+                exact = entry["pathType"] == "Exact"
+                if entry["path"] == path if exact else _prefix_matches(entry["path"], path):
                     service = entry["backend"]["service"]
-                    found.append((len(entry["path"]), ingress["metadata"]["namespace"], service["name"],
-                                  service["port"]["number"]))
-    return max(found)[1:] if found else None
+                    answers_itself = (service["port"].get("name") == "use-annotation"
+                                      or annotations.get("nginx.ingress.kubernetes.io/denylist-source-range")
+                                      == DENY_ALL)
+                    target = None if answers_itself else (ingress["metadata"]["namespace"], service["name"],
+                                                          service["port"]["number"])
+                    found.append(((exact, len(entry["path"])), target))
+    return max(found, key=lambda item: item[0])[1] if found else None
 
 
 def test_alb_annotations_pin_every_streaming_setting() -> None:
@@ -523,6 +549,10 @@ def test_alb_annotations_pin_every_streaming_setting() -> None:
         "alb.ingress.kubernetes.io/backend-protocol-version": "HTTP1",
         "alb.ingress.kubernetes.io/healthcheck-path": "/health",
         "alb.ingress.kubernetes.io/target-group-attributes": "deregistration_delay.timeout_seconds=300",
+        "alb.ingress.kubernetes.io/actions.runtime-adapter-api-closed": (
+            '{"type":"fixed-response","fixedResponseConfig":{"contentType":"application/json","statusCode":"404",'
+            '"messageBody":"{\\"error\\": {\\"message\\": \\"Not found.\\", \\"type\\": \\"NotFoundError\\", '
+            '\\"param\\": null, \\"code\\": 404}}"}}'),
     }
     qwen = one(ALB, "Ingress", "llm-serving-qwen-example-com")["metadata"]["annotations"]
     assert qwen["alb.ingress.kubernetes.io/target-group-attributes"] == "deregistration_delay.timeout_seconds=120"
@@ -595,12 +625,12 @@ def test_nginx_annotations_turn_buffering_off_and_pin_timeouts_and_body_size() -
 
 def test_nginx_body_size_keeps_odd_sizes_exact() -> None:
     route = dataclasses.replace(LLAMA, request_body_limit_bytes=1536 * 1024)
-    (ingress,) = edge.nginx_ingress(SETTINGS, [route])
+    (ingress, _) = edge.nginx_ingress(SETTINGS, [route])
     assert ingress["metadata"]["annotations"]["nginx.ingress.kubernetes.io/proxy-body-size"] == "1536k"
 
 
 def test_nginx_with_cert_manager_annotates_and_names_the_secret() -> None:
-    (ingress, _) = edge.nginx_ingress(CERT_MANAGER, INGRESS_ROUTES)
+    ingress = edge.nginx_ingress(CERT_MANAGER, INGRESS_ROUTES)[0]
     assert ingress["metadata"]["annotations"]["cert-manager.io/cluster-issuer"] == "letsencrypt"
     assert ingress["spec"]["tls"] == [{"hosts": [HOST], "secretName": "llm-serving-tls"}]
 
@@ -878,3 +908,38 @@ def test_an_empty_or_malformed_prefix_list_is_refused(cidrs: tuple[str, ...], me
 def test_narrowing_s3_egress_without_s3_weights_is_refused() -> None:
     with pytest.raises(ValueError, match="only weights_from_s3 opens"):
         edge.network_policies(**POLICY_ARGS, s3_prefix_list_cidrs=S3_PREFIX_LIST)
+
+
+# --------------------------------------------------------------------------------------------
+# vLLM's runtime adapter API, in every edge mode
+
+
+def _runtime_adapter_reach(mode: str) -> list[object]:
+    """Where each model's runtime adapter paths lead through `mode`'s objects (None: nowhere)."""
+    if mode == "byModel":
+        pooled = [dataclasses.replace(route, inference_pool=True, path_prefix="/") for route in ROUTES]
+        objects = by_model.models_route_objects(dataclasses.replace(SETTINGS, by_model=True), pooled)
+        return [by_model.routed_pool(objects, route.model_name, path)
+                for route in pooled for path in edge.RUNTIME_ADAPTER_PATHS]
+    if mode in ("alb", "ingress-nginx"):
+        objects = ALB if mode == "alb" else edge.nginx_ingress(SETTINGS, INGRESS_ROUTES)
+        return [ingress_backend(objects, route.host, path)
+                for route in INGRESS_ROUTES for path in edge.runtime_adapter_paths(route.path_prefix)]
+    settings = {"gateway": SETTINGS, "gateway-api-key": API_KEYS, "jwt": JWT}[mode]
+    objects = edge.gateway_objects(settings, ROUTES)
+    return [gateway_backend(objects, route.host, path)
+            for route in ROUTES for path in edge.runtime_adapter_paths(route.path_prefix)]
+
+
+@pytest.mark.parametrize("mode", ["gateway", "gateway-api-key", "jwt", "alb", "ingress-nginx", "byModel"])
+def test_no_edge_mode_routes_vllms_runtime_adapter_api(mode: str) -> None:
+    reach = _runtime_adapter_reach(mode)
+    assert len(reach) == 4 and reach == [None] * 4
+
+
+def test_the_runtime_adapter_paths_sit_under_each_models_prefix() -> None:
+    assert edge.runtime_adapter_paths("/") == ["/v1/load_lora_adapter", "/v1/unload_lora_adapter"]
+    assert edge.runtime_adapter_paths("/qwen-7b/") == ["/qwen-7b/v1/load_lora_adapter",
+                                                       "/qwen-7b/v1/unload_lora_adapter"]
+    # The paths vLLM registers under its root, as vllm/entrypoints/serve/lora/api_router.py @0.33.0 names them.
+    assert set(edge.RUNTIME_ADAPTER_PATHS) == {"/v1/load_lora_adapter", "/v1/unload_lora_adapter"}

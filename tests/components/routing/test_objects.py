@@ -129,14 +129,14 @@ def test_prods_picker_scores_queue_kv_cache_and_prefix_from_vllm_metrics(rendere
 
 def test_prods_route_names_the_pool_and_keeps_every_streaming_setting(rendered, dev_awake):
     prod, dev = rendered["prod"], dev_awake
-    (rule,) = _by(prod, "HTTPRoute", MODEL)["spec"]["rules"]
+    rule = _by(prod, "HTTPRoute", MODEL)["spec"]["rules"][0]
     assert rule["backendRefs"] == [{"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": MODEL}]
     assert rule["timeouts"] == {"request": "1805s"}
     policy = _by(prod, "BackendTrafficPolicy", MODEL)["spec"]
     assert policy["retry"] == {"numRetries": 0} and "requestBuffer" not in policy
     assert policy["timeout"]["http"]["requestTimeout"] == "1805s"
     # A model of one replica all day: its route keeps the Service, and no AI Gateway is installed.
-    (dev_rule,) = _by(dev, "HTTPRoute", "llama-8b")["spec"]["rules"]
+    dev_rule = _by(dev, "HTTPRoute", "llama-8b")["spec"]["rules"][0]
     assert dev_rule["backendRefs"] == [{"group": "", "kind": "Service", "name": "llama-8b", "port": 8000}]
     assert not [r for r in dev.resources if r["name"].startswith("edge-ai-gateway")]
 
@@ -331,7 +331,7 @@ def test_a_negative_priority_makes_the_models_requests_sheddable_through_its_obj
                   request_timeout_seconds=0, stream_idle_timeout_seconds=300, request_body_limit_bytes=8 << 20,
                   drain_seconds=300, inference_pool=True, objective_header=(OBJECTIVE_HEADER, "batch-8b"))
     http_route, _ = _route_objects(SETTINGS, route)
-    (rule,) = http_route["spec"]["rules"]
+    rule = http_route["spec"]["rules"][0]
     assert rule["filters"] == [{"type": "RequestHeaderModifier", "requestHeaderModifier": {
         "set": [{"name": "x-llm-d-inference-objective", "value": "batch-8b"}]}}]
     assert reference.custom_resource_errors(http_route) == []

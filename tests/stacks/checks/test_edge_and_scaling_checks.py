@@ -121,6 +121,34 @@ def test_rejects_two_models_on_the_same_host_and_path():
     assert lines(models=[model(), model(name="qwen-7b-b", route={"pathPrefix": "/b"})]) == []
 
 
+def test_by_model_routing_puts_two_models_on_one_host_and_path():
+    pooled = {"routing": "inferencePool"}
+    assert lines(edge={"routing": "byModel"}, models=[model(route=pooled), model(name="qwen-7b-b", route=pooled)]) == []
+
+
+def test_by_model_routing_refuses_what_an_ai_gateway_route_cannot_carry():
+    pooled = {"routing": "inferencePool"}
+    assert lines(edge={"routing": "byModel", "auth": "gateway-api-key"},
+                 models=[model(route={**pooled, "pathPrefix": "/b", "priority": 5}),
+                         model(name="qwen-7b-b", route={"routing": "service"})]) == [
+        'llm-serving:edge.auth: byModel routing passes the client\'s key through to vLLM; the gateway cannot inject '
+        'vLLM\'s own key on an AIGatewayRoute (got "gateway-api-key"; expected vllm-api-key)',
+        'llm-serving:models[qwen-7b].route: byModel routing publishes every model at https://llm.example.com/v1 '
+        '(got "host None, pathPrefix /b"; expected host and pathPrefix unset)',
+        'llm-serving:models[qwen-7b].route.priority: byModel routing cannot tag a model\'s requests with its '
+        'InferenceObjective (got 5; expected unset, or edge.routing perModel)',
+        'llm-serving:models[qwen-7b-b].route.routing: byModel routing sends every model to its InferencePool '
+        '(got "service"; expected inferencePool, or unset)',
+    ]
+
+
+def test_by_model_routing_needs_the_installed_gateway():
+    assert 'llm-serving:edge.routing: byModel needs Envoy AI Gateway' in "\n".join(
+        lines(edge={"routing": "byModel", "mode": "alb", "tls": {"acmCertificateArn": ACM},
+                    "loadBalancerSubnetIds": ALB_SUBNETS, "albControllerRoleArn": "arn:aws:iam::123456789012:role/a"},
+              models=[model(route={"routing": "inferencePool"})]))
+
+
 def test_rejects_a_stream_bound_shorter_than_a_max_length_generation():
     assert lines(models=[model(maxModelLen=16384, route={"maxStreamSeconds": 900})]) == [
         "llm-serving:models[qwen-7b].route.maxStreamSeconds: cuts generations short: 16384 tokens at the 0.1 s ITL "
