@@ -65,6 +65,7 @@ KIND_RESOURCES: dict[tuple[str, str], str] = {
     ("gateway.envoyproxy.io", "BackendTrafficPolicy"): "backendtrafficpolicies",
     ("gateway.envoyproxy.io", "ClientTrafficPolicy"): "clienttrafficpolicies",
     ("gateway.envoyproxy.io", "EnvoyProxy"): "envoyproxies",
+    ("gateway.envoyproxy.io", "HTTPRouteFilter"): "httproutefilters",
     ("gateway.envoyproxy.io", "SecurityPolicy"): "securitypolicies",
     ("gateway.networking.k8s.io", "Gateway"): "gateways",
     ("gateway.networking.k8s.io", "GatewayClass"): "gatewayclasses",

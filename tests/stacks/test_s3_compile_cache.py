@@ -96,11 +96,12 @@ def test_the_producer_job_streams_and_uploads_with_its_own_account_on_a_gpu_node
                                       {"name": "tmp", "mountPath": "/tmp"}, SYNC_MOUNT]
     assert [v["name"] for v in pod["volumes"]] == ["shm", "cache", "tmp", "compile-cache-sync"]
     assert pod["volumes"][-1] == SYNC_VOLUME
-    # Credentials only once its association's guard exists (after the association); the script only once its
+    # Credentials only once its guard is in force and then its association exists; the script only once its
     # ConfigMap does; fenced first.
     depends = example.wiring["kubernetes:batch/v1:Job::llama-70b-compile-cache"]["dependsOn"]
-    assert ASSOCIATION in example.wiring[GUARD_POLICY]["dependsOn"]
-    assert {GUARD, SYNC_CONFIGMAP, "kubernetes:networking.k8s.io/v1:NetworkPolicy::compile-cache-network-policy",
+    assert GUARD_POLICY in example.wiring[ASSOCIATION]["dependsOn"]
+    assert {GUARD, ASSOCIATION, SYNC_CONFIGMAP,
+            "kubernetes:networking.k8s.io/v1:NetworkPolicy::compile-cache-network-policy",
             "kubernetes:core/v1:ServiceAccount::llama-70b-compile-cache-account"} <= set(depends)
     assert example.manifest("ServiceAccount", "llama-70b-compile-cache")["automountServiceAccountToken"] is False
 
