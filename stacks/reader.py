@@ -62,6 +62,7 @@ KIND_RESOURCES: dict[tuple[str, str], str] = {
     ("apps", "DaemonSet"): "daemonsets",
     ("apps", "Deployment"): "deployments",
     ("batch", "Job"): "jobs",
+    ("aigateway.envoyproxy.io", "AIGatewayRoute"): "aigatewayroutes",  # edge.routing: byModel
     ("gateway.envoyproxy.io", "BackendTrafficPolicy"): "backendtrafficpolicies",
     ("gateway.envoyproxy.io", "ClientTrafficPolicy"): "clienttrafficpolicies",
     ("gateway.envoyproxy.io", "EnvoyProxy"): "envoyproxies",
