@@ -84,8 +84,12 @@ ROOM_FOR_TWO = {"scaling": {"minNodes": 2, "maxNodes": 8, "desiredNodes": 2}}
 
 
 def prod_with_two_models(directory: Path) -> Path:
-    """prod serving llama-70b and llama-8b, each with its own shared compile cache."""
-    return write(directory, "prod-two-models", {"gpuNodeGroup": ROOM_FOR_TWO, "models": [SECOND_MODEL]})
+    """prod serving llama-70b and llama-8b, each with its own shared compile cache, behind one base URL
+    (`edge.routing: byModel`): the request body's `model` picks the pool, so llama-8b keeps no path prefix of its
+    own. One variant for the cache's and the edge's tests: one render per process."""
+    second = {**SECOND_MODEL, "route": {"routing": "inferencePool"}}
+    return write(directory, "prod-two-models", {"gpuNodeGroup": ROOM_FOR_TWO, "models": [second],
+                                                "edge": {"routing": "byModel"}})
 
 
 def prod_s3_with_twin_models(directory: Path) -> Path:
@@ -118,8 +122,5 @@ def dev_with_adapters(directory: Path) -> Path:
 
 
 def prod_two_models_by_model(directory: Path) -> Path:
-    """prod serving llama-70b and llama-8b behind one base URL (`edge.routing: byModel`): the request body's `model`
-    picks the pool, so llama-8b keeps no path prefix of its own."""
-    second = {**SECOND_MODEL, "route": {"routing": "inferencePool"}}
-    return write(directory, "prod-by-model", {"gpuNodeGroup": ROOM_FOR_TWO, "models": [second],
-                                              "edge": {"routing": "byModel"}})
+    """prod serving llama-70b and llama-8b behind one base URL: prod_with_two_models."""
+    return prod_with_two_models(directory)

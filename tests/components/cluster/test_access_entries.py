@@ -5,6 +5,8 @@ state through aliases."""
 
 from __future__ import annotations
 
+import pytest
+
 from llm_serving.cluster import plan_network
 from llm_serving.cluster.cluster import Cluster, ClusterSpec, SystemNodes
 from stacks.offline.aliases import answers_to
@@ -26,8 +28,13 @@ def _cluster(*admins: str) -> list[dict]:
     return run(lambda: Cluster("c", spec)).resources
 
 
-def test_removing_the_first_admin_touches_no_other_admins_entry():
-    both, second_only = _cluster(PLATFORM, ONCALL), _cluster(ONCALL)
+@pytest.fixture(scope="module")
+def both() -> list[dict]:
+    return _cluster(PLATFORM, ONCALL)
+
+
+def test_removing_the_first_admin_touches_no_other_admins_entry(both):
+    second_only = _cluster(ONCALL)
     diff = diff_resources(both, second_only, "test", "main")
     assert not diff.of("replace") and not diff.of("create")
     deleted = {(c.type, c.name) for c in diff.of("delete")}
@@ -35,8 +42,8 @@ def test_removing_the_first_admin_touches_no_other_admins_entry():
     assert all("platform-admins" in name for _, name in deleted)
 
 
-def test_entries_made_under_positional_names_are_kept_by_their_aliases():
-    resources = _cluster(PLATFORM, ONCALL)
+def test_entries_made_under_positional_names_are_kept_by_their_aliases(both):
+    resources = both
     aliases = answers_to(resources)
     for position, arn in enumerate((PLATFORM, ONCALL)):
         (entry,) = [r for r in resources if r["type"] == ENTRY and r["inputs"]["principalArn"] == arn]
