@@ -133,8 +133,17 @@ class Edge(pulumi.ComponentResource):
         # Custom resources wait for the chart that brings their CRDs (and the namespace they live in).
         pooled = {r.model_name for r in routes if r.inference_pool}
         if args.settings.by_model:
-            # One AIGatewayRoute over every pool: it goes up once every picker answers, as a pool's HTTPRoute does.
-            self.pool_route_manifests = by_model.models_route_objects(args.settings, routes)
+            # One AIGatewayRoute over every pool, created here, before the Gateway, not after the pickers as a pool's
+            # HTTPRoute is: AI Gateway's webhook injects its body router into an Envoy pod only when an
+            # AIGatewayRoute references the pod's Gateway at the pod's creation (envoyproxy/ai-gateway v1.1.0
+            # internal/controller/gateway_mutator.go mutatePod), so a route created last would leave the first
+            # Envoy pods without it, failing every request until the controller rolls them. The price: a new model's
+            # rule is live before its picker answers, so requests naming it fail closed (500) for that while.
+            self.pool_route_manifests = []
+            route_after = pulumi.ResourceOptions(parent=self, depends_on=list(self.controller))
+            self.controller.extend(
+                manifest_resource(f"{name}-{obj['kind'].lower()}-{obj['metadata']['name']}", obj, route_after)
+                for obj in by_model.models_route_objects(args.settings, routes))
         else:
             self.pool_route_manifests = [o for o in manifests if _route_of(o) in pooled]
         after = pulumi.ResourceOptions(parent=self, depends_on=self.controller)

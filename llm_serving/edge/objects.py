@@ -484,6 +484,14 @@ def gateway_objects(settings: EdgeSettings, routes: list[Route]) -> list[Manifes
             # longest route may; Envoy Gateway sets the pod's grace period to drainTimeout + 300 s
             # (gitlab-org/charts/gitlab MR 5625).
             "shutdown": {"drainTimeout": _duration(drain)},
+            # byModel: the key check before AI Gateway's body router. Envoy Gateway puts its custom_response filter
+            # first (v1.9.0 internal/xds/translator/httpfilters.go, order 0; api_key_auth is 7) and AI Gateway
+            # inserts its ext_proc in front of it (v1.1.0 internal/extensionserver/post_translate_modify.go,
+            # insertAIGatewayExtProcFilter), so without this the sidecar would answer GET /v1/models to a client
+            # with no key, and parse every unauthenticated body. Moved after api_key_auth, custom_response takes
+            # the body router with it; it still sees the picker's 429 and the unknown model's 404 (local replies).
+            **({"filterOrder": [{"name": "envoy.filters.http.custom_response",
+                                 "after": "envoy.filters.http.api_key_auth"}]} if settings.by_model else {}),
         },
     }
     gateway_class = {

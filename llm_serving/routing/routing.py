@@ -3,6 +3,8 @@ edge's routes that name the pools, once the pickers answer."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pulumi
@@ -44,6 +46,9 @@ class RoutingSpec:
     edge: pulumi.Resource | None = None
     edge_name: str = "edge"
     edge_after: tuple[pulumi.Resource, ...] = ()
+    # Each model's workload by name: its alias rewrite waits for it, so new weights reach the picker only once the
+    # replicas serve the adapters they name.
+    workloads: Mapping[str, pulumi.Resource] = dataclasses.field(default_factory=dict)
 
 
 class InferenceRouting(pulumi.ComponentResource):
@@ -81,8 +86,14 @@ class InferenceRouting(pulumi.ComponentResource):
             rewrite = inference_model_rewrite(model)
             if rewrite is not None:
                 # Before the routes: an alias request reaching the picker without its rewrite would go to vLLM
-                # under the alias, which vLLM does not serve (404).
-                pickers.append(manifest_resource(f"{model.name}-inferencemodelrewrite", rewrite, after_crds))
+                # under the alias, which vLLM does not serve (404). After the model's rollout: a weight on a new
+                # adapter applied while the replicas still run the old adapter set would send that share of the
+                # alias's requests to replicas that answer 404, and the picker's LoRA affinity scores a free slot
+                # whether or not the replica serves the adapter (llm-d-router v0.10.0 lora_affinity.go Score).
+                workload = args.workloads.get(model.name)
+                pickers.append(manifest_resource(f"{model.name}-inferencemodelrewrite", rewrite,
+                                                 pulumi.ResourceOptions.merge(after_crds, pulumi.ResourceOptions(
+                                                     depends_on=[workload] if workload is not None else []))))
         manifest_resource(
             f"{name}-alerts",
             {

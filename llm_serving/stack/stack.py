@@ -314,6 +314,7 @@ class ServingStack(pulumi.ComponentResource):
                     edge=edge,
                     edge_name="edge",
                     edge_after=tuple(edge.controller),
+                    workloads=dict(self._workloads),
                 ),
                 pulumi.ResourceOptions(parent=self, depends_on=[*edge.inference_prerequisites, *crds]),
             ))

@@ -86,3 +86,14 @@ def test_the_policy_pack_reads_the_ai_gateway_route(two_models):
     assert rule.check(rules.AI_GATEWAY_ROUTE, unbounded, rules.RuleContext("prod", "r")) == [
         'AIGatewayRoute llm-serving/llm-serving-models rule 0: timeouts.request is unset (default 60s in Envoy AI '
         'Gateway), which cuts every longer generation. Set "0s" (no limit) or >= 600s.']
+
+
+def test_the_models_route_exists_before_the_gateway_so_every_envoy_pod_gets_the_body_router(two_models):
+    """AI Gateway's webhook injects its sidecar into an Envoy pod only when an AIGatewayRoute references the pod's
+    Gateway when the pod is created (ai-gateway v1.1.0 gateway_mutator.go): the route goes up after the AI Gateway
+    release (its webhook and CRDs) and before the Gateway, whose Envoy pods Envoy Gateway then creates."""
+    wiring = two_models.wiring
+    (route,) = [key for key in wiring if ":AIGatewayRoute::" in key]
+    (gateway,) = [key for key in wiring if key.startswith("kubernetes:gateway.networking.k8s.io/v1:Gateway::")]
+    assert route in wiring[gateway]["dependsOn"]
+    assert "kubernetes:helm.sh/v3:Release::edge-ai-gateway" in wiring[route]["dependsOn"]

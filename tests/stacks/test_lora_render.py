@@ -127,3 +127,11 @@ def test_a_models_adapters_and_aliases_reach_its_pool_by_name_on_one_host():
     (route,) = parts.edge(args, site(args)).routes
     assert route.extra_model_names == ("sql-v1", "sql-v2", "sql")
     assert by_model.model_names(route) == ("llama-8b", "sql-v1", "sql-v2", "sql")
+
+
+def test_alias_weights_reach_the_picker_only_after_the_replicas_serve_the_adapters(with_adapters):
+    """A weight on a new adapter applied while the replicas still run the old adapter set would send that share of
+    the alias's requests to replicas that answer 404: the rewrite waits for the model's rollout."""
+    wiring = with_adapters.wiring
+    (rewrite,) = [key for key in wiring if ":InferenceModelRewrite::" in key]
+    assert "kubernetes:apps/v1:Deployment::llama-8b-deployment" in wiring[rewrite]["dependsOn"]

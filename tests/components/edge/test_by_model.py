@@ -117,6 +117,22 @@ def test_clients_cannot_name_their_own_objective() -> None:
     assert "headers" not in one(edge.gateway_objects(per_model, routes), "ClientTrafficPolicy", "llm-serving")["spec"]
 
 
+def test_the_key_is_checked_before_the_body_router_sees_a_request() -> None:
+    # Envoy Gateway runs custom_response first and AI Gateway puts its body router in front of it; moved after the
+    # key check, the router (and its own GET /v1/models answer) comes after it too. The key check itself is the
+    # Gateway's SecurityPolicy (apiKeyAuth), in both routing modes.
+    objects = edge.gateway_objects(SETTINGS, ROUTES)
+    proxy = next(o for o in objects if o["kind"] == "EnvoyProxy")
+    assert proxy["spec"]["filterOrder"] == [{"name": "envoy.filters.http.custom_response",
+                                             "after": "envoy.filters.http.api_key_auth"}]
+    assert custom_resource_errors(proxy) == []
+    assert next(o for o in objects if o["kind"] == "SecurityPolicy")["spec"]["apiKeyAuth"]
+    per_model = dataclasses.replace(SETTINGS, by_model=False)
+    routes = [LLAMA, dataclasses.replace(SMALL, path_prefix="/small")]
+    assert "filterOrder" not in next(o for o in edge.gateway_objects(per_model, routes)
+                                     if o["kind"] == "EnvoyProxy")["spec"]
+
+
 def test_by_model_replaces_the_per_model_routes() -> None:
     kinds = {o["kind"] for o in edge.gateway_objects(SETTINGS, ROUTES)}
     assert not kinds & {"HTTPRoute", "BackendTrafficPolicy", "HTTPRouteFilter"}
