@@ -290,7 +290,8 @@ class LoraArgs:
     (vLLM's default)."""
     target_modules: list[LoraTargetModule] | None = None
     """`--lora-target-modules`: the only layers vLLM wraps for LoRA and allocates buffers for, which narrows GPU
-    memory; unset: all four (vLLM wraps every supported layer without the flag)."""
+    memory; unset: all four, and the embedding and lm_head too where the architecture lists them (vLLM wraps every
+    supported module without the flag; the planner counts the embedding and lm_head for every model)."""
     aliases: list[LoraAliasArgs] = Field(default_factory=list)
     """Names that split requests over adapters by weight (routing `inferencePool` only); none by default."""
 

@@ -10,7 +10,8 @@ allocates them inside the weights' memory profile (v1/worker/gpu_model_runner.py
 `load_lora_model`), so they come out of the KV cache's room (gpu_worker.py `determine_available_memory`).
 The dimensions are the Llama decoder's: qkv has three slices of `hidden` in and q + 2 kv heads out, gate_up two
 slices of `hidden` in and 2 x intermediate out. Llama-3.1-8B at max_loras 4, rank 16, bf16: 81,920 elements per
-layer per rank unit, 320 MiB (the test checks that figure).
+layer per rank unit, 320 MiB over the decoder, and 32 MiB more for the embedding and lm_head without target
+modules (the tests check both figures).
 
 Host memory (vllm/lora/worker_manager.py, lora_model.py): an LRU of `max_cpu_loras` adapters in pinned host
 memory, each as large as its rank over its target modules; planned at `max_lora_rank` over the full (unsharded)
@@ -63,11 +64,26 @@ def elements_per_rank_unit(model: ModelArchitecture, modules: tuple[LoraTargetMo
     return sum(size[m] for m in modules)
 
 
+def embedding_elements_per_rank_unit(model: ModelArchitecture, lora: LoraArgs, pp: int) -> int:
+    """The embedding and lm_head LoRA buffers, per adapter slot and unit of rank, on one GPU. Without
+    `--lora-target-modules` vLLM also wraps the modules an architecture lists as `embedding_modules` (Llama and Qwen3
+    list embed_tokens and lm_head: vllm/lora/utils.py get_supported_lora_modules, model_manager.py), each in full on
+    every TP rank: the embedding's A is vocab x rank and B hidden x rank (layers/vocab_parallel_embedding.py), the
+    lm_head's A rank x hidden and B vocab x rank (layers/logits_processor.py). Counted for every architecture (an
+    upper bound for those that list none, such as Mistral's); with PP the fullest stage holds one of the two."""
+    if lora.target_modules:
+        return 0
+    one = (model.vocab_size or 0) + model.hidden_size
+    return one if pp > 1 else 2 * one
+
+
 def gpu_bytes_per_gpu(model: ModelArchitecture, lora: LoraArgs, tp: int, pp: int = 1) -> int:
-    """LoRA buffers on one GPU of the fullest stage: max_loras slots at max_lora_rank over the target modules."""
+    """LoRA buffers on one GPU of the fullest stage: max_loras slots at max_lora_rank over the target modules (and,
+    without target modules, the embedding and lm_head)."""
     layers = -(-model.num_layers // pp)
-    return (lora.max_loras * lora.max_lora_rank * model.activation_bytes * layers
-            * elements_per_rank_unit(model, target_modules(lora), tp))
+    elements = (layers * elements_per_rank_unit(model, target_modules(lora), tp)
+                + embedding_elements_per_rank_unit(model, lora, pp))
+    return lora.max_loras * lora.max_lora_rank * model.activation_bytes * elements
 
 
 def cpu_bytes_per_pod(model: ModelArchitecture, lora: LoraArgs, tp: int) -> int:

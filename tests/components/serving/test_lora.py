@@ -57,7 +57,14 @@ def test_gpu_buffers_follow_vllms_preallocation():
     # Llama-3.1-8B, max_loras 4, rank 16, bf16: 81,920 elements per layer per rank unit (qkv 3x4096 + 6144,
     # o 8192, gate_up 2x4096 + 28672, down 14336 + 4096) x 32 layers x 16 x 4 x 2 bytes = 320 MiB.
     assert lora.elements_per_rank_unit(LLAMA_8B, lora.ALL_TARGET_MODULES, 1) == 81920
-    assert lora.gpu_bytes_per_gpu(LLAMA_8B, _lora(maxLoras=4), tp=1) == 320 * 1024**2
+    every = [m.value for m in lora.ALL_TARGET_MODULES]
+    decoder = lora.gpu_bytes_per_gpu(LLAMA_8B, _lora(maxLoras=4, targetModules=every), tp=1)
+    assert decoder == 320 * 1024**2
+    # Without target modules vLLM also wraps embed_tokens and lm_head, whole on every rank: 2 x (128,256 vocab + 4,096
+    # hidden) elements per slot and rank unit, x 16 x 4 x 2 bytes = 33,882,112 bytes more.
+    assert lora.gpu_bytes_per_gpu(LLAMA_8B, _lora(maxLoras=4), tp=1) - decoder == 2 * (128256 + 4096) * 16 * 4 * 2
+    assert lora.gpu_bytes_per_gpu(LLAMA_8B, _lora(maxLoras=4), tp=4) - lora.gpu_bytes_per_gpu(
+        LLAMA_8B, _lora(maxLoras=4, targetModules=every), tp=4) == 2 * (128256 + 4096) * 16 * 4 * 2
 
 
 def test_target_modules_and_tensor_parallelism_narrow_the_buffers():
