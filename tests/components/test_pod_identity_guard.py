@@ -17,6 +17,7 @@ from llm_serving.platform.pod_identity import CREDENTIALS_ENV, admission_guard, 
 from stacks.config.files import PROJECT_DIR
 from tests.conftest import STACK_FILES, render_file
 from tests.support.admission import BINDING, INJECTED, denials, mutated
+from tests.support.components import waits_for
 
 ASSOCIATION = "aws:eks/podIdentityAssociation:PodIdentityAssociation"
 ADDON = "aws:eks/addon:Addon"
@@ -38,17 +39,6 @@ def _key(resource: dict[str, Any]) -> str:
     return f"{resource['type']}::{resource['name']}"
 
 
-def _after(result, key: str) -> set[str]:
-    """Everything `key` waits for on create, transitively (the engine creates a resource only after its
-    dependencies; destroy deletes in the reverse order)."""
-    seen: set[str] = set()
-    todo = [key]
-    while todo:
-        for dependency in result.wiring[todo.pop()]["dependsOn"]:
-            if dependency not in seen:
-                seen.add(dependency)
-                todo.append(dependency)
-    return seen
 
 
 def _associations(result) -> list[tuple[str, str, str]]:
@@ -151,14 +141,14 @@ def test_a_roles_guard_is_enforced_before_its_association_and_its_workloads_come
         role, policy = f"{ROLE}::{prefix}-role", f"{ROLE_POLICY}::{prefix}-policy"
         binding = bindings[guard_name(namespace, account)]
         guard = {binding, f"{binding.split('::')[0].removesuffix('Binding')}::{prefix}-admission-policy"}
-        assert {role, policy} <= _after(render, association), association
-        assert role in _after(render, policy)
-        assert guard <= _after(render, association), association
-        assert policy in _after(render, binding) and association not in _after(render, binding), binding
+        assert {role, policy} <= waits_for(render, association), association
+        assert role in waits_for(render, policy)
+        assert guard <= waits_for(render, association), association
+        assert policy in waits_for(render, binding) and association not in waits_for(render, binding), binding
         workloads = holders.get((namespace, account), [])
         assert workloads, f"nothing runs as {namespace}/{account}"
         for workload in workloads:
-            assert guard | {association, policy} <= _after(render, workload), workload
+            assert guard | {association, policy} <= waits_for(render, workload), workload
 
 
 def test_an_addon_association_is_guarded_before_the_addon_that_makes_it_and_its_pods(render):
@@ -167,10 +157,10 @@ def test_an_addon_association_is_guarded_before_the_addon_that_makes_it_and_its_
     bindings = _bindings(render)
     for addon, namespace, account in (a for a in _associations(render) if a[0].startswith(ADDON)):
         binding = bindings[guard_name(namespace, account)]
-        assert binding in _after(render, addon), addon
+        assert binding in waits_for(render, addon), addon
         # `<prefix>-driver` and its `<prefix>-role` (llm_serving/storage/efs.py).
         role = f"{ROLE}::{addon.rsplit('::', 1)[1].removesuffix('-driver')}-role"
-        assert role in _after(render, addon) and binding in _after(render, role), addon
+        assert role in waits_for(render, addon) and binding in waits_for(render, role), addon
 
 
 def test_the_guard_matches_one_namespace_and_account_and_refuses_a_pod_whose_webhook_did_nothing():

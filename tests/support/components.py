@@ -98,3 +98,16 @@ def site(args: ServingStackArgs) -> Site:
                 subnets=[(s.id, s.availability_zone) for s in args.gpu_node_group.subnets], subnet_keys=(),
                 staging=StagingNodes(None, (), {}))
 
+
+
+def waits_for(result: RenderResult, key: str) -> set[str]:
+    """Everything the resource `key` ("type::name") waits for on create, transitively: the engine creates a resource
+    only after its dependencies, and destroy deletes in the reverse order."""
+    seen: set[str] = set()
+    todo = [key]
+    while todo:
+        for dependency in result.wiring[todo.pop()]["dependsOn"]:
+            if dependency not in seen:
+                seen.add(dependency)
+                todo.append(dependency)
+    return seen

@@ -6,7 +6,7 @@ import json
 
 from llm_serving.gpu import GpuNodeGroup
 from llm_serving.stack import parts, planning
-from tests.support.components import committed_args, run, site
+from tests.support.components import committed_args, run, site, waits_for
 from tests.support.reference import helm_value_errors
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -45,7 +45,7 @@ def test_prod_chart_values_are_exactly_as_designed(rendered):
     assert helm_value_errors("cluster-autoscaler", "9.53.0", release["values"]) == []
     # Credentials come through the Pod Identity association, which must exist before the first pod.
     assert "aws:eks/podIdentityAssociation:PodIdentityAssociation::cluster-autoscaler-pod-identity" in (
-        _after(rendered["prod"], f"{RELEASE}::cluster-autoscaler-release"))
+        waits_for(rendered["prod"], f"{RELEASE}::cluster-autoscaler-release"))
 
 
 def test_iam_is_least_privilege_and_bound_to_the_service_account(rendered):
@@ -91,16 +91,6 @@ def test_node_monitoring_agent_runs_on_every_node_for_auto_repair(rendered):
     assert "aws:eks/nodeGroup:NodeGroup::gpu-p5-48xlarge-node-group" in wiring["dependsOn"]
 
 
-def _after(result, key: str) -> set[str]:
-    """Everything `key` waits for on create, transitively."""
-    seen: set[str] = set()
-    todo = [key]
-    while todo:
-        for dependency in result.wiring[todo.pop()]["dependsOn"]:
-            if dependency not in seen:
-                seen.add(dependency)
-                todo.append(dependency)
-    return seen
 
 
 def test_autoscaler_starts_only_with_its_permissions_and_its_admission_guard_in_place(rendered):
@@ -110,7 +100,7 @@ def test_autoscaler_starts_only_with_its_permissions_and_its_admission_guard_in_
     # The release depends on the guard and on the association, which comes after the guard and the role's policy.
     association = "aws:eks/podIdentityAssociation:PodIdentityAssociation::cluster-autoscaler-pod-identity"
     assert {guard, association} <= set(rendered["prod"].wiring[release]["dependsOn"])
-    assert {guard, "aws:iam/rolePolicy:RolePolicy::cluster-autoscaler-policy"} <= _after(rendered["prod"], association)
+    assert {guard, "aws:iam/rolePolicy:RolePolicy::cluster-autoscaler-policy"} <= waits_for(rendered["prod"], association)
 
 
 def node_group(args) -> object:
