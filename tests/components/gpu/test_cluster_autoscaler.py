@@ -100,7 +100,8 @@ def test_autoscaler_starts_only_with_its_permissions_and_its_admission_guard_in_
     # The release depends on the guard and on the association, which comes after the guard and the role's policy.
     association = "aws:eks/podIdentityAssociation:PodIdentityAssociation::cluster-autoscaler-pod-identity"
     assert {guard, association} <= set(rendered["prod"].wiring[release]["dependsOn"])
-    assert {guard, "aws:iam/rolePolicy:RolePolicy::cluster-autoscaler-policy"} <= waits_for(rendered["prod"], association)
+    policy = "aws:iam/rolePolicy:RolePolicy::cluster-autoscaler-policy"
+    assert {guard, policy} <= waits_for(rendered["prod"], association)
 
 
 def node_group(args) -> object:
