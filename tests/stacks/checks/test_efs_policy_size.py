@@ -12,6 +12,7 @@ import boto3
 
 from llm_serving import storage
 from llm_serving.platform.args import validate
+from llm_serving.stack.rules import RULES
 from llm_serving.stack.rules import platform as platform_rules
 from llm_serving.storage import objects, policy_size
 from stacks import checks
@@ -39,8 +40,10 @@ def test_efs_receives_the_policy_compact(rendered):
 
 
 def test_a_stack_whose_file_system_policy_would_pass_efs_limit_is_refused_at_preview():
-    # 28 one-GPU models with a shared cache each, in us-east-1, with BASE's staging role and a created GPU role.
-    assert _lines(_models(28)) == [
+    # 28 one-GPU models with a shared cache each, in us-east-1, with BASE's staging role and a created GPU role. The
+    # weights storage rules are among the preview's (stack.rules.RULES); the other rules plan each model again.
+    assert platform_rules.weights_storage_rules in RULES
+    assert [p.line() for p in platform_rules.weights_storage_rules(_models(28))] == [
         "llm-serving:models: the weights file system's policy would be 20,225 characters, over the 20,000 EFS takes: "
         "it names each model's serving access point twice and each shared compile cache's access point five times "
         '(got "28 models, 28 with a shared compile cache"; expected compileCache off on 1 of them, or fewer models '
