@@ -336,8 +336,10 @@ class Edge(pulumi.ComponentResource):
             version=args.ai_gateway_chart_version,
             release_namespace=ns.metadata.name,
             images=images,
-            values=objects.ai_gateway_chart_values(args.settings.namespace, sidecar=args.settings.by_model,
-                                                   webhook_cert_manager=args.ai_gateway_webhook_cert_manager),
+            values=objects.ai_gateway_chart_values(
+                args.settings.namespace, sidecar=args.settings.by_model,
+                webhook_cert_manager=args.ai_gateway_webhook_cert_manager,
+                pinned_chart=args.ai_gateway_chart_version == versions.AI_GATEWAY.version),
             parent=self,
             depends_on=[crds],
             image_digests=args.image_digests,

@@ -335,7 +335,7 @@ def envoy_gateway_chart_values(inference_extension: bool = False) -> dict[str, A
 
 
 def ai_gateway_chart_values(edge_namespace: str, sidecar: bool = False,
-                            webhook_cert_manager: bool = False) -> dict[str, Any]:
+                            webhook_cert_manager: bool = False, pinned_chart: bool = True) -> dict[str, Any]:
     """ai-gateway-helm v1.1.0 values (defaults in tests/fixtures/reference/charts/ai-gateway-helm). Rendered
     with `helm template` (Helm v4.1.4) at the chart's v1.1.0 tag: the PDB, the spread and the webhook's
     objectSelector come out as set here.
@@ -354,7 +354,10 @@ def ai_gateway_chart_values(edge_namespace: str, sidecar: bool = False,
             AI_GATEWAY_WEBHOOK_LABEL]}}}
         if webhook_cert_manager:
             webhook["certManager"] = {"enable": True}
-        extra["extProc"] = {"image": {"tag": AI_GATEWAY_EXTPROC_IMAGE.tag}}
+        if pinned_chart:
+            # The sidecar's tag is the pinned chart's appVersion; a chart at another version runs its own (its
+            # controller and sidecar then stay one release).
+            extra["extProc"] = {"image": {"tag": AI_GATEWAY_EXTPROC_IMAGE.tag}}
     return {
         "controller": {
             # Two replicas and a PDB: Envoy Gateway stops applying route changes while its extension

@@ -57,6 +57,15 @@ def config_problems(config: dict[str, Any], model_id: str, max_lora_rank: int) -
         found.append("adapter_config.json names no base_model_name_or_path")
     elif base_model_id(base) != model_id:
         found.append(f"base model {base!r} is not {model_id}")
+    # vLLM's PEFTHelper.from_dict requires r, lora_alpha and target_modules, and __post_init__ refuses a rank
+    # that is not positive (vllm/lora/peft_helper.py).
+    missing = [key for key in ("r", "lora_alpha", "target_modules") if key not in config]
+    if missing:
+        found.append(f"adapter_config.json lacks {', '.join(missing)}, which vLLM requires")
+    ranks = [config.get("r", 8), *(config.get("rank_pattern") or {}).values()]
+    if not all(isinstance(r, int) and not isinstance(r, bool) and r > 0 for r in ranks):
+        found.append(f"ranks {ranks} (r and rank_pattern) must be positive integers")
+        return found
     rank = adapter_rank(config)
     if rank > max_lora_rank:
         found.append(f"rank {rank} (max of r and rank_pattern) is above maxLoraRank {max_lora_rank}")

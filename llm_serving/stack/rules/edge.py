@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from llm_serving import routing, serving
 from llm_serving.cluster import ClusterMode, LoadBalancerControllerMode
 from llm_serving.edge import BY_MODEL_MAX_MODELS as MAX_MODELS
-from llm_serving.edge import ControllerMode, EdgeAuth, EdgeMode, EdgeRouting
+from llm_serving.edge import BY_MODEL_NOT_FOUND_RULE, ControllerMode, EdgeAuth, EdgeMode, EdgeRouting
 from llm_serving.platform.args import Environment
 from llm_serving.platform.problems import Problem
 from llm_serving.serving import RoutingMode
@@ -161,6 +161,12 @@ def _by_model_rules(config: ServingStackArgs) -> Iterator[Problem]:
         yield Problem("models", f"one AIGatewayRoute routes at most {MAX_MODELS} models (15 rules, one reserved)",
                       len(config.models), f"<= {MAX_MODELS} models, or edge.routing perModel")
     for model in config.models:
+        if model.name == BY_MODEL_NOT_FOUND_RULE or model.name.endswith("-models-not-found"):
+            # A rule named route-not-found is the controller's own (the AIGatewayRoute CRD's CEL refuses it at up);
+            # <gateway>-models-not-found is the unknown-model 404's policy (edge/by_model.py), beside each model's
+            # policy, which is named after the model.
+            yield Problem(f"models[{model.name}]", "byModel names each model's rule and policy after the model, and "
+                          "this name is the unknown-model rule's or its policy's", model.name, "another model name")
         if planning.routing_mode(config, model) is not RoutingMode.INFERENCE_POOL:
             yield Problem(f"models[{model.name}].route.routing", "byModel routing sends every model to its "
                           "InferencePool", planning.routing_mode(config, model).value, "inferencePool, or unset")

@@ -168,3 +168,5 @@ def test_the_sidecar_is_on_only_for_by_model_from_the_pinned_image() -> None:
     assert renewed["controller"]["mutatingWebhook"]["certManager"] == {"enable": True}
     for values in (off, on, renewed):
         assert helm_value_errors("ai-gateway-helm", versions.AI_GATEWAY.version.removeprefix("v"), values) == []
+    # A chart at another version than the pin runs its own sidecar tag: controller and sidecar stay one release.
+    assert "extProc" not in edge.ai_gateway_chart_values(EDGE_NS, sidecar=True, pinned_chart=False)

@@ -210,10 +210,20 @@ def test_the_base_model_matches_as_a_hub_id_a_hub_cache_path_or_a_local_copy(bas
     ({"modules_to_save": ["lm_head"]}, "modules_to_save"),
     ({"init_lora_weights": "pissa"}, "init_lora_weights"),
     ({"peft_type": "IA3"}, "peft_type"),
+    ({"r": 0}, "must be positive integers"),
+    ({"rank_pattern": {"q_proj": -4}}, "must be positive integers"),
 ])
 def test_what_vllm_would_refuse_is_refused_before_the_marker(change, reason):
     (problem,) = stage_adapter.config_problems({**BASE, **change}, "meta-llama/Llama-3.1-8B-Instruct", 16)
     assert reason in problem
+
+
+@pytest.mark.parametrize("key", ["r", "lora_alpha", "target_modules"])
+def test_a_config_without_a_key_vllm_requires_is_refused(key):
+    # vLLM's PEFTHelper.from_dict refuses an adapter_config.json without r, lora_alpha or target_modules.
+    config = {k: v for k, v in BASE.items() if k != key}
+    assert any(f"lacks {key}" in problem
+               for problem in stage_adapter.config_problems(config, "meta-llama/Llama-3.1-8B-Instruct", 16))
 
 
 def _sibling(name: str, content: bytes) -> types.SimpleNamespace:

@@ -142,6 +142,13 @@ def test_by_model_routing_refuses_what_an_ai_gateway_route_cannot_carry():
     ]
 
 
+@pytest.mark.parametrize("name", ["route-not-found", "llm-serving-models-not-found"])
+def test_by_model_refuses_a_model_named_like_the_unknown_model_rule_or_its_policy(name):
+    pooled = {"routing": "inferencePool"}
+    assert [line for line in lines(edge={"routing": "byModel"}, models=[model(name=name, route=pooled)])
+            if "unknown-model rule's or its policy's" in line] != []
+
+
 def test_by_model_routing_needs_the_installed_gateway():
     assert 'llm-serving:edge.routing: byModel needs Envoy AI Gateway' in "\n".join(
         lines(edge={"routing": "byModel", "mode": "alb", "tls": {"acmCertificateArn": ACM},
