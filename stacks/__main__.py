@@ -18,7 +18,4 @@ except KeyboardInterrupt:
     # Ctrl-C: one line, and the status a shell gives a command SIGINT ended (128 + 2), never a traceback.
     sys.stderr.write("\ninterrupted\n")
     code = 130
-sys.stderr.flush()
-# The Pulumi runtime leaves an asyncio loop whose finaliser sometimes prints "Exception ignored
-# ... Invalid file descriptor" at interpreter exit; everything is written, so skip finalisers.
-os._exit(code)
+sys.exit(code)
