@@ -20,7 +20,7 @@ MODELS = ("llama-70b", "llama-8b")
 
 @pytest.fixture(scope="module")
 def two_models(variants_dir) -> RenderResult:
-    return render_file(stack_variants.prod_two_models_by_model(variants_dir))
+    return render_file(stack_variants.prod_with_two_models(variants_dir))
 
 
 def _kind(result: RenderResult, kind: str) -> list[dict[str, Any]]:

@@ -119,8 +119,3 @@ def dev_with_adapters(directory: Path) -> Path:
     return write(directory, "dev-lora", {
         "grafanaAdminPassword": {"secure": "v1:x"},
         "models": [{"name": "llama-8b", "lora": DEV_LORA}]}, extends="dev")
-
-
-def prod_two_models_by_model(directory: Path) -> Path:
-    """prod serving llama-70b and llama-8b behind one base URL: prod_with_two_models."""
-    return prod_with_two_models(directory)
