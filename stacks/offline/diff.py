@@ -39,6 +39,8 @@ from stacks.offline import aliases, consequences, render, replacements, sides
 EXIT_UNCHANGED = 0
 EXIT_CHANGED = 1
 EXIT_ERROR = 2
+# `--check`: a change the real preview refuses, or one it lets through and `pulumi up` then fails on.
+EXIT_REFUSED = 3
 DEFAULT_BRANCH = "main"
 VALUE_CHARS = 120  # longest value shown; longer ones are clipped around their first difference
 LINE_DIFF_LINES = 40  # most changed lines shown for one multi-line string
@@ -136,6 +138,25 @@ class StackDiff:
 
     def of(self, action: str) -> tuple[ResourceChange, ...]:
         return tuple(c for c in self.changes if c.action == action)
+
+    def refusals(self) -> tuple[str, ...]:
+        """`--check`'s lines: each change the real preview refuses or `pulumi up` fails on, with what to do
+        instead. The preview itself only catches the first kind; nothing in the engine catches the second before
+        the update has started (DeleteStep.Apply skips a retained resource's delete, then the create of the same
+        name fails)."""
+        lines = []
+        for change in self.changes:
+            what = f"{self.stack}: {change.action} of {change.type} {change.name}"
+            if any(n.startswith(UP_ERROR) for n in change.notes):
+                lines.append(f"{what}: `pulumi up` would fail (AlreadyExists): it is retained and replaced under its "
+                             "own name. Instead create the new one beside it under another name, or take it out of "
+                             "the stack in one up, delete it by hand and bring it back in the next "
+                             "(docs/operations.md, \"Replacing a retained object\")")
+            elif any(n.startswith(PROTECTED_ERROR) for n in change.notes):
+                lines.append(f"{what}: `pulumi preview` would fail: it is protected. If the {change.action} is "
+                             "meant, unprotect it first (a model's workload: `models[].allowWorkloadReplacement`; "
+                             "anything else: `pulumi state unprotect <urn>`), then run this change")
+        return tuple(lines)
 
     def counts(self) -> str:
         options = len(self.of(OPTIONS_ONLY))
@@ -965,7 +986,7 @@ def _parser() -> CommandLineParser:
     parser = CommandLineParser(
         prog="python -m stacks diff",
         description="Compare a stack's offline render at a git ref with the working tree. "
-        "Exit 0: no changes; 1: changes; 2: error.",
+        "Exit 0: no changes; 1: changes; 2: error; 3: with --check, a change the preview or the up refuses.",
     )
     parser.add_argument("stacks", nargs="*", metavar="stack",
                         help="stack names or paths to Pulumi.<stack>.yaml files (default: every stack file)")
@@ -975,6 +996,11 @@ def _parser() -> CommandLineParser:
     )
     parser.add_argument(
         "--format", choices=("text", "markdown"), default="text", help="markdown for a pull-request comment"
+    )
+    parser.add_argument(
+        "--check", action="store_true",
+        help="exit 3, with one line per change on stderr, when a change would make `pulumi preview` fail (a "
+        "protected resource deleted or replaced) or `pulumi up` fail (a retained object replaced under its name)",
     )
     return parser
 
@@ -990,6 +1016,7 @@ def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = 
     except SystemExit as exit_:  # argparse printed usage and the problem (or --help)
         return exit_.code if isinstance(exit_.code, int) else EXIT_ERROR
     status = EXIT_UNCHANGED
+    refused: list[str] = []
     trees = BaseTrees()  # every stack is compared with the same base: one export for all of them
     # Secrets compared by a keyed digest (render.SECRET_DIGEST_KEY_ENV), one random key per process: both sides of
     # every diff this process runs (and the renders it starts in subprocesses) mask with it; the renders it keeps
@@ -1005,12 +1032,16 @@ def main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | None = 
                 return EXIT_ERROR
             out.write(format_markdown(diff) if args.format == "markdown" else format_text(diff))
             status = max(status, EXIT_UNCHANGED if diff.empty else EXIT_CHANGED)
+            refused += diff.refusals() if args.check else ()
     finally:
         trees.close()
         if previous_key is None:
             os.environ.pop(render.SECRET_DIGEST_KEY_ENV, None)
         else:
             os.environ[render.SECRET_DIGEST_KEY_ENV] = previous_key
+    if refused:
+        err.write("".join(f"refused: {line}\n" for line in refused))
+        return EXIT_REFUSED
     return status
 
 

@@ -516,7 +516,7 @@ def prod_rollout_lines() -> list[str]:
 def test_changed_flag_shows_the_container_arg(repo):
     with edited(repo, "Pulumi.prod.yaml", ("maxNumSeqs: 256", "maxNumSeqs: 128")):
         text = run_diff(repo, "prod", "--base", "main")
-        markdown = run_diff(repo, "prod", "--base", "main", "--format", "markdown")
+        markdown = run_diff(repo, "prod", "--base", "main", "--format", "markdown", "--check")
     assert text.returncode == 1, text.stderr
     lines = text.stdout.splitlines()
     # The engine changes, so its verification Job runs again: it and its ConfigMap are new (the plan
@@ -536,7 +536,7 @@ def test_changed_flag_shows_the_container_arg(repo):
     assert re.fullmatch(r'    inputs\.spec\.template\.spec\.containers\[vllm\]\.args\[\d+\]: "256" -> "128"',
                         lines[deployment + 4])
 
-    assert markdown.returncode == 1, markdown.stderr
+    assert (markdown.returncode, markdown.stderr) == (1, "")  # --check: a rollout is nothing it refuses
     # 3: the compile cache's producer Job (the engine flags are in its key), the verification Job and its ConfigMap.
     assert "### Stack `prod`: 3 to replace, 0 to delete, 0 to create, 1 to update" in markdown.stdout
     assert "#### Updated (1)" in markdown.stdout and "#### Created" not in markdown.stdout
@@ -739,7 +739,7 @@ def test_replacements_options_and_consequences_on_real_history(repo):
             edited(repo, "llm_serving/stack/stack.py", ("protect=args.environment is Environment.PROD,",
                                                         "protect=False,")):
         text = run_diff(repo, "prod", "--base", "main")
-        markdown = run_diff(repo, "prod", "--base", "main", "--format", "markdown")
+        markdown = run_diff(repo, "prod", "--base", "main", "--format", "markdown", "--check")
     assert text.returncode == 1, text.stderr
     out = text.stdout
     assert ("\n+- aws:eks/nodeGroup:NodeGroup gpu-p5-48xlarge-node-group (forced by labels, subnetIds)\n"
@@ -774,6 +774,14 @@ def test_replacements_options_and_consequences_on_real_history(repo):
     assert out.splitlines()[3].startswith("+- ")
     headings = [line for line in markdown.stdout.splitlines() if line.startswith("#### ")]
     assert headings[0].startswith("#### Replaced (")
+    # `--check` refuses the update: one line per protected resource and per retained replacement, after the diff.
+    assert markdown.returncode == 3
+    refused = markdown.stderr.splitlines()
+    assert [line.split(": `pulumi ")[0] for line in refused] == [
+        "refused: prod: replace of kubernetes:core/v1:PersistentVolumeClaim llama-70b-weights-claim",
+        "refused: prod: delete of aws:efs/fileSystem:FileSystem weights-storage-file-system",
+        "refused: prod: delete of kubernetes:core/v1:PersistentVolume weights-storage-serving-llama-70b-volume",
+        "refused: prod: delete of kubernetes:core/v1:PersistentVolumeClaim weights-storage-serving-llama-70b-claim"]
 
 
 def test_a_renamed_component_type_recreates_every_descendant_with_warnings(rendered):
@@ -826,13 +834,19 @@ def test_a_retained_object_replaced_delete_first_is_an_up_failure_the_preview_do
         "create of the same name fails (AlreadyExists)")
     assert diff.up_errors == (f"{PVC} claim",) and diff.preview_errors == ()
     assert f"  pulumi up fails: 1 retained resource(s) replaced delete-first: {PVC} claim\n" in format_text(diff)
+    # `--check` refuses it, naming the object and the two ways that work.
+    (refused,) = diff.refusals()
+    assert refused.startswith(f"dev: replace of {PVC} claim: `pulumi up` would fail (AlreadyExists)")
+    assert "beside it under another name" in refused and "take it out of the stack in one up" in refused
     assert "> `pulumi up` fails where the preview passes" in format_markdown(diff)
     # Created first under a new name, the old object is only forgotten.
     renamed = [urned(PVC, "claim", options={**options, "deleteBeforeReplace": False},
                      metadata={"name": "weights-2", "namespace": "llm"}, spec={"storageClassName": "efs-fast"})]
-    (change,) = diff_resources(base, renamed, "dev", "main").changes
+    created_first = diff_resources(base, renamed, "dev", "main")
+    (change,) = created_first.changes
     assert change.notes[0] == ("the replacement is created first; the old one is then only forgotten "
                                "(retainOnDelete): it stays in the cloud or cluster, unmanaged")
+    assert created_first.refusals() == ()
 
 
 def test_a_chart_change_says_its_rendered_objects_are_not_in_the_offline_diff():
