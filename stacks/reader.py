@@ -63,6 +63,7 @@ KIND_RESOURCES: dict[tuple[str, str], str] = {
     ("apps", "Deployment"): "deployments",
     ("batch", "Job"): "jobs",
     ("aigateway.envoyproxy.io", "AIGatewayRoute"): "aigatewayroutes",  # edge.routing: byModel
+    ("aigateway.envoyproxy.io", "GatewayConfig"): "gatewayconfigs",  # edge.routing: byModel, our own Gateway
     ("gateway.envoyproxy.io", "BackendTrafficPolicy"): "backendtrafficpolicies",
     ("gateway.envoyproxy.io", "ClientTrafficPolicy"): "clienttrafficpolicies",
     ("gateway.envoyproxy.io", "EnvoyProxy"): "envoyproxies",

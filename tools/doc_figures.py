@@ -292,6 +292,14 @@ def upstream_idle(facts: Facts) -> str:
     return f"{UPSTREAM_CONNECTION_IDLE_SECONDS} s"
 
 
+def body_router_resources(facts: Facts) -> str:
+    from llm_serving.edge.by_model import SIDECAR_RESOURCES
+
+    requests, limits = SIDECAR_RESOURCES["requests"], SIDECAR_RESOURCES["limits"]
+    return (f"requests {requests['cpu']} CPU and {requests['memory']} memory, a {limits['memory']} memory limit and "
+            "no CPU limit (a throttled router would stall every stream it parses)")
+
+
 def policy_liveness(facts: Facts) -> str:
     from policies import rules
 
@@ -484,6 +492,7 @@ GENERATORS: dict[str, Callable[[Facts], str]] = {
     "prod-picker-drain": prod_picker_drain,
     "prod-engine-start": prod_engine_start,
     "upstream-idle": upstream_idle,
+    "body-router-resources": body_router_resources,
     "policy-liveness": policy_liveness,
     "policy-stream-timeout": policy_stream_timeout,
     "rotation-table": rotation_table,

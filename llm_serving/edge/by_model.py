@@ -53,6 +53,35 @@ SIDECAR_PATHS = frozenset({
 })
 
 
+# The Gateway annotation naming the GatewayConfig whose settings the webhook gives the sidecar it injects into that
+# Gateway's Envoy pods (envoyproxy/ai-gateway v1.1.0 internal/controller/ai_gateway_route.go
+# GatewayConfigAnnotationKey; gateway_mutator.go fetchGatewayConfig reads it in the Gateway's namespace at each pod's
+# creation, and gateway.go annotates the running pods with a hash of it, so a change rolls them).
+GATEWAY_CONFIG_ANNOTATION = "aigateway.envoyproxy.io/gateway-config"
+# The sidecar's resources. Without a GatewayConfig it runs with none (extproc_builder.go buildExtProcContainer: an
+# empty ResourceRequirements; the chart's values have no default), so the scheduler does not count it and nothing
+# bounds it. It holds each request body whole while it reads `model` (buffered up to the listener's bufferLimit) and
+# parses every streamed chunk: a CPU request and no CPU limit, so a busy proxy is never throttled mid-stream, and a
+# memory limit that a leak or a burst of large bodies reaches before the node does.
+SIDECAR_RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}}
+
+
+def sidecar_config_name(settings: EdgeSettings) -> str:
+    return f"{settings.gateway_name}-body-router"
+
+
+def sidecar_config(settings: EdgeSettings) -> Manifest:
+    """The GatewayConfig our Gateway names (GATEWAY_CONFIG_ANNOTATION): the body router sidecar's resources. Created
+    before the Gateway: a config the webhook does not find at a pod's creation leaves that pod's sidecar without
+    them (fetchGatewayConfig logs and uses the defaults)."""
+    return {
+        "apiVersion": AI_GATEWAY_API,
+        "kind": "GatewayConfig",
+        "metadata": _meta(sidecar_config_name(settings), settings.namespace),
+        "spec": {"extProc": {"kubernetes": {"resources": SIDECAR_RESOURCES}}},
+    }
+
+
 def models_route_name(settings: EdgeSettings) -> str:
     """The AIGatewayRoute, and the HTTPRoute the controller makes of it (same name, same namespace)."""
     return f"{settings.gateway_name}-models"

@@ -141,9 +141,13 @@ class Edge(pulumi.ComponentResource):
             # rule is live before its picker answers, so requests naming it fail closed (500) for that while.
             self.pool_route_manifests = []
             route_after = pulumi.ResourceOptions(parent=self, depends_on=list(self.controller))
+            before_gateway = by_model.models_route_objects(args.settings, routes)
+            if not args.settings.existing_gateway:
+                # Our Gateway names it, and the webhook reads it when it injects the sidecar into each Envoy pod.
+                before_gateway.append(by_model.sidecar_config(args.settings))
             self.controller.extend(
                 manifest_resource(f"{name}-{obj['kind'].lower()}-{obj['metadata']['name']}", obj, route_after)
-                for obj in by_model.models_route_objects(args.settings, routes))
+                for obj in before_gateway)
         else:
             self.pool_route_manifests = [o for o in manifests if _route_of(o) in pooled]
         after = pulumi.ResourceOptions(parent=self, depends_on=self.controller)

@@ -512,7 +512,10 @@ def gateway_objects(settings: EdgeSettings, routes: list[Route]) -> list[Manifes
     # balancer holding an address: Gateway API, GatewayConditionProgrammed) before what depends on the edge runs,
     # the deploy gate among them; pulumi-kubernetes' generic await reads this annotation (as for the LeaderWorkerSet).
     annotations = {GATEWAY_WAIT_FOR_ANNOTATION: GATEWAY_WAIT_FOR,
-                   **({"cert-manager.io/cluster-issuer": issuer} if issuer else {})}
+                   **({"cert-manager.io/cluster-issuer": issuer} if issuer else {}),
+                   # byModel: the body router sidecar's settings (by_model.sidecar_config; the literal key and name
+                   # here because by_model imports this module).
+                   **({"aigateway.envoyproxy.io/gateway-config": f"{name}-body-router"} if settings.by_model else {})}
     gateway = {
         "apiVersion": GATEWAY_API,
         "kind": "Gateway",

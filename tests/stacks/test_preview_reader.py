@@ -78,8 +78,8 @@ def test_the_cluster_role_lists_exactly_the_kinds_the_stacks_manage() -> None:
     # `edge.routing: byModel`, which no committed stack uses: what the edge then creates, built without a render.
     from tests.components.edge.test_by_model import LLAMA, SETTINGS, SMALL
 
-    rendered |= {(_group(doc["apiVersion"]), doc["kind"])
-                 for doc in by_model.models_route_objects(SETTINGS, [LLAMA, SMALL])}
+    by_model_objects = [*by_model.models_route_objects(SETTINGS, [LLAMA, SMALL]), by_model.sidecar_config(SETTINGS)]
+    rendered |= {(_group(doc["apiVersion"]), doc["kind"]) for doc in by_model_objects}
     rendered.discard(("", "Secret"))
     assert set(reader.KIND_RESOURCES) == rendered
 

@@ -170,3 +170,19 @@ def test_the_sidecar_is_on_only_for_by_model_from_the_pinned_image() -> None:
         assert helm_value_errors("ai-gateway-helm", versions.AI_GATEWAY.version.removeprefix("v"), values) == []
     # A chart at another version than the pin runs its own sidecar tag: controller and sidecar stay one release.
     assert "extProc" not in edge.ai_gateway_chart_values(EDGE_NS, sidecar=True, pinned_chart=False)
+
+
+def test_our_gateway_gives_the_body_router_sidecar_bounded_resources() -> None:
+    """The webhook gives the sidecar the resources of the GatewayConfig our Gateway names (ai-gateway v1.1.0
+    gateway_mutator.go fetchGatewayConfig); without one it has none, unseen by the scheduler and unbounded."""
+    config = by_model.sidecar_config(SETTINGS)
+    assert custom_resource_errors(config) == []
+    (gateway,) = [o for o in edge.gateway_objects(SETTINGS, ROUTES) if o["kind"] == "Gateway"]
+    named = gateway["metadata"]["annotations"][by_model.GATEWAY_CONFIG_ANNOTATION]
+    assert (named, config["metadata"]["namespace"]) == (config["metadata"]["name"], gateway["metadata"]["namespace"])
+    resources = config["spec"]["extProc"]["kubernetes"]["resources"]
+    assert set(resources["requests"]) == {"cpu", "memory"} and set(resources["limits"]) == {"memory"}
+    # Per-model routing has no sidecar and names no config.
+    per_model = dataclasses.replace(SETTINGS, by_model=False)
+    (plain,) = [o for o in edge.gateway_objects(per_model, [LLAMA]) if o["kind"] == "Gateway"]
+    assert by_model.GATEWAY_CONFIG_ANNOTATION not in plain["metadata"].get("annotations", {})
