@@ -293,9 +293,9 @@ def upstream_idle(facts: Facts) -> str:
 
 
 def body_router_resources(facts: Facts) -> str:
-    from llm_serving.edge.by_model import SIDECAR_RESOURCES
+    from llm_serving.edge import BY_MODEL_SIDECAR_RESOURCES as resources
 
-    requests, limits = SIDECAR_RESOURCES["requests"], SIDECAR_RESOURCES["limits"]
+    requests, limits = resources["requests"], resources["limits"]
     return (f"requests {requests['cpu']} CPU and {requests['memory']} memory, a {limits['memory']} memory limit and "
             "no CPU limit (a throttled router would stall every stream it parses)")
 

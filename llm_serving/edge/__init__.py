@@ -17,6 +17,7 @@ from .args import (
 )
 from .by_model import MAX_MODELS as BY_MODEL_MAX_MODELS
 from .by_model import NOT_FOUND_RULE as BY_MODEL_NOT_FOUND_RULE
+from .by_model import SIDECAR_RESOURCES as BY_MODEL_SIDECAR_RESOURCES
 from .edge import Edge, EdgeMonitoring, EdgeSpec
 from .load_balancer import NAMESPACE as LOAD_BALANCER_NAMESPACE
 from .load_balancer import POLICY_SOURCE as LOAD_BALANCER_POLICY_SOURCE
@@ -45,6 +46,7 @@ from .objects import (
 __all__ = [
     "BY_MODEL_MAX_MODELS",
     "BY_MODEL_NOT_FOUND_RULE",
+    "BY_MODEL_SIDECAR_RESOURCES",
     "ControllerMode",
     "ENVOY_GATEWAY_CONTROLLER",
     "ENVOY_HTTPS_CONTAINER_PORT",
