@@ -80,8 +80,8 @@ def test_the_renders_hold_the_documents_this_test_reads():
     # multi-model: the EFS policy with two models' compile-cache access points, and the node and add-on roles.
     assert {where for where, _ in DOCUMENTS if where.startswith("multi-model ")} == {
         "multi-model weights-storage-policy.policy", "multi-model cluster-autoscaler-role.assumeRolePolicy",
-        "multi-model gpu-p5-48xlarge-node-role.assumeRolePolicy", "multi-model weights-storage-csi-role.assumeRolePolicy",
-        "multi-model cluster-autoscaler-policy.policy"}
+        "multi-model gpu-p5-48xlarge-node-role.assumeRolePolicy",
+        "multi-model weights-storage-csi-role.assumeRolePolicy", "multi-model cluster-autoscaler-policy.policy"}
     assert len(DOCUMENTS) == 41  # and the three under security/
 
 
