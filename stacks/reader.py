@@ -74,6 +74,7 @@ KIND_RESOURCES: dict[tuple[str, str], str] = {
     ("gateway.networking.k8s.io", "HTTPRoute"): "httproutes",
     ("inference.networking.k8s.io", "InferencePool"): "inferencepools",
     ("keda.sh", "ScaledObject"): "scaledobjects",
+    ("llm-d.ai", "InferenceModelRewrite"): "inferencemodelrewrites",  # models[].lora.aliases
     ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"): "leaderworkersets",
     ("monitoring.coreos.com", "PodMonitor"): "podmonitors",
     ("monitoring.coreos.com", "PrometheusRule"): "prometheusrules",

@@ -93,6 +93,18 @@ def variants_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _copy_project(tmp_path_factory.mktemp("variants"))
 
 
+# Two models and a model's LoRA adapters behind one host (edge.routing byModel): the routing, LoRA and compile-cache
+# tests assert on this one render.
+MULTI_MODEL_EXAMPLE = PROJECT_DIR / "examples" / "Pulumi.multi-model.yaml"
+
+
+@pytest.fixture(scope="session")
+def multi_model() -> RenderResult:
+    """examples/Pulumi.multi-model.yaml's render: llama-70b, and llama-8b with two adapters and an alias over them, on
+    one base URL."""
+    return render_file(MULTI_MODEL_EXAMPLE)
+
+
 @pytest.fixture(scope="session")
 def dev_awake(variants_dir: Path) -> RenderResult:
     """dev with its model at one replica all day: a model routed through its Service, no picker."""

@@ -24,6 +24,7 @@ from tools.doc_facts import PROD, Facts
 
 WORKFLOWS = PROJECT_DIR / ".github" / "workflows"
 MULTI_NODE_EXAMPLE = PROJECT_DIR / "examples" / "Pulumi.prod-405b.yaml"
+MULTI_MODEL_EXAMPLE = PROJECT_DIR / "examples" / "Pulumi.multi-model.yaml"
 # The plan whose pipeline-parallel split capacity-planner.md describes.
 PIPELINE_PLAN = ("--model", "meta-llama/Llama-3.1-405B-Instruct", "--gpu", "p5.48xlarge", "--max-model-len", "16384",
                  "--max-nodes-per-replica", "4")
@@ -338,6 +339,16 @@ def multi_node_example_cost(facts: Facts) -> str:
             f"{total.nodes_at_min} nodes")
 
 
+def multi_model_lora_kv(facts: Facts) -> str:
+    """The example's model with adapters: its LoRA buffers and KV room per GPU, and the room without them."""
+    (model,) = [m for m in facts.config(MULTI_MODEL_EXAMPLE).models if m.lora is not None]
+    plan = facts.plan("--stack", str(MULTI_MODEL_EXAMPLE), "--model", model.name)
+    without = plan["dynamics"]["lora"]["kv_gib_per_gpu_without_lora"]
+    return (f"{model.name}'s {model.lora.max_loras} adapter slots at rank {model.lora.max_lora_rank} take "
+            f"{plan['lora_gib_per_gpu']:.2f} GiB per GPU: {plan['available_kv_gib_per_gpu']:.2f} GiB of KV cache "
+            f"({plan['kv_cache_tokens']:,} tokens) where the same model without adapters has {without:.2f} GiB")
+
+
 def _vllm_container(facts: Facts) -> dict[str, Any]:
     deployment = facts.manifest(PROD, "Deployment", facts.prod_model.name)
     return deployment["spec"]["template"]["spec"]["containers"][0]
@@ -484,6 +495,7 @@ GENERATORS: dict[str, Callable[[Facts], str]] = {
     "pipeline-split": pipeline_split,
     "calibration-within": calibration_within,
     "multi-node-example-cost": multi_node_example_cost,
+    "multi-model-lora-kv": multi_model_lora_kv,
     "calibration-logs": calibration_logs,
     "calibration-checked-logs": calibration_checked_logs,
     "prod-drain": prod_drain,

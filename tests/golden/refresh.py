@@ -13,7 +13,7 @@ from stacks.offline import render
 
 GOLDEN_DIR = Path(__file__).resolve().parent
 # Examples with a golden of their own (a stack that creates its cluster has no copy beside Pulumi.yaml).
-EXAMPLES = (PROJECT_DIR / "examples" / "Pulumi.sandbox.yaml", PROJECT_DIR / "examples" / "Pulumi.prod-s3.yaml")
+EXAMPLES = tuple(PROJECT_DIR / "examples" / f"Pulumi.{name}.yaml" for name in ("sandbox", "prod-s3", "multi-model"))
 
 
 def main() -> int:

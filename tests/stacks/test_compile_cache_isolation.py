@@ -1,8 +1,9 @@
-"""Each model's compile cache is its own, on a stack that serves two: on EFS an access point, volume and claim per
-model, which only that model's producer Job mounts read-write and only its serving pods mount read-only; on S3 a
-prefix per model, which only that model's producer role may write, even for two models whose caches would have the
-same key. vLLM loads these artifacts with pickle (vllm/compilation/caching.py): one model's producer must not be
-able to rewrite another model's cache."""
+"""Each model's compile cache is its own, on a stack that serves two: on EFS (examples/Pulumi.multi-model.yaml, in the
+example's one render, tests/conftest.py `multi_model`) an access point, volume and claim per model, which only that
+model's producer Job mounts read-write and only its serving pods mount read-only; on S3 a prefix per model, which
+only that model's producer role may write, even for two models whose caches would have the same key. vLLM loads
+these artifacts with pickle (vllm/compilation/caching.py): one model's producer must not be able to rewrite another
+model's cache."""
 
 from __future__ import annotations
 
@@ -17,18 +18,12 @@ from llm_serving.storage import objects
 from stacks.config import ServingStackArgs
 from stacks.environment import load_stack_file
 from stacks.offline.render import RenderResult
-from tests.conftest import render_file
 from tests.stacks.checks.test_gpu_node_group_checks import BASE
 from tests.stacks.checks.test_model_checks import LLAMA_70B, lines
 from tests.support import iam_eval, reference, stack_variants
 
 MODELS = ("llama-70b", "llama-8b")
 AP = "aws:efs/accessPoint:AccessPoint"
-
-
-@pytest.fixture(scope="module")
-def two_models(variants_dir) -> RenderResult:
-    return render_file(stack_variants.prod_with_two_models(variants_dir))
 
 
 def _pod(result: RenderResult, kind: str, name: str) -> dict[str, Any]:
@@ -48,39 +43,40 @@ def _claims(pod: dict[str, Any]) -> dict[str, tuple[str, bool]]:
             for v in pod["volumes"] if "persistentVolumeClaim" in v}
 
 
-def test_each_model_has_its_own_cache_access_point_volume_and_claim(two_models):
-    points = {p["name"]: p["inputs"] for p in two_models.by_type()[AP] if "-compile-cache-" in p["name"]}
+def test_each_model_has_its_own_cache_access_point_volume_and_claim(multi_model):
+    points = {p["name"]: p["inputs"] for p in multi_model.by_type()[AP] if "-compile-cache-" in p["name"]}
     assert {name: point["rootDirectory"]["path"] for name, point in points.items()} == {
         f"weights-storage-compile-cache-{m}": f"/llm-serving-compile-cache/{m}" for m in MODELS}
     for model in MODELS:
-        volume = two_models.manifest("PersistentVolume", f"llm-serving-{model}-compile-cache")
+        volume = multi_model.manifest("PersistentVolume", f"llm-serving-{model}-compile-cache")
         # Through the model's own access point, and bindable by the model's own claim only.
         assert volume["spec"]["csi"]["volumeHandle"] == (
             f"weights-storage-file-system-id::weights-storage-compile-cache-{model}-id")
         assert volume["spec"]["claimRef"] == {"namespace": "llm-serving", "name": f"{model}-compile-cache"}
-        claim = two_models.manifest("PersistentVolumeClaim", f"{model}-compile-cache")
+        claim = multi_model.manifest("PersistentVolumeClaim", f"{model}-compile-cache")
         assert claim["spec"]["volumeName"] == f"llm-serving-{model}-compile-cache"
         for manifest in (volume, claim):
             assert reference.kubernetes_object_errors(manifest, "1.34") == [], manifest["kind"]
     # The old shared claim is gone: nothing mounts one cache for every model.
-    assert not [m for m in two_models.manifests if m["kind"] == "PersistentVolumeClaim"
+    assert not [m for m in multi_model.manifests if m["kind"] == "PersistentVolumeClaim"
                 and m["metadata"]["name"] == "compile-cache"]
 
 
 @pytest.mark.parametrize("model", MODELS)
-def test_a_models_cache_volume_and_claim_go_with_its_cache_once_its_pods_are_gone(two_models, model):
+def test_a_models_cache_volume_and_claim_go_with_its_cache_once_its_pods_are_gone(multi_model, model):
     # Not retained: a pair left in the cluster would fail the create of the next one of the same names (the cache
     # turned on again, the model added back) with AlreadyExists. They hold no data: the volume's reclaim policy is
     # Retain and the directory stays on the file system.
-    volume = two_models.resource("kubernetes:core/v1:PersistentVolume", f"weights-storage-compile-cache-{model}-volume")
-    claim = two_models.resource("kubernetes:core/v1:PersistentVolumeClaim",
+    volume = multi_model.resource("kubernetes:core/v1:PersistentVolume",
+                                  f"weights-storage-compile-cache-{model}-volume")
+    claim = multi_model.resource("kubernetes:core/v1:PersistentVolumeClaim",
                                 f"weights-storage-compile-cache-{model}-claim")
     assert (volume["options"]["retainOnDelete"], claim["options"]["retainOnDelete"]) == (False, False)
-    assert two_models.manifest("PersistentVolume", f"llm-serving-{model}-compile-cache")["spec"][
+    assert multi_model.manifest("PersistentVolume", f"llm-serving-{model}-compile-cache")["spec"][
         "persistentVolumeReclaimPolicy"] == "Retain"
     # The claim's delete waits for every pod that mounts it (pvc-protection): long enough for the slowest to stop.
-    graces = [pod["terminationGracePeriodSeconds"] for pod in (_pod(two_models, "Deployment", model),
-                                                                _producer(two_models, model))]
+    graces = [pod["terminationGracePeriodSeconds"] for pod in (_pod(multi_model, "Deployment", model),
+                                                                _producer(multi_model, model))]
     assert int(claim["options"]["customTimeouts"]["delete"].removesuffix("s")) > max(graces)
 
 
@@ -100,8 +96,8 @@ def test_no_models_cache_volume_takes_the_name_the_old_shared_caches_volume_kept
 
 
 @pytest.mark.parametrize("model", MODELS)
-def test_a_producer_mounts_only_its_own_models_cache_read_write(two_models, model):
-    pod = _producer(two_models, model)
+def test_a_producer_mounts_only_its_own_models_cache_read_write(multi_model, model):
+    pod = _producer(multi_model, model)
     claims = _claims(pod)
     assert claims["compile-cache"] == (f"{model}-compile-cache", False)
     assert claims["weights"] == (f"{model}-weights-ro", True)
@@ -113,8 +109,8 @@ def test_a_producer_mounts_only_its_own_models_cache_read_write(two_models, mode
 
 
 @pytest.mark.parametrize("model", MODELS)
-def test_a_models_serving_pods_mount_only_its_own_cache_read_only(two_models, model):
-    pod = _pod(two_models, "Deployment", model)
+def test_a_models_serving_pods_mount_only_its_own_cache_read_only(multi_model, model):
+    pod = _pod(multi_model, "Deployment", model)
     assert _claims(pod) == {"weights": (f"{model}-weights-ro", True), "compile-cache": (f"{model}-compile-cache", True)}
     (seed,) = pod["initContainers"]
     assert {m["name"]: m.get("readOnly", False) for m in seed["volumeMounts"]} == {
@@ -122,8 +118,8 @@ def test_a_models_serving_pods_mount_only_its_own_cache_read_only(two_models, mo
     assert all(m["name"] != "compile-cache" for m in pod["containers"][0]["volumeMounts"])
 
 
-def test_the_gpu_nodes_write_only_through_the_cache_access_points_and_staging_through_none(two_models):
-    (policy,) = two_models.by_type()["aws:efs/fileSystemPolicy:FileSystemPolicy"]
+def test_the_gpu_nodes_write_only_through_the_cache_access_points_and_staging_through_none(multi_model):
+    (policy,) = multi_model.by_type()["aws:efs/fileSystemPolicy:FileSystemPolicy"]
     statements = {s["Sid"]: s for s in json.loads(policy["inputs"]["policy"])["Statement"]}
     points = "arn:aws:elasticfilesystem:us-east-1:123456789012:access-point/weights-storage-compile-cache"
     caches = sorted(f"{points}-{m}-id" for m in MODELS)

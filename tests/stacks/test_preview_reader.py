@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 import yaml
 
-from llm_serving.edge import by_model
 from stacks import reader
 from stacks.offline.render import RenderResult
 from tests.conftest import PROJECT_DIR, STACK_FILES, render_file
@@ -75,11 +74,6 @@ def test_the_cluster_role_lists_exactly_the_kinds_the_stacks_manage() -> None:
     rendered: set[tuple[str, str]] = set()
     for path in ALL_STACKS:
         rendered |= _rendered_kinds(render_file(path))
-    # `edge.routing: byModel`, which no committed stack uses: what the edge then creates, built without a render.
-    from tests.components.edge.test_by_model import LLAMA, SETTINGS, SMALL
-
-    by_model_objects = [*by_model.models_route_objects(SETTINGS, [LLAMA, SMALL]), by_model.sidecar_config(SETTINGS)]
-    rendered |= {(_group(doc["apiVersion"]), doc["kind"]) for doc in by_model_objects}
     rendered.discard(("", "Secret"))
     assert set(reader.KIND_RESOURCES) == rendered
 

@@ -74,22 +74,8 @@ def pinned(directory: Path, base: str) -> Path:
     return write(directory, f"{base}-pinned", {"chartImageDigests": digests, "models": models}, extends=base)
 
 
-# A second model for prod: Llama 3.1 8B on one GPU, under its own path, with the node group grown so both
-# models' compile-cache producers fit beside them (serving.producer_room).
-SECOND_MODEL: dict[str, Any] = {
-    "name": "llama-8b", "modelId": "meta-llama/Llama-3.1-8B-Instruct",
-    "revision": "0e9e39f249a16976918f6564b8830bc894c89659", "replicas": 1, "maxModelLen": 8192,
-    "tensorParallelSize": 1, "slo": {"ttftP95Seconds": 2, "itlP95Seconds": 0.1}, "route": {"pathPrefix": "/small"}}
+# Room for two models' replicas and their compile-cache producers (serving.producer_room).
 ROOM_FOR_TWO = {"scaling": {"minNodes": 2, "maxNodes": 8, "desiredNodes": 2}}
-
-
-def prod_with_two_models(directory: Path) -> Path:
-    """prod serving llama-70b and llama-8b, each with its own shared compile cache, behind one base URL
-    (`edge.routing: byModel`): the request body's `model` picks the pool, so llama-8b keeps no path prefix of its
-    own. One variant for the cache's and the edge's tests: one render per process."""
-    second = {**SECOND_MODEL, "route": {"routing": "inferencePool"}}
-    return write(directory, "prod-two-models", {"gpuNodeGroup": ROOM_FOR_TWO, "models": [second],
-                                                "edge": {"routing": "byModel"}})
 
 
 def prod_s3_with_twin_models(directory: Path) -> Path:
@@ -103,8 +89,9 @@ def prod_s3_with_twin_models(directory: Path) -> Path:
                                                "models": [twin]})
 
 
-# Two LoRA adapters on dev's model, two versions of one fine-tune behind an alias the clients call. The repositories
-# and commits are made up (no Hub is reachable from the tests); the staging Job checks real ones.
+# Two LoRA adapters on a model, two versions of one fine-tune behind an alias the clients call, for the component
+# tier and the planner (the stack tier renders examples/Pulumi.multi-model.yaml). The repositories and commits
+# are made up (no Hub is reachable from the tests); the staging Job checks real ones.
 ADAPTER_REVISIONS = ("1111111111111111111111111111111111111111", "2222222222222222222222222222222222222222")
 DEV_LORA: dict[str, Any] = {
     "maxLoras": 2, "maxLoraRank": 16, "maxCpuLoras": 4,
@@ -112,10 +99,3 @@ DEV_LORA: dict[str, Any] = {
                  {"name": "sql-v2", "modelId": "example-org/llama-3.1-8b-sql-lora", "revision": ADAPTER_REVISIONS[1]}],
     "aliases": [{"name": "sql", "targets": [{"adapter": "sql-v1", "weight": 90}, {"adapter": "sql-v2", "weight": 10}]}],
 }
-
-
-def dev_with_adapters(directory: Path) -> Path:
-    """dev serving llama-8b with two LoRA adapters and an alias over them (DEV_LORA)."""
-    return write(directory, "dev-lora", {
-        "grafanaAdminPassword": {"secure": "v1:x"},
-        "models": [{"name": "llama-8b", "lora": DEV_LORA}]}, extends="dev")
