@@ -160,8 +160,8 @@ def test_the_models_route_exists_before_the_gateway_so_every_envoy_pod_gets_the_
     assert "kubernetes:helm.sh/v3:Release::edge-ai-gateway" in wiring[route]["dependsOn"]
 
 
-def test_the_sidecars_config_exists_before_the_gateway_that_names_it(two_models):
-    wiring = two_models.wiring
+def test_the_sidecars_config_exists_before_the_gateway_that_names_it(multi_model):
+    wiring = multi_model.wiring
     (config,) = [key for key in wiring if ":GatewayConfig::" in key]
     (gateway,) = [key for key in wiring if key.startswith("kubernetes:gateway.networking.k8s.io/v1:Gateway::")]
     assert config in wiring[gateway]["dependsOn"]
