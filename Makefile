@@ -19,7 +19,7 @@ help:
 	@echo "make bench [SUITE=1]      render time per stack and per model count (figures, not a test); SUITE=1 also times make test"
 	@echo "make lint                 ruff, mypy, and the layering contracts (import-linter, pyproject.toml)"
 	@echo "make scan                 Checkov (renders, workflows) and zizmor (workflows), with the reviewed lists"
-	@echo "make zizmor-result        record zizmor's findings (security/zizmor-result.json) for the docs' table"
+	@echo "make zizmor-result        record zizmor's findings (security/zizmor-result.yaml) for the docs' table"
 	@echo "make locks                re-lock the hashed *.lock files after a change to a requirements file"
 	@echo "make golden               refresh tests/golden/ after an intended change"
 	@echo "make schema               rewrite provider/schema.json, the multi-language package's schema"
@@ -60,7 +60,7 @@ scan: $(STAMP) $(SCAN_STAMP)
 	@echo "==> scan: Checkov over every stack's render and the workflows, zizmor over the workflows, against the reviewed lists in security/"
 	$(BIN)/python -m tools.scan --checkov $(SCAN_VENV)/bin/checkov --zizmor $(SCAN_VENV)/bin/zizmor
 
-# zizmor's result as docs/operations.md shows it (security/zizmor-result.json); `make scan` fails when it differs.
+# zizmor's result as docs/operations.md shows it (security/zizmor-result.yaml); `make scan` fails when it differs.
 zizmor-result: $(STAMP) $(SCAN_STAMP)
 	$(BIN)/python -m tools.scan --zizmor-only --update-zizmor-result --checkov $(SCAN_VENV)/bin/checkov --zizmor $(SCAN_VENV)/bin/zizmor
 

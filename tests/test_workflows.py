@@ -671,4 +671,44 @@ def test_the_recorded_zizmor_result_is_what_zizmor_finds_now():
     recorded = scan.ZIZMOR_RESULT_FILE.read_text()
     assert scan.zizmor_result_document(scan.zizmor_version(str(zizmor)), findings, ignores) == recorded, (
         "run `make zizmor-result` then `make docs`")
-    assert all(f["accepted"] for f in json.loads(recorded)["findings"])
+    assert all(f["accepted"] for f in yaml.safe_load(recorded)["findings"])
+
+
+def fake_zizmor(tmp_path: Path, findings: list[tuple[str, str, str]]) -> str:
+    """An executable that prints what zizmor 1.32.0 prints (`--version`, and a JSON report of `findings`: audit,
+    file, route key) without scanning anything."""
+    import sys
+
+    report = [{"ident": audit, "determinations": {"severity": "Low"}, "locations": [{
+        "symbolic": {"kind": "Primary", "key": {"Local": {"verbatim_path": file}}, "annotation": "",
+                     "route": {"route": [{"Key": "jobs"}, {"Key": job}, {"Key": "uses"}]}},
+        "concrete": {"location": {"start_point": {"row": 1}}}}]} for audit, file, job in findings]
+    script = tmp_path / "zizmor"
+    script.write_text(f"#!{sys.executable}\nimport sys\n"
+                      f"print('zizmor 1.32.0' if '--version' in sys.argv else {json.dumps(json.dumps(report))})\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_make_scan_fails_when_zizmors_result_differs_from_the_recorded_one_and_rewrites_it_on_request(
+        tmp_path, monkeypatch):
+    from tools import scan
+
+    deploy = [("self-repository", ".github/workflows/deploy.yml", job) for job in ("dev", "staging", "prod")]
+    ignores = tmp_path / "zizmor-ignores.yaml"
+    entry = {"audit": "self-repository", "file": ".github/workflows/deploy.yml", "where": ["jobs.*.uses"],
+             "reason": "a reviewed reason of forty characters or more"}
+    ignores.write_text(yaml.safe_dump([entry]))
+    recorded = tmp_path / "zizmor-result.yaml"
+    monkeypatch.setattr(scan, "ZIZMOR_RESULT_FILE", recorded)
+    monkeypatch.setattr(scan, "PROJECT_DIR", tmp_path)
+    monkeypatch.setattr(scan, "ZIZMOR_IGNORES_FILE", ignores)
+    assert scan.scan_workflows(fake_zizmor(tmp_path, deploy), update_result=True) == (0, [
+        "workflows (zizmor): 3 findings, 3 of them accepted in the ignore list",
+        "zizmor-result.yaml updated: run `make docs` and commit both"])
+    assert [f["where"] for f in yaml.safe_load(recorded.read_text())["findings"]] == [
+        "jobs.dev.uses", "jobs.prod.uses", "jobs.staging.uses"]
+    # The same result again passes; a workflow change that removes a finding fails until it is recorded.
+    assert scan.scan_workflows(fake_zizmor(tmp_path, deploy))[0] == 0
+    code, lines = scan.scan_workflows(fake_zizmor(tmp_path, deploy[:2]))
+    assert code == 1 and any("zizmor-result.yaml differs from this run" in line for line in lines)

@@ -6,6 +6,8 @@ and `--zizmor`, so the test suite never installs them. Every failed check must b
 of security/checkov-skips.yaml (check id, stacks, resource patterns, reason), every zizmor finding by
 one of security/zizmor-ignores.yaml (audit, file, location pattern, reason); an entry that covers
 nothing is stale and fails the scan too, so a fixed finding cannot leave an unneeded exception behind.
+zizmor's result must also equal security/zizmor-result.yaml, which docs/operations.md shows (`make
+zizmor-result` rewrites it: `--zizmor-only --update-zizmor-result`).
 
 Exit codes: 0 clean, 1 uncovered findings or stale entries, 2 a malformed list or a scanner run that
 produced no results.
@@ -32,7 +34,7 @@ from stacks.offline import render
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 SKIPS_FILE = PROJECT_DIR / "security" / "checkov-skips.yaml"
 ZIZMOR_IGNORES_FILE = PROJECT_DIR / "security" / "zizmor-ignores.yaml"
-ZIZMOR_RESULT_FILE = PROJECT_DIR / "security" / "zizmor-result.json"
+ZIZMOR_RESULT_FILE = PROJECT_DIR / "security" / "zizmor-result.yaml"
 WORKFLOWS_DIR = PROJECT_DIR / ".github" / "workflows"
 WORKFLOWS = "workflows"  # the pseudo-stack name skip entries use for .github/workflows findings
 CHECK_ID = re.compile(r"^CKV2?_[A-Z0-9]+_\d+$")
@@ -260,14 +262,16 @@ def zizmor_version(zizmor: str) -> str:
 
 
 def zizmor_result_document(version: str, findings: list[ZizmorFinding], ignores: list[ZizmorIgnore]) -> str:
-    """What security/zizmor-result.json holds: the run's findings without line numbers (which move with every
-    edit), sorted, each with whether the reviewed list accepts it. docs/operations.md shows it."""
+    """What security/zizmor-result.yaml holds: the run's findings without line numbers (which move with every
+    edit), sorted, each with whether the reviewed list accepts it. docs/operations.md shows it. (YAML beside the
+    reviewed lists: the JSON files under security/ are IAM policy documents, and a test reads them all as such.)"""
     rows = sorted({(f.audit, f.file, f.where, f.severity, any(entry.covers(f) for entry in ignores))
                    for f in findings})
     document = {"zizmor": version, "command": ZIZMOR_COMMAND,
                 "findings": [{"audit": a, "file": f, "where": w, "severity": s, "accepted": ok}
                              for a, f, w, s, ok in rows]}
-    return json.dumps(document, indent=2) + "\n"
+    header = "# zizmor's result over .github/, written by `make zizmor-result` (tools/scan.py); `make scan` compares.\n"
+    return header + yaml.safe_dump(document, sort_keys=False, width=120)
 
 
 def run_zizmor(zizmor: str, project_dir: Path = PROJECT_DIR) -> Any:
@@ -286,7 +290,7 @@ def run_zizmor(zizmor: str, project_dir: Path = PROJECT_DIR) -> Any:
 
 def scan_workflows(zizmor: str, update_result: bool = False) -> tuple[int, list[str]]:
     """(exit code, lines) of the zizmor half of `make scan`. The run's result must equal
-    security/zizmor-result.json (the docs' table of it); `update_result` rewrites the file instead."""
+    security/zizmor-result.yaml (the docs' table of it); `update_result` rewrites the file instead."""
     try:
         ignores = parse_zizmor_ignores(yaml.safe_load(ZIZMOR_IGNORES_FILE.read_text()))
     except SkipListError as error:
@@ -303,14 +307,13 @@ def scan_workflows(zizmor: str, update_result: bool = False) -> tuple[int, list[
     if update_result and result != recorded:
         ZIZMOR_RESULT_FILE.write_text(result)
         lines.append(f"{ZIZMOR_RESULT_FILE.relative_to(PROJECT_DIR)} updated: run `make docs` and commit both")
-    elif result != recorded:
-        uncovered.append(f"{ZIZMOR_RESULT_FILE.relative_to(PROJECT_DIR)} differs from this run: "
-                         "`make zizmor-result`, then `make docs`")
+    differs = [f"{ZIZMOR_RESULT_FILE.relative_to(PROJECT_DIR)} differs from this run (the docs show that file): "
+               "`make zizmor-result`, then `make docs`"] if result != recorded and not update_result else []
     for title, problems in (("zizmor findings no ignore entry covers (fix them, or add a reviewed entry):",
-                             uncovered), ("Stale zizmor ignore entries:", stale)):
+                             uncovered), ("Stale zizmor ignore entries:", stale), ("Recorded zizmor result:", differs)):
         if problems:
             lines += [title, *(f"  - {p}" for p in problems)]
-    return (1 if uncovered or stale else 0), lines
+    return (1 if uncovered or stale or differs else 0), lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -319,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--zizmor", required=True, help="the zizmor executable (make scan: .venv-scan/bin)")
     parser.add_argument("--zizmor-only", action="store_true", help="only the zizmor half (no renders, no Checkov)")
     parser.add_argument("--update-zizmor-result", action="store_true",
-                        help="rewrite security/zizmor-result.json from this run instead of comparing")
+                        help="rewrite security/zizmor-result.yaml from this run instead of comparing")
     parser.add_argument("stacks", nargs="*", help="stack names (default: every Pulumi.<stack>.yaml)")
     args = parser.parse_args(argv)
     if args.zizmor_only:

@@ -1,6 +1,6 @@
 """The generated tables of docs/operations.md about the GitHub workflows: every job's trigger, permissions,
 environment, the variables and secrets it reads and its concurrency, read from .github/workflows/*.yml; and
-zizmor's result over them, read from security/zizmor-result.json, which `make scan` (tools/scan.py) writes
+zizmor's result over them, read from security/zizmor-result.yaml, which `make scan` (tools/scan.py) writes
 from a real zizmor run and compares on every run (tests/test_workflows.py re-runs zizmor when it is installed).
 """
 
@@ -18,7 +18,7 @@ from stacks.config.files import PROJECT_DIR
 from tools.doc_facts import Facts
 
 WORKFLOWS = PROJECT_DIR / ".github" / "workflows"
-ZIZMOR_RESULT_FILE = PROJECT_DIR / "security" / "zizmor-result.json"
+ZIZMOR_RESULT_FILE = PROJECT_DIR / "security" / "zizmor-result.yaml"
 READS = re.compile(r"\$\{\{[^}]*?\b(vars|secrets)\.([A-Za-z_][A-Za-z0-9_]*)")
 
 
@@ -105,7 +105,7 @@ def workflow_table(facts: Facts) -> str:
 
 def zizmor_result(facts: Facts) -> str:
     """zizmor's findings as the last `make scan` recorded them, each with whether the reviewed list accepts it."""
-    result = json.loads(ZIZMOR_RESULT_FILE.read_text())
+    result = yaml.safe_load(ZIZMOR_RESULT_FILE.read_text())
     findings = result["findings"]
     accepted = sum(1 for f in findings if f["accepted"])
     lines = ["", f"zizmor {result['zizmor']} (`{' '.join(result['command'])}`): {len(findings)} findings, "
