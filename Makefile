@@ -11,7 +11,7 @@ SCAN_STAMP := $(SCAN_VENV)/.installed
 # create it for a local pack (`--policy-pack policies`).
 POLICY_STAMP := policies/.venv/.installed
 
-.PHONY: help bench render test lint scan locks golden schema reference-fixtures docs config-docs planner-docs preflight-docs secrets-set preflight preview up node-group-guard clean policy-check diff
+.PHONY: help bench render test lint scan zizmor-result locks golden schema reference-fixtures docs config-docs planner-docs preflight-docs secrets-set preflight preview up node-group-guard clean policy-check diff
 
 help:
 	@echo "make render STACK=dev     offline render of a stack into build/<stack>/ (no cloud, no CLI)"
@@ -19,6 +19,7 @@ help:
 	@echo "make bench [SUITE=1]      render time per stack and per model count (figures, not a test); SUITE=1 also times make test"
 	@echo "make lint                 ruff, mypy, and the layering contracts (import-linter, pyproject.toml)"
 	@echo "make scan                 Checkov (renders, workflows) and zizmor (workflows), with the reviewed lists"
+	@echo "make zizmor-result        record zizmor's findings (security/zizmor-result.yaml) for the docs' table"
 	@echo "make locks                re-lock the hashed *.lock files after a change to a requirements file"
 	@echo "make golden               refresh tests/golden/ after an intended change"
 	@echo "make schema               rewrite provider/schema.json, the multi-language package's schema"
@@ -58,6 +59,10 @@ $(SCAN_STAMP): requirements-scan.lock
 scan: $(STAMP) $(SCAN_STAMP)
 	@echo "==> scan: Checkov over every stack's render and the workflows, zizmor over the workflows, against the reviewed lists in security/"
 	$(BIN)/python -m tools.scan --checkov $(SCAN_VENV)/bin/checkov --zizmor $(SCAN_VENV)/bin/zizmor
+
+# zizmor's result as docs/operations.md shows it (security/zizmor-result.yaml); `make scan` fails when it differs.
+zizmor-result: $(STAMP) $(SCAN_STAMP)
+	$(BIN)/python -m tools.scan --zizmor-only --update-zizmor-result --checkov $(SCAN_VENV)/bin/checkov --zizmor $(SCAN_VENV)/bin/zizmor
 
 render: $(STAMP)
 	@echo "==> render: offline render of stack $(STACK) into build/$(STACK)/ (no cloud, no CLI)"

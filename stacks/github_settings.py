@@ -6,14 +6,21 @@ The workflows cannot enforce these themselves: an environment's deployment branc
 the branch protection of main, are repository settings. Each environment a workflow names must exist with the
 branches and reviewers its row says; an environment with reviewers must prevent self-review (else the author of
 a change approves its own prod deploy); main must require a reviewed pull request with the CI check passing, for
-admins too, with no force push and no deletion. Read-only: the token (GITHUB_TOKEN, never an argument) needs
-"Administration: read" for branch protection and "Actions: read" / "Environments: read" for the rest.
+admins too, with no force push and no deletion. No environment and no repository holds a stored secret (every job
+exchanges its OIDC token for short-lived Pulumi Cloud and AWS credentials), and each environment names its own
+Pulumi Cloud team (variable PULUMI_TEAM), so a token is scoped to one stack and one purpose. Read-only: the token
+(GITHUB_TOKEN, never an argument) needs "Administration: read" for branch protection, "Secrets: read" and
+"Variables: read" for the secret names and the team variable, and "Actions: read" / "Environments: read" for the
+rest.
 
 REST API (docs.github.com/en/rest, API version 2022-11-28): GET /repos/{owner}/{repo}/environments/{name}
 (`protection_rules[]` with `type: required_reviewers`, `prevent_self_review`, `reviewers`;
 `deployment_branch_policy`: null for any branch, else `protected_branches` / `custom_branch_policies`),
-GET .../environments/{name}/deployment-branch-policies (`branch_policies[].name`, `.type`), and
-GET /repos/{owner}/{repo}/branches/{branch}/protection.
+GET .../environments/{name}/deployment-branch-policies (`branch_policies[].name`, `.type`),
+GET .../environments/{name}/secrets (`secrets[].name`, never a value), GET .../environments/{name}/variables
+(`variables[].name`, `.value`), GET /repos/{owner}/{repo}/actions/secrets, and
+GET /repos/{owner}/{repo}/branches/{branch}/protection. Lists are read at the API's default page size (30), far
+above what a correctly set-up environment holds (no secret, a handful of variables).
 
 Exit 0 when every setting matches, 1 when one does not or cannot be read, 2 on bad usage or no token.
 """
@@ -40,6 +47,8 @@ STACKS = ("dev", "staging", "prod")
 MAIN = "main"
 # The job of .github/workflows/ci.yml that runs `make test`, `make lint` and `make scan`: its check must pass.
 CI_CHECK = "test"
+# The environment variable naming the Pulumi Cloud team whose token the job gets (pulumi/auth-actions `scope`).
+TEAM_VARIABLE = "PULUMI_TEAM"
 REPOSITORY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,38}/[A-Za-z0-9._-]{1,100}$")
 
 
@@ -53,8 +62,10 @@ class Environment:
 
 
 def expected_environments() -> list[Environment]:
-    """Every environment the workflows name, as the checklist sets it up."""
-    rows = [Environment(f"preview-{s}", main_only=False, reviewers=s == "prod") for s in STACKS]
+    """Every environment the workflows name, as the checklist sets it up. A pull request's preview runs the
+    branch's code with the stack's decrypted config, so staging's and prod's wait for another person's approval;
+    dev's previews at once (its secrets are dev's only)."""
+    rows = [Environment(f"preview-{s}", main_only=False, reviewers=s != "dev") for s in STACKS]
     rows += [Environment(f"drift-{s}", main_only=True, reviewers=False) for s in STACKS]
     rows += [Environment(s, main_only=True, reviewers=s == "prod") for s in STACKS]
     return rows
@@ -85,11 +96,22 @@ def api_get(api_url: str, token: str) -> Get:
     return get
 
 
-def check_environment(get: Get, repository: str, want: Environment) -> list[str]:
-    """The ways `want` differs from the repository's environment ([] when it matches)."""
+def check_environment(get: Get, repository: str, want: Environment,
+                      teams: dict[str, str] | None = None) -> list[str]:
+    """The ways `want` differs from the repository's environment ([] when it matches); its Pulumi team, when it
+    names one, goes into `teams` (environment -> team)."""
     base = f"/repos/{repository}/environments/{urllib.parse.quote(want.name, safe='')}"
     found = get(base)
     problems = []
+    stored = sorted(s.get("name", "") for s in get(f"{base}/secrets").get("secrets", []))
+    if stored:
+        problems.append(f"secrets: {', '.join(stored)} stored, expected none (the job exchanges its OIDC token)")
+    variables = {v.get("name"): v.get("value", "") for v in get(f"{base}/variables").get("variables", [])}
+    team = variables.get(TEAM_VARIABLE, "")
+    if not team:
+        problems.append(f"variable {TEAM_VARIABLE}: unset, expected the Pulumi Cloud team of this stack and purpose")
+    elif teams is not None:
+        teams[want.name] = team
     rules = [r for r in found.get("protection_rules") or [] if r.get("type") == "required_reviewers"]
     if want.reviewers:
         if not rules or not rules[0].get("reviewers"):
@@ -136,12 +158,33 @@ def check_main(get: Get, repository: str) -> list[str]:
     return problems
 
 
+def check_repository_secrets(get: Get, repository: str) -> list[str]:
+    """A repository secret reaches every workflow, a pull request's new one included: there must be none."""
+    stored = sorted(s.get("name", "") for s in get(f"/repos/{repository}/actions/secrets").get("secrets", []))
+    if not stored:
+        return []
+    return [f"secrets: {', '.join(stored)} stored, expected none (any branch's workflow could read them)"]
+
+
+def check_teams(teams: dict[str, str]) -> list[str]:
+    """Each environment's team is its own: one stack and one purpose per token."""
+    shared: dict[str, list[str]] = {}
+    for environment, team in sorted(teams.items()):
+        shared.setdefault(team, []).append(environment)
+    return [f"team {team!r} shared by {', '.join(names)}, expected one team per environment"
+            for team, names in sorted(shared.items()) if len(names) > 1]
+
+
 def report(get: Get, repository: str, out: TextIO) -> int:
-    """One line per environment and for main: `ok`, `FAIL <what>` or `NOT CHECKED <why>`; 1 unless all ok."""
+    """One line per environment, for the repository's secrets, the teams and main: `ok`, `FAIL <what>` or
+    `NOT CHECKED <why>`; 1 unless all ok."""
     failed = 0
+    teams: dict[str, str] = {}
     targets: list[tuple[str, Callable[[], list[str]]]] = [
-        (f"environment {e.name}", lambda e=e: check_environment(get, repository, e))  # type: ignore[misc]
+        (f"environment {e.name}", lambda e=e: check_environment(get, repository, e, teams))  # type: ignore[misc]
         for e in expected_environments()]
+    targets.append(("repository secrets", lambda: check_repository_secrets(get, repository)))
+    targets.append(("pulumi teams", lambda: check_teams(teams)))
     targets.append((f"branch {MAIN}", lambda: check_main(get, repository)))
     for label, check in targets:
         try:
@@ -176,5 +219,5 @@ def main(argv: list[str], environ: dict[str, str] | None = None, out: TextIO = s
     token = (environ if environ is not None else dict(os.environ)).get("GITHUB_TOKEN", "")
     if not token:
         raise ConfigError([Problem("GITHUB_TOKEN", "no token to read the repository's settings with", "unset",
-                                   "a token with Administration, Actions and Environments read")])
+                                   "a token with Administration, Actions, Environments, Secrets and Variables read")])
     return report(api_get(args.api_url, token), args.repository, out)

@@ -6,6 +6,7 @@ diff comment, Dependabot), all read through the same loaders.
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from pathlib import Path
@@ -122,8 +123,8 @@ def test_every_job_that_runs_up_runs_the_node_group_guard_before_it():
         assert guard_problems(steps) == [], (name, job_id)
         (guard,) = [s for s in steps if "tools.node_group_guard" in str(s.get("run", ""))]
         # The same state and stack the `up` uses, and the same module `make node-group-guard` runs.
-        assert guard["env"] == {"PULUMI_ACCESS_TOKEN": "${{ secrets.PULUMI_ACCESS_TOKEN }}",
-                                "STACK_REF": "${{ vars.PULUMI_ORG || 'organization' }}/${{ inputs.stack }}"}
+        # Its Pulumi token is the one the auth action exported for the whole job (never a stored secret).
+        assert guard["env"] == {"STACK_REF": "${{ vars.PULUMI_ORG || 'organization' }}/${{ inputs.stack }}"}
         assert guard["run"].splitlines() == [
             "mkdir -p build",
             'pulumi stack export --stack "$STACK_REF" --file "build/$STACK-state.json"',
@@ -260,7 +261,7 @@ def uses_lines() -> list[tuple[str, int, str, str]]:
 def test_every_action_is_pinned_to_a_full_commit_sha_with_its_version_in_a_comment():
     remote = [(f, n, ref, comment) for f, n, ref, comment in uses_lines() if not ref.startswith("./")]
     # The line scan sees every step the YAML holds (so no `uses:` escapes it by its layout).
-    assert len(remote) == len([s for _, _, s in all_steps() if "uses" in s]) == 23
+    assert len(remote) == len([s for _, _, s in all_steps() if "uses" in s]) == 26
     problems = []
     for name, number, ref, comment in remote:
         pinned = PINNED.match(ref)
@@ -286,6 +287,7 @@ def test_each_action_has_one_sha_and_one_version_across_workflows():
         "actions/download-artifact": [("3e5f45b2cfb9172054b4087a40e8e0b5a5461e7c", "# v8.0.1")],
         "aws-actions/configure-aws-credentials": [("e6de054238d6b7531b4efff3b6587d9aade6a06c", "# v6.2.3")],
         "pulumi/actions": [("8e5e406f4007fca908480587cb9893c07090f58d", "# v7.0.0")],
+        "pulumi/auth-actions": [("141415910c3beb54e03b48e9057c204c97b956f2", "# v2.1.0")],
     }
 
 
@@ -393,6 +395,74 @@ def test_every_checkout_drops_the_token_after_cloning():
     assert all((step.get("with") or {}).get("persist-credentials") is False for _, step in checkouts), checkouts
 
 
+PULUMI_JOBS = [("preview.yml", "preview"), ("drift.yml", "drift"), ("pulumi-up.yml", "up")]
+
+
+def pulumi_token_problems(job: dict) -> list[str]:
+    """What is wrong with how a job gets its Pulumi Cloud token: it must come from the OIDC exchange
+    (pulumi/auth-actions, a team token of the environment's team, expiring with the job) before the
+    first step that talks to Pulumi Cloud, and never from a stored secret."""
+    problems = []
+    steps = job["steps"]
+    auth = [i for i, s in enumerate(steps) if str(s.get("uses", "")).startswith("pulumi/auth-actions@")]
+    users = [i for i, s in enumerate(steps) if str(s.get("uses", "")).startswith("pulumi/actions@")
+             or re.search(r"^\s*pulumi\s", str(s.get("run", "")), re.MULTILINE)]
+    if len(auth) != 1:
+        return [f"{len(auth)} pulumi/auth-actions steps, expected one"]
+    if users and min(users) < auth[0]:
+        problems.append(f"step {min(users)} uses Pulumi before the token exchange (step {auth[0]})")
+    exchange = steps[auth[0]]["with"]
+    if exchange.get("requested-token-type") != "urn:pulumi:token-type:access_token:team":
+        problems.append(f"token type {exchange.get('requested-token-type')}, expected a team token")
+    if exchange.get("scope") != "team:${{ vars.PULUMI_TEAM }}":
+        problems.append(f"scope {exchange.get('scope')}, expected the environment's team")
+    if exchange.get("token-expiration") != job["timeout-minutes"] * 60:
+        problems.append(f"token-expiration {exchange.get('token-expiration')} s, expected the job's timeout")
+    if "${{ secrets." in json.dumps(job):
+        problems.append("reads a stored secret")
+    if steps[auth[0]].get("if") != (steps[users[-1]].get("if") if users else None):
+        problems.append("the exchange runs under another condition than the Pulumi steps")
+    return problems
+
+
+@pytest.mark.parametrize(("workflow", "job_id"), PULUMI_JOBS)
+def test_every_pulumi_job_gets_a_short_lived_team_token_by_oidc_and_holds_no_stored_token(workflow, job_id):
+    job = load(workflow)["jobs"][job_id]
+    assert pulumi_token_problems(job) == []
+    # OIDC needs id-token: write, and these are the only jobs that have it (with the AWS role).
+    assert job["permissions"]["id-token"] == "write"
+
+
+def test_only_the_pulumi_jobs_and_their_callers_may_mint_oidc_tokens_and_no_workflow_reads_a_secret():
+    minting = sorted((name, job_id) for name in WORKFLOW_FILES for job_id, job in load(name)["jobs"].items()
+                     if (job.get("permissions") or {}).get("id-token") == "write")
+    assert minting == sorted([*PULUMI_JOBS, ("deploy.yml", "dev"), ("deploy.yml", "staging"),
+                              ("deploy.yml", "prod")])
+    assert [name for name in WORKFLOW_FILES if "secrets." in (WORKFLOWS / name).read_text()] == []
+
+
+@pytest.mark.parametrize(("change", "problem"), [
+    (lambda s: s.pop(1), "0 pulumi/auth-actions steps, expected one"),
+    (lambda s: s.insert(0, s.pop(2)), "step 0 uses Pulumi before the token exchange (step 2)"),
+    (lambda s: s[1]["with"].update({"requested-token-type": "urn:pulumi:token-type:access_token:organization"}),
+     "token type urn:pulumi:token-type:access_token:organization, expected a team token"),
+    (lambda s: s[1]["with"].update({"scope": "team:deployers"}),
+     "scope team:deployers, expected the environment's team"),
+    (lambda s: s[1]["with"].update({"token-expiration": 3600}),
+     "token-expiration 3600 s, expected the job's timeout"),
+    (lambda s: s[2].update({"env": {"PULUMI_ACCESS_TOKEN": "${{ secrets.PULUMI_ACCESS_TOKEN }}"}}),
+     "reads a stored secret"),
+])
+def test_the_token_check_refuses_a_stored_token_a_late_exchange_or_a_broad_token(change, problem):
+    job = copy.deepcopy(load("pulumi-up.yml")["jobs"]["up"])
+    job["steps"] = [{"run": "echo"},
+                    next(s for s in job["steps"] if str(s.get("uses", "")).startswith("pulumi/auth-actions@")),
+                    next(s for s in job["steps"] if str(s.get("uses", "")).startswith("pulumi/actions@"))]
+    assert pulumi_token_problems(job) == []
+    change(job["steps"])
+    assert problem in pulumi_token_problems(job)
+
+
 def test_no_workflow_hands_every_secret_to_a_called_workflow():
     for name in WORKFLOW_FILES:
         for job_id, job in load(name)["jobs"].items():
@@ -431,7 +501,8 @@ def test_the_set_up_checklist_names_every_environment_the_workflows_use():
     checklist = operations.split("### Environment and role set-up checklist", 1)[1].split("\n## ", 1)[0]
     for environment in [f"{kind}{stack}" for kind in ("preview-", "drift-", "") for stack in STACK_NAMES]:
         assert f"`{environment}`" in checklist, environment
-    for needle in ("required reviewers", "main", "AmazonEKSViewPolicy", "Stack Read", "kubernetesGroups",
+    for needle in ("required reviewers", "main", "AmazonEKSViewPolicy", "Stack Read", "Stack Write", "PULUMI_TEAM",
+                   "kubernetesGroups",
                    f"`{reader.GROUP}`", f"`{reader.SECRET_GROUP}`",
                    "security/preview-role-deny-policy.json", "security/github-oidc-trust-policy.json"):
         assert needle in checklist, needle
@@ -528,3 +599,116 @@ def test_the_comment_flags_every_changed_file_that_can_change_a_render():
     assert flagged == {"llm_serving/serving/stage-requirements.txt", "llm_serving/platform/crds/x.yaml",
                        "llm_serving/gpu/prices.json", "llm_serving/serving/engine.py", "pyproject.toml", "Pulumi.yaml"}
     assert "changed.filter(f => !stackFile.test(f) && !notRenderInput.test(f))" in find
+
+
+# --- references, the workflow table and zizmor's result -----------------------------------------
+
+# A path of this repository, as the workflows, the reviewed lists and the delivery docs cite it (not inside a URL, a
+# longer path or a placeholder). Upstream paths the docs cite (`provider/pkg/...` of pulumi-kubernetes) start
+# elsewhere. The virtualenvs are created by the jobs themselves.
+REPO_PATH = re.compile(r"(?<![\w./<>-])(?:\.\./)?((?:security|stacks|tools|tests|llm_serving|policies|examples|"
+                       r"\.github)/[A-Za-z0-9_./-]*[A-Za-z0-9_])")
+CREATED_BY_THE_JOB = ("policies/.venv",)
+
+
+def cited_paths(text: str) -> set[str]:
+    return {p for p in REPO_PATH.findall(text) if not p.startswith(CREATED_BY_THE_JOB)}
+
+
+def delivery_docs() -> str:
+    operations = (PROJECT_DIR / "docs" / "operations.md").read_text()
+    return operations.split("## Pull requests and delivery", 1)[1].split("\n## Policy pack", 1)[0]
+
+
+def test_every_path_the_workflows_the_reviewed_lists_and_the_delivery_docs_cite_exists():
+    sources = {name: (WORKFLOWS / name).read_text() for name in WORKFLOW_FILES}
+    sources |= {p.name: p.read_text() for p in (PROJECT_DIR / "security").glob("*.yaml")}
+    sources["docs/operations.md (delivery)"] = delivery_docs()
+    missing = sorted((source, path) for source, text in sources.items() for path in cited_paths(text)
+                     if not (PROJECT_DIR / path).exists())
+    assert missing == []
+    assert len({p for text in sources.values() for p in cited_paths(text)}) >= 20
+
+
+def test_the_path_check_finds_a_cited_file_that_does_not_exist():
+    text = "# the policy is in\n# security/preview-role-policy.json and ../tools/scan.py, not pr-stacks/Pulumi.x.yaml"
+    assert cited_paths(text) == {"security/preview-role-policy.json", "tools/scan.py"}
+    assert not (PROJECT_DIR / "security" / "preview-role-policy.json").exists()
+
+
+def test_the_workflow_table_has_one_row_per_job_with_its_permissions_and_concurrency():
+    from tools import workflow_figures
+
+    rows = {(row[0], row[2].split(" ")[0].strip("`")): row for row in workflow_figures.workflow_rows()}
+    assert sorted(rows) == sorted((name, job_id) for name in WORKFLOW_FILES for job_id in load(name)["jobs"])
+    assert rows[("preview.yml", "preview")][3:] == (
+        "contents: read, id-token: write, pull-requests: write", "`preview-${{ matrix.stack }}`",
+        "`vars.AWS_REGION`, `vars.AWS_ROLE_ARN`, `vars.PULUMI_ORG`, `vars.PULUMI_TEAM`",
+        "`pulumi-preview-${{ matrix.stack }}-${{ github.event.pull_request.number }}`, cancels the running one")
+    assert rows[("pulumi-up.yml", "up")][6] == "`pulumi-up-${{ inputs.stack }}`, never cancels"
+    # No job reads a stored secret.
+    assert not [row for row in rows.values() if "secrets." in row[5]]
+
+
+def zizmor_executable() -> Path | None:
+    """zizmor from the scanners' virtualenv (CI installs it before `make test`), or $ZIZMOR."""
+    import os
+
+    candidate = Path(os.environ.get("ZIZMOR", PROJECT_DIR / ".venv-scan" / "bin" / "zizmor"))
+    return candidate if candidate.exists() else None
+
+
+def test_the_recorded_zizmor_result_is_what_zizmor_finds_now():
+    # zizmor takes well under a second offline; without the scanners' virtualenv, `make scan` makes the same
+    # comparison (tools/scan.py scan_workflows).
+    zizmor = zizmor_executable()
+    if zizmor is None:
+        pytest.skip("zizmor is not installed (.venv-scan); `make scan` compares the recorded result")
+    from tools import scan
+
+    ignores = scan.parse_zizmor_ignores(yaml.safe_load(scan.ZIZMOR_IGNORES_FILE.read_text()))
+    findings = scan.zizmor_findings(scan.run_zizmor(str(zizmor)))
+    recorded = scan.ZIZMOR_RESULT_FILE.read_text()
+    assert scan.zizmor_result_document(scan.zizmor_version(str(zizmor)), findings, ignores) == recorded, (
+        "run `make zizmor-result` then `make docs`")
+    assert all(f["accepted"] for f in yaml.safe_load(recorded)["findings"])
+
+
+def fake_zizmor(tmp_path: Path, findings: list[tuple[str, str, str]]) -> str:
+    """An executable that prints what zizmor 1.32.0 prints (`--version`, and a JSON report of `findings`: audit,
+    file, route key) without scanning anything."""
+    import sys
+
+    report = [{"ident": audit, "determinations": {"severity": "Low"}, "locations": [{
+        "symbolic": {"kind": "Primary", "key": {"Local": {"verbatim_path": file}}, "annotation": "",
+                     "route": {"route": [{"Key": "jobs"}, {"Key": job}, {"Key": "uses"}]}},
+        "concrete": {"location": {"start_point": {"row": 1}}}}]} for audit, file, job in findings]
+    script = tmp_path / "zizmor"
+    script.write_text(f"#!{sys.executable}\nimport sys\n"
+                      f"print('zizmor 1.32.0' if '--version' in sys.argv else {json.dumps(json.dumps(report))})\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_make_scan_fails_when_zizmors_result_differs_from_the_recorded_one_and_rewrites_it_on_request(
+        tmp_path, monkeypatch):
+    from tools import scan
+
+    deploy = [("self-repository", ".github/workflows/deploy.yml", job) for job in ("dev", "staging", "prod")]
+    ignores = tmp_path / "zizmor-ignores.yaml"
+    entry = {"audit": "self-repository", "file": ".github/workflows/deploy.yml", "where": ["jobs.*.uses"],
+             "reason": "a reviewed reason of forty characters or more"}
+    ignores.write_text(yaml.safe_dump([entry]))
+    recorded = tmp_path / "zizmor-result.yaml"
+    monkeypatch.setattr(scan, "ZIZMOR_RESULT_FILE", recorded)
+    monkeypatch.setattr(scan, "PROJECT_DIR", tmp_path)
+    monkeypatch.setattr(scan, "ZIZMOR_IGNORES_FILE", ignores)
+    assert scan.scan_workflows(fake_zizmor(tmp_path, deploy), update_result=True) == (0, [
+        "workflows (zizmor): 3 findings, 3 of them accepted in the ignore list",
+        "zizmor-result.yaml updated: run `make docs` and commit both"])
+    assert [f["where"] for f in yaml.safe_load(recorded.read_text())["findings"]] == [
+        "jobs.dev.uses", "jobs.prod.uses", "jobs.staging.uses"]
+    # The same result again passes; a workflow change that removes a finding fails until it is recorded.
+    assert scan.scan_workflows(fake_zizmor(tmp_path, deploy))[0] == 0
+    code, lines = scan.scan_workflows(fake_zizmor(tmp_path, deploy[:2]))
+    assert code == 1 and any("zizmor-result.yaml differs from this run" in line for line in lines)

@@ -6,6 +6,8 @@ and `--zizmor`, so the test suite never installs them. Every failed check must b
 of security/checkov-skips.yaml (check id, stacks, resource patterns, reason), every zizmor finding by
 one of security/zizmor-ignores.yaml (audit, file, location pattern, reason); an entry that covers
 nothing is stale and fails the scan too, so a fixed finding cannot leave an unneeded exception behind.
+zizmor's result must also equal security/zizmor-result.yaml, which docs/operations.md shows (`make
+zizmor-result` rewrites it: `--zizmor-only --update-zizmor-result`).
 
 Exit codes: 0 clean, 1 uncovered findings or stale entries, 2 a malformed list or a scanner run that
 produced no results.
@@ -32,6 +34,7 @@ from stacks.offline import render
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 SKIPS_FILE = PROJECT_DIR / "security" / "checkov-skips.yaml"
 ZIZMOR_IGNORES_FILE = PROJECT_DIR / "security" / "zizmor-ignores.yaml"
+ZIZMOR_RESULT_FILE = PROJECT_DIR / "security" / "zizmor-result.yaml"
 WORKFLOWS_DIR = PROJECT_DIR / ".github" / "workflows"
 WORKFLOWS = "workflows"  # the pseudo-stack name skip entries use for .github/workflows findings
 CHECK_ID = re.compile(r"^CKV2?_[A-Z0-9]+_\d+$")
@@ -248,15 +251,35 @@ def judge_zizmor(findings: list[ZizmorFinding], ignores: list[ZizmorIgnore]) -> 
     return uncovered, stale
 
 
+ZIZMOR_COMMAND = ["zizmor", "--offline", "--no-config", "--no-ignores", "--persona", "regular", "--format", "json",
+                  "--no-progress", ".github/"]
+
+
+def zizmor_version(zizmor: str) -> str:
+    """The version `zizmor --version` prints (`zizmor 1.32.0`)."""
+    completed = subprocess.run([zizmor, "--version"], capture_output=True, text=True, check=False)
+    return completed.stdout.split()[-1] if completed.stdout.split() else "unknown"
+
+
+def zizmor_result_document(version: str, findings: list[ZizmorFinding], ignores: list[ZizmorIgnore]) -> str:
+    """What security/zizmor-result.yaml holds: the run's findings without line numbers (which move with every
+    edit), sorted, each with whether the reviewed list accepts it. docs/operations.md shows it. (YAML beside the
+    reviewed lists: the JSON files under security/ are IAM policy documents, and a test reads them all as such.)"""
+    rows = sorted({(f.audit, f.file, f.where, f.severity, any(entry.covers(f) for entry in ignores))
+                   for f in findings})
+    document = {"zizmor": version, "command": ZIZMOR_COMMAND,
+                "findings": [{"audit": a, "file": f, "where": w, "severity": s, "accepted": ok}
+                             for a, f, w, s, ok in rows]}
+    header = "# zizmor's result over .github/, written by `make zizmor-result` (tools/scan.py); `make scan` compares.\n"
+    return header + yaml.safe_dump(document, sort_keys=False, width=120)
+
+
 def run_zizmor(zizmor: str, project_dir: Path = PROJECT_DIR) -> Any:
     """zizmor's JSON report over .github/. --offline: no network audits and no GitHub token;
     --no-config and --no-ignores: no zizmor.yml or inline `# zizmor: ignore` comment can hide a finding
     from the reviewed list; regular persona, the audits zizmor recommends for every repository."""
-    completed = subprocess.run(
-        [zizmor, "--offline", "--no-config", "--no-ignores", "--persona", "regular", "--format", "json",
-         "--no-progress", ".github/"],
-        cwd=project_dir, capture_output=True, text=True, check=False,
-    )
+    completed = subprocess.run([zizmor, *ZIZMOR_COMMAND[1:]], cwd=project_dir, capture_output=True, text=True,
+                               check=False)
     # zizmor exits non-zero when it finds something; only unreadable output is a broken run.
     try:
         return json.loads(completed.stdout)
@@ -265,8 +288,9 @@ def run_zizmor(zizmor: str, project_dir: Path = PROJECT_DIR) -> Any:
                            f"{completed.stderr[-2000:]}") from error
 
 
-def scan_workflows(zizmor: str) -> tuple[int, list[str]]:
-    """(exit code, lines) of the zizmor half of `make scan`."""
+def scan_workflows(zizmor: str, update_result: bool = False) -> tuple[int, list[str]]:
+    """(exit code, lines) of the zizmor half of `make scan`. The run's result must equal
+    security/zizmor-result.yaml (the docs' table of it); `update_result` rewrites the file instead."""
     try:
         ignores = parse_zizmor_ignores(yaml.safe_load(ZIZMOR_IGNORES_FILE.read_text()))
     except SkipListError as error:
@@ -278,19 +302,33 @@ def scan_workflows(zizmor: str) -> tuple[int, list[str]]:
     uncovered, stale = judge_zizmor(findings, ignores)
     covered = len(findings) - len(uncovered)
     lines = [f"workflows (zizmor): {len(findings)} findings, {covered} of them accepted in the ignore list"]
+    result = zizmor_result_document(zizmor_version(zizmor), findings, ignores)
+    recorded = ZIZMOR_RESULT_FILE.read_text() if ZIZMOR_RESULT_FILE.exists() else ""
+    if update_result and result != recorded:
+        ZIZMOR_RESULT_FILE.write_text(result)
+        lines.append(f"{ZIZMOR_RESULT_FILE.relative_to(PROJECT_DIR)} updated: run `make docs` and commit both")
+    differs = [f"{ZIZMOR_RESULT_FILE.relative_to(PROJECT_DIR)} differs from this run (the docs show that file): "
+               "`make zizmor-result`, then `make docs`"] if result != recorded and not update_result else []
     for title, problems in (("zizmor findings no ignore entry covers (fix them, or add a reviewed entry):",
-                             uncovered), ("Stale zizmor ignore entries:", stale)):
+                             uncovered), ("Stale zizmor ignore entries:", stale), ("Recorded zizmor result:", differs)):
         if problems:
             lines += [title, *(f"  - {p}" for p in problems)]
-    return (1 if uncovered or stale else 0), lines
+    return (1 if uncovered or stale or differs else 0), lines
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.scan", description=__doc__.splitlines()[0])
     parser.add_argument("--checkov", required=True, help="the checkov executable (make scan: .venv-scan/bin)")
     parser.add_argument("--zizmor", required=True, help="the zizmor executable (make scan: .venv-scan/bin)")
+    parser.add_argument("--zizmor-only", action="store_true", help="only the zizmor half (no renders, no Checkov)")
+    parser.add_argument("--update-zizmor-result", action="store_true",
+                        help="rewrite security/zizmor-result.yaml from this run instead of comparing")
     parser.add_argument("stacks", nargs="*", help="stack names (default: every Pulumi.<stack>.yaml)")
     args = parser.parse_args(argv)
+    if args.zizmor_only:
+        code, zizmor_lines = scan_workflows(args.zizmor, args.update_zizmor_result)
+        sys.stdout.write("\n".join(zizmor_lines) + "\n")
+        return code
     stacks = tuple(args.stacks) or stack_files.stack_names()
     try:
         skips = parse_skips(yaml.safe_load(SKIPS_FILE.read_text()), stack_files.stack_names())
@@ -323,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
                             ("Stale skip entries:", stale)):
         if problems:
             sys.stdout.write(title + "\n" + "".join(f"  - {p}\n" for p in problems))
-    zizmor_code, zizmor_lines = scan_workflows(args.zizmor)
+    zizmor_code, zizmor_lines = scan_workflows(args.zizmor, args.update_zizmor_result)
     sys.stdout.write("\n".join(zizmor_lines) + "\n")
     if zizmor_code == 2:
         return 2

@@ -37,6 +37,11 @@ def _settings() -> dict[str, Any]:
         paths[base] = _environment(want)
         paths[f"{base}/deployment-branch-policies"] = {"total_count": 1,
                                                        "branch_policies": [{"name": "main", "type": "branch"}]}
+        paths[f"{base}/secrets"] = {"total_count": 0, "secrets": []}
+        paths[f"{base}/variables"] = {"total_count": 2, "variables": [
+            {"name": "AWS_ROLE_ARN", "value": f"arn:aws:iam::123456789012:role/{want.name}"},
+            {"name": "PULUMI_TEAM", "value": f"llm-serving-{want.name}"}]}
+    paths[f"/repos/{REPO}/actions/secrets"] = {"total_count": 0, "secrets": []}
     paths[f"/repos/{REPO}/branches/main/protection"] = {
         "required_pull_request_reviews": {"required_approving_review_count": 1, "require_last_push_approval": True},
         "required_status_checks": {"strict": True, "contexts": ["test"], "checks": [{"context": "test"}]},
@@ -74,7 +79,8 @@ def _check(paths: dict[str, Any], token: str = "t0ken") -> tuple[int, str, list[
 def test_a_repository_set_up_as_the_checklist_says_passes_every_line():
     status, text, seen = _check(_settings())
     assert status == 0, text
-    assert text.count("ok   ") == len(github_settings.expected_environments()) + 1
+    # Every environment, the repository's secrets, the teams and main.
+    assert text.count("ok   ") == len(github_settings.expected_environments()) + 3
     assert {s["auth"] for s in seen} == {"Bearer t0ken"} and {s["version"] for s in seen} == {"2022-11-28"}
 
 
@@ -82,6 +88,19 @@ def test_a_repository_set_up_as_the_checklist_says_passes_every_line():
     ("environments/prod", {"protection_rules": [{**REVIEWERS, "prevent_self_review": False}]},
      "FAIL environment prod: prevent self-review: off"),
     ("environments/preview-prod", {"protection_rules": []}, "FAIL environment preview-prod: required reviewers: none"),
+    # A staging preview decrypts staging's secrets with the branch's code: never without another person's approval.
+    ("environments/preview-staging", {"protection_rules": []},
+     "FAIL environment preview-staging: required reviewers: none"),
+    ("environments/preview-staging", {"protection_rules": [{**REVIEWERS, "prevent_self_review": False}]},
+     "FAIL environment preview-staging: prevent self-review: off"),
+    ("environments/preview-prod/secrets", {"total_count": 1, "secrets": [{"name": "PULUMI_ACCESS_TOKEN"}]},
+     "FAIL environment preview-prod: secrets: PULUMI_ACCESS_TOKEN stored, expected none"),
+    ("environments/drift-dev/variables", {"total_count": 0, "variables": []},
+     "FAIL environment drift-dev: variable PULUMI_TEAM: unset"),
+    ("environments/drift-prod/variables", {"variables": [{"name": "PULUMI_TEAM", "value": "llm-serving-prod"}]},
+     "FAIL pulumi teams: team 'llm-serving-prod' shared by drift-prod, prod"),
+    ("actions/secrets", {"total_count": 1, "secrets": [{"name": "PULUMI_ACCESS_TOKEN"}]},
+     "FAIL repository secrets: secrets: PULUMI_ACCESS_TOKEN stored, expected none"),
     ("environments/staging", {"deployment_branch_policy": None},
      "FAIL environment staging: deployment branches: any, expected main only"),
     ("environments/drift-prod", {"deployment_branch_policy": {"protected_branches": True,
@@ -147,3 +166,24 @@ def test_the_environments_checked_are_the_ones_the_workflows_use_and_the_checkli
     assert used <= checked
     checklist = Path(PROJECT_DIR / "docs" / "operations.md").read_text()
     assert all(f"`{name}`" in checklist for name in checked)
+
+
+def test_the_checklist_table_says_what_check_github_checks_for_each_environment():
+    # The set-up checklist's table (docs/operations.md) and expected_environments() are one decision written twice:
+    # a row's branches and reviewers must be the ones check-github holds the repository to.
+    operations = (PROJECT_DIR / "docs" / "operations.md").read_text()
+    checklist = operations.split("### Environment and role set-up checklist", 1)[1].split("\n#", 1)[0]
+    rows: dict[str, tuple[str, str, str]] = {}
+    for line in checklist.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| `"):
+            for name in re.findall(r"`([a-z-]+)`", cells[0]):
+                rows[name] = (cells[1], cells[2], cells[4])
+    expected = {e.name: e for e in github_settings.expected_environments()}
+    assert sorted(rows) == sorted(expected)
+    for name, (branches, reviewers, secrets) in rows.items():
+        want = expected[name]
+        assert (branches == "main only") is want.main_only, name
+        assert (reviewers == "required reviewers, self-review prevented") is want.reviewers, name
+        assert reviewers in ("none", "required reviewers, self-review prevented"), name
+        assert secrets == "none", name
