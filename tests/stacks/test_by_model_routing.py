@@ -5,6 +5,7 @@ AI Gateway sidecar switched on from the pinned image, and every object valid aga
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
@@ -97,3 +98,14 @@ def test_the_models_route_exists_before_the_gateway_so_every_envoy_pod_gets_the_
     (gateway,) = [key for key in wiring if key.startswith("kubernetes:gateway.networking.k8s.io/v1:Gateway::")]
     assert route in wiring[gateway]["dependsOn"]
     assert "kubernetes:helm.sh/v3:Release::edge-ai-gateway" in wiring[route]["dependsOn"]
+
+
+def test_each_models_gate_asks_the_one_endpoint_to_list_every_model_of_the_stack(two_models):
+    """The deploy gate's settings (the ConfigMap the Job reads): the edge's GET /v1/models, the AI Gateway's sidecar
+    answering for every model's rule, must list the other model too; the Service is vLLM alone, listing its own."""
+    for model, other in (MODELS, MODELS[::-1]):
+        probe = two_models.resource("kubernetes:core/v1:ConfigMap", f"{model}-verify-probe")
+        settings = json.loads(probe["inputs"]["data"]["settings.json"])
+        edge, service = settings["targets"]
+        assert (edge["name"], edge["base_url"], edge["lists"]) == ("edge", "https://llm.example.com/v1", [other])
+        assert (service["name"], service["lists"]) == ("service", [])
