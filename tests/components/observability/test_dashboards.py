@@ -394,17 +394,3 @@ def test_module_is_pure_data_without_pulumi() -> None:
     imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert not any(name.split(".")[0] == "pulumi" for name in imported)
 
-
-def test_the_lora_panels_split_requests_by_adapter_and_show_each_pods_newest_batch() -> None:
-    """Per adapter: the picker's request counter by the name asked and the name it rewrote it to (an alias's split
-    between its adapters); the adapters in the batch: vLLM's lora_requests_info, whose value is the time a label set
-    was last reported, so each pod's newest series (topk 1 by pod) is its batch now."""
-    panels = {p["title"]: p for p in serving_dashboard()["panels"]}
-    (requests,) = [t["expr"] for t in panels["LoRA: requests per second by adapter"]["targets"]]
-    assert requests.startswith("sum by (model_name, target_model_name) (rate(llm_d_epp_request_total{")
-    assert {"model_name", "target_model_name"} <= PICKER_METRIC_TYPES["llm_d_epp_request_total"][1]
-    running, waiting = [t["expr"] for t in panels["LoRA: adapters in the batch"]["targets"]]
-    for label, expr in (("running_lora_adapters", running), ("waiting_lora_adapters", waiting)):
-        assert expr == (f"count by ({label}) (topk by (namespace, pod) (1, "
-                        'vllm:lora_requests_info{namespace="$namespace"}))')
-        assert label in vllm_metric_labels("vllm:lora_requests_info")

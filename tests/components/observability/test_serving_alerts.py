@@ -210,21 +210,6 @@ def test_slo_and_threshold_parameters_reach_the_rules() -> None:
     assert "1.5 s SLO" in rules["VllmTtftP95AboveSlo"]["annotations"]["summary"]
 
 
-def test_an_adapter_that_fails_to_load_is_named_by_the_restart_and_no_replica_alerts() -> None:
-    """vLLM 0.33.0 has no series for an adapter that fails to load (its only LoRA series is vllm:lora_requests_info,
-    in the pinned metrics list): a static adapter that fails stops vLLM's start, so the pod restarts and is never
-    Ready. The alerts that fire then name the model's adapters; a model without adapters keeps its text."""
-    assert {name for name in vllm_metrics() if "lora" in name} == {"vllm:lora_requests_info"}
-    lora = replace(PROD, lora_adapters=("sql-v1", "sql-v2"))
-    rules = {r["alert"]: r for r in serving_rule_groups([lora], runbook_base_url=RUNBOOKS)[0]["rules"]}
-    for alert in ("VllmPodRestarting", "VllmNoReadyReplica"):
-        assert rules[alert]["expr"] == BY_NAME[alert]["expr"]
-        description = rules[alert]["annotations"]["description"]
-        assert "loads LoRA adapters sql-v1, sql-v2 at start-up, and vLLM refuses to start" in description
-        assert description.startswith(BY_NAME[alert]["annotations"]["description"])
-        assert "LoRA" not in BY_NAME[alert]["annotations"]["description"]
-
-
 def test_a_model_that_cannot_scale_has_no_pinned_at_max_alert() -> None:
     fixed = replace(PROD, min_replicas=4)
     names = serving_alerts.alert_names(serving_rule_groups([fixed], runbook_base_url=RUNBOOKS))
