@@ -41,9 +41,12 @@ def _run(small: Behaviour = SERVING_ADAPTERS, misroute: dict[str, str] | None = 
         servers = {BIG: big, SMALL: small_url}
         routes = {BIG: big, **{name: small_url for name in (SMALL, *ADAPTERS, ALIAS.name)}}
         routes |= {name: servers[other] for name, other in (misroute or {}).items()}
-        # The picker chooses one of the alias's adapters by weight; here always the second.
-        with ModelRouter(routes, {ALIAS.name: ADAPTERS[1]}, listed) as edge:
-            return {model: probe.run(_settings(model, edge, servers[model]), KEY) for model in (BIG, SMALL)}
+        # The picker chooses one of the alias's adapters by weight; here always the second. Both models' Jobs run
+        # at once, as the stack's do.
+        with ModelRouter(routes, {ALIAS.name: ADAPTERS[1]}, listed) as edge, \
+                concurrent.futures.ThreadPoolExecutor(2) as pool:
+            runs = {m: pool.submit(probe.run, _settings(m, edge, servers[m]), KEY) for m in (BIG, SMALL)}
+            return {model: run.result(timeout=120) for model, run in runs.items()}
 
 
 # Each scenario's two runs start together at the module's first test (they wait on the servers' sleeps).
