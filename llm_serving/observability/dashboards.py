@@ -35,6 +35,7 @@ _DS = {"type": "prometheus", "uid": "${datasource}"}
 _RATE = "$__rate_interval"
 _VLLM = 'namespace="$namespace", model_name=~"$model_name"'
 _PICKER = 'namespace="$namespace"'
+_NAMESPACE = 'namespace="$namespace"'  # series without vLLM's model_name label (vllm:lora_requests_info)
 # Envoy's HTTP statistics of the Gateway's own listeners, on the proxies of the chosen edge job.
 _EDGE = f'job=~"$edge_job", {ENVOY_GATEWAY_LISTENERS}'
 _KSM = 'namespace="$namespace", deployment=~"$deployment"'
@@ -314,6 +315,30 @@ def serving_dashboard() -> dict[str, Any]:
               "{{model_name}} {{source}}")],
             "Prompt tokens served from a cache instead of prefilled, by the tier that held them: device (the GPUs) "
             "and host (the CPU KV tier, models[].kvOffload).",
+        ),
+        # Per LoRA adapter (and alias), from the picker: `model_name` is the name the request carried, an alias
+        # included, `target_model_name` the one the picker sent to vLLM after its rewrite (llm-d-router v0.10.0
+        # pkg/epp/handlers/server.go RecordRequestCounter(IncomingModelName, TargetModelName, ...)). vLLM's own
+        # series carry the base model's name only.
+        _panel(
+            "LoRA: requests per second by adapter",
+            "reqps",
+            [(f"sum by (model_name, target_model_name) (rate(llm_d_epp_request_total{{{_PICKER}}}[{_RATE}]))",
+              "{{model_name}} -> {{target_model_name}}")],
+            "Requests each picker placed, by the name asked (a base model, an adapter or an alias) and the adapter "
+            "it went to: an alias's split between its adapters shows as two lines. Models routed to their Service "
+            "have no picker and are not here.",
+        ),
+        # vLLM 0.33.0 vllm:lora_requests_info (v1/metrics/loggers.py): one series per label set, its value the time
+        # the engine last reported that set, so each pod's newest series is its batch now. No model_name label.
+        _panel(
+            "LoRA: adapters in the batch",
+            "short",
+            [(f"count by ({label}) (topk by (namespace, pod) (1, vllm:lora_requests_info{{{_NAMESPACE}}}))", legend)
+             for label, legend in (("running_lora_adapters", "pods running: {{running_lora_adapters}}"),
+                                   ("waiting_lora_adapters", "pods with waiting: {{waiting_lora_adapters}}"))],
+            "Pods by the adapters their batch runs, and by the adapters whose requests wait for a slot: more "
+            "distinct adapters waiting than maxLoras lets run at once means raise models[].lora.maxLoras.",
         ),
         _panel(
             "Idle and waking (scale to zero)",

@@ -79,6 +79,8 @@ class ModelSlo:
     wake_seconds: int | None = None
     # A CPU tier of the KV cache (GiB per replica; 0: none): its hit rate and the pods' memory are watched.
     kv_offload_gib: int = 0
+    # LoRA adapters vLLM loads at start-up (--lora-modules): the restart and no-replica alerts name them.
+    lora_adapters: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_label_value("served_model_name", self.served_model_name)
@@ -126,6 +128,15 @@ def _model_rules(m: ModelSlo, runbook_base_url: str) -> list[dict[str, Any]]:
     def latency(series: str) -> str:
         return f"histogram_quantile(0.95, sum by ({by}, le) (rate({series}{{{vllm}}}[{LATENCY_RATE_WINDOW}])))"
 
+    # vLLM 0.33.0 exports no adapter-load failure series (vllm:lora_requests_info alone, v1/metrics/loggers.py).
+    # A static adapter that fails to load stops the start: init_static_loras raises (entrypoints/openai/models/
+    # serving.py, called from launchers/api_server/app_state.py), the container exits and restarts, never Ready.
+    # So the alerts on restarts and on no available replica are the adapter's, and say so.
+    adapters = (
+        f" This model loads LoRA adapters {', '.join(m.lora_adapters)} at start-up, and vLLM refuses to start "
+        "when one fails to load: a restart right after the weights loaded, with no \"Loaded new LoRA adapter\" "
+        "line for one of them in the previous log, is that adapter (its staged files, or a base model or rank "
+        "it does not fit)." if m.lora_adapters else "")
     group = m.group_size > 1
     if group:
         pods = f'namespace="{m.namespace}", pod=~"{m.deployment_name}-[0-9]+(-[0-9]+)?"'
@@ -213,7 +224,7 @@ def _model_rules(m: ModelSlo, runbook_base_url: str) -> list[dict[str, Any]]:
             description=(
                 f"Deployment {m.deployment_name} wants replicas but none has been available for "
                 f"{no_replica_minutes} minutes. Check pod events (pending GPUs, image pull, weights "
-                "volume) and the vLLM logs of the starting pods."
+                "volume) and the vLLM logs of the starting pods." + adapters
             ),
             runbook_base_url=runbook_base_url,
         ),
@@ -244,7 +255,7 @@ def _model_rules(m: ModelSlo, runbook_base_url: str) -> list[dict[str, Any]]:
             description=(
                 f"A container restarted in the last {RESTART_WINDOW}. Each restart of a vLLM pod aborts its "
                 "in-flight streams and costs a full cold start. Check the previous container's logs "
-                "(kubectl logs --previous), OOM kills and Xid alerts on its node."
+                "(kubectl logs --previous), OOM kills and Xid alerts on its node." + adapters
             ),
             runbook_base_url=runbook_base_url,
         ),

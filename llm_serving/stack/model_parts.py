@@ -140,4 +140,5 @@ def slo(args: ServingStackArgs, model: ModelArgs) -> ModelSlo:
         group_ready_minutes=math.ceil(plan.startup_budget_seconds / 60),
         wake_seconds=planning.wake(args, model).total_seconds if planning.scales_to_zero(model) else None,
         kv_offload_gib=planning.kv_offload_gib(args, model, plan),
+        lora_adapters=tuple(a.name for a in model.lora.adapters) if model.lora is not None else (),
     )

@@ -9,11 +9,19 @@ import math
 from dataclasses import dataclass
 
 from llm_serving import serving
-from llm_serving.edge import HTTPS_LISTENER_PORT, OWN_GATEWAY_NAME, EdgeAuth, EdgeMode, internal_service_name, v1_path
-from llm_serving.serving import ModelArgs
+from llm_serving.edge import (
+    HTTPS_LISTENER_PORT,
+    OWN_GATEWAY_NAME,
+    EdgeAuth,
+    EdgeMode,
+    EdgeRouting,
+    internal_service_name,
+    v1_path,
+)
+from llm_serving.serving import ModelArgs, RoutingMode
 from llm_serving.stack import planning
 from llm_serving.stack.args import ServingStackArgs
-from llm_serving.verification import LoadPlan, Settings, Target, VerificationMode
+from llm_serving.verification import Alias, LoadPlan, Settings, Target, VerificationMode
 
 # Without a roofline (multi-node groups, a GPU without figures) the ramp is this long.
 DEFAULT_RAMP_SECONDS = 5.0
@@ -25,6 +33,8 @@ REQUEST_SLACK_SECONDS = 60
 # The smoke checks send 8 requests per target; each is bounded by the request timeout, but a healthy
 # endpoint answers them in seconds: the Job's deadline allows this much for them.
 SMOKE_SECONDS = 120
+# The same for each adapter and alias asked through a target: one short streamed request (probe.check_route).
+ROUTE_SECONDS = 15
 
 
 def verification_mode(config: ServingStackArgs) -> VerificationMode:
@@ -62,14 +72,35 @@ def edge_connect_to(config: ServingStackArgs) -> str | None:
     return f"{service}.{planning.edge_namespace(config)}.svc.cluster.local:{HTTPS_LISTENER_PORT}"
 
 
+def edge_lists(config: ServingStackArgs, model: ModelArgs) -> tuple[str, ...]:
+    """What the edge's GET /v1/models lists beside the model and its adapters (which vLLM lists): behind one base
+    URL (`edge.routing: byModel`) the AI Gateway's sidecar answers it with every name of every model's rule, the
+    stack's other models, adapters and aliases included (llm_serving/edge/by_model.py `model_names`, built from the
+    same `served_names`); otherwise the request reaches vLLM, which lists no alias."""
+    if config.edge.routing is not EdgeRouting.BY_MODEL:
+        return ()
+    return tuple(name for m in config.models for name in m.served_names() if name != model.name)
+
+
 def targets(config: ServingStackArgs, model: ModelArgs) -> tuple[Target, ...]:
     """The edge (unless it wants JWTs, which the Job does not hold) and the Service; the Service
-    checks keys only when vLLM does (behind a gateway that checks them, it is open inside the fence)."""
+    checks keys only when vLLM does (behind a gateway that checks them, it is open inside the fence).
+    Aliases are asked through the edge only, where the model's endpoint picker rewrites them."""
     auth = config.edge.auth
     service = Target("service", service_url(config, model), check_auth=auth is EdgeAuth.VLLM_API_KEY)
     if auth is EdgeAuth.JWT:
         return (service,)
-    return Target("edge", edge_url(config, model), connect_to=edge_connect_to(config)), service
+    pooled = planning.routing_mode(config, model) is RoutingMode.INFERENCE_POOL
+    return Target("edge", edge_url(config, model), connect_to=edge_connect_to(config),
+                  lists=edge_lists(config, model), aliases=pooled), service
+
+
+def served(model: ModelArgs) -> tuple[tuple[str, ...], tuple[Alias, ...]]:
+    """The model's adapters and aliases (each with its adapters), the names `served_names` lists after its own."""
+    if model.lora is None:
+        return (), ()
+    return (tuple(a.name for a in model.lora.adapters),
+            tuple(Alias(a.name, tuple(t.adapter for t in a.targets)) for a in model.lora.aliases))
 
 
 @dataclass(frozen=True)
@@ -169,9 +200,11 @@ def settings(config: ServingStackArgs, model: ModelArgs) -> Settings:
     planned = planned_load(config, model, live=True)
     load = planned.plan
     wake = planning.wake(config, model).total_seconds if planning.scales_to_zero(model) else None
+    adapters, aliases = served(model)
     return Settings(model=model.name, targets=targets(config, model), load=load if load.concurrency else None,
                     load_target="service", request_timeout_seconds=request_timeout_seconds(config, load.output_tokens),
-                    wake_seconds=float(wake) if wake is not None else None, note=planned.note)
+                    wake_seconds=float(wake) if wake is not None else None, note=planned.note,
+                    adapters=adapters, aliases=aliases)
 
 
 def deadline_seconds(checked: Settings) -> int:
@@ -180,4 +213,6 @@ def deadline_seconds(checked: Settings) -> int:
     load = checked.load
     test = (load.ramp_seconds + load.duration_seconds) if load else 0
     wake = (checked.wake_seconds + checked.request_timeout_seconds) if checked.wake_seconds is not None else 0
-    return math.ceil(wake + SMOKE_SECONDS * len(checked.targets) + test + checked.request_timeout_seconds)
+    routes = sum(len(checked.asked(target)) for target in checked.targets)
+    return math.ceil(wake + SMOKE_SECONDS * len(checked.targets) + ROUTE_SECONDS * routes + test
+                     + checked.request_timeout_seconds)

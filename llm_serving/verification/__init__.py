@@ -13,6 +13,7 @@ from .probe import (
     EXIT_INTERRUPTED,
     EXIT_PASS,
     EXIT_USAGE,
+    Alias,
     Check,
     Interrupted,
     Lines,
@@ -29,6 +30,7 @@ from .probe import (
 
 __all__ = [
     "AWAIT_SLACK_SECONDS",
+    "Alias",
     "Check",
     "EXIT_FAIL",
     "EXIT_INTERRUPTED",

@@ -104,6 +104,20 @@ class Target:
     # name, as curl's --connect-to: the deploy gate reaches the edge through an in-cluster Service in the `up` that
     # creates the load balancer, before DNS can point at it.
     connect_to: str | None = None
+    # Names GET /v1/models must list here besides the model's own and its adapters (which vLLM lists): behind
+    # `edge.routing: byModel` the AI Gateway's sidecar answers it with every name of the stack, aliases included.
+    lists: tuple[str, ...] = ()
+    # Requests here pass the model's endpoint picker, which rewrites an alias to one of its adapters: each alias is
+    # asked here. vLLM alone (the Service) knows no alias.
+    aliases: bool = False
+
+
+@dataclass(frozen=True)
+class Alias:
+    """A name the endpoint picker rewrites to one of `targets` (the model's adapters) before vLLM sees it."""
+
+    name: str
+    targets: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -131,6 +145,10 @@ class Settings:
     wake_seconds: float | None = None
     # What the report should say about the load (why it is capped, or why there is none).
     note: str | None = None
+    # The model's LoRA adapters (vLLM lists each and answers a request for one with its name) and the aliases over
+    # them: with the model's own name, every name a request's `model` may carry to reach this model.
+    adapters: tuple[str, ...] = ()
+    aliases: tuple[Alias, ...] = ()
 
     @staticmethod
     def from_json(document: dict[str, Any]) -> Settings:
@@ -139,7 +157,10 @@ class Settings:
             load = document.get("load")
             return Settings(
                 model=str(document["model"]),
-                targets=tuple(Target(**t) for t in document["targets"]),
+                targets=tuple(Target(**{**t, "lists": tuple(t.get("lists", ()))}) for t in document["targets"]),
+                adapters=tuple(str(a) for a in document.get("adapters", ())),
+                aliases=tuple(Alias(str(a["name"]), tuple(str(t) for t in a["targets"]))
+                              for a in document.get("aliases", ())),
                 load=LoadPlan(**load) if load else None,
                 load_target=document.get("load_target"),
                 request_timeout_seconds=float(document.get("request_timeout_seconds", 120.0)),
@@ -151,6 +172,20 @@ class Settings:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    def asked(self, target: Target) -> list[tuple[str, tuple[str, ...]]]:
+        """The names asked through `target` beside the model's own, each with the names its response may carry:
+        every adapter (its own name), and where the target passes the endpoint picker every alias (one of its
+        adapters)."""
+        asked = [(adapter, (adapter,)) for adapter in self.adapters]
+        if target.aliases:
+            asked += [(alias.name, alias.targets) for alias in self.aliases]
+        return asked
+
+    def listed(self, target: Target) -> tuple[str, ...]:
+        """The names GET /v1/models must list at `target` besides the model: its adapters (vLLM lists the adapters
+        it loaded: vllm/entrypoints/openai/models/serving.py `show_available_models`), then the target's own."""
+        return tuple(dict.fromkeys((*self.adapters, *target.lists)))
 
 
 @dataclass
@@ -518,7 +553,9 @@ def chat_body(model: str, prompt: str, max_tokens: int, stream: bool, exact: boo
 # Smoke checks
 
 
-def check_models(target: Target, model: str, key: str, timeout: float) -> Check:
+def check_models(target: Target, model: str, key: str, timeout: float, also: tuple[str, ...] = ()) -> Check:
+    """GET /v1/models lists the model and every name in `also` (its adapters, and what else this address lists):
+    each missing one is named."""
     url = f"{target.base_url}/models"
     try:
         status, _, body = _request(url, key, timeout)
@@ -534,7 +571,39 @@ def check_models(target: Target, model: str, key: str, timeout: float) -> Check:
     if model not in served:
         return Check(target.name, "models", FAIL, f"GET /v1/models lists {served}, not the served name {model!r}",
                      {"served": served})
-    return Check(target.name, "models", PASS, f"lists {model}", {"served": served})
+    expected = list(dict.fromkeys((model, *also)))
+    missing = [name for name in expected if name not in served]
+    if missing:
+        return Check(target.name, "models", FAIL, f"GET /v1/models lacks {', '.join(map(repr, missing))}: it "
+                     f"lists {served}", {"served": served, "missing": missing})
+    return Check(target.name, "models", PASS, f"lists {', '.join(expected)}", {"served": served})
+
+
+def check_route(target: Target, name: str, answers: tuple[str, ...], key: str, timeout: float) -> Check:
+    """One streamed completion asking for `name` (a LoRA adapter or an alias) through this address: it must stream
+    to [DONE], and every event's `model` must be one of `answers`. vLLM 0.33.0 answers a request for an adapter with
+    the adapter's name (vllm/entrypoints/openai/chat_completion/serving.py `_create_chat_completion`: model_name =
+    self.models.model_name(lora_request); openai/models/serving.py `model_name` returns lora_request.lora_name), and
+    the endpoint picker rewrites an alias in the request body before vLLM sees it and leaves the response as vLLM
+    wrote it (llm-d-router v0.10.0 pkg/epp/requestcontrol/director.go `modelRewriteIfNeeded`), so an alias answers
+    with one of its adapters' names. Any other name is another backend than the one asked for: a misrouted request,
+    or an adapter vLLM did not apply (the base model answering)."""
+    check = f"route {name}"
+    body = chat_body(name, "Say hello.", 8, stream=True)
+    got = stream_chat(f"{target.base_url}/chat/completions", key, body, timeout)
+    accepted = " or ".join(map(repr, answers))
+    if got.error:
+        return Check(target.name, check, FAIL, f"asked for {name!r}: {got.error}")
+    if not got.done or not got.token_times:
+        return Check(target.name, check, FAIL, f"asked for {name!r}: the stream ended after {got.events} events "
+                     f"and {len(got.token_times)} tokens{'' if got.done else ', without data: [DONE]'}")
+    wrong = sorted(got.models - set(answers))
+    if wrong or not got.models:
+        named = f"names {', '.join(map(repr, wrong))}" if wrong else "names no model"
+        return Check(target.name, check, FAIL, f"asked for {name!r}, the response {named}: another backend than "
+                     f"the one asked for (expected {accepted})", {"models": sorted(got.models)})
+    return Check(target.name, check, PASS, f"{len(got.token_times)} tokens streamed, answered by "
+                 f"{', '.join(sorted(got.models))}", {"models": sorted(got.models)})
 
 
 def check_auth(target: Target, key: str, timeout: float) -> Check:
@@ -637,6 +706,10 @@ def check_fields(target: Target, model: str, streamed: Stream, answer: dict | No
             problems.append(f"non-streamed usage total_tokens {usage.get('total_tokens')} != {prompt} + {completion}")
     if streamed.models - {model} or (streamed.events and not streamed.models):
         problems.append(f"streamed model {sorted(streamed.models)}")
+    if answer is not None and answer.get("model") != model or streamed.models - {model}:
+        # vLLM names the base model it served (openai/models/serving.py `model_name`): another name is another
+        # backend, one the edge routed this model's name to.
+        problems.append("another backend than the one asked for answered")
     if streamed.done:
         usage = streamed.usage or {}
         completion = usage.get("completion_tokens")
@@ -708,9 +781,13 @@ class _Steps:
                 if (target, name) not in done]
 
 
-def smoke(target: Target, model: str, key: str, timeout: float, steps: _Steps) -> None:
-    name = target.name
-    steps.check(name, "models", "GET /v1/models with the key", lambda: check_models(target, model, key, timeout))
+def smoke(target: Target, settings: Settings, key: str, timeout: float, steps: _Steps) -> None:
+    """The smoke checks on one address: its listing of every name, the model's stream, completion and fields, then
+    one streamed completion per adapter and alias asked there (`Settings.asked`)."""
+    name, model = target.name, settings.model
+    also = settings.listed(target)
+    steps.check(name, "models", "GET /v1/models with the key" + (f", listing {len(also) + 1} names" if also else ""),
+                lambda: check_models(target, model, key, timeout, also))
     steps.check(name, "auth", "GET /v1/models with no key, then a wrong key" if target.check_auth else "skipped",
                 lambda: check_auth(target, key, timeout))
     _, streamed = steps.check(name, "stream", f"a streamed chat completion of {STREAM_CHECK_TOKENS} tokens",
@@ -719,6 +796,9 @@ def smoke(target: Target, model: str, key: str, timeout: float, steps: _Steps) -
                             lambda: check_completion(target, model, key, timeout))
     steps.check(name, "fields", "model and usage of both answers",
                 lambda: check_fields(target, model, streamed, answer))
+    for asked, answers in settings.asked(target):
+        steps.check(name, f"route {asked}", f"a streamed chat completion asking for {asked}",
+                    lambda asked=asked, answers=answers: check_route(target, asked, answers, key, timeout))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -997,7 +1077,8 @@ def run(settings: Settings, key: str, progress: Progress | None = None) -> dict[
     wake = (None if settings.wake_seconds is None
             else next((t for t in settings.targets if t.name == "edge"), settings.targets[0]))
     planned = [(wake.name, "wake")] if wake is not None else []
-    planned += [(t.name, name) for t in settings.targets for name in SMOKE_CHECKS]
+    planned += [(t.name, name) for t in settings.targets
+                for name in (*SMOKE_CHECKS, *(f"route {asked}" for asked, _ in settings.asked(t)))]
     if settings.load is not None and load_target is not None:
         planned += [(load_target.name, "load")] + [(load_target.name, label) for label, objective, _ in LOAD_OBJECTIVES
                                                    if objective in settings.load.objectives]
@@ -1013,7 +1094,7 @@ def run(settings: Settings, key: str, progress: Progress | None = None) -> dict[
             steps.check(wake.name, "wake", f"a streamed request, its first token within the planned wake of "
                         f"{wake_seconds:g} s", lambda: check_wake(wake, settings.model, key, wake_seconds, timeout))
         for target in settings.targets:
-            smoke(target, settings.model, key, timeout, steps)
+            smoke(target, settings, key, timeout, steps)
         for target in settings.targets:
             progress.phase(f"{target.name} engine: the KV cache from /metrics")
             engine = engine_cache(target, timeout)

@@ -76,9 +76,14 @@ def settings_for(args: argparse.Namespace, config: object) -> tuple[Settings, st
     planned = stack_verification.planned_load(
         config, model, concurrency=args.concurrency, prompt_tokens=args.prompt_tokens,  # type: ignore[arg-type]
         output_tokens=args.output_tokens, duration_seconds=args.duration, max_requests=args.requests)
+    adapters, aliases = stack_verification.served(model)
     settings = Settings(
         model=model.name,
+        # The URL may be a port-forward to vLLM, which lists and answers the adapters but knows no alias (the
+        # endpoint picker rewrites those): the aliases are carried, not asked (the deploy gate asks them at the edge).
         targets=(Target("url", args.url.rstrip("/"), check_auth=not args.no_auth_check),),
+        adapters=adapters,
+        aliases=aliases,
         load=None if args.no_load else planned.plan,
         request_timeout_seconds=stack_verification.request_timeout_seconds(config, planned.plan.output_tokens),  # type: ignore[arg-type]
     )

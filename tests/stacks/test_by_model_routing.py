@@ -7,6 +7,7 @@ on from the pinned image, and every object valid against its schema or CRD."""
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -165,3 +166,17 @@ def test_the_sidecars_config_exists_before_the_gateway_that_names_it(multi_model
     (config,) = [key for key in wiring if ":GatewayConfig::" in key]
     (gateway,) = [key for key in wiring if key.startswith("kubernetes:gateway.networking.k8s.io/v1:Gateway::")]
     assert config in wiring[gateway]["dependsOn"]
+
+
+def test_each_models_gate_asks_the_one_endpoint_to_list_every_model_of_the_stack(multi_model):
+    """The deploy gate's settings (the ConfigMap the Job reads): the edge's GET /v1/models, the AI Gateway's sidecar
+    answering for every model's rule, must list every other served name of the stack too (the other model's, its
+    adapters' and aliases'); the Service is vLLM alone, listing its own."""
+    served = _served_names()
+    for model, other in (MODELS, MODELS[::-1]):
+        probe = multi_model.resource("kubernetes:core/v1:ConfigMap", f"{model}-verify-probe")
+        settings = json.loads(probe["inputs"]["data"]["settings.json"])
+        edge, service = settings["targets"]
+        assert (edge["name"], edge["base_url"]) == ("edge", f"https://{HOST}/v1")
+        assert sorted(edge["lists"]) == sorted(served[other])
+        assert (service["name"], service["lists"]) == ("service", [])

@@ -236,3 +236,13 @@ def test_alias_weights_reach_the_picker_only_after_the_replicas_serve_the_adapte
     wiring = multi_model.wiring
     (rewrite,) = [key for key in wiring if ":InferenceModelRewrite::" in key]
     assert "kubernetes:apps/v1:Deployment::llama-8b-deployment" in wiring[rewrite]["dependsOn"]
+
+
+def test_the_gate_asks_each_adapter_everywhere_and_the_alias_through_the_edge(with_adapters):
+    """The deploy gate's settings (the ConfigMap the Job reads) carry the model's adapters and its alias over them,
+    from the same `lora` the flags and the picker's rewrite come from; the alias is asked where the picker is."""
+    probe = with_adapters.resource("kubernetes:core/v1:ConfigMap", "llama-8b-verify-probe")
+    settings = json.loads(probe["inputs"]["data"]["settings.json"])
+    assert settings["adapters"] == ["sql-v1", "sql-v2"]
+    assert settings["aliases"] == [{"name": "sql", "targets": ["sql-v1", "sql-v2"]}]
+    assert {t["name"]: t["aliases"] for t in settings["targets"]} == {"edge": True, "service": False}

@@ -1,16 +1,25 @@
 """A small OpenAI-compatible HTTP server on 127.0.0.1 for the verification tests, with the faults a
-deploy can have: a proxy that buffers the stream, no key check, malformed events, a slow engine.
+deploy can have: a proxy that buffers the stream, no key check, malformed events, a slow engine, an
+adapter left out of the list or answered by the base model.
 
 It speaks the parts of vLLM's API the probe uses: GET /v1/models, POST /v1/chat/completions with
-and without `stream`, `stream_options.include_usage`, `max_tokens` (and vLLM's `min_tokens`).
+and without `stream`, `stream_options.include_usage`, `max_tokens` (and vLLM's `min_tokens`), and
+LoRA adapters as vLLM 0.33.0 serves them: listed beside the base model, a request for one answered
+with its name (vllm/entrypoints/openai/models/serving.py `model_name`), an unknown name a 404.
+
+`ModelRouter` is one base URL in front of several servers, as `edge.routing: byModel` is: it sends each
+request by its body's `model`, rewrites an alias to an adapter as the endpoint picker does, and answers
+GET /v1/models itself with every name it routes, as the AI Gateway's sidecar does.
 """
 
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import ssl
 import time
+import urllib.parse
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -30,6 +39,12 @@ class Behaviour:
     malformed_after: int | None = None  # a non-JSON data line after this many token events
     reported_model: str | None = None  # the model name responses carry (default: the served name)
     kv_cache_blocks: int | None = None  # serve vllm:cache_config_info on /metrics with this many blocks
+    adapters: tuple[str, ...] = ()  # LoRA adapters served beside the model, each answered with its own name
+    unlisted: tuple[str, ...] = ()  # served names GET /v1/models leaves out
+    answered_by_base: tuple[str, ...] = ()  # adapters whose responses carry the base model's name
+
+    def served(self) -> tuple[str, ...]:
+        return (self.served_name, *self.adapters)
 
 
 def _prompt_tokens(body: dict) -> int:
@@ -79,7 +94,8 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path != "/v1/models":
             self._json(404, {"error": "not found"})
         elif self._authorised():
-            self._json(200, {"object": "list", "data": [{"id": self.behaviour.served_name, "object": "model"}]})
+            listed = [name for name in self.behaviour.served() if name not in self.behaviour.unlisted]
+            self._json(200, {"object": "list", "data": [{"id": name, "object": "model"} for name in listed]})
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
@@ -89,11 +105,14 @@ class _Handler(BaseHTTPRequestHandler):
         if not self._authorised():
             return
         b = self.behaviour
-        if body.get("model") != b.served_name:
-            self._json(404, {"error": {"message": f"The model `{body.get('model')}` does not exist."}})
+        asked = body.get("model")
+        if asked not in b.served():
+            self._json(404, {"error": {"message": f"The model `{asked}` does not exist.", "type": "NotFoundError",
+                                       "param": "model", "code": 404}})
             return
         tokens = int(body.get("max_tokens", 16))
-        model = b.reported_model or b.served_name
+        base = b.reported_model or b.served_name
+        model = base if asked == b.served_name or asked in b.answered_by_base else str(asked)
         usage = {"prompt_tokens": _prompt_tokens(body), "completion_tokens": tokens,
                  "total_tokens": _prompt_tokens(body) + tokens}
         if not body.get("stream"):
@@ -165,6 +184,92 @@ class OpenAIServer:
         self._serving.enter_context(serving(self._server))
         host, port = self._server.server_address[:2]
         return f"{self._scheme}://{host}:{port}/v1"
+
+    def __exit__(self, *exc: object) -> None:
+        self._serving.close()
+
+
+class _RouterHandler(BaseHTTPRequestHandler):
+    routes: dict[str, str]  # a name a request's `model` may carry -> the base URL (.../v1) of the server for it
+    rewrites: dict[str, str]  # an alias -> the adapter the picker rewrites it to
+    listed: tuple[str, ...]
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: object) -> None:  # quiet under pytest
+        pass
+
+    def _json(self, status: int, document: dict) -> None:
+        data = json.dumps(document).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        if self.path != "/v1/models":
+            self._json(404, {"error": "not found"})
+        elif self.headers.get("Authorization") != f"Bearer {KEY}":  # the gateway checks keys before the sidecar
+            self._json(401, {"error": "Unauthorized"})
+        else:
+            self._json(200, {"object": "list", "data": [{"id": name, "object": "model"} for name in self.listed]})
+
+    def do_POST(self) -> None:
+        raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        body = json.loads(raw or b"{}")
+        asked = str(body.get("model"))
+        upstream = self.routes.get(asked)
+        if self.path != "/v1/chat/completions" or upstream is None:
+            # The shape edge/by_model.py `not_found_body` gives the gateway's own 404.
+            self._json(404, {"error": {"message": f"No model of this name is served here. Available models: "
+                                                  f"{', '.join(self.listed)}.", "type": "NotFoundError",
+                                       "param": "model", "code": 404}})
+            return
+        if asked in self.rewrites:
+            body["model"] = self.rewrites[asked]
+            raw = json.dumps(body).encode()
+        parts = urllib.parse.urlsplit(upstream)
+        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=20)
+        try:
+            headers = {k: v for k, v in self.headers.items() if k.lower() in ("authorization", "content-type")}
+            conn.request("POST", f"{parts.path}/chat/completions", body=raw, headers=headers)
+            response = conn.getresponse()
+            self.send_response(response.status)
+            self.send_header("Content-Type", response.getheader("Content-Type", "application/json"))
+            if response.getheader("Transfer-Encoding") != "chunked":
+                data = response.read()
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                return
+            # A stream is passed on line by line as it arrives, as the edge does (it never buffers a response).
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for line in iter(response.readline, b""):
+                self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        finally:
+            conn.close()
+
+
+class ModelRouter:
+    """`with ModelRouter(routes, rewrites) as url:` one base URL on 127.0.0.1 (ending in /v1) that sends each chat
+    completion to `routes[body["model"]]` (an OpenAIServer's URL), after rewriting an alias in `rewrites` to its
+    adapter, and lists every name of `routes` on GET /v1/models (or `listed`, when given)."""
+
+    def __init__(self, routes: dict[str, str], rewrites: dict[str, str] | None = None,
+                 listed: tuple[str, ...] | None = None) -> None:
+        attributes = {"routes": dict(routes), "rewrites": dict(rewrites or {}),
+                      "listed": tuple(routes) if listed is None else listed}
+        self._server = _Server(("127.0.0.1", 0), type("Handler", (_RouterHandler,), attributes))
+        self._serving = contextlib.ExitStack()
+
+    def __enter__(self) -> str:
+        self._serving.enter_context(serving(self._server))
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/v1"
 
     def __exit__(self, *exc: object) -> None:
         self._serving.close()

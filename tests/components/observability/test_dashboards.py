@@ -151,10 +151,13 @@ def test_serving_dashboard_has_the_variables_and_panels_operators_need() -> None
         "Endpoint picker: replica chosen",
         "Endpoint picker: health",
         "Prefix-cache hits by tier",
+        "LoRA: requests per second by adapter",
+        "LoRA: adapters in the batch",
         "Idle and waking (scale to zero)",
     ]
     used = {name for query in panel_queries(dashboard) for name in promql.metric_names(_as_promql(query))}
     assert used == {
+        "vllm:lora_requests_info",
         "vllm:request_success_total",
         "vllm:num_requests_running",
         "vllm:num_requests_waiting",
@@ -390,3 +393,4 @@ def test_module_is_pure_data_without_pulumi() -> None:
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert not any(name.split(".")[0] == "pulumi" for name in imported)
+

@@ -84,9 +84,11 @@ def test_the_configmap_carries_the_probe_and_the_prod_plan(rendered):
     settings = json.loads(data["settings.json"])
     assert settings["targets"] == [
         {"name": "edge", "base_url": "https://llm.example.com/v1", "check_auth": True,
-         "connect_to": "llm-serving-internal.envoy-gateway-system.svc.cluster.local:443"},
+         "connect_to": "llm-serving-internal.envoy-gateway-system.svc.cluster.local:443", "lists": [],
+         "aliases": True},
         {"name": "service", "base_url": "http://llama-70b.llm-serving.svc:8000/v1", "check_auth": True,
-         "connect_to": None}]
+         "connect_to": None, "lists": [], "aliases": False}]
+    assert (settings["adapters"], settings["aliases"]) == ([], [])
     # The Job runs against the pods that serve users. Prod plans each replica at its whole batch (256 requests
     # at the ITL objective = --max-num-seqs 256): nothing to spare, so no load test, and the report says why.
     assert settings["load"] is None
@@ -192,3 +194,43 @@ def test_an_edge_the_stack_does_not_own_is_checked_at_its_own_address():
     assert verification.edge_connect_to(config) is not None
     pinned = replace(config, verification=replace(config.verification, edge_url="https://llm.example.com/v1"))
     assert verification.edge_connect_to(pinned) is None  # the stack names the address to check
+
+
+def test_the_component_writes_every_name_one_endpoint_routes_to_a_model(variants_dir):
+    """A byModel stack with adapters (prod's two models, dev's LoRA config on the second): the settings the
+    VerificationJob writes name what the model's Job checks through the one endpoint, derived from the models'
+    `served_names` as the edge's routes are; each name asked adds to the Job's deadline."""
+    from dataclasses import replace
+
+    from pydantic import TypeAdapter
+
+    from llm_serving.serving import LoraArgs
+    from llm_serving.stack import verification
+    from llm_serving.verification import VerificationJob, VerificationJobArgs, VerificationMode, probe
+    from stacks.environment import load_stack_file
+    from tests.support import stack_variants
+    from tests.support.components import run
+
+    config = load_stack_file(stack_variants.prod_with_two_models(variants_dir))[1]
+    big, small = config.models
+    small = replace(small, lora=TypeAdapter(LoraArgs).validate_python(stack_variants.DEV_LORA))
+    config = replace(config, models=(big, small))
+    checks = verification.settings(config, small)
+
+    def build() -> None:
+        VerificationJob("llama-8b-verify", VerificationJobArgs(
+            namespace="llm-serving", model_name="llama-8b", settings=checks, mode=VerificationMode.GATE,
+            image="python@sha256:" + "0" * 64, api_key_secret="vllm-api-key",
+            deadline_seconds=verification.deadline_seconds(checks), deployed="d"))
+
+    (configmap,) = [r for r in run(build).resources if r["type"] == CONFIGMAP]
+    written = json.loads(configmap["inputs"]["data"]["settings.json"])
+    assert probe.Settings.from_json(written) == checks
+    edge, service = written["targets"]
+    assert edge["lists"] == ["llama-70b", "sql-v1", "sql-v2", "sql"] and edge["aliases"] is True
+    assert (service["lists"], service["aliases"]) == ([], False)
+    assert (written["adapters"], written["aliases"]) == (["sql-v1", "sql-v2"],
+                                                          [{"name": "sql", "targets": ["sql-v1", "sql-v2"]}])
+    # Three names through the edge (two adapters, the alias), two through the Service.
+    without = verification.deadline_seconds(replace(checks, adapters=(), aliases=()))
+    assert verification.deadline_seconds(checks) == without + 5 * verification.ROUTE_SECONDS

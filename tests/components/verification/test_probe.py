@@ -88,7 +88,7 @@ def test_a_wrong_model_name_in_responses_fails_the_fields_check(reports):
     verdict, message = _checks(report)["fields"]
     assert verdict == FAIL
     assert message == ("expected model 'llama-8b' and consistent usage: non-streamed model 'llama-8b-old'; "
-                       "streamed model ['llama-8b-old']")
+                       "streamed model ['llama-8b-old']; another backend than the one asked for answered")
 
 
 def test_a_server_that_does_not_serve_the_name_fails_the_models_check(reports):
