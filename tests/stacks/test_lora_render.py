@@ -1,7 +1,8 @@
-"""dev with two LoRA adapters and an alias over them (tests/support/stack_variants.py `dev_with_adapters`), rendered
-once: vLLM's flags are the pinned engine's and load both staged adapters, runtime adapter loading stays off in every
-render, the staging Job stages and checks the adapters before the model, the picker scores adapter affinity and
-rewrites the alias by weight, each object valid against its schema or CRD."""
+"""dev with two Hub LoRA adapters, an alias over them and one adapter from S3 (tests/support/stack_variants.py
+`dev_with_adapters`), rendered once: vLLM's flags are the pinned engine's and load every staged adapter, runtime
+adapter loading stays off in every render, the staging Job stages and checks the adapters before the model (the S3
+one as the account its read role is bound to), the picker scores adapter affinity and rewrites the alias by weight,
+each object valid against its schema or CRD."""
 
 from __future__ import annotations
 
@@ -25,13 +26,16 @@ def _vllm(result: RenderResult) -> dict[str, Any]:
     return result.manifest("Deployment", "llama-8b")["spec"]["template"]["spec"]["containers"][0]
 
 
-def test_vllm_loads_both_staged_adapters_with_the_pinned_engines_flags(with_adapters):
+def test_vllm_loads_every_staged_adapter_with_the_pinned_engines_flags(with_adapters):
     args = _vllm(with_adapters)["args"]
     assert reference.vllm_flag_errors(args) == []
     modules = [json.loads(a) for a in args[args.index("--lora-modules") + 1:]]
-    assert [(m["name"], m["base_model_name"]) for m in modules] == [("sql-v1", "llama-8b"), ("sql-v2", "llama-8b")]
-    assert [m["path"] for m in modules] == [f"/models/.lora/example-org/llama-3.1-8b-sql-lora/{revision}"
-                                            for revision in stack_variants.ADAPTER_REVISIONS]
+    assert [(m["name"], m["base_model_name"]) for m in modules] == [
+        ("sql-v1", "llama-8b"), ("sql-v2", "llama-8b"), ("support-v1", "llama-8b")]
+    # The S3 adapter's directory is named by its manifest's digest: a new pin is new flags, which roll the pods.
+    assert [m["path"] for m in modules] == [
+        *(f"/models/.lora/example-org/llama-3.1-8b-sql-lora/{r}" for r in stack_variants.ADAPTER_REVISIONS),
+        f"/models/.lora/.s3/{stack_variants.S3_ADAPTER['s3']['manifestSha256']}"]
     assert args[args.index("--max-loras") + 1] == "2" and args[args.index("--max-lora-rank") + 1] == "16"
 
 
@@ -57,8 +61,14 @@ def test_the_staging_job_stages_and_checks_the_adapters_before_the_model(with_ad
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert container["command"][-1] == stage_scripts.STAGE_SCRIPT_WITH_ADAPTERS
     env = {e["name"]: e.get("value") for e in container["env"]}
-    assert [(a["revision"], a["target"]) for a in json.loads(env["ADAPTERS"])] == [
+    (*hub, s3) = json.loads(env["ADAPTERS"])
+    assert [(a["revision"], a["target"]) for a in hub] == [
         (r, f"/models/.lora/example-org/llama-3.1-8b-sql-lora/{r}") for r in stack_variants.ADAPTER_REVISIONS]
+    assert (s3["bucket"], s3["prefix"]) == ("example-adapters", "llama-3.1-8b/support-v1/")
+    # The adapter on S3: the Job runs as the account its read role is bound to, after that role's admission guard.
+    assert job["spec"]["template"]["spec"]["serviceAccountName"] == "llama-8b-stage-weights"
+    depends = with_adapters.wiring["kubernetes:batch/v1:Job::llama-8b-weights-stage"]["dependsOn"]
+    assert "aws:eks/podIdentityAssociation:PodIdentityAssociation::llama-8b-adapter-sources-pod-identity" in depends
     assert env["MAX_LORA_RANK"] == "16" and env["MODEL_ID"] == "meta-llama/Llama-3.1-8B-Instruct"
     (volume,) = [v for v in job["spec"]["template"]["spec"]["volumes"] if v["name"] == "requirements"]
     config = with_adapters.manifest("ConfigMap", volume["configMap"]["name"])
@@ -94,7 +104,7 @@ def test_the_plan_shows_the_adapters_gpu_buffers_beside_the_kv_room_with_and_wit
     assert lora["kv_gib_per_gpu_without_lora"] == pytest.approx(
         found["available_kv_gib_per_gpu"] + found["lora_gib_per_gpu"], abs=0.011)
     assert f"LoRA buffers per GPU        {found['lora_gib_per_gpu']:.2f} GiB" in text.getvalue()
-    assert "LoRA adapters               sql-v1, sql-v2 (aliases sql)" in text.getvalue()
+    assert "LoRA adapters               sql-v1, sql-v2, support-v1 (aliases sql)" in text.getvalue()
 
 
 def test_the_host_memory_row_adds_up_with_the_adapters_beside_the_cpu_kv_tier(variants_dir):

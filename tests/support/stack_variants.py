@@ -114,8 +114,14 @@ DEV_LORA: dict[str, Any] = {
 }
 
 
+# A third adapter from an S3 prefix pinned by its manifest's SHA-256 (made up too), in the rendered variant only.
+S3_ADAPTER: dict[str, Any] = {"name": "support-v1", "s3": {
+    "uri": "s3://example-adapters/llama-3.1-8b/support-v1/", "manifestSha256": "3" * 64}}
+
+
 def dev_with_adapters(directory: Path) -> Path:
-    """dev serving llama-8b with two LoRA adapters and an alias over them (DEV_LORA)."""
+    """dev serving llama-8b with two Hub LoRA adapters and an alias over them (DEV_LORA), and one from S3."""
     return write(directory, "dev-lora", {
         "grafanaAdminPassword": {"secure": "v1:x"},
-        "models": [{"name": "llama-8b", "lora": DEV_LORA}]}, extends="dev")
+        "models": [{"name": "llama-8b", "lora": {**DEV_LORA, "adapters": [*DEV_LORA["adapters"], S3_ADAPTER]}}]},
+        extends="dev")
