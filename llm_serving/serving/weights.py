@@ -2,7 +2,8 @@
 
 Weights land in a directory named after the revision and are marked complete last, so a rollout
 never reads half-written weights and re-running the same revision downloads nothing. A model's LoRA adapters are
-staged by the same Job, each into its own directory, before the model.
+staged by the same Job, each into its own directory, before the model; for adapters on S3 the volume Job runs as the
+model's staging service account, whose Pod Identity role (llm_serving.storage.AdapterSources) reads their prefixes.
 
 Length: the two Jobs (a volume, an S3 bucket) share their naming, requirements and environment, and differ in
 every part of their pod; one component keeps the pair side by side.
