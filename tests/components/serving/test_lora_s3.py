@@ -228,6 +228,25 @@ def test_a_symbolic_link_in_the_adapters_directory_is_refused(tmp_path):
     assert not (tmp_path / "elsewhere").exists()
 
 
+def test_a_retry_keeps_the_files_an_earlier_attempt_verified_and_skips_the_consoles_folder(tmp_path):
+    target = tmp_path / "adapter"
+    target.mkdir()
+    (target / "adapter_config.json").write_bytes(FILES["adapter_config.json"])
+    client = _client()
+    with Stubber(client) as stub:
+        stub.add_response("get_object", {"Body": _body(MANIFEST), "ContentLength": len(MANIFEST)},
+                          {"Bucket": BUCKET, "Key": PREFIX + "SHA256SUMS"})
+        objects = sorted({**FILES, "SHA256SUMS": MANIFEST}.items())
+        contents = [{"Key": PREFIX, "Size": 0},  # the folder the S3 console creates
+                    *({"Key": PREFIX + n, "Size": len(c)} for n, c in objects)]
+        stub.add_response("list_objects_v2", {"Contents": contents}, {"Bucket": BUCKET, "Prefix": PREFIX})
+        # Only the file not yet in place is requested: the Stubber refuses any other request.
+        stub.add_response("get_object", {"Body": _body(FILES["adapter_model.safetensors"])},
+                          {"Bucket": BUCKET, "Key": PREFIX + "adapter_model.safetensors"})
+        assert stage_adapter.stage_s3(client, BUCKET, PREFIX, PIN, target) == []
+        stub.assert_no_pending_responses()
+
+
 def test_the_marker_name_is_the_engines():
     assert stage_adapter.MARKER == engine.COMPLETE_MARKER
 
