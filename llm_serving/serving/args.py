@@ -6,10 +6,11 @@ drains, rollout). Shapes and ranges only; relations are the stack's rules (llm_s
 Length: every section of a model's args (image, architecture, route, scaling, storage, KV tier, LoRA adapters) is
 declared here, so the configuration reference and the package schema read one model from one module."""
 
+import re
 from enum import StrEnum
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from llm_serving.platform import versions
 from llm_serving.platform.args import (
@@ -236,18 +237,101 @@ LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 HUB_COMMIT: Constraint = {"pattern": r"^[0-9a-f]{40}$"}
 
 
+# S3's bucket naming rules (S3 user guide, bucketnamingrules.html): 3-63 lowercase letters, digits, dots and hyphens,
+# beginning and ending with a letter or digit.
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+# A prefix of S3's "safe characters" (S3 user guide, object-keys.html, "Object key naming guidelines") without `*`:
+# the prefix becomes the role's Resource ARN, where `*` and `?` are wildcards and `${...}` a policy variable (IAM user
+# guide, reference_policies_elements_resource.html and reference_policies_variables.html), which would widen the grant.
+_PREFIX = re.compile(r"^[A-Za-z0-9!_.'()/-]+$")
+SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+
+
+@args_type
+class LoraS3SourceArgs:
+    """An adapter's files under an S3 prefix, pinned by the SHA-256 of the prefix's `SHA256SUMS` manifest (the output
+    of `sha256sum`: one `<sha256>  <path>` line per file). The staging Job reads the manifest, checks its digest, then
+    downloads exactly the files it lists and checks each: the prefix holding anything else, missing a file, or a
+    file with another digest fails the Job before the adapter's marker."""
+
+    uri: str
+    """The prefix, `s3://<bucket>/<prefix>/`, ending in `/` (so `.../sql-v2/` never also grants `.../sql-v2-old/`). The
+    staging Job's role may read objects under it and list it, nothing else; a bucket of another account must grant
+    that role in its bucket policy."""
+    manifest_sha256: str
+    """SHA-256 of the prefix's `SHA256SUMS` (`sha256sum SHA256SUMS`), 64 lowercase hex digits: what makes the adapter
+    immutable. A manifest with another digest fails the staging Job; a new digest is a new staged directory and
+    rolls the model's pods."""
+
+    @field_validator("uri")
+    @classmethod
+    def _an_s3_prefix(cls, value: str) -> str:
+        bucket, _, prefix = value.removeprefix("s3://").partition("/")
+        if not value.startswith("s3://"):
+            raise ValueError(f"uri {value!r} must be s3://<bucket>/<prefix>/")
+        if not _BUCKET.match(bucket) or ".." in bucket:
+            raise ValueError(f"bucket {bucket!r} is not an S3 bucket name (3-63 lowercase letters, digits, '.', '-')")
+        if not prefix:
+            raise ValueError(f"uri {value!r} names a whole bucket; name the adapter's own prefix, s3://{bucket}/<prefix>/")
+        if not prefix.endswith("/"):
+            raise ValueError(f"uri {value!r} must end with '/': without it the grant would cover every key beginning "
+                             f"{prefix!r}")
+        if not _PREFIX.match(prefix):
+            raise ValueError(f"prefix {prefix!r} may hold letters, digits and !_.'()/- only ('*', '?' and '$' would be "
+                             "IAM wildcards or variables in the role's grant)")
+        if any(part in ("", ".", "..") for part in prefix[:-1].split("/")):
+            raise ValueError(f"prefix {prefix!r} has an empty, '.' or '..' segment")
+        return value
+
+    @field_validator("manifest_sha256")
+    @classmethod
+    def _a_sha256(cls, value: str) -> str:
+        if not SHA256_HEX.match(value):
+            raise ValueError("manifestSha256 must be 64 lowercase hex digits, as `sha256sum SHA256SUMS` prints them")
+        return value
+
+    @property
+    def bucket(self) -> str:
+        return self.uri.removeprefix("s3://").partition("/")[0]
+
+    @property
+    def prefix(self) -> str:
+        return self.uri.removeprefix("s3://").partition("/")[2]
+
+
 @args_type
 class LoraAdapterArgs:
-    """One LoRA adapter: a PEFT repository on the Hugging Face Hub at a pinned commit, staged beside the weights
-    by the staging Job (every file checked against the Hub's record, `adapter_config.json` checked against the
-    model, before the adapter's completion marker) and served under its own name."""
+    """One LoRA adapter from one source: a PEFT repository on the Hugging Face Hub at a pinned commit (`modelId` with
+    `revision`), or an S3 prefix pinned by its manifest's SHA-256 (`s3`). The staging Job stages it beside the weights
+    (every file checked against the Hub's record or the manifest, `adapter_config.json` checked against the model,
+    before the adapter's completion marker) and vLLM serves it under its own name."""
 
     name: str = Field(**DNS_LABEL)
     """The served name clients put in the request's `model` (vLLM `--lora-modules` name)."""
-    model_id: str = Field(**MODEL_ID)
-    """Hugging Face repository of the adapter, e.g. `org/llama-3.1-8b-sql-lora`."""
-    revision: str = Field(**HUB_COMMIT)
-    """The adapter's 40-character commit: a tag or branch could change what is served under the same name."""
+    model_id: str | None = Field(default=None, **MODEL_ID)
+    """Hugging Face repository of the adapter, e.g. `org/llama-3.1-8b-sql-lora`, with `revision`; unset: the adapter
+    comes from `s3`."""
+    revision: str | None = Field(default=None, **HUB_COMMIT)
+    """The adapter's 40-character commit, with `modelId`: a tag or branch could change what is served under the same
+    name; unset: the adapter comes from `s3`."""
+    s3: LoraS3SourceArgs | None = None
+    """The adapter's S3 prefix and its manifest's digest, instead of `modelId` and `revision`; unset: the adapter comes
+    from the Hub."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "LoraAdapterArgs":
+        hub = self.model_id is not None or self.revision is not None
+        if self.s3 is not None and hub:
+            raise ValueError(f"adapter {self.name} names two sources: modelId with revision (the Hub) or s3 (an S3 "
+                             "prefix), not both")
+        if self.s3 is None and not hub:
+            raise ValueError(f"adapter {self.name} names no source: modelId with revision (a Hub repository at a "
+                             "commit) or s3 (a prefix with its manifest's SHA-256)")
+        if self.s3 is None and self.revision is None:
+            raise ValueError(f"adapter {self.name}: modelId needs revision, the repository's 40-character commit")
+        if self.s3 is None and self.model_id is None:
+            raise ValueError(f"adapter {self.name}: revision needs modelId, the Hub repository it is a commit of")
+        return self
 
 
 @args_type

@@ -197,8 +197,16 @@ def streamer_extra_config(concurrency: int, memory_limit_gib: int, *, distribute
 ADAPTERS_DIR = f"{MODELS_MOUNT}/.lora"
 
 
+# Adapters from S3, by their manifest's SHA-256: a dot directory again, so never a Hub repository's `<org>`.
+S3_ADAPTERS_DIR = f"{ADAPTERS_DIR}/.s3"
+
+
 def staged_adapter_path(adapter: LoraAdapterArgs) -> str:
-    """One directory per adapter repository and revision: a new revision never overwrites the one serving."""
+    """One directory per adapter repository and revision, or per S3 manifest (its digest names the content: the
+    same manifest is the same files, whichever prefix holds them): a new revision or manifest never overwrites the
+    one serving, and changing it changes `--lora-modules`, which rolls the pods."""
+    if adapter.s3 is not None:
+        return f"{S3_ADAPTERS_DIR}/{adapter.s3.manifest_sha256}"
     return f"{ADAPTERS_DIR}/{adapter.model_id}/{adapter.revision}"
 
 

@@ -16,13 +16,26 @@ What is refused, and why:
   (`use_dora`); `lora_bias`; `bias` other than "none"; `modules_to_save` other than classifier/score;
   PiSSA/OLoRA/CorDA/LoftQ-style `init_lora_weights`; aLoRA, `layer_replication`, BD-LoRA, QALoRA; and a
   `peft_type` other than LORA. Refused here they fail the Job with the reason, instead of a crash loop at start.
+
+An adapter from S3 (`lora.adapters[].s3`) is staged by `stage_s3` before those checks, with the same rule as the
+weights: every file checked before the marker. The prefix's manifest is `SHA256SUMS`, the output of coreutils'
+`sha256sum` (`<64 hex>  <path>` per line, `*` before the path in binary mode; GNU coreutils manual, "sha256sum" and
+"md5sum invocation"): every platform has the tool, `sha256sum -c SHA256SUMS` checks a copy by hand, and its digest is
+one command, where a JSON manifest would need a program of ours to write it byte for byte the same. The manifest's
+SHA-256 is pinned in the stack file; the Job refuses another manifest, a path that could leave the adapter's
+directory (absolute, `..`, `.`, empty segments, a backslash, a name sha256sum had to escape), pickled weights, a
+prefix holding an object the manifest does not list or missing one it lists, a file with another digest, and a
+symbolic link in the adapter's directory.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +99,163 @@ def config_problems(config: dict[str, Any], model_id: str, max_lora_rank: int) -
         if config.get(key):
             found.append(f"{what} is not supported by vLLM")
     return found
+
+
+# --- adapters from S3 -------------------------------------------------------------------------------------------
+
+MANIFEST = "SHA256SUMS"
+MARKER = ".llm-serving-complete"  # engine.COMPLETE_MARKER (a test holds them equal: this module imports nothing)
+# The manifest of an adapter lists a handful of files; a bound keeps a wrong object from being read whole.
+MANIFEST_MAX_BYTES = 1024 * 1024
+# What vLLM 0.33.0 loads from an adapter directory (vllm/lora/lora_model.py:239-241): the config and the safetensors.
+REQUIRED = ("adapter_config.json", "adapter_model.safetensors")
+# Files Python would unpickle: vLLM loads adapter_model.bin or .pt with torch.load when no safetensors is there
+# (lora_model.py:239-241); never staged, as for Hub adapters (stage_scripts.ADAPTER_PATTERNS).
+PICKLED = (".bin", ".pt", ".pth", ".pkl", ".pickle")
+CHUNK_BYTES = 8 * 1024 * 1024
+# sha256sum's line: the digest, a space, ' ' (text) or '*' (binary), the name (GNU coreutils, md5sum invocation).
+_SUM_LINE = re.compile(r"^([0-9a-f]{64}) [ *](.+)$")
+
+
+def path_problem(path: str) -> str | None:
+    """Why a manifest's path cannot be staged inside the adapter's directory, or None."""
+    if path.startswith("/"):
+        return "is absolute"
+    if "\\" in path or any(ord(c) < 0x20 or ord(c) == 0x7F for c in path):
+        return "holds a backslash or a control character"
+    if any(part in ("", ".", "..") for part in path.split("/")):
+        return "has an empty, '.' or '..' segment"
+    if path in (MANIFEST, MARKER):
+        return "is the manifest or the completion marker"
+    if path.lower().endswith(PICKLED):
+        return "is pickled weights, which vLLM would unpickle; publish adapter_model.safetensors only"
+    return None
+
+
+def parse_manifest(text: str) -> tuple[dict[str, str], list[str]]:
+    """(path -> sha256, problems) of a SHA256SUMS; the files are usable only when problems is empty."""
+    files: dict[str, str] = {}
+    problems: list[str] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        if line.startswith("\\"):
+            problems.append(f"line {number}: an escaped name (sha256sum escapes a backslash or newline in it)")
+            continue
+        found = _SUM_LINE.match(line)
+        if not found:
+            problems.append(f"line {number} is not `<sha256>  <path>`, as sha256sum writes it")
+            continue
+        digest, path = found.groups()
+        why = path_problem(path)
+        if why is not None:
+            problems.append(f"{path!r} {why}")
+        elif path in files:
+            problems.append(f"{path!r} is listed twice")
+        else:
+            files[path] = digest
+    problems += [f"{name} is not listed (vLLM needs it)" for name in REQUIRED if name not in files]
+    return files, problems
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _links(target: Path) -> list[str]:
+    """Symbolic links at or under the adapter's directory: a write through one could land anywhere it points."""
+    found = [str(target)] if target.is_symlink() else []
+    if target.is_dir() and not target.is_symlink():
+        found += [p.relative_to(target).as_posix() for p in sorted(target.rglob("*")) if p.is_symlink()]
+    return found
+
+
+def _download(client: Any, bucket: str, key: str, local: Path, want: str) -> str | None:
+    """The object into `local` through a file beside it, hashed on the way; moved in place only when its SHA-256 is
+    `want` (os.replace swaps the name, and O_NOFOLLOW never writes through a link planted at the partial's name)."""
+    partial = local.with_name(local.name + ".partial")
+    digest = hashlib.sha256()
+    body = client.get_object(Bucket=bucket, Key=key)["Body"]
+    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(descriptor, "wb") as handle:
+        while chunk := body.read(CHUNK_BYTES):
+            digest.update(chunk)
+            handle.write(chunk)
+    if digest.hexdigest() != want:
+        partial.unlink()
+        return f"sha256 {digest.hexdigest()}, the manifest records {want}"
+    os.replace(partial, local)
+    return None
+
+
+def stage_s3(client: Any, bucket: str, prefix: str, manifest_sha256: str, target: Path,
+             client_errors: Iterable[type[BaseException]] = ()) -> list[str]:
+    """Stage the adapter under s3://bucket/prefix into `target`, checked against its pinned manifest; the problems,
+    empty when every listed file is in place with its digest and nothing else is. `client` is boto3's S3 client
+    (get_object, the list_objects_v2 paginator); `client_errors` (botocore's ClientError) become problems."""
+    where = f"s3://{bucket}/{prefix}"
+    try:
+        return _stage_s3(client, bucket, prefix, manifest_sha256, target, where)
+    except tuple(client_errors) as error:
+        return [f"{where}: {error}"]
+
+
+def _stage_s3(client: Any, bucket: str, prefix: str, manifest_sha256: str, target: Path, where: str) -> list[str]:
+    manifest = client.get_object(Bucket=bucket, Key=prefix + MANIFEST)
+    if int(manifest.get("ContentLength", 0)) > MANIFEST_MAX_BYTES:
+        return [f"{where}{MANIFEST} is {manifest['ContentLength']} bytes, more than a manifest's {MANIFEST_MAX_BYTES}"]
+    data = manifest["Body"].read(MANIFEST_MAX_BYTES + 1)
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != manifest_sha256:
+        return [f"{where}{MANIFEST} has sha256 {digest}, the stack pins {manifest_sha256}: the prefix changed "
+                "since it was pinned (or the pin is wrong)"]
+    try:
+        files, problems = parse_manifest(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        return [f"{where}{MANIFEST} is not UTF-8 text"]
+    if problems:
+        return [f"{where}{MANIFEST}: {problem}" for problem in problems]
+    present: set[str] = set()
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for item in page.get("Contents", []):
+            key = item["Key"][len(prefix):]
+            # A zero-byte key ending in "/" is the console's folder (S3 user guide, using-folders.html), not a file.
+            if not (key == "" or key.endswith("/")) or item.get("Size", 0):
+                present.add(key)
+    problems += [f"{where}{key}: not in the manifest" for key in sorted(present - set(files) - {MANIFEST})]
+    problems += [f"{where}{path}: listed in the manifest, not in the prefix" for path in sorted(set(files) - present)]
+    if problems:
+        return problems
+    links = _links(target)
+    if links:
+        return [f"{target}: symbolic link {link}" for link in links]
+    target.mkdir(parents=True, exist_ok=True)
+    for path, want in sorted(files.items()):
+        local = target / path
+        local.parent.mkdir(parents=True, exist_ok=True)
+        if _links(target):  # a parent made by an earlier path may not be a link either
+            return [f"{target}: symbolic link {link}" for link in _links(target)]
+        if local.is_file() and _sha256(local) == want:
+            continue  # a retry keeps what an earlier attempt verified
+        problem = _download(client, bucket, prefix + path, local, want)
+        if problem is not None:
+            problems.append(f"{where}{path}: {problem}")
+    # The directory as a whole: exactly the manifest's files (and the marker), each with its digest.
+    for local in sorted(target.rglob("*")):
+        relative = local.relative_to(target).as_posix()
+        if local.is_symlink():
+            problems.append(f"{target}: symbolic link {relative}")
+        elif local.is_file() and relative not in files and relative != MARKER:
+            local.unlink()  # not the adapter's: removed, so the retry starts clean
+            problems.append(f"{target}/{relative}: not in the manifest (removed)")
+        elif local.is_file() and relative in files and _sha256(local) != files[relative]:
+            local.unlink()
+            problems.append(f"{target}/{relative}: changed after its download (removed)")
+    return problems
 
 
 def main(argv: list[str]) -> int:

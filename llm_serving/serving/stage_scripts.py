@@ -91,12 +91,15 @@ STAGE_ADAPTER = (Path(__file__).with_name("stage_adapter.py")).read_text()
 # safetensors fails the Job rather than loading pickled code.
 ADAPTER_PATTERNS = ("adapter_config.json", "adapter_model.safetensors")
 
-# The adapters of a model with LoRA, staged by the same Job before the model (STAGE_SCRIPT_WITH_ADAPTERS): each
-# into its own directory per repository and revision (ADAPTERS, a JSON list of {model_id, revision, target}),
-# each checked like the weights, every file against the Hub's record of the pinned commit (stage_verify), then its
-# adapter_config.json against the model (stage_adapter: base model, rank against MAX_LORA_RANK, what vLLM
-# refuses), and only then its own marker. A refused adapter fails the Job before any marker of it is written,
-# so the serving pods, which wait for the Job, never start with it.
+# The adapters of a model with LoRA, staged by the same Job before the model (STAGE_SCRIPT_WITH_ADAPTERS), each
+# into its own directory (ADAPTERS, a JSON list of StagedAdapter.job_entry()): a Hub adapter's per repository and
+# revision ({model_id, revision, target}), every file checked against the Hub's record of the pinned commit
+# (stage_verify); an S3 adapter's per manifest ({bucket, prefix, manifest_sha256, target}), exactly the files the
+# pinned manifest lists, each checked against it (stage_adapter.stage_s3, with boto3 from the same lock, as the Job's
+# service account, whose Pod Identity role reads the prefix). Then each adapter's adapter_config.json against the
+# model (stage_adapter: base model, rank against MAX_LORA_RANK, what vLLM refuses), and only then its own marker. A
+# refused adapter fails the Job before any marker of it is written, so the serving pods, which wait for the Job,
+# never start with it.
 ADAPTER_PROGRAM = f"""import datetime
 import json
 import os
@@ -130,11 +133,27 @@ def fetch(adapter, target, name):
         sys.exit(f"{{len(bad)}} files of adapter {{name}} do not match the Hub's record; no marker written")
 
 
+def fetch_s3(adapter, target, name):
+    import boto3
+    from botocore.exceptions import ClientError
+
+    problems = stage_adapter.stage_s3(boto3.client("s3"), adapter["bucket"], adapter["prefix"],
+                                      adapter["manifest_sha256"], target, client_errors=(ClientError,))
+    for problem in problems:
+        print(f"refused {{problem}}", file=sys.stderr)
+    if problems:
+        sys.exit(f"{{len(problems)}} problems with adapter {{name}}; no marker written")
+
+
 for adapter in json.loads(os.environ["ADAPTERS"]):
-    target, name = Path(adapter["target"]), f"{{adapter['model_id']}}@{{adapter['revision']}}"
+    target = Path(adapter["target"])
+    name = (f"s3://{{adapter['bucket']}}/{{adapter['prefix']}} (manifest {{adapter['manifest_sha256']}})"
+            if "bucket" in adapter else f"{{adapter['model_id']}}@{{adapter['revision']}}")
     staged = (target / "{engine.COMPLETE_MARKER}").is_file()
     if staged:
         print(f"adapter {{name}} already staged in {{target}}")
+    elif "bucket" in adapter:
+        fetch_s3(adapter, target, name)
     else:
         fetch(adapter, target, name)
     # Checked again when already staged: the model or maxLoraRank may have changed since.

@@ -2,7 +2,8 @@
 
 Weights land in a directory named after the revision and are marked complete last, so a rollout
 never reads half-written weights and re-running the same revision downloads nothing. A model's LoRA adapters are
-staged by the same Job, each into its own directory, before the model.
+staged by the same Job, each into its own directory, before the model; for adapters on S3 the volume Job runs as the
+model's staging service account, whose Pod Identity role (llm_serving.storage.AdapterSources) reads their prefixes.
 
 Length: the two Jobs (a volume, an S3 bucket) share their naming, requirements and environment, and differ in
 every part of their pod; one component keeps the pair side by side.
@@ -58,11 +59,34 @@ HF_TOKEN_DIR = "/var/run/secrets/huggingface"
 
 @dataclass(frozen=True)
 class StagedAdapter:
-    """One LoRA adapter the Job stages beside the weights (models[].lora.adapters)."""
+    """One LoRA adapter the Job stages beside the weights (models[].lora.adapters): a Hub repository at a commit, or
+    an S3 prefix pinned by its manifest's SHA-256."""
 
-    model_id: str
-    revision: str  # a 40-character commit
     target: str  # engine.staged_adapter_path
+    model_id: str | None = None
+    revision: str | None = None  # a 40-character commit
+    bucket: str | None = None
+    prefix: str | None = None  # ends in "/"
+    manifest_sha256: str | None = None
+
+    @property
+    def key(self) -> str:
+        """What names the adapter in the Job's name: a Hub adapter's as it always was."""
+        if self.bucket is not None:
+            return f"s3://{self.bucket}/{self.prefix}@sha256:{self.manifest_sha256}"
+        return f"{self.model_id}@{self.revision}"
+
+    def job_entry(self) -> dict[str, str]:
+        """The adapter in the Job's ADAPTERS (stage_scripts.ADAPTER_PROGRAM)."""
+        if self.bucket is not None:
+            return {"bucket": self.bucket, "prefix": self.prefix or "", "manifest_sha256": self.manifest_sha256 or "",
+                    "target": self.target}
+        return {"model_id": self.model_id or "", "revision": self.revision or "", "target": self.target}
+
+
+def from_s3(adapters: tuple[StagedAdapter, ...]) -> bool:
+    """Whether any adapter comes from S3: the volume Job then runs under a service account with a read role."""
+    return any(a.bucket is not None for a in adapters)
 
 
 @dataclass(frozen=True)
@@ -101,8 +125,12 @@ class ModelWeightsArgs:
     service_account: str | None = None
     region: pulumi.Input[str] | None = None  # the bucket's (the cluster's) region, for boto3
     # LoRA adapters staged by the same Job before the model (volume backends only), and the rank each may have.
+    # With an adapter from S3 the volume Job runs as `service_account` too (Pod Identity maps it to a role that reads
+    # the adapters' prefixes; `after` holds that association's admission guard) and `adapter_egress` (the Pod
+    # Identity agent and S3, llm_serving.edge.object_storage_egress) is opened for this model's Job alone.
     adapters: tuple[StagedAdapter, ...] = ()
     max_lora_rank: int = 0
+    adapter_egress: tuple[dict[str, Any], ...] = ()
 
 
 def stage_affinity(zone: str | None, stage_zones: tuple[str, ...]) -> dict[str, Any]:
@@ -127,7 +155,7 @@ def job_name(model_name: str, revision: str, tokenizer_revision: str | None,
     against) are part of the name, so adding or changing one is a new Job that stages it."""
     key = f"{revision}/{tokenizer_revision or ''}"
     if adapters:
-        key += "/" + ",".join(f"{a.model_id}@{a.revision}" for a in adapters) + f"/r{max_lora_rank}"
+        key += "/" + ",".join(a.key for a in adapters) + f"/r{max_lora_rank}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:10]
     return f"{model_name}-stage-{digest}"
 
@@ -211,7 +239,7 @@ class ModelWeights(pulumi.ComponentResource):
     def _stage(self, name: str, args: ModelWeightsArgs, claim_name: pulumi.Input[str],
                claim_after: list[pulumi.Resource], target: str) -> None:
         """The Job that stages the revision into the claim (self.job)."""
-        env = [
+        env: list[dict[str, Any]] = [
             {"name": "MODEL_ID", "value": args.model_id},
             {"name": "REVISION", "value": args.revision},
             {"name": "TARGET", "value": target},
@@ -226,12 +254,17 @@ class ModelWeights(pulumi.ComponentResource):
                 },
             ]
         if args.adapters:
-            env += [{"name": "ADAPTERS", "value": json.dumps(
-                        [{"model_id": a.model_id, "revision": a.revision, "target": a.target} for a in args.adapters],
-                        separators=(",", ":"))},
+            env += [{"name": "ADAPTERS", "value": json.dumps([a.job_entry() for a in args.adapters],
+                                                             separators=(",", ":"))},
                     {"name": "MAX_LORA_RANK", "value": str(args.max_lora_rank)}]
+        s3_adapters = from_s3(args.adapters)
+        if s3_adapters and args.region is not None:
+            # boto3 needs a region; Pod Identity gives credentials only. A bucket elsewhere answers with its own
+            # region, which botocore follows (botocore utils.py S3RegionRedirectorv2, x-amz-bucket-region).
+            env.append({"name": "AWS_REGION", "value": args.region})
         env += STAGE_HOME_ENV
         requirements = self._requirements(name, args)
+        reader: list[pulumi.Resource] = self._adapter_reader(name, args) if s3_adapters else []
         mounts = [
             {"name": "requirements", "mountPath": REQUIREMENTS_DIR, "readOnly": True},
             {"name": "weights", "mountPath": engine.MODELS_MOUNT},
@@ -282,6 +315,7 @@ class ModelWeights(pulumi.ComponentResource):
                     },
                     "spec": {
                         "restartPolicy": "OnFailure",
+                        **({"serviceAccountName": args.service_account} if s3_adapters else {}),
                         "nodeSelector": {**(args.node_selector or {}), **ARCH_SELECTOR,
                                          **({ZONE_LABEL: args.zone} if args.zone else {})},
                         **stage_affinity(args.zone, args.stage_zones),
@@ -309,7 +343,7 @@ class ModelWeights(pulumi.ComponentResource):
             }),
             opts=pulumi.ResourceOptions(
                 parent=self,
-                depends_on=[*claim_after, requirements, *args.after],
+                depends_on=[*claim_after, requirements, *reader, *args.after],
                 # Pulumi waits for the Job to succeed; the download may take as long as its deadline.
                 custom_timeouts=pulumi.CustomTimeouts(
                     create=f"{args.download_deadline_seconds + 300}s",
@@ -317,6 +351,30 @@ class ModelWeights(pulumi.ComponentResource):
                 ),
             ),
         )
+
+    def _adapter_reader(self, name: str, args: ModelWeightsArgs) -> list[pulumi.Resource]:
+        """For adapters from S3: the service account the volume Job runs as (Pod Identity binds it to the role that
+        reads the adapters' prefixes) and a fence that opens this model's Job, and no other pod, to the Pod Identity
+        agent and S3 (NetworkPolicies add up: the staging fence keeps DNS and HTTPS)."""
+        if not (args.service_account and args.adapter_egress):
+            raise ValueError("adapters from S3 need the staging service account and its egress to the agent and S3")
+        labels = {"app.kubernetes.io/name": args.model_name, "app.kubernetes.io/component": "stage-weights"}
+        account = k8s.core.v1.ServiceAccount(
+            f"{name}-stage-account",
+            metadata={"name": args.service_account, "namespace": args.namespace, "labels": labels},
+            # EKS Pod Identity injects its own projected token; the Kubernetes API token is never needed.
+            automount_service_account_token=False,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.after)),
+        )
+        fence = k8s.networking.v1.NetworkPolicy(
+            f"{name}-stage-adapter-sources",
+            metadata={"name": f"{args.model_name}-stage-adapter-sources", "namespace": args.namespace,
+                      "labels": {"app.kubernetes.io/part-of": "llm-serving"}},
+            spec=cast(ManifestFields, {"podSelector": {"matchLabels": labels}, "policyTypes": ["Egress"],
+                                       "egress": list(args.adapter_egress)}),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.after)),
+        )
+        return [account, fence]
 
     def _stage_s3(self, name: str, args: ModelWeightsArgs) -> None:
         """The Job that uploads the revision to the bucket (self.job), under its own service account."""

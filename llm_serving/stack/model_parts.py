@@ -84,8 +84,11 @@ def staged_adapters(model: ModelArgs) -> tuple[serving.StagedAdapter, ...]:
     """The model's LoRA adapters as the staging Job fetches them, each into its own directory."""
     if model.lora is None:
         return ()
-    return tuple(serving.StagedAdapter(model_id=a.model_id, revision=a.revision,
-                                       target=serving.staged_adapter_path(a)) for a in model.lora.adapters)
+    return tuple(serving.StagedAdapter(target=serving.staged_adapter_path(a), bucket=a.s3.bucket, prefix=a.s3.prefix,
+                                       manifest_sha256=a.s3.manifest_sha256) if a.s3 is not None
+                 else serving.StagedAdapter(target=serving.staged_adapter_path(a), model_id=a.model_id,
+                                            revision=a.revision) for a in model.lora.adapters)
+
 
 
 def download_deadline_seconds(model: ModelArgs) -> int:

@@ -177,6 +177,19 @@ def weights_lustre(args: ServingStackArgs, site: Site) -> storage.WeightsLustreA
     )
 
 
+def adapter_sources(args: ServingStackArgs, model: serving.ModelArgs) -> storage.AdapterSourcesArgs | None:
+    """The role that reads the model's LoRA adapters from S3, for its staging Job; None when none comes from S3."""
+    if model.lora is None:
+        return None
+    # (bucket, prefix) of each adapter on S3, once each: what the role may read and list.
+    sources = tuple(sorted({(a.s3.bucket, a.s3.prefix) for a in model.lora.adapters if a.s3 is not None}))
+    if not sources:
+        return None
+    return storage.AdapterSourcesArgs(cluster_name=args.cluster.name, namespace=args.serving.namespace,
+                                      service_account=planning.stage_service_account(model), sources=sources,
+                                      tags=planning.resource_tags(args))
+
+
 def weights_bucket(args: ServingStackArgs) -> storage.WeightsBucketArgs:
     """The weights bucket and, per model, the staging Job's write role and the pods' read-only role, each
     scoped to the model's revision (and tokenizer revision) prefix; with a shared compile cache the pods

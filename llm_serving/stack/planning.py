@@ -637,7 +637,8 @@ def shared_claim_name(config: ServingStackArgs) -> str | None:
 
 
 def stage_service_account(model: ModelArgs) -> str:
-    """S3: the staging Job's service account, bound by Pod Identity to the write role of its prefix."""
+    """The staging Job's service account, bound by Pod Identity to the write role of its prefix (S3 backend) or to the
+    role that reads its LoRA adapters from S3 (a volume backend)."""
     return f"{model.name}-stage-weights"
 
 

@@ -84,6 +84,7 @@ from llm_serving.stack.admission import routed_admission
 from llm_serving.stack.args import SECRET_KEYS, ServingStackArgs
 from llm_serving.stack.rules import platform as platform_rules
 from llm_serving.storage import (
+    AdapterSources,
     CompileCacheMount,
     ServingMount,
     StorageBackend,
@@ -571,6 +572,11 @@ class ServingStack(pulumi.ComponentResource):
             # EFS mount targets exist only in the GPU node group's zones (llm_serving/storage/efs.py).
             mount_zones = (tuple(sorted({s.availability_zone for s in args.gpu_node_group.subnets}))
                            if args.weights_storage.backend is StorageBackend.EFS else ())
+            # LoRA adapters from S3: their staging Job reads them under a role of its own (on a volume backend; the
+            # rules refuse adapters on the S3 backend), admitted only once Pod Identity injects its credentials.
+            adapter_reader: list[pulumi.Resource] = []
+            if (sources := parts.adapter_sources(args, model)) is not None:
+                adapter_reader = AdapterSources(f"{model.name}-adapter-sources", sources, child).ready
             s3_prefix = serving.s3_model_prefix(model.model_id, model.revision) if s3 else None
             s3_tokenizer_prefix = serving.s3_tokenizer_prefix(model.model_id, tokenizer) if s3 and tokenizer else None
             weights = ModelWeights(
@@ -596,14 +602,17 @@ class ServingStack(pulumi.ComponentResource):
                     node_selector=self._site.staging.node_selector
                     if args.weights_storage.backend is StorageBackend.EFS else None,
                     protect=args.environment is Environment.PROD,
-                    after=tuple(fences) + (tuple(bucket.admission_guards[f"{model.name}-stage"]) if bucket else ()),
+                    after=tuple(fences) + (tuple(bucket.admission_guards[f"{model.name}-stage"]) if bucket else ())
+                    + tuple(adapter_reader),
                     bucket=bucket.bucket_name if bucket else None,
                     s3_prefix=s3_prefix,
                     s3_tokenizer_prefix=s3_tokenizer_prefix,
-                    service_account=planning.stage_service_account(model) if s3 else None,
-                    region=self._site.region if s3 else None,
+                    service_account=planning.stage_service_account(model) if s3 or adapter_reader else None,
+                    region=self._site.region if s3 or adapter_reader else None,
                     adapters=model_parts.staged_adapters(model),
                     max_lora_rank=model.lora.max_lora_rank if model.lora is not None else 0,
+                    # The adapters' bucket may be in any region or account: S3 at any address, as the Job's HTTPS.
+                    adapter_egress=tuple(object_storage_egress()) if adapter_reader else (),
                 ),
                 child,
             )

@@ -9,7 +9,7 @@ from .args import (
     StorageBackend,
     WeightsStorageArgs,
 )
-from .buckets import model_prefix, model_uri, s3_prefix_list_name
+from .buckets import adapter_source_policy, model_prefix, model_uri, s3_prefix_list_name
 from .efs import CompileCacheMount, ServingMount, WeightsFileSystem, WeightsFileSystemArgs
 from .fsx import WeightsLustre, WeightsLustreArgs
 from .objects import (
@@ -29,10 +29,12 @@ from .objects import (
     storage_class,
 )
 from .policy_size import FILE_SYSTEM_POLICY_MAX_CHARS, file_system_policy_length
-from .s3 import BucketAccess, WeightsBucket, WeightsBucketArgs
+from .s3 import AdapterSources, AdapterSourcesArgs, BucketAccess, WeightsBucket, WeightsBucketArgs
 from .s3_throughput import NODE_S3_GBPS, S3ReadEstimate, S3ReadTerm, s3_read_estimate, streamer_mib_per_second
 
 __all__ = [
+    "AdapterSources",
+    "AdapterSourcesArgs",
     "BucketAccess",
     "COMPILE_CACHE_ROOT",
     "CSI_ADDON",
@@ -58,6 +60,7 @@ __all__ = [
     "WeightsLustre",
     "WeightsLustreArgs",
     "WeightsStorageArgs",
+    "adapter_source_policy",
     "compile_cache_claim",
     "compile_cache_claim_name",
     "compile_cache_directory",

@@ -148,3 +148,33 @@ def writer_policy(bucket_arn: str, prefixes: list[str]) -> dict[str, Any]:
             _listing(bucket_arn, prefixes),
         ],
     }
+
+
+def adapter_source_policy(partition: str, sources: list[tuple[str, str]]) -> dict[str, Any]:
+    """A staging Job's role for LoRA adapters on S3 (`lora.adapters[].s3`): read the objects under each adapter's
+    prefix, and list exactly that prefix; no other key, no write, in whatever bucket (of this account or another
+    whose bucket policy grants the role) the adapters live.
+
+    s3:GetObject on the object ARNs `<bucket>/<prefix>*` (Service Authorization Reference, list_amazons3.html:
+    GetObject's resource type is `object`); s3:ListBucket on the bucket ARN (resource type `bucket`) with its
+    s3:prefix condition key, StringEquals the prefix itself: the Job lists with `Prefix=<prefix>` only (pagination
+    keeps it), and the exact match allows no listing of any other prefix, not even one below. The listing is
+    needed twice: the Job refuses a prefix holding an object its manifest does not list, and, with s3:ListBucket, a
+    missing object answers 404 NoSuchKey instead of 403 AccessDenied (S3 API reference, GetObject, "Permissions"),
+    so the Job can say which file is missing."""
+    if not sources or any(not prefix.endswith("/") for _, prefix in sources):
+        raise ValueError("an adapter reader needs at least one (bucket, prefix) with the prefix ending in /")
+    buckets: dict[str, list[str]] = {}
+    for bucket, prefix in sorted(set(sources)):
+        buckets.setdefault(bucket, []).append(prefix)
+    arn = f"arn:{partition}:s3:::"
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Sid": "ReadAdapters", "Effect": "Allow", "Action": "s3:GetObject",
+             "Resource": [f"{arn}{bucket}/{prefix}*" for bucket, prefixes in buckets.items() for prefix in prefixes]},
+            *({"Sid": f"ListAdapterPrefixes{index}", "Effect": "Allow", "Action": "s3:ListBucket",
+               "Resource": f"{arn}{bucket}", "Condition": {"StringEquals": {"s3:prefix": prefixes}}}
+              for index, (bucket, prefixes) in enumerate(buckets.items())),
+        ],
+    }

@@ -4,7 +4,8 @@ A bucket the program creates (SSE-S3, versioned, public access blocked, owner-en
 retained on destroy and protected in prod) or an existing one by name; per model a write role for its
 staging Job and a read-only role for its serving pods, each scoped to the model's revision prefix and
 bound to one service account through EKS Pod Identity; with a shared compile cache, a role for its
-producer Job that writes only under the cache's prefix (the serving role reads it).
+producer Job that writes only under the cache's prefix (the serving role reads it). AdapterSources: the role a
+model's staging Job reads its LoRA adapters from S3 with, on any backend.
 """
 
 from __future__ import annotations
@@ -121,3 +122,32 @@ class WeightsBucket(pulumi.ComponentResource):
             ).ready
         self.bucket_name = bucket_id
         self.register_outputs({"bucket_name": self.bucket_name})
+
+
+@dataclass(frozen=True)
+class AdapterSourcesArgs:
+    cluster_name: str
+    namespace: str
+    service_account: str  # the model's staging Job's
+    sources: tuple[tuple[str, str], ...]  # (bucket, prefix ending in /) of each adapter on S3
+    tags: dict[str, str]
+
+
+class AdapterSources(pulumi.ComponentResource):
+    """A role that reads a model's LoRA adapters from their S3 prefixes (buckets.adapter_source_policy), bound by Pod
+    Identity to the model's staging Job's service account. `ready` is what the Job waits for: the association's
+    admission guard, so its pod is admitted only with credentials."""
+
+    ready: list[pulumi.Resource]
+
+    def __init__(self, name: str, args: AdapterSourcesArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("llmserving:storage:AdapterSources", name, None, opts)
+        partition = aws.get_partition_output(opts=pulumi.InvokeOptions(parent=self)).partition
+        self.ready = pod_identity_role(
+            name, cluster_name=args.cluster_name, namespace=args.namespace, service_account=args.service_account,
+            policy=partition.apply(lambda p: json.dumps(buckets.adapter_source_policy(p, list(args.sources)))),
+            description=(f"Reads LoRA adapters from S3 for {args.namespace}/{args.service_account} of "
+                         f"{args.cluster_name}"),
+            tags=args.tags, parent=self,
+        ).ready
+        self.register_outputs({})

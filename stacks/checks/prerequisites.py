@@ -44,7 +44,14 @@ def _pod_identity(config: ServingStackArgs) -> bool:
     # So do the S3 backend's staging Jobs and serving pods (their weights roles are Pod Identity associations).
     efs = config.weights_storage.backend is StorageBackend.EFS and config.weights_storage.efs.install_csi_driver
     s3 = config.weights_storage.backend is StorageBackend.S3
-    return efs or s3 or config.node_autoscaling.mode is NodeAutoscalingMode.CLUSTER_AUTOSCALER
+    # And the staging Jobs of models with LoRA adapters on S3 (their read role is a Pod Identity association).
+    autoscaler = config.node_autoscaling.mode is NodeAutoscalingMode.CLUSTER_AUTOSCALER
+    return efs or s3 or adapters_from_s3(config) or autoscaler
+
+
+def adapters_from_s3(config: ServingStackArgs) -> bool:
+    """Some model's LoRA adapter comes from S3 (`lora.adapters[].s3`)."""
+    return any(a.s3 is not None for m in config.models if m.lora is not None for a in m.lora.adapters)
 
 
 def _monitoring_agent(config: ServingStackArgs) -> bool:
@@ -91,12 +98,13 @@ PREREQUISITES: tuple[Prerequisite, ...] = (
         "security group unless its launch template names groups, and then must name the cluster's too).",
         "Kubernetes list nodes (labels, taints), ec2:DescribeInstances (security groups)", _always),
     Prerequisite(
-        "pod-identity-agent", "EFS backend with `installCsiDriver`, the S3 backend, or `nodeAutoscaling.mode: "
-        "clusterAutoscaler`",
-        "The `eks-pod-identity-agent` add-on is ACTIVE. The EFS CSI controller, the S3 weights roles and "
-        "Cluster Autoscaler get their AWS credentials only through it: without it the weights claim stays "
-        "Pending (S3: the staging Job cannot upload, vLLM cannot stream) until the staging Job's deadline, "
-        "and the autoscaler never resizes the group.",
+        "pod-identity-agent", "EFS backend with `installCsiDriver`, the S3 backend, LoRA adapters on S3, or "
+        "`nodeAutoscaling.mode: clusterAutoscaler`",
+        "The `eks-pod-identity-agent` add-on is ACTIVE. The EFS CSI controller, the S3 weights roles, the "
+        "LoRA adapters' S3 read roles and Cluster Autoscaler get their AWS credentials only through it: without "
+        "it the weights claim stays Pending (S3: the staging Job cannot upload, vLLM cannot stream; adapters on "
+        "S3: the staging Job cannot read them) until the staging Job's deadline, and the autoscaler never "
+        "resizes the group.",
         "eks:DescribeAddon eks-pod-identity-agent", _pod_identity),
     Prerequisite(
         "addons-absent", "each add-on the stack installs",

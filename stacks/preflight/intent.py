@@ -179,6 +179,8 @@ def _pod_identity_users(config: ServingStackArgs) -> tuple[str, ...]:
         users.append("aws-load-balancer-controller")
     if config.weights_storage.backend is StorageBackend.S3:
         users.append("the S3 weights roles (staging Jobs, serving pods)")
+    if any(a.s3 is not None for m in config.models if m.lora is not None for a in m.lora.adapters):
+        users.append("the staging Jobs' LoRA adapter roles (S3)")
     return tuple(users)
 
 

@@ -56,7 +56,7 @@ def test_each_served_name_in_the_body_reaches_its_models_pool(multi_model):
     (route,) = _kind(multi_model, "AIGatewayRoute")
     pools = {p["metadata"]["name"]: p for p in _kind(multi_model, "InferencePool")}
     names = _served_names()
-    assert names == {"llama-70b": ["llama-70b"], "llama-8b": ["llama-8b", "sql-v1", "sql-v2", "sql"]}
+    assert names == {"llama-70b": ["llama-70b"], "llama-8b": ["llama-8b", "sql-v1", "sql-v2", "support-v1", "sql"]}
     for model, served in names.items():
         for name in served:
             assert by_model.routed_pool([route], name) == model, name
@@ -71,7 +71,7 @@ def test_each_served_name_in_the_body_reaches_its_models_pool(multi_model):
     (not_found,) = [p for p in _kind(multi_model, "BackendTrafficPolicy")
                     if p["metadata"]["name"] == "llm-serving-models-not-found"]
     body = not_found["spec"]["responseOverride"][0]["response"]["body"]["inline"]
-    assert "Available models: llama-70b, llama-8b, sql-v1, sql-v2, sql." in body
+    assert "Available models: llama-70b, llama-8b, sql-v1, sql-v2, support-v1, sql." in body
 
 
 def _deployment_labels(result: RenderResult, name: str) -> dict[str, str]:
@@ -170,13 +170,13 @@ def test_the_sidecars_config_exists_before_the_gateway_that_names_it(multi_model
 
 def test_each_models_gate_asks_the_one_endpoint_to_list_every_model_of_the_stack(multi_model):
     """The deploy gate's settings (the ConfigMap the Job reads): the edge's GET /v1/models, the AI Gateway's sidecar
-    answering for every model's rule, must list every other served name of the stack too (the other model's, its
-    adapters' and aliases'); the Service is vLLM alone, listing its own."""
-    served = _served_names()
-    for model, other in (MODELS, MODELS[::-1]):
+    answering for every model's rule, must list every other served name of the stack too (the other model's, and
+    every adapter and alias); the Service is vLLM alone, listing its own."""
+    every_name = [name for names in _served_names().values() for name in names]
+    for model in MODELS:
         probe = multi_model.resource("kubernetes:core/v1:ConfigMap", f"{model}-verify-probe")
         settings = json.loads(probe["inputs"]["data"]["settings.json"])
         edge, service = settings["targets"]
         assert (edge["name"], edge["base_url"]) == ("edge", f"https://{HOST}/v1")
-        assert sorted(edge["lists"]) == sorted(served[other])
+        assert sorted(edge["lists"]) == sorted(set(every_name) - {model})
         assert (service["name"], service["lists"]) == ("service", [])

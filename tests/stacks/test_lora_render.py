@@ -1,14 +1,16 @@
-"""examples/Pulumi.multi-model.yaml's llama-8b with two LoRA adapters and an alias over them, in the example's one
-render (tests/conftest.py `multi_model`): vLLM's flags are the pinned engine's and load both staged adapters, runtime
-adapter loading stays off in every render, the staging Job stages each adapter file checked against the Hub's record
-before the model, the picker scores adapter affinity and rewrites the alias by weight, each object valid against its
-schema or CRD; and the plan's KV room with and without the adapters."""
+"""examples/Pulumi.multi-model.yaml's llama-8b with two Hub LoRA adapters, an alias over them and one adapter from S3,
+in the example's one render (tests/conftest.py `multi_model`): vLLM's flags are the pinned engine's and load every
+staged adapter, runtime adapter loading stays off in every render, the staging Job stages each adapter checked
+against its record (the S3 one as the account its read role is bound to) before the model, the picker scores
+adapter affinity and rewrites the alias by weight, each object valid against its schema or CRD; and the plan's KV
+room with and without the adapters."""
 
 from __future__ import annotations
 
 import hashlib
 import io
 import json
+import os
 import runpy
 import sys
 import types
@@ -28,19 +30,21 @@ MODEL_ID = "meta-llama/Llama-3.1-8B-Instruct"
 ADAPTER_REPO = "example-org/llama-3.1-8b-sql-lora"
 
 
-def _adapter_revisions() -> tuple[str, ...]:
+def _adapters() -> tuple[tuple[str, ...], str]:
+    """The example's Hub adapters' commits, and its S3 adapter's manifest digest."""
     (model,) = [m for m in load_stack_file(MULTI_MODEL_EXAMPLE)[1].models if m.lora is not None]
-    return tuple(a.revision for a in model.lora.adapters)
+    (s3,) = [a.s3 for a in model.lora.adapters if a.s3 is not None]
+    return tuple(a.revision for a in model.lora.adapters if a.s3 is None), s3.manifest_sha256
 
 
-ADAPTER_REVISIONS = _adapter_revisions()
+ADAPTER_REVISIONS, S3_MANIFEST_SHA256 = _adapters()
 
 
 def _vllm(result: RenderResult) -> dict[str, Any]:
     return result.manifest("Deployment", "llama-8b")["spec"]["template"]["spec"]["containers"][0]
 
 
-def test_vllm_loads_both_staged_adapters_with_the_pinned_engines_flags(multi_model):
+def test_vllm_loads_every_staged_adapter_with_the_pinned_engines_flags(multi_model):
     args = _vllm(multi_model)["args"]
     assert reference.vllm_flag_errors(args) == []
     # Each LoRA flag the render emits is one of the pinned engine's own option strings.
@@ -49,8 +53,11 @@ def test_vllm_loads_both_staged_adapters_with_the_pinned_engines_flags(multi_mod
     assert lora_flags == ["--enable-lora", "--max-loras", "--max-lora-rank", "--max-cpu-loras", "--lora-modules"]
     assert set(lora_flags) <= set(pinned["all_option_strings"])
     modules = [json.loads(a) for a in args[args.index("--lora-modules") + 1:]]
-    assert [(m["name"], m["base_model_name"]) for m in modules] == [("sql-v1", "llama-8b"), ("sql-v2", "llama-8b")]
-    assert [m["path"] for m in modules] == [f"/models/.lora/{ADAPTER_REPO}/{r}" for r in ADAPTER_REVISIONS]
+    assert [(m["name"], m["base_model_name"]) for m in modules] == [
+        ("sql-v1", "llama-8b"), ("sql-v2", "llama-8b"), ("support-v1", "llama-8b")]
+    # The S3 adapter's directory is named by its manifest's digest: a new pin is new flags, which roll the pods.
+    assert [m["path"] for m in modules] == [
+        *(f"/models/.lora/{ADAPTER_REPO}/{r}" for r in ADAPTER_REVISIONS), f"/models/.lora/.s3/{S3_MANIFEST_SHA256}"]
     assert args[args.index("--max-loras") + 1] == "2" and args[args.index("--max-lora-rank") + 1] == "16"
     assert args[args.index("--max-cpu-loras") + 1] == "4"
     # The model without adapters starts without LoRA.
@@ -79,8 +86,14 @@ def test_the_staging_job_stages_and_checks_the_adapters_before_the_model(multi_m
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert container["command"][-1] == stage_scripts.STAGE_SCRIPT_WITH_ADAPTERS
     env = {e["name"]: e.get("value") for e in container["env"]}
-    assert [(a["revision"], a["target"]) for a in json.loads(env["ADAPTERS"])] == [
+    (*hub, s3) = json.loads(env["ADAPTERS"])
+    assert [(a["revision"], a["target"]) for a in hub] == [
         (r, f"/models/.lora/{ADAPTER_REPO}/{r}") for r in ADAPTER_REVISIONS]
+    assert (s3["bucket"], s3["prefix"]) == ("example-adapters", "llama-3.1-8b/support-v1/")
+    # The adapter on S3: the Job runs as the account its read role is bound to, after that role's admission guard.
+    assert job["spec"]["template"]["spec"]["serviceAccountName"] == "llama-8b-stage-weights"
+    depends = multi_model.wiring["kubernetes:batch/v1:Job::llama-8b-weights-stage"]["dependsOn"]
+    assert "aws:eks/podIdentityAssociation:PodIdentityAssociation::llama-8b-adapter-sources-pod-identity" in depends
     assert env["MAX_LORA_RANK"] == "16" and env["MODEL_ID"] == MODEL_ID
     (volume,) = [v for v in job["spec"]["template"]["spec"]["volumes"] if v["name"] == "requirements"]
     config = multi_model.manifest("ConfigMap", volume["configMap"]["name"])
@@ -142,6 +155,10 @@ def _run_rendered_adapter_stage(job: dict[str, Any], config_map: dict[str, Any],
     for env in container["env"]:
         if "value" in env:
             monkeypatch.setenv(env["name"], env["value"].replace("/models/", f"{root}/models/"))
+    # The Hub's adapters only: the S3 one is staged against botocore's Stubber (tests/components/serving/
+    # test_lora_s3.py), and this Job has no credentials here.
+    hub_only = [a for a in json.loads(os.environ["ADAPTERS"]) if "bucket" not in a]
+    monkeypatch.setenv("ADAPTERS", json.dumps(hub_only))
     (root / "program.py").write_text(program)
     out = io.StringIO()
     with redirect_stdout(out), redirect_stderr(out):
@@ -208,7 +225,7 @@ def test_the_plan_shows_the_adapters_gpu_buffers_beside_the_kv_room_with_and_wit
         found["available_kv_gib_per_gpu"] + found["lora_gib_per_gpu"], abs=0.011)
     assert (f"LoRA buffers per GPU        {found['lora_gib_per_gpu']:.2f} GiB, taken from the KV cache (without them: "
             f"{lora['kv_gib_per_gpu_without_lora']:.2f} GiB)") in text
-    assert "LoRA adapters               sql-v1, sql-v2 (aliases sql)" in text
+    assert "LoRA adapters               sql-v1, sql-v2, support-v1 (aliases sql)" in text
     # The stack's other model has no adapters: its KV room is all of it, and the plan says nothing of LoRA.
     plain_text, plain = _plan("llama-70b")
     assert plain["lora_gib_per_gpu"] == 0 and "LoRA" not in plain_text
@@ -238,11 +255,11 @@ def test_alias_weights_reach_the_picker_only_after_the_replicas_serve_the_adapte
     assert "kubernetes:apps/v1:Deployment::llama-8b-deployment" in wiring[rewrite]["dependsOn"]
 
 
-def test_the_gate_asks_each_adapter_everywhere_and_the_alias_through_the_edge(with_adapters):
+def test_the_gate_asks_each_adapter_everywhere_and_the_alias_through_the_edge(multi_model):
     """The deploy gate's settings (the ConfigMap the Job reads) carry the model's adapters and its alias over them,
     from the same `lora` the flags and the picker's rewrite come from; the alias is asked where the picker is."""
-    probe = with_adapters.resource("kubernetes:core/v1:ConfigMap", "llama-8b-verify-probe")
+    probe = multi_model.resource("kubernetes:core/v1:ConfigMap", "llama-8b-verify-probe")
     settings = json.loads(probe["inputs"]["data"]["settings.json"])
-    assert settings["adapters"] == ["sql-v1", "sql-v2"]
+    assert settings["adapters"] == ["sql-v1", "sql-v2", "support-v1"]
     assert settings["aliases"] == [{"name": "sql", "targets": ["sql-v1", "sql-v2"]}]
     assert {t["name"]: t["aliases"] for t in settings["targets"]} == {"edge": True, "service": False}

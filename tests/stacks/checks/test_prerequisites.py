@@ -53,3 +53,19 @@ def test_operations_page_shows_the_checklist_as_generated():
     page = (PROJECT_DIR / "docs" / "operations.md").read_text(encoding="utf-8")
     assert prerequisites.splice(page) == page, "run `python -m stacks.checks.prerequisites --write docs/operations.md`"
     assert page.count("| `") >= len(prerequisites.PREREQUISITES)
+
+
+def test_a_lora_adapter_on_s3_needs_the_pod_identity_agent_and_preflight_names_it():
+    # Its staging Job reads the prefix under a Pod Identity role: without the agent the Job gets no credentials.
+    from stacks.preflight.intent import _pod_identity_users
+
+    adapter = {"name": "support-v1",
+               "s3": {"uri": "s3://example-adapters/qwen/support-v1/", "manifestSha256": "3" * 64}}
+    plain = {"nodeAutoscaling": {"mode": "none"}, "weightsStorage": {**BASE["weightsStorage"],
+                                                                     "efs": {**BASE["weightsStorage"]["efs"],
+                                                                             "installCsiDriver": False}}}
+    with_adapter = {**plain, "models": [{**BASE["models"][0], "lora": {"adapters": [adapter]}}]}
+    assert "pod-identity-agent" not in keys(**plain)
+    assert "pod-identity-agent" in keys(**with_adapter)
+    config = validate(ServingStackArgs, {**BASE, **with_adapter})
+    assert _pod_identity_users(config) == ("the staging Jobs' LoRA adapter roles (S3)",)
