@@ -77,12 +77,15 @@ def test_the_renders_hold_the_documents_this_test_reads():
         "prod-s3 weights-storage-llama-70b-read-policy.policy",
         "prod-s3 weights-storage-llama-70b-stage-policy.policy",
         "prod-s3 weights-storage-policy.policy"}
-    # multi-model: the EFS policy with two models' compile-cache access points, and the node and add-on roles.
+    # multi-model: the EFS policy with two models' compile-cache access points, the node and add-on roles, and the
+    # role that reads llama-8b's S3 adapter.
     assert {where for where, _ in DOCUMENTS if where.startswith("multi-model ")} == {
         "multi-model weights-storage-policy.policy", "multi-model cluster-autoscaler-role.assumeRolePolicy",
         "multi-model gpu-p5-48xlarge-node-role.assumeRolePolicy",
-        "multi-model weights-storage-csi-role.assumeRolePolicy", "multi-model cluster-autoscaler-policy.policy"}
-    assert len(DOCUMENTS) == 41  # and the three under security/
+        "multi-model weights-storage-csi-role.assumeRolePolicy", "multi-model cluster-autoscaler-policy.policy",
+        "multi-model llama-8b-adapter-sources-role.assumeRolePolicy",
+        "multi-model llama-8b-adapter-sources-policy.policy"}
+    assert len(DOCUMENTS) == 43  # and the three under security/
 
 
 @pytest.mark.parametrize(("where", "document"), DOCUMENTS, ids=[where for where, _ in DOCUMENTS])

@@ -196,25 +196,22 @@ def test_an_edge_the_stack_does_not_own_is_checked_at_its_own_address():
     assert verification.edge_connect_to(pinned) is None  # the stack names the address to check
 
 
-def test_the_component_writes_every_name_one_endpoint_routes_to_a_model(variants_dir):
-    """A byModel stack with adapters (prod's two models, dev's LoRA config on the second): the settings the
-    VerificationJob writes name what the model's Job checks through the one endpoint, derived from the models'
-    `served_names` as the edge's routes are; each name asked adds to the Job's deadline."""
+def test_the_component_writes_every_name_one_endpoint_routes_to_a_model():
+    """A byModel stack with adapters (the multi-model example: two models, llama-8b's three adapters and an alias):
+    the settings the VerificationJob writes name what the model's Job checks through the one endpoint, derived from
+    the models' `served_names` as the edge's routes are; each name asked adds to the Job's deadline."""
     from dataclasses import replace
 
-    from pydantic import TypeAdapter
-
-    from llm_serving.serving import LoraArgs
     from llm_serving.stack import verification
     from llm_serving.verification import VerificationJob, VerificationJobArgs, VerificationMode, probe
     from stacks.environment import load_stack_file
-    from tests.support import stack_variants
+    from tests.conftest import MULTI_MODEL_EXAMPLE
     from tests.support.components import run
 
-    config = load_stack_file(stack_variants.prod_with_two_models(variants_dir))[1]
+    config = load_stack_file(MULTI_MODEL_EXAMPLE)[1]
     big, small = config.models
-    small = replace(small, lora=TypeAdapter(LoraArgs).validate_python(stack_variants.DEV_LORA))
-    config = replace(config, models=(big, small))
+    assert small.lora is not None
+    adapters = [a.name for a in small.lora.adapters]
     checks = verification.settings(config, small)
 
     def build() -> None:
@@ -227,10 +224,9 @@ def test_the_component_writes_every_name_one_endpoint_routes_to_a_model(variants
     written = json.loads(configmap["inputs"]["data"]["settings.json"])
     assert probe.Settings.from_json(written) == checks
     edge, service = written["targets"]
-    assert edge["lists"] == ["llama-70b", "sql-v1", "sql-v2", "sql"] and edge["aliases"] is True
+    assert edge["lists"] == [big.name, *adapters, "sql"] and edge["aliases"] is True
     assert (service["lists"], service["aliases"]) == ([], False)
-    assert (written["adapters"], written["aliases"]) == (["sql-v1", "sql-v2"],
-                                                          [{"name": "sql", "targets": ["sql-v1", "sql-v2"]}])
-    # Three names through the edge (two adapters, the alias), two through the Service.
+    assert (written["adapters"], written["aliases"]) == (adapters, [{"name": "sql", "targets": ["sql-v1", "sql-v2"]}])
+    # Through the edge every adapter and the alias, through the Service every adapter.
     without = verification.deadline_seconds(replace(checks, adapters=(), aliases=()))
-    assert verification.deadline_seconds(checks) == without + 5 * verification.ROUTE_SECONDS
+    assert verification.deadline_seconds(checks) == without + (2 * len(adapters) + 1) * verification.ROUTE_SECONDS
