@@ -228,6 +228,32 @@ def test_pull_requests_from_forks_never_run_a_preview_with_the_stacks_role():
     assert not [s for s in diff["jobs"]["diff"]["steps"] if "upload-artifact" in str(s.get("uses", ""))]
 
 
+@pytest.mark.parametrize(("diff_exit", "job_exit", "summary"), [
+    (0, 0, "DIFF\n"), (1, 0, "DIFF\n"),
+    (3, 3, "DIFF\n\n```\nrefused: prod: replace of a retained claim\n```\n"),
+    (2, 2, ""),
+])
+def test_the_offline_diff_check_fails_on_a_refused_change_and_shows_why(tmp_path, diff_exit, job_exit, summary):
+    """The pull request's offline-diff step, run as the runner runs it (bash -e) with the diff's exit codes: a
+    change `stacks diff --check` refuses (3) fails the check, with the diff and the refusal in the summary."""
+    import subprocess
+
+    steps = load("offline-diff.yml")["jobs"]["diff"]["steps"]
+    (step,) = [s for s in steps if s.get("name") == "Render both sides and diff"]
+    assert "--check" in step["run"]
+    fake = tmp_path / ".venv" / "bin" / "python"
+    fake.parent.mkdir(parents=True)
+    fake.write_text(f"#!/bin/sh\necho DIFF\necho 'refused: prod: replace of a retained claim' >&2\nexit {diff_exit}\n")
+    fake.chmod(0o755)
+    summary_file = tmp_path / "summary.md"
+    summary_file.write_text("")
+    done = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=tmp_path, capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "STACK": "prod", "BASE_REF": "main",
+                               "GITHUB_STEP_SUMMARY": str(summary_file)})
+    assert done.returncode == job_exit, done.stderr
+    assert summary_file.read_text() == summary
+
+
 @pytest.mark.parametrize(("workflow", "job"), [("preview.yml", "preview"), ("drift.yml", "drift"),
                                                ("pulumi-up.yml", "up")])
 def test_placeholder_secrets_are_refused_before_pulumi_runs(workflow, job):
