@@ -119,3 +119,16 @@ def dev_with_adapters(directory: Path) -> Path:
     return write(directory, "dev-lora", {
         "grafanaAdminPassword": {"secure": "v1:x"},
         "models": [{"name": "llama-8b", "lora": DEV_LORA}]}, extends="dev")
+
+
+# A second revision of prod's model (made-up commit: no Hub is reachable from the tests; the staging Job checks real
+# ones), beside the first at 90/10.
+CANARY_REVISION = "3333333333333333333333333333333333333333"
+
+
+def prod_with_two_revisions(directory: Path) -> Path:
+    """prod serving llama-70b as two revisions side by side (`models[].revisions`): the stable one at 90 %, a canary
+    of a new weights revision at 10 %, with the node group grown so both fit."""
+    return write(directory, "prod-revisions", {"gpuNodeGroup": ROOM_FOR_TWO, "models": [{
+        "name": "llama-70b", "revisions": [{"name": "stable", "weight": 90},
+                                           {"name": "canary", "weight": 10, "revision": CANARY_REVISION}]}]})
