@@ -327,7 +327,8 @@ class RevisionArgs:
     tokenizer_revision: str | None = Field(default=None, **REVISION)
     """Tokenizer revision; unset: the model's `tokenizerRevision`."""
     image: VllmImageArgs | None = None
-    """The vLLM image; unset: the model's `image`."""
+    """The vLLM image, whole (a key left out takes the image's default, not the model's); unset: the model's
+    `image`."""
     quantization: str | None = Field(default=None, pattern=r"^[a-z0-9_-]+$")
     """`--quantization`; unset: the model's `quantization`."""
     kv_cache_dtype: KvCacheDtype | None = None
