@@ -52,12 +52,15 @@ def test_two_workloads_two_pools_and_a_picker_for_each(pair):
     assert _names(pair, "InferencePool") == [FIRST, SECOND]
     assert {f"{FIRST}-epp", f"{SECOND}-epp"} <= set(_names(pair, "Deployment"))
     assert _names(pair, "ScaledObject") == [FIRST, SECOND]
-    # Each pool selects its own revision's pods only: a picker never scores the other engine generation.
+    # Each pool (and each Service, the weighted split's backends) selects its own revision's pods only: a picker
+    # never scores the other engine generation, and a weight is that revision's share.
     pods = {d["metadata"]["name"]: d["spec"]["template"]["metadata"]["labels"] for d in _kind(pair, "Deployment")}
-    for pool in _kind(pair, "InferencePool"):
-        selector = pool["spec"]["selector"]["matchLabels"]
+    services = [s for s in _kind(pair, "Service") if s["metadata"]["name"] in (FIRST, SECOND)]
+    for backend in [*_kind(pair, "InferencePool"), *services]:
+        selector = backend["spec"]["selector"]
+        selector = selector.get("matchLabels", selector)
         assert [name for name in (FIRST, SECOND) if selector.items() <= pods[name].items()] == [
-            pool["metadata"]["name"]]
+            backend["metadata"]["name"]]
 
 
 def test_each_revision_stages_its_own_weights_revision(pair):
