@@ -120,10 +120,10 @@ class EngineSettings:
     # checked (stack.py `deployed`): that names them itself when there are any, so a stack without adapters keeps
     # its verification Job.
     lora_args: tuple[str, ...] = field(default=(), repr=False)
-    # Further names requests may carry in `model` (after served_model_name, which vLLM's responses and metrics label
-    # `model_name` use: vLLM 0.33.0 `--served-model-name`, "if multiple names provided, metrics tag will take the first
-    # one"). A model's second revision answers to the model's own name here and keeps its metrics apart. Out of the
-    # repr, like lora_args: a stack without revisions keeps its verification Jobs' names.
+    # Further names requests may carry in `model`, after served_model_name, the one vLLM's responses and its metrics'
+    # `model_name` label carry (vLLM 0.33.0 `--served-model-name`: "The model name in the model field of a response
+    # will be the first name in this list ... metrics tag will take the first one"). Out of the repr, like lora_args: a
+    # stack without revisions keeps its verification Jobs' names.
     also_served_as: tuple[str, ...] = field(default=(), repr=False)
 
 

@@ -59,8 +59,11 @@ def engine_settings(args: ServingStackArgs, model: ModelArgs) -> EngineSettings:
             distributed=plan.tensor_parallel_size > 1) if s3 is not None else None,
         kv_offloading_gib=planning.kv_offload_gib(args, model, plan),
     )
-    # A second revision answers to the model's name too, so the route can send the model's requests to it.
-    return settings if first is None else dataclasses.replace(settings, also_served_as=(first,))
+    # A second revision serves the model's name first: the route sends it the model's requests, and its responses
+    # name the model the client asked for. Its own name follows (its adapters' base); its metrics are told apart by
+    # the PodMonitor (observability/scraping.py `model_name_from_workload`).
+    return settings if first is None else dataclasses.replace(settings, served_model_name=first,
+                                                              also_served_as=(model.name,))
 
 
 def verified_lora(args: ServingStackArgs, model: ModelArgs) -> tuple[tuple[str, ...], ...]:

@@ -277,6 +277,7 @@ class ServingStack(pulumi.ComponentResource):
                 runbook_base_url=args.observability.runbook_base_url,
                 models=tuple(model_parts.slo(args, m) for m in args.models),
                 gpu_metric_names=exported_metric_names(),
+                model_name_from_workload=any(revisions.revision_model_of(m) is not None for m in args.models),
             ),
             child,
             crds_from=crds,

@@ -108,13 +108,36 @@ def test_the_first_revisions_fields_apply_to_the_model_itself():
     assert args.models[1].revision == EXISTING_EVERYTHING["models"][0]["revision"]
 
 
-def test_the_second_revision_answers_to_the_models_name_and_labels_its_metrics_with_its_own():
+def test_the_second_revision_answers_and_names_the_model_first():
     args = revisions.expanded(stack_args(values()))
     first, second = (engine_args(model_parts.engine_settings(args, m)) for m in args.models)
     at = second.index("--served-model-name")
-    # vLLM labels metrics `model_name` with the first name (vLLM 0.33.0 --served-model-name).
-    assert second[at + 1:at + 3] == ["llama-8b-canary", "llama-8b"]
+    # vLLM's responses name the first served name (vLLM 0.33.0 --served-model-name): the model the client asked
+    # for, whichever revision answered, as the verification Job checks.
+    assert second[at + 1:at + 3] == ["llama-8b", "llama-8b-canary"]
     assert first[first.index("--served-model-name") + 1:][:2] == ["llama-8b", "--max-model-len"]
+
+
+def test_each_revisions_metrics_carry_its_own_workload_name_as_model_name(renders):
+    """vLLM labels both revisions' metrics `model_name="llama-8b"` (the first served name); the PodMonitor sets the
+    label from the pod's workload name instead, which every scaling query and alert of the second revision selects
+    on. A stack without revisions keeps its PodMonitor as it was."""
+    def relabelings(result) -> list[dict[str, Any]]:
+        (monitor,) = [m for m in result.manifests if m["kind"] == "PodMonitor" and m["metadata"]["name"] == "vllm"]
+        return monitor["spec"]["podMetricsEndpoints"][0]["relabelings"]
+
+    assert not [r for r in relabelings(renders["one"]) if r["targetLabel"] == "model_name"]
+    (workload,) = [r for r in relabelings(renders["pair"]) if r["targetLabel"] == "model_name"]
+    pods = {m["metadata"]["name"]: m["spec"]["template"]["metadata"]["labels"] for m in renders["pair"].manifests
+            if m["kind"] == "Deployment"}
+    label = workload["sourceLabels"][0].removeprefix("__meta_kubernetes_pod_label_")
+    assert label == "app_kubernetes_io_name"
+    assert {name: pods[name]["app.kubernetes.io/name"] for name in ("llama-8b", "llama-8b-canary")} == {
+        "llama-8b": "llama-8b", "llama-8b-canary": "llama-8b-canary"}
+    (scaled,) = [m for m in renders["pair"].manifests if m["kind"] == "ScaledObject"
+                 and m["metadata"]["name"] == "llama-8b-canary"]
+    queries = [t["metadata"]["query"] for t in scaled["spec"]["triggers"] if "query" in t.get("metadata", {})]
+    assert queries and all('model_name="llama-8b-canary"' in query for query in queries)
 
 
 @pytest.fixture(scope="module")
