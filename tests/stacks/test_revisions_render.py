@@ -109,3 +109,11 @@ def test_adding_the_revision_to_prod_creates_its_objects_and_replaces_nothing(pa
     # workloads share the nodes (planning.host_spread_domains), which rolls its replicas once (docs/operations.md).
     template = [f.path for f in updated[f"{FIRST}-deployment"].fields if f.path.startswith("inputs.spec.template")]
     assert template and all(".topologySpreadConstraints[" in path for path in template)
+
+
+def test_preflight_checks_the_second_weights_revision_on_the_hub(variant):
+    from stacks.preflight.intent import intent
+
+    found = intent("prod-revisions", "us-east-1", load_stack_file(variant)[1])
+    assert {(s.model_id, s.key) for s in found.sources if s.revision == stack_variants.CANARY_REVISION} == {
+        ("meta-llama/Llama-3.1-70B-Instruct", "models[llama-70b].revisions[canary].revision")}
