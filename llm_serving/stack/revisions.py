@@ -69,6 +69,34 @@ def expanded(args: ServingStackArgs) -> ServingStackArgs:
     return dataclasses.replace(args, models=[*models, *seconds])
 
 
+_CAMEL = {"revision": "revision", "tokenizer_revision": "tokenizerRevision", "image": "image",
+          "quantization": "quantization", "kv_cache_dtype": "kvCacheDtype", "extra_args": "extraArgs"}
+
+
+def as_written(args: ServingStackArgs, problems: list[Problem]) -> list[Problem]:
+    """The problems of the expanded args named by the keys the stack file holds: a second revision's own field as
+    `models[<model>].revisions[<name>].<field>`, any other of its fields as the model's, with the revision named;
+    one the model has under the same key (a field the revision inherits) is reported once, as the model's."""
+    seconds = {f"models[{m.name}]": m for m in args.models if revision_model_of(m) is not None}
+    found: list[Problem] = []
+    for problem in problems:
+        prefix = next((p for p in seconds if problem.path == p or problem.path.startswith((p + ".", p + "["))), None)
+        if prefix is None:
+            found.append(problem)
+            continue
+        model = seconds[prefix]
+        first = revision_model_of(model)
+        rest, name = problem.path[len(prefix):], model.name.removeprefix(f"{first}-")
+        field = rest.lstrip(".").split(".")[0].split("[")[0]
+        own = next(r for r in next(m for m in args.models if m.name == first).revisions if r.name == name)
+        if field in _CAMEL.values() and getattr(own, next(k for k, v in _CAMEL.items() if v == field)) is not None:
+            found.append(dataclasses.replace(problem, path=f"models[{first}].revisions[{name}]{rest}"))
+        elif not any(p.path == f"models[{first}]{rest}" and p.message == problem.message for p in problems):
+            found.append(dataclasses.replace(problem, path=f"models[{first}]{rest}",
+                                             message=f"(revision {name}, objects {model.name}) {problem.message}"))
+    return found
+
+
 def revision_rules(config: ServingStackArgs) -> Iterator[Problem]:
     """One problem per mistake in a model's revisions, on the args as written."""
     names = {m.name for m in config.models if revision_model_of(m) is None}

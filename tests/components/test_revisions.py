@@ -218,3 +218,22 @@ def test_removing_the_second_revision_deletes_its_objects_only(renders):
 
 def _template_changes(change) -> list[str]:
     return [f.path for f in change.fields if f.path.startswith("inputs.spec.template")] if change else []
+
+
+def test_a_second_revisions_problem_names_the_key_the_stack_file_holds():
+    # prod rules: fp8 KV needs a quality eval, a revision must be a commit.
+    found = values([{"name": "stable", "weight": 90},
+                    {"name": "canary", "weight": 10, "revision": "main", "kvCacheDtype": "fp8"}])
+    found["environment"] = "prod"
+    lines = problems(found)
+    assert [line for line in lines if line.startswith("llm-serving:models[llama-8b].revisions[canary].revision:")]
+    assert [line for line in lines if line.startswith("llm-serving:models[llama-8b].qualityEval: (revision canary, ")]
+    assert not [line for line in lines if "models[llama-8b-canary]" in line]
+
+
+def test_an_inherited_mistake_is_reported_once_as_the_models():
+    found = values([{"name": "stable", "weight": 90}, {"name": "canary", "weight": 10, "kvCacheDtype": "fp8"}],
+                   revision="main")
+    found["environment"] = "prod"
+    lines = [line for line in problems(found) if ".revision:" in line]
+    assert len(lines) == 1 and lines[0].startswith("llm-serving:models[llama-8b].revision:")

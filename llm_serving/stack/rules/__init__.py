@@ -46,4 +46,6 @@ def check(args: ServingStackArgs) -> list[Problem]:
         return found
     args = revisions.expanded(args)
     shape = [problem for rule in SHAPE_RULES for problem in rule(args)]
-    return shape or [problem for rule in RULES for problem in rule(args)]
+    found = shape or [problem for rule in RULES for problem in rule(args)]
+    # A second revision's problems under the keys the stack file holds.
+    return revisions.as_written(args, found)
