@@ -75,6 +75,21 @@ class Route:
     # byModel routing: names besides `model_name` that requests may ask for to reach this pool (LoRA adapters and
     # their aliases), each an Exact match on the model's rule (by_model.model_names).
     extra_model_names: tuple[str, ...] = ()
+    # Two revisions of the model side by side (models[].revisions): the weighted rule and a header rule each.
+    revisions: tuple[RouteRevision, ...] = ()
+
+
+@dataclass(frozen=True)
+class RouteRevision:
+    """One revision of a routed model: its Service (and pool) name and its share of the model's requests."""
+
+    name: str  # the revision's name, the value of REVISION_HEADER that reaches it, e.g. "canary"
+    backend: str  # its Service's (and InferencePool's) name, e.g. "llama-70b-canary"
+    weight: int  # percent of the model's requests
+
+
+# The header that reaches one revision directly (llm_serving/stack/revisions.py, the same name).
+REVISION_HEADER = "x-llm-serving-revision"
 
 
 @dataclass(frozen=True)
@@ -734,7 +749,7 @@ def _route_objects(settings: EdgeSettings, route: Route) -> list[Manifest]:
         "spec": {
             "parentRefs": [_parent_ref(settings, route)],
             "hostnames": [route.host],
-            "rules": [rule, closed],
+            "rules": [*_revision_rules(route, rule), closed] if route.revisions else [rule, closed],
         },
     }
     backend_policy: dict[str, Any] = {
@@ -747,6 +762,37 @@ def _route_objects(settings: EdgeSettings, route: Route) -> list[Manifest]:
         },
     }
     return [http_route, backend_policy]
+
+
+def _revision_rules(route: Route, rule: dict[str, Any]) -> list[dict[str, Any]]:
+    """Two revisions: the model's rule split by weight over the revisions' Services, and per revision the same rule
+    matching its REVISION_HEADER value too, to its own pool (or Service). A rule with a header match outranks one
+    without on the same path (Gateway API apis/v1/httproute_types.go HTTPRouteRule: after the path, "Largest number
+    of header matches" wins). The split names Services, not pools: Envoy AI Gateway v1.1.0 refuses a rule with two
+    InferencePools ("at most one inferencepool can be referenced per route rule",
+    internal/extensionserver/post_route_modify.go @v1.1.0; weighted pools are envoyproxy/ai-gateway PR #2657, open),
+    while Envoy Gateway splits Service backends by weight itself (Gateway API HTTPBackendRef.weight, Core support).
+    So the weighted share skips the pickers until the gateway takes two pools; the header reaches each pool's own."""
+    split = {**rule, "backendRefs": [{"group": "", "kind": "Service", "name": r.backend, "port": route.port,
+                                      "weight": r.weight} for r in route.revisions]}
+    direct = []
+    for revision in route.revisions:
+        backend: dict[str, Any] = (
+            {"group": POOL_GROUP, "kind": "InferencePool", "name": revision.backend} if route.inference_pool
+            else {"group": "", "kind": "Service", "name": revision.backend, "port": route.port})
+        filters = [f for f in rule.get("filters", []) if f.get("type") != "RequestHeaderModifier"]
+        if route.objective_header is not None:
+            # Each revision's picker knows its own objective, named after its pool.
+            filters.append({"type": "RequestHeaderModifier", "requestHeaderModifier": {
+                "set": [{"name": route.objective_header[0], "value": revision.backend}]}})
+        direct.append({
+            "matches": [{**match, "headers": [{"type": "Exact", "name": REVISION_HEADER, "value": revision.name}]}
+                        for match in rule["matches"]],
+            **({"filters": filters} if filters else {}),
+            "backendRefs": [backend],
+            "timeouts": rule["timeouts"],
+        })
+    return [split, *direct]
 
 
 def backend_policy_spec(route: Route) -> dict[str, Any]:

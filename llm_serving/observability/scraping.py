@@ -21,6 +21,7 @@ def pod_monitor(
     selector: dict[str, str],
     port_name: str,
     labels: dict[str, str],
+    model_name_from_workload: bool = False,
 ) -> dict[str, Any]:
     """monitoring.coreos.com/v1 PodMonitor for vLLM pods: /metrics every 15 s.
 
@@ -35,6 +36,12 @@ def pod_monitor(
     # A named container port is an IANA service name: at most 15 characters (core/v1 ContainerPort).
     if not re.match(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", port_name or "") or len(port_name) > 15:
         raise ValueError(f"port_name={port_name!r}: expected a container port name (<= 15 characters)")
+    # A model's second revision serves the model's name first, which vLLM puts in its metrics' `model_name`; set from
+    # the pod's workload name instead, every query of this project keeps one revision's series apart from the other's.
+    # A target label wins over a scraped one of the same name, which becomes `exported_model_name` (Prometheus
+    # scrape_config `honor_labels: false`, the PodMonitor's default).
+    workload = ([{"sourceLabels": ["__meta_kubernetes_pod_label_app_kubernetes_io_name"], "targetLabel": "model_name",
+                  "action": "replace"}] if model_name_from_workload else [])
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PodMonitor",
@@ -57,6 +64,7 @@ def pod_monitor(
                             "targetLabel": NODE_LABEL,
                             "action": "replace",
                         },
+                        *workload,
                     ],
                 }
             ],

@@ -26,6 +26,8 @@ class ServingObservabilityArgs:
     runbook_base_url: str
     models: tuple[ModelSlo, ...]
     gpu_metric_names: frozenset[str]  # DCGM fields the exporter exports; the GPU dashboard uses only these
+    # `model_name` on vLLM's series from the pod's workload name (scraping.pod_monitor): a model runs two revisions.
+    model_name_from_workload: bool = False
 
 
 class ServingObservability(pulumi.ComponentResource):
@@ -47,6 +49,7 @@ class ServingObservability(pulumi.ComponentResource):
                 selector=args.pod_selector,
                 port_name=args.port_name,
                 labels=args.monitor_labels,
+                model_name_from_workload=args.model_name_from_workload,
             ),
             after,
         )

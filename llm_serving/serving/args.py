@@ -22,6 +22,7 @@ from llm_serving.platform.args import (
     Constraint,
     args_type,
     check_each,
+    pydantic_core_error,
 )
 
 from .capacity import DEFAULT_MAX_NUM_SEQS
@@ -387,6 +388,46 @@ class LoraArgs:
         return value
 
 
+# At most two revisions run side by side: the one serving and the one proving itself (issue #41).
+MAX_REVISIONS = 2
+
+
+@args_type
+class RevisionArgs:
+    """One revision of a model running beside another, with its own workload, Service, weights, scaling object and
+    (routing `inferencePool`) InferencePool and endpoint picker, and its share of the model's route. Each field left
+    unset is the model's own."""
+
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,14}[a-z0-9])?$", max_length=16)
+    """The revision's name, e.g. `stable` or `canary`: the value of the `x-llm-serving-revision` header that reaches it
+    directly. The first revision runs as the model's own objects (their names unchanged); the second one's objects
+    are named `<model>-<name>`, and it also answers to that name in a request's `model`."""
+    weight: int = Field(ge=0, le=100)
+    """Percent of the route's requests this revision gets; the revisions' weights sum to 100. 0 keeps it running and
+    reachable only through its header."""
+    revision: str | None = Field(default=None, **REVISION)
+    """Model revision (a second one is staged by its own Job beside the first); unset: the model's `revision`."""
+    tokenizer_revision: str | None = Field(default=None, **REVISION)
+    """Tokenizer revision; unset: the model's `tokenizerRevision`."""
+    image: VllmImageArgs | None = None
+    """The vLLM image, whole (a key left out takes the image's default, not the model's); unset: the model's
+    `image`."""
+    quantization: str | None = Field(default=None, pattern=r"^[a-z0-9_-]+$")
+    """`--quantization`; unset: the model's `quantization`."""
+    kv_cache_dtype: KvCacheDtype | None = None
+    """`--kv-cache-dtype`; unset: the model's `kvCacheDtype`."""
+    extra_args: list[str] | None = None
+    """Other `vllm serve` flags, instead of the model's `extraArgs` (not added to them); unset: the model's."""
+
+    @field_validator("extra_args")
+    @classmethod
+    def _flags(cls, value: list[str] | None) -> list[str] | None:
+        for flag in value or []:
+            if not re.fullmatch(ENGINE_FLAG["pattern"], flag):
+                raise pydantic_core_error(f"item {flag!r} is not valid", ENGINE_FLAG["pattern"])
+        return value
+
+
 @args_type
 class ModelArgs:
     """One served model: its pinned artifacts, engine settings and replicas."""
@@ -472,6 +513,10 @@ class ModelArgs:
     """Latency SLOs for the serving alerts."""
     lora: LoraArgs | None = None
     """LoRA adapters on this model, and aliases over them; unset: none (vLLM starts without LoRA)."""
+    revisions: list[RevisionArgs] = Field(default_factory=list, max_length=MAX_REVISIONS)
+    """Two revisions side by side behind the model's route, split by weight (edge mode gateway, routing perModel),
+    e.g. `[{name: stable, weight: 90}, {name: canary, weight: 10, revision: <sha>}]`; each revision's unset fields are
+    the model's. Empty (the default): the model runs one revision, from its own fields."""
     _check_extra_args = check_each("extra_args", ENGINE_FLAG)
 
     def served_names(self) -> list[str]:

@@ -120,6 +120,11 @@ class EngineSettings:
     # checked (stack.py `deployed`): that names them itself when there are any, so a stack without adapters keeps
     # its verification Job.
     lora_args: tuple[str, ...] = field(default=(), repr=False)
+    # Further names requests may carry in `model`, after served_model_name, the one vLLM's responses and its metrics'
+    # `model_name` label carry (vLLM 0.33.0 `--served-model-name`: "The model name in the model field of a response
+    # will be the first name in this list ... metrics tag will take the first one"). Out of the repr, like lora_args: a
+    # stack without revisions keeps its verification Jobs' names.
+    also_served_as: tuple[str, ...] = field(default=(), repr=False)
 
 
 # The chat template's digest on the pod template: its ConfigMap keeps its name and is mounted with subPath, which a
@@ -271,7 +276,7 @@ def engine_args(s: EngineSettings) -> list[str]:
     so an engine upgrade that changes a default cannot change behaviour unseen."""
     args = [
         s.model_path,
-        "--served-model-name", s.served_model_name,
+        "--served-model-name", s.served_model_name, *s.also_served_as,
         "--max-model-len", str(s.max_model_len),
         "--gpu-memory-utilization", f"{s.gpu_memory_utilization:g}",
         "--tensor-parallel-size", str(s.tensor_parallel_size),

@@ -4,6 +4,7 @@ pinned image, vLLM's flags, the pods' environment, the autoscaler's target and t
 Pure: ServingStack reads these when it creates the model's weights, workload, scaling object and alerts.
 """
 
+import dataclasses
 import math
 
 import pulumi
@@ -14,7 +15,7 @@ from llm_serving.observability import ModelSlo
 from llm_serving.platform import NAMESPACE_LABEL
 from llm_serving.scaling import ScalingTarget
 from llm_serving.serving import EngineSettings, ModelArgs, RoutingMode
-from llm_serving.stack import planning, timing
+from llm_serving.stack import planning, revisions, timing
 from llm_serving.stack.args import ServingStackArgs
 from llm_serving.stack.parts import alb_idle_timeout
 from llm_serving.storage import StorageBackend
@@ -45,7 +46,8 @@ def engine_settings(args: ServingStackArgs, model: ModelArgs) -> EngineSettings:
     the staged paths (on S3, ServingStack replaces the model path with the bucket's)."""
     plan = planning.model_plan(args, model)
     s3 = args.weights_storage.s3 if streams_from_s3(args) else None
-    return serving.model_settings(
+    first = revisions.revision_model_of(model)
+    settings = serving.model_settings(
         model, tensor_parallel_size=plan.tensor_parallel_size, pipeline_parallel_size=plan.pipeline_parallel_size,
         shutdown_timeout_seconds=timing.model_drains(args, model).vllm_shutdown_seconds,
         tokenizer_revision=tokenizer_revision(model),
@@ -57,6 +59,11 @@ def engine_settings(args: ServingStackArgs, model: ModelArgs) -> EngineSettings:
             distributed=plan.tensor_parallel_size > 1) if s3 is not None else None,
         kv_offloading_gib=planning.kv_offload_gib(args, model, plan),
     )
+    # A second revision serves the model's name first: the route sends it the model's requests, and its responses
+    # name the model the client asked for. Its own name follows (its adapters' base); its metrics are told apart by
+    # the PodMonitor (observability/scraping.py `model_name_from_workload`).
+    return settings if first is None else dataclasses.replace(settings, served_model_name=first,
+                                                              also_served_as=(model.name,))
 
 
 def verified_lora(args: ServingStackArgs, model: ModelArgs) -> tuple[tuple[str, ...], ...]:

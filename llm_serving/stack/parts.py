@@ -19,6 +19,7 @@ from llm_serving.edge import (
     EdgeSpec,
     LoadBalancerControllerArgs,
     Route,
+    RouteRevision,
     gateway_injects_upstream_key,
 )
 from llm_serving.gpu import ContainerStorage, NodeAutoscalingMode, PlacementStrategy
@@ -27,7 +28,7 @@ from llm_serving.platform import derived_upstream_key, subnet_cidr, versions
 from llm_serving.platform.args import Environment
 from llm_serving.routing import OBJECTIVE_HEADER, PickerSettings
 from llm_serving.serving import RoutingMode
-from llm_serving.stack import planning, timing
+from llm_serving.stack import planning, revisions, timing
 from llm_serving.stack.admission import model_admission
 from llm_serving.stack.args import ServingStackArgs
 from llm_serving.stack.site import GpuNodes, Site
@@ -282,8 +283,11 @@ def edge(args: ServingStackArgs, site: Site) -> EdgeSpec:
             # their aliases, each an Exact match on its rule and an entry of GET /v1/models (edge/by_model.py
             # model_names); the picker then rewrites an alias to one of its adapters (InferenceModelRewrite).
             extra_model_names=tuple(m.served_names()[1:]),
+            # Two revisions: one route, split by weight, with a header that reaches each (revisions.py).
+            revisions=tuple(RouteRevision(r.name, revisions.object_name(m, i), r.weight)
+                            for i, r in enumerate(m.revisions)),
         )
-        for m in args.models
+        for m in args.models if revisions.revision_model_of(m) is None
         for pooled in [planning.routing_mode(args, m) is RoutingMode.INFERENCE_POOL]
     )
     alb = edge_args.mode is EdgeMode.ALB

@@ -79,7 +79,17 @@ from llm_serving.serving import (
     staging_claim_name,
     sync_configmap,
 )
-from llm_serving.stack import chart_images, model_parts, parts, planning, rules, site, timing, verification
+from llm_serving.stack import (
+    chart_images,
+    model_parts,
+    parts,
+    planning,
+    revisions,
+    rules,
+    site,
+    timing,
+    verification,
+)
 from llm_serving.stack.admission import routed_admission
 from llm_serving.stack.args import SECRET_KEYS, ServingStackArgs
 from llm_serving.stack.rules import platform as platform_rules
@@ -204,7 +214,8 @@ class ServingStack(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: ServingStackArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__(TYPE, name, None, opts)
-        args = checked(name, args)
+        # Each model's second revision a model of its own from here on (llm_serving/stack/revisions.py).
+        args = revisions.expanded(checked(name, args))
         self._check_account(name, args)
         self._args = args
         for note in planning.rollout_crowded_out(args).values():
@@ -267,6 +278,7 @@ class ServingStack(pulumi.ComponentResource):
                 runbook_base_url=args.observability.runbook_base_url,
                 models=tuple(model_parts.slo(args, m) for m in args.models),
                 gpu_metric_names=exported_metric_names(),
+                model_name_from_workload=any(revisions.revision_model_of(m) is not None for m in args.models),
             ),
             child,
             crds_from=crds,
@@ -328,7 +340,8 @@ class ServingStack(pulumi.ComponentResource):
         self.max_gpus = self.gpu_nodes.max_gpus
         self.prometheus_url = prometheus.url if prometheus else pulumi.Output.from_input(settings.url or "")
         self.models = pulumi.Output.from_input({m.name: model_plan(args, m) for m in args.models})
-        self.urls = pulumi.Output.from_input({m.name: verification.public_url(args, m) for m in args.models})
+        self.urls = pulumi.Output.from_input({m.name: verification.public_url(args, m) for m in args.models
+                                              if revisions.revision_model_of(m) is None})
         self.register_outputs(
             {
                 "gpu_node_selector": self.gpu_node_selector,
@@ -501,7 +514,8 @@ class ServingStack(pulumi.ComponentResource):
                     ServingMount(key=m.name, namespace=serving_namespace,
                                  staging_claim_name=staging_claim_name(m.name), claim_name=f"{m.name}-weights-ro",
                                  volume_name=f"{serving_namespace}-{m.name}-weights-ro")
-                    for m in args.models),
+                    # A second revision reads the model's claim (its revision in a directory of its own).
+                    for m in args.models if revisions.revision_model_of(m) is None),
                 # Each model's compile cache on its own access point, volume and claim: a producer mounts only
                 # its own model's, read-write, and the model's serving pods the same claim read-only.
                 compile_cache_mounts=tuple(
@@ -559,9 +573,14 @@ class ServingStack(pulumi.ComponentResource):
             producer_fence.append(k8s.core.v1.ConfigMap(
                 "compile-cache-sync", metadata=sync["metadata"], data=sync["data"], immutable=True,
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[ns])))
+        staged: dict[str, ModelWeights] = {}
         for model in args.models:
             plan = planning.model_plan(args, model)
             architecture = planning.model_architecture(model)
+            # A model's second revision: a staging Job of its own, into the model's claim (ModelWeights stages each
+            # revision into a directory named after it, with its own completion marker); on S3, its own prefix.
+            first = revisions.revision_model_of(model)
+            claim_of = first or model.name
             assert architecture is not None  # the rules refuse a model without one
             tokenizer = model_parts.tokenizer_revision(model)
             # A ReadWriteOnce (EBS) volume lives in one zone: the Job and the replica go to the node group's
@@ -589,7 +608,8 @@ class ServingStack(pulumi.ComponentResource):
                     tokenizer_revision=tokenizer,
                     stage_image=stage_image,
                     storage_class=storage_class if storage_class is not None else planning.weights_storage_class(args),
-                    shared_claim=shared_claim,
+                    shared_claim=staged[first].claim_name if first is not None and not s3 and shared_claim is None
+                    else shared_claim,
                     zone=zone,
                     stage_zones=mount_zones,
                     access_mode=model.storage.access_mode.value,
@@ -616,8 +636,12 @@ class ServingStack(pulumi.ComponentResource):
                 ),
                 child,
             )
+            staged[model.name] = weights
+            # EFS: a second revision mounts the model's read-only claim.
+            claims = ({**serving_claims, model.name: serving_claims[claim_of]} if claim_of in serving_claims
+                      else serving_claims)
             deployment = self._workload(args, model, plan, ns, weights, bucket, api_key, node_selector,
-                                        serving_claims, cache_claims, producer_fence, api_key_revision,
+                                        claims, cache_claims, producer_fence, api_key_revision,
                                         s3_tokenizer_prefix, zone,
                                         () if planning.creates_nodes(args) else mount_zones)
             self._deployments.append(deployment.deployment)
@@ -720,6 +744,8 @@ class ServingStack(pulumi.ComponentResource):
         if mode is VerificationMode.OFF:
             return
         for model in args.models:
+            if revisions.revision_model_of(model) is not None:
+                continue  # a second revision's gate is issue #41's next step; the model's own gate runs
             checks = verification.settings(args, model)
             VerificationJob(
                 f"{model.name}-verify",

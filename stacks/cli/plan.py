@@ -28,7 +28,7 @@ from llm_serving.serving import (
     known_model_ids,
     lookup_model,
 )
-from llm_serving.stack import planning
+from llm_serving.stack import planning, revisions
 from stacks.cli import calibration, model_config
 from stacks.cli.arguments import non_negative, positive
 from stacks.config import overrides
@@ -703,7 +703,8 @@ def stack_cost_summary(config: object, region: str | None = None) -> str:
     (1,024 prompt and 256 output tokens per request, as `plan` assumes by default). `region`: the stack's
     aws:region; prices of another region are said to be that region's."""
 
-    total = planning.stack_cost(config)  # type: ignore[arg-type]
+    config = revisions.expanded(config)  # type: ignore[arg-type]
+    total = planning.stack_cost(config)
     low, high = total.at(total.nodes_at_min), total.at(total.nodes_at_max)
     price = instance_price(total.instance_type)
     elsewhere = (f"; this stack is in {region}, whose prices llm_serving/gpu/prices.json does not hold: these are "
@@ -713,7 +714,7 @@ def stack_cost_summary(config: object, region: str | None = None) -> str:
              f"  GPU nodes ({total.instance_type}): {total.nodes_at_min} at min replicas"
              + (f" ${low:,.2f}/hour" if low is not None else "")
              + f"; {total.nodes_at_max} at max" + (f" ${high:,.2f}/hour" if high is not None else "")]
-    for model in config.models:  # type: ignore[attr-defined]
+    for model in config.models:
         result = planning.model_plan(config, model)
         cost = _replica_cost(result)
         found = stack_model_performance(config, model, result, cost, prompt_tokens=1024, output_tokens=256)
@@ -873,8 +874,10 @@ def _stack_plan(args: argparse.Namespace, explicit: dict[str, object], out: Text
         return EXIT_USAGE
     try:
         path = stack_files.find_stack_file(args.stack, option="--stack")
-        _, config = environment.load_stack_file(path)
-        models = {m.name: m for m in config.models} | {m.model_id: m for m in config.models}
+        # A model's second revision is planned as the model it runs as (llm_serving/stack/revisions.py).
+        config = revisions.expanded(environment.load_stack_file(path)[1])
+        models = {m.name: m for m in config.models} | {
+            m.model_id: m for m in config.models if revisions.revision_model_of(m) is None}
         model = models.get(args.model)
         if model is None:
             names = sorted(m.name for m in config.models)
@@ -883,6 +886,7 @@ def _stack_plan(args: argparse.Namespace, explicit: dict[str, object], out: Text
         changes = _stack_overrides(explicit, model)
         if changes:
             resolved, config = environment.load_stack_file(path, changes)
+            config = revisions.expanded(config)
             model = next(m for m in config.models if m.name == model.name)
     except ConfigError as error:
         for problem in error.problems:

@@ -31,6 +31,7 @@ from types import SimpleNamespace
 from typing import Any, TextIO
 
 from llm_serving.serving import lookup_model
+from llm_serving.stack import revisions
 from stacks import environment
 from stacks.config import files as stack_files
 from stacks.config.problems import CommandLineParser
@@ -960,7 +961,8 @@ def with_consequences(diff: StackDiff, stack_file: Path, head: list[dict[str, An
     """Each changed workload's cost from the planner's timing, for the head's config (the one `pulumi up`
     would run); a stack file the diff process cannot load as config adds no lines."""
     try:
-        _, config = environment.load_stack_file(stack_file)
+        # Each second revision as the model it runs as, as ServingStack deploys it (llm_serving/stack/revisions.py).
+        config = revisions.expanded(environment.load_stack_file(stack_file)[1])
     except Exception:  # noqa: BLE001 - the render of the same file already succeeded; the lines are extra
         return diff
     by_key = {(r["type"], r["name"]): r for r in head}

@@ -15,7 +15,7 @@ from llm_serving import cluster as created_cluster
 from llm_serving import edge as edge_package
 from llm_serving import gpu, scaling, serving, storage
 from llm_serving.platform import versions
-from llm_serving.stack import planning, timing
+from llm_serving.stack import planning, revisions, timing
 from stacks.config import (
     AutoscalingMode,
     CapacityType,
@@ -260,7 +260,10 @@ def _charts(config: ServingStackArgs) -> tuple[ChartInstall, ...]:
 def _sources(config: ServingStackArgs) -> tuple[ModelSource, ...]:
     found = []
     for model in config.models:
-        key = f"models[{model.name}]"
+        first = revisions.revision_model_of(model)
+        # A second revision's revision is its own key in the stack file.
+        key = (f"models[{model.name}]" if first is None
+               else f"models[{first}].revisions[{model.name.removeprefix(first + '-')}]")
         found.append(ModelSource(model.name, model.model_id, model.revision, serving.ALLOW_PATTERNS,
                                  serving.IGNORE_PATTERNS, f"{key}.revision", True))
         if model.tokenizer_revision and model.tokenizer_revision != model.revision:
@@ -287,6 +290,9 @@ def _peak_nodes(config: ServingStackArgs) -> tuple[int, str, int]:
 
 
 def intent(stack: str, region: str, config: ServingStackArgs) -> Intent:
+    # Each model's second revision as the model it runs as (llm_serving/stack/revisions.py): its weights revision is
+    # checked on the Hub and its GPUs counted at the peak.
+    config = revisions.expanded(config)
     group = config.gpu_node_group
     instance = planning.resolve_instance_type(config)
     assert instance is not None  # validated by checks.check

@@ -99,3 +99,17 @@ DEV_LORA: dict[str, Any] = {
                  {"name": "sql-v2", "modelId": "example-org/llama-3.1-8b-sql-lora", "revision": ADAPTER_REVISIONS[1]}],
     "aliases": [{"name": "sql", "targets": [{"adapter": "sql-v1", "weight": 90}, {"adapter": "sql-v2", "weight": 10}]}],
 }
+
+
+
+# A second revision of prod's model (made-up commit: no Hub is reachable from the tests; the staging Job checks real
+# ones), beside the first at 90/10.
+CANARY_REVISION = "3333333333333333333333333333333333333333"
+
+
+def prod_with_two_revisions(directory: Path) -> Path:
+    """prod serving llama-70b as two revisions side by side (`models[].revisions`): the stable one at 90 %, a canary
+    of a new weights revision at 10 %, with the node group grown so both fit."""
+    return write(directory, "prod-revisions", {"gpuNodeGroup": ROOM_FOR_TWO, "models": [{
+        "name": "llama-70b", "revisions": [{"name": "stable", "weight": 90},
+                                           {"name": "canary", "weight": 10, "revision": CANARY_REVISION}]}]})

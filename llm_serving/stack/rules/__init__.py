@@ -7,7 +7,7 @@ created (by ServingStack, by a preview and by every command that loads a stack f
 from collections.abc import Callable, Iterator
 
 from llm_serving.platform.problems import Problem
-from llm_serving.stack import admission, timing
+from llm_serving.stack import admission, revisions, timing
 from llm_serving.stack.args import ServingStackArgs
 from llm_serving.stack.rules import cluster, edge, idle, lora, models, platform, routing
 
@@ -39,6 +39,13 @@ RULES: tuple[Callable[[ServingStackArgs], Iterator[Problem]], ...] = (
 
 
 def check(args: ServingStackArgs) -> list[Problem]:
-    """Every cross-field problem of structurally valid args."""
+    """Every cross-field problem of structurally valid args: the revisions' first, then every rule on the args with
+    each second revision a model of its own (revisions.expanded), so the capacity rules count its GPUs."""
+    found = list(revisions.revision_rules(args))
+    if found:
+        return found
+    args = revisions.expanded(args)
     shape = [problem for rule in SHAPE_RULES for problem in rule(args)]
-    return shape or [problem for rule in RULES for problem in rule(args)]
+    found = shape or [problem for rule in RULES for problem in rule(args)]
+    # A second revision's problems under the keys the stack file holds.
+    return revisions.as_written(args, found)

@@ -23,6 +23,7 @@ from llm_serving.stack.planning import (
     generation_seconds,
     route_host,
 )
+from llm_serving.stack.revisions import revision_model_of
 
 
 def _certificate_rules(config: ServingStackArgs) -> Iterator[Problem]:
@@ -113,7 +114,7 @@ def edge_rules(config: ServingStackArgs) -> Iterator[Problem]:
     seen: dict[tuple[str, str], str] = {}
     for model in config.models:
         key = (route_host(config, model), model.route.path_prefix)
-        if key in seen and not by_model:
+        if key in seen and not by_model and revision_model_of(model) != seen[key]:
             yield Problem(f"models[{model.name}].route", f"same host and path as model {seen[key]}",
                           f"{key[0]}{key[1]}", "a distinct host or pathPrefix")
         seen.setdefault(key, model.name)

@@ -16,6 +16,7 @@ from llm_serving.platform.problems import Problem
 from llm_serving.serving import CapacityError, ModelArgs, RoutingMode
 from llm_serving.stack.args import ServingStackArgs
 from llm_serving.stack.planning import host_memory, model_architecture, model_plan, routing_mode
+from llm_serving.stack.revisions import revision_model_of
 from llm_serving.storage import StorageBackend
 
 
@@ -29,7 +30,9 @@ def lora_rules(config: ServingStackArgs) -> Iterator[Problem]:
 def _served_names(config: ServingStackArgs) -> Iterator[Problem]:
     """Every name a request's `model` may carry (models, adapters, aliases) is one backend's: a name twice would
     send a client's requests to whichever the gateway or vLLM finds first."""
-    counts = Counter(name for model in config.models for name in model.served_names())
+    # A model's second revision serves the same names as the model: one backend, behind the model's route.
+    counts = Counter(name for model in config.models if revision_model_of(model) is None
+                     for name in model.served_names())
     for model in config.models:
         if model.lora is None:
             continue

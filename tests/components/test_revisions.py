@@ -1,0 +1,239 @@
+"""Two revisions of a model side by side (`models[].revisions`): the rules that refuse a pair that cannot run, the
+second revision as a model of its own (named `<model>-<revision>`, the model's unset fields, both names served), the
+first revision's objects untouched, and what `pulumi up` does to an existing stack when a revision is added, its
+weight changes or it is removed (the offline diff over two component renders, as the engine pairs URNs)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from llm_serving.edge import REVISION_HEADER
+from llm_serving.serving.engine import engine_args
+from llm_serving.stack import ServingStack, model_parts, planning, revisions, rules
+from stacks.offline.diff import diff_resources
+from tests.support.components import EXISTING_EVERYTHING, run, stack_args
+
+CANARY_REVISION = "3333333333333333333333333333333333333333"
+TWO = [{"name": "stable", "weight": 90}, {"name": "canary", "weight": 10, "revision": CANARY_REVISION}]
+
+
+def values(revisions_: list[dict[str, Any]] | None = TWO, **model: Any) -> dict[str, Any]:
+    found = copy.deepcopy(EXISTING_EVERYTHING)
+    found["models"][0].update(model)
+    if revisions_ is not None:
+        found["models"][0]["revisions"] = copy.deepcopy(revisions_)
+    return found
+
+
+def problems(found: dict[str, Any]) -> list[str]:
+    return [p.line() for p in rules.check(stack_args(found))]
+
+
+def test_a_pair_that_can_run_breaks_no_rule():
+    assert problems(values()) == []
+
+
+@pytest.mark.parametrize(("change", "key", "words"), [
+    (lambda r: r[1].update(weight=20), "models[llama-8b].revisions", "must sum to 100"),
+    (lambda r: r[1].update(name="stable"), "models[llama-8b].revisions[1].name", "names the other revision too"),
+    (lambda r: r[1].pop("revision"), "models[llama-8b].revisions[1]", "runs exactly what the other revision runs"),
+    (lambda r: r.pop(), "models[llama-8b].revisions", "two, or none"),
+])
+def test_each_mistake_in_a_pair_is_one_problem_naming_its_key(change, key, words):
+    pair = copy.deepcopy(TWO)
+    change(pair)
+    (line,) = problems(values(pair))
+    assert line.startswith(f"llm-serving:{key}:") and words in line
+
+
+def test_a_second_revisions_objects_may_not_take_another_models_name():
+    found = values()
+    found["models"].append({**copy.deepcopy(found["models"][0]), "name": "llama-8b-canary", "revisions": [],
+                            "route": {"pathPrefix": "/other"}})
+    assert [line for line in problems(found) if "which is another model's name" in line]
+
+
+@pytest.mark.parametrize(("edge", "words"), [
+    ({"routing": "byModel"}, "one InferencePool per model's rule"),
+])
+def test_an_edge_without_weighted_backends_refuses_a_pair(edge, words):
+    found = values()
+    found["edge"] = {**found["edge"], **edge}
+    assert [line for line in problems(found) if line.startswith("llm-serving:models[llama-8b].revisions:")
+            and words in line]
+
+
+def test_a_pair_cannot_scale_to_zero_behind_its_services():
+    found = values(autoscaling={"minReplicas": 0, "maxReplicas": 1, "scaleToZero": {}})
+    assert [line for line in problems(found) if "two revisions cannot scale to zero" in line]
+
+
+def test_the_capacity_check_counts_the_second_revisions_gpus():
+    # Two nodes of one GPU each: one revision at two replicas fits; two revisions at two replicas each do not.
+    one = values(None, replicas=2)
+    assert problems(one) == []
+    (line,) = problems(values(replicas=2))
+    assert line.startswith("llm-serving:gpuNodeGroup.existing.maxNodes:")
+    assert "llama-8b 2 x TP1 + llama-8b-canary 2 x TP1 = 4 GPUs" in line
+
+
+def test_without_revisions_the_args_are_the_same_object():
+    args = stack_args(values(None))
+    assert revisions.expanded(args) is args
+
+
+def test_the_second_revision_runs_as_a_model_of_its_own_with_the_models_unset_fields():
+    args = revisions.expanded(stack_args(values([
+        {"name": "stable", "weight": 90},
+        {"name": "canary", "weight": 10, "revision": CANARY_REVISION, "kvCacheDtype": "fp8",
+         "image": {"tag": "v0.34.0"}, "extraArgs": ["--enable-chunked-prefill"]}])))
+    first, second = args.models
+    assert (first.name, second.name) == ("llama-8b", "llama-8b-canary")
+    assert revisions.revision_model_of(second) == "llama-8b" and revisions.revision_model_of(first) is None
+    assert (second.revision, second.kv_cache_dtype.value, second.image.tag) == (CANARY_REVISION, "fp8", "v0.34.0")
+    assert second.extra_args == ["--enable-chunked-prefill"] and first.extra_args == []
+    # Unset: the model's own.
+    assert (second.model_id, second.max_model_len, second.slo) == (first.model_id, first.max_model_len, first.slo)
+    plans = [planning.model_plan(args, m) for m in (first, second)]
+    assert plans[0].tensor_parallel_size == plans[1].tensor_parallel_size
+
+
+def test_the_first_revisions_fields_apply_to_the_model_itself():
+    args = revisions.expanded(stack_args(values([
+        {"name": "stable", "weight": 50, "revision": CANARY_REVISION}, {"name": "canary", "weight": 50}])))
+    assert args.models[0].name == "llama-8b" and args.models[0].revision == CANARY_REVISION
+    assert args.models[1].revision == EXISTING_EVERYTHING["models"][0]["revision"]
+
+
+def test_the_second_revision_answers_and_names_the_model_first():
+    args = revisions.expanded(stack_args(values()))
+    first, second = (engine_args(model_parts.engine_settings(args, m)) for m in args.models)
+    at = second.index("--served-model-name")
+    # vLLM's responses name the first served name (vLLM 0.33.0 --served-model-name): the model the client asked
+    # for, whichever revision answered, as the verification Job checks.
+    assert second[at + 1:at + 3] == ["llama-8b", "llama-8b-canary"]
+    assert first[first.index("--served-model-name") + 1:][:2] == ["llama-8b", "--max-model-len"]
+
+
+def test_each_revisions_metrics_carry_its_own_workload_name_as_model_name(renders):
+    """vLLM labels both revisions' metrics `model_name="llama-8b"` (the first served name); the PodMonitor sets the
+    label from the pod's workload name instead, which every scaling query and alert of the second revision selects
+    on. A stack without revisions keeps its PodMonitor as it was."""
+    def relabelings(result) -> list[dict[str, Any]]:
+        (monitor,) = [m for m in result.manifests if m["kind"] == "PodMonitor" and m["metadata"]["name"] == "vllm"]
+        return monitor["spec"]["podMetricsEndpoints"][0]["relabelings"]
+
+    assert not [r for r in relabelings(renders["one"]) if r["targetLabel"] == "model_name"]
+    (workload,) = [r for r in relabelings(renders["pair"]) if r["targetLabel"] == "model_name"]
+    pods = {m["metadata"]["name"]: m["spec"]["template"]["metadata"]["labels"] for m in renders["pair"].manifests
+            if m["kind"] == "Deployment"}
+    label = workload["sourceLabels"][0].removeprefix("__meta_kubernetes_pod_label_")
+    assert label == "app_kubernetes_io_name"
+    assert {name: pods[name]["app.kubernetes.io/name"] for name in ("llama-8b", "llama-8b-canary")} == {
+        "llama-8b": "llama-8b", "llama-8b-canary": "llama-8b-canary"}
+    (scaled,) = [m for m in renders["pair"].manifests if m["kind"] == "ScaledObject"
+                 and m["metadata"]["name"] == "llama-8b-canary"]
+    queries = [t["metadata"]["query"] for t in scaled["spec"]["triggers"] if "query" in t.get("metadata", {})]
+    assert queries and all('model_name="llama-8b-canary"' in query for query in queries)
+
+
+@pytest.fixture(scope="module")
+def renders() -> dict[str, Any]:
+    """One component render per shape: one revision, the pair at 90/10 and at 50/50."""
+    shapes = {"one": values(None), "pair": values(), "even": values([{**TWO[0], "weight": 50},
+                                                                       {**TWO[1], "weight": 50}])}
+    return {name: run(lambda found=found: ServingStack("llm", stack_args(found))) for name, found in shapes.items()}
+
+
+def _names(result, kind: str) -> set[str]:
+    return {m["metadata"]["name"] for m in result.manifests if m["kind"] == kind}
+
+
+def test_each_revision_has_its_workload_service_scaling_and_staging_job(renders):
+    pair = renders["pair"]
+    assert {"llama-8b", "llama-8b-canary"} <= _names(pair, "Deployment")
+    assert {"llama-8b", "llama-8b-canary"} <= _names(pair, "Service")
+    assert _names(pair, "ScaledObject") == {"llama-8b", "llama-8b-canary"}
+    jobs = [m for m in pair.manifests if m["kind"] == "Job" and "-stage-" in m["metadata"]["name"]]
+    staged = {}
+    for job in jobs:
+        spec = job["spec"]["template"]["spec"]
+        env = {e["name"]: e.get("value") for c in spec["containers"] for e in c.get("env", [])}
+        claims = {v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"] if "persistentVolumeClaim" in v}
+        staged[env["REVISION"]] = claims
+    # Two weights revisions, two Jobs, one claim: each revision in its own directory with its own marker.
+    assert set(staged) == {EXISTING_EVERYTHING["models"][0]["revision"], CANARY_REVISION}
+    assert len({claim for claims in staged.values() for claim in claims}) == 1
+
+
+def _route(result) -> dict[str, Any]:
+    (route,) = [m for m in result.manifests if m["kind"] == "HTTPRoute"]
+    return route
+
+
+def test_one_route_splits_by_weight_and_a_header_reaches_each_revision(renders):
+    rules_ = _route(renders["pair"])["spec"]["rules"]
+    split = rules_[0]
+    assert [(b["name"], b["weight"]) for b in split["backendRefs"]] == [("llama-8b", 90), ("llama-8b-canary", 10)]
+    direct = {r["matches"][0]["headers"][0]["value"]: r["backendRefs"] for r in rules_
+              if any(m.get("headers") for m in r["matches"])}
+    assert {name: [b["name"] for b in refs] for name, refs in direct.items()} == {
+        "stable": ["llama-8b"], "canary": ["llama-8b-canary"]}
+    assert all(m["headers"] == [{"type": "Exact", "name": REVISION_HEADER, "value": name}]
+               for r in rules_ for m in r["matches"] if m.get("headers")
+               for name in [m["headers"][0]["value"]])
+    # The header rule matches the split's path as well: same path, one header more, so it takes precedence.
+    assert all(r["matches"][0]["path"] == split["matches"][0]["path"] for r in rules_[1:3])
+
+
+def test_adding_a_revision_creates_objects_and_updates_the_route_replacing_nothing(renders):
+    diff = diff_resources(renders["one"].resources, renders["pair"].resources, "test", "main")
+    assert not diff.of("replace") and not diff.of("delete")
+    created = {c.name for c in diff.of("create")}
+    assert {"llama-8b-canary-deployment", "llama-8b-canary-service", "llama-8b-canary-weights-stage"} <= created
+    updated = {c.name: c for c in diff.of("update")}
+    # No replica of the first revision restarts: its pod template is untouched. (Its strategy may change: the pair
+    # shares the GPUs' surge room, and a strategy is no template change.)
+    assert not _template_changes(updated.get("llama-8b-deployment"))
+    assert any(f.path.startswith("inputs.spec.rules") for c in updated.values() if c.type.endswith("HTTPRoute")
+               for f in c.fields)
+
+
+def test_a_weight_change_is_an_update_of_the_route_alone(renders):
+    diff = diff_resources(renders["pair"].resources, renders["even"].resources, "test", "main")
+    (change,) = diff.changes
+    assert change.type.endswith("HTTPRoute") and change.action == "update"
+    assert {f.path.rsplit(".", 1)[-1] for f in change.fields} == {"weight"}
+
+
+def test_removing_the_second_revision_deletes_its_objects_only(renders):
+    diff = diff_resources(renders["pair"].resources, renders["one"].resources, "test", "main")
+    assert not diff.of("replace") and not diff.of("create")
+    assert all("canary" in c.name for c in diff.of("delete"))
+    assert not _template_changes(next((c for c in diff.of("update") if c.name == "llama-8b-deployment"), None))
+
+
+def _template_changes(change) -> list[str]:
+    return [f.path for f in change.fields if f.path.startswith("inputs.spec.template")] if change else []
+
+
+def test_a_second_revisions_problem_names_the_key_the_stack_file_holds():
+    # prod rules: fp8 KV needs a quality eval, a revision must be a commit.
+    found = values([{"name": "stable", "weight": 90},
+                    {"name": "canary", "weight": 10, "revision": "main", "kvCacheDtype": "fp8"}])
+    found["environment"] = "prod"
+    lines = problems(found)
+    assert [line for line in lines if line.startswith("llm-serving:models[llama-8b].revisions[canary].revision:")]
+    assert [line for line in lines if line.startswith("llm-serving:models[llama-8b].qualityEval: (revision canary, ")]
+    assert not [line for line in lines if "models[llama-8b-canary]" in line]
+
+
+def test_an_inherited_mistake_is_reported_once_as_the_models():
+    found = values([{"name": "stable", "weight": 90}, {"name": "canary", "weight": 10, "kvCacheDtype": "fp8"}],
+                   revision="main")
+    found["environment"] = "prod"
+    lines = [line for line in problems(found) if ".revision:" in line]
+    assert len(lines) == 1 and lines[0].startswith("llm-serving:models[llama-8b].revision:")

@@ -1,0 +1,119 @@
+"""prod serving llama-70b as two revisions side by side at 90/10 (stack_variants.prod_with_two_revisions), rendered
+once: two workloads, two InferencePools each with its own endpoint picker, two staging Jobs, two scaling objects,
+one route split by weight with a header rule per revision, every object valid against its schema or CRD, the
+planner's GPUs and cost counting both, and what the first `pulumi up` does to prod when the revision is added."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import pytest
+
+from llm_serving.edge import REVISION_HEADER
+from llm_serving.stack import planning, revisions
+from stacks.cli.plan import stack_cost_summary
+from stacks.environment import load_stack_file
+from stacks.offline.diff import diff_resources
+from stacks.offline.render import RenderResult
+from tests.conftest import render_file
+from tests.support import reference, stack_variants
+
+FIRST, SECOND = "llama-70b", "llama-70b-canary"
+
+
+@pytest.fixture(scope="module")
+def variant(variants_dir):
+    return stack_variants.prod_with_two_revisions(variants_dir)
+
+
+@pytest.fixture(scope="module")
+def pair(variant) -> RenderResult:
+    return render_file(variant)
+
+
+def _kind(result: RenderResult, kind: str) -> list[dict[str, Any]]:
+    return [m for m in result.manifests if m["kind"] == kind]
+
+
+def _names(result: RenderResult, kind: str) -> list[str]:
+    return sorted(m["metadata"]["name"] for m in _kind(result, kind))
+
+
+def test_every_object_validates_against_its_schema_or_crd(pair):
+    errors = [e for m in pair.manifests if m["kind"] != "HTTPRouteFilter"
+              for e in reference.kubernetes_object_errors(m, "1.34")]
+    assert errors == []
+
+
+def test_two_workloads_two_pools_and_a_picker_for_each(pair):
+    assert {FIRST, SECOND} <= set(_names(pair, "Deployment"))
+    assert _names(pair, "InferencePool") == [FIRST, SECOND]
+    assert {f"{FIRST}-epp", f"{SECOND}-epp"} <= set(_names(pair, "Deployment"))
+    assert _names(pair, "ScaledObject") == [FIRST, SECOND]
+    # Each pool (and each Service, the weighted split's backends) selects its own revision's pods only: a picker
+    # never scores the other engine generation, and a weight is that revision's share.
+    pods = {d["metadata"]["name"]: d["spec"]["template"]["metadata"]["labels"] for d in _kind(pair, "Deployment")}
+    services = [s for s in _kind(pair, "Service") if s["metadata"]["name"] in (FIRST, SECOND)]
+    for backend in [*_kind(pair, "InferencePool"), *services]:
+        selector = backend["spec"]["selector"]
+        selector = selector.get("matchLabels", selector)
+        assert [name for name in (FIRST, SECOND) if selector.items() <= pods[name].items()] == [
+            backend["metadata"]["name"]]
+
+
+def test_each_revision_stages_its_own_weights_revision(pair):
+    jobs = [j for j in _kind(pair, "Job") if "-stage-" in j["metadata"]["name"]]
+    revisions_ = {e["value"] for j in jobs for c in j["spec"]["template"]["spec"]["containers"]
+                  for e in c.get("env", []) if e["name"] == "REVISION"}
+    assert stack_variants.CANARY_REVISION in revisions_ and len(revisions_) == 2
+
+
+def test_one_route_splits_ninety_ten_and_a_header_reaches_each_revisions_pool(pair):
+    (route,) = _kind(pair, "HTTPRoute")
+    split, *rest = route["spec"]["rules"]
+    assert [(b["kind"], b["name"], b["weight"]) for b in split["backendRefs"]] == [
+        ("Service", FIRST, 90), ("Service", SECOND, 10)]
+    direct = {m["headers"][0]["value"]: r["backendRefs"] for r in rest for m in r["matches"] if m.get("headers")}
+    assert direct == {name: [{"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": pool}]
+                      for name, pool in (("stable", FIRST), ("canary", SECOND))}
+    assert {m["headers"][0]["name"] for r in rest for m in r["matches"] if m.get("headers")} == {REVISION_HEADER}
+
+
+def test_the_planner_and_the_cost_count_both_revisions(variant):
+    config = revisions.expanded(load_stack_file(variant)[1])
+    assert [m.name for m in config.models] == [FIRST, SECOND]
+    gpus = {m.name: planning.model_plan(config, m).tensor_parallel_size * planning.replica_bounds(m)[0]
+            for m in config.models}
+    assert gpus[SECOND] == gpus[FIRST] > 0
+    # The nodes (and their cost) hold both revisions' GPUs, not the first's alone.
+    one = load_stack_file(variant)[1]
+    alone = dataclasses.replace(one, models=[dataclasses.replace(one.models[0], revisions=[])])
+    instance = planning.resolve_instance_type(config)
+    assert instance is not None
+    assert planning.stack_cost(config).nodes_at_min * instance.gpu_count >= sum(gpus.values())
+    assert planning.stack_cost(config).nodes_at_max > planning.stack_cost(alone).nodes_at_max
+    assert f"  {SECOND}: " in stack_cost_summary(one)
+
+
+def test_adding_the_revision_to_prod_creates_its_objects_and_replaces_nothing(pair, rendered):
+    head = json.loads(json.dumps(pair.resources).replace("urn:pulumi:prod-revisions::", "urn:pulumi:prod::"))
+    diff = diff_resources(rendered["prod"].resources, head, "prod", "main")
+    assert not diff.of("replace") and not diff.of("delete")
+    assert {f"{SECOND}-deployment", f"{SECOND}-epp-deployment", f"{SECOND}-inferencepool",
+            f"{SECOND}-weights-stage", f"{SECOND}-service"} <= {c.name for c in diff.of("create")}
+    updated = {c.name: c for c in diff.of("update")}
+    assert "edge-httproute-llama-70b" in updated
+    # The one change to the first revision's pods: its required host spread becomes a preference once two
+    # workloads share the nodes (planning.host_spread_domains), which rolls its replicas once (docs/operations.md).
+    template = [f.path for f in updated[f"{FIRST}-deployment"].fields if f.path.startswith("inputs.spec.template")]
+    assert template and all(".topologySpreadConstraints[" in path for path in template)
+
+
+def test_preflight_checks_the_second_weights_revision_on_the_hub(variant):
+    from stacks.preflight.intent import intent
+
+    found = intent("prod-revisions", "us-east-1", load_stack_file(variant)[1])
+    assert {(s.model_id, s.key) for s in found.sources if s.revision == stack_variants.CANARY_REVISION} == {
+        ("meta-llama/Llama-3.1-70B-Instruct", "models[llama-70b].revisions[canary].revision")}
