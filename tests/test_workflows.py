@@ -63,11 +63,13 @@ def test_offline_diff_and_preview_cover_every_stack():
         assert sorted(job["strategy"]["matrix"]["stack"]) == sorted(STACK_NAMES), name
 
 
-def test_preview_uses_the_pulumi_action_with_policy_pack_and_pr_comment_only_with_credentials():
+def test_preview_uses_the_pulumi_action_with_policy_pack_and_a_summary_only_with_credentials():
     job = load("preview.yml")["jobs"]["preview"]
     (action,) = [s for s in job["steps"] if str(s.get("uses", "")).startswith("pulumi/actions@")]
     assert action["with"]["command"] == "preview"
-    assert action["with"]["comment-on-pr"] is True
+    # Into the run's summary: the job runs the branch's code and may not write to the pull request.
+    assert action["with"]["comment-on-summary"] is True and "comment-on-pr" not in action["with"]
+    assert "pull-requests" not in job["permissions"]
     assert action["with"]["policyPacks"] == "policies"
     assert action["if"] == "${{ vars.AWS_ROLE_ARN != '' }}"
     skip = job["steps"][0]
@@ -497,7 +499,7 @@ def test_no_workflow_hands_every_secret_to_a_called_workflow():
 
 def test_workflows_grant_nothing_by_default_and_each_job_only_what_it_uses():
     expected = {
-        "preview.yml": {"preview": {"contents": "read", "id-token": "write", "pull-requests": "write"}},
+        "preview.yml": {"preview": {"contents": "read", "id-token": "write"}},
         "drift.yml": {"drift": {"contents": "read", "id-token": "write"}},
         "pulumi-up.yml": {"up": {"contents": "read", "id-token": "write"}},
         "offline-diff-comment.yml": {"diff": {"contents": "read", "pull-requests": "read"},
@@ -668,7 +670,7 @@ def test_the_workflow_table_has_one_row_per_job_with_its_permissions_and_concurr
     rows = {(row[0], row[2].split(" ")[0].strip("`")): row for row in workflow_figures.workflow_rows()}
     assert sorted(rows) == sorted((name, job_id) for name in WORKFLOW_FILES for job_id in load(name)["jobs"])
     assert rows[("preview.yml", "preview")][3:] == (
-        "contents: read, id-token: write, pull-requests: write", "`preview-${{ matrix.stack }}`",
+        "contents: read, id-token: write", "`preview-${{ matrix.stack }}`",
         "`vars.AWS_REGION`, `vars.AWS_ROLE_ARN`, `vars.PULUMI_ORG`, `vars.PULUMI_TEAM`",
         "`pulumi-preview-${{ matrix.stack }}-${{ github.event.pull_request.number }}`, cancels the running one")
     assert rows[("pulumi-up.yml", "up")][6] == "`pulumi-up-${{ inputs.stack }}`, never cancels"
