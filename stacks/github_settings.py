@@ -118,6 +118,10 @@ def check_environment(get: Get, repository: str, want: Environment,
             problems.append("required reviewers: none, expected at least one")
         elif not rules[0].get("prevent_self_review"):
             problems.append("prevent self-review: off, expected on (an author could approve their own deploy)")
+        # GitHub's default lets administrators run the job without an approval ("Allow administrators to bypass
+        # configured protection rules"; REST environments API `can_admins_bypass`, default true).
+        if found.get("can_admins_bypass", True) is not False:
+            problems.append("administrators may bypass the reviewers, expected not (can_admins_bypass: false)")
     elif rules and rules[0].get("reviewers"):
         problems.append("required reviewers: set, expected none (the job would wait for an approval)")
     policy = found.get("deployment_branch_policy")
@@ -159,11 +163,16 @@ def check_main(get: Get, repository: str) -> list[str]:
 
 
 def check_repository_secrets(get: Get, repository: str) -> list[str]:
-    """A repository secret reaches every workflow, a pull request's new one included: there must be none."""
-    stored = sorted(s.get("name", "") for s in get(f"/repos/{repository}/actions/secrets").get("secrets", []))
-    if not stored:
-        return []
-    return [f"secrets: {', '.join(stored)} stored, expected none (any branch's workflow could read them)"]
+    """A repository secret, or an organization secret shared with the repository, reaches every workflow, a pull
+    request's new one included: there must be none (REST: "List repository secrets", "List repository organization
+    secrets")."""
+    problems = []
+    for path, kind in (("actions/secrets", "secrets"), ("actions/organization-secrets", "organization secrets")):
+        stored = sorted(s.get("name", "") for s in get(f"/repos/{repository}/{path}").get("secrets", []))
+        if stored:
+            problems.append(f"{kind}: {', '.join(stored)} reach this repository, expected none (any branch's "
+                            "workflow could read them)")
+    return problems
 
 
 def check_teams(teams: dict[str, str]) -> list[str]:

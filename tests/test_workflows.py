@@ -233,7 +233,7 @@ def test_pull_requests_from_forks_never_run_a_preview_with_the_stacks_role():
 @pytest.mark.parametrize(("diff_exit", "job_exit", "summary"), [
     (0, 0, "DIFF\n"), (1, 0, "DIFF\n"),
     (3, 3, "DIFF\n\n```\nrefused: prod: replace of a retained claim\n```\n"),
-    (2, 2, ""),
+    (2, 2, ""), (137, 137, ""),  # the diff failed, or was killed: never a pass
 ])
 def test_the_offline_diff_check_fails_on_a_refused_change_and_shows_why(tmp_path, diff_exit, job_exit, summary):
     """The pull request's offline-diff step, run as the runner runs it (bash -e) with the diff's exit codes: a
@@ -254,6 +254,8 @@ def test_the_offline_diff_check_fails_on_a_refused_change_and_shows_why(tmp_path
                                "GITHUB_STEP_SUMMARY": str(summary_file)})
     assert done.returncode == job_exit, done.stderr
     assert summary_file.read_text() == summary
+    # What the diff wrote on stderr is in the log, whatever the outcome.
+    assert "refused: prod: replace of a retained claim" in done.stderr
 
 
 @pytest.mark.parametrize(("workflow", "job"), [("preview.yml", "preview"), ("drift.yml", "drift"),

@@ -155,6 +155,9 @@ def parse_manifest(text: str) -> tuple[dict[str, str], list[str]]:
         else:
             files[path] = digest
     problems += [f"{name} is not listed (vLLM needs it)" for name in REQUIRED if name not in files]
+    # A file cannot also be a directory of another listed file: staging would fail on the second one.
+    problems += [f"{path!r} is also the directory of {other!r}" for path in files for other in files
+                 if other.startswith(path + "/")]
     return files, problems
 
 
@@ -204,7 +207,25 @@ def stage_s3(client: Any, bucket: str, prefix: str, manifest_sha256: str, target
         return [f"{where}: {error}"]
 
 
+def _listed(client: Any, bucket: str, prefix: str) -> set[str]:
+    """The keys under the prefix, relative to it, without the console's folder objects."""
+    present: set[str] = set()
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for item in page.get("Contents", []):
+            key = item["Key"][len(prefix):]
+            # A zero-byte key ending in "/" is the console's folder (S3 user guide, using-folders.html), not a file.
+            if not (key == "" or key.endswith("/")) or item.get("Size", 0):
+                present.add(key)
+    return present
+
+
 def _stage_s3(client: Any, bucket: str, prefix: str, manifest_sha256: str, target: Path, where: str) -> list[str]:
+    # The listing first: the role's ListBucket grant holds only for a request whose s3:prefix is this prefix, so a
+    # GetObject of a missing key answers 403, not 404 (S3 API reference, GetObject "Permissions": 404 needs
+    # s3:ListBucket; IAM: a condition on a key absent from the request is false). The listing names what is missing.
+    present = _listed(client, bucket, prefix)
+    if MANIFEST not in present:
+        return [f"{where}{MANIFEST}: not in the prefix (write it with `sha256sum` beside the adapter's files)"]
     manifest = client.get_object(Bucket=bucket, Key=prefix + MANIFEST)
     if int(manifest.get("ContentLength", 0)) > MANIFEST_MAX_BYTES:
         return [f"{where}{MANIFEST} is {manifest['ContentLength']} bytes, more than a manifest's {MANIFEST_MAX_BYTES}"]
@@ -219,13 +240,6 @@ def _stage_s3(client: Any, bucket: str, prefix: str, manifest_sha256: str, targe
         return [f"{where}{MANIFEST} is not UTF-8 text"]
     if problems:
         return [f"{where}{MANIFEST}: {problem}" for problem in problems]
-    present: set[str] = set()
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-        for item in page.get("Contents", []):
-            key = item["Key"][len(prefix):]
-            # A zero-byte key ending in "/" is the console's folder (S3 user guide, using-folders.html), not a file.
-            if not (key == "" or key.endswith("/")) or item.get("Size", 0):
-                present.add(key)
     problems += [f"{where}{key}: not in the manifest" for key in sorted(present - set(files) - {MANIFEST})]
     problems += [f"{where}{path}: listed in the manifest, not in the prefix" for path in sorted(set(files) - present)]
     if problems:

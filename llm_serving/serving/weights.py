@@ -259,9 +259,11 @@ class ModelWeights(pulumi.ComponentResource):
                     {"name": "MAX_LORA_RANK", "value": str(args.max_lora_rank)}]
         s3_adapters = from_s3(args.adapters)
         if s3_adapters and args.region is not None:
-            # boto3 needs a region; Pod Identity gives credentials only. A bucket elsewhere answers with its own
-            # region, which botocore follows (botocore utils.py S3RegionRedirectorv2, x-amz-bucket-region).
-            env.append({"name": "AWS_REGION", "value": args.region})
+            # boto3 needs a region; Pod Identity gives credentials only. botocore reads AWS_DEFAULT_REGION only
+            # (botocore configprovider.py: 'region': ('region', 'AWS_DEFAULT_REGION', ...)); AWS_REGION is for
+            # the other SDKs and the CLI. A bucket elsewhere answers with its own region, which botocore follows
+            # (botocore utils.py S3RegionRedirectorv2, x-amz-bucket-region).
+            env += [{"name": "AWS_REGION", "value": args.region}, {"name": "AWS_DEFAULT_REGION", "value": args.region}]
         env += STAGE_HOME_ENV
         requirements = self._requirements(name, args)
         reader: list[pulumi.Resource] = self._adapter_reader(name, args) if s3_adapters else []
@@ -397,7 +399,9 @@ class ModelWeights(pulumi.ComponentResource):
             {"name": "BUCKET", "value": args.bucket},
             {"name": "PREFIX", "value": args.s3_prefix},
             {"name": "SCRATCH", "value": scratch},
-            *([{"name": "AWS_REGION", "value": args.region}] if args.region is not None else []),
+            # Both: botocore reads AWS_DEFAULT_REGION only (configprovider.py), the CLI and other SDKs AWS_REGION.
+            *([{"name": "AWS_REGION", "value": args.region}, {"name": "AWS_DEFAULT_REGION", "value": args.region}]
+              if args.region is not None else []),
             {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
         ]
         if args.tokenizer_revision and args.tokenizer_revision != args.revision and args.s3_tokenizer_prefix:

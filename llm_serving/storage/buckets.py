@@ -158,10 +158,10 @@ def adapter_source_policy(partition: str, sources: list[tuple[str, str]]) -> dic
     s3:GetObject on the object ARNs `<bucket>/<prefix>*` (Service Authorization Reference, list_amazons3.html:
     GetObject's resource type is `object`); s3:ListBucket on the bucket ARN (resource type `bucket`) with its
     s3:prefix condition key, StringEquals the prefix itself: the Job lists with `Prefix=<prefix>` only (pagination
-    keeps it), and the exact match allows no listing of any other prefix, not even one below. The listing is
-    needed twice: the Job refuses a prefix holding an object its manifest does not list, and, with s3:ListBucket, a
-    missing object answers 404 NoSuchKey instead of 403 AccessDenied (S3 API reference, GetObject, "Permissions"),
-    so the Job can say which file is missing."""
+    keeps it), and the exact match allows no listing of any other prefix, not even one below. The listing is what
+    lets the Job refuse a prefix holding an object its manifest does not list, and name a missing file: a GetObject
+    carries no s3:prefix, so this grant does not turn its 403 for a missing key into a 404 (S3 API reference,
+    GetObject "Permissions"; IAM condition operators: a condition on a key absent from the request is false)."""
     if not sources or any(not prefix.endswith("/") for _, prefix in sources):
         raise ValueError("an adapter reader needs at least one (bucket, prefix) with the prefix ending in /")
     buckets: dict[str, list[str]] = {}

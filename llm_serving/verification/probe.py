@@ -175,11 +175,12 @@ class Settings:
 
     def asked(self, target: Target) -> list[tuple[str, tuple[str, ...]]]:
         """The names asked through `target` beside the model's own, each with the names its response may carry:
-        every adapter (its own name), and where the target passes the endpoint picker every alias (one of its
-        adapters)."""
+        every adapter (its own name), and where the target passes the endpoint picker every alias (the alias: the
+        picker writes it back into the response, see check_route; or one of its adapters, where a `"model"` field
+        was split between two chunks the picker rewrites one by one)."""
         asked = [(adapter, (adapter,)) for adapter in self.adapters]
         if target.aliases:
-            asked += [(alias.name, alias.targets) for alias in self.aliases]
+            asked += [(alias.name, (alias.name, *alias.targets)) for alias in self.aliases]
         return asked
 
     def listed(self, target: Target) -> tuple[str, ...]:
@@ -584,12 +585,15 @@ def check_route(target: Target, name: str, answers: tuple[str, ...], key: str, t
     to [DONE], and every event's `model` must be one of `answers`. vLLM 0.33.0 answers a request for an adapter with
     the adapter's name (vllm/entrypoints/openai/chat_completion/serving.py `_create_chat_completion`: model_name =
     self.models.model_name(lora_request); openai/models/serving.py `model_name` returns lora_request.lora_name), and
-    the endpoint picker rewrites an alias in the request body before vLLM sees it and leaves the response as vLLM
-    wrote it (llm-d-router v0.10.0 pkg/epp/requestcontrol/director.go `modelRewriteIfNeeded`), so an alias answers
-    with one of its adapters' names. Any other name is another backend than the one asked for: a misrouted request,
-    or an adapter vLLM did not apply (the base model answering)."""
+    the endpoint picker rewrites an alias in the request body to one of its adapters before vLLM sees it
+    (llm-d-router v0.10.0 pkg/epp/requestcontrol/director.go `modelRewriteIfNeeded`), then writes the alias back
+    into every response chunk (pkg/epp/handlers/server.go `rewriteModelName`, a byte replace of `"model":"<adapter>"`
+    per chunk), so an alias answers with its own name. Any other name is another backend than the one asked for: a
+    misrouted request, or an adapter vLLM did not apply (the base model answering). The tokens are exact (vLLM's
+    min_tokens and ignore_eos): a task fine-tune may end its answer to this prompt at once, which says nothing of
+    the route."""
     check = f"route {name}"
-    body = chat_body(name, "Say hello.", 8, stream=True)
+    body = chat_body(name, "Say hello.", 8, stream=True, exact=True)
     got = stream_chat(f"{target.base_url}/chat/completions", key, body, timeout)
     accepted = " or ".join(map(repr, answers))
     if got.error:

@@ -150,8 +150,8 @@ class StackDiff:
             what = f"{self.stack}: {change.action} of {change.type} {change.name}"
             if any(n.startswith(UP_ERROR) for n in change.notes):
                 lines.append(f"{what}: `pulumi up` would fail (AlreadyExists): it is retained and replaced under its "
-                             "own name. Instead create the new one beside it under another name, or take it out of "
-                             "the stack in one up, delete it by hand and bring it back in the next "
+                             "own name. Instead take what uses it out of the stack in one up, delete the object by "
+                             "hand and bring it back in the next, or move to a new stack beside this one "
                              "(docs/operations.md, \"Replacing a retained object\")")
             elif any(n.startswith(PROTECTED_ERROR) for n in change.notes):
                 lines.append(f"{what}: `pulumi preview` would fail: it is protected. If the {change.action} is "
@@ -374,8 +374,8 @@ def _replace_order(old: dict[str, Any], new: dict[str, Any]) -> str:
     if _deletes_first(old, new):
         if retained:
             return (f"{UP_ERROR}: retainOnDelete makes the engine's delete a no-op, so the old object stays and the "
-                    "replacement's create of the same name fails (AlreadyExists); the preview does not see it. Give "
-                    "the new object another name, or `pulumi state delete` it and delete the old object by hand first")
+                    "replacement's create of the same name fails (AlreadyExists); the preview does not see it "
+                    "(docs/operations.md, \"Replacing a retained object\", says what works)")
         return ("deleted before its replacement is created (same name and namespace, or deleteBeforeReplace): it is "
                 "absent until the new one is ready")
     if retained:

@@ -26,7 +26,7 @@ MAIN_ONLY = {"protected_branches": False, "custom_branch_policies": True}
 
 def _environment(want: github_settings.Environment) -> dict[str, Any]:
     return {"name": want.name, "protection_rules": [REVIEWERS] if want.reviewers else [],
-            "deployment_branch_policy": MAIN_ONLY if want.main_only else None}
+            "deployment_branch_policy": MAIN_ONLY if want.main_only else None, "can_admins_bypass": not want.reviewers}
 
 
 def _settings() -> dict[str, Any]:
@@ -42,6 +42,7 @@ def _settings() -> dict[str, Any]:
             {"name": "AWS_ROLE_ARN", "value": f"arn:aws:iam::123456789012:role/{want.name}"},
             {"name": "PULUMI_TEAM", "value": f"llm-serving-{want.name}"}]}
     paths[f"/repos/{REPO}/actions/secrets"] = {"total_count": 0, "secrets": []}
+    paths[f"/repos/{REPO}/actions/organization-secrets"] = {"total_count": 0, "secrets": []}
     paths[f"/repos/{REPO}/branches/main/protection"] = {
         "required_pull_request_reviews": {"required_approving_review_count": 1, "require_last_push_approval": True},
         "required_status_checks": {"strict": True, "contexts": ["test"], "checks": [{"context": "test"}]},
@@ -100,7 +101,12 @@ def test_a_repository_set_up_as_the_checklist_says_passes_every_line():
     ("environments/drift-prod/variables", {"variables": [{"name": "PULUMI_TEAM", "value": "llm-serving-prod"}]},
      "FAIL pulumi teams: team 'llm-serving-prod' shared by drift-prod, prod"),
     ("actions/secrets", {"total_count": 1, "secrets": [{"name": "PULUMI_ACCESS_TOKEN"}]},
-     "FAIL repository secrets: secrets: PULUMI_ACCESS_TOKEN stored, expected none"),
+     "FAIL repository secrets: secrets: PULUMI_ACCESS_TOKEN reach this repository, expected none"),
+    ("actions/organization-secrets", {"total_count": 1, "secrets": [{"name": "NPM_TOKEN"}]},
+     "FAIL repository secrets: organization secrets: NPM_TOKEN reach this repository, expected none"),
+    # GitHub's default: an administrator runs the job, and mints its token, without an approval.
+    ("environments/prod", {"can_admins_bypass": True},
+     "FAIL environment prod: administrators may bypass the reviewers"),
     ("environments/staging", {"deployment_branch_policy": None},
      "FAIL environment staging: deployment branches: any, expected main only"),
     ("environments/drift-prod", {"deployment_branch_policy": {"protected_branches": True,
@@ -184,6 +190,6 @@ def test_the_checklist_table_says_what_check_github_checks_for_each_environment(
     for name, (branches, reviewers, secrets) in rows.items():
         want = expected[name]
         assert (branches == "main only") is want.main_only, name
-        assert (reviewers == "required reviewers, self-review prevented") is want.reviewers, name
-        assert reviewers in ("none", "required reviewers, self-review prevented"), name
+        assert (reviewers == "required reviewers, self-review prevented, no admin bypass") is want.reviewers, name
+        assert reviewers in ("none", "required reviewers, self-review prevented, no admin bypass"), name
         assert secrets == "none", name

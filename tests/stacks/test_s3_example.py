@@ -163,7 +163,8 @@ def test_the_staging_job_uploads_the_revision_with_its_own_account_and_no_volume
     assert {e["name"]: e["value"] for e in container["env"]} == {
         "MODEL_ID": "meta-llama/Llama-3.1-70B-Instruct", "REVISION": "1605565b47bb9346c5515c34102e054115b4f98b",
         "BUCKET": BUCKET, "PREFIX": PREFIX, "SCRATCH": "/var/stage", "AWS_REGION": "us-east-1",
-        "HF_HUB_DISABLE_TELEMETRY": "1", "HOME": "/home/stage", "HF_HOME": "/home/stage/huggingface",
+        "AWS_DEFAULT_REGION": "us-east-1", "HF_HUB_DISABLE_TELEMETRY": "1", "HOME": "/home/stage",
+        "HF_HOME": "/home/stage/huggingface",
         "TMPDIR": "/tmp", "HF_TOKEN_PATH": "/var/run/secrets/huggingface/token"}
     options = _resource(example, "kubernetes:batch/v1:Job", "llama-70b-weights-stage")["options"]
     assert ("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding::"

@@ -225,9 +225,21 @@ class _RouterHandler(BaseHTTPRequestHandler):
                                                   f"{', '.join(self.listed)}.", "type": "NotFoundError",
                                        "param": "model", "code": 404}})
             return
-        if asked in self.rewrites:
-            body["model"] = self.rewrites[asked]
+        target = self.rewrites.get(asked)
+        if target is not None:
+            body["model"] = target
             raw = json.dumps(body).encode()
+
+        def back(data: bytes) -> bytes:
+            """What the picker does to every response chunk of a rewritten request (llm-d-router v0.10.0
+            pkg/epp/handlers/server.go rewriteModelName): the adapter's name back to the alias."""
+            if target is None:
+                return data
+            for separator in (b'":"', b'": "'):
+                data = data.replace(b'"model' + separator + target.encode() + b'"',
+                                    b'"model' + separator + asked.encode() + b'"')
+            return data
+
         parts = urllib.parse.urlsplit(upstream)
         conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=20)
         try:
@@ -237,7 +249,7 @@ class _RouterHandler(BaseHTTPRequestHandler):
             self.send_response(response.status)
             self.send_header("Content-Type", response.getheader("Content-Type", "application/json"))
             if response.getheader("Transfer-Encoding") != "chunked":
-                data = response.read()
+                data = back(response.read())
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -246,6 +258,7 @@ class _RouterHandler(BaseHTTPRequestHandler):
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
             for line in iter(response.readline, b""):
+                line = back(line)
                 self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
                 self.wfile.flush()
             self.wfile.write(b"0\r\n\r\n")

@@ -101,15 +101,13 @@ def _body(content: bytes) -> StreamingBody:
 
 
 def _expect(stub: Stubber, manifest: bytes, listed: dict[str, bytes], served: dict[str, bytes]) -> None:
-    """The requests stage_s3 makes: the manifest, the listing, then each file the manifest names, in order."""
-    stub.add_response("get_object", {"Body": _body(manifest), "ContentLength": len(manifest)},
-                      {"Bucket": BUCKET, "Key": PREFIX + "SHA256SUMS"})
-    if hashlib.sha256(manifest).hexdigest() != PIN:
-        return
+    """The requests stage_s3 makes: the listing, the manifest, then each file the manifest names, in order."""
     contents = [{"Key": PREFIX + n, "Size": len(c)} for n, c in sorted({**listed, "SHA256SUMS": manifest}.items())]
     stub.add_response("list_objects_v2", {"Contents": contents, "KeyCount": len(contents), "IsTruncated": False},
                       {"Bucket": BUCKET, "Prefix": PREFIX})
-    if set(listed) != set(FILES):
+    stub.add_response("get_object", {"Body": _body(manifest), "ContentLength": len(manifest)},
+                      {"Bucket": BUCKET, "Key": PREFIX + "SHA256SUMS"})
+    if hashlib.sha256(manifest).hexdigest() != PIN or set(listed) != set(FILES):
         return
     for name in sorted(FILES):
         stub.add_response("get_object", {"Body": _body(served[name]), "ContentLength": len(served[name])},
@@ -234,17 +232,37 @@ def test_a_retry_keeps_the_files_an_earlier_attempt_verified_and_skips_the_conso
     (target / "adapter_config.json").write_bytes(FILES["adapter_config.json"])
     client = _client()
     with Stubber(client) as stub:
-        stub.add_response("get_object", {"Body": _body(MANIFEST), "ContentLength": len(MANIFEST)},
-                          {"Bucket": BUCKET, "Key": PREFIX + "SHA256SUMS"})
         objects = sorted({**FILES, "SHA256SUMS": MANIFEST}.items())
         contents = [{"Key": PREFIX, "Size": 0},  # the folder the S3 console creates
                     *({"Key": PREFIX + n, "Size": len(c)} for n, c in objects)]
         stub.add_response("list_objects_v2", {"Contents": contents}, {"Bucket": BUCKET, "Prefix": PREFIX})
+        stub.add_response("get_object", {"Body": _body(MANIFEST), "ContentLength": len(MANIFEST)},
+                          {"Bucket": BUCKET, "Key": PREFIX + "SHA256SUMS"})
         # Only the file not yet in place is requested: the Stubber refuses any other request.
         stub.add_response("get_object", {"Body": _body(FILES["adapter_model.safetensors"])},
                           {"Bucket": BUCKET, "Key": PREFIX + "adapter_model.safetensors"})
         assert stage_adapter.stage_s3(client, BUCKET, PREFIX, PIN, target) == []
         stub.assert_no_pending_responses()
+
+
+def test_a_prefix_without_its_manifest_is_named_from_the_listing_before_any_read(tmp_path):
+    # The role's listing grant does not cover GetObject, so a missing manifest would answer 403 AccessDenied: the
+    # listing says it is missing instead, and nothing is read.
+    client = _client()
+    with Stubber(client) as stub:
+        contents = [{"Key": PREFIX + n, "Size": len(c)} for n, c in sorted(FILES.items())]
+        stub.add_response("list_objects_v2", {"Contents": contents}, {"Bucket": BUCKET, "Prefix": PREFIX})
+        assert stage_adapter.stage_s3(client, BUCKET, PREFIX, PIN, tmp_path / "adapter") == [
+            f"s3://{BUCKET}/{PREFIX}SHA256SUMS: not in the prefix "
+            "(write it with `sha256sum` beside the adapter's files)"]
+        stub.assert_no_pending_responses()
+
+
+def test_a_file_listed_as_another_files_directory_is_refused():
+    text = f"{'a' * 64}  adapter_config.json\n{'b' * 64}  adapter_model.safetensors\n{'c' * 64}  extra\n" \
+           f"{'d' * 64}  extra/inner.json\n"
+    _, problems = stage_adapter.parse_manifest(text)
+    assert problems == ["'extra' is also the directory of 'extra/inner.json'"]
 
 
 def test_the_marker_name_is_the_engines():
@@ -277,7 +295,8 @@ def test_the_volume_job_reads_s3_adapters_as_its_own_account_through_its_own_fen
     env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
     assert json.loads(env["ADAPTERS"]) == [HUB_ADAPTER.job_entry(), {
         "bucket": BUCKET, "prefix": PREFIX, "manifest_sha256": PIN, "target": f"/models/.lora/.s3/{PIN}"}]
-    assert env["AWS_REGION"] == "us-east-1"
+    # botocore reads AWS_DEFAULT_REGION only (configprovider.py); AWS_REGION for the CLI and other SDKs.
+    assert (env["AWS_REGION"], env["AWS_DEFAULT_REGION"]) == ("us-east-1", "us-east-1")
     account = result.manifest("ServiceAccount", "llama-8b-stage-weights")
     assert account["automountServiceAccountToken"] is False
     fence = result.manifest("NetworkPolicy", "llama-8b-stage-adapter-sources")

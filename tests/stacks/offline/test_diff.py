@@ -837,7 +837,7 @@ def test_a_retained_object_replaced_delete_first_is_an_up_failure_the_preview_do
     # `--check` refuses it, naming the object and the two ways that work.
     (refused,) = diff.refusals()
     assert refused.startswith(f"dev: replace of {PVC} claim: `pulumi up` would fail (AlreadyExists)")
-    assert "beside it under another name" in refused and "take it out of the stack in one up" in refused
+    assert "out of the stack in one up" in refused and "a new stack beside this one" in refused
     assert "> `pulumi up` fails where the preview passes" in format_markdown(diff)
     # Created first under a new name, the old object is only forgotten.
     renamed = [urned(PVC, "claim", options={**options, "deleteBeforeReplace": False},

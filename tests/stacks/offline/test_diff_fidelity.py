@@ -43,9 +43,8 @@ DELETED_FIRST = ("deleted before its replacement is created (same name and names
                  "absent until the new one is ready")
 # The claim keeps its data (retainOnDelete): the engine's delete is a no-op and the create of its name fails.
 RETAINED_DELETED_FIRST = ("up fails: retainOnDelete makes the engine's delete a no-op, so the old object stays and the "
-                          "replacement's create of the same name fails (AlreadyExists); the preview does not see it. "
-                          "Give the new object another name, or `pulumi state delete` it and delete the old object by "
-                          "hand first")
+                          "replacement's create of the same name fails (AlreadyExists); the preview does not see it "
+                          "(docs/operations.md, \"Replacing a retained object\", says what works)")
 PROD_ROLLOUT = prod_rollout_lines()  # what a rollout of prod's llama-70b costs, from the planner's timing
 
 
