@@ -35,6 +35,14 @@ def sandbox() -> render.RenderResult:
     return render_file(SANDBOX)
 
 
+@pytest.fixture(scope="module")
+def sandbox_on_s3(tmp_path_factory: pytest.TempPathFactory) -> render.RenderResult:
+    """The sandbox with its weights on S3 (`weightsStorage.backend: s3`), rendered once for the module."""
+    path = tmp_path_factory.mktemp("sandbox-s3") / "Pulumi.sandbox-s3.yaml"
+    path.write_text(SANDBOX.read_text() + "  llm-serving:weightsStorage:\n    backend: s3\n")
+    return render_file(path)
+
+
 def _inputs(result: render.RenderResult, type_: str, name: str) -> dict[str, Any]:
     return result.resource(type_, name)["inputs"]
 
@@ -198,15 +206,11 @@ def _root_volume_gib(result: render.RenderResult) -> int:
     return root["ebs"]["volumeSize"]
 
 
-def test_with_s3_weights_the_cpu_nodes_root_volume_holds_the_staging_jobs_ephemeral_storage(sandbox, tmp_path):
+def test_with_s3_weights_the_cpu_nodes_root_volume_holds_the_staging_jobs_ephemeral_storage(sandbox, sandbox_on_s3):
     """The S3 staging Job runs on the created CPU nodes (the GPU nodes are tainted) and requests 68 GiB of
     ephemeral storage: a 50 GiB root leaves 44 GiB allocatable, so the program sizes the volume to fit."""
     assert _root_volume_gib(sandbox) == 50  # EFS: no scratch on the node
-    s3 = "  llm-serving:weightsStorage:\n    backend: s3\n"
-    text = SANDBOX.read_text().replace("  llm-serving:gpuNodeGroup:\n", s3 + "  llm-serving:gpuNodeGroup:\n", 1)
-    path = tmp_path / "Pulumi.sandbox.yaml"
-    path.write_text(text)
-    on_s3 = render.render_stack(path)
+    on_s3 = sandbox_on_s3
     (job,) = [m for m in on_s3.manifests if m["kind"] == "Job" and m["metadata"]["name"].startswith("llama-8b-stage")]
     spec = job["spec"]["template"]["spec"]
     assert not spec.get("tolerations") and spec["nodeSelector"] == {"kubernetes.io/arch": "amd64"}
@@ -335,12 +339,10 @@ def test_the_program_refuses_zones_the_region_does_not_offer(tmp_path, caplog):
     ]
 
 
-def test_on_s3_a_created_vpc_fences_the_streaming_pods_to_s3s_prefix_list(stack_dir):
+def test_on_s3_a_created_vpc_fences_the_streaming_pods_to_s3s_prefix_list(sandbox_on_s3):
     # The sandbox with its weights on S3: the VPC it creates routes S3 through the gateway endpoint above, so
     # with weightsStorage.s3.vpcEndpoint unset the serving pods may reach on 443 only S3's prefix list.
-    path = stack_dir / "Pulumi.sandbox-s3.yaml"
-    path.write_text(SANDBOX.read_text() + "  llm-serving:weightsStorage:\n    backend: s3\n")
-    result = render_file(path)
+    result = sandbox_on_s3
     (https,) = [rule for rule in result.manifest("NetworkPolicy", "vllm-serving")["spec"]["egress"]
                 if rule["ports"] == [{"protocol": "TCP", "port": 443}]]
     assert sorted(b["ipBlock"]["cidr"] for b in https["to"]) == sorted(mocks.S3_PREFIX_LISTS["us-east-1"])
