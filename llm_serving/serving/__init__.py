@@ -109,6 +109,7 @@ from .rollout import (
     rollout_needs_node,
     rollout_seconds,
 )
+from .stage_adapter import config_problems as lora_adapter_config_problems
 from .timing import (
     AWAIT_MARGIN_SECONDS,
     MAX_STREAM_SECONDS,
@@ -202,6 +203,7 @@ __all__ = [
     "LoraTargetModule",
     "ADAPTER_PATTERNS",
     "staged_adapter_path",
+    "lora_adapter_config_problems",
     "lora_cpu_bytes_per_pod",
     "lora_gpu_bytes_per_gpu",
     "lora_args",

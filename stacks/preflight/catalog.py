@@ -96,6 +96,9 @@ CHECKS: tuple[Check, ...] = (
           "list deployments and daemonsets (all namespaces)", kube_checks.chart_conflicts),
     Check("model.hub", "the Hugging Face token reads the pinned revision, and the staging Job's patterns "
           "keep its weights", (), "GET huggingface.co/api/models/<id>/revision/<rev>", hub.model_sources),
+    Check("lora.adapters", "each LoRA adapter's adapter_config.json at its commit names the model's modelId as its "
+          "base and a rank at most maxLoraRank (the staging Job's own check, before the up)", (),
+          "GET huggingface.co/<adapter>/resolve/<rev>/adapter_config.json", hub.adapter_sources),
 )
 
 

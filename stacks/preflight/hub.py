@@ -1,5 +1,6 @@
 """The model on the Hugging Face Hub: one authenticated metadata request per pinned revision, and
-the repository's file list at that revision through the staging Job's allow and ignore patterns."""
+the repository's file list at that revision through the staging Job's allow and ignore patterns; each LoRA
+adapter's adapter_config.json at its commit, through the staging Job's own check."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from llm_serving.serving import lora_adapter_config_problems
 from stacks.preflight.context import Context
-from stacks.preflight.intent import ModelSource
+from stacks.preflight.intent import AdapterSource, ModelSource
 from stacks.preflight.result import Finding, failed, passed, unknown
 
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -75,3 +77,50 @@ def _check(ctx: Context, source: ModelSource) -> Finding:
 
 def model_sources(ctx: Context) -> list[Finding]:
     return [_check(ctx, source) for source in ctx.intent.sources]
+
+
+def file_url(base: str, repo_id: str, revision: str, filename: str) -> str:
+    """A file of a repository at a revision (huggingface_hub's hf_hub_url: <endpoint>/<repo>/resolve/<rev>/<file>);
+    only over HTTP(S)."""
+    if urllib.parse.urlsplit(base).scheme not in ("http", "https"):
+        raise ValueError(f"the Hub URL {base!r} is not http(s)")
+    return f"{base.rstrip('/')}/{repo_id}/resolve/{urllib.parse.quote(revision, safe='')}/{filename}"
+
+
+def _adapter(ctx: Context, source: AdapterSource) -> Finding:
+    check = "lora.adapters"
+    if source.repo_id is None or source.revision is None:
+        # The preview role reads no S3 object (security/preview-role-deny-policy.json); the staging Job checks it.
+        return unknown(check, f"{source.adapter} ({source.s3_uri}): on S3, which the preview's role may not read; "
+                       "the staging Job checks its manifest and adapter_config.json before vLLM loads it",
+                       f"check it by hand: aws s3 cp {source.s3_uri}adapter_config.json -")
+    subject = f"{source.adapter} ({source.repo_id}@{source.revision[:12]})"
+    request = urllib.request.Request(file_url(ctx.hub_url, source.repo_id, source.revision, "adapter_config.json"))  # noqa: S310
+    if ctx.hub_token:
+        request.add_header("Authorization", f"Bearer {ctx.hub_token}")
+    try:
+        with urllib.request.urlopen(request, timeout=ctx.timeout_seconds) as response:  # noqa: S310 - http(s) only (file_url)
+            config = json.load(response)
+    except urllib.error.HTTPError as error:
+        if error.code in (401, 403) and not ctx.hub_token and ctx.intent.hf_token_in_stack:
+            return unknown(check, f"{subject}: the Hub refuses an anonymous read ({error.code}), and the stack's "
+                           "hfToken is encrypted", TOKEN_FIX.format(stack=ctx.intent.stack))
+        if error.code in (401, 403, 404):
+            return failed(check, f"{subject}: adapter_config.json cannot be read at that commit ({error.code}); the "
+                          "staging Job would fail", f"fix {source.key}.modelId or .revision, or hfToken's access")
+        return unknown(check, f"{subject}: the Hub answered {error.code}", "retry later")
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return failed(check, f"{subject}: adapter_config.json is not JSON", f"fix {source.key}")
+    if not isinstance(config, dict):
+        return failed(check, f"{subject}: adapter_config.json is not a JSON object", f"fix {source.key}")
+    problems = lora_adapter_config_problems(config, source.base_model_id, source.max_lora_rank)
+    if problems:
+        return failed(check, f"{subject}: {'; '.join(problems)}",
+                      f"pin an adapter trained on {source.base_model_id}, or raise "
+                      f"models[{source.model}].lora.maxLoraRank")
+    return passed(check, f"{subject}: adapter_config.json fits {source.base_model_id} at maxLoraRank "
+                  f"{source.max_lora_rank}")
+
+
+def adapter_sources(ctx: Context) -> list[Finding]:
+    return [_adapter(ctx, source) for source in ctx.intent.adapters]

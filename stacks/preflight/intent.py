@@ -69,6 +69,21 @@ class ModelSource:
 
 
 @dataclass(frozen=True)
+class AdapterSource:
+    """One LoRA adapter of a model: a Hub repository at a commit, or an S3 prefix (`s3_uri`), whose
+    adapter_config.json must name the model's `base_model_id` and a rank at most `max_lora_rank`."""
+
+    model: str
+    adapter: str
+    base_model_id: str
+    max_lora_rank: int
+    key: str  # config key of the adapter
+    repo_id: str | None = None
+    revision: str | None = None
+    s3_uri: str | None = None
+
+
+@dataclass(frozen=True)
 class ExistingGateway:
     """The cluster's Gateway the stack attaches its routes to (edge.gateway)."""
 
@@ -120,6 +135,7 @@ class Intent:
     model_services: tuple[str, ...]
     sources: tuple[ModelSource, ...]
     hf_token_in_stack: bool
+    adapters: tuple[AdapterSource, ...] = ()  # every model's LoRA adapters (models[].lora.adapters)
     creates_cluster: bool = False  # cluster.mode create: the program builds the VPC, its S3 endpoint, the agent
     s3_weights: bool = False  # weightsStorage.backend s3: every cold start streams from S3
     s3_bucket: str | None = None  # an existing bucket the stack stages into (None: the program creates one)
@@ -272,6 +288,21 @@ def _sources(config: ServingStackArgs) -> tuple[ModelSource, ...]:
     return tuple(found)
 
 
+def _adapters(config: ServingStackArgs) -> tuple[AdapterSource, ...]:
+    found = []
+    for model in config.models:
+        if model.lora is None:
+            continue
+        for adapter in model.lora.adapters:
+            key = f"models[{model.name}].lora.adapters[{adapter.name}]"
+            found.append(AdapterSource(
+                model.name, adapter.name, model.model_id, model.lora.max_lora_rank, key,
+                repo_id=adapter.model_id if adapter.s3 is None else None,
+                revision=adapter.revision if adapter.s3 is None else None,
+                s3_uri=adapter.s3.uri if adapter.s3 is not None else None))
+    return tuple(found)
+
+
 def _peak_nodes(config: ServingStackArgs) -> tuple[int, str, int]:
     """GPU nodes at the worst moment: the group at its bound while a node-group update runs a second
     group beside it (serving.node_update), and that update's planned duration."""
@@ -332,6 +363,7 @@ def intent(stack: str, region: str, config: ServingStackArgs) -> Intent:
         serving_namespace=config.serving.namespace,
         model_services=tuple(m.name for m in config.models),
         sources=_sources(config),
+        adapters=_adapters(config),
         hf_token_in_stack=config.hf_token is not None,
         creates_cluster=config.cluster.mode is ClusterMode.CREATE,
         s3_weights=config.weights_storage.backend is StorageBackend.S3,

@@ -127,3 +127,64 @@ def test_an_unreachable_hub_could_not_check():
     (finding,) = check(f"http://127.0.0.1:{port}", token="hf_good")
     assert finding.outcome is Outcome.COULD_NOT_CHECK
     assert finding.reason.startswith("network error:")
+
+
+# --- LoRA adapters: adapter_config.json at each pinned commit, through the staging Job's own check ---------------
+
+
+def _example_intent():
+    from stacks.config.files import PROJECT_DIR
+    from stacks.environment import load_stack_file
+    from stacks.preflight.intent import intent
+
+    return intent("multi-model", "us-east-1", load_stack_file(PROJECT_DIR / "examples" / "Pulumi.multi-model.yaml")[1])
+
+
+ADAPTER_CONFIG = {"peft_type": "LORA", "base_model_name_or_path": "meta-llama/Llama-3.1-8B-Instruct", "r": 16,
+                  "lora_alpha": 32, "target_modules": ["q_proj", "v_proj"], "bias": "none"}
+
+
+def check_adapters(server, routes):
+    Hub.routes = routes
+    the_intent = _example_intent()
+    ctx = context(Aws(), the_intent, hub_url=server, hub_token="hf_good")
+    (entry,) = [c for c in catalog.CHECKS if c.id == "lora.adapters"]
+    return the_intent, guarded(entry.id, entry.aws, lambda: entry.run(ctx))
+
+
+def _adapter_path(source) -> str:
+    return f"/{source.repo_id}/resolve/{source.revision}/adapter_config.json"
+
+
+def test_each_hub_adapter_is_checked_against_its_model_before_the_up_and_an_s3_one_is_named(server):
+    the_intent = _example_intent()
+    hub_adapters = [a for a in the_intent.adapters if a.repo_id is not None]
+    assert [a.adapter for a in the_intent.adapters] == ["sql-v1", "sql-v2", "support-v1"]
+    _, findings = check_adapters(server, {_adapter_path(a): (200, ADAPTER_CONFIG) for a in hub_adapters})
+    assert [f.outcome for f in findings] == [Outcome.PASS, Outcome.PASS, Outcome.COULD_NOT_CHECK]
+    assert findings[0].reason.startswith("sql-v1 (example-org/llama-3.1-8b-sql-lora@111111111111): adapter_config.json "
+                                         "fits meta-llama/Llama-3.1-8B-Instruct at maxLoraRank 16")
+    assert "on S3, which the preview's role may not read" in findings[2].reason
+    assert sorted(path for path, _ in Hub.seen) == sorted(_adapter_path(a) for a in hub_adapters)
+
+
+@pytest.mark.parametrize(("change", "problem"), [
+    ({"base_model_name_or_path": "meta-llama/Llama-3.1-70B-Instruct"},
+     "base model 'meta-llama/Llama-3.1-70B-Instruct' is not meta-llama/Llama-3.1-8B-Instruct"),
+    ({"r": 64}, "rank 64 (max of r and rank_pattern) is above maxLoraRank 16"),
+])
+def test_an_adapter_for_another_model_or_above_the_rank_fails_at_preflight(server, change, problem):
+    the_intent = _example_intent()
+    first, second = [a for a in the_intent.adapters if a.repo_id is not None]
+    _, findings = check_adapters(server, {_adapter_path(first): (200, ADAPTER_CONFIG),
+                                          _adapter_path(second): (200, {**ADAPTER_CONFIG, **change})})
+    # Both Hub adapters share a repository (two commits): the second commit's config is the bad one.
+    assert [f.outcome for f in findings[:2]] == [Outcome.PASS, Outcome.FAIL]
+    assert problem in findings[1].reason and findings[1].fix.startswith("pin an adapter trained on")
+
+
+def test_an_adapter_commit_the_hub_does_not_have_fails(server):
+    _, findings = check_adapters(server, {})
+    assert findings[0].outcome is Outcome.FAIL
+    assert "adapter_config.json cannot be read at that commit (404)" in findings[0].reason
+    assert findings[0].fix.startswith("fix models[llama-8b].lora.adapters[sql-v1].modelId or .revision")
