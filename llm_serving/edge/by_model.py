@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .awaits import AI_ROUTE_WAIT_FOR, WAIT_FOR_ANNOTATION
 from .objects import (
     ENVOY_API,
     GATEWAY_GROUP,
@@ -132,7 +133,8 @@ def models_route_objects(settings: EdgeSettings, routes: list[Route]) -> list[Ma
     ai_route = {
         "apiVersion": AI_GATEWAY_API,
         "kind": "AIGatewayRoute",
-        "metadata": _meta(name, namespace),
+        # `pulumi up` waits until Envoy AI Gateway has accepted it (written its HTTPRoute) before the deploy gate.
+        "metadata": _meta(name, namespace, annotations={WAIT_FOR_ANNOTATION: AI_ROUTE_WAIT_FOR}),
         "spec": {
             "parentRefs": [_parent_ref(settings, routes[0])],
             "hostnames": [routes[0].host],

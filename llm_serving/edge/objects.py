@@ -20,6 +20,7 @@ from llm_serving.platform.chart_images import pinned_reference
 from llm_serving.platform.versions import AI_GATEWAY_EXTPROC_IMAGE, ENVOY_GATEWAY, ENVOY_PROXY_IMAGE
 
 from .args import EdgeAuth, EdgeMode, LoadBalancerScheme
+from .awaits import WAIT_FOR_ANNOTATION, gateway_wait_for, route_wait_for
 
 Manifest = dict[str, Any]
 
@@ -237,8 +238,6 @@ HTTPS_LISTENER_PORT = 443
 ENVOY_HTTPS_CONTAINER_PORT = HTTPS_LISTENER_PORT + 10000
 
 
-GATEWAY_WAIT_FOR_ANNOTATION = "pulumi.com/waitFor"
-GATEWAY_WAIT_FOR = "condition=Programmed"
 # The Gateway (and GatewayClass) the stack creates when it has no existing one.
 OWN_GATEWAY_NAME = "llm-serving"
 
@@ -508,10 +507,11 @@ def gateway_objects(settings: EdgeSettings, routes: list[Route]) -> list[Manifes
         },
     }
     issuer = settings.cert_manager_issuer
+    hosts = sorted({route.host for route in routes})
     # `pulumi up` waits until Envoy Gateway reports the Gateway Programmed (its proxies configured and its load
-    # balancer holding an address: Gateway API, GatewayConditionProgrammed) before what depends on the edge runs,
-    # the deploy gate among them; pulumi-kubernetes' generic await reads this annotation (as for the LeaderWorkerSet).
-    annotations = {GATEWAY_WAIT_FOR_ANNOTATION: GATEWAY_WAIT_FOR,
+    # balancer holding an address) and each listener's certificate resolved (cert-manager's issued, or the Secret
+    # there) before what depends on the edge runs, the deploy gate among them (awaits.gateway_wait_for).
+    annotations = {WAIT_FOR_ANNOTATION: gateway_wait_for([f"https-{_slug(host)}" for host in hosts]),
                    **({"cert-manager.io/cluster-issuer": issuer} if issuer else {})}
     gateway = {
         "apiVersion": GATEWAY_API,
@@ -537,7 +537,7 @@ def gateway_objects(settings: EdgeSettings, routes: list[Route]) -> list[Manifes
                         },
                     },
                 }
-                for host in sorted({route.host for route in routes})
+                for host in hosts
             ],
         },
     }
@@ -724,12 +724,16 @@ def _route_objects(settings: EdgeSettings, route: Route) -> list[Manifest]:
         "filters": [{"type": "ExtensionRef", "extensionRef": {
             "group": "gateway.envoyproxy.io", "kind": "HTTPRouteFilter", "name": RUNTIME_ADAPTER_FILTER}}],
     }
+    parent = _parent_ref(settings, route)
     http_route = {
         "apiVersion": GATEWAY_API,
         "kind": "HTTPRoute",
-        "metadata": _meta(route.model_name, route.namespace),
+        # `pulumi up` waits until the Gateway's controller has attached the route and found its backend (the
+        # Service, or the InferencePool) for its current spec, before the deploy gate runs.
+        "metadata": _meta(route.model_name, route.namespace, annotations={
+            WAIT_FOR_ANNOTATION: route_wait_for(parent["name"], parent["namespace"])}),
         "spec": {
-            "parentRefs": [_parent_ref(settings, route)],
+            "parentRefs": [parent],
             "hostnames": [route.host],
             "rules": [rule, closed],
         },
