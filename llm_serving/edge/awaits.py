@@ -72,6 +72,18 @@ def route_wait_for(gateway: str, namespace: str) -> str:
                         parent_condition(gateway, namespace, "ResolvedRefs")])
 
 
+def policy_wait_for(gateway: str, namespace: str) -> str:
+    """An Envoy Gateway policy (SecurityPolicy, ClientTrafficPolicy, BackendTrafficPolicy): Accepted by the
+    controller for the Gateway it applies at, for the policy's current spec. Gateway API PolicyStatus lists one
+    ancestor per Gateway (a route-targeted policy's ancestor is the route's parent Gateway, with its section), each
+    condition with the policy's generation (Envoy Gateway v1.9.0 internal/gatewayapi/status/policy.go
+    SetConditionForPolicyAncestor, helpers.go getAncestorRefForPolicy); a missing target leaves no ancestor, an
+    invalid policy (its credential Secret missing, its route section unknown) is Accepted False. The deploy gate
+    needs them in force: it expects a request without a key refused, and the routes' own timeouts."""
+    ancestor = f'[?(@.ancestorRef.name=="{gateway}" && @.ancestorRef.namespace=="{namespace}")]'
+    return f"jsonpath={{.status.ancestors{ancestor}.conditions{_current('Accepted')}.status}}=True"
+
+
 # Envoy AI Gateway v1.1.0 sets one condition on an AIGatewayRoute: Accepted True once it has written the HTTPRoute
 # of the same name and told the Gateway, else NotAccepted False (internal/controller/ai_gateway_route.go Reconcile,
 # controller.go newConditions), so a refused route never satisfies this. Neither the condition nor the status has an

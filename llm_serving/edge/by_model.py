@@ -29,6 +29,7 @@ from .objects import (
     _meta,
     _parent_ref,
     backend_policy_spec,
+    policy_awaited,
 )
 
 AI_GATEWAY_API = "aigateway.envoyproxy.io/v1beta1"
@@ -146,7 +147,7 @@ def models_route_objects(settings: EdgeSettings, routes: list[Route]) -> list[Ma
         policy = {
             "apiVersion": ENVOY_API,
             "kind": "BackendTrafficPolicy",
-            "metadata": _meta(route.model_name, namespace),
+            "metadata": _meta(route.model_name, namespace, annotations=policy_awaited(settings)),
             # The generated HTTPRoute's rule carries the model's name (newHTTPRoute copies rule.Name).
             "spec": {"targetRefs": [{**target, "sectionName": route.model_name}], **backend_policy_spec(route)},
         }
@@ -154,7 +155,7 @@ def models_route_objects(settings: EdgeSettings, routes: list[Route]) -> list[Ma
     objects.append({
         "apiVersion": ENVOY_API,
         "kind": "BackendTrafficPolicy",
-        "metadata": _meta(f"{name}-not-found", namespace),
+        "metadata": _meta(f"{name}-not-found", namespace, annotations=policy_awaited(settings)),
         # Retries written down as on every policy of ours (the policy pack's edge-non-buffering rule): a direct
         # response is never retried anyway.
         "spec": {"targetRefs": [{**target, "sectionName": NOT_FOUND_RULE}], "retry": {"numRetries": 0},

@@ -20,7 +20,7 @@ from llm_serving.platform.chart_images import pinned_reference
 from llm_serving.platform.versions import AI_GATEWAY_EXTPROC_IMAGE, ENVOY_GATEWAY, ENVOY_PROXY_IMAGE
 
 from .args import EdgeAuth, EdgeMode, LoadBalancerScheme
-from .awaits import WAIT_FOR_ANNOTATION, gateway_wait_for, route_wait_for
+from .awaits import WAIT_FOR_ANNOTATION, gateway_wait_for, policy_wait_for, route_wait_for
 
 Manifest = dict[str, Any]
 
@@ -201,6 +201,11 @@ def _tls_secret(settings: EdgeSettings) -> str:
     if bool(settings.tls_secret_name) == bool(settings.cert_manager_issuer):
         raise ValueError("set exactly one of tls_secret_name or cert_manager_issuer")
     return settings.tls_secret_name or f"{settings.gateway_name}-tls"
+
+
+def policy_awaited(settings: EdgeSettings) -> dict[str, str]:
+    """An Envoy Gateway policy's annotations: `pulumi up` waits until it is accepted at our Gateway (awaits.py)."""
+    return {WAIT_FOR_ANNOTATION: policy_wait_for(settings.gateway_name, settings.owning_gateway_namespace)}
 
 
 def _meta(name: str, namespace: str | None = None, annotations: dict[str, str] | None = None) -> dict[str, Any]:
@@ -544,7 +549,7 @@ def gateway_objects(settings: EdgeSettings, routes: list[Route]) -> list[Manifes
     client_policy: dict[str, Any] = {
         "apiVersion": ENVOY_API,
         "kind": "ClientTrafficPolicy",
-        "metadata": _meta(name, edge),
+        "metadata": _meta(name, edge, annotations=policy_awaited(settings)),
         "spec": {
             "targetRefs": [{"group": GATEWAY_GROUP, "kind": "Gateway", "name": name}],
             "timeout": {
@@ -668,14 +673,14 @@ def _security_policy(settings: EdgeSettings, routes: list[Route] | None = None) 
         return {
             "apiVersion": ENVOY_API,
             "kind": "SecurityPolicy",
-            "metadata": _meta(f"{settings.gateway_name}-auth", namespace),
+            "metadata": _meta(f"{settings.gateway_name}-auth", namespace, annotations=policy_awaited(settings)),
             "spec": {"targetRefs": [{"group": GATEWAY_GROUP, "kind": "HTTPRoute", "name": route.model_name}
                                     for route in routes], **spec},
         }
     return {
         "apiVersion": ENVOY_API,
         "kind": "SecurityPolicy",
-        "metadata": _meta(f"{settings.gateway_name}-auth", settings.namespace),
+        "metadata": _meta(f"{settings.gateway_name}-auth", settings.namespace, annotations=policy_awaited(settings)),
         "spec": {"targetRefs": [{"group": GATEWAY_GROUP, "kind": "Gateway", "name": settings.gateway_name}], **spec},
     }
 
@@ -741,7 +746,7 @@ def _route_objects(settings: EdgeSettings, route: Route) -> list[Manifest]:
     backend_policy: dict[str, Any] = {
         "apiVersion": ENVOY_API,
         "kind": "BackendTrafficPolicy",
-        "metadata": _meta(route.model_name, route.namespace),
+        "metadata": _meta(route.model_name, route.namespace, annotations=policy_awaited(settings)),
         "spec": {
             "targetRefs": [{"group": GATEWAY_GROUP, "kind": "HTTPRoute", "name": route.model_name}],
             **backend_policy_spec(route),

@@ -1,5 +1,6 @@
 """Every committed stack's edge is awaited before its deploy gate: the Gateway (programmed, each certificate
-resolved), each HTTPRoute (accepted and resolved by its Gateway) and, with byModel routing, the AIGatewayRoute.
+resolved), each HTTPRoute (accepted and resolved by its Gateway) or, with byModel routing, the AIGatewayRoute, and
+every Envoy Gateway policy (accepted at that Gateway).
 
 Each rendered annotation is evaluated (tests/support/wait_for.py) against the status its controller writes once
 the object is accepted for its current spec, and against the same status left from an older spec.
@@ -8,6 +9,7 @@ the object is accepted for its current spec, and against the same status left fr
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
@@ -18,12 +20,15 @@ from tests.conftest import STACK_NAMES, render_file
 from tests.support import stack_variants, wait_for
 
 WAIT_FOR = "pulumi.com/waitFor"
-AWAITED_EDGE_KINDS = ("Gateway", "HTTPRoute", "AIGatewayRoute")
+CONTROLLER = "gateway.envoyproxy.io/gatewayclass-controller"  # gateway-helm 1.9.0's default controller name
+AWAITED_EDGE_KINDS = ("Gateway", "HTTPRoute", "AIGatewayRoute", "SecurityPolicy", "ClientTrafficPolicy",
+                      "BackendTrafficPolicy")
 
 
-def _accepted(obj: dict[str, Any], generation: int) -> dict[str, Any]:
+def _accepted(obj: dict[str, Any], generation: int, gateway: dict[str, Any]) -> dict[str, Any]:
     """The status Envoy Gateway v1.9.0 / Envoy AI Gateway v1.1.0 write for an accepted object (see test_awaits.py
-    under tests/components/edge for each field's source), every condition stamped with `generation`."""
+    under tests/components/edge for each field's source), every condition stamped with `generation`; `gateway` is
+    the parentRef of the stack's routes, the ancestor at which its policies apply."""
     def ok(kind: str) -> dict[str, Any]:
         return {"type": kind, "status": "True", "reason": kind, "observedGeneration": generation}
     kind = obj["kind"]
@@ -31,8 +36,11 @@ def _accepted(obj: dict[str, Any], generation: int) -> dict[str, Any]:
         return {"conditions": [ok("Accepted"), ok("Programmed")],
                 "listeners": [{"name": x["name"], "conditions": [ok("Accepted"), ok("ResolvedRefs"), ok("Programmed")]}
                               for x in obj["spec"]["listeners"]]}
+    if kind.endswith("Policy"):
+        return {"ancestors": [{"ancestorRef": gateway, "controllerName": CONTROLLER,
+                               "conditions": [ok("Accepted")]}]}
     if kind == "HTTPRoute":
-        return {"parents": [{"parentRef": ref, "controllerName": "gateway.envoyproxy.io/gatewayclass-controller",
+        return {"parents": [{"parentRef": ref, "controllerName": CONTROLLER,
                              "conditions": [ok("Accepted"), ok("ResolvedRefs")]} for ref in obj["spec"]["parentRefs"]]}
     return {"conditions": [{"type": "Accepted", "status": "True", "reason": "ReconciliationSucceeded"}]}
 
@@ -54,14 +62,17 @@ def _check(result: RenderResult) -> None:
     gates = [r for r in result.resources
              if r["type"] == "kubernetes:batch/v1:Job" and r["name"].endswith("-verify-job")]
     assert gates, result.stack
+    (gateway,) = {json.dumps(ref, sort_keys=True) for r in objects if r["type"].endswith("Route")
+                  for ref in r["inputs"]["spec"]["parentRefs"]}
     for resource in objects:
         key = f"{resource['type']}::{resource['name']}"
         obj = resource["inputs"]
         annotation = obj["metadata"]["annotations"][WAIT_FOR]
-        assert wait_for.satisfied(annotation, _live(obj, 1, _accepted(obj, 1))), key
+        accepted = _accepted(obj, 1, json.loads(gateway))
+        assert wait_for.satisfied(annotation, _live(obj, 1, accepted)), key
         assert not wait_for.satisfied(annotation, _live(obj, 1, {})), key
         if obj["kind"] != "AIGatewayRoute":  # no observedGeneration to tell (llm_serving/edge/awaits.py)
-            assert not wait_for.satisfied(annotation, _live(obj, 2, _accepted(obj, 1))), key
+            assert not wait_for.satisfied(annotation, _live(obj, 2, accepted)), key
         # Within the one clock (stacks/offline/awaits.py), and before every gate.
         assert awaits.await_seconds(resource) == awaits.KUBERNETES_AWAIT_SECONDS, key
         for gate in gates:
@@ -75,7 +86,8 @@ def test_every_gate_waits_for_its_edge_to_be_accepted(rendered, name):
 
 def test_by_model_routing_awaits_its_ai_gateway_route(variants_dir):
     result = render_file(stack_variants.prod_with_two_models(variants_dir))
-    assert sorted(r["type"].rsplit(":", 1)[-1] for r in _edge_objects(result)) == ["AIGatewayRoute", "Gateway"]
+    kinds = sorted({r["type"].rsplit(":", 1)[-1] for r in _edge_objects(result)})
+    assert kinds == ["AIGatewayRoute", "BackendTrafficPolicy", "ClientTrafficPolicy", "Gateway", "SecurityPolicy"]
     _check(result)
 
 

@@ -144,6 +144,59 @@ def test_gateway_await_covers_each_listener() -> None:
 
 
 # --------------------------------------------------------------------------------------------
+# Envoy Gateway policies: accepted at our Gateway, for their current spec
+
+
+def policy_status(accepted: str, generation: int, gateway: str = "llm-serving", namespace: str = EDGE_NS,
+                  section: str | None = None) -> dict[str, Any]:
+    ancestor = {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": gateway, "namespace": namespace,
+                **({"sectionName": section} if section else {})}
+    return {"ancestors": [{"ancestorRef": ancestor, "controllerName": CONTROLLER, "conditions": [
+        condition("Accepted", accepted, generation)]}]}
+
+
+POLICIES = [o for o in edge.gateway_objects(SETTINGS, ROUTES)
+            if o["kind"] in ("SecurityPolicy", "ClientTrafficPolicy", "BackendTrafficPolicy")]
+
+
+@pytest.mark.parametrize("generation,status,ready", [
+    (1, None, False),  # its target not there yet: no ancestor
+    (1, policy_status("True", 1), True),
+    # A route-targeted policy's ancestor is the route's parent Gateway, with the route's section.
+    (1, policy_status("True", 1, section="https-llm-example-com"), True),
+    (2, policy_status("True", 1), False),
+    (1, policy_status("False", 1), False),  # invalid: a credential Secret missing, an unknown section
+    (1, policy_status("True", 1, gateway="other"), False),
+], ids=["fresh", "accepted", "accepted-at-section", "stale", "refused", "other-gateway"])
+def test_every_policy_await_holds_once_accepted_at_our_gateway(generation: int, status: dict[str, Any] | None,
+                                                             ready: bool) -> None:
+    assert sorted(o["kind"] for o in POLICIES) == ["BackendTrafficPolicy", "BackendTrafficPolicy",
+                                                   "ClientTrafficPolicy", "SecurityPolicy"]
+    for policy in POLICIES:
+        annotation = policy["metadata"]["annotations"][WAIT_FOR]
+        assert wait_for.satisfied(annotation, live(policy, generation, status)) is ready, policy["kind"]
+
+
+def test_a_shared_gateways_route_policies_wait_for_that_gateway() -> None:
+    existing = dataclasses.replace(SETTINGS, existing_gateway=True, gateway_name="shared", gateway_namespace="infra",
+                                   listener="https")
+    policies = [o for o in edge.gateway_objects(existing, [LLAMA])
+                if o["kind"] in ("SecurityPolicy", "BackendTrafficPolicy")]
+    assert len(policies) == 2
+    for policy in policies:
+        annotation = policy["metadata"]["annotations"][WAIT_FOR]
+        assert wait_for.satisfied(annotation, live(policy, 1, policy_status("True", 1, "shared", "infra", "https")))
+        assert not wait_for.satisfied(annotation, live(policy, 1, policy_status("True", 1)))
+
+
+def test_by_model_policies_are_awaited_too() -> None:
+    policies = [o for o in by_model.models_route_objects(BY_MODEL, POOL_ROUTES) if o["kind"] == "BackendTrafficPolicy"]
+    assert len(policies) == len(POOL_ROUTES) + 1  # one per model's rule, one on route-not-found
+    assert {p["metadata"]["annotations"][WAIT_FOR] for p in policies} == {
+        awaits.policy_wait_for(BY_MODEL.gateway_name, EDGE_NS)}
+
+
+# --------------------------------------------------------------------------------------------
 # AIGatewayRoute (byModel): accepted by Envoy AI Gateway
 
 
