@@ -129,11 +129,13 @@ def prod_longest_await(facts: Facts) -> str:
 
 
 def prod_edge_await(facts: Facts) -> str:
-    """How long `pulumi up` waits for prod's Gateway and each of its routes (one figure: they share it)."""
+    """How long `pulumi up` waits for prod's Gateway, each route and each Envoy Gateway policy (one figure: they
+    share it)."""
     from stacks.offline import awaits
 
     resources = facts.render(stack_file_path(PROD).resolve()).resources
-    edge = [r for r in resources if r["type"].rsplit(":", 1)[-1] in ("Gateway", "HTTPRoute")]
+    kinds = ("Gateway", "HTTPRoute", "SecurityPolicy", "ClientTrafficPolicy", "BackendTrafficPolicy")
+    edge = [r for r in resources if r["type"].rsplit(":", 1)[-1] in kinds]
     (seconds,) = {awaits.await_seconds(r) for r in edge}
     return _minutes(seconds)
 
