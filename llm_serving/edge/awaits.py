@@ -3,8 +3,8 @@
 pulumi-kubernetes awaits no custom resource by default; an object annotated `pulumi.com/waitFor` is awaited on
 create and on update until the annotation holds, within the resource's custom timeout, else the provider's
 10 minutes (pulumi/pulumi-kubernetes provider/pkg/await/await.go `Creation`/`Update`, metadata/overrides.go
-`ReadyCondition`). The value is one expression, or a JSON list of expressions that must all hold
-(`condition.NewAll`). Two forms:
+`ReadyCondition`, read at commit 94977969d, after v4.32.0: the newest source stored, the pinned 4.34.2 not in it).
+The value is one expression, or a JSON list of expressions that must all hold (`condition.NewAll`). Two forms:
 - `condition=<Type>`: kubectl's check of `.status.conditions` (await/condition/kubectl.go `checkCondition`),
   which ignores a condition whose `observedGeneration`, or failing that `.status.observedGeneration`, is older
   than `metadata.generation`;
