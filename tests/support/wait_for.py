@@ -3,11 +3,11 @@
 It follows the provider's code (pulumi/pulumi-kubernetes provider/pkg/metadata/overrides.go `ReadyCondition`,
 provider/pkg/jsonpath/jsonpath.go `Parse`/`Matches`, provider/pkg/await/condition/jsonpath.go, all.go and
 kubectl.go `checkCondition`), unchanged from v4.26.0 to the newest snapshot read (commit 94977969d, July 2026,
-after v4.32.0; the pinned 4.34.2 was not in it), and evaluates the RFC 9535 subset the edge's expressions use (the provider's
-engine is github.com/theory/jsonpath v0.9.0): name segments, filter segments `[?(...)]` or `[?...]` joining
-comparisons with `&&`, each `@.<path>` or `$.<path>` against a string or integer literal or another such path.
-Anything else raises `ValueError`, as the provider would refuse an expression it cannot parse: a test of a
-mistyped expression fails instead of silently waiting on nothing.
+after v4.32.0; the pinned 4.34.2 was not in it), and evaluates the RFC 9535 subset the edge's expressions use
+(the provider's engine is github.com/theory/jsonpath v0.9.0): name segments, filter segments `[?(...)]` or
+`[?...]` joining comparisons with `&&`, each `@.<path>` or `$.<path>` against a string or integer literal or
+another such path. Anything else raises `ValueError`, as the provider would refuse an expression it cannot
+parse: a test of a mistyped expression fails instead of silently waiting on nothing.
 """
 
 from __future__ import annotations
