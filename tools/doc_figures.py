@@ -129,6 +129,18 @@ def prod_longest_await(facts: Facts) -> str:
     return _minutes(seconds)
 
 
+def prod_edge_await(facts: Facts) -> str:
+    """How long `pulumi up` waits for prod's Gateway, each route and each Envoy Gateway policy (one figure: they
+    share it)."""
+    from stacks.offline import awaits
+
+    resources = facts.render(stack_file_path(PROD).resolve()).resources
+    kinds = ("Gateway", "HTTPRoute", "SecurityPolicy", "ClientTrafficPolicy", "BackendTrafficPolicy")
+    edge = [r for r in resources if r["type"].rsplit(":", 1)[-1] in kinds]
+    (seconds,) = {awaits.await_seconds(r) for r in edge}
+    return _minutes(seconds)
+
+
 def deploy_timeout(facts: Facts) -> str:
     """The `pulumi up` job's timeout (tests/test_workflows.py holds it above every stack's await chain)."""
     workflow = yaml.safe_load((WORKFLOWS / "pulumi-up.yml").read_text())
@@ -487,6 +499,7 @@ GENERATORS: dict[str, Callable[[Facts], str]] = {
     "prod-405b-rollout-timeline": prod_405b_rollout_timeline,
     "prod-drain-barrier": lambda facts: f"{stack_timing.node_drain_wait_seconds(facts.prod):,} s",
     "prod-longest-await": prod_longest_await,
+    "prod-edge-await": prod_edge_await,
     "deploy-timeout": deploy_timeout,
     "prod-cost-per-million": prod_cost_per_million,
     "prod-max-replicas-fit": prod_max_replicas_fit,

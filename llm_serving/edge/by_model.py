@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .awaits import AI_ROUTE_WAIT_FOR, WAIT_FOR_ANNOTATION
 from .objects import (
     ENVOY_API,
     GATEWAY_GROUP,
@@ -28,6 +29,7 @@ from .objects import (
     _meta,
     _parent_ref,
     backend_policy_spec,
+    policy_awaited,
 )
 
 AI_GATEWAY_API = "aigateway.envoyproxy.io/v1beta1"
@@ -161,7 +163,8 @@ def models_route_objects(settings: EdgeSettings, routes: list[Route]) -> list[Ma
     ai_route = {
         "apiVersion": AI_GATEWAY_API,
         "kind": "AIGatewayRoute",
-        "metadata": _meta(name, namespace),
+        # `pulumi up` waits until Envoy AI Gateway has accepted it (written its HTTPRoute) before the deploy gate.
+        "metadata": _meta(name, namespace, annotations={WAIT_FOR_ANNOTATION: AI_ROUTE_WAIT_FOR}),
         "spec": {
             "parentRefs": [_parent_ref(settings, routes[0])],
             "hostnames": [routes[0].host],
@@ -173,7 +176,7 @@ def models_route_objects(settings: EdgeSettings, routes: list[Route]) -> list[Ma
         policy = {
             "apiVersion": ENVOY_API,
             "kind": "BackendTrafficPolicy",
-            "metadata": _meta(route.model_name, namespace),
+            "metadata": _meta(route.model_name, namespace, annotations=policy_awaited(settings)),
             # The generated HTTPRoute's rule carries the model's name (newHTTPRoute copies rule.Name).
             "spec": {"targetRefs": [{**target, "sectionName": route.model_name}], **backend_policy_spec(route)},
         }
@@ -181,7 +184,7 @@ def models_route_objects(settings: EdgeSettings, routes: list[Route]) -> list[Ma
     objects.append({
         "apiVersion": ENVOY_API,
         "kind": "BackendTrafficPolicy",
-        "metadata": _meta(f"{name}-not-found", namespace),
+        "metadata": _meta(f"{name}-not-found", namespace, annotations=policy_awaited(settings)),
         # Retries written down as on every policy of ours (the policy pack's edge-non-buffering rule): a direct
         # response is never retried anyway.
         "spec": {"targetRefs": [{**target, "sectionName": NOT_FOUND_RULE}], "retry": {"numRetries": 0},

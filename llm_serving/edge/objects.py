@@ -20,6 +20,7 @@ from llm_serving.platform.chart_images import pinned_reference
 from llm_serving.platform.versions import AI_GATEWAY_EXTPROC_IMAGE, ENVOY_GATEWAY, ENVOY_PROXY_IMAGE
 
 from .args import EdgeAuth, EdgeMode, LoadBalancerScheme
+from .awaits import WAIT_FOR_ANNOTATION, gateway_wait_for, policy_wait_for, route_wait_for
 
 Manifest = dict[str, Any]
 
@@ -217,6 +218,11 @@ def _tls_secret(settings: EdgeSettings) -> str:
     return settings.tls_secret_name or f"{settings.gateway_name}-tls"
 
 
+def policy_awaited(settings: EdgeSettings) -> dict[str, str]:
+    """An Envoy Gateway policy's annotations: `pulumi up` waits until it is accepted at our Gateway (awaits.py)."""
+    return {WAIT_FOR_ANNOTATION: policy_wait_for(settings.gateway_name, settings.owning_gateway_namespace)}
+
+
 def _meta(name: str, namespace: str | None = None, annotations: dict[str, str] | None = None) -> dict[str, Any]:
     meta = {"name": name, "namespace": namespace, "annotations": annotations}
     return {key: value for key, value in meta.items() if value}
@@ -252,8 +258,6 @@ HTTPS_LISTENER_PORT = 443
 ENVOY_HTTPS_CONTAINER_PORT = HTTPS_LISTENER_PORT + 10000
 
 
-GATEWAY_WAIT_FOR_ANNOTATION = "pulumi.com/waitFor"
-GATEWAY_WAIT_FOR = "condition=Programmed"
 # The Gateway (and GatewayClass) the stack creates when it has no existing one.
 OWN_GATEWAY_NAME = "llm-serving"
 
@@ -523,10 +527,11 @@ def gateway_objects(settings: EdgeSettings, routes: list[Route]) -> list[Manifes
         },
     }
     issuer = settings.cert_manager_issuer
+    hosts = sorted({route.host for route in routes})
     # `pulumi up` waits until Envoy Gateway reports the Gateway Programmed (its proxies configured and its load
-    # balancer holding an address: Gateway API, GatewayConditionProgrammed) before what depends on the edge runs,
-    # the deploy gate among them; pulumi-kubernetes' generic await reads this annotation (as for the LeaderWorkerSet).
-    annotations = {GATEWAY_WAIT_FOR_ANNOTATION: GATEWAY_WAIT_FOR,
+    # balancer holding an address) and each listener's certificate resolved (cert-manager's issued, or the Secret
+    # there) before what depends on the edge runs, the deploy gate among them (awaits.gateway_wait_for).
+    annotations = {WAIT_FOR_ANNOTATION: gateway_wait_for([f"https-{_slug(host)}" for host in hosts]),
                    **({"cert-manager.io/cluster-issuer": issuer} if issuer else {}),
                    # byModel: the body router sidecar's settings (by_model.sidecar_config; the literal key and name
                    # here because by_model imports this module).
@@ -555,14 +560,14 @@ def gateway_objects(settings: EdgeSettings, routes: list[Route]) -> list[Manifes
                         },
                     },
                 }
-                for host in sorted({route.host for route in routes})
+                for host in hosts
             ],
         },
     }
     client_policy: dict[str, Any] = {
         "apiVersion": ENVOY_API,
         "kind": "ClientTrafficPolicy",
-        "metadata": _meta(name, edge),
+        "metadata": _meta(name, edge, annotations=policy_awaited(settings)),
         "spec": {
             "targetRefs": [{"group": GATEWAY_GROUP, "kind": "Gateway", "name": name}],
             "timeout": {
@@ -686,14 +691,14 @@ def _security_policy(settings: EdgeSettings, routes: list[Route] | None = None) 
         return {
             "apiVersion": ENVOY_API,
             "kind": "SecurityPolicy",
-            "metadata": _meta(f"{settings.gateway_name}-auth", namespace),
+            "metadata": _meta(f"{settings.gateway_name}-auth", namespace, annotations=policy_awaited(settings)),
             "spec": {"targetRefs": [{"group": GATEWAY_GROUP, "kind": "HTTPRoute", "name": route.model_name}
                                     for route in routes], **spec},
         }
     return {
         "apiVersion": ENVOY_API,
         "kind": "SecurityPolicy",
-        "metadata": _meta(f"{settings.gateway_name}-auth", settings.namespace),
+        "metadata": _meta(f"{settings.gateway_name}-auth", settings.namespace, annotations=policy_awaited(settings)),
         "spec": {"targetRefs": [{"group": GATEWAY_GROUP, "kind": "Gateway", "name": settings.gateway_name}], **spec},
     }
 
@@ -742,12 +747,16 @@ def _route_objects(settings: EdgeSettings, route: Route) -> list[Manifest]:
         "filters": [{"type": "ExtensionRef", "extensionRef": {
             "group": "gateway.envoyproxy.io", "kind": "HTTPRouteFilter", "name": RUNTIME_ADAPTER_FILTER}}],
     }
+    parent = _parent_ref(settings, route)
     http_route = {
         "apiVersion": GATEWAY_API,
         "kind": "HTTPRoute",
-        "metadata": _meta(route.model_name, route.namespace),
+        # `pulumi up` waits until the Gateway's controller has attached the route and found its backend (the
+        # Service, or the InferencePool) for its current spec, before the deploy gate runs.
+        "metadata": _meta(route.model_name, route.namespace, annotations={
+            WAIT_FOR_ANNOTATION: route_wait_for(parent["name"], parent["namespace"])}),
         "spec": {
-            "parentRefs": [_parent_ref(settings, route)],
+            "parentRefs": [parent],
             "hostnames": [route.host],
             "rules": [*_revision_rules(route, rule), closed] if route.revisions else [rule, closed],
         },
@@ -755,7 +764,7 @@ def _route_objects(settings: EdgeSettings, route: Route) -> list[Manifest]:
     backend_policy: dict[str, Any] = {
         "apiVersion": ENVOY_API,
         "kind": "BackendTrafficPolicy",
-        "metadata": _meta(route.model_name, route.namespace),
+        "metadata": _meta(route.model_name, route.namespace, annotations=policy_awaited(settings)),
         "spec": {
             "targetRefs": [{"group": GATEWAY_GROUP, "kind": "HTTPRoute", "name": route.model_name}],
             **backend_policy_spec(route),

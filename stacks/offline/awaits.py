@@ -6,7 +6,9 @@ Each resource waits at most its custom timeout, else its provider's default:
 - helm.sh/v3 Release: its own `timeout` input (seconds);
 - aws:eks/nodeGroup:NodeGroup: 60 minutes (terraform-provider-aws aws_eks_node_group, create timeout);
 - Kubernetes kinds pulumi-kubernetes awaits (Deployment, StatefulSet, DaemonSet, Job, Pod, Service,
-  Ingress): 10 minutes (pulumi-kubernetes await logic, default timeout), unless annotated
+  Ingress), and any Kubernetes object annotated `pulumi.com/waitFor` (the Gateway, the routes, the
+  LeaderWorkerSet): the `pulumi.com/timeoutSeconds` annotation, else 10 minutes (pulumi/pulumi-kubernetes
+  provider/pkg/await/await.go `Creation`/`Update`, metadata/overrides.go `TimeoutDuration`), unless annotated
   `pulumi.com/skipAwait: "true"`.
 Everything else is treated as immediate.
 """
@@ -42,9 +44,13 @@ def await_seconds(resource: Mapping[str, Any]) -> int:
         return int(inputs.get("timeout") or 300)  # Helm's own default
     if resource["type"] == "aws:eks/nodeGroup:NodeGroup":
         return NODE_GROUP_CREATE_SECONDS
-    if resource["type"].startswith("kubernetes:") and kind in AWAITED_KINDS:
-        annotations = (inputs.get("metadata") or {}).get("annotations") or {}
-        return 0 if annotations.get("pulumi.com/skipAwait") == "true" else KUBERNETES_AWAIT_SECONDS
+    annotations = (inputs.get("metadata") or {}).get("annotations") or {}
+    awaited = kind in AWAITED_KINDS or bool(annotations.get("pulumi.com/waitFor"))
+    if resource["type"].startswith("kubernetes:") and awaited:
+        if annotations.get("pulumi.com/skipAwait") == "true":
+            return 0
+        timeout = annotations.get("pulumi.com/timeoutSeconds", "")
+        return int(timeout) if timeout.isdigit() else KUBERNETES_AWAIT_SECONDS
     return 0
 
 

@@ -3,6 +3,9 @@ program's own builders (planners, add-on configuration, staging patterns), never
 
 Every check compares the real account with one of these facts; tests/stacks/preflight checks that
 they agree with the offline render of each stack.
+
+Length: one record per fact the checks compare (cluster, node group, add-ons, edge, weights, Hub sources, LoRA
+adapters), each derived here from the config in one place; split, the derivations would repeat the config walk.
 """
 
 from __future__ import annotations

@@ -67,7 +67,8 @@ def test_extra_names_of_a_model_route_to_its_pool_and_only_there() -> None:
 
 def test_one_host_one_route_one_rule_per_pool_each_with_the_routes_own_timeout() -> None:
     (route,) = [o for o in OBJECTS if o["kind"] == "AIGatewayRoute"]
-    assert route["metadata"] == {"name": "llm-serving-models", "namespace": SERVING_NS}
+    assert route["metadata"] == {"name": "llm-serving-models", "namespace": SERVING_NS,
+                                 "annotations": {"pulumi.com/waitFor": "condition=Accepted"}}
     assert route["spec"]["hostnames"] == [HOST]
     assert route["spec"]["parentRefs"] == [{"group": "gateway.networking.k8s.io", "kind": "Gateway",
                                             "name": "llm-serving", "namespace": EDGE_NS,

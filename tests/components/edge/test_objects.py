@@ -18,6 +18,7 @@ import pytest
 
 from llm_serving.edge import EdgeAuth, EdgeMode, LoadBalancerScheme, by_model
 from llm_serving.edge import objects as edge
+from llm_serving.edge.awaits import gateway_wait_for
 from llm_serving.edge.objects import EdgeSettings, Route
 from llm_serving.platform import versions
 from llm_serving.serving.engine import PORT
@@ -194,9 +195,10 @@ def test_gateway_class_points_at_the_envoy_proxy() -> None:
 def test_gateway_has_one_https_listener_per_host_terminating_tls() -> None:
     objects = edge.gateway_objects(SETTINGS, [LLAMA, QWEN, dataclasses.replace(QWEN_OWN_HOST, model_name="qwen-chat")])
     gateway = one(objects, "Gateway", "llm-serving")
-    # `pulumi up` waits for Envoy Gateway to program it (proxies configured, load balancer addressed) before the
-    # edge's dependents, the deploy gate among them, run.
-    assert gateway["metadata"]["annotations"] == {"pulumi.com/waitFor": "condition=Programmed"}
+    # `pulumi up` waits for Envoy Gateway to program it (proxies configured, load balancer addressed) and each
+    # listener's certificate before the edge's dependents, the deploy gate among them, run (test_awaits.py).
+    assert gateway["metadata"]["annotations"] == {"pulumi.com/waitFor": gateway_wait_for(
+        ["https-llm-example-com", "https-qwen-example-com"])}
     assert gateway["spec"]["gatewayClassName"] == "llm-serving"
     listeners = gateway["spec"]["listeners"]
     assert [(x["name"], x["hostname"], x["port"], x["protocol"]) for x in listeners] == [
@@ -217,7 +219,7 @@ def test_gateway_has_one_https_listener_per_host_terminating_tls() -> None:
 def test_cert_manager_annotates_the_gateway_and_names_the_secret() -> None:
     gateway = one(edge.gateway_objects(CERT_MANAGER, ROUTES), "Gateway", "llm-serving")
     assert gateway["metadata"]["annotations"] == {"cert-manager.io/cluster-issuer": "letsencrypt",
-                                                  "pulumi.com/waitFor": "condition=Programmed"}
+                                                  "pulumi.com/waitFor": gateway_wait_for(["https-llm-example-com"])}
     assert gateway["spec"]["listeners"][0]["tls"]["certificateRefs"] == [
         {"group": "", "kind": "Secret", "name": "llm-serving-tls"}
     ]
