@@ -213,26 +213,42 @@ def _blank(line: str) -> bool:
 
 def _block_end(lines: list[str], start: int, parent_indent: int) -> int:
     """The index after the last line of the block that begins after `start` and is indented deeper than
-    `parent_indent` (blank lines and comments inside it count, trailing ones do not)."""
+    `parent_indent` (blank lines and comments inside it count, trailing ones do not). A block sequence nested in a
+    mapping may sit at its key's own indent (YAML 1.2.2, section 8.2.1 Block Sequences: "people perceive the `-`
+    indicator as indentation"; what PyYAML's `safe_dump` writes): under a key line, `- ` lines at `parent_indent`
+    are in the block, under a sequence item they are the next item."""
     end = start + 1
     last = start
+    under_key = not lines[start].lstrip().startswith("- ")
     while end < len(lines):
         if not _blank(lines[end]):
-            if _indent(lines[end]) <= parent_indent:
+            indent = _indent(lines[end])
+            if indent < parent_indent or indent == parent_indent and not (
+                    under_key and lines[end].lstrip().startswith("- ")):
                 break
             last = end
         end += 1
     return last + 1
 
 
-def set_digest(text: str, model: str, digest: str) -> str:
-    """`text` with `digest: <digest>` under the model's `image:` in `llm-serving:models`."""
-    lines = text.splitlines(keepends=True)
+def indent(line: str) -> int:
+    """The spaces before the line's first character."""
+    return _indent(line)
+
+
+def block_end(lines: list[str], start: int, parent_indent: int) -> int:
+    """The index after the last line of the block under `lines[start]` (see `_block_end`)."""
+    return _block_end(lines, start, parent_indent)
+
+
+def model_item(lines: list[str], model: str, instead: str = "add models[].image.digest by hand, or pin the base "
+               "stack") -> tuple[int, int, int]:
+    """Where the model's item of `llm-serving:models` is in `lines`: (its `- name: <model>` line, the index after
+    its last line, the indent of its keys). `instead`: what to do when the file lists no models of its own."""
     models = next((i for i, line in enumerate(lines) if line.rstrip() == f"  {stack_files.PROJECT}:models:"), None)
     if models is None:
-        raise ConfigError([Problem("models", "the stack file lists no models of its own (a clone?): add "
-                                   "models[].image.digest by hand, or pin the base stack", model,
-                                   "a stack file with `llm-serving:models:`")])
+        raise ConfigError([Problem("models", f"the stack file lists no models of its own (a clone?): {instead}",
+                                   model, "a stack file with `llm-serving:models:`")])
     end = _block_end(lines, models, 2)
     item = next((i for i in range(models + 1, end)
                  if re.fullmatch(rf"\s*- name: {re.escape(model)}\s*", lines[i].rstrip("\n"))), None)
@@ -240,7 +256,13 @@ def set_digest(text: str, model: str, digest: str) -> str:
         raise ConfigError([Problem(f"models[{model}]", "no such model in the stack file's own list", model,
                                    "a model the file names")])
     key_indent = lines[item].index("-") + 2
-    item_end = _block_end(lines, item, key_indent - 2)
+    return item, _block_end(lines, item, key_indent - 2), key_indent
+
+
+def set_digest(text: str, model: str, digest: str) -> str:
+    """`text` with `digest: <digest>` under the model's `image:` in `llm-serving:models`."""
+    lines = text.splitlines(keepends=True)
+    item, item_end, key_indent = model_item(lines, model)
     image = next((i for i in range(item + 1, item_end)
                   if _indent(lines[i]) == key_indent and lines[i].strip().startswith("image:")), None)
     pad = " " * key_indent

@@ -19,7 +19,7 @@ import yaml
 
 from llm_serving.stack import timing as stack_timing
 from stacks.config.files import PROJECT_DIR, stack_file_path
-from tools import alert_figures, planner_tables, storage_figures, workflow_figures
+from tools import alert_figures, planner_tables, promote_figures, storage_figures, workflow_figures
 from tools.doc_facts import PROD, Facts
 
 WORKFLOWS = PROJECT_DIR / ".github" / "workflows"
@@ -531,4 +531,5 @@ GENERATORS: dict[str, Callable[[Facts], str]] = {
     **alert_figures.GENERATORS,
     **storage_figures.GENERATORS,
     **workflow_figures.GENERATORS,
+    **promote_figures.GENERATORS,
 }

@@ -1,5 +1,5 @@
 """Command line of the environment layer: `python -m stacks render | plan | clone | diff | preflight | verify |
-pin-images`.
+pin-images | promote | check-github`.
 
 Every command exits 2 on invalid input with one line per problem, never a traceback.
 """
@@ -160,6 +160,12 @@ def _pin_images(argv: list[str]) -> int:
     return images.main(argv, stack_files.find_stack_file)
 
 
+def _promote(argv: list[str]) -> int:
+    from stacks.cli import promote
+
+    return promote.main(argv, stack_files.find_stack_file)
+
+
 def _check_github(argv: list[str]) -> int:
     from stacks import github_settings
 
@@ -167,7 +173,8 @@ def _check_github(argv: list[str]) -> int:
 
 
 COMMANDS = {"render": _render, "plan": _plan, "clone": _clone, "diff": _diff, "preflight": _preflight,
-            "verify": _verify, "pin-images": _pin_images, "check-github": _check_github}
+            "verify": _verify, "pin-images": _pin_images, "promote": _promote,
+            "check-github": _check_github}
 
 
 HELP = """usage: .venv/bin/python -m stacks <command> [options]   (or `source .venv/bin/activate` first)
@@ -187,6 +194,9 @@ commands:
                    resolve each model's vLLM image tag, and each image the stack's charts run, to its
                    digest through the registry's API and (--write) set models[].image.digest and
                    chartImageDigests in the stack file; prod and staging need them
+  promote <stack> <model> --report FILE [--steps 10,25,50,100]
+                   the next step of a model's second revision from its gate's JSON report: the next
+                   weight, the revision made the model's own after 100, or weight 0 on a failed gate
   check-github <owner>/<repo>
                    the repository's environments and main's protection against the set-up checklist
                    (docs/operations.md); the token from $GITHUB_TOKEN
@@ -197,9 +207,9 @@ commands:
                    the API key from --api-key-file or $LLM_SERVING_API_KEY, never an argument
 
 A stack is a name (prod) or a path to a stack file. `<command> --help` describes each command's
-options. Exit codes: 0 success, 1 diff found changes, a plan cannot be deployed as asked, or a
-preflight or verify check failed, 2 invalid input (one line per problem) or no credentials, 130
-interrupted (Ctrl-C; verify prints the results so far).
+options. Exit codes: 0 success, 1 diff found changes, a plan cannot be deployed as asked, a
+preflight or verify check failed, or promote had nothing to do, 2 invalid input (one line per
+problem) or no credentials, 130 interrupted (Ctrl-C; verify prints the results so far).
 """
 
 

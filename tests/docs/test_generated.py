@@ -246,7 +246,8 @@ def test_cloud_blocks_are_marked_and_run_nothing_here():
               if info.split(" ")[0] in SHELL_FENCES and body.startswith(NEEDS_THE_CLOUD)]
     # The quickstart and the two deploy walkthroughs (README, operations.md), and the blocks that need an account, a
     # cluster or a deployed model: preflight, key rotation, CRD removal, verify against a real URL, a compile-cache
-    # seed's log, the state change of moving a stack from EFS to S3, and the upload of a LoRA adapter to S3.
-    assert len(marked) == 11
+    # seed's log, the state change of moving a stack from EFS to S3, the upload of a LoRA adapter to S3, and the
+    # promotion loop (a revision's gate report from the cluster, a pull request per step).
+    assert len(marked) == 12
     assert sum("pulumi login" in body for body in marked) == 2
     assert not any(command.startswith(("pulumi ", "make preview", "make up")) for _, command in COMMANDS)

@@ -260,6 +260,16 @@ def test_the_digest_line_goes_where_the_model_reads_it(item, expected):
     assert updated == want
 
 
+def test_a_list_at_its_keys_indent_as_clone_writes_it():
+    """`clone` writes with PyYAML's safe_dump, whose block sequences sit at their key's indent."""
+    digest = "sha256:" + "a" * 64
+    text = ("config:\n  llm-serving:models:\n  - name: a\n    maxModelLen: 1\n  - name: b\n    maxModelLen: 2\n"
+            "  llm-serving:environment: staging\n")
+    updated = images.set_digest(text, "a", digest)
+    images._check_edit(text, updated, "a", digest)
+    assert updated == text.replace("maxModelLen: 1\n", f'maxModelLen: 1\n    image:\n      digest: "{digest}"\n')
+
+
 def test_a_model_the_file_does_not_list_is_refused():
     text = "config:\n  llm-serving:models:\n    - name: a\n      maxModelLen: 1\n"
     with pytest.raises(ConfigError) as error:
