@@ -401,7 +401,10 @@ class RevisionArgs:
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,14}[a-z0-9])?$", max_length=16)
     """The revision's name, e.g. `stable` or `canary`: the value of the `x-llm-serving-revision` header that reaches it
     directly. The first revision runs as the model's own objects (their names unchanged); the second one's objects
-    are named `<model>-<name>`, and it also answers to that name in a request's `model`."""
+    are named `<model>-<name>`, so the name must not be one of the suffixes the program derives (`epp`, `weights`,
+    `compile`, `stage`, `verify`, ...). Its vLLM also answers to `<model>-<name>` in a request's `model`, but only a
+    request with the header reaches it for sure: the weighted split cannot read the body, and the first revision
+    answers that name with a 404."""
     weight: int = Field(ge=0, le=100)
     """Percent of the route's requests this revision gets; the revisions' weights sum to 100. 0 keeps it running and
     reachable only through its header."""

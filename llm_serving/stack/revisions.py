@@ -43,6 +43,21 @@ def _overridden(model: ModelArgs, revision: RevisionArgs) -> dict[str, Any]:
     return {name: value for name in OVERRIDES if (value := getattr(revision, name)) is not None}
 
 
+def _effective(model: ModelArgs, revision: RevisionArgs) -> dict[str, Any]:
+    """What the revision runs: each field its own, else the model's."""
+    return {name: value if (value := getattr(revision, name)) is not None else getattr(model, name)
+            for name in OVERRIDES}
+
+
+# Suffixes the program appends to a model's name for the objects it derives from it (picker, claims, compile cache,
+# staging and verification Jobs, ...): a second revision named after one would share those objects' names with the
+# model's own, and the up would fail on the second create (AlreadyExists) where the preview saw two URNs.
+DERIVED_SUFFIXES = ("epp", "weights", "compile", "compile-cache", "stage", "verify", "vllm", "read", "aliases",
+                    "chat-template", "adapter-sources", "pdb", "service", "deployment")
+# The longest name derived from a model's (`<name>-compile-cache`) must still be a DNS label (63 characters).
+LONGEST_DERIVED = len("-compile-cache")
+
+
 def object_name(model: ModelArgs, index: int) -> str:
     """The name a model's revision runs as: the model's own for the first, `<model>-<name>` for the second."""
     return model.name if index == 0 else f"{model.name}-{model.revisions[index].name}"
@@ -100,6 +115,7 @@ def as_written(args: ServingStackArgs, problems: list[Problem]) -> list[Problem]
 def revision_rules(config: ServingStackArgs) -> Iterator[Problem]:
     """One problem per mistake in a model's revisions, on the args as written."""
     names = {m.name for m in config.models if revision_model_of(m) is None}
+    seconds: set[str] = set()
     for model in config.models:
         if not model.revisions:
             continue
@@ -116,17 +132,24 @@ def revision_rules(config: ServingStackArgs) -> Iterator[Problem]:
         if total != 100:
             yield Problem(key, "weights are percent of the route's requests and must sum to 100",
                           [r.weight for r in model.revisions], f"weights summing to 100 (now {total})")
-        if _overridden(model, model.revisions[0]) == _overridden(model, model.revisions[1]):
+        if _effective(model, model.revisions[0]) == _effective(model, model.revisions[1]):
             yield Problem(f"{key}[1]", "runs exactly what the other revision runs: a second revision differs in "
                           "revision, tokenizerRevision, image, quantization, kvCacheDtype or extraArgs",
                           model.revisions[1].name, "at least one field that differs from the other revision")
         second = object_name(model, 1)
-        if second in names:
-            yield Problem(f"{key}[1].name", f"its objects are named {second}, which is another model's name",
-                          model.revisions[1].name, "a name whose `<model>-<name>` no model has")
-        if len(second) > 63:
-            yield Problem(f"{key}[1].name", f"its objects' name {second} is longer than a DNS label's 63 characters",
-                          model.revisions[1].name, "a shorter name")
+        revision_name = model.revisions[1].name
+        if second in names or second in seconds:
+            yield Problem(f"{key}[1].name", f"its objects are named {second}, which another model or revision has",
+                          revision_name, "a name whose `<model>-<name>` no model or revision has")
+        elif any(second.startswith(f"{other}-{suffix}") for other in names | seconds
+                 for suffix in DERIVED_SUFFIXES):
+            yield Problem(f"{key}[1].name", f"its objects' name {second} is one the program derives from a model's "
+                          "name (its picker, claims, Jobs)", revision_name,
+                          f"a name that does not start with {', '.join(DERIVED_SUFFIXES)}")
+        seconds.add(second)
+        if len(second) + LONGEST_DERIVED > 63:
+            yield Problem(f"{key}[1].name", f"its objects' names ({second}-compile-cache the longest) must be DNS "
+                          "labels of 63 characters at most", revision_name, "a shorter name")
         if config.edge.mode is not EdgeMode.GATEWAY:
             # Ingress has no weighted backends (networking.k8s.io/v1 IngressBackend names one Service).
             yield Problem(key, "two revisions need the gateway edge's weighted route", config.edge.mode.value,

@@ -820,6 +820,15 @@ def _stack_overrides(explicit: dict[str, object], model: object) -> list[overrid
     """Each explicit option as the config key it overrides in the stack (`models[<name>]...`)."""
     name = model.name  # type: ignore[attr-defined]
     at = f"models[{name}]"
+    first = revisions.revision_model_of(model)  # type: ignore[arg-type]
+    if first is not None and explicit:
+        # A second revision is no item of `models`: what it runs is `models[<model>].revisions[<name>]`, and what it
+        # shares (sizes, parallelism, scaling) is the model's. Name those keys, not a model that is not there.
+        own = name.removeprefix(first + "-")
+        raise ConfigError([Problem(f"--model {name}", "is the second revision of "
+                                   f"models[{first}]; its options are that model's keys (models[{first}].*) or its "
+                                   f"own (models[{first}].revisions[{own}].*)", name,
+                                   f"--model {first} with the options, or those keys edited in the stack file")])
     keys = {
         "gpu": "gpuNodeGroup.instanceType", "max_model_len": f"{at}.maxModelLen",
         "tp": f"{at}.tensorParallelSize", "pp": f"{at}.pipelineParallelSize",

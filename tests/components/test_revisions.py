@@ -53,7 +53,24 @@ def test_a_second_revisions_objects_may_not_take_another_models_name():
     found = values()
     found["models"].append({**copy.deepcopy(found["models"][0]), "name": "llama-8b-canary", "revisions": [],
                             "route": {"pathPrefix": "/other"}})
-    assert [line for line in problems(found) if "which is another model's name" in line]
+    assert [line for line in problems(found) if "which another model or revision has" in line]
+
+
+def test_a_pair_whose_effective_values_are_the_same_is_refused_whatever_is_written():
+    """The first revision naming the model's own revision, the second leaving it unset: both run the same thing."""
+    (line,) = problems(values([{"name": "stable", "weight": 90,
+                                "revision": EXISTING_EVERYTHING["models"][0].get("revision", CANARY_REVISION)},
+                               {"name": "canary", "weight": 10}]))
+    assert "runs exactly what the other revision runs" in line
+
+
+@pytest.mark.parametrize("name", ["epp", "weights", "compile", "verify"])
+def test_a_second_revision_named_like_a_derived_object_is_refused(name):
+    # `llama-8b-epp` is the model's picker, `llama-8b-weights` its claim: two objects of one name fail the up.
+    pair = [TWO[0], {**TWO[1], "name": name}]
+    (line,) = problems(values(pair))
+    assert line.startswith("llm-serving:models[llama-8b].revisions[1].name:")
+    assert "one the program derives from a model's name" in line
 
 
 @pytest.mark.parametrize(("edge", "words"), [

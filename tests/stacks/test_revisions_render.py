@@ -117,3 +117,16 @@ def test_preflight_checks_the_second_weights_revision_on_the_hub(variant):
     found = intent("prod-revisions", "us-east-1", load_stack_file(variant)[1])
     assert {(s.model_id, s.key) for s in found.sources if s.revision == stack_variants.CANARY_REVISION} == {
         ("meta-llama/Llama-3.1-70B-Instruct", "models[llama-70b].revisions[canary].revision")}
+
+
+def test_plan_options_on_a_second_revision_name_the_keys_it_really_has(variant):
+    # The second revision is no item of `models`: an option aimed at it names where its values live.
+    import io
+
+    from stacks.cli import plan
+
+    out, err = io.StringIO(), io.StringIO()
+    assert plan.main(["--stack", str(variant), "--model", SECOND, "--kv-cache-dtype", "fp8"], out, err) == 2
+    (line,) = err.getvalue().splitlines()
+    assert f"--model {SECOND}" in line and f"models[{FIRST}].revisions[" in line
+    assert f"no item named {SECOND}" not in err.getvalue()
