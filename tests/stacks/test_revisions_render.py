@@ -130,6 +130,8 @@ def test_the_weighted_route_goes_up_only_after_the_second_revisions_gate(pair):
             "kubernetes:gateway.envoyproxy.io/v1alpha1:BackendTrafficPolicy::edge-backendtrafficpolicy-llama-70b",
             "kubernetes:networking.k8s.io/v1:NetworkPolicy::serving-netpol-verification"} <= depends[gate]
     assert weighted not in depends[gate] and f"{JOB}::{FIRST}-verify-job" not in depends[gate]
+    # Still the routing component's child, after the pickers, as before the revision: the same URN, no replacement.
+    assert pair.resource(*weighted.split("::", 1))["parent"] == "llmserving:routing:InferenceRouting::inference-routing"
     # The first revision's Job checks the route clients use: after it, so after the gate too.
     assert weighted in pair.resource(JOB, f"{FIRST}-verify-job")["options"]["dependsOn"]
     # Pulumi awaits both Jobs, one after the other, within the one clock the deploy job's timeout covers.
