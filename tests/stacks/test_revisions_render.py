@@ -21,6 +21,7 @@ from stacks.offline.diff import diff_resources
 from stacks.offline.render import RenderResult
 from tests.conftest import render_file
 from tests.support import reference, stack_variants
+from tests.test_workflows import load as workflow
 
 FIRST, SECOND = "llama-70b", "llama-70b-canary"
 ROUTE = "kubernetes:gateway.networking.k8s.io/v1:HTTPRoute"
@@ -134,9 +135,11 @@ def test_the_weighted_route_goes_up_only_after_the_second_revisions_gate(pair):
     assert pair.resource(*weighted.split("::", 1))["parent"] == "llmserving:routing:InferenceRouting::inference-routing"
     # The first revision's Job checks the route clients use: after it, so after the gate too.
     assert weighted in pair.resource(JOB, f"{FIRST}-verify-job")["options"]["dependsOn"]
-    # Pulumi awaits both Jobs, one after the other, within the one clock the deploy job's timeout covers.
-    _, chain = awaits.longest_await(pair.resources)
+    # Pulumi awaits both Jobs, one after the other, within the one clock the deploy job's timeout covers (with the
+    # ten minutes tests/test_workflows.py leaves for checkout, installs and the preview).
+    seconds, chain = awaits.longest_await(pair.resources)
     assert chain.index(gate) < chain.index(weighted) < chain.index(f"{JOB}::{FIRST}-verify-job")
+    assert seconds + 600 <= workflow("pulumi-up.yml")["jobs"]["up"]["timeout-minutes"] * 60
 
 
 def test_the_planner_and_the_cost_count_both_revisions(variant):
