@@ -94,7 +94,8 @@ REVISION_HEADER = "x-llm-serving-revision"
 
 def revision_route_name(model_name: str) -> str:
     """The HTTPRoute holding a two-revision model's header rules, beside the model's own (weighted) HTTPRoute. The
-    dot keeps it apart from every model's name, which is a DNS label (an HTTPRoute's name is a DNS subdomain)."""
+    dot keeps it apart from every model's name, which is a DNS label; a custom resource's name may be any DNS
+    subdomain (kubernetes apiextensions-apiserver pkg/registry/customresource/validator.go: NameIsDNSSubdomain)."""
     return f"{model_name}.revisions"
 
 
