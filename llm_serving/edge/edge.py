@@ -99,7 +99,11 @@ class Edge(pulumi.ComponentResource):
 
     Routes that name an InferencePool are not created here: the gateway fails closed, so such a route may only go
     up once its endpoint picker answers, and the routing component creates it after the picker
-    (`pool_route_manifests`, with what it must wait for in `controller`)."""
+    (`pool_route_manifests`, with what it must wait for in `controller`).
+
+    The weighted HTTPRoute of a model that runs two revisions is created by neither: it goes up once the new
+    revision's deploy gate passed (`gated_route_manifests`, by model; the stack creates it with `route`, or the
+    routing component for a pooled model), while its header rules' route goes up as any other."""
 
     def __init__(self, name: str, args: EdgeSpec, opts: pulumi.ResourceOptions | None = None,
                  crds_from: list[pulumi.Resource] | None = None):
@@ -109,6 +113,8 @@ class Edge(pulumi.ComponentResource):
         self.controller: list[pulumi.Resource] = []
         # What the endpoint pickers need before they start (the pool CRD, the gateway and its extension).
         self.inference_prerequisites: list[pulumi.Resource] = []
+        # Everything the edge created, for what must wait for the edge but not for a gated route (a revision's gate).
+        self.objects: list[pulumi.Resource] = []
         balancer: list[pulumi.Resource] = []
         if args.load_balancer_controller is not None:
             balancer.append(LoadBalancerController(
@@ -132,6 +138,11 @@ class Edge(pulumi.ComponentResource):
                 assert_never(args.mode)
         # Custom resources wait for the chart that brings their CRDs (and the namespace they live in).
         pooled = {r.model_name for r in routes if r.inference_pool}
+        self.pooled = frozenset(pooled)
+        gated = {r.model_name for r in routes if r.revisions}
+        self.gated_route_manifests = {o["metadata"]["name"]: o for o in manifests
+                                      if o["kind"] == "HTTPRoute" and o["metadata"]["name"] in gated}
+        manifests = [o for o in manifests if not (o["kind"] == "HTTPRoute" and o["metadata"]["name"] in gated)]
         if args.settings.by_model:
             # One AIGatewayRoute over every pool, created here, before the Gateway, not after the pickers as a pool's
             # HTTPRoute is: AI Gateway's webhook injects its body router into an Envoy pod only when an
@@ -150,15 +161,23 @@ class Edge(pulumi.ComponentResource):
                 for obj in before_gateway)
         else:
             self.pool_route_manifests = [o for o in manifests if _route_of(o) in pooled]
+        self._name = name
         after = pulumi.ResourceOptions(parent=self, depends_on=self.controller)
         for obj in manifests:
             if _route_of(obj) not in pooled:
                 metadata = obj["metadata"]
-                manifest_resource(f"{name}-{obj['kind'].lower()}-{metadata['name']}", obj, after)
+                self.objects.append(manifest_resource(f"{name}-{obj['kind'].lower()}-{metadata['name']}", obj, after))
+        self.objects.extend(self.controller)
         if args.mode is EdgeMode.GATEWAY and args.monitoring is not None and not args.settings.existing_gateway:
             # An existing Gateway's proxies are its owner's to scrape and alert on.
             self._monitoring(name, args.settings, args.monitoring, crds_from or [])
         self.register_outputs({})
+
+    def route(self, obj: dict[str, Any], after: list[pulumi.Resource]) -> pulumi.Resource:
+        """A gated route (`gated_route_manifests`) of a model routed through its Services: the edge's child, as its
+        other routes are, once its objects and `after` (the gate) are done."""
+        return manifest_resource(f"{self._name}-{obj['kind'].lower()}-{obj['metadata']['name']}", obj,
+                                 pulumi.ResourceOptions(parent=self, depends_on=[*self.controller, *after]))
 
     def _gateway(self, name: str, args: EdgeSpec, routes: list[Route],
                  balancer: list[pulumi.Resource]) -> list[dict[str, Any]]:
@@ -215,26 +234,26 @@ class Edge(pulumi.ComponentResource):
             # namespace: the edge's, or with an existing Gateway the routes' (objects._security_policy).
             keys_namespace = routes[0].namespace if args.settings.existing_gateway else args.settings.namespace
             assert args.client_api_key is not None  # the stack passes it with the Secret's name (stack/parts.py)
-            k8s.core.v1.Secret(
+            self.objects.append(k8s.core.v1.Secret(
                 f"{name}-client-keys",
                 metadata={"name": args.settings.api_key_secret, "namespace": keys_namespace},
                 type="Opaque",
                 string_data={"llm-serving": pulumi.Output.secret(args.client_api_key)},
                 opts=pulumi.ResourceOptions(parent=self, depends_on=controller),
-            )
+            ))
         if objects.gateway_injects_upstream_key(args.settings):
             # What the HTTPRouteFilter injects, next to each route (a filter names a Secret in
             # its own namespace). Envoy Gateway watches it: a rotated key is sent at once.
             assert args.upstream_api_key is not None  # the stack passes it in this case (stack/parts.py)
             for namespace_name in sorted({route.namespace for route in routes}):
-                k8s.core.v1.Secret(
+                self.objects.append(k8s.core.v1.Secret(
                     f"{name}-upstream-key-{namespace_name}",
                     metadata={"name": objects.UPSTREAM_CREDENTIAL_SECRET, "namespace": namespace_name},
                     type="Opaque",
                     string_data={"credential": pulumi.Output.concat(
                         "Bearer ", pulumi.Output.secret(args.upstream_api_key))},
                     opts=pulumi.ResourceOptions(parent=self, depends_on=controller),
-                )
+                ))
         proxy_image = objects.envoy_proxy_image(args.install_controller, args.envoy_gateway_chart_version,
                                                 args.image_digests)
         return objects.gateway_objects(dataclasses.replace(args.settings, proxy_image=proxy_image), routes)
@@ -351,7 +370,7 @@ class Edge(pulumi.ComponentResource):
 
 
 def _route_of(obj: dict) -> str | None:
-    """The model a gateway route object belongs to (HTTPRoute and its BackendTrafficPolicy)."""
+    """The model a gateway route object belongs to (its HTTPRoutes and its BackendTrafficPolicy)."""
     if obj["kind"] in ("HTTPRoute", "BackendTrafficPolicy"):
-        return obj["metadata"]["name"]
+        return obj["metadata"]["name"].removesuffix(objects.revision_route_name(""))
     return None

@@ -93,6 +93,18 @@ class RouteRevision:
 REVISION_HEADER = "x-llm-serving-revision"
 
 
+def revision_route_name(model_name: str) -> str:
+    """The HTTPRoute holding a two-revision model's header rules, beside the model's own (weighted) HTTPRoute. The
+    dot keeps it apart from every model's name, which is a DNS label; a custom resource's name may be any DNS
+    subdomain (kubernetes apiextensions-apiserver pkg/registry/customresource/validator.go: NameIsDNSSubdomain)."""
+    return f"{model_name}.revisions"
+
+
+def route_names(route: Route) -> list[str]:
+    """The HTTPRoutes a model's policies attach to: its own, and with two revisions the one of its header rules."""
+    return [route.model_name, *([revision_route_name(route.model_name)] if route.revisions else [])]
+
+
 @dataclass(frozen=True)
 class EdgeSettings:
     """The shared edge. In gateway mode `namespace` must be the namespace Envoy Gateway is installed in:
@@ -692,8 +704,8 @@ def _security_policy(settings: EdgeSettings, routes: list[Route] | None = None) 
             "apiVersion": ENVOY_API,
             "kind": "SecurityPolicy",
             "metadata": _meta(f"{settings.gateway_name}-auth", namespace, annotations=policy_awaited(settings)),
-            "spec": {"targetRefs": [{"group": GATEWAY_GROUP, "kind": "HTTPRoute", "name": route.model_name}
-                                    for route in routes], **spec},
+            "spec": {"targetRefs": [{"group": GATEWAY_GROUP, "kind": "HTTPRoute", "name": name}
+                                    for route in routes for name in route_names(route)], **spec},
         }
     return {
         "apiVersion": ENVOY_API,
@@ -748,32 +760,37 @@ def _route_objects(settings: EdgeSettings, route: Route) -> list[Manifest]:
             "group": "gateway.envoyproxy.io", "kind": "HTTPRouteFilter", "name": RUNTIME_ADAPTER_FILTER}}],
     }
     parent = _parent_ref(settings, route)
-    http_route = {
-        "apiVersion": GATEWAY_API,
-        "kind": "HTTPRoute",
+
+    def http_route(name: str, rules: list[dict[str, Any]]) -> dict[str, Any]:
         # `pulumi up` waits until the Gateway's controller has attached the route and found its backend (the
         # Service, or the InferencePool) for its current spec, before the deploy gate runs.
-        "metadata": _meta(route.model_name, route.namespace, annotations={
-            WAIT_FOR_ANNOTATION: route_wait_for(parent["name"], parent["namespace"])}),
-        "spec": {
-            "parentRefs": [parent],
-            "hostnames": [route.host],
-            "rules": [*_revision_rules(route, rule), closed] if route.revisions else [rule, closed],
-        },
-    }
+        return {"apiVersion": GATEWAY_API, "kind": "HTTPRoute",
+                "metadata": _meta(name, route.namespace, annotations={
+                    WAIT_FOR_ANNOTATION: route_wait_for(parent["name"], parent["namespace"])}),
+                "spec": {"parentRefs": [parent], "hostnames": [route.host], "rules": rules}}
+
     backend_policy: dict[str, Any] = {
         "apiVersion": ENVOY_API,
         "kind": "BackendTrafficPolicy",
         "metadata": _meta(route.model_name, route.namespace, annotations=policy_awaited(settings)),
         "spec": {
-            "targetRefs": [{"group": GATEWAY_GROUP, "kind": "HTTPRoute", "name": route.model_name}],
+            "targetRefs": [{"group": GATEWAY_GROUP, "kind": "HTTPRoute", "name": name} for name in route_names(route)],
             **backend_policy_spec(route),
         },
     }
-    return [http_route, backend_policy]
+    if not route.revisions:
+        return [http_route(route.model_name, [rule, closed]), backend_policy]
+    split, direct = _revision_rules(route, rule)
+    # Two routes, so that `pulumi up` can order them: the header rules first (a revision's deploy gate reaches it
+    # through them), the weighted split only once the gate passed (llm_serving/stack/stack.py `_gate_revisions`).
+    # Gateway API ranks the rules of every route on the same hostname together (apis/v1/httproute_types.go
+    # HTTPRouteRule: "Across all rules specified on applicable Routes"), so a header rule still outranks the split,
+    # and the closed paths' Exact match both; each route closes them, so neither is ever open alone.
+    return [http_route(route.model_name, [split, closed]),
+            http_route(revision_route_name(route.model_name), [*direct, closed]), backend_policy]
 
 
-def _revision_rules(route: Route, rule: dict[str, Any]) -> list[dict[str, Any]]:
+def _revision_rules(route: Route, rule: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Two revisions: the model's rule split by weight over the revisions' Services, and per revision the same rule
     matching its REVISION_HEADER value too, to its own pool (or Service). A rule with a header match outranks one
     without on the same path (Gateway API apis/v1/httproute_types.go HTTPRouteRule: after the path, "Largest number
@@ -801,7 +818,7 @@ def _revision_rules(route: Route, rule: dict[str, Any]) -> list[dict[str, Any]]:
             "backendRefs": [backend],
             "timeouts": rule["timeouts"],
         })
-    return [split, *direct]
+    return split, direct
 
 
 def backend_policy_spec(route: Route) -> dict[str, Any]:

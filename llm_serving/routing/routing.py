@@ -1,5 +1,5 @@
 """InferenceRouting: per routed model, its InferencePool and endpoint picker, their fence and alerts, and the
-edge's routes that name the pools, once the pickers answer."""
+edge's routes that name the pools, once the pickers answer (a gated route, later, through `route`)."""
 
 from __future__ import annotations
 
@@ -57,13 +57,15 @@ class InferenceRouting(pulumi.ComponentResource):
     def __init__(self, name: str, args: RoutingSpec, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llmserving:routing:InferenceRouting", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        manifest_resource(
+        self._args = args
+        self.objects: list[pulumi.Resource] = []  # everything created here, for what waits for the routing's routes
+        self.objects.append(manifest_resource(
             f"{name}-netpol",
             network_policy(args.namespace, args.edge_namespace, args.prometheus_namespace, args.vllm_selector,
                            args.vllm_port, edge_pod_selector=args.edge_pod_selector,
                            prometheus_pod_selector=args.prometheus_pod_selector),
             child,
-        )
+        ))
         # Before the pickers: a picker looks for these CRDs once, at startup.
         objective_crds = crd_manifests(f"{name}-objective-crds", args.objective_crds_file, parent=self,
                                        protect=args.protect_crds)
@@ -105,10 +107,16 @@ class InferenceRouting(pulumi.ComponentResource):
             },
             child,
         )
-        for obj in args.pool_routes:
-            # Named and aliased as the Edge's children they were: the same objects, not new ones.
-            manifest_resource(f"{args.edge_name}-{obj['kind'].lower()}-{obj['metadata']['name']}", obj,
-                              pulumi.ResourceOptions(
-                                  parent=self, depends_on=[*args.edge_after, *pickers],
-                                  aliases=[pulumi.Alias(parent=args.edge)] if args.edge is not None else None))
+        self._pickers = pickers
+        self.objects += [objective_crds, *pickers]
+        self.objects += [self.route(obj) for obj in args.pool_routes]
         self.register_outputs({"pools": [m.name for m in args.models]})
+
+    def route(self, obj: dict, after: list[pulumi.Resource] | None = None) -> pulumi.Resource:
+        """One of the edge's routes that names a pool, after every picker and `after` (a gated route: the revision's
+        gate). Named and aliased as the Edge's children they were: the same objects, not new ones."""
+        args = self._args
+        return manifest_resource(f"{args.edge_name}-{obj['kind'].lower()}-{obj['metadata']['name']}", obj,
+                                 pulumi.ResourceOptions(
+                                     parent=self, depends_on=[*args.edge_after, *self._pickers, *(after or [])],
+                                     aliases=[pulumi.Alias(parent=args.edge)] if args.edge is not None else None))

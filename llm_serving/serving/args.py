@@ -407,7 +407,8 @@ class RevisionArgs:
     answers that name with a 404."""
     weight: int = Field(ge=0, le=100)
     """Percent of the route's requests this revision gets; the revisions' weights sum to 100. 0 keeps it running and
-    reachable only through its header."""
+    reachable only through its header, and a second revision's deploy gate then loads it at its own planned
+    concurrency, held to the objectives; above 0 the gate loads it no more than an in-place update's gate does."""
     revision: str | None = Field(default=None, **REVISION)
     """Model revision (a second one is staged by its own Job beside the first); unset: the model's `revision`."""
     tokenizer_revision: str | None = Field(default=None, **REVISION)

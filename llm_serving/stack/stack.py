@@ -305,9 +305,10 @@ class ServingStack(pulumi.ComponentResource):
             monitor_labels, args.observability.runbook_base_url)), child, crds_from=crds)
         routed = self._routed_models(args)
         routes: list[pulumi.Resource] = [edge]
+        routing: InferenceRouting | None = None
         if routed:
             # After the edge: it installs the InferencePool CRD and the gateway extension that calls the pickers.
-            routes.append(InferenceRouting(
+            routing = InferenceRouting(
                 "inference-routing",
                 RoutingSpec(
                     namespace=args.serving.namespace,
@@ -330,9 +331,11 @@ class ServingStack(pulumi.ComponentResource):
                     workloads=dict(self._workloads),
                 ),
                 pulumi.ResourceOptions(parent=self, depends_on=[*edge.inference_prerequisites, *crds]),
-            ))
-        # Last: each model's Job waits for its workload and for every route to it (the edge's, and the routing's
-        # to its pool).
+            )
+            routes.append(routing)
+        # A second revision's gate, then its model's weighted route; last, each model's own Job, which waits for its
+        # workload and for every route to it (the edge's, and the routing's to its pool).
+        self._gate_revisions(args, edge, routing)
         self._verify(args, routes)
         self.gpu_node_selector = self.gpu_nodes.node_selector
         self.gpu_tolerations = self.gpu_nodes.tolerations
@@ -738,30 +741,56 @@ class ServingStack(pulumi.ComponentResource):
             pulumi.ResourceOptions(parent=self),
         )
 
+    def _gate_revisions(self, args: ServingStackArgs, edge: Edge, routing: InferenceRouting | None) -> None:
+        """Per second revision its deploy gate, then its model's weighted HTTPRoute after it: the revision takes its
+        share of the route only once its gate passed, and a failed gate fails the `up` before the route changes.
+        The gate waits for the revision's workload and for every object of the edge and the routing created so far,
+        its header rules' route among them, never for a component (which would include the weighted route, created
+        after it, and wait for itself). With `verification.mode: off` the weighted route goes up as any other."""
+        mode = verification.verification_mode(args)
+        for model in args.models:
+            first = revisions.revision_model_of(model)
+            if first is None:
+                continue
+            gate: list[pulumi.Resource] = []
+            if mode is not VerificationMode.OFF:
+                gate.append(self._verification_job(args, model, mode, (
+                    self._workloads[model.name], *edge.objects, *(routing.objects if routing else ()))).job)
+            route = edge.gated_route_manifests[first]
+            if routing is not None and first in edge.pooled:
+                routing.route(route, gate)
+            else:
+                edge.route(route, gate)
+
+    def _verification_job(self, args: ServingStackArgs, model: ModelArgs, mode: VerificationMode,
+                          after: tuple[pulumi.Resource, ...]) -> VerificationJob:
+        checks = verification.settings(args, model)
+        return VerificationJob(
+            f"{model.name}-verify",
+            VerificationJobArgs(
+                namespace=args.serving.namespace,
+                model_name=model.name,
+                settings=checks,
+                mode=mode,
+                image=versions.VERIFY_IMAGE,
+                api_key_secret=API_KEY_SECRET,
+                deadline_seconds=verification.deadline_seconds(checks),
+                # Image, revision, engine flags and replicas: a deploy that changes them is verified again.
+                deployed=repr((model_parts.image(model), model.revision, model_parts.tokenizer_revision(model),
+                               model_parts.engine_settings(args, model), model.replicas, model.chat_template,
+                               *model_parts.verified_lora(args, model))),
+                after=(*after, self._api_key_secret, *self._fences),
+            ),
+            pulumi.ResourceOptions(parent=self),
+        )
+
     def _verify(self, args: ServingStackArgs, routes: list[pulumi.Resource]) -> None:
-        """Each model's deploy gate (none with `verification.mode: off`)."""
+        """Each model's deploy gate (none with `verification.mode: off`); a second revision's is `_gate_revisions`'s.
+        The first revision keeps the model's Job: its pods serve users at the first revision's weight, so its load
+        is the in-place gate's, and its edge checks go through the weighted route as clients do."""
         mode = verification.verification_mode(args)
         if mode is VerificationMode.OFF:
             return
         for model in args.models:
-            if revisions.revision_model_of(model) is not None:
-                continue  # a second revision's gate is issue #41's next step; the model's own gate runs
-            checks = verification.settings(args, model)
-            VerificationJob(
-                f"{model.name}-verify",
-                VerificationJobArgs(
-                    namespace=args.serving.namespace,
-                    model_name=model.name,
-                    settings=checks,
-                    mode=mode,
-                    image=versions.VERIFY_IMAGE,
-                    api_key_secret=API_KEY_SECRET,
-                    deadline_seconds=verification.deadline_seconds(checks),
-                    # Image, revision, engine flags and replicas: a deploy that changes them is verified again.
-                    deployed=repr((model_parts.image(model), model.revision, model_parts.tokenizer_revision(model),
-                                   model_parts.engine_settings(args, model), model.replicas, model.chat_template,
-                                   *model_parts.verified_lora(args, model))),
-                    after=(self._workloads[model.name], *routes, self._api_key_secret, *self._fences),
-                ),
-                pulumi.ResourceOptions(parent=self),
-            )
+            if revisions.revision_model_of(model) is None:
+                self._verification_job(args, model, mode, (self._workloads[model.name], *routes))

@@ -1,6 +1,10 @@
 """What a stack's verification checks and expects, per model: its mode, the addresses it probes
 (the edge and the in-cluster Service), and the load test's concurrency, lengths and planned figures
-(pure). The deploy-gate Job (stacks/program.py) and `python -m stacks verify` both read these.
+(pure). The deploy-gate Job (llm_serving/stack/stack.py) and `python -m stacks verify` both read these.
+
+A model's second revision (`models[].revisions`, llm_serving/stack/revisions.py) has a gate of its own, aimed at it
+alone: through the edge with its revision header and through its own Service, at its own planned load while its
+weight is 0 (it serves no one), capped as the in-place gate is once it has a share of the route.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from llm_serving import serving
 from llm_serving.edge import (
     HTTPS_LISTENER_PORT,
     OWN_GATEWAY_NAME,
+    REVISION_HEADER,
     EdgeAuth,
     EdgeMode,
     EdgeRouting,
@@ -19,7 +24,7 @@ from llm_serving.edge import (
     v1_path,
 )
 from llm_serving.serving import ModelArgs, RoutingMode
-from llm_serving.stack import planning
+from llm_serving.stack import planning, revisions
 from llm_serving.stack.args import ServingStackArgs
 from llm_serving.verification import Alias, LoadPlan, Settings, Target, VerificationMode
 
@@ -82,17 +87,35 @@ def edge_lists(config: ServingStackArgs, model: ModelArgs) -> tuple[str, ...]:
     return tuple(name for m in config.models for name in m.served_names() if name != model.name)
 
 
+def revision_under_test(config: ServingStackArgs, model: ModelArgs) -> tuple[str, int] | None:
+    """(name, weight) of the revision `model` runs as, when its model runs two side by side: the first revision's
+    for the model itself, the second's for its RevisionModel; None for a model with one revision."""
+    first = revisions.revision_model_of(model)
+    owner = next(m for m in config.models if m.name == first) if first is not None else model
+    if not owner.revisions:
+        return None
+    revision = owner.revisions[1 if first is not None else 0]
+    return revision.name, revision.weight
+
+
 def targets(config: ServingStackArgs, model: ModelArgs) -> tuple[Target, ...]:
     """The edge (unless it wants JWTs, which the Job does not hold) and the Service; the Service
     checks keys only when vLLM does (behind a gateway that checks them, it is open inside the fence).
-    Aliases are asked through the edge only, where the model's endpoint picker rewrites them."""
+    Aliases are asked through the edge only, where the model's endpoint picker rewrites them.
+
+    A second revision: the model's edge URL with the revision's header, which its header rule sends to its own
+    pool (or Service) whatever the weights (llm_serving/edge/objects.py `_revision_rules`), and its own Service."""
     auth = config.edge.auth
     service = Target("service", service_url(config, model), check_auth=auth is EdgeAuth.VLLM_API_KEY)
     if auth is EdgeAuth.JWT:
         return (service,)
     pooled = planning.routing_mode(config, model) is RoutingMode.INFERENCE_POOL
-    return Target("edge", edge_url(config, model), connect_to=edge_connect_to(config),
-                  lists=edge_lists(config, model), aliases=pooled), service
+    first = revisions.revision_model_of(model)
+    routed = next(m for m in config.models if m.name == first) if first is not None else model
+    revision = revision_under_test(config, model)
+    headers = {REVISION_HEADER: revision[0]} if first is not None and revision is not None else {}
+    return Target("edge", edge_url(config, routed), connect_to=edge_connect_to(config),
+                  lists=edge_lists(config, routed), aliases=pooled, headers=headers), service
 
 
 def served(model: ModelArgs) -> tuple[tuple[str, ...], tuple[Alias, ...]]:
@@ -193,18 +216,36 @@ def request_timeout_seconds(config: ServingStackArgs, output_tokens: int) -> int
     return math.ceil(output_tokens / config.edge.min_decode_tokens_per_second) + REQUEST_SLACK_SECONDS
 
 
+def serves_users(config: ServingStackArgs, model: ModelArgs) -> bool:
+    """Whether the pods the model's Job loads may serve users while it runs: yes for a model's own (an in-place
+    update), and for a second revision with a weight. A second revision at weight 0 is reached by its header
+    alone, so it serves no one. The program cannot tell a revision this `up` adds (no pod serves yet: its route
+    goes up after its gate) from one already running at the same weight, so any weight counts as serving."""
+    revision = revision_under_test(config, model)
+    return revisions.revision_model_of(model) is None or revision is None or revision[1] > 0
+
+
 def settings(config: ServingStackArgs, model: ModelArgs) -> Settings:
-    """What the model's Job checks: both addresses, then the load test through the Service. The Job runs on an
-    in-place update, against pods that serve users: its load is `live` (one replica's spare batch at most), and
-    none when the pods have nothing to spare (the smoke checks still run)."""
-    planned = planned_load(config, model, live=True)
+    """What the model's Job checks: both addresses, then the load test through the Service. On pods that serve users
+    (`serves_users`: an in-place update, or a second revision with a weight) the load is `live` (one replica's
+    spare batch at most), and none when the pods have nothing to spare (the smoke checks still run). A second
+    revision at weight 0: its own planned load (the planner's SLO-bound concurrency per replica times its
+    replicas), held to the model's objectives."""
+    live = serves_users(config, model)
+    planned = planned_load(config, model, live=live)
     load = planned.plan
     wake = planning.wake(config, model).total_seconds if planning.scales_to_zero(model) else None
     adapters, aliases = served(model)
-    return Settings(model=model.name, targets=targets(config, model), load=load if load.concurrency else None,
-                    load_target="service", request_timeout_seconds=request_timeout_seconds(config, load.output_tokens),
-                    wake_seconds=float(wake) if wake is not None else None, note=planned.note,
-                    adapters=adapters, aliases=aliases)
+    revision = revision_under_test(config, model)
+    note = planned.note
+    if not live and revision is not None:
+        note = (f"revision {revision[0]} at weight 0 serves no users (only its header reaches it): the full planned "
+                "load, held to the objectives" + (f"; {note}" if note else ""))
+    return Settings(model=revisions.revision_model_of(model) or model.name, targets=targets(config, model),
+                    load=load if load.concurrency else None, load_target="service",
+                    request_timeout_seconds=request_timeout_seconds(config, load.output_tokens),
+                    wake_seconds=float(wake) if wake is not None else None, note=note,
+                    adapters=adapters, aliases=aliases, revision=revision[0] if revision is not None else None)
 
 
 def deadline_seconds(checked: Settings) -> int:

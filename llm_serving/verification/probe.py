@@ -110,6 +110,9 @@ class Target:
     # Requests here pass the model's endpoint picker, which rewrites an alias to one of its adapters: each alias is
     # asked here. vLLM alone (the Service) knows no alias.
     aliases: bool = False
+    # Sent with every request to this address: `x-llm-serving-revision: <name>` reaches one revision of a model that
+    # runs two side by side, whatever the route's weights (llm_serving/edge/objects.py REVISION_HEADER).
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -149,6 +152,8 @@ class Settings:
     # them: with the model's own name, every name a request's `model` may carry to reach this model.
     adapters: tuple[str, ...] = ()
     aliases: tuple[Alias, ...] = ()
+    # The revision under test when the model runs two side by side (`models[].revisions[].name`); None: the model.
+    revision: str | None = None
 
     @staticmethod
     def from_json(document: dict[str, Any]) -> Settings:
@@ -157,7 +162,9 @@ class Settings:
             load = document.get("load")
             return Settings(
                 model=str(document["model"]),
-                targets=tuple(Target(**{**t, "lists": tuple(t.get("lists", ()))}) for t in document["targets"]),
+                targets=tuple(Target(**{**t, "lists": tuple(t.get("lists", ())),
+                                        "headers": {str(k): str(v) for k, v in t.get("headers", {}).items()}})
+                              for t in document["targets"]),
                 adapters=tuple(str(a) for a in document.get("adapters", ())),
                 aliases=tuple(Alias(str(a["name"]), tuple(str(t) for t in a["targets"]))
                               for a in document.get("aliases", ())),
@@ -166,6 +173,7 @@ class Settings:
                 request_timeout_seconds=float(document.get("request_timeout_seconds", 120.0)),
                 wake_seconds=float(document["wake_seconds"]) if document.get("wake_seconds") is not None else None,
                 note=str(document["note"]) if document.get("note") is not None else None,
+                revision=str(document["revision"]) if document.get("revision") is not None else None,
             )
         except (KeyError, TypeError, ValueError) as error:
             raise UsageError(f"settings: {error!r}; expected model, targets[] and optionally load") from None
@@ -327,19 +335,21 @@ def _connection(url: str, timeout: float) -> tuple[http.client.HTTPConnection, s
     return http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout), path
 
 
-def _headers(key: str | None) -> dict[str, str]:
-    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+def _headers(key: str | None, extra: dict[str, str] | None = None) -> dict[str, str]:
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream", **(extra or {})}
     if key is not None:
         headers["Authorization"] = f"Bearer {key}"
     return headers
 
 
-def _request(url: str, key: str | None, timeout: float, body: dict | None = None) -> tuple[int, str, bytes]:
-    """(status, content type, body) of one whole request; network errors raise OSError."""
+def _request(url: str, key: str | None, timeout: float, body: dict | None = None,
+             headers: dict[str, str] | None = None) -> tuple[int, str, bytes]:
+    """(status, content type, body) of one whole request, with `headers` besides the probe's own; network errors
+    raise OSError."""
     conn, path = _connection(url, timeout)
     try:
         data = json.dumps(body).encode() if body is not None else None
-        conn.request("POST" if body is not None else "GET", path, body=data, headers=_headers(key))
+        conn.request("POST" if body is not None else "GET", path, body=data, headers=_headers(key, headers))
         response = conn.getresponse()
         return response.status, response.getheader("Content-Type", ""), response.read()
     finally:
@@ -395,9 +405,10 @@ class _InFlight:
                         pass
 
 
-def stream_chat(url: str, key: str | None, body: dict, timeout: float, in_flight: _InFlight | None = None) -> Stream:
-    """POST a `stream: true` chat completion and timestamp every server-sent event as it arrives. `in_flight` (the
-    load test's) holds the connection while it is open."""
+def stream_chat(url: str, key: str | None, body: dict, timeout: float, in_flight: _InFlight | None = None,
+                headers: dict[str, str] | None = None) -> Stream:
+    """POST a `stream: true` chat completion, with `headers` besides the probe's own, and timestamp every server-sent
+    event as it arrives. `in_flight` (the load test's) holds the connection while it is open."""
     result = Stream()
     try:
         conn, path = _connection(url, timeout)
@@ -411,7 +422,7 @@ def stream_chat(url: str, key: str | None, body: dict, timeout: float, in_flight
         if in_flight is not None and not in_flight.add(conn):
             result.error = "stopped before it was sent"
             return result
-        conn.request("POST", path, body=json.dumps(body).encode(), headers=_headers(key))
+        conn.request("POST", path, body=json.dumps(body).encode(), headers=_headers(key, headers))
         response = conn.getresponse()
         result.status, result.content_type = response.status, response.getheader("Content-Type", "")
         if response.status != 200:
@@ -559,7 +570,7 @@ def check_models(target: Target, model: str, key: str, timeout: float, also: tup
     each missing one is named."""
     url = f"{target.base_url}/models"
     try:
-        status, _, body = _request(url, key, timeout)
+        status, _, body = _request(url, key, timeout, headers=target.headers)
     except (OSError, http.client.HTTPException) as error:
         return Check(target.name, "models", FAIL, f"GET {url}: {type(error).__name__}: {error}")
     if status != 200:
@@ -594,7 +605,7 @@ def check_route(target: Target, name: str, answers: tuple[str, ...], key: str, t
     the route."""
     check = f"route {name}"
     body = chat_body(name, "Say hello.", 8, stream=True, exact=True)
-    got = stream_chat(f"{target.base_url}/chat/completions", key, body, timeout)
+    got = stream_chat(f"{target.base_url}/chat/completions", key, body, timeout, headers=target.headers)
     accepted = " or ".join(map(repr, answers))
     if got.error:
         return Check(target.name, check, FAIL, f"asked for {name!r}: {got.error}")
@@ -617,7 +628,7 @@ def check_auth(target: Target, key: str, timeout: float) -> Check:
     answers: dict[str, int] = {}
     for label, candidate in (("no key", None), ("a wrong key", WRONG_KEY)):
         try:
-            answers[label] = _request(url, candidate, timeout)[0]
+            answers[label] = _request(url, candidate, timeout, headers=target.headers)[0]
         except (OSError, http.client.HTTPException) as error:
             return Check(target.name, "auth", FAIL, f"GET /v1/models with {label}: {type(error).__name__}: {error}")
     open_to = [f"{label} answered {status}" for label, status in answers.items() if status not in (401, 403)]
@@ -631,7 +642,7 @@ def check_auth(target: Target, key: str, timeout: float) -> Check:
 def check_stream(target: Target, model: str, key: str, timeout: float) -> tuple[Check, Stream]:
     body = chat_body(model, "Count from one to fifty in words, separated by spaces.", STREAM_CHECK_TOKENS,
                      stream=True, exact=True)
-    got = stream_chat(f"{target.base_url}/chat/completions", key, body, timeout)
+    got = stream_chat(f"{target.base_url}/chat/completions", key, body, timeout, headers=target.headers)
     name = "stream"
     if got.error and not got.token_times:
         return Check(target.name, name, FAIL, f"streamed chat completion: {got.error}"), got
@@ -662,7 +673,8 @@ def check_wake(target: Target, model: str, key: str, wake_seconds: float, timeou
     """A model that scales to zero: one streamed request through the edge, whose first token must come within the
     planned wake (the picker holds it while the model starts; an awake model answers in seconds)."""
     body = chat_body(model, "Say hello.", 8, stream=True)
-    got = stream_chat(f"{target.base_url}/chat/completions", key, body, wake_seconds + timeout)
+    got = stream_chat(f"{target.base_url}/chat/completions", key, body, wake_seconds + timeout,
+                      headers=target.headers)
     if not got.token_times:
         return Check(target.name, "wake", FAIL, f"no token within the planned wake of {wake_seconds:.0f} s "
                      f"(+{timeout:.0f} s): {got.error or 'the stream ended empty'}")
@@ -678,7 +690,8 @@ def check_wake(target: Target, model: str, key: str, wake_seconds: float, timeou
 def check_completion(target: Target, model: str, key: str, timeout: float) -> tuple[Check, dict | None]:
     body = chat_body(model, "Say hello.", 16, stream=False)
     try:
-        status, content_type, raw = _request(f"{target.base_url}/chat/completions", key, timeout, body)
+        status, content_type, raw = _request(f"{target.base_url}/chat/completions", key, timeout, body,
+                                             target.headers)
     except (OSError, http.client.HTTPException) as error:
         return Check(target.name, "completion", FAIL, f"chat completion: {type(error).__name__}: {error}"), None
     if status != 200:
@@ -737,7 +750,7 @@ def engine_cache(target: Target, timeout: float) -> dict[str, int] | None:
     Service serves /metrics: the edge publishes /v1 alone, so elsewhere this is None."""
     url = target.base_url.removesuffix("/v1") + "/metrics"
     try:
-        status, _, body = _request(url, None, timeout)
+        status, _, body = _request(url, None, timeout, headers=target.headers)
     except (OSError, http.client.HTTPException, UsageError):
         return None
     if status != 200:
@@ -867,7 +880,7 @@ def run_load(target: Target, model: str, key: str, load: LoadPlan, timeout: floa
                         return
                     sent[0] += 1
             body = chat_body(model, _prompt(load.prompt_tokens, rng), load.output_tokens, stream=True, exact=True)
-            result = stream_chat(url, key, body, timeout, in_flight)
+            result = stream_chat(url, key, body, timeout, in_flight, target.headers)
             with lock:
                 if stopping.is_set() and _failed(result):
                     return  # cut by the stop: it says nothing about the endpoint
@@ -1088,7 +1101,9 @@ def run(settings: Settings, key: str, progress: Progress | None = None) -> dict[
                                                    if objective in settings.load.objectives]
     steps = _Steps(progress, planned)
     timeout = settings.request_timeout_seconds
-    report: dict[str, Any] = {"model": settings.model, "targets": {t.name: t.base_url for t in settings.targets}}
+    # `model`, `revision` and `passed` are what `python -m stacks promote` reads of a gate (docs/verification.md).
+    report: dict[str, Any] = {"model": settings.model, "revision": settings.revision,
+                              "targets": {t.name: t.base_url for t in settings.targets}}
     if settings.note:
         report["note"] = settings.note
     interrupted = False
@@ -1119,9 +1134,12 @@ def run(settings: Settings, key: str, progress: Progress | None = None) -> dict[
         interrupted = True
     checks = steps.checks + (steps.not_run() if interrupted else [])
     report["checks"] = [asdict(c) for c in checks]
-    report["failures"] = [c.line() for c in checks if c.verdict == FAIL]
+    # A revision's failing lines name it: the termination message pulumi-kubernetes prints is all an operator sees.
+    named = f"revision {settings.revision} of {settings.model}: " if settings.revision is not None else ""
+    report["failures"] = [named + c.line() for c in checks if c.verdict == FAIL]
     report["interrupted"] = interrupted
     report["verdict"] = INTERRUPTED if interrupted else FAIL if report["failures"] else PASS
+    report["passed"] = report["verdict"] == PASS
     if interrupted:
         raise Interrupted(report)
     return report
@@ -1155,7 +1173,8 @@ def render_text(report: dict[str, Any]) -> str:
     not_run = sum(1 for c in report["checks"] if c["verdict"] == NOT_RUN)
     counts = [f"{failures} failing check(s)"] if failures else []
     counts += [f"{not_run} not run"] if not_run else []
-    lines += ["", f"verdict: {report['verdict'].upper()}" + (f" ({', '.join(counts)})" if counts else "")]
+    of = f" (revision {report['revision']} of {report['model']})" if report.get("revision") else ""
+    lines += ["", f"verdict: {report['verdict'].upper()}{of}" + (f" ({', '.join(counts)})" if counts else "")]
     return "\n".join(lines) + "\n"
 
 

@@ -4,7 +4,9 @@ The same probe the Job runs (llm_serving/verification/probe.py) against one addr
 model, with the load test at the stack's planned concurrency and lengths unless overridden. The API
 key comes from a file or an environment variable, never an argument (the process list shows those).
 Exit 0 when every check passes, 1 when one fails (one line each), 2 on bad input, 130 on Ctrl-C, which
-stops the load and prints the report of what completed (`interrupted: results so far`).
+stops the load and prints the report of what completed (`interrupted: results so far`). `--revision NAME`
+checks one revision of a model that runs two side by side: the header that reaches it is sent with every request,
+and its own plan is the comparison.
 
 Progress goes to stderr, a line as each check and phase starts and ends and the load test's count (on a
 terminal one line rewritten in place), so stdout holds the report alone. With `--json` stdout is one
@@ -24,6 +26,8 @@ from pathlib import Path
 from typing import TextIO
 
 from llm_serving import verification
+from llm_serving.edge import REVISION_HEADER
+from llm_serving.stack import revisions
 from llm_serving.stack import verification as stack_verification
 from llm_serving.verification import Settings, Target
 from stacks import environment
@@ -45,6 +49,8 @@ def _parser() -> CommandLineParser:
     parser.add_argument("--url", required=True, help="the model's OpenAI API, ending in /v1, e.g. "
                         "https://llm.example.com/v1 or http://localhost:8000/v1 (a port-forward)")
     parser.add_argument("--model", help="the model's name in the stack (required when it serves several)")
+    parser.add_argument("--revision", help="one revision of the model (models[].revisions[].name): every request "
+                        f"carries {REVISION_HEADER}: NAME, which the edge sends to that revision alone")
     parser.add_argument("--api-key-file", help="file holding the API key")
     parser.add_argument("--api-key-env", default=DEFAULT_KEY_ENV,
                         help=f"environment variable holding the API key (default {DEFAULT_KEY_ENV})")
@@ -73,15 +79,27 @@ def settings_for(args: argparse.Namespace, config: object) -> tuple[Settings, st
         raise verification.UsageError(f"--model {name!r}: not a model of stack {args.stack}; "
                                f"its models: {', '.join(sorted(models))}")
     model = models[name]
+    headers: dict[str, str] = {}
+    if args.revision is not None:
+        named = [r.name for r in model.revisions]
+        if args.revision not in named:
+            raise verification.UsageError(f"--revision {args.revision!r}: model {name} runs "
+                                          + (f"the revisions {', '.join(named)}" if named else "no revisions"))
+        # The revision as the stack runs it (its own image, flags and plan); its replicas answer to the model's name.
+        config = revisions.expanded(config)  # type: ignore[arg-type]
+        wanted = revisions.object_name(model, named.index(args.revision))
+        model = next(m for m in config.models if m.name == wanted)
+        headers = {REVISION_HEADER: args.revision}
     planned = stack_verification.planned_load(
         config, model, concurrency=args.concurrency, prompt_tokens=args.prompt_tokens,  # type: ignore[arg-type]
         output_tokens=args.output_tokens, duration_seconds=args.duration, max_requests=args.requests)
     adapters, aliases = stack_verification.served(model)
     settings = Settings(
-        model=model.name,
+        model=name,
+        revision=args.revision,
         # The URL may be a port-forward to vLLM, which lists and answers the adapters but knows no alias (the
         # endpoint picker rewrites those): the aliases are carried, not asked (the deploy gate asks them at the edge).
-        targets=(Target("url", args.url.rstrip("/"), check_auth=not args.no_auth_check),),
+        targets=(Target("url", args.url.rstrip("/"), check_auth=not args.no_auth_check, headers=headers),),
         adapters=adapters,
         aliases=aliases,
         load=None if args.no_load else planned.plan,

@@ -186,13 +186,15 @@ def test_each_revision_has_its_workload_service_scaling_and_staging_job(renders)
     assert len({claim for claims in staged.values() for claim in claims}) == 1
 
 
-def _route(result) -> dict[str, Any]:
-    (route,) = [m for m in result.manifests if m["kind"] == "HTTPRoute"]
-    return route
+def _rules(result) -> list[dict[str, Any]]:
+    """The weighted route's rules, then the header rules' route's."""
+    routes = {m["metadata"]["name"]: m for m in result.manifests if m["kind"] == "HTTPRoute"}
+    assert sorted(routes) == ["llama-8b", "llama-8b.revisions"]
+    return [*routes["llama-8b"]["spec"]["rules"][:1], *routes["llama-8b.revisions"]["spec"]["rules"]]
 
 
 def test_one_route_splits_by_weight_and_a_header_reaches_each_revision(renders):
-    rules_ = _route(renders["pair"])["spec"]["rules"]
+    rules_ = _rules(renders["pair"])
     split = rules_[0]
     assert [(b["name"], b["weight"]) for b in split["backendRefs"]] == [("llama-8b", 90), ("llama-8b-canary", 10)]
     direct = {r["matches"][0]["headers"][0]["value"]: r["backendRefs"] for r in rules_
@@ -206,11 +208,21 @@ def test_one_route_splits_by_weight_and_a_header_reaches_each_revision(renders):
     assert all(r["matches"][0]["path"] == split["matches"][0]["path"] for r in rules_[1:3])
 
 
-def test_adding_a_revision_creates_objects_and_updates_the_route_replacing_nothing(renders):
+# The model's Job and its ConfigMap name the first revision once there are two (and none without), so they are
+# replaced (new names) when a revision is added or removed, and run again through the changed route.
+MODEL_GATE = {("Job", "llama-8b-verify-job"), ("ConfigMap", "llama-8b-verify-probe")}
+
+
+def _replaced(diff) -> set[tuple[str, str]]:
+    return {(c.type.rsplit(":", 1)[-1], c.name) for c in diff.of("replace")}
+
+
+def test_adding_a_revision_creates_objects_and_updates_the_route_replacing_nothing_that_serves(renders):
     diff = diff_resources(renders["one"].resources, renders["pair"].resources, "test", "main")
-    assert not diff.of("replace") and not diff.of("delete")
+    assert _replaced(diff) == MODEL_GATE and not diff.of("delete")
     created = {c.name for c in diff.of("create")}
-    assert {"llama-8b-canary-deployment", "llama-8b-canary-service", "llama-8b-canary-weights-stage"} <= created
+    assert {"llama-8b-canary-deployment", "llama-8b-canary-service", "llama-8b-canary-weights-stage",
+            "llama-8b-canary-verify-job", "edge-httproute-llama-8b.revisions"} <= created
     updated = {c.name: c for c in diff.of("update")}
     # No replica of the first revision restarts: its pod template is untouched. (Its strategy may change: the pair
     # shares the GPUs' surge room, and a strategy is no template change.)
@@ -228,8 +240,8 @@ def test_a_weight_change_is_an_update_of_the_route_alone(renders):
 
 def test_removing_the_second_revision_deletes_its_objects_only(renders):
     diff = diff_resources(renders["pair"].resources, renders["one"].resources, "test", "main")
-    assert not diff.of("replace") and not diff.of("create")
-    assert all("canary" in c.name for c in diff.of("delete"))
+    assert _replaced(diff) == MODEL_GATE and not diff.of("create")
+    assert all("canary" in c.name or c.name == "edge-httproute-llama-8b.revisions" for c in diff.of("delete"))
     assert not _template_changes(next((c for c in diff.of("update") if c.name == "llama-8b-deployment"), None))
 
 
@@ -254,3 +266,17 @@ def test_an_inherited_mistake_is_reported_once_as_the_models():
     found["environment"] = "prod"
     lines = [line for line in problems(found) if ".revision:" in line]
     assert len(lines) == 1 and lines[0].startswith("llm-serving:models[llama-8b].revision:")
+
+
+def test_the_weighted_route_waits_for_the_second_revisions_gate_which_waits_for_the_header_route(renders):
+    result = renders["pair"]
+    route, gate = "kubernetes:gateway.networking.k8s.io/v1:HTTPRoute", "kubernetes:batch/v1:Job"
+    weighted = result.resource(route, "edge-httproute-llama-8b")["options"]["dependsOn"]
+    assert f"{gate}::llama-8b-canary-verify-job" in weighted
+    waits = result.resource(gate, "llama-8b-canary-verify-job")["options"]["dependsOn"]
+    assert f"{route}::edge-httproute-llama-8b.revisions" in waits
+    assert f"{route}::edge-httproute-llama-8b" not in waits
+    # Routed through the revisions' Services, the edge writes the weighted route, later, as its own child (its
+    # URN unchanged); a pooled model's is the routing component's (tests/stacks/test_revisions_render.py).
+    assert not any(m["kind"] == "InferencePool" for m in result.manifests)
+    assert result.resource(route, "edge-httproute-llama-8b")["parent"] == "llmserving:edge:Edge::edge"

@@ -10,6 +10,10 @@ with its name (vllm/entrypoints/openai/models/serving.py `model_name`), an unkno
 `ModelRouter` is one base URL in front of several servers, as `edge.routing: byModel` is: it sends each
 request by its body's `model`, rewrites an alias to an adapter as the endpoint picker does, and answers
 GET /v1/models itself with every name it routes, as the AI Gateway's sidecar does.
+
+`RevisionRouter` is one model's route over two revisions (`models[].revisions`): a request with the header
+`x-llm-serving-revision: <name>` goes to that revision's server, any other to the revision with the weight, as the
+model's two HTTPRoutes send them (llm_serving/edge/objects.py `_revision_rules`).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import json
 import ssl
 import time
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -240,31 +245,37 @@ class _RouterHandler(BaseHTTPRequestHandler):
                                     b'"model' + separator + asked.encode() + b'"')
             return data
 
-        parts = urllib.parse.urlsplit(upstream)
-        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=20)
-        try:
-            headers = {k: v for k, v in self.headers.items() if k.lower() in ("authorization", "content-type")}
-            conn.request("POST", f"{parts.path}/chat/completions", body=raw, headers=headers)
-            response = conn.getresponse()
-            self.send_response(response.status)
-            self.send_header("Content-Type", response.getheader("Content-Type", "application/json"))
-            if response.getheader("Transfer-Encoding") != "chunked":
-                data = back(response.read())
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-                return
-            # A stream is passed on line by line as it arrives, as the edge does (it never buffers a response).
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
-            for line in iter(response.readline, b""):
-                line = back(line)
-                self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
-                self.wfile.flush()
-            self.wfile.write(b"0\r\n\r\n")
-            self.wfile.flush()
-        finally:
-            conn.close()
+        _relay(self, "POST", f"{upstream}/chat/completions", raw, back)
+
+
+def _relay(handler: BaseHTTPRequestHandler, method: str, url: str, raw: bytes | None,
+           transform: Callable[[bytes], bytes] = lambda data: data) -> None:
+    """Send `handler`'s request on to `url` with its key and content type, and its answer back (each piece through
+    `transform`): a stream line by line as it arrives, as the edge does (it never buffers a response)."""
+    parts = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=20)
+    try:
+        headers = {k: v for k, v in handler.headers.items() if k.lower() in ("authorization", "content-type")}
+        conn.request(method, parts.path, body=raw, headers=headers)
+        response = conn.getresponse()
+        handler.send_response(response.status)
+        handler.send_header("Content-Type", response.getheader("Content-Type", "application/json"))
+        if response.getheader("Transfer-Encoding") != "chunked":
+            data = transform(response.read())
+            handler.send_header("Content-Length", str(len(data)))
+            handler.end_headers()
+            handler.wfile.write(data)
+            return
+        handler.send_header("Transfer-Encoding", "chunked")
+        handler.end_headers()
+        for line in iter(response.readline, b""):
+            line = transform(line)
+            handler.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
+            handler.wfile.flush()
+        handler.wfile.write(b"0\r\n\r\n")
+        handler.wfile.flush()
+    finally:
+        conn.close()
 
 
 class ModelRouter:
@@ -277,6 +288,56 @@ class ModelRouter:
         attributes = {"routes": dict(routes), "rewrites": dict(rewrites or {}),
                       "listed": tuple(routes) if listed is None else listed}
         self._server = _Server(("127.0.0.1", 0), type("Handler", (_RouterHandler,), attributes))
+        self._serving = contextlib.ExitStack()
+
+    def __enter__(self) -> str:
+        self._serving.enter_context(serving(self._server))
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def __exit__(self, *exc: object) -> None:
+        self._serving.close()
+
+
+class _RevisionHandler(BaseHTTPRequestHandler):
+    revisions: dict[str, str]  # a revision's name -> the base URL (.../v1) of its server
+    weighted: str  # the revision requests without the header go to
+    header: str
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: object) -> None:  # quiet under pytest
+        pass
+
+    def _upstream(self) -> str | None:
+        asked = self.headers.get(self.header)
+        return self.revisions.get(asked) if asked is not None else self.revisions[self.weighted]
+
+    def _handle(self, method: str) -> None:
+        upstream = self._upstream()
+        raw = self.rfile.read(int(self.headers.get("Content-Length", "0"))) if method == "POST" else None
+        if upstream is None or not self.path.startswith("/v1/"):
+            # No rule matches an unknown revision's header value: the gateway's 404.
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        _relay(self, method, upstream + self.path.removeprefix("/v1"), raw)
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+
+class RevisionRouter:
+    """`with RevisionRouter({"stable": url, "canary": url}, weighted="stable") as url:` one model's base URL on
+    127.0.0.1 (ending in /v1): a request whose `header` names a revision goes to its server, one without the header to
+    `weighted` (the whole weight on one revision, so a test knows where each request went)."""
+
+    def __init__(self, revisions: dict[str, str], weighted: str, header: str = "x-llm-serving-revision") -> None:
+        attributes = {"revisions": dict(revisions), "weighted": weighted, "header": header}
+        self._server = _Server(("127.0.0.1", 0), type("Handler", (_RevisionHandler,), attributes))
         self._serving = contextlib.ExitStack()
 
     def __enter__(self) -> str:

@@ -85,10 +85,10 @@ def test_the_configmap_carries_the_probe_and_the_prod_plan(rendered):
     assert settings["targets"] == [
         {"name": "edge", "base_url": "https://llm.example.com/v1", "check_auth": True,
          "connect_to": "llm-serving-internal.envoy-gateway-system.svc.cluster.local:443", "lists": [],
-         "aliases": True},
+         "aliases": True, "headers": {}},
         {"name": "service", "base_url": "http://llama-70b.llm-serving.svc:8000/v1", "check_auth": True,
-         "connect_to": None, "lists": [], "aliases": False}]
-    assert (settings["adapters"], settings["aliases"]) == ([], [])
+         "connect_to": None, "lists": [], "aliases": False, "headers": {}}]
+    assert (settings["adapters"], settings["aliases"], settings["revision"]) == ([], [], None)
     # The Job runs against the pods that serve users. Prod plans each replica at its whole batch (256 requests
     # at the ITL objective = --max-num-seqs 256): nothing to spare, so no load test, and the report says why.
     assert settings["load"] is None

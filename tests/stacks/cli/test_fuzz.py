@@ -60,7 +60,7 @@ def scratch_project(stack_dir, monkeypatch):
 
 
 def test_every_value_option_is_fuzzed():
-    assert len(_value_options()) == 50
+    assert len(_value_options()) == 51
     assert ("plan", "--speculative-config") in _value_options() and ("clone", "--set") in _value_options()
 
 

@@ -20,9 +20,9 @@ from stacks.cli import main, verify
 from stacks.config import VerificationMode
 from stacks.config.files import PROJECT_DIR, stack_file_path
 from stacks.environment import load_stack_file
-from tests.support import verify_runs
+from tests.support import stack_variants, verify_runs
 from tests.support.cli import run_stacks
-from tests.support.openai_server import KEY, Behaviour, OpenAIServer
+from tests.support.openai_server import KEY, Behaviour, OpenAIServer, RevisionRouter
 
 
 @pytest.fixture
@@ -158,6 +158,25 @@ def test_ctrl_c_outside_the_checks_own_handlers_is_still_exit_130_and_json(key, 
     assert json.loads(out.getvalue()) == {
         "error": {"kind": "interrupted", "problems": ["interrupted before a report existed"]}, "exitCode": 130,
         "interrupted": True}
+
+
+def test_a_revision_is_reached_by_its_header_and_named_in_the_report(key, capsys, variants_dir):
+    variant = stack_variants.prod_with_two_revisions(variants_dir)
+    stable_server, canary_server = OpenAIServer(Behaviour(served_name="llama-70b")), OpenAIServer(
+        Behaviour(served_name="llama-70b"))
+    with stable_server as stable, canary_server as canary, \
+            RevisionRouter({"stable": stable, "canary": canary}, weighted="stable") as url:
+        code = main(["verify", str(variant), "--url", url, "--revision", "canary", "--no-load", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and (report["model"], report["revision"], report["passed"]) == ("llama-70b", "canary", True)
+    assert len(stable_server.hosts) == 0 and len(canary_server.hosts) > 0
+
+
+def test_a_revision_the_model_does_not_run_is_exit_2_naming_those_it_runs(key, capsys, variants_dir):
+    variant = stack_variants.prod_with_two_revisions(variants_dir)
+    assert main(["verify", str(variant), "--url", "http://127.0.0.1:9/v1", "--revision", "next"]) == 2
+    assert capsys.readouterr().err.endswith(
+        "verify: --revision 'next': model llama-70b runs the revisions stable, canary\n")
 
 
 def test_the_key_is_never_an_argument():
