@@ -10,6 +10,7 @@ import re
 import urllib.error
 import urllib.parse
 import urllib.request
+from typing import Any
 
 from llm_serving.serving import lora_adapter_config_problems
 from stacks.preflight.context import Context
@@ -36,15 +37,20 @@ def staged_files(files: list[str], allow: tuple[str, ...], ignore: tuple[str, ..
             if any(fnmatch.fnmatch(f, p) for p in allow) and not any(fnmatch.fnmatch(f, p) for p in ignore)]
 
 
+def _get_json(ctx: Context, url: str) -> Any:
+    """One authenticated GET of `url` (an http(s) URL from revision_url or file_url), its JSON body."""
+    request = urllib.request.Request(url)  # noqa: S310 - http(s) only (revision_url, file_url)
+    if ctx.hub_token:
+        request.add_header("Authorization", f"Bearer {ctx.hub_token}")
+    with urllib.request.urlopen(request, timeout=ctx.timeout_seconds) as response:  # noqa: S310 - http(s) only
+        return json.load(response)
+
+
 def _check(ctx: Context, source: ModelSource) -> Finding:
     check = "model.hub"
     subject = f"{source.model_id}@{source.revision[:12]}"
-    request = urllib.request.Request(revision_url(ctx.hub_url, source.model_id, source.revision))  # noqa: S310
-    if ctx.hub_token:
-        request.add_header("Authorization", f"Bearer {ctx.hub_token}")
     try:
-        with urllib.request.urlopen(request, timeout=ctx.timeout_seconds) as response:  # noqa: S310 - http(s) only (revision_url)
-            info = json.load(response)
+        info = _get_json(ctx, revision_url(ctx.hub_url, source.model_id, source.revision))
     except urllib.error.HTTPError as error:
         if error.code in (401, 403):
             if not ctx.hub_token and ctx.intent.hf_token_in_stack:
@@ -95,12 +101,8 @@ def _adapter(ctx: Context, source: AdapterSource) -> Finding:
                        "the staging Job checks its manifest and adapter_config.json before vLLM loads it",
                        f"check it by hand: aws s3 cp {source.s3_uri}adapter_config.json -")
     subject = f"{source.adapter} ({source.repo_id}@{source.revision[:12]})"
-    request = urllib.request.Request(file_url(ctx.hub_url, source.repo_id, source.revision, "adapter_config.json"))  # noqa: S310
-    if ctx.hub_token:
-        request.add_header("Authorization", f"Bearer {ctx.hub_token}")
     try:
-        with urllib.request.urlopen(request, timeout=ctx.timeout_seconds) as response:  # noqa: S310 - http(s) only (file_url)
-            config = json.load(response)
+        config = _get_json(ctx, file_url(ctx.hub_url, source.repo_id, source.revision, "adapter_config.json"))
     except urllib.error.HTTPError as error:
         if error.code in (401, 403) and not ctx.hub_token and ctx.intent.hf_token_in_stack:
             return unknown(check, f"{subject}: the Hub refuses an anonymous read ({error.code}), and the stack's "
