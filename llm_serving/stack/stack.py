@@ -752,15 +752,23 @@ class ServingStack(pulumi.ComponentResource):
             first = revisions.revision_model_of(model)
             if first is None:
                 continue
-            gate: list[pulumi.Resource] = []
-            if mode is not VerificationMode.OFF:
-                gate.append(self._verification_job(args, model, mode, (
-                    self._workloads[model.name], *edge.objects, *(routing.objects if routing else ()))).job)
             route = edge.gated_route_manifests[first]
-            if routing is not None and first in edge.pooled:
-                routing.route(route, gate)
+            owner: Edge | InferenceRouting = routing if routing is not None and first in edge.pooled else edge
+
+            def weighted(after: list[pulumi.Resource], route: dict[str, Any] = route,
+                         owner: Edge | InferenceRouting = owner) -> pulumi.Resource:
+                return owner.route(route, after)
+
+            before = (self._workloads[model.name], *edge.objects, *(routing.objects if routing else ()))
+            if mode is VerificationMode.OFF:
+                weighted([])
+            elif verification.serves_users(args, model):
+                # A weight: the share moves only once the gate passed.
+                weighted([self._verification_job(args, model, mode, before).job])
             else:
-                edge.route(route, gate)
+                # Weight 0 (a new revision, or a rollback): the route first, so the revision has no share when its
+                # full planned load runs, and a rollback never waits for a gate the broken revision would fail.
+                self._verification_job(args, model, mode, (*before, weighted([])))
 
     def _verification_job(self, args: ServingStackArgs, model: ModelArgs, mode: VerificationMode,
                           after: tuple[pulumi.Resource, ...]) -> VerificationJob:
@@ -775,10 +783,13 @@ class ServingStack(pulumi.ComponentResource):
                 image=versions.VERIFY_IMAGE,
                 api_key_secret=API_KEY_SECRET,
                 deadline_seconds=verification.deadline_seconds(checks),
-                # Image, revision, engine flags and replicas: a deploy that changes them is verified again.
+                # Image, revision, engine flags and replicas: a deploy that changes them is verified again; and a
+                # second revision's weight, so each step of its rollout is gated before its route moves.
                 deployed=repr((model_parts.image(model), model.revision, model_parts.tokenizer_revision(model),
                                model_parts.engine_settings(args, model), model.replicas, model.chat_template,
-                               *model_parts.verified_lora(args, model))),
+                               *model_parts.verified_lora(args, model),
+                               *([verification.revision_under_test(args, model)]
+                                 if revisions.revision_model_of(model) is not None else []))),
                 after=(*after, self._api_key_secret, *self._fences),
             ),
             pulumi.ResourceOptions(parent=self),

@@ -159,9 +159,10 @@ def test_each_revisions_metrics_carry_its_own_workload_name_as_model_name(render
 
 @pytest.fixture(scope="module")
 def renders() -> dict[str, Any]:
-    """One component render per shape: one revision, the pair at 90/10 and at 50/50."""
+    """One component render per shape: one revision, the pair at 90/10, at 50/50 and at 100/0."""
     shapes = {"one": values(None), "pair": values(), "even": values([{**TWO[0], "weight": 50},
-                                                                       {**TWO[1], "weight": 50}])}
+                                                                       {**TWO[1], "weight": 50}]),
+              "zero": values([{**TWO[0], "weight": 100}, {**TWO[1], "weight": 0}])}
     return {name: run(lambda found=found: ServingStack("llm", stack_args(found))) for name, found in shapes.items()}
 
 
@@ -231,11 +232,25 @@ def test_adding_a_revision_creates_objects_and_updates_the_route_replacing_nothi
                for f in c.fields)
 
 
-def test_a_weight_change_is_an_update_of_the_route_alone(renders):
+def test_a_weight_change_updates_the_route_after_the_second_revisions_gate_runs_again(renders):
+    # Each step of a rollout is gated before its route moves: the weight is in the second revision's gate key, so its
+    # Job (and ConfigMap) are new, and the route's update waits for it; nothing that serves changes.
     diff = diff_resources(renders["pair"].resources, renders["even"].resources, "test", "main")
-    (change,) = diff.changes
-    assert change.type.endswith("HTTPRoute") and change.action == "update"
-    assert {f.path.rsplit(".", 1)[-1] for f in change.fields} == {"weight"}
+    (change,) = diff.of("update")
+    assert change.type.endswith("HTTPRoute") and {f.path.rsplit(".", 1)[-1] for f in change.fields} == {"weight"}
+    assert _replaced(diff) == {("Job", "llama-8b-canary-verify-job"), ("ConfigMap", "llama-8b-canary-verify-probe")}
+    assert not diff.of("create") and not diff.of("delete")
+
+
+def test_at_weight_zero_the_route_moves_first_and_the_full_gate_runs_after_it(renders):
+    """A rollback to 0 (or a revision added at 0) takes the revision out of the split at once: its route does not
+    wait for a gate the broken revision would fail, and the gate's full planned load runs once no user reaches it."""
+    result = renders["zero"]
+    route, gate = "kubernetes:gateway.networking.k8s.io/v1:HTTPRoute", "kubernetes:batch/v1:Job"
+    assert f"{gate}::llama-8b-canary-verify-job" not in result.resource(route, "edge-httproute-llama-8b")["options"][
+        "dependsOn"]
+    assert f"{route}::edge-httproute-llama-8b" in result.resource(gate, "llama-8b-canary-verify-job")["options"][
+        "dependsOn"]
 
 
 def test_removing_the_second_revision_deletes_its_objects_only(renders):
