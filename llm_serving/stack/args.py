@@ -105,6 +105,13 @@ class ServingStackArgs:
     previews refuse (policy images-digest-pinned). Empty by default: `python -m stacks pin-images <stack> --write`
     resolves each tag through its registry and writes this map; run it again after a chart bump. Only charts at their
     pinned versions take these digests, and an entry naming no image the stack runs is ignored (with a warning)."""
+    adopt_retained_objects: bool = False
+    """For the first `up` after a `pulumi destroy` that left this stack's retained Kubernetes objects in the cluster
+    (weights claims, serving volumes and claims): adopt each by its name (Pulumi's `import` option) instead of failing
+    on it with AlreadyExists. The up fails on an object whose live spec differs from the program's. Unset it after
+    that up (an adopted object ignores it; a new one would fail to import). Default off: every object is created.
+    Read by this project's program (stacks/program.py, a transformation on the stack's resources); the component
+    itself does not read it."""
     api_key: StrInput = Field(repr=False)
     """Secret. API key clients must present (vLLM `--api-key`, from a Kubernetes Secret)."""
     hf_token: StrInput | None = Field(default=None, repr=False)

@@ -62,6 +62,7 @@ class Recorded:
     # The aliases the program declared, as the engine receives them (alias specs): the former type, name
     # or parent a resource is found under in an existing stack's state.
     aliases: tuple[dict[str, Any], ...] = ()
+    import_id: str = ""  # the `import` option: the id of an existing object the engine adopts instead of creating
 
 
 class RecordingMonitor(pulumi_mocks.MockMonitor):
@@ -84,6 +85,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     tuple(request.replaceOnChanges),
                     bool(request.deleteBeforeReplace),
                     tuple(a for a in map(_alias, request.aliases) if not _sdk_version_alias(request.type, a)),
+                    request.importId,
                 )
             )
         return response
@@ -317,6 +319,7 @@ def _result(stack: str, project: str, recorded: list[Recorded]) -> RenderResult:
                                "delete": r.custom_timeouts[2]},
             **({"aliases": [{**a, **({"parentUrn": label(a["parentUrn"])} if "parentUrn" in a else {})}
                             for a in r.aliases]} if r.aliases else {}),
+            **({"import": r.import_id} if r.import_id else {}),
         }
 
     resources = []

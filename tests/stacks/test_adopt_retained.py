@@ -1,0 +1,39 @@
+"""`adoptRetainedObjects`: the first `up` after a `pulumi destroy` adopts the claims and volumes the destroy left
+(retainOnDelete) through Pulumi's `import` option, by their Kubernetes ids, instead of failing on each with
+AlreadyExists (pulumi-kubernetes >= 4.29 creates client-side). Rendered once, from dev with the key set."""
+
+from __future__ import annotations
+
+import pytest
+
+from stacks.offline.render import RenderResult
+from stacks.program import ADOPTABLE_TYPES
+from tests.conftest import render_file
+from tests.support import stack_variants
+
+
+@pytest.fixture(scope="module")
+def adopting(variants_dir) -> RenderResult:
+    return render_file(stack_variants.write(variants_dir, "dev-adopt", {
+        "adoptRetainedObjects": True, "grafanaAdminPassword": {"secure": "v1:x"}}, extends="dev"))
+
+
+def _kubernetes_id(resource: dict) -> str:
+    metadata = resource["inputs"]["metadata"]
+    return f"{metadata['namespace']}/{metadata['name']}" if metadata.get("namespace") else metadata["name"]
+
+
+def test_each_retained_claim_and_volume_is_adopted_by_its_kubernetes_id(adopting):
+    retained = [r for r in adopting.resources if r["type"] in ADOPTABLE_TYPES and r["options"]["retainOnDelete"]]
+    # dev on EFS: the model's weights claim, and its read-only serving volume and claim.
+    assert len(retained) == 3
+    assert {r["name"]: r["options"].get("import") for r in retained} == {r["name"]: _kubernetes_id(r) for r in retained}
+    # The volume is cluster-scoped: its id is its name alone.
+    (volume,) = [r for r in retained if r["type"].endswith("PersistentVolume")]
+    assert "/" not in volume["options"]["import"]
+    # Nothing else is imported: every other object is created as before.
+    assert [r["name"] for r in adopting.resources if r["options"].get("import") and r not in retained] == []
+
+
+def test_without_the_key_nothing_is_imported(rendered):
+    assert [r["name"] for r in rendered["dev"].resources if r["options"].get("import")] == []
