@@ -146,6 +146,7 @@ from .weights import (
     ModelWeights,
     ModelWeightsArgs,
     StagedAdapter,
+    region_env,
     staging_claim_name,
 )
 
@@ -159,6 +160,7 @@ __all__ = [
     "offload_init_seconds",
     "ALLOW_PATTERNS",
     "S3_STAGE_EPHEMERAL_GIB",
+    "region_env",
     "AWAIT_MARGIN_SECONDS",
     "AccessMode",
     "CHAT_TEMPLATE_PATH",

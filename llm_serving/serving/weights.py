@@ -84,6 +84,13 @@ class StagedAdapter:
         return {"model_id": self.model_id or "", "revision": self.revision or "", "target": self.target}
 
 
+def region_env(region: pulumi.Input[str]) -> list[dict[str, Any]]:
+    """The region for a pod's AWS clients, which Pod Identity does not give (its credentials only): botocore reads
+    AWS_DEFAULT_REGION alone (botocore configprovider.py: 'region': ('region', 'AWS_DEFAULT_REGION', ...)), the CLI
+    and the other SDKs AWS_REGION."""
+    return [{"name": "AWS_REGION", "value": region}, {"name": "AWS_DEFAULT_REGION", "value": region}]
+
+
 def from_s3(adapters: tuple[StagedAdapter, ...]) -> bool:
     """Whether any adapter comes from S3: the volume Job then runs under a service account with a read role."""
     return any(a.bucket is not None for a in adapters)
@@ -259,11 +266,9 @@ class ModelWeights(pulumi.ComponentResource):
                     {"name": "MAX_LORA_RANK", "value": str(args.max_lora_rank)}]
         s3_adapters = from_s3(args.adapters)
         if s3_adapters and args.region is not None:
-            # boto3 needs a region; Pod Identity gives credentials only. botocore reads AWS_DEFAULT_REGION only
-            # (botocore configprovider.py: 'region': ('region', 'AWS_DEFAULT_REGION', ...)); AWS_REGION is for
-            # the other SDKs and the CLI. A bucket elsewhere answers with its own region, which botocore follows
-            # (botocore utils.py S3RegionRedirectorv2, x-amz-bucket-region).
-            env += [{"name": "AWS_REGION", "value": args.region}, {"name": "AWS_DEFAULT_REGION", "value": args.region}]
+            # boto3 needs a region; Pod Identity gives credentials only. A bucket elsewhere answers with its own
+            # region, which botocore follows (botocore utils.py S3RegionRedirectorv2, x-amz-bucket-region).
+            env += region_env(args.region)
         env += STAGE_HOME_ENV
         requirements = self._requirements(name, args)
         reader: list[pulumi.Resource] = self._adapter_reader(name, args) if s3_adapters else []
@@ -354,20 +359,26 @@ class ModelWeights(pulumi.ComponentResource):
             ),
         )
 
+    def _stage_account(self, name: str, args: ModelWeightsArgs) -> tuple[pulumi.Resource, dict[str, str]]:
+        """The service account a staging Job that reads or writes S3 runs as, and the labels of that Job's pods."""
+        labels = {"app.kubernetes.io/name": args.model_name, "app.kubernetes.io/component": "stage-weights"}
+        account = k8s.core.v1.ServiceAccount(
+            f"{name}-stage-account",
+            metadata={"name": args.service_account, "namespace": args.namespace, "labels": labels},
+            # EKS Pod Identity injects its own projected token (audience pods.eks.amazonaws.com) into pods
+            # of an associated account; the Kubernetes API token is never needed.
+            automount_service_account_token=False,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.after)),
+        )
+        return account, labels
+
     def _adapter_reader(self, name: str, args: ModelWeightsArgs) -> list[pulumi.Resource]:
         """For adapters from S3: the service account the volume Job runs as (Pod Identity binds it to the role that
         reads the adapters' prefixes) and a fence that opens this model's Job, and no other pod, to the Pod Identity
         agent and S3 (NetworkPolicies add up: the staging fence keeps DNS and HTTPS)."""
         if not (args.service_account and args.adapter_egress):
             raise ValueError("adapters from S3 need the staging service account and its egress to the agent and S3")
-        labels = {"app.kubernetes.io/name": args.model_name, "app.kubernetes.io/component": "stage-weights"}
-        account = k8s.core.v1.ServiceAccount(
-            f"{name}-stage-account",
-            metadata={"name": args.service_account, "namespace": args.namespace, "labels": labels},
-            # EKS Pod Identity injects its own projected token; the Kubernetes API token is never needed.
-            automount_service_account_token=False,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.after)),
-        )
+        account, labels = self._stage_account(name, args)
         fence = k8s.networking.v1.NetworkPolicy(
             f"{name}-stage-adapter-sources",
             metadata={"name": f"{args.model_name}-stage-adapter-sources", "namespace": args.namespace,
@@ -382,15 +393,7 @@ class ModelWeights(pulumi.ComponentResource):
         """The Job that uploads the revision to the bucket (self.job), under its own service account."""
         if not (args.s3_prefix and args.service_account):
             raise ValueError("the S3 backend needs the revision's prefix and the staging service account")
-        labels = {"app.kubernetes.io/name": args.model_name, "app.kubernetes.io/component": "stage-weights"}
-        account = k8s.core.v1.ServiceAccount(
-            f"{name}-stage-account",
-            metadata={"name": args.service_account, "namespace": args.namespace, "labels": labels},
-            # EKS Pod Identity injects its own projected token (audience pods.eks.amazonaws.com) into pods
-            # of an associated account; the Kubernetes API token is never needed.
-            automount_service_account_token=False,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.after)),
-        )
+        account, labels = self._stage_account(name, args)
         scratch = "/var/stage"
         disk = f"{S3_STAGE_EPHEMERAL_GIB}Gi"  # the scratch volume, HOME with the installed lock, and /tmp
         env = [
@@ -399,9 +402,7 @@ class ModelWeights(pulumi.ComponentResource):
             {"name": "BUCKET", "value": args.bucket},
             {"name": "PREFIX", "value": args.s3_prefix},
             {"name": "SCRATCH", "value": scratch},
-            # Both: botocore reads AWS_DEFAULT_REGION only (configprovider.py), the CLI and other SDKs AWS_REGION.
-            *([{"name": "AWS_REGION", "value": args.region}, {"name": "AWS_DEFAULT_REGION", "value": args.region}]
-              if args.region is not None else []),
+            *(region_env(args.region) if args.region is not None else []),
             {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
         ]
         if args.tokenizer_revision and args.tokenizer_revision != args.revision and args.s3_tokenizer_prefix:

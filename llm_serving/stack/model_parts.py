@@ -83,7 +83,7 @@ def extra_env(args: ServingStackArgs, region: pulumi.Input[str]) -> tuple[dict, 
     if streams_from_s3(args):
         # The streamer's S3 client resolves the bucket's endpoint from the region; Pod Identity gives
         # credentials only (AWS_CONTAINER_CREDENTIALS_FULL_URI), not a region.
-        found += ({"name": "AWS_REGION", "value": region}, {"name": "AWS_DEFAULT_REGION", "value": region})
+        found += tuple(serving.region_env(region))
     return found
 
 

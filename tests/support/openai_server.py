@@ -56,16 +56,10 @@ def _prompt_tokens(body: dict) -> int:
     return sum(len(str(m.get("content", "")).split()) for m in body.get("messages", [])) + 10
 
 
-class _Handler(BaseHTTPRequestHandler):
-    behaviour: Behaviour
-    hosts: list[str]
-    protocol_version = "HTTP/1.1"
+class _JsonHandler(BaseHTTPRequestHandler):
+    """What every local server here shares: HTTP/1.1 (keep-alive, chunked streams), no log lines, JSON answers."""
 
-    def parse_request(self) -> bool:
-        parsed = super().parse_request()
-        if parsed:
-            self.hosts.append(self.headers.get("Host", ""))
-        return parsed
+    protocol_version = "HTTP/1.1"
 
     def log_message(self, *args: object) -> None:  # quiet under pytest
         pass
@@ -77,6 +71,18 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+
+class _Handler(_JsonHandler):
+    behaviour: Behaviour
+    hosts: list[str]
+
+    def parse_request(self) -> bool:
+        parsed = super().parse_request()
+        if parsed:
+            self.hosts.append(self.headers.get("Host", ""))
+        return parsed
+
 
     def _authorised(self) -> bool:
         if not self.behaviour.check_key or self.headers.get("Authorization") == f"Bearer {KEY}":
@@ -194,22 +200,11 @@ class OpenAIServer:
         self._serving.close()
 
 
-class _RouterHandler(BaseHTTPRequestHandler):
+class _RouterHandler(_JsonHandler):
     routes: dict[str, str]  # a name a request's `model` may carry -> the base URL (.../v1) of the server for it
     rewrites: dict[str, str]  # an alias -> the adapter the picker rewrites it to
     listed: tuple[str, ...]
-    protocol_version = "HTTP/1.1"
 
-    def log_message(self, *args: object) -> None:  # quiet under pytest
-        pass
-
-    def _json(self, status: int, document: dict) -> None:
-        data = json.dumps(document).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
 
     def do_GET(self) -> None:
         if self.path != "/v1/models":
@@ -299,14 +294,10 @@ class ModelRouter:
         self._serving.close()
 
 
-class _RevisionHandler(BaseHTTPRequestHandler):
+class _RevisionHandler(_JsonHandler):
     revisions: dict[str, str]  # a revision's name -> the base URL (.../v1) of its server
     weighted: str  # the revision requests without the header go to
     header: str
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args: object) -> None:  # quiet under pytest
-        pass
 
     def _upstream(self) -> str | None:
         asked = self.headers.get(self.header)
