@@ -139,37 +139,6 @@ def after(resources: list[pulumi.Resource]) -> pulumi.ResourceTransformation:
     return transformation
 
 
-# The retained objects the program names that a destroy leaves (claims and volumes): created by a later stack, each
-# would fail with AlreadyExists (pulumi-kubernetes >= 4.29 creates client-side, no upsert). Charts and ConfigGroups
-# (the CRD carriers) are components: their children cannot take an import id.
-ADOPTABLE_TYPES = ("kubernetes:core/v1:PersistentVolumeClaim", "kubernetes:core/v1:PersistentVolume")
-
-
-def adopt_retained(serving_namespace: str) -> pulumi.ResourceTransformation:
-    """`adoptRetainedObjects`: each retained claim or volume takes Pulumi's `import` option with its Kubernetes id
-    (`<namespace>/<name>`, or `<name>` for a cluster-scoped volume; pulumi-kubernetes' import id), so the engine reads
-    and adopts the object a destroy left instead of creating it. A claim whose namespace is an output (the serving
-    namespace the stack creates, named so the claim waits for it) is in `serving_namespace`."""
-
-    def field(value: Any, key: str) -> Any:
-        return value.get(key) if isinstance(value, dict) else getattr(value, key, None)
-
-    def transformation(args: pulumi.ResourceTransformationArgs) -> pulumi.ResourceTransformationResult | None:
-        if args.type_ not in ADOPTABLE_TYPES or not args.opts.retain_on_delete:
-            return None
-        metadata = args.props.get("metadata")
-        name, namespace = field(metadata, "name"), field(metadata, "namespace")
-        if namespace is not None and not isinstance(namespace, str):
-            namespace = serving_namespace
-        if not isinstance(name, str):
-            raise ValueError(f"adoptRetainedObjects: {args.name} has no plain name to import it by")
-        object_id = f"{namespace}/{name}" if namespace else name
-        return pulumi.ResourceTransformationResult(
-            args.props, pulumi.ResourceOptions.merge(args.opts, pulumi.ResourceOptions(import_=object_id)))
-
-    return transformation
-
-
 def record_secret_namespaces(created: dict[str, pulumi.Resource], named: set[str]) -> pulumi.ResourceTransformation:
     """Collects, as the serving stack registers them, the namespaces it creates (by name, with the resource a
     binding inside waits for) and the plain namespace names its Secrets and Helm releases name (a namespace
@@ -237,10 +206,8 @@ def run() -> None:
         opts = pulumi.ResourceOptions(providers={"kubernetes": provider})
     created_namespaces: dict[str, pulumi.Resource] = {}
     named_namespaces: set[str] = set()
-    transformations = [record_secret_namespaces(created_namespaces, named_namespaces),
-                       *([adopt_retained(config.serving.namespace)] if config.adopt_retained_objects else [])]
     stack = ServingStack("llm-serving", config, pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(
-        transformations=transformations)))
+        transformations=[record_secret_namespaces(created_namespaces, named_namespaces)])))
     preview_reader(created_namespaces, named_namespaces, opts)
     pulumi.export("environment", config.environment.value)
     pulumi.export("gpuNodeSelector", stack.gpu_node_selector)

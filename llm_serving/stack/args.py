@@ -110,8 +110,7 @@ class ServingStackArgs:
     (weights claims, serving volumes and claims): adopt each by its name (Pulumi's `import` option) instead of failing
     on it with AlreadyExists. The up fails on an object whose live spec differs from the program's. Unset it after
     that up (an adopted object ignores it; a new one would fail to import). Default off: every object is created.
-    Read by this project's program (stacks/program.py, a transformation on the stack's resources); the component
-    itself does not read it."""
+    ServingStack puts a transformation on its children for it (llm_serving/stack/adoption.py)."""
     api_key: StrInput = Field(repr=False)
     """Secret. API key clients must present (vLLM `--api-key`, from a Kubernetes Secret)."""
     hf_token: StrInput | None = Field(default=None, repr=False)

@@ -80,6 +80,7 @@ from llm_serving.serving import (
     sync_configmap,
 )
 from llm_serving.stack import (
+    adoption,
     chart_images,
     model_parts,
     parts,
@@ -213,9 +214,13 @@ class ServingStack(pulumi.ComponentResource):
     """What the planner decided for each model, by model name."""
 
     def __init__(self, name: str, args: ServingStackArgs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__(TYPE, name, None, opts)
         # Each model's second revision a model of its own from here on (llm_serving/stack/revisions.py).
         args = revisions.expanded(checked(name, args))
+        if args.adopt_retained_objects:
+            # A component's transformations apply to every resource under it (adoption.adopt_retained).
+            opts = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(
+                transformations=[adoption.adopt_retained(args.serving.namespace)]))
+        super().__init__(TYPE, name, None, opts)
         self._check_account(name, args)
         self._args = args
         for note in planning.rollout_crowded_out(args).values():

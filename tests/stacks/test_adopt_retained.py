@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from llm_serving.stack.adoption import ADOPTABLE_TYPES
 from stacks.offline.render import RenderResult
-from stacks.program import ADOPTABLE_TYPES
 from tests.conftest import render_file
 from tests.support import stack_variants
 
@@ -33,6 +33,16 @@ def test_each_retained_claim_and_volume_is_adopted_by_its_kubernetes_id(adopting
     assert "/" not in volume["options"]["import"]
     # Nothing else is imported: every other object is created as before.
     assert [r["name"] for r in adopting.resources if r["options"].get("import") and r not in retained] == []
+
+
+def test_the_component_adopts_on_its_own_as_a_library_user_builds_it():
+    # ServingStack under the mocks, without this repository's program: the key is the component's.
+    from llm_serving import ServingStack
+    from tests.support.components import committed_args, run
+
+    result = run(lambda: ServingStack("llm", committed_args("dev", adoptRetainedObjects=True)))
+    (claim,) = [r for r in result.resources if r["name"] == "llama-8b-weights-claim"]
+    assert claim["options"]["import"] == "llm-serving/llama-8b-weights"
 
 
 def test_without_the_key_nothing_is_imported(rendered):
