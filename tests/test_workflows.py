@@ -742,3 +742,19 @@ def test_make_scan_fails_when_zizmors_result_differs_from_the_recorded_one_and_r
     assert scan.scan_workflows(fake_zizmor(tmp_path, deploy))[0] == 0
     code, lines = scan.scan_workflows(fake_zizmor(tmp_path, deploy[:2]))
     assert code == 1 and any("zizmor-result.yaml differs from this run" in line for line in lines)
+
+
+def test_every_input_given_to_a_pulumi_action_is_one_its_pinned_action_yml_declares():
+    # The inputs of pulumi/actions and pulumi/auth-actions at the commits the workflows pin (tools/action_inputs.py
+    # derives them from each action.yml): a misspelt input is ignored by the runner with a warning, not refused.
+    declared = json.loads((PROJECT_DIR / "tests" / "fixtures" / "upstream" / "action-inputs.json").read_text())
+    checked = 0
+    for name in WORKFLOW_FILES:
+        for job in load(name)["jobs"].values():
+            for step in job.get("steps", []):
+                pin = str(step.get("uses", ""))  # owner/name@commit (the release comment is YAML's, not the value's)
+                if pin.split("@")[0] in ("pulumi/actions", "pulumi/auth-actions"):
+                    assert pin in declared, f"{name}: {pin} has no derived inputs (run tools/action_inputs.py)"
+                    assert sorted(set(step.get("with", {})) - set(declared[pin])) == [], f"{name}: {pin}"
+                    checked += 1
+    assert checked >= 6  # preview, drift and up each get a token and run Pulumi
