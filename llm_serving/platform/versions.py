@@ -157,6 +157,10 @@ BOTO3_VERSION = "1.44.8"
 # python:3.12.8-slim-bookworm, as astral-sh/uv-docker-example's multistage.Dockerfile pins it), so a
 # re-pushed tag cannot change what gates a deploy. The probe needs only the standard library.
 VERIFY_IMAGE = f"{STAGE_IMAGE}@sha256:2199a62885a12290dc9c5be3ca0681d367576ab7bf037da120e564723292a2f0"
+# The accuracy gate's harness: lm-evaluation-harness (EleutherAI/lm-evaluation-harness, tag v0.4.13; PyPI
+# lm_eval 0.4.13), whose core no longer needs torch or transformers. The eval Job runs it on VERIFY_IMAGE from the
+# hashed lock llm_serving/verification/eval-requirements.txt (`python -m tools.stage_lock --only eval`).
+HARNESS_VERSION = "0.4.13"
 
 # Envoy Gateway's chart is published to an OCI registry only (release workflow of envoyproxy/gateway
 # v1.9.0); the version carries the leading "v".

@@ -1,13 +1,14 @@
 """The deploy gate: the probe (smoke checks and an SLO load test, standard library only), its
-manifests, and per model the VerificationJob that Pulumi awaits after the model is Ready and routed."""
+manifests, and per model the VerificationJob that Pulumi awaits after the model is Ready and routed; the accuracy
+gate's program (eval_gate.py, lm-evaluation-harness from the hashed lock eval-requirements.txt)."""
 
-from . import probe
+from . import eval_gate, probe
 from .args import (
     VerificationArgs,
     VerificationMode,
 )
 from .job import AWAIT_SLACK_SECONDS, VerificationJob, VerificationJobArgs, await_seconds
-from .objects import PROBE_SOURCE, SELECTOR, network_policy
+from .objects import EVAL_REQUIREMENTS, EVAL_SOURCE, PROBE_SOURCE, SELECTOR, network_policy
 from .probe import (
     EXIT_FAIL,
     EXIT_INTERRUPTED,
@@ -32,6 +33,8 @@ __all__ = [
     "AWAIT_SLACK_SECONDS",
     "Alias",
     "Check",
+    "EVAL_REQUIREMENTS",
+    "EVAL_SOURCE",
     "EXIT_FAIL",
     "EXIT_INTERRUPTED",
     "EXIT_PASS",
@@ -51,6 +54,7 @@ __all__ = [
     "VerificationJobArgs",
     "VerificationMode",
     "await_seconds",
+    "eval_gate",
     "network_policy",
     "probe",
     "read_key",

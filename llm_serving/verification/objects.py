@@ -10,11 +10,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from . import probe
+from . import eval_gate, probe
 
 NAMESPACE_LABEL = "kubernetes.io/metadata.name"  # set on every namespace by the API server
 
 PROBE_SOURCE = Path(probe.__file__).read_text()
+# The accuracy gate's program and the hashed lock of its harness (tools/stage_lock.py writes it): the eval Job runs
+# the one from its ConfigMap after installing the other's wheels, staged on the weights volume.
+EVAL_SOURCE = Path(eval_gate.__file__).read_text()
+EVAL_REQUIREMENTS = Path(eval_gate.__file__).with_name("eval-requirements.txt").read_text()
 SELECTOR = {"app.kubernetes.io/component": "verify"}
 CONFIG_DIR = "/etc/verify"
 KEY_DIR = "/var/run/secrets/llm-serving"
