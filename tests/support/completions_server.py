@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
+import threading
 from http.server import ThreadingHTTPServer
 
 from tests.support.local_http import serving
@@ -22,6 +24,7 @@ class _Handler(_JsonHandler):
     answers: dict[str, int]  # question -> the right answer
     wrong: frozenset[str]
     requests: list[dict]
+    stop: bool  # SIGTERM to the process at the first completion request, as a Job's deadline sends it
 
     def _authorised(self) -> bool:
         if self.headers.get("Authorization") == f"Bearer {KEY}":
@@ -43,6 +46,10 @@ class _Handler(_JsonHandler):
         if not self._authorised():
             return
         self.requests.append(body)
+        if self.stop and len(self.requests) == 1:
+            main = threading.main_thread().ident
+            assert main is not None
+            signal.pthread_kill(main, signal.SIGTERM)
         if body.get("model") != self.served_name:
             self._json(404, {"error": {"message": f"The model `{body.get('model')}` does not exist.", "code": 404}})
             return
@@ -57,12 +64,14 @@ class _Handler(_JsonHandler):
 
 class CompletionServer:
     """`with CompletionServer(answers, wrong=...) as url:` serves on 127.0.0.1 at a free port; url ends in /v1.
-    `requests` collects every completion request's body."""
+    `requests` collects every completion request's body. With `stop`, the first completion request sends SIGTERM to
+    the process's main thread (the program under test runs there and takes it as Ctrl-C)."""
 
     def __init__(self, answers: dict[str, int], wrong: frozenset[str] = frozenset(),
-                 served_name: str = "llama-8b") -> None:
+                 served_name: str = "llama-8b", stop: bool = False) -> None:
         self.requests: list[dict] = []
-        attributes = {"served_name": served_name, "answers": dict(answers), "wrong": wrong, "requests": self.requests}
+        attributes = {"served_name": served_name, "answers": dict(answers), "wrong": wrong, "requests": self.requests,
+                      "stop": stop}
         self._server: ThreadingHTTPServer = _Server(("127.0.0.1", 0), type("Handler", (_Handler,), attributes))
         self._serving = contextlib.ExitStack()
 

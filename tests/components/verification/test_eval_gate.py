@@ -109,7 +109,14 @@ def runs(tmp_path_factory, data, servers) -> dict[str, Run]:
                                                     tasks=[_task(data, minScore=0.9)])),
         "unreachable": _main(scratch / "unreachable",
                              _settings(data, f"http://127.0.0.1:{_closed_port()}/v1", right)),
+        "interrupted": _interrupted(scratch / "interrupted", data, right),
     }
+
+
+def _interrupted(scratch: Path, data: Path, candidate: str) -> Run:
+    """The stable's server sends SIGTERM (what a Job past its deadline gets) at its first request."""
+    with CompletionServer(QUESTIONS, served_name=MODEL, stop=True) as stopping:
+        return _main(scratch, _settings(data, candidate, stopping))
 
 
 def test_two_revisions_that_answer_alike_pass_with_no_drop(runs):
@@ -178,6 +185,16 @@ def test_an_unreachable_candidate_is_a_failing_line_naming_it_not_a_traceback(ru
     (task,) = report["tasks"]
     assert (task["stable"], task["candidate"], task["passed"]) == (1.0, None, False)  # the stable still ran
     assert run.termination == line
+
+
+def test_sigterm_stops_the_run_with_exit_130_and_the_report_so_far(runs):
+    run = runs["interrupted"]
+    assert run.code == eval_gate.EXIT_INTERRUPTED
+    assert "Traceback" not in run.stderr
+    report = run.report
+    assert report["passed"] is False and report["tasks"][0]["candidate"] is None
+    assert report["failures"] == ["revision canary of llama-8b: interrupted before every run completed"]
+    assert run.termination == report["failures"][0]
 
 
 def test_bad_settings_exit_2_with_a_line_naming_each_key_and_value(tmp_path, data):
