@@ -9,6 +9,7 @@ lock, proves the lock is exactly what the Job's run imports.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import importlib.metadata
 import io
@@ -62,13 +63,25 @@ def _settings(data: Path, candidate: str, stable: str | None, **changes: Any) ->
             **changes}
 
 
+@contextlib.contextmanager
+def _event_loop_kept() -> Iterator[None]:
+    """The main thread's event loop as it was: the harness's concurrent requests go through `asyncio.run`, which
+    leaves the thread with none set (`set_event_loop(None)`), and later tests in this worker ask for it (Pulumi's
+    mocks call `asyncio.get_event_loop()`)."""
+    before = getattr(asyncio.get_event_loop_policy()._local, "_loop", None)
+    try:
+        yield
+    finally:
+        asyncio.set_event_loop(before if before is not None and not before.is_closed() else asyncio.new_event_loop())
+
+
 def _main(scratch: Path, settings: dict[str, Any], mode: str = "gate") -> Run:
     scratch.mkdir(parents=True, exist_ok=True)
     (scratch / "settings.json").write_text(json.dumps(settings))
     (scratch / "key").write_text(KEY + "\n")
     termination = scratch / "termination-log"
     stdout, stderr = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr), _event_loop_kept():
         code = eval_gate.main(["--settings", str(scratch / "settings.json"), "--api-key-file", str(scratch / "key"),
                                "--mode", mode, "--termination-log", str(termination)])
     return Run(code, stdout.getvalue(), stderr.getvalue(),
