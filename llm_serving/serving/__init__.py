@@ -5,6 +5,10 @@ from . import cache_sync
 from .args import (
     AccessMode,
     CompileCacheMode,
+    EvalArgs,
+    EvalDataFormat,
+    EvalFileArgs,
+    EvalTaskArgs,
     KvCacheDtype,
     KvOffloadArgs,
     LoraAdapterArgs,
@@ -110,6 +114,7 @@ from .rollout import (
     rollout_seconds,
 )
 from .stage_adapter import config_problems as lora_adapter_config_problems
+from .stage_scripts import STAGE_REQUIREMENTS
 from .timing import (
     AWAIT_MARGIN_SECONDS,
     MAX_STREAM_SECONDS,
@@ -170,6 +175,10 @@ __all__ = [
     "ColdStart",
     "CompileCacheKey",
     "CompileCacheMode",
+    "EvalArgs",
+    "EvalDataFormat",
+    "EvalFileArgs",
+    "EvalTaskArgs",
     "DEFAULT_BLOCK_SIZE",
     "DEFAULT_GPU_MEMORY_UTILIZATION",
     "DEFAULT_IMAGE_PULL_SECONDS",
@@ -276,6 +285,7 @@ __all__ = [
     "pod_memory_gib",
     "pod_resources",
     "pod_security_context",
+    "STAGE_REQUIREMENTS",
     "prepull_daemonset",
     "prepull_network_policy",
     "producer_network_policy",

@@ -432,6 +432,90 @@ class RevisionArgs:
         return value
 
 
+class EvalDataFormat(StrEnum):
+    """How a task's data files are read: the packaged builder of Hugging Face `datasets` the harness loads them with."""
+
+    PARQUET = "parquet"
+    JSON = "json"
+    """JSON Lines (one document per line) or a JSON array."""
+    CSV = "csv"
+
+
+@args_type
+class EvalFileArgs:
+    """One data file of a task, from a Hugging Face dataset repository at a pinned commit."""
+
+    split: str = Field(pattern=r"^[a-z][a-z0-9_]{0,31}$")
+    """The split the file holds, as the task names it: `test` (scored), and `train` or `validation` when the task
+    draws few-shot examples from one (lm-evaluation-harness task YAML `test_split`, `fewshot_split`)."""
+    path: str = Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9._/=-]{0,199}$")
+    """The file's path in the repository, e.g. `main/test-00000-of-00001.parquet`."""
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    """SHA-256 of the file (64 lowercase hex digits, `sha256sum <file>`; the Hub shows it on an LFS file's page): the
+    staging Job refuses a file with another digest, so the scored samples cannot change under the gate."""
+
+    @model_validator(mode="after")
+    def _no_parent(self) -> "EvalFileArgs":
+        if any(part in ("", ".", "..") for part in self.path.split("/")):
+            raise ValueError(f"path {self.path!r} has an empty, '.' or '..' segment")
+        return self
+
+
+@args_type
+class EvalTaskArgs:
+    """One task of the accuracy gate: an lm-evaluation-harness task (generate_until: the Job holds no tokenizer, so
+    tasks scored by loglikelihood are refused by the harness run) whose data come from pinned files staged on the
+    weights volume instead of the Hub at run time."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+    """The harness's task name, e.g. `gsm8k` (lm-evaluation-harness 0.4.13, lm_eval/tasks/)."""
+    dataset: str = Field(**MODEL_ID)
+    """The Hugging Face dataset repository holding the files, e.g. `openai/gsm8k`."""
+    revision: str = Field(**HUB_COMMIT)
+    """The dataset repository's commit (40 hex digits): the files are read at it."""
+    format: EvalDataFormat = EvalDataFormat.PARQUET
+    """How the files are read (`parquet`, `json`, `csv`)."""
+    files: list[EvalFileArgs] = Field(min_length=1, max_length=4)
+    """The task's files, one per split, a `test` split among them."""
+    metric: str = Field(default="exact_match", pattern=r"^[a-z0-9_]{1,64}$")
+    """The harness metric compared (a key of the task's `metric_list`)."""
+    filter: str = Field(default="none", pattern=r"^[a-z0-9_-]{1,64}$")
+    """The task's filter whose score is compared (its `filter_list` name, e.g. gsm8k's `strict-match`); `none` for a
+    task without filters."""
+    num_fewshot: int | None = Field(default=None, ge=0, le=32)
+    """Few-shot examples per prompt; unset: the task's own (gsm8k: 5, drawn from its `train` file)."""
+    min_score: float | None = Field(default=None, ge=0, le=1)
+    """The lowest score (0-1) any revision may have; unset: no floor. A model that runs one revision is compared with
+    nothing else, so its prod eval needs a floor on every task."""
+
+    @model_validator(mode="after")
+    def _a_test_split(self) -> "EvalTaskArgs":
+        splits = [f.split for f in self.files]
+        if "test" not in splits:
+            raise ValueError(f"files name splits {splits}; the scored one, `test`, is missing")
+        if len(set(splits)) != len(splits):
+            raise ValueError(f"files name a split twice: {splits}")
+        return self
+
+
+@args_type
+class EvalArgs:
+    """The accuracy gate (docs/verification.md, "The accuracy gate"): an eval Job runs lm-evaluation-harness over a
+    pinned task set against the revision under test and, with two revisions, against the other one, on the same
+    samples, and fails the `up` (as the deploy gate does, `verification.mode`) when a score drops more than allowed
+    or falls below its floor. The task files and the harness's wheels are staged on the weights volume first."""
+
+    tasks: list[EvalTaskArgs] = Field(min_length=1, max_length=8)
+    """The task set."""
+    limit: int = Field(default=200, ge=1, le=100000)
+    """Samples per task: the first `limit` of its test split, the same for both revisions."""
+    max_drop_points: float = Field(default=2.0, ge=0, le=100)
+    """How far (in percentage points) the revision under test may score below the other revision on any task."""
+    concurrency: int = Field(default=8, ge=1, le=256)
+    """Requests at once against each revision. Against pods that serve users, at most one replica's spare batch (as
+    the deploy gate), and one request at a time when there is none."""
+
+
 @args_type
 class ModelArgs:
     """One served model: its pinned artifacts, engine settings and replicas."""
@@ -474,8 +558,6 @@ class ModelArgs:
     Model Streamer reads), `pytorch` (.bin/.pt) or `gguf`; weightsStorage.backend s3 needs safetensors."""
     quantization: str | None = Field(default=None, pattern=r"^[a-z0-9_-]+$")
     """`--quantization`; unset lets vLLM read the checkpoint's own config."""
-    quality_eval: str | None = Field(default=None, min_length=3, max_length=500)
-    """The eval (name or URL) showing quality holds with fp8 KV or quantization; required in prod."""
     max_num_seqs: int = Field(default=DEFAULT_MAX_NUM_SEQS, ge=1, le=65536)
     """`--max-num-seqs`, set explicitly."""
     max_num_batched_tokens: int = Field(default=8192, ge=256, le=1048576)
@@ -517,6 +599,9 @@ class ModelArgs:
     """Latency SLOs for the serving alerts."""
     lora: LoraArgs | None = None
     """LoRA adapters on this model, and aliases over them; unset: none (vLLM starts without LoRA)."""
+    eval: EvalArgs | None = None
+    """The accuracy gate over a pinned task set; unset: none. Prod requires it for fp8 KV, quantization, and a second
+    revision that changes the weights, quantization or KV dtype."""
     revisions: list[RevisionArgs] = Field(default_factory=list, max_length=MAX_REVISIONS)
     """Two revisions side by side behind the model's route, split by weight (edge mode gateway, routing perModel),
     e.g. `[{name: stable, weight: 90}, {name: canary, weight: 10, revision: <sha>}]`; each revision's unset fields are

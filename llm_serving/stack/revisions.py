@@ -21,7 +21,8 @@ from llm_serving.platform.problems import Problem
 from llm_serving.serving import AccessMode, ModelArgs, RevisionArgs
 from llm_serving.stack.args import ServingStackArgs
 
-__all__ = ["REVISION_HEADER", "RevisionModel", "expanded", "object_name", "revision_model_of", "revision_rules"]
+__all__ = ["REVISION_HEADER", "RevisionModel", "expanded", "object_name", "revision_model_of", "revision_rules",
+           "same_runs"]
 # The fields a revision may set for itself; every other field is the model's.
 OVERRIDES = ("revision", "tokenizer_revision", "image", "quantization", "kv_cache_dtype", "extra_args")
 
@@ -52,7 +53,7 @@ def _effective(model: ModelArgs, revision: RevisionArgs) -> dict[str, Any]:
 # Suffixes the program appends to a model's name for the objects it derives from it (picker, claims, compile cache,
 # staging and verification Jobs, ...): a second revision named after one would share those objects' names with the
 # model's own, and the up would fail on the second create (AlreadyExists) where the preview saw two URNs.
-DERIVED_SUFFIXES = ("epp", "weights", "compile", "compile-cache", "stage", "verify", "vllm", "read", "aliases",
+DERIVED_SUFFIXES = ("epp", "weights", "compile", "compile-cache", "stage", "verify", "eval", "vllm", "read", "aliases",
                     "chat-template", "adapter-sources", "pdb", "service", "deployment")
 # The longest name derived from a model's (`<name>-compile-cache`) must still be a DNS label (63 characters).
 LONGEST_DERIVED = len("-compile-cache")
@@ -82,6 +83,11 @@ def expanded(args: ServingStackArgs) -> ServingStackArgs:
                           revision_of=model.name, allow_workload_replacement=True)
             seconds.append(RevisionModel(**values))
     return dataclasses.replace(args, models=[*models, *seconds])
+
+
+def same_runs(model: ModelArgs) -> bool:
+    """Whether the model's two revisions run the same thing (every field a revision may set, each resolved)."""
+    return len(model.revisions) == 2 and _effective(model, model.revisions[0]) == _effective(model, model.revisions[1])
 
 
 _CAMEL = {"revision": "revision", "tokenizer_revision": "tokenizerRevision", "image": "image",
@@ -132,10 +138,13 @@ def revision_rules(config: ServingStackArgs) -> Iterator[Problem]:
         if total != 100:
             yield Problem(key, "weights are percent of the route's requests and must sum to 100",
                           [r.weight for r in model.revisions], f"weights summing to 100 (now {total})")
-        if _effective(model, model.revisions[0]) == _effective(model, model.revisions[1]):
-            yield Problem(f"{key}[1]", "runs exactly what the other revision runs: a second revision differs in "
-                          "revision, tokenizerRevision, image, quantization, kvCacheDtype or extraArgs",
-                          model.revisions[1].name, "at least one field that differs from the other revision")
+        if same_runs(model) and all(r.weight > 0 for r in model.revisions):
+            # Two revisions that run the same thing are the retirement's middle steps (stacks/cli/promote.py): the
+            # first revision converged onto the second while it takes nothing, then takes everything back.
+            yield Problem(f"{key}[1]", "runs exactly what the other revision runs, and both take requests: a second "
+                          "revision differs in revision, tokenizerRevision, image, quantization, kvCacheDtype or "
+                          "extraArgs (two that run the same are the retirement's steps, one of them at weight 0)",
+                          model.revisions[1].name, "a field that differs from the other revision, or a weight of 0")
         second = object_name(model, 1)
         revision_name = model.revisions[1].name
         if second in names or second in seconds:

@@ -265,13 +265,16 @@ def _template_changes(change) -> list[str]:
 
 
 def test_a_second_revisions_problem_names_the_key_the_stack_file_holds():
-    # prod rules: fp8 KV needs a quality eval, a revision must be a commit.
+    # prod rules: fp8 KV needs an eval, a revision must be a commit.
     found = values([{"name": "stable", "weight": 90},
                     {"name": "canary", "weight": 10, "revision": "main", "kvCacheDtype": "fp8"}])
     found["environment"] = "prod"
     lines = problems(found)
     assert [line for line in lines if line.startswith("llm-serving:models[llama-8b].revisions[canary].revision:")]
-    assert [line for line in lines if line.startswith("llm-serving:models[llama-8b].qualityEval: (revision canary, ")]
+    # The eval is the model's (both revisions are scored by it): named at the model, saying what the revision changes.
+    assert [line for line in lines if line.startswith("llm-serving:models[llama-8b].eval: kvCacheDtype fp8, a second "
+                                                      "revision with other weights (revision), a second revision with "
+                                                      "another kvCacheDtype in prod needs an eval")]
     assert not [line for line in lines if "models[llama-8b-canary]" in line]
 
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from llm_serving.platform.problems import Problem
 from llm_serving.stack import admission, revisions, timing
 from llm_serving.stack.args import ServingStackArgs
-from llm_serving.stack.rules import cluster, edge, idle, lora, models, platform, routing
+from llm_serving.stack.rules import cluster, edge, evals, idle, lora, models, platform, routing
 
 __all__ = ["RULES", "SHAPE_RULES", "check"]
 
@@ -28,6 +28,7 @@ RULES: tuple[Callable[[ServingStackArgs], Iterator[Problem]], ...] = (
     models.models_rules,
     models.kv_offload_rules,
     lora.lora_rules,
+    evals.eval_rules,
     edge.edge_rules,
     routing.routing_rules,
     idle.scale_to_zero_rules,

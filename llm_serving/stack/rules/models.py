@@ -15,9 +15,8 @@ from urllib.parse import urlsplit
 from llm_serving import gpu, serving
 from llm_serving.gpu import AmiType, CapacityType, ContainerStorage, PlacementStrategy
 from llm_serving.observability import PrometheusMode
-from llm_serving.platform.args import Environment
 from llm_serving.platform.problems import Problem
-from llm_serving.serving import AccessMode, KvCacheDtype, ModelArgs
+from llm_serving.serving import AccessMode, ModelArgs
 from llm_serving.stack.args import ServingStackArgs
 from llm_serving.stack.planning import (
     creates_nodes,
@@ -204,13 +203,6 @@ def _each_model(config: ServingStackArgs) -> Iterator[Problem]:
                     yield Problem(f"{at}.{key}", f"{config.environment.value} needs a pinned commit, not a "
                                   "branch or tag (a silent upstream change would change outputs)", value,
                                   "a 40-character commit SHA")
-        if config.environment is Environment.PROD and model.quality_eval is None:
-            if model.kv_cache_dtype not in (KvCacheDtype.AUTO, KvCacheDtype.BFLOAT16):
-                yield Problem(f"{at}.qualityEval", f"kvCacheDtype {model.kv_cache_dtype.value} in prod needs "
-                              "the eval that showed quality holds", None, "the eval's name or URL")
-            if model.quantization is not None:
-                yield Problem(f"{at}.qualityEval", f"quantization {model.quantization} in prod needs the "
-                              "eval that showed quality holds", None, "the eval's name or URL")
         if resolve_instance_type(config) is None:
             continue
         try:

@@ -19,10 +19,13 @@ LLAMA_70B = {
 }
 
 
-def lines(environment: str = "prod", max_nodes: int = 2, **model: Any) -> list[str]:
+def lines(environment: str = "prod", max_nodes: int = 2, stack: dict[str, Any] | None = None,
+          **model: Any) -> list[str]:
+    """The problems of prod's llama-70b with `model`'s keys, and the stack's `stack` keys."""
     group = {**BASE["gpuNodeGroup"], "scaling": {"minNodes": 1, "maxNodes": max_nodes, "desiredNodes": 1}}
     config = validate(ServingStackArgs,
-        {**BASE, "environment": environment, "gpuNodeGroup": group, "models": [{**LLAMA_70B, **model}]}
+        {**BASE, "environment": environment, "gpuNodeGroup": group, "models": [{**LLAMA_70B, **model}],
+         **(stack or {})}
     )
     return [p.line() for p in checks.check(config)]
 
@@ -89,18 +92,43 @@ def test_rejects_moving_image_tag():
     ]
 
 
+# One task whose files are pinned (placeholders only the offline checks read).
+GSM8K = {"name": "gsm8k", "dataset": "openai/gsm8k", "revision": "4" * 40, "filter": "strict-match",
+         "files": [{"split": "test", "path": "main/test-00000-of-00001.parquet", "sha256": "5" * 64}]}
+
+
 def test_rejects_fp8_kv_cache_in_prod_without_an_eval():
     assert lines(kvCacheDtype="fp8") == [
-        "llm-serving:models[llama-70b].qualityEval: kvCacheDtype fp8 in prod needs the eval that showed "
-        "quality holds (got null; expected the eval's name or URL)"
+        "llm-serving:models[llama-70b].eval: kvCacheDtype fp8 in prod needs an eval that runs and can fail the up, "
+        "not a reference (got null; expected an eval with a pinned task set (docs/verification.md))"
     ]
-    assert lines(kvCacheDtype="fp8", qualityEval="evals/llama-70b-fp8-kv-2026-11.md") == []
     assert lines(environment="staging", kvCacheDtype="fp8") == []
+
+
+def test_an_eval_of_one_revision_needs_a_floor_on_every_task_to_be_able_to_fail():
+    assert lines(kvCacheDtype="fp8", eval={"tasks": [GSM8K]}) == [
+        "llm-serving:models[llama-70b].eval.tasks[gsm8k].minScore: with one revision the eval compares against "
+        "nothing, so a task without a floor could never fail (got null; expected the lowest acceptable score, 0-1)"
+    ]
+    assert lines(kvCacheDtype="fp8", eval={"tasks": [{**GSM8K, "minScore": 0.8}]}) == []
 
 
 def test_rejects_quantization_in_prod_without_an_eval():
     (line,) = lines(quantization="fp8")
-    assert line.startswith("llm-serving:models[llama-70b].qualityEval: quantization fp8 in prod needs the eval")
+    assert line.startswith("llm-serving:models[llama-70b].eval: quantization fp8 in prod needs an eval")
+
+
+def test_prod_needs_the_eval_to_gate_not_report():
+    found = lines(kvCacheDtype="fp8", eval={"tasks": [{**GSM8K, "minScore": 0.8}]},
+                  stack={"verification": {"mode": "report"}})
+    assert [line for line in found if line.startswith(
+        "llm-serving:verification.mode: lets models[llama-70b]'s eval pass whatever it scores")]
+
+
+def test_an_eval_without_a_volume_to_stage_on_is_refused():
+    (line,) = [line for line in lines(eval={"tasks": [{**GSM8K, "minScore": 0.8}]},
+                                      stack={"weightsStorage": {"backend": "s3"}}) if ".eval:" in line]
+    assert line.startswith("llm-serving:models[llama-70b].eval: stages its task set and harness on the weights volume")
 
 
 def test_rejects_extra_args_that_override_typed_settings():
