@@ -73,6 +73,7 @@ from llm_serving.serving import (
     VllmDeployment,
     VllmDeploymentArgs,
     container_security_context,
+    pod_security_context,
     prepull_daemonset,
     prepull_network_policy,
     producer_network_policy,
@@ -82,6 +83,7 @@ from llm_serving.serving import (
 from llm_serving.stack import (
     adoption,
     chart_images,
+    evaluation,
     model_parts,
     parts,
     planning,
@@ -105,7 +107,7 @@ from llm_serving.storage import (
     s3_prefix_list_name,
 )
 from llm_serving.verification import SELECTOR as VERIFY_POD_SELECTOR
-from llm_serving.verification import VerificationJob, VerificationJobArgs, VerificationMode
+from llm_serving.verification import EvalJob, EvalJobArgs, VerificationJob, VerificationJobArgs, VerificationMode
 from llm_serving.verification import network_policy as verification_network_policy
 
 TYPE = "llmserving:stack:ServingStack"
@@ -582,6 +584,9 @@ class ServingStack(pulumi.ComponentResource):
                 "compile-cache-sync", metadata=sync["metadata"], data=sync["data"], immutable=True,
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[ns])))
         staged: dict[str, ModelWeights] = {}
+        # Per model its weights (the claim the eval's task set is staged through) and the volume's zones.
+        self._eval_site: dict[str, tuple[ModelWeights, tuple[str, ...]]] = {}
+        self._hf_token_secret = hf_token_secret
         for model in args.models:
             plan = planning.model_plan(args, model)
             architecture = planning.model_architecture(model)
@@ -645,6 +650,7 @@ class ServingStack(pulumi.ComponentResource):
                 child,
             )
             staged[model.name] = weights
+            self._eval_site[model.name] = (weights, mount_zones)
             # EFS: a second revision mounts the model's read-only claim.
             claims = ({**serving_claims, model.name: serving_claims[claim_of]} if claim_of in serving_claims
                       else serving_claims)
@@ -765,15 +771,20 @@ class ServingStack(pulumi.ComponentResource):
                 return owner.route(route, after)
 
             before = (self._workloads[model.name], *edge.objects, *(routing.objects if routing else ()))
+            plan = next((p for p in evaluation.plans(args) if p.candidate is model), None)
             if mode is VerificationMode.OFF:
                 weighted([])
             elif verification.serves_users(args, model):
-                # A weight: the share moves only once the gate passed.
-                weighted([self._verification_job(args, model, mode, before).job])
+                # A weight: the share moves only once the gate (and the accuracy gate) passed.
+                weighted([self._verification_job(args, model, mode, before).job,
+                          *([self._eval_job(args, plan, mode, before).job] if plan is not None else [])])
             else:
                 # Weight 0 (a new revision, or a rollback): the route first, so the revision has no share when its
                 # full planned load runs, and a rollback never waits for a gate the broken revision would fail.
-                self._verification_job(args, model, mode, (*before, weighted([])))
+                moved = weighted([])
+                self._verification_job(args, model, mode, (*before, moved))
+                if plan is not None:
+                    self._eval_job(args, plan, mode, (*before, moved))
 
     def _verification_job(self, args: ServingStackArgs, model: ModelArgs, mode: VerificationMode,
                           after: tuple[pulumi.Resource, ...]) -> VerificationJob:
@@ -790,15 +801,20 @@ class ServingStack(pulumi.ComponentResource):
                 deadline_seconds=verification.deadline_seconds(checks),
                 # Image, revision, engine flags and replicas: a deploy that changes them is verified again; and a
                 # second revision's weight, so each step of its rollout is gated before its route moves.
-                deployed=repr((model_parts.image(model), model.revision, model_parts.tokenizer_revision(model),
-                               model_parts.engine_settings(args, model), model.replicas, model.chat_template,
-                               *model_parts.verified_lora(args, model),
+                deployed=repr((*self._deployed(args, model),
                                *([verification.revision_under_test(args, model)]
                                  if revisions.revision_model_of(model) is not None else []))),
                 after=(*after, self._api_key_secret, *self._fences),
             ),
             pulumi.ResourceOptions(parent=self),
         )
+
+    @staticmethod
+    def _deployed(args: ServingStackArgs, model: ModelArgs) -> tuple[Any, ...]:
+        """What a revision runs (image, weights, flags, replicas, template, adapters): a change is checked anew."""
+        return (model_parts.image(model), model.revision, model_parts.tokenizer_revision(model),
+                model_parts.engine_settings(args, model), model.replicas, model.chat_template,
+                *model_parts.verified_lora(args, model))
 
     def _verify(self, args: ServingStackArgs, routes: list[pulumi.Resource]) -> None:
         """Each model's deploy gate (none with `verification.mode: off`); a second revision's is `_gate_revisions`'s.
@@ -810,3 +826,42 @@ class ServingStack(pulumi.ComponentResource):
         for model in args.models:
             if revisions.revision_model_of(model) is None:
                 self._verification_job(args, model, mode, (self._workloads[model.name], *routes))
+        for plan in evaluation.plans(args):
+            if plan.stable is None:  # a model with one revision: against its tasks' floors, through its Service
+                self._eval_job(args, plan, mode, (self._workloads[plan.candidate.name],))
+
+    def _eval_job(self, args: ServingStackArgs, plan: evaluation.EvalPlan, mode: VerificationMode,
+                  after: tuple[pulumi.Resource, ...]) -> EvalJob:
+        """The accuracy gate of `plan`'s model: after both revisions' workloads, its task set and harness staged
+        through the model's own claim (a second revision mounts the same volume)."""
+        weights, zones = self._eval_site[plan.owner.name]
+        checked = evaluation.settings(args, plan)
+        staged = evaluation.files(plan)
+        efs = args.weights_storage.backend is StorageBackend.EFS
+        return EvalJob(
+            f"{plan.candidate.name}-eval",
+            EvalJobArgs(
+                namespace=args.serving.namespace,
+                model_name=plan.candidate.name,
+                settings=checked,
+                files=staged,
+                task_dir=staged[0].target.rsplit("/", 2)[0],
+                mode=mode,
+                image=versions.VERIFY_IMAGE,
+                stage_requirements=serving.STAGE_REQUIREMENTS,
+                claim_name=weights.claim_name,
+                api_key_secret=API_KEY_SECRET,
+                deadline_seconds=evaluation.deadline_seconds(args, plan, checked),
+                stage_deadline_seconds=evaluation.STAGE_DEADLINE_SECONDS,
+                deployed=evaluation.deployed(args, plan, lambda m: self._deployed(args, m)),
+                pod_security=pod_security_context(),
+                container_security=container_security_context(),
+                node_selector=dict(self._site.staging.node_selector or {}) if efs else {},
+                zones=zones,
+                hf_token_secret=self._hf_token_secret,
+                after=(*after, *([self._workloads[plan.stable.name]] if plan.stable is not None else []),
+                       self._api_key_secret, *self._fences),
+                stage_after=(weights.job, *self._fences),
+            ),
+            pulumi.ResourceOptions(parent=self),
+        )

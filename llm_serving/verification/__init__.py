@@ -7,6 +7,9 @@ from .args import (
     VerificationArgs,
     VerificationMode,
 )
+from .eval_job import EvalJob, EvalJobArgs
+from .evaluation import INSTALL_SECONDS as EVAL_INSTALL_SECONDS
+from .evaluation import EvalFile, file_target, task_set_dir
 from .job import AWAIT_SLACK_SECONDS, VerificationJob, VerificationJobArgs, await_seconds
 from .objects import EVAL_REQUIREMENTS, EVAL_SOURCE, PROBE_SOURCE, SELECTOR, network_policy
 from .probe import (
@@ -33,8 +36,12 @@ __all__ = [
     "AWAIT_SLACK_SECONDS",
     "Alias",
     "Check",
+    "EVAL_INSTALL_SECONDS",
     "EVAL_REQUIREMENTS",
     "EVAL_SOURCE",
+    "EvalFile",
+    "EvalJob",
+    "EvalJobArgs",
     "EXIT_FAIL",
     "EXIT_INTERRUPTED",
     "EXIT_PASS",
@@ -55,9 +62,11 @@ __all__ = [
     "VerificationMode",
     "await_seconds",
     "eval_gate",
+    "file_target",
     "network_policy",
     "probe",
     "read_key",
     "render_text",
     "run",
+    "task_set_dir",
 ]

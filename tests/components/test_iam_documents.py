@@ -85,7 +85,12 @@ def test_the_renders_hold_the_documents_this_test_reads():
         "multi-model weights-storage-csi-role.assumeRolePolicy", "multi-model cluster-autoscaler-policy.policy",
         "multi-model llama-8b-adapter-sources-role.assumeRolePolicy",
         "multi-model llama-8b-adapter-sources-policy.policy"}
-    assert len(DOCUMENTS) == 43  # and the three under security/
+    # revisions: the EFS policy with both revisions' compile-cache access points, the node and add-on roles.
+    assert {where for where, _ in DOCUMENTS if where.startswith("revisions ")} == {
+        "revisions weights-storage-policy.policy", "revisions cluster-autoscaler-role.assumeRolePolicy",
+        "revisions gpu-p5-48xlarge-node-role.assumeRolePolicy", "revisions weights-storage-csi-role.assumeRolePolicy",
+        "revisions cluster-autoscaler-policy.policy"}
+    assert len(DOCUMENTS) == 48  # and the three under security/
 
 
 @pytest.mark.parametrize(("where", "document"), DOCUMENTS, ids=[where for where, _ in DOCUMENTS])

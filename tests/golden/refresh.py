@@ -13,7 +13,8 @@ from stacks.offline import render
 
 GOLDEN_DIR = Path(__file__).resolve().parent
 # Examples with a golden of their own (a stack that creates its cluster has no copy beside Pulumi.yaml).
-EXAMPLES = tuple(PROJECT_DIR / "examples" / f"Pulumi.{name}.yaml" for name in ("sandbox", "prod-s3", "multi-model"))
+EXAMPLES = tuple(PROJECT_DIR / "examples" / f"Pulumi.{name}.yaml"
+                 for name in ("sandbox", "prod-s3", "multi-model", "revisions"))
 
 
 def main() -> int:

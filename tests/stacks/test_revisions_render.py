@@ -138,7 +138,11 @@ def test_the_weighted_route_goes_up_only_after_the_second_revisions_gate(pair):
     # Pulumi awaits both Jobs, one after the other, within the one clock the deploy job's timeout covers (with the
     # ten minutes tests/test_workflows.py leaves for checkout, installs and the preview).
     seconds, chain = awaits.longest_await(pair.resources)
-    assert chain.index(gate) < chain.index(weighted) < chain.index(f"{JOB}::{FIRST}-verify-job")
+    # The new weights need the accuracy gate too (prod's rule): the route waits for both; the longer is on the chain.
+    accuracy = f"{JOB}::{SECOND}-eval-job"
+    assert {gate, accuracy} <= depends[weighted]
+    slowest = accuracy if accuracy in chain else gate
+    assert chain.index(slowest) < chain.index(weighted) < chain.index(f"{JOB}::{FIRST}-verify-job")
     assert seconds + 600 <= workflow("pulumi-up.yml")["jobs"]["up"]["timeout-minutes"] * 60
 
 

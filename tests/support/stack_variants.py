@@ -75,6 +75,11 @@ def pinned(directory: Path, base: str) -> Path:
 
 
 # Room for two models' replicas and their compile-cache producers (serving.producer_room).
+# The accuracy gate prod requires of a revision with new weights (llm_serving/stack/rules/evals.py): one task, its
+# files pinned by placeholders only the offline render reads.
+EVAL: dict[str, Any] = {"limit": 50, "tasks": [{
+    "name": "gsm8k", "dataset": "openai/gsm8k", "revision": "4" * 40, "filter": "strict-match", "numFewshot": 0,
+    "files": [{"split": "test", "path": "main/test-00000-of-00001.parquet", "sha256": "5" * 64}]}]}
 ROOM_FOR_TWO = {"scaling": {"minNodes": 2, "maxNodes": 8, "desiredNodes": 2}}
 
 
@@ -112,4 +117,5 @@ def prod_with_two_revisions(directory: Path) -> Path:
     of a new weights revision at 10 %, with the node group grown so both fit."""
     return write(directory, "prod-revisions", {"gpuNodeGroup": ROOM_FOR_TWO, "models": [{
         "name": "llama-70b", "revisions": [{"name": "stable", "weight": 90},
-                                           {"name": "canary", "weight": 10, "revision": CANARY_REVISION}]}]})
+                                           {"name": "canary", "weight": 10, "revision": CANARY_REVISION}],
+        "eval": EVAL}]})

@@ -1,0 +1,112 @@
+"""EvalJob: the accuracy gate of one model (`models[].eval`): its task set and harness staged on the weights volume
+by one Job, then one Job that Pulumi awaits runs lm-evaluation-harness against the revision under test and the
+other revision (evaluation.py has the manifests, eval_gate.py the program).
+
+In gate mode a score that drops more than allowed fails the eval Job, so `pulumi up` fails with the failing lines
+(the Job's termination message); in report mode the Job succeeds and its last log line holds the same report.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from llm_serving.platform import ManifestFields
+
+from . import evaluation
+from .args import VerificationMode
+from .evaluation import EvalFile
+from .job import await_seconds
+
+
+@dataclass(frozen=True)
+class EvalJobArgs:
+    namespace: pulumi.Input[str]
+    model_name: str  # the revision under test's objects' name
+    settings: dict[str, Any]  # eval_gate.py's settings (llm_serving/stack/evaluation.py)
+    files: tuple[EvalFile, ...]
+    task_dir: str
+    mode: VerificationMode  # gate or report (off creates none)
+    image: str  # pinned by digest (versions.VERIFY_IMAGE): the staging and the eval Job run the same Python
+    stage_requirements: str  # the weights Job's hashed lock (huggingface_hub), passed in by the stack
+    claim_name: pulumi.Input[str]  # the claim the model's weights are staged through
+    api_key_secret: str
+    deadline_seconds: int
+    stage_deadline_seconds: int
+    deployed: str  # what both revisions deploy: a change runs the eval again
+    pod_security: dict[str, Any] = field(default_factory=dict)  # the staging Job's, as the weights Job's
+    container_security: dict[str, Any] = field(default_factory=dict)
+    node_selector: dict[str, str] = field(default_factory=dict)
+    zones: tuple[str, ...] = ()
+    hf_token_secret: str | None = None
+    after: tuple[pulumi.Resource, ...] = ()  # both workloads, the fences
+    stage_after: tuple[pulumi.Resource, ...] = ()  # the weights Job (which creates the claim's contents' root)
+
+
+class EvalJob(pulumi.ComponentResource):
+    """The eval's ConfigMap, its staging Job and the eval Job; `job` is the one to wait for."""
+
+    job: k8s.batch.v1.Job
+    stage: k8s.batch.v1.Job
+
+    def __init__(self, name: str, args: EvalJobArgs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("llmserving:verification:EvalJob", name, None, opts)
+        settings_json = json.dumps(args.settings, sort_keys=True)
+        data = evaluation.config_data(args.settings, args.stage_requirements)
+        key = evaluation.digest(*data.values(), args.mode.value, args.image, args.deployed, settings_json)
+        config_name = f"{args.model_name}-eval-{key}"
+        config = k8s.core.v1.ConfigMap(
+            f"{name}-config",
+            metadata={"name": config_name, "namespace": args.namespace,
+                      "labels": {"app.kubernetes.io/name": args.model_name, "app.kubernetes.io/component": "eval"}},
+            data=data,
+            immutable=True,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        stage_key = evaluation.digest(args.task_dir, evaluation.harness_dir(), args.image)
+        stage_timeout = f"{await_seconds(args.stage_deadline_seconds)}s"
+        self.stage = k8s.batch.v1.Job(
+            f"{name}-stage",
+            metadata={
+                "name": f"{args.model_name}-eval-stage-{stage_key}",
+                "namespace": args.namespace,
+                "labels": {"app.kubernetes.io/name": args.model_name, **evaluation.STAGE_COMPONENT},
+                # A failed download (Hub or PyPI down) is run again on the next `pulumi up`.
+                "annotations": {"pulumi.com/replaceUnready": "true"},
+            },
+            spec=cast(ManifestFields, evaluation.stage_job_spec(
+                model_name=args.model_name, configmap_name=config_name, image=args.image,
+                claim_name=args.claim_name, files=args.files, task_dir=args.task_dir,
+                deadline_seconds=args.stage_deadline_seconds, node_selector=args.node_selector, zones=args.zones,
+                pod_security=args.pod_security, container_security=args.container_security,
+                hf_token_secret=args.hf_token_secret)),
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=[config, *args.stage_after],
+                custom_timeouts=pulumi.CustomTimeouts(create=stage_timeout, update=stage_timeout)),
+        )
+        timeout = f"{await_seconds(args.deadline_seconds)}s"
+        self.job = k8s.batch.v1.Job(
+            f"{name}-job",
+            metadata={
+                "name": config_name,
+                "namespace": args.namespace,
+                "labels": {"app.kubernetes.io/name": args.model_name, "app.kubernetes.io/component": "verify"},
+                # A failed eval is replaced (run again) on the next `pulumi up` instead of blocking it.
+                "annotations": {"pulumi.com/replaceUnready": "true"},
+            },
+            spec=cast(ManifestFields, evaluation.eval_job_spec(
+                model_name=args.model_name, configmap_name=config_name, image=args.image,
+                claim_name=args.claim_name, mode=args.mode.value, api_key_secret=args.api_key_secret,
+                deadline_seconds=args.deadline_seconds, node_selector=args.node_selector, zones=args.zones)),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=[config, self.stage, *args.after],
+                # pulumi-kubernetes waits for Complete and fails on Failed, printing the termination message.
+                custom_timeouts=pulumi.CustomTimeouts(create=timeout, update=timeout),
+            ),
+        )
+        self.register_outputs({"job_name": self.job.metadata["name"], "stage_job_name": self.stage.metadata["name"]})

@@ -1,0 +1,230 @@
+"""Manifests of the accuracy gate (pure): the ConfigMap holding the eval program, its settings, the harness's hashed
+lock and the staging program; the staging Job that puts the task files and the harness's wheels on the weights
+volume; and the eval Job that installs the harness from the volume and runs the task set against the revisions.
+llm_serving/verification/eval_job.py declares them; llm_serving/stack/evaluation.py says what they hold.
+
+Why two Jobs: the staging Job reaches the Hub and PyPI (the weights staging Jobs' fence: DNS and HTTPS) and holds no
+API key; the eval Job holds the key and reaches only DNS, the edge and the vLLM pods (the verification fence), so a
+compromised wheel at eval time has nowhere to send the key. Both run on the nodes that may mount the weights volume
+(the staging nodes on EFS, whose file-system policy lets no other role mount it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .objects import EVAL_REQUIREMENTS, EVAL_SOURCE, KEY_DIR, RUN_AS_UID, SELECTOR, TERMINATION_LOG
+
+STAGE_EVAL_SOURCE = Path(__file__).with_name("stage_eval.py").read_text()
+
+EVAL_ROOT = "/models/.eval"  # a dot directory on the weights volume: never a Hub repository's `<org>`
+CONFIG_DIR = "/etc/eval"
+HARNESS_MOUNT = "/opt/harness"  # the eval pod's emptyDir the harness is installed into
+SCRATCH_MOUNT = "/tmp"
+STAGE_HOME = "/home/stage"
+STAGE_COMPONENT = {"app.kubernetes.io/component": "stage-weights"}  # the weights staging Jobs' fence selects it
+# The harness's installed size (numpy, pandas, pyarrow, datasets, lm_eval) is a few hundred MiB.
+HARNESS_GIB = 3
+SCRATCH_GIB = 2
+# Installing a few hundred MiB of wheels from the volume, and the pod's scheduling, on top of the run.
+INSTALL_SECONDS = 300
+
+
+@dataclass(frozen=True)
+class EvalFile:
+    """One task file to stage: from a dataset repository at a commit, checked against its pinned SHA-256."""
+
+    dataset: str
+    revision: str
+    path: str
+    sha256: str
+    target: str
+
+    def job_entry(self) -> dict[str, str]:
+        return {"dataset": self.dataset, "revision": self.revision, "path": self.path, "sha256": self.sha256,
+                "target": self.target}
+
+
+def digest(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:10]
+
+
+def task_set_dir(files: tuple[EvalFile, ...]) -> str:
+    """The task set's directory, named by what it holds: a changed file is a new directory, staged beside."""
+    return f"{EVAL_ROOT}/tasks-{digest(*(json.dumps(f.job_entry(), sort_keys=True) for f in files))}"
+
+
+def harness_dir() -> str:
+    """The harness's wheels, one directory per lock (shared by every task set and model on the volume)."""
+    return f"{EVAL_ROOT}/harness-{digest(EVAL_REQUIREMENTS)}"
+
+
+def file_target(directory: str, task: str, split: str, path: str) -> str:
+    """`<task set>/<task>/<split><the file's own extension>`: the harness's packaged builders read any name."""
+    name = path.rsplit("/", 1)[-1]
+    return f"{directory}/{task}/{split}{name[name.index('.'):] if '.' in name else ''}"
+
+
+def config_data(settings: dict[str, Any], stage_requirements: str) -> dict[str, str]:
+    return {"eval_gate.py": EVAL_SOURCE, "settings.json": json.dumps(settings, indent=2, sort_keys=True),
+            "requirements.txt": EVAL_REQUIREMENTS, "stage_eval.py": STAGE_EVAL_SOURCE,
+            "stage-requirements.txt": stage_requirements}
+
+
+def _labels(model_name: str, component: dict[str, str]) -> dict[str, str]:
+    return {"app.kubernetes.io/name": model_name, **component}
+
+
+def _placement(node_selector: dict[str, str], zones: tuple[str, ...]) -> dict[str, Any]:
+    """The staging nodes (the only ones the weights volume lets mount it, on EFS), amd64 (the lock's wheels), and
+    the zones the volume has mount targets in."""
+    spec: dict[str, Any] = {"nodeSelector": {**node_selector, "kubernetes.io/arch": "amd64"}}
+    if zones:
+        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In",
+                                   "values": sorted(zones)}]}]}}}
+    return spec
+
+
+def stage_command() -> list[str]:
+    """huggingface_hub from the weights Job's hashed lock into HOME (the root filesystem is read-only), then the
+    staging program."""
+    return ["/bin/sh", "-c",
+            "set -eu\n"
+            "python3 -m pip install --quiet --no-cache-dir --disable-pip-version-check --require-hashes "
+            f"--only-binary=:all: --target \"$HOME/lib\" -r {CONFIG_DIR}/stage-requirements.txt\n"
+            f"PYTHONPATH=\"$HOME/lib\" exec python3 {CONFIG_DIR}/stage_eval.py\n"]
+
+
+def stage_job_spec(*, model_name: str, configmap_name: str, image: str, claim_name: Any,
+                   files: tuple[EvalFile, ...], task_dir: str, deadline_seconds: int, node_selector: dict[str, str],
+                   zones: tuple[str, ...], pod_security: dict[str, Any], container_security: dict[str, Any],
+                   hf_token_secret: str | None) -> dict[str, Any]:
+    """Retried like the weights Job (a Hub or PyPI hiccup); each attempt resumes past the files already in place."""
+    env = [{"name": "EVAL_FILES", "value": json.dumps([f.job_entry() for f in files], separators=(",", ":"))},
+           {"name": "EVAL_DIR", "value": task_dir}, {"name": "HARNESS_DIR", "value": harness_dir()},
+           {"name": "HARNESS_REQUIREMENTS", "value": f"{CONFIG_DIR}/requirements.txt"},
+           {"name": "HOME", "value": STAGE_HOME}, {"name": "HF_HOME", "value": f"{STAGE_HOME}/huggingface"},
+           {"name": "TMPDIR", "value": SCRATCH_MOUNT}, {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"},
+           {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}, {"name": "PYTHONUNBUFFERED", "value": "1"}]
+    mounts = [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+              {"name": "weights", "mountPath": "/models"},
+              {"name": "home", "mountPath": STAGE_HOME}, {"name": "tmp", "mountPath": SCRATCH_MOUNT}]
+    volumes: list[dict[str, Any]] = [
+        {"name": "config", "configMap": {"name": configmap_name}},
+        {"name": "weights", "persistentVolumeClaim": {"claimName": claim_name}},
+        {"name": "home", "emptyDir": {"sizeLimit": "1Gi"}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": f"{SCRATCH_GIB}Gi"}},
+    ]
+    if hf_token_secret:
+        # A gated dataset: the token as a file (huggingface_hub reads HF_TOKEN_PATH), as the weights Job has it.
+        env.append({"name": "HF_TOKEN_PATH", "value": "/var/run/secrets/huggingface/token"})
+        mounts.append({"name": "hf-token", "mountPath": "/var/run/secrets/huggingface", "readOnly": True})
+        volumes.append({"name": "hf-token", "secret": {"secretName": hf_token_secret, "defaultMode": 0o440,
+                                                        "items": [{"key": "token", "path": "token"}]}})
+    labels = _labels(model_name, STAGE_COMPONENT)
+    return {
+        "backoffLimit": 4,
+        "activeDeadlineSeconds": deadline_seconds,
+        "template": {
+            "metadata": {"labels": labels},
+            "spec": {
+                "restartPolicy": "OnFailure",
+                "automountServiceAccountToken": False,
+                "enableServiceLinks": False,
+                "securityContext": pod_security,
+                **_placement(node_selector, zones),
+                "containers": [{
+                    "name": "stage-eval",
+                    "image": image,
+                    "command": stage_command(),
+                    "env": env,
+                    "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}},
+                    "securityContext": container_security,
+                    "volumeMounts": mounts,
+                }],
+                "volumes": volumes,
+            },
+        },
+    }
+
+
+def install_command(python: str = "python3", wheels: str | None = None, target: str = HARNESS_MOUNT,
+                    requirements: str = f"{CONFIG_DIR}/requirements.txt") -> list[str]:
+    """The lock's wheels from the volume (`wheels`, the harness's directory) into the pod's own directory: no index,
+    hashes checked again (pip's hash-checking mode, pip.pypa.io/en/stable/topics/secure-installs/)."""
+    return [python, "-m", "pip", "install", "--quiet", "--no-cache-dir", "--disable-pip-version-check",
+            "--no-index", "--find-links", wheels or harness_dir(), "--require-hashes", "--only-binary=:all:",
+            "--no-deps", "--target", target, "-r", requirements]
+
+
+def eval_job_spec(*, model_name: str, configmap_name: str, image: str, claim_name: Any, mode: str,
+                  api_key_secret: str, deadline_seconds: int, node_selector: dict[str, str],
+                  zones: tuple[str, ...]) -> dict[str, Any]:
+    """One attempt, as the deploy gate: a retried eval would hide a flaky revision and repeat its requests. Kept after
+    it ends: its log's last line and its termination message are the deploy's eval record."""
+    labels = _labels(model_name, SELECTOR)
+    security = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "privileged": False,
+                "readOnlyRootFilesystem": True, "runAsNonRoot": True}
+    offline = [{"name": "HF_DATASETS_OFFLINE", "value": "1"}, {"name": "HF_HUB_OFFLINE", "value": "1"},
+               {"name": "HF_HOME", "value": f"{SCRATCH_MOUNT}/huggingface"}, {"name": "HOME", "value": SCRATCH_MOUNT},
+               {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}, {"name": "PYTHONUNBUFFERED", "value": "1"}]
+    return {
+        "backoffLimit": 0,
+        "activeDeadlineSeconds": deadline_seconds,
+        "template": {
+            "metadata": {"labels": labels},
+            "spec": {
+                "restartPolicy": "Never",
+                "automountServiceAccountToken": False,
+                "enableServiceLinks": False,
+                "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS_UID, "runAsGroup": RUN_AS_UID,
+                                    "fsGroup": RUN_AS_UID, "seccompProfile": {"type": "RuntimeDefault"}},
+                **_placement(node_selector, zones),
+                "initContainers": [{
+                    "name": "harness",
+                    "image": image,
+                    "imagePullPolicy": "Always",
+                    "command": install_command(),
+                    "env": offline,
+                    "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}},
+                    "securityContext": security,
+                    "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+                                     {"name": "weights", "mountPath": "/models", "readOnly": True},
+                                     {"name": "harness", "mountPath": HARNESS_MOUNT},
+                                     {"name": "scratch", "mountPath": SCRATCH_MOUNT}],
+                }],
+                "containers": [{
+                    "name": "eval",
+                    "image": image,
+                    "imagePullPolicy": "Always",
+                    "command": ["python3", f"{CONFIG_DIR}/eval_gate.py", "--settings", f"{CONFIG_DIR}/settings.json",
+                                "--api-key-file", f"{KEY_DIR}/api-key", "--mode", mode,
+                                "--termination-log", TERMINATION_LOG],
+                    "env": [{"name": "PYTHONPATH", "value": HARNESS_MOUNT}, *offline],
+                    "terminationMessagePath": TERMINATION_LOG,
+                    "terminationMessagePolicy": "FallbackToLogsOnError",
+                    "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}},
+                    "securityContext": security,
+                    "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+                                     {"name": "api-key", "mountPath": KEY_DIR, "readOnly": True},
+                                     {"name": "weights", "mountPath": "/models", "readOnly": True},
+                                     {"name": "harness", "mountPath": HARNESS_MOUNT, "readOnly": True},
+                                     {"name": "scratch", "mountPath": SCRATCH_MOUNT}],
+                }],
+                "volumes": [
+                    {"name": "config", "configMap": {"name": configmap_name}},
+                    {"name": "api-key", "secret": {"secretName": api_key_secret,
+                                                   "items": [{"key": "api-key", "path": "api-key"}],
+                                                   "defaultMode": 0o440}},
+                    {"name": "weights", "persistentVolumeClaim": {"claimName": claim_name, "readOnly": True}},
+                    {"name": "harness", "emptyDir": {"sizeLimit": f"{HARNESS_GIB}Gi"}},
+                    {"name": "scratch", "emptyDir": {"sizeLimit": f"{SCRATCH_GIB}Gi"}},
+                ],
+            },
+        },
+    }
