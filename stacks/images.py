@@ -250,13 +250,19 @@ def model_item(lines: list[str], model: str, instead: str = "add models[].image.
         raise ConfigError([Problem("models", f"the stack file lists no models of its own (a clone?): {instead}",
                                    model, "a stack file with `llm-serving:models:`")])
     end = _block_end(lines, models, 2)
-    item = next((i for i in range(models + 1, end)
-                 if re.fullmatch(rf"\s*- name: {re.escape(model)}\s*", lines[i].rstrip("\n"))), None)
-    if item is None:
-        raise ConfigError([Problem(f"models[{model}]", "no such model in the stack file's own list", model,
-                                   "a model the file names")])
-    key_indent = lines[item].index("-") + 2
-    return item, _block_end(lines, item, key_indent - 2), key_indent
+    dashes = [i for i in range(models + 1, end) if lines[i].lstrip().startswith("- ")]
+    column = _indent(lines[dashes[0]]) if dashes else 0
+    # Each item of the list (`- ` at the list's column), its name on the dash line or on a key line of its own
+    # (PyYAML sorts `eval` before `name`).
+    for item in (i for i in dashes if _indent(lines[i]) == column):
+        key_indent = column + 2
+        item_end = _block_end(lines, item, column)
+        names = [lines[item][column + 2:]] + [lines[i][key_indent:] for i in range(item + 1, item_end)
+                                               if _indent(lines[i]) == key_indent]
+        if any(re.fullmatch(rf"name: {re.escape(model)}\s*", n.rstrip("\n")) for n in names):
+            return item, item_end, key_indent
+    raise ConfigError([Problem(f"models[{model}]", "no such model in the stack file's own list", model,
+                               "a model the file names")])
 
 
 def set_digest(text: str, model: str, digest: str) -> str:

@@ -1,28 +1,36 @@
-"""`python -m stacks promote <stack> <model> --report <file>`: one step of a second revision's rollout
-(`models[].revisions`, llm_serving/stack/revisions.py), written into the stack file from its gate's report, so that
-each step is a pull request whose offline diff (`make diff`) shows what the next `pulumi up` changes (issue #41).
+"""`python -m stacks promote <stack> <model> --report <file> [--eval-report <file>]`: one step of a second
+revision's rollout (`models[].revisions`, llm_serving/stack/revisions.py), written into the stack file from its gates'
+reports, so that each step is a pull request whose offline diff (`make diff`) shows what the next `pulumi up` changes
+(issue #41).
 
-The report is the gate's JSON: `python -m stacks verify --json` output, or the verification Job's last log line
+A report is a gate's JSON: `python -m stacks verify --json` output, or the verification Job's last log line
 (`kubectl logs job/<name> | tail -1`, `{"verification": {...}}`); a file holding the whole log is read from its last
-line. It names the model (`model`), the revision it checked (`revision`, the revision's name) and its verdict
-(`passed`); one that names another model or revision than the stack file's second one is refused.
+line. `--eval-report` is the eval Job's (`{"eval": {...}}`, llm_serving/verification/eval_gate.py), required for a
+model with `eval`. Each names the model (`model`), the revision it checked (`revision`) and its verdict (`passed`);
+one that names another model or revision than the step's is refused.
 
-- The gate passed: the second revision's weight goes to the next step of the ladder (`LADDER`, or `--steps`), the
-  first revision's to the rest of 100. At 100 the next passing step retires the first revision: the second
-  revision's fields become the model's own and `revisions` goes (docs/operations.md, "Promoting the second
-  revision": the weights at 0/100 in one `up`, then the fields in the next, since two entries that run the same thing
-  are refused). The promoted model is checked to run what the second revision ran (`revisions.expanded`): the same
-  weights revision, tokenizer, image, quantization, KV dtype and engine flags.
-- The gate failed: the second revision's weight goes to 0 (the first revision takes 100), and the revision stays,
-  reachable through its header, for a look at why.
+The steps (docs/operations.md, "Rolling out a revision"):
+1. Both gates passed: the second revision's weight goes to the next step of the ladder (`LADDER`, or `--steps`), the
+   first revision's to the rest of 100. A gate failed: the second revision's weight goes to 0 (the first takes 100),
+   and the revision stays, reachable through its header, for a look at why.
+2. At 100, the next passing step converges: the first revision's keys become the second's, so its pods roll onto
+   what the second runs while they take no request.
+3. The first revision's own gate passed on its rolled pods (`--report` names the first revision now): the requests
+   move back to it in one step (100/0), from pods that run the same thing to pods that run the same thing.
+4. The next step retires: the first revision's keys become the model's own and `revisions` goes. The model's pods do
+   not change (the promoted model is checked to run what the first revision ran), and the second revision's objects,
+   which take no request, are deleted. No step ever sends requests to pods that are rolling.
 
-The stack file is edited as text, as `pin-images` does (stacks/images.py): only the weight values change, or the
-`revisions` block goes and the model's keys it names are written; every other line, comments included, is kept.
-After the edit the file is parsed again and must differ from before in exactly those values, and the stack must
-validate as `load_stack_file` validates it, or nothing is written.
+The stack file is edited as text, as `pin-images` does (stacks/images.py): only the weight values change, the first
+revision's keys are rewritten, or the `revisions` block goes and the model's keys it names are written; every other
+line, comments included, is kept. After the edit the file is parsed again and must differ from before in exactly
+those values, and the stack must validate as `load_stack_file` validates it, or nothing is written.
 
-Exit codes: 0 the file changed, 1 nothing to do (a failed gate on a revision already at weight 0), 2 a bad report,
-stack or step (one line each).
+Exit codes: 0 the file changed, 1 nothing to do (a failed gate on a revision already at weight 0, or on the first
+revision's rolled pods), 2 a bad report, stack or step (one line each).
+
+Length: the reports, the four kinds of edit and the checks after each are one state machine over one stack file's
+text; split, each part would re-read the file's layout the others rely on.
 """
 
 from __future__ import annotations
@@ -67,15 +75,16 @@ class Report:
     revision: str
     passed: bool
     reason: str  # the first failing check's line, when it failed and said which
+    kind: str = "verification"  # or "eval": the accuracy gate's report (llm_serving/verification/eval_gate.py)
 
 
-def read_report(path: Path) -> Report:
-    """The gate's report in `path`: the whole file as JSON, else its last non-empty line (a saved Job log); the
-    Job's `{"verification": ...}` envelope is opened."""
+def read_report(path: Path, kind: str = "verification", option: str = "--report") -> Report:
+    """A gate's report in `path`: the whole file as JSON, else its last non-empty line (a saved Job log); the Job's
+    `{"verification": ...}` (or, `kind` eval, `{"eval": ...}`) envelope is opened."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
-        raise _bad(path, f"cannot be read ({getattr(error, 'strerror', None) or error})") from None
+        raise _bad(path, f"cannot be read ({getattr(error, 'strerror', None) or error})", option) from None
     try:
         document = json.loads(text)
     except json.JSONDecodeError:
@@ -83,26 +92,28 @@ def read_report(path: Path) -> Report:
         try:
             document = json.loads(last)
         except json.JSONDecodeError:
-            raise _bad(path, "is not JSON, nor does its last line hold the Job's JSON report") from None
-    if isinstance(document, dict) and set(document) == {"verification"}:
-        document = document["verification"]
+            raise _bad(path, "is not JSON, nor does its last line hold the Job's JSON report", option) from None
+    if isinstance(document, dict) and len(document) == 1 and set(document) <= {"verification", "eval"}:
+        if kind not in document:
+            raise _bad(path, f"is the {next(iter(document))} Job's report, not the {kind} Job's", option)
+        document = document[kind]
     if not isinstance(document, dict):
-        raise _bad(path, "holds no JSON object")
+        raise _bad(path, "holds no JSON object", option)
     missing = [key for key in ("model", "revision", "passed") if key not in document]
     if missing:
         raise _bad(path, f"has no {', '.join(missing)} (a report of the per-revision gate names the model, the "
-                         "revision it checked and whether it passed)")
+                         "revision it checked and whether it passed)", option)
     model, revision, passed = document["model"], document["revision"], document["passed"]
     if not isinstance(model, str) or not isinstance(revision, str) or not isinstance(passed, bool):
         raise _bad(path, "needs model and revision as strings and passed as true or false, got "
-                         f"{json.dumps({'model': model, 'revision': revision, 'passed': passed})}")
+                         f"{json.dumps({'model': model, 'revision': revision, 'passed': passed})}", option)
     failures = document.get("failures")
     reason = str(failures[0]) if isinstance(failures, list) and failures else ""
-    return Report(model, revision, passed, reason)
+    return Report(model, revision, passed, reason, kind)
 
 
-def _bad(path: Path, message: str) -> ConfigError:
-    return ConfigError([Problem("--report", message, str(path), "the gate's JSON report")])
+def _bad(path: Path, message: str, option: str = "--report") -> ConfigError:
+    return ConfigError([Problem(option, message, str(path), "the gate's JSON report")])
 
 
 def ladder(value: str) -> tuple[int, ...]:
@@ -211,6 +222,8 @@ def parser() -> CommandLineParser:
     parser.add_argument("model", help="the model whose second revision the report checked")
     parser.add_argument("--report", required=True, type=Path,
                         help="the gate's JSON report: `verify --json` output, or the Job's last log line")
+    parser.add_argument("--eval-report", type=Path,
+                        help="the eval Job's JSON report (its last log line), for a model with models[].eval")
     parser.add_argument("--steps", type=ladder, default=LADDER, metavar="N,N,...,100",
                         help=f"the second revision's weights, step by step (default {','.join(map(str, LADDER))})")
     return parser
@@ -227,6 +240,23 @@ def _own_entry(text: str, model: str) -> dict[str, Any]:
     return entry
 
 
+def _checked_report(report: Report, model: ModelArgs, revision: str, option: str, path: Path) -> None:
+    if (report.model, report.revision) != (model.name, revision):
+        raise ConfigError([Problem(option, f"checked model {report.model!r} revision {report.revision!r}, "
+                                   f"not {model.name}'s revision {revision!r}", str(path),
+                                   f"a report of the {report.kind} of {model.name} revision {revision}")])
+
+
+def _write_weights(path: Path, text: str, model: str, weights: tuple[int, int], summary: str, out: TextIO) -> int:
+    after = set_weights(text, model, weights)
+    expected = _expected(text, model, lambda entry: [r.update(weight=w)
+                                                     for r, w in zip(entry["revisions"], weights, strict=True)])
+    _checked(path, after, expected, f"models[{model}].revisions")
+    path.write_text(after, encoding="utf-8")
+    out.write(f"{summary}; wrote {path}\n")
+    return 0
+
+
 def main(argv: list[str], stack_path: Any, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
     out = stdout or sys.stdout
     args = parser().use_streams(out, stderr or sys.stderr).parse_args(argv)
@@ -240,43 +270,118 @@ def main(argv: list[str], stack_path: Any, stdout: TextIO | None = None, stderr:
         raise ConfigError([Problem(f"models[{model.name}].revisions", "there is no second revision to promote",
                                    len(model.revisions), "two revisions (docs/operations.md, revisions)")])
     first, second = model.revisions
-    report = read_report(args.report)
-    if (report.model, report.revision) != (model.name, second.name):
-        raise ConfigError([Problem("--report", f"checked model {report.model!r} revision {report.revision!r}, "
-                                   f"not {model.name}'s second revision {second.name!r}", str(args.report),
-                                   f"a report of the gate of {model.name} revision {second.name}")])
     text = path.read_text(encoding="utf-8")
     raw = _own_entry(text, model.name)["revisions"]
-    name = f"{model.name}: {second.name}"
-    if not report.passed:
-        if second.weight == 0:
-            out.write(f"{name} is at weight 0 already (the gate failed: {report.reason or 'see its report'}); "
-                      "nothing to do\n")
+    report = read_report(args.report)
+    if revisions.same_runs(model):
+        # The retirement's middle steps: the first revision runs what the second ran; its own gate is the evidence.
+        _checked_report(report, model, first.name, "--report", args.report)
+        if not report.passed:
+            out.write(f"{model.name}: {first.name} runs what {second.name} runs, but its gate failed"
+                      f"{': ' + report.reason if report.reason else ''}; {second.name} keeps its "
+                      f"{second.weight} %, nothing written (fix the first revision's pods, then `pulumi up` again)\n")
             return 1
-        weights = (100, 0)
-        summary = (f"{name} {second.weight} -> 0 % ({first.name} 100 %): the gate failed"
-                   f"{': ' + report.reason if report.reason else ''}; rolled back")
-    elif second.weight < 100:
+        if first.weight < 100:
+            return _write_weights(path, text, model.name, (100, 0), f"{model.name}: {first.name} {first.weight} -> "
+                                  f"100 % ({second.name} 0 %): it runs what {second.name} ran and its gate passed; "
+                                  f"after the up, promote again to retire {second.name}", out)
+        return _retire(path, text, config, model, raw[0], out)
+    _checked_report(report, model, second.name, "--report", args.report)
+    evaluated = None
+    if args.eval_report is not None:
+        if model.eval is None:
+            raise ConfigError([Problem("--eval-report", f"{model.name} has no eval (models[].eval)",
+                                       str(args.eval_report), "no --eval-report")])
+        evaluated = read_report(args.eval_report, "eval", "--eval-report")
+        _checked_report(evaluated, model, second.name, "--eval-report", args.eval_report)
+    failed = [r for r in (report, evaluated) if r is not None and not r.passed]
+    name = f"{model.name}: {second.name}"
+    if failed:
+        why = "; ".join(f"the {r.kind} failed{': ' + r.reason if r.reason else ''}" for r in failed)
+        if second.weight == 0:
+            out.write(f"{name} is at weight 0 already ({why}); nothing to do\n")
+            return 1
+        return _write_weights(path, text, model.name, (100, 0), f"{name} {second.weight} -> 0 % ({first.name} "
+                              f"100 %): {why}; rolled back", out)
+    if model.eval is not None and evaluated is None:
+        raise ConfigError([Problem("--eval-report", f"{model.name} has an eval: a step needs its passing report as "
+                                   "well as the gate's", None, "the eval Job's last log line, saved to a file")])
+    if second.weight < 100:
         step = next(s for s in (*args.steps, 100) if s > second.weight)
-        weights = (100 - step, step)
-        then = (f"promote again to make {second.name} the model's own and retire {first.name}" if step == 100
+        then = (f"promote again to move {first.name} onto what {second.name} runs" if step == 100
                 else "promote again")
-        summary = (f"{name} {second.weight} -> {step} % ({first.name} {100 - step} %): the gate passed; after the "
-                   f"up and its next passing gate, {then}")
+        return _write_weights(path, text, model.name, (100 - step, step), f"{name} {second.weight} -> {step} % "
+                              f"({first.name} {100 - step} %): the gate passed; after the up and its next passing "
+                              f"gate, {then}", out)
+    return _converge(path, text, model, raw, out)
+
+
+def converge_first(text: str, model: str, fields: dict[str, Any]) -> str:
+    """`text` with the first revision's own keys (`REVISION_KEYS`) replaced by `fields`: on its one line for a flow
+    mapping (`- {name: stable, weight: 0}`, its comment kept), else as the block item's lines after its name."""
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    _, _, _, start, end = _model_block(lines, model)
+    dashes = [i for i in range(start + 1, end) if lines[i].lstrip().startswith("- ")]
+    # The revisions' own items, not a list nested in one (extraArgs).
+    items = [i for i in dashes if images.indent(lines[i]) == images.indent(lines[dashes[0]])] if dashes else []
+    if len(items) != 2:
+        raise ConfigError([Problem(f"models[{model}].revisions", "the stack file's layout defeated the edit (two "
+                                   "block items expected); nothing was written", len(items), "edit it by hand")])
+    head = lines[items[0]]
+    item_indent = images.indent(head) + 2
+    flow = re.match(r"^(\s*- )(\{.*\})(\s*(#.*)?)$", head.rstrip("\n"))
+    if flow:
+        entry = {k: v for k, v in yaml.safe_load(flow[2]).items() if k not in REVISION_KEYS}
+        dumped = yaml.safe_dump({**entry, **fields}, default_flow_style=True, sort_keys=False, width=1000).strip()
+        lines[items[0]] = f"{flow[1]}{dumped}{flow[3]}\n"
+    elif re.match(r"^\s*- name:", head):
+        kept = [head]
+        i = items[0] + 1
+        while i < items[1]:
+            own_key = images.indent(lines[i]) == item_indent and any(
+                re.match(rf"{k}:(\s|$)", lines[i].lstrip()) for k in REVISION_KEYS)
+            if own_key:
+                i = images.block_end(lines, i, item_indent)
+                continue
+            kept.append(lines[i])
+            i += 1
+        added = [line for key, value in fields.items() for line in _dumped(key, value, item_indent)]
+        lines[items[0]:items[1]] = [head, *added, *kept[1:]]
     else:
-        return _retire(path, text, config, model, raw[1], out)
-    after = set_weights(text, model.name, weights)
-    expected = _expected(text, model.name, lambda entry: [r.update(weight=w)
-                                                          for r, w in zip(entry["revisions"], weights, strict=True)])
-    _checked(path, after, expected, f"models[{model.name}].revisions")
+        raise ConfigError([Problem(f"models[{model}].revisions", "the stack file's layout defeated the edit (the "
+                                   "first revision's item starts with its name, or is one flow mapping); nothing was "
+                                   "written", None, "edit it by hand")])
+    return "".join(lines)
+
+
+def _converge(path: Path, text: str, model: ModelArgs, raw: list[dict[str, Any]], out: TextIO) -> int:
+    """The second revision at 100 % with a passing gate: the first revision's keys become the second's, so its pods
+    roll onto it while they take no request (weight 0); the next steps move the requests back and retire the second."""
+    first, second = model.revisions
+    fields = revision_fields(raw[1])
+    after = converge_first(text, model.name, fields)
+
+    def change(entry: dict[str, Any]) -> None:
+        own = entry["revisions"][0]
+        for key in REVISION_KEYS:
+            own.pop(key, None)
+        own.update(fields)
+
+    _checked(path, after, _expected(text, model.name, change), f"models[{model.name}].revisions")
     path.write_text(after, encoding="utf-8")
-    out.write(f"{summary}; wrote {path}\n")
+    out.write(f"{model.name}: {first.name} now runs what {second.name} runs ({', '.join(fields)}), at weight 0 "
+              f"while its pods roll; after the up and its passing gate, promote again with {first.name}'s report to "
+              f"move the requests back to it; wrote {path}\n")
     return 0
 
 
 def _retire(path: Path, text: str, config: ServingStackArgs, model: ModelArgs, raw: dict[str, Any],
             out: TextIO) -> int:
-    """The second revision, at 100 % with a passing gate, becomes the model itself."""
+    """The first revision, which runs what the second ran and takes every request, becomes the model itself: its keys
+    the model's own, `revisions` gone. Its pods do not change (the promoted model is checked to run what the first
+    revision runs), and the second revision's objects, which take no request, are deleted by the next up."""
     fields = revision_fields(raw)
     own = stack_files.parse_yaml(text)["config"]
     if f"{stack_files.PROJECT}:extends" in own and "image" in fields:
@@ -291,7 +396,7 @@ def _retire(path: Path, text: str, config: ServingStackArgs, model: ModelArgs, r
         entry.update(fields)
 
     promoted = _checked(path, after, _expected(text, model.name, change), f"models[{model.name}]")
-    ran = next(m for m in revisions.expanded(config).models if revisions.revision_model_of(m) == model.name)
+    ran = next(m for m in revisions.expanded(config).models if m.name == model.name)
     now = next(m for m in promoted.models if m.name == model.name)
     differ = [f for f in fields_of(ModelArgs) if f not in ("name", "revisions", "allow_workload_replacement")
               and getattr(ran, f) != getattr(now, f)]
@@ -299,9 +404,10 @@ def _retire(path: Path, text: str, config: ServingStackArgs, model: ModelArgs, r
         raise ConfigError([Problem(f"models[{model.name}]", "the promoted model would not run what the revision ran "
                                    "(nothing was written)", differ, "set these keys by hand")])
     path.write_text(after, encoding="utf-8")
-    second = model.revisions[1].name
-    out.write(f"{model.name}: {second} is the model's own now ({', '.join(fields) or 'no field of its own'}); "
-              f"{model.revisions[0].name} and models[{model.name}].revisions removed; wrote {path}\n")
+    first, second = (r.name for r in model.revisions)
+    out.write(f"{model.name}: what {second} ran is the model's own now ({', '.join(fields) or 'no field of its own'}),"
+              f" on {first}'s pods unchanged; models[{model.name}].revisions removed, and {second}'s objects go with "
+              f"the next up; wrote {path}\n")
     return 0
 
 

@@ -1,6 +1,7 @@
-"""`python -m stacks promote`: a second revision's rollout written into the stack file from its gate's report, one
-step at a time (the next weight, the retirement of the first revision after 100, weight 0 on a failed gate), the
-file's comments and layout kept, a report of another model or revision refused, and every result a valid stack.
+"""`python -m stacks promote`: a second revision's rollout written into the stack file from its gates' reports, one
+step at a time (the next weight; at 100 the first revision converged onto the second while it takes nothing, the
+requests moved back to it, then the revisions retired; weight 0 on a failed gate or eval), the file's comments and
+layout kept, a report of another model or revision refused, and every result a valid stack.
 
 The stack is a copy of prod serving llama-70b as two revisions at 90/10 (stack_variants.prod_with_two_revisions);
 nothing is rendered: validating with load_stack_file is what the command promises."""
@@ -25,10 +26,16 @@ MODEL = "llama-70b"
 PASSED = {"model": MODEL, "revision": "canary", "passed": True}
 FAILED = {"model": MODEL, "revision": "canary", "passed": False,
           "failures": ["FAIL  canary  load: time to first token p95 3.4 s > objective 2 s"]}
-# The variant as PyYAML writes it, indentless sequences and all.
+# The eval Job's reports (llm_serving/verification/eval_gate.py): its last log line.
+EVAL_PASSED = {"eval": {"model": MODEL, "revision": "canary", "passed": True, "failures": []}}
+EVAL_FAILED = {"eval": {"model": MODEL, "revision": "canary", "passed": False,
+                        "failures": ["FAIL  gsm8k  exact_match 0.71 < stable 0.79 - 2 points"]}}
+# The first revision's own gate, once its pods run what the second ran.
+FIRST_PASSED = {"model": MODEL, "revision": "stable", "passed": True}
+FIRST_FAILED = {**FIRST_PASSED, "passed": False, "failures": ["FAIL  stable  models: no answer"]}
+# The variant's models as PyYAML writes them, indentless sequences and all; `eval` sorts before `name`.
 BEFORE = """\
-  llm-serving:models:
-  - name: llama-70b
+    name: llama-70b
     revisions:
     - name: stable
       weight: 90
@@ -36,6 +43,8 @@ BEFORE = """\
       revision: '3333333333333333333333333333333333333333'
       weight: 10
 """
+# The eval the variant carries (prod needs one for new weights), in one flow line for the layouts below.
+EVAL_LINE = "    eval: " + json.dumps(stack_variants.EVAL) + "\n"
 
 
 @pytest.fixture
@@ -45,10 +54,16 @@ def stack(stack_dir: Path) -> Path:
     return path
 
 
-def promote_with(path: Path, report: dict | str, *options: str):
+def promote_with(path: Path, report: dict | str, *options: str, evaluated: dict | None = EVAL_PASSED):
+    """The command with `report` as --report and, unless None, `evaluated` as --eval-report."""
     report_file = path.parent / "report.json"
     report_file.write_text(report if isinstance(report, str) else json.dumps(report))
-    return run_stacks("promote", str(path), MODEL, "--report", str(report_file), *options)
+    extra: list[str] = []
+    if evaluated is not None:
+        eval_file = path.parent / "eval.json"
+        eval_file.write_text(json.dumps(evaluated))
+        extra = ["--eval-report", str(eval_file)]
+    return run_stacks("promote", str(path), MODEL, "--report", str(report_file), *extra, *options)
 
 
 def weights(path: Path) -> list[int]:
@@ -69,11 +84,11 @@ def test_a_passing_gate_writes_the_next_weight_and_nothing_else(stack: Path) -> 
 
 def test_a_failing_gate_rolls_back_to_weight_zero(stack: Path) -> None:
     before = stack.read_text()
-    ran = promote_with(stack, FAILED)
+    ran = promote_with(stack, FAILED, evaluated=None)  # a failed gate needs no eval to roll back
     assert ran.returncode == 0, ran.stderr
     assert stack.read_text() == before.replace("weight: 10", "weight: 0").replace("weight: 90", "weight: 100")
     assert weights(stack) == [100, 0]
-    assert "canary 10 -> 0 % (stable 100 %): the gate failed: FAIL  canary  load: time to first token" in ran.stdout
+    assert "canary 10 -> 0 % (stable 100 %): the verification failed: FAIL  canary  load: time to first" in ran.stdout
     assert "rolled back" in ran.stdout
     # Already at 0: nothing to write, exit 1, the file as it was.
     rolled_back = stack.read_text()
@@ -82,7 +97,24 @@ def test_a_failing_gate_rolls_back_to_weight_zero(stack: Path) -> None:
     assert "nothing to do" in again.stdout
 
 
-def test_the_ladder_then_the_retirement_of_the_first_revision(stack: Path) -> None:
+def test_a_failing_eval_rolls_back_though_the_latency_gate_passed(stack: Path) -> None:
+    ran = promote_with(stack, PASSED, evaluated=EVAL_FAILED)
+    assert ran.returncode == 0, ran.stderr
+    assert weights(stack) == [100, 0]
+    assert "canary 10 -> 0 % (stable 100 %): the eval failed: FAIL  gsm8k  exact_match 0.71 < stable" in ran.stdout
+
+
+def test_a_model_with_an_eval_moves_only_with_its_passing_report(stack: Path) -> None:
+    before = stack.read_text()
+    ran = promote_with(stack, PASSED, evaluated=None)
+    assert ran.returncode == 2 and "--eval-report: llama-70b has an eval: a step needs its passing report" in ran.stderr
+    # The gate's report given as the eval's (or the other way round) is refused by its envelope.
+    wrong = promote_with(stack, PASSED, evaluated={"verification": PASSED})
+    assert wrong.returncode == 2 and "is the verification Job's report, not the eval Job's" in wrong.stderr
+    assert stack.read_text() == before
+
+
+def test_the_ladder_then_converge_move_back_and_retire(stack: Path) -> None:
     _, before = load_stack_file(stack)
     ran_as = next(m for m in revisions.expanded(before).models if revisions.revision_model_of(m) == MODEL)
     seen, said = [], []
@@ -93,24 +125,48 @@ def test_the_ladder_then_the_retirement_of_the_first_revision(stack: Path) -> No
         said.append(ran.stdout)
     assert seen == [[100 - step, step] for step in promote.LADDER[1:]]
     assert "canary 50 -> 100 % (stable 0 %)" in said[-1]
-    assert "promote again to make canary the model's own and retire stable" in said[-1]
+    assert "promote again to move stable onto what canary runs" in said[-1]
     assert promote_with(stack, FAILED).returncode == 0
     assert weights(stack) == [100, 0]  # a failure at 100 rolls back too
     for _ in promote.LADDER:
         promote_with(stack, PASSED)
     assert weights(stack) == [0, 100]
+    # Converge: the first revision's pods roll onto what the second runs while they take no request.
     ran = promote_with(stack, PASSED)
     assert ran.returncode == 0, ran.stderr
-    assert "canary is the model's own now (revision); stable and models[llama-70b].revisions removed" in ran.stdout
-    assert stack.read_text().endswith("  llm-serving:models:\n  - name: llama-70b\n"
+    assert "stable now runs what canary runs (revision), at weight 0 while its pods roll" in ran.stdout
+    assert stack.read_text().endswith("    - name: stable\n      revision: '3333333333333333333333333333333333333333'\n"
+                                      "      weight: 0\n    - name: canary\n"
+                                      "      revision: '3333333333333333333333333333333333333333'\n"
+                                      "      weight: 100\n")
+    _, converged = load_stack_file(stack)
+    assert revisions.same_runs(converged.models[0])
+    # Then the evidence is the first revision's own gate on its rolled pods; the second's report is refused.
+    assert promote_with(stack, PASSED).returncode == 2
+    failed = promote_with(stack, FIRST_FAILED, evaluated=None)
+    assert (failed.returncode, weights(stack)) == (1, [0, 100])
+    assert "stable runs what canary runs, but its gate failed: FAIL  stable  models: no answer" in failed.stdout
+    # Move back: from pods that run the same to pods that run the same, in one step; no eval (same answers).
+    ran = promote_with(stack, FIRST_PASSED, evaluated=None)
+    assert ran.returncode == 0, ran.stderr
+    assert weights(stack) == [100, 0]
+    assert "stable 0 -> 100 % (canary 0 %)" in ran.stdout
+    # Retire: the first revision's keys are the model's own; its pods run what they ran, the second's objects go.
+    _, moved_back = load_stack_file(stack)
+    serving = next(m for m in revisions.expanded(moved_back).models if m.name == MODEL)
+    ran = promote_with(stack, FIRST_PASSED, evaluated=None)
+    assert ran.returncode == 0, ran.stderr
+    assert "what canary ran is the model's own now (revision), on stable's pods unchanged" in ran.stdout
+    assert stack.read_text().endswith("    name: llama-70b\n"
                                       "    revision: '3333333333333333333333333333333333333333'\n")
     _, after = load_stack_file(stack)
     promoted = next(m for m in after.models if m.name == MODEL)
-    # The model now runs, under its own name, what the second revision ran: weights, image, engine flags, all of it.
+    # The model now runs, under its own name, what the second revision ran: weights, image, engine flags, all of it;
+    # and what its pods ran before the retirement, so they do not roll.
     assert promoted.revisions == []
     assert promoted.revision == stack_variants.CANARY_REVISION
     for name in set(fields_of(ModelArgs)) - {"name", "revisions", "allow_workload_replacement"}:
-        assert getattr(promoted, name) == getattr(ran_as, name), name
+        assert getattr(promoted, name) == getattr(ran_as, name) == getattr(serving, name), name
     # No second revision any more: a report of one is refused.
     assert promote_with(stack, PASSED).returncode == 2
 
@@ -124,10 +180,8 @@ def test_steps_from_the_command_line(stack: Path) -> None:
 
 
 COMMENTED = """\
-  llm-serving:models:
   # llama-70b: the new commit proves itself beside the serving one (issue #41).
-  - name: llama-70b
-    revision: 1605565b47bb9346c5515c34102e054115b4f98b  # the serving commit
+    name: llama-70b
     # Two revisions while the canary proves itself.
     revisions:
       - {name: stable, weight: 90}   # the serving one
@@ -138,44 +192,51 @@ COMMENTED = """\
   # after the models
 """
 INDENTED = """\
-  llm-serving:models:
-    - name: llama-70b
-      revisions:
+    name: llama-70b
+    revisions:
         - name: stable
           weight: 90  # the serving one
         - name: canary
           # the Hub's new commit
           revision: '3333333333333333333333333333333333333333'
           weight: 10
-      autoscaling:
-        minReplicas: 2
+    autoscaling:
+      minReplicas: 2
 """
 
 
-# What the retirement leaves of each layout: the revisions block goes with the comment lines right above it (they
-# speak of it); every other line stays where it was, the model's `revision:` line replaced in place.
+# What the convergence and the retirement leave of each layout: the first revision's keys rewritten on its own lines;
+# then the revisions block goes with the comment lines right above it (they speak of it); every other line stays.
+COMMENTED_CONVERGED = ("      - {name: stable, weight: 0, revision: '3333333333333333333333333333333333333333'}"
+                       "   # the serving one\n")
+INDENTED_CONVERGED = """\
+        - name: stable
+          revision: '3333333333333333333333333333333333333333'
+          weight: 0  # the serving one
+"""
 COMMENTED_RETIRED = """\
-  llm-serving:models:
   # llama-70b: the new commit proves itself beside the serving one (issue #41).
-  - name: llama-70b
+    name: llama-70b
     revision: '3333333333333333333333333333333333333333'
     autoscaling:   # kept
       minReplicas: 2
   # after the models
 """
 INDENTED_RETIRED = """\
-  llm-serving:models:
-    - name: llama-70b
-      revision: '3333333333333333333333333333333333333333'
-      autoscaling:
-        minReplicas: 2
+    name: llama-70b
+    revision: '3333333333333333333333333333333333333333'
+    autoscaling:
+      minReplicas: 2
 """
 
 
-@pytest.mark.parametrize(("layout", "retired"), [(COMMENTED, COMMENTED_RETIRED), (INDENTED, INDENTED_RETIRED)],
-                         ids=["flow-entries", "indented-block"])
-def test_comments_and_layout_are_kept(stack: Path, layout: str, retired: str) -> None:
-    stack.write_text(stack.read_text().replace(BEFORE, layout))
+@pytest.mark.parametrize(("layout", "converged", "retired"), [
+    (COMMENTED, COMMENTED_CONVERGED, COMMENTED_RETIRED), (INDENTED, INDENTED_CONVERGED, INDENTED_RETIRED)],
+    ids=["flow-entries", "indented-block"])
+def test_comments_and_layout_are_kept(stack: Path, layout: str, converged: str, retired: str) -> None:
+    text = stack.read_text()
+    # The model's item: its eval on the dash line, then the layout's keys.
+    stack.write_text(text[:text.index("  - eval:\n")] + "  - " + EVAL_LINE.lstrip() + layout)
     assert weights(stack) == [90, 10]
     assert promote_with(stack, PASSED).returncode == 0
     assert stack.read_text().endswith(layout.replace("weight: 90", "weight: 75").replace("weight: 10", "weight: 25"))
@@ -183,6 +244,10 @@ def test_comments_and_layout_are_kept(stack: Path, layout: str, retired: str) ->
     stack.write_text(stack.read_text().replace("weight: 75", "weight: 0").replace("weight: 25", "weight: 100"))
     ran = promote_with(stack, PASSED)
     assert ran.returncode == 0, ran.stderr
+    assert converged in stack.read_text()
+    for _ in range(2):
+        ran = promote_with(stack, FIRST_PASSED, evaluated=None)
+        assert ran.returncode == 0, ran.stderr
     assert stack.read_text().endswith(retired)
     _, config = load_stack_file(stack)
     assert config.models[0].revision == stack_variants.CANARY_REVISION
@@ -201,14 +266,16 @@ def test_the_promoted_image_is_the_revision_image_whole(stack_dir: Path) -> None
                                      {"name": "canary", "weight": 100, "image": {"tag": "v0.34.0"}}]}]})
     _, before = load_stack_file(stack)
     assert before.models[0].image.digest == digest
-    ran = promote_with(stack, PASSED)
-    assert ran.returncode == 0, ran.stderr
+    for report in (PASSED, FIRST_PASSED, FIRST_PASSED):  # converge, move back, retire (no eval: an image bump)
+        ran = promote_with(stack, report, evaluated=None)
+        assert ran.returncode == 0, ran.stderr
     _, after = load_stack_file(stack)
+    assert after.models[0].revisions == []
     assert (after.models[0].image.tag, after.models[0].image.digest) == ("v0.34.0", None)
 
 
 @pytest.mark.parametrize(("report", "says"), [
-    ({**PASSED, "revision": "stable"}, "not llama-70b's second revision 'canary'"),
+    ({**PASSED, "revision": "stable"}, "not llama-70b's revision 'canary'"),
     ({**PASSED, "model": "llama-8b"}, "checked model 'llama-8b'"),
     ({"model": MODEL, "revision": "canary"}, "has no passed"),
     ({**PASSED, "passed": "yes"}, "passed as true or false"),
@@ -279,7 +346,9 @@ def test_a_promoted_model_that_would_run_something_else_writes_nothing(stack_dir
         "name": MODEL, "revisions": [{"name": "stable", "weight": 0},
                                      {"name": "canary", "weight": 100, "image": {"tag": "v0.34.0"}}]}]})
     monkeypatch.setattr(promote, "_resolved_entry", lambda path, model: {})
+    for report in (PASSED, FIRST_PASSED):  # converge, move back
+        assert promote_with(stack, report, evaluated=None).returncode == 0
     before = stack.read_text()
-    ran = promote_with(stack, PASSED)
+    ran = promote_with(stack, FIRST_PASSED, evaluated=None)
     assert ran.returncode == 2 and "would not run what the revision ran" in ran.stderr and '"image"' in ran.stderr
     assert stack.read_text() == before
