@@ -99,6 +99,9 @@ CHECKS: tuple[Check, ...] = (
     Check("lora.adapters", "each LoRA adapter's adapter_config.json at its commit names the model's modelId as its "
           "base and a rank at most maxLoraRank (the staging Job's own check, before the up)", (),
           "GET huggingface.co/<adapter>/resolve/<rev>/adapter_config.json", hub.adapter_sources),
+    Check("eval.tasks", "each eval task file exists in its dataset at the pinned commit with the pinned SHA-256 (the "
+          "eval's staging Job refuses any other); a wrong pin is answered with main's commit and digest", (),
+          "GET huggingface.co/api/datasets/<id>/revision/<rev>?blobs=true", hub.eval_sources),
 )
 
 

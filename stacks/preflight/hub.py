@@ -1,6 +1,7 @@
 """The model on the Hugging Face Hub: one authenticated metadata request per pinned revision, and
 the repository's file list at that revision through the staging Job's allow and ignore patterns; each LoRA
-adapter's adapter_config.json at its commit, through the staging Job's own check."""
+adapter's adapter_config.json at its commit, through the staging Job's own check; each eval task file's SHA-256 at
+its dataset commit, against the one the stack pins."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 
 from llm_serving.serving import lora_adapter_config_problems
 from stacks.preflight.context import Context
-from stacks.preflight.intent import AdapterSource, ModelSource
+from stacks.preflight.intent import AdapterSource, EvalSource, ModelSource
 from stacks.preflight.result import Finding, failed, passed, unknown
 
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -126,3 +127,59 @@ def _adapter(ctx: Context, source: AdapterSource) -> Finding:
 
 def adapter_sources(ctx: Context) -> list[Finding]:
     return [_adapter(ctx, source) for source in ctx.intent.adapters]
+
+
+def dataset_url(base: str, repo_id: str, revision: str) -> str:
+    """A dataset's info at a revision with each file's LFS digest (huggingface_hub hf_api.py `dataset_info`:
+    GET <endpoint>/api/datasets/<repo>/revision/<rev>, `blobs=True` for files_metadata); only over HTTP(S)."""
+    if urllib.parse.urlsplit(base).scheme not in ("http", "https"):
+        raise ValueError(f"the Hub URL {base!r} is not http(s)")
+    return f"{base.rstrip('/')}/api/datasets/{repo_id}/revision/{urllib.parse.quote(revision, safe='')}?blobs=true"
+
+
+def _digests(info: dict[str, Any]) -> dict[str, str | None]:
+    """Each file's LFS SHA-256 in a dataset info (None: a small file kept in git, which the Hub lists without one)."""
+    return {s.get("rfilename", ""): (s.get("lfs") or {}).get("sha256") for s in info.get("siblings", [])}
+
+
+def _main_pins(ctx: Context, source: EvalSource) -> str:
+    """What to pin from the dataset's main branch (its commit and this file's digest), or '' when it cannot say."""
+    try:
+        info = _get_json(ctx, dataset_url(ctx.hub_url, source.dataset, "main"))
+    except (urllib.error.URLError, OSError, json.JSONDecodeError):
+        return ""
+    digest = _digests(info).get(source.path)
+    return (f"; main is at {info.get('sha', '?')}" + (f", where {source.path} has sha256 {digest}" if digest else ""))
+
+
+def _eval_file(ctx: Context, source: EvalSource) -> Finding:
+    check = "eval.tasks"
+    subject = f"{source.task} ({source.dataset}@{source.revision[:12]}:{source.path})"
+    try:
+        info = _get_json(ctx, dataset_url(ctx.hub_url, source.dataset, source.revision))
+    except urllib.error.HTTPError as error:
+        if error.code in (401, 403) and not ctx.hub_token and ctx.intent.hf_token_in_stack:
+            return unknown(check, f"{subject}: the Hub refuses an anonymous read ({error.code}), and the stack's "
+                           "hfToken is encrypted", TOKEN_FIX.format(stack=ctx.intent.stack))
+        if error.code in (401, 403, 404):
+            return failed(check, f"{subject}: no such dataset or commit readable on the Hub ({error.code}); the eval's "
+                          f"staging Job would fail{_main_pins(ctx, source)}", f"fix {source.key}.dataset or .revision")
+        return unknown(check, f"{subject}: the Hub answered {error.code}", "retry later")
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return unknown(check, f"{subject}: the Hub's answer is not JSON", "retry later")
+    digests = _digests(info)
+    if source.path not in digests:
+        return failed(check, f"{subject}: the dataset has no such file at that commit",
+                      f"fix {source.key}.files[{source.path}].path")
+    found = digests[source.path]
+    if found is None:
+        return unknown(check, f"{subject}: a file kept in git, whose SHA-256 the Hub does not list; the staging Job "
+                       "checks the pinned one", f"check it by hand: sha256sum {source.path}")
+    if found != source.sha256:
+        return failed(check, f"{subject}: the Hub's sha256 is {found}, the stack pins {source.sha256}; the staging "
+                      "Job would refuse it", f"pin {source.key}.files[{source.path}].sha256 to {found}")
+    return passed(check, f"{subject}: the Hub's sha256 is the pinned one")
+
+
+def eval_sources(ctx: Context) -> list[Finding]:
+    return [_eval_file(ctx, source) for source in ctx.intent.eval_files]

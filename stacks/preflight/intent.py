@@ -72,6 +72,20 @@ class ModelSource:
 
 
 @dataclass(frozen=True)
+class EvalSource:
+    """One data file of a model's eval task (models[].eval.tasks[].files[]): a dataset repository at a commit, and the
+    SHA-256 the staging Job will hold the file to."""
+
+    model: str
+    task: str
+    dataset: str
+    revision: str
+    path: str
+    sha256: str
+    key: str  # config key of the task
+
+
+@dataclass(frozen=True)
 class AdapterSource:
     """One LoRA adapter of a model: a Hub repository at a commit, or an S3 prefix (`s3_uri`), whose
     adapter_config.json must name the model's `base_model_id` and a rank at most `max_lora_rank`."""
@@ -139,6 +153,7 @@ class Intent:
     sources: tuple[ModelSource, ...]
     hf_token_in_stack: bool
     adapters: tuple[AdapterSource, ...] = ()  # every model's LoRA adapters (models[].lora.adapters)
+    eval_files: tuple[EvalSource, ...] = ()  # every model's eval task files (models[].eval.tasks[].files)
     creates_cluster: bool = False  # cluster.mode create: the program builds the VPC, its S3 endpoint, the agent
     s3_weights: bool = False  # weightsStorage.backend s3: every cold start streams from S3
     s3_bucket: str | None = None  # an existing bucket the stack stages into (None: the program creates one)
@@ -291,6 +306,13 @@ def _sources(config: ServingStackArgs) -> tuple[ModelSource, ...]:
     return tuple(found)
 
 
+def _eval_files(config: ServingStackArgs) -> tuple[EvalSource, ...]:
+    return tuple(EvalSource(m.name, t.name, t.dataset, t.revision, f.path, f.sha256,
+                            f"models[{m.name}].eval.tasks[{t.name}]")
+                 for m in config.models if m.eval is not None and revisions.revision_model_of(m) is None
+                 for t in m.eval.tasks for f in t.files)
+
+
 def _adapters(config: ServingStackArgs) -> tuple[AdapterSource, ...]:
     found = []
     for model in config.models:
@@ -367,6 +389,7 @@ def intent(stack: str, region: str, config: ServingStackArgs) -> Intent:
         model_services=tuple(m.name for m in config.models),
         sources=_sources(config),
         adapters=_adapters(config),
+        eval_files=_eval_files(config),
         hf_token_in_stack=config.hf_token is not None,
         creates_cluster=config.cluster.mode is ClusterMode.CREATE,
         s3_weights=config.weights_storage.backend is StorageBackend.S3,

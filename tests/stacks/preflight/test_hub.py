@@ -188,3 +188,59 @@ def test_an_adapter_commit_the_hub_does_not_have_fails(server):
     assert findings[0].outcome is Outcome.FAIL
     assert "adapter_config.json cannot be read at that commit (404)" in findings[0].reason
     assert findings[0].fix.startswith("fix models[llama-8b].lora.adapters[sql-v1].modelId or .revision")
+
+
+# --- eval.tasks: each task file's digest at its dataset commit ---------------------------------------------------
+
+MAIN = "e53f048856ff4f594e959d75785d2c2d37b678ee"  # a commit the local Hub says main is at
+
+
+def check_eval_files(server, routes):
+    from stacks.config.files import PROJECT_DIR
+    from stacks.environment import load_stack_file
+    from stacks.preflight.intent import intent
+
+    Hub.routes = routes
+    the_intent = intent("revisions", "us-east-1",
+                        load_stack_file(PROJECT_DIR / "examples" / "Pulumi.revisions.yaml")[1])
+    ctx = context(Aws(), the_intent, hub_url=server)
+    (entry,) = [c for c in catalog.CHECKS if c.id == "eval.tasks"]
+    return the_intent, guarded(entry.id, entry.aws, lambda: entry.run(ctx))
+
+
+def _dataset(sha: str, files: dict[str, str | None]) -> dict:
+    return {"id": "openai/gsm8k", "sha": sha, "siblings": [
+        {"rfilename": name, **({"lfs": {"sha256": digest, "size": 1}} if digest else {})}
+        for name, digest in files.items()]}
+
+
+def _dataset_path(revision: str) -> str:
+    return f"/api/datasets/openai/gsm8k/revision/{revision}?blobs=true"
+
+
+def test_each_eval_file_is_checked_against_its_pinned_digest_at_its_commit(server):
+    the_intent, _ = check_eval_files(server, {})
+    pinned = {s.path: s.sha256 for s in the_intent.eval_files}
+    assert sorted(pinned) == ["main/test-00000-of-00001.parquet", "main/train-00000-of-00001.parquet"]
+    (revision,) = {s.revision for s in the_intent.eval_files}
+    test_file = "main/test-00000-of-00001.parquet"
+    other = "a" * 64
+    _, findings = check_eval_files(server, {_dataset_path(revision): (200, _dataset(revision, {
+        **pinned, test_file: other}))})
+    assert [f.outcome for f in findings] == [Outcome.FAIL, Outcome.PASS]
+    assert f"the Hub's sha256 is {other}, the stack pins {pinned[test_file]}" in findings[0].reason
+    assert findings[0].fix == f"pin models[llama-70b].eval.tasks[gsm8k].files[{test_file}].sha256 to {other}"
+
+
+def test_a_commit_the_hub_does_not_have_fails_and_says_what_main_pins(server):
+    # The example's placeholders: no such commit. The finding names main's commit and the file's digest there.
+    digest = "b" * 64
+    _, findings = check_eval_files(server, {_dataset_path("main"): (200, _dataset(MAIN, {
+        "main/test-00000-of-00001.parquet": digest, "main/train-00000-of-00001.parquet": None}))})
+    assert [f.outcome for f in findings] == [Outcome.FAIL, Outcome.FAIL]
+    assert f"main is at {MAIN}, where main/test-00000-of-00001.parquet has sha256 {digest}" in findings[0].reason
+    assert findings[0].fix == "fix models[llama-70b].eval.tasks[gsm8k].dataset or .revision"
+    # A file kept in git has no digest on the Hub: named, not passed.
+    _, findings = check_eval_files(server, {_dataset_path("4" * 40): (200, _dataset("4" * 40, {
+        "main/test-00000-of-00001.parquet": "5" * 64, "main/train-00000-of-00001.parquet": None}))})
+    assert [f.outcome for f in findings] == [Outcome.PASS, Outcome.COULD_NOT_CHECK]
