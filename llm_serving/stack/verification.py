@@ -104,7 +104,8 @@ def targets(config: ServingStackArgs, model: ModelArgs) -> tuple[Target, ...]:
     Aliases are asked through the edge only, where the model's endpoint picker rewrites them.
 
     A second revision: the model's edge URL with the revision's header, which its header rule sends to its own
-    pool (or Service) whatever the weights (llm_serving/edge/objects.py `_revision_rules`), and its own Service."""
+    pool (or Service) whatever the weights (llm_serving/edge/objects.py `_revision_rules`), where it is also asked
+    for by its own name `<model>-<revision>`, which the other revision refuses; and its own Service."""
     auth = config.edge.auth
     service = Target("service", service_url(config, model), check_auth=auth is EdgeAuth.VLLM_API_KEY)
     if auth is EdgeAuth.JWT:
@@ -114,8 +115,10 @@ def targets(config: ServingStackArgs, model: ModelArgs) -> tuple[Target, ...]:
     routed = next(m for m in config.models if m.name == first) if first is not None else model
     revision = revision_under_test(config, model)
     headers = {REVISION_HEADER: revision[0]} if first is not None and revision is not None else {}
+    # A second revision's own served name, which only its pods answer: proof that the header reached it.
+    asks = ((model.name, (routed.name,)),) if first is not None else ()
     return Target("edge", edge_url(config, routed), connect_to=edge_connect_to(config),
-                  lists=edge_lists(config, routed), aliases=pooled, headers=headers), service
+                  lists=edge_lists(config, routed), aliases=pooled, headers=headers, asks=asks), service
 
 
 def served(model: ModelArgs) -> tuple[tuple[str, ...], tuple[Alias, ...]]:

@@ -113,6 +113,14 @@ class Target:
     # Sent with every request to this address: `x-llm-serving-revision: <name>` reaches one revision of a model that
     # runs two side by side, whatever the route's weights (llm_serving/edge/objects.py REVISION_HEADER).
     headers: dict[str, str] = field(default_factory=dict)
+    # Names asked here beside the adapters and aliases, each with the names its response may carry: a second
+    # revision's own served name (`<model>-<revision>`), which its vLLM answers with the model's name (vLLM 0.33.0
+    # vllm/entrypoints/openai/models/serving.py: `model_name` is the first served name without LoRA) and the other
+    # revision's vLLM refuses with a 404 (`_check_model`: not one of its served names), so a request the header rule
+    # sent to the wrong revision fails where the model's own name would pass either way. The endpoint picker passes a
+    # name it has no InferenceObjective for with the default one (llm-d-router v0.10.0
+    # pkg/epp/requestcontrol/director.go `getInferenceObjective`).
+    asks: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -163,7 +171,9 @@ class Settings:
             return Settings(
                 model=str(document["model"]),
                 targets=tuple(Target(**{**t, "lists": tuple(t.get("lists", ())),
-                                        "headers": {str(k): str(v) for k, v in t.get("headers", {}).items()}})
+                                        "headers": {str(k): str(v) for k, v in t.get("headers", {}).items()},
+                                        "asks": tuple((str(name), tuple(str(a) for a in answers))
+                                                      for name, answers in t.get("asks", ()))})
                               for t in document["targets"]),
                 adapters=tuple(str(a) for a in document.get("adapters", ())),
                 aliases=tuple(Alias(str(a["name"]), tuple(str(t) for t in a["targets"]))
@@ -179,7 +189,11 @@ class Settings:
             raise UsageError(f"settings: {error!r}; expected model, targets[] and optionally load") from None
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        document = asdict(self)
+        for target in document["targets"]:
+            if not target["asks"]:
+                del target["asks"]  # only a second revision's targets ask for more
+        return document
 
     def asked(self, target: Target) -> list[tuple[str, tuple[str, ...]]]:
         """The names asked through `target` beside the model's own, each with the names its response may carry:
@@ -189,7 +203,7 @@ class Settings:
         asked = [(adapter, (adapter,)) for adapter in self.adapters]
         if target.aliases:
             asked += [(alias.name, (alias.name, *alias.targets)) for alias in self.aliases]
-        return asked
+        return asked + list(target.asks)
 
     def listed(self, target: Target) -> tuple[str, ...]:
         """The names GET /v1/models must list at `target` besides the model: its adapters (vLLM lists the adapters
@@ -592,7 +606,8 @@ def check_models(target: Target, model: str, key: str, timeout: float, also: tup
 
 
 def check_route(target: Target, name: str, answers: tuple[str, ...], key: str, timeout: float) -> Check:
-    """One streamed completion asking for `name` (a LoRA adapter or an alias) through this address: it must stream
+    """One streamed completion asking for `name` (a LoRA adapter, an alias, or a name of `Target.asks`) through this
+    address: it must stream
     to [DONE], and every event's `model` must be one of `answers`. vLLM 0.33.0 answers a request for an adapter with
     the adapter's name (vllm/entrypoints/openai/chat_completion/serving.py `_create_chat_completion`: model_name =
     self.models.model_name(lora_request); openai/models/serving.py `model_name` returns lora_request.lora_name), and

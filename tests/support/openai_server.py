@@ -47,9 +47,11 @@ class Behaviour:
     adapters: tuple[str, ...] = ()  # LoRA adapters served beside the model, each answered with its own name
     unlisted: tuple[str, ...] = ()  # served names GET /v1/models leaves out
     answered_by_base: tuple[str, ...] = ()  # adapters whose responses carry the base model's name
+    # Further served names answered with the first (vLLM's --served-model-name <model> <model>-<revision>).
+    also_served_as: tuple[str, ...] = ()
 
     def served(self) -> tuple[str, ...]:
-        return (self.served_name, *self.adapters)
+        return (self.served_name, *self.also_served_as, *self.adapters)
 
 
 def _prompt_tokens(body: dict) -> int:
@@ -123,7 +125,7 @@ class _Handler(_JsonHandler):
             return
         tokens = int(body.get("max_tokens", 16))
         base = b.reported_model or b.served_name
-        model = base if asked == b.served_name or asked in b.answered_by_base else str(asked)
+        model = base if asked in (b.served_name, *b.also_served_as) or asked in b.answered_by_base else str(asked)
         usage = {"prompt_tokens": _prompt_tokens(body), "completion_tokens": tokens,
                  "total_tokens": _prompt_tokens(body) + tokens}
         if not body.get("stream"):

@@ -24,11 +24,13 @@ from tests.support.openai_server import KEY, Behaviour, OpenAIServer, RevisionRo
 
 MODEL, SECOND = "llama-70b", "llama-70b-canary"
 FAST = Behaviour(served_name=MODEL)
+# The canary's vLLM also answers its own name (--served-model-name llama-70b llama-70b-canary).
+FAST_CANARY = Behaviour(served_name=MODEL, also_served_as=(SECOND,))
 # The model's objectives (Pulumi.prod.yaml slo: ITL p95 100 ms), scaled down tenfold for the slow gate together
 # with the slow server's pace, so that its thirty-odd streamed checks take seconds: each token 12 ms after the one
 # before, over the scaled 10 ms objective. The fast gate keeps the planned objectives.
 SCALE = 10
-SLOW = Behaviour(served_name=MODEL, itl_seconds=0.12 / SCALE)
+SLOW = Behaviour(served_name=MODEL, itl_seconds=0.12 / SCALE, also_served_as=(SECOND,))
 
 
 @pytest.fixture(scope="module")
@@ -77,23 +79,31 @@ def test_the_gate_is_the_revisions_own_planned_load_with_the_objectives(gate_set
 
 
 def test_a_fast_revision_passes_and_the_stable_one_gets_nothing(gate_settings):
-    report, stable, canary = _gate(gate_settings, FAST)
+    report, stable, canary = _gate(gate_settings, FAST_CANARY)
     assert report["failures"] == []
+    # Asked through the edge by its own name, which only its pods serve, and answered with the model's.
+    (own,) = [c for c in report["checks"] if c["name"] == f"route {SECOND}"]
+    assert own["target"] == "edge" and own["measured"]["models"] == [MODEL]
     assert (report["model"], report["revision"], report["passed"]) == (MODEL, "canary", True)
     # Every check ran through the canary: the edge's through its header rule, the load through its Service.
     assert {c["target"] for c in report["checks"]} == {"edge", "service"}
     assert stable == 0 and canary > report["load"]["requests"] > 0
 
 
-def test_without_the_header_the_route_sends_the_stable_revision(gate_settings):
+def test_a_request_that_misses_the_revision_fails_on_its_own_name(gate_settings):
+    # Without the header the route sends the stable revision: every check on the model's name passes there, which
+    # is why the gate also asks for the revision's own name, which the stable vLLM answers with a 404.
     headerless = dataclasses.replace(gate_settings, targets=(
         dataclasses.replace(gate_settings.targets[0], headers={}),), load=None)
-    stable_server, canary_server = OpenAIServer(FAST), OpenAIServer(FAST)
+    stable_server, canary_server = OpenAIServer(FAST), OpenAIServer(FAST_CANARY)
     with stable_server as stable, canary_server as canary_url, \
             RevisionRouter({"stable": stable, "canary": canary_url}, weighted="stable") as edge:
         edge_target = dataclasses.replace(headerless.targets[0], base_url=edge, connect_to=None)
         report = probe.run(dataclasses.replace(headerless, targets=(edge_target,), request_timeout_seconds=30), KEY)
-    assert report["passed"] and len(canary_server.hosts) == 0 and len(stable_server.hosts) > 0
+    assert len(canary_server.hosts) == 0 and len(stable_server.hosts) > 0
+    assert not report["passed"]
+    (failure,) = report["failures"]
+    assert f"FAIL edge route {SECOND}: asked for '{SECOND}'" in failure and "404" in failure
 
 
 def test_a_slow_revision_fails_its_latency_objective_naming_it_and_the_stable_one_gets_nothing(gate_settings,
