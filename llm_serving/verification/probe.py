@@ -607,8 +607,7 @@ def check_models(target: Target, model: str, key: str, timeout: float, also: tup
 
 def check_route(target: Target, name: str, answers: tuple[str, ...], key: str, timeout: float) -> Check:
     """One streamed completion asking for `name` (a LoRA adapter, an alias, or a name of `Target.asks`) through this
-    address: it must stream
-    to [DONE], and every event's `model` must be one of `answers`. vLLM 0.33.0 answers a request for an adapter with
+    address: it must stream to [DONE], and every event's `model` must be one of `answers`. vLLM 0.33.0 answers a request for an adapter with
     the adapter's name (vllm/entrypoints/openai/chat_completion/serving.py `_create_chat_completion`: model_name =
     self.models.model_name(lora_request); openai/models/serving.py `model_name` returns lora_request.lora_name), and
     the endpoint picker rewrites an alias in the request body to one of its adapters before vLLM sees it

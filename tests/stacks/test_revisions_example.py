@@ -143,3 +143,21 @@ def test_the_eval_compares_the_revisions_through_their_own_services_at_their_saf
     assert {path for task in settings["tasks"] for path in task["files"].values()} == staged
     assert all(path.startswith(stage_env["EVAL_DIR"] + "/") for path in staged)
     assert settings["limit"] == 100 and settings["maxDropPoints"] == 2
+
+
+def test_the_rendered_settings_are_what_the_eval_program_reads(example, tmp_path):
+    """The stack writes the settings (llm_serving/stack/evaluation.py), the Job's program reads them
+    (llm_serving/verification/eval_gate.py `parse_settings`): the rendered file parses with no problem once its task
+    files exist (the program checks they were staged), here under tmp_path instead of the volume's /models."""
+    from llm_serving.verification import eval_gate
+
+    (config,) = [c for c in _kind(example, "ConfigMap") if c["metadata"]["name"].startswith(f"{SECOND}-eval-")]
+    written = config["data"]["settings.json"].replace('"/models/', f'"{tmp_path}/')
+    for task in json.loads(written)["tasks"]:
+        for path in task["files"].values():
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_bytes(b"PAR1")
+    parsed = eval_gate.parse_settings(json.loads(written))
+    assert (parsed.model, parsed.revision, parsed.limit) == (FIRST, "canary", 100)
+    assert parsed.stable is not None and parsed.candidate.url != parsed.stable.url
+    assert config["data"]["eval_gate.py"] == eval_gate.__loader__.get_source(eval_gate.__name__)
