@@ -1106,6 +1106,7 @@ def network_policies(
     load_balancer_cidrs: tuple[str, ...] = (),
     picker_selector: dict[str, str] | None = None,
     verification_selector: dict[str, str] | None = None,
+    eval_selector: dict[str, str] | None = None,
     weights_from_s3: bool = False,
     worker_selector: dict[str, str] | None = None,
     s3_prefix_list_cidrs: Sequence[str] | None = None,
@@ -1140,6 +1141,9 @@ def network_policies(
     if verification_selector:
         # The post-deploy verification Job checks each model's Service from inside the namespace.
         sources.append({"podSelector": {"matchLabels": dict(verification_selector)}})
+    if eval_selector:
+        # The accuracy gate's Job asks each revision's Service, from inside the namespace too.
+        sources.append({"podSelector": {"matchLabels": dict(eval_selector)}})
     serving = _network_policy(
         "vllm-serving", serving_namespace, model_selector,
         # Selecting the pods denies every other ingress; only the API port is opened.

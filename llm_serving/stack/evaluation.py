@@ -54,7 +54,7 @@ def files(plan: EvalPlan) -> tuple[EvalFile, ...]:
     """The task files, each at its target under the task set's directory (named after the files themselves)."""
     pinned = [(t.name, f) for t in plan.tasks for f in t.files]
     bare = tuple(EvalFile(t.dataset, t.revision, f.path, f.sha256, "") for t in plan.tasks for f in t.files)
-    directory = task_set_dir(bare)
+    directory = task_set_dir(tuple((task, f.split, b) for b, (task, f) in zip(bare, pinned, strict=True)))
     return tuple(EvalFile(b.dataset, b.revision, b.path, b.sha256, file_target(directory, task, f.split, f.path))
                  for b, (task, f) in zip(bare, pinned, strict=True))
 

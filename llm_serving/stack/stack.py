@@ -106,8 +106,16 @@ from llm_serving.storage import (
     WeightsLustre,
     s3_prefix_list_name,
 )
+from llm_serving.verification import EVAL_SELECTOR as EVAL_POD_SELECTOR
 from llm_serving.verification import SELECTOR as VERIFY_POD_SELECTOR
-from llm_serving.verification import EvalJob, EvalJobArgs, VerificationJob, VerificationJobArgs, VerificationMode
+from llm_serving.verification import (
+    EvalJob,
+    EvalJobArgs,
+    VerificationJob,
+    VerificationJobArgs,
+    VerificationMode,
+    eval_network_policy,
+)
 from llm_serving.verification import network_policy as verification_network_policy
 
 TYPE = "llmserving:stack:ServingStack"
@@ -472,6 +480,7 @@ class ServingStack(pulumi.ComponentResource):
             ), after_namespace)
         routed = any(timing.model_drains(args, m).picker_drain_seconds is not None for m in args.models)
         gates = verification.verification_mode(args) is not VerificationMode.OFF
+        evaluates = gates and bool(evaluation.plans(args))
         multinode = any(planning.model_plan(args, m).pipeline_parallel_size > 1 for m in args.models)
         s3_cidrs = self._s3_prefix_list_cidrs() if planning.s3_through_gateway_endpoint(args) else None
         fences = [
@@ -488,12 +497,16 @@ class ServingStack(pulumi.ComponentResource):
                 load_balancer_cidrs=edge_spec.load_balancer_cidrs,
                 picker_selector=picker_selector() if routed else None,
                 verification_selector=VERIFY_POD_SELECTOR if gates else None,
+                eval_selector=EVAL_POD_SELECTOR if evaluates else None,
                 weights_from_s3=s3,
                 # The headless ranks of multi-node groups stream from the bucket as well.
                 worker_selector={"app.kubernetes.io/component": WORKER_COMPONENT} if multinode else None,
                 s3_prefix_list_cidrs=s3_cidrs,
             )
         ]
+        if evaluates:
+            fences.append(manifest_resource("serving-netpol-eval", eval_network_policy(
+                namespace=serving_namespace, model_selector=VLLM_POD_SELECTOR, port=PORT), after_namespace))
         if gates:
             fences.append(manifest_resource("serving-netpol-verification", verification_network_policy(
                 namespace=serving_namespace, edge_namespace=edge_spec.settings.namespace,
@@ -775,16 +788,18 @@ class ServingStack(pulumi.ComponentResource):
             if mode is VerificationMode.OFF:
                 weighted([])
             elif verification.serves_users(args, model):
-                # A weight: the share moves only once the gate (and the accuracy gate) passed.
-                weighted([self._verification_job(args, model, mode, before).job,
-                          *([self._eval_job(args, plan, mode, before).job] if plan is not None else [])])
+                # A weight: the share moves only once the gate (and the accuracy gate after it) passed.
+                gate = self._verification_job(args, model, mode, before).job
+                weighted([gate, *([self._eval_job(args, plan, mode, (*before, gate)).job] if plan else [])])
             else:
                 # Weight 0 (a new revision, or a rollback): the route first, so the revision has no share when its
                 # full planned load runs, and a rollback never waits for a gate the broken revision would fail.
                 moved = weighted([])
-                self._verification_job(args, model, mode, (*before, moved))
+                gate = self._verification_job(args, model, mode, (*before, moved)).job
                 if plan is not None:
-                    self._eval_job(args, plan, mode, (*before, moved))
+                    # After the latency gate: the two never load the same pods at once (the gate's load is sized
+                    # to the pods alone), and a revision that failed it is not scored for an hour.
+                    self._eval_job(args, plan, mode, (*before, moved, gate))
 
     def _verification_job(self, args: ServingStackArgs, model: ModelArgs, mode: VerificationMode,
                           after: tuple[pulumi.Resource, ...]) -> VerificationJob:
@@ -823,12 +838,11 @@ class ServingStack(pulumi.ComponentResource):
         mode = verification.verification_mode(args)
         if mode is VerificationMode.OFF:
             return
-        for model in args.models:
-            if revisions.revision_model_of(model) is None:
-                self._verification_job(args, model, mode, (self._workloads[model.name], *routes))
+        gates = {model.name: self._verification_job(args, model, mode, (self._workloads[model.name], *routes)).job
+                 for model in args.models if revisions.revision_model_of(model) is None}
         for plan in evaluation.plans(args):
-            if plan.stable is None:  # a model with one revision: against its tasks' floors, through its Service
-                self._eval_job(args, plan, mode, (self._workloads[plan.candidate.name],))
+            if plan.stable is None:  # a model with one revision: against its tasks' floors, after its latency gate
+                self._eval_job(args, plan, mode, (self._workloads[plan.candidate.name], gates[plan.candidate.name]))
 
     def _eval_job(self, args: ServingStackArgs, plan: evaluation.EvalPlan, mode: VerificationMode,
                   after: tuple[pulumi.Resource, ...]) -> EvalJob:

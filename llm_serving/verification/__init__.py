@@ -8,8 +8,8 @@ from .args import (
     VerificationMode,
 )
 from .eval_job import EvalJob, EvalJobArgs
+from .evaluation import EVAL_SELECTOR, EvalFile, eval_network_policy, file_target, task_set_dir
 from .evaluation import INSTALL_SECONDS as EVAL_INSTALL_SECONDS
-from .evaluation import EvalFile, file_target, task_set_dir
 from .job import AWAIT_SLACK_SECONDS, VerificationJob, VerificationJobArgs, await_seconds
 from .objects import EVAL_REQUIREMENTS, EVAL_SOURCE, PROBE_SOURCE, SELECTOR, network_policy
 from .probe import (
@@ -38,6 +38,7 @@ __all__ = [
     "Check",
     "EVAL_INSTALL_SECONDS",
     "EVAL_REQUIREMENTS",
+    "EVAL_SELECTOR",
     "EVAL_SOURCE",
     "EvalFile",
     "EvalJob",
@@ -62,6 +63,7 @@ __all__ = [
     "VerificationMode",
     "await_seconds",
     "eval_gate",
+    "eval_network_policy",
     "file_target",
     "network_policy",
     "probe",

@@ -8,7 +8,6 @@ In gate mode a score that drops more than allowed fails the eval Job, so `pulumi
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -55,19 +54,28 @@ class EvalJob(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: EvalJobArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("llmserving:verification:EvalJob", name, None, opts)
-        settings_json = json.dumps(args.settings, sort_keys=True)
-        data = evaluation.config_data(args.settings, args.stage_requirements)
-        key = evaluation.digest(*data.values(), args.mode.value, args.image, args.deployed, settings_json)
+        data = evaluation.config_data(args.settings)
+        key = evaluation.digest(evaluation.EVAL_SOURCE, evaluation.EVAL_REQUIREMENTS,
+                                evaluation.identity(args.settings), args.mode.value, args.image, args.deployed)
         config_name = f"{args.model_name}-eval-{key}"
+        labels = {"app.kubernetes.io/name": args.model_name, "app.kubernetes.io/component": "eval"}
+        # Not immutable: a weight step changes only a target's concurrency, updated in place (evaluation.identity).
         config = k8s.core.v1.ConfigMap(
             f"{name}-config",
-            metadata={"name": config_name, "namespace": args.namespace,
-                      "labels": {"app.kubernetes.io/name": args.model_name, "app.kubernetes.io/component": "eval"}},
+            metadata={"name": config_name, "namespace": args.namespace, "labels": labels},
             data=data,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        stage_data = evaluation.stage_config_data(args.stage_requirements)
+        stage_key = evaluation.digest(args.task_dir, evaluation.harness_dir(), args.image, *stage_data.values())
+        stage_config = k8s.core.v1.ConfigMap(
+            f"{name}-stage-config",
+            metadata={"name": f"{args.model_name}-eval-stage-{stage_key}", "namespace": args.namespace,
+                      "labels": labels},
+            data=stage_data,
             immutable=True,
             opts=pulumi.ResourceOptions(parent=self),
         )
-        stage_key = evaluation.digest(args.task_dir, evaluation.harness_dir(), args.image)
         stage_timeout = f"{await_seconds(args.stage_deadline_seconds)}s"
         self.stage = k8s.batch.v1.Job(
             f"{name}-stage",
@@ -79,13 +87,14 @@ class EvalJob(pulumi.ComponentResource):
                 "annotations": {"pulumi.com/replaceUnready": "true"},
             },
             spec=cast(ManifestFields, evaluation.stage_job_spec(
-                model_name=args.model_name, configmap_name=config_name, image=args.image,
+                model_name=args.model_name, configmap_name=f"{args.model_name}-eval-stage-{stage_key}",
+                image=args.image,
                 claim_name=args.claim_name, files=args.files, task_dir=args.task_dir,
                 deadline_seconds=args.stage_deadline_seconds, node_selector=args.node_selector, zones=args.zones,
                 pod_security=args.pod_security, container_security=args.container_security,
                 hf_token_secret=args.hf_token_secret)),
             opts=pulumi.ResourceOptions(
-                parent=self, depends_on=[config, *args.stage_after],
+                parent=self, depends_on=[stage_config, *args.stage_after],
                 custom_timeouts=pulumi.CustomTimeouts(create=stage_timeout, update=stage_timeout)),
         )
         timeout = f"{await_seconds(args.deadline_seconds)}s"
@@ -94,7 +103,7 @@ class EvalJob(pulumi.ComponentResource):
             metadata={
                 "name": config_name,
                 "namespace": args.namespace,
-                "labels": {"app.kubernetes.io/name": args.model_name, "app.kubernetes.io/component": "verify"},
+                "labels": {"app.kubernetes.io/name": args.model_name, **evaluation.EVAL_SELECTOR},
                 # A failed eval is replaced (run again) on the next `pulumi up` instead of blocking it.
                 "annotations": {"pulumi.com/replaceUnready": "true"},
             },

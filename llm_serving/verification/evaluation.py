@@ -1,12 +1,13 @@
-"""Manifests of the accuracy gate (pure): the ConfigMap holding the eval program, its settings, the harness's hashed
-lock and the staging program; the staging Job that puts the task files and the harness's wheels on the weights
-volume; and the eval Job that installs the harness from the volume and runs the task set against the revisions.
-llm_serving/verification/eval_job.py declares them; llm_serving/stack/evaluation.py says what they hold.
+"""Manifests of the accuracy gate (pure): the eval's ConfigMap (its program, settings and the harness's hashed lock),
+the staging Job's (its program and locks), the staging Job that puts the task files and the harness's wheels on the
+weights volume, the eval Job that installs the harness from the volume and runs the task set against the revisions,
+and the eval pods' fence. llm_serving/verification/eval_job.py declares them; llm_serving/stack/evaluation.py says
+what they hold.
 
 Why two Jobs: the staging Job reaches the Hub and PyPI (the weights staging Jobs' fence: DNS and HTTPS) and holds no
-API key; the eval Job holds the key and reaches only DNS, the edge and the vLLM pods (the verification fence), so a
-compromised wheel at eval time has nowhere to send the key. Both run on the nodes that may mount the weights volume
-(the staging nodes on EFS, whose file-system policy lets no other role mount it).
+API key; the eval Job holds the key and reaches only DNS and the vLLM pods (`eval_network_policy`), so a compromised
+wheel at eval time has nowhere to send the key. Both run on the nodes that may mount the weights volume (the staging
+nodes on EFS, whose file-system policy lets no other role mount it).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .objects import EVAL_REQUIREMENTS, EVAL_SOURCE, KEY_DIR, RUN_AS_UID, SELECTOR, TERMINATION_LOG
+from .objects import EVAL_REQUIREMENTS, EVAL_SOURCE, KEY_DIR, NAMESPACE_LABEL, RUN_AS_UID, TERMINATION_LOG
 
 STAGE_EVAL_SOURCE = Path(__file__).with_name("stage_eval.py").read_text()
 
@@ -27,6 +28,9 @@ HARNESS_MOUNT = "/opt/harness"  # the eval pod's emptyDir the harness is install
 SCRATCH_MOUNT = "/tmp"
 STAGE_HOME = "/home/stage"
 STAGE_COMPONENT = {"app.kubernetes.io/component": "stage-weights"}  # the weights staging Jobs' fence selects it
+# The eval pods' own fence (eval_network_policy), not the deploy gate's: the gate reaches the edge at any address on
+# 443 (a load balancer's), which would let third-party code holding the API key send it anywhere.
+EVAL_SELECTOR = {"app.kubernetes.io/component": "eval"}
 # The harness's installed size (numpy, pandas, pyarrow, datasets, lm_eval) is a few hundred MiB.
 HARNESS_GIB = 3
 SCRATCH_GIB = 2
@@ -53,9 +57,12 @@ def digest(*parts: str) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:10]
 
 
-def task_set_dir(files: tuple[EvalFile, ...]) -> str:
-    """The task set's directory, named by what it holds: a changed file is a new directory, staged beside."""
-    return f"{EVAL_ROOT}/tasks-{digest(*(json.dumps(f.job_entry(), sort_keys=True) for f in files))}"
+def task_set_dir(files: tuple[tuple[str, str, EvalFile], ...]) -> str:
+    """The task set's directory, named by what it holds, each file with its task and split (`(task, split, file)`):
+    a changed file, a renamed task or another split is a new directory, staged beside, never a marker that vouches
+    for files under other names."""
+    keys = (json.dumps([task, split, f.job_entry()], sort_keys=True) for task, split, f in files)
+    return f"{EVAL_ROOT}/tasks-{digest(*keys)}"
 
 
 def harness_dir() -> str:
@@ -69,10 +76,26 @@ def file_target(directory: str, task: str, split: str, path: str) -> str:
     return f"{directory}/{task}/{split}{name[name.index('.'):] if '.' in name else ''}"
 
 
-def config_data(settings: dict[str, Any], stage_requirements: str) -> dict[str, str]:
+def config_data(settings: dict[str, Any]) -> dict[str, str]:
+    """The eval Job's files: its program, its settings and the harness's lock."""
     return {"eval_gate.py": EVAL_SOURCE, "settings.json": json.dumps(settings, indent=2, sort_keys=True),
-            "requirements.txt": EVAL_REQUIREMENTS, "stage_eval.py": STAGE_EVAL_SOURCE,
-            "stage-requirements.txt": stage_requirements}
+            "requirements.txt": EVAL_REQUIREMENTS}
+
+
+def stage_config_data(stage_requirements: str) -> dict[str, str]:
+    """The staging Job's files, apart from the eval's: a change to the eval (its settings, a revision) never replaces
+    the staging Job, and a new staging lock never re-runs the eval."""
+    return {"stage_eval.py": STAGE_EVAL_SOURCE, "stage-requirements.txt": stage_requirements,
+            "requirements.txt": EVAL_REQUIREMENTS}
+
+
+def identity(settings: dict[str, Any]) -> str:
+    """What names the eval Job: its settings without the targets' concurrency, which a weight step changes (a
+    revision at weight 0 is asked at the eval's own concurrency, one that serves users at the spare batch's) while
+    the answers it scores do not; the ConfigMap is updated in place with it and the Job is not run again."""
+    return json.dumps({**settings, **{role: {k: v for k, v in target.items() if k != "concurrency"}
+                                      for role in ("candidate", "stable") if (target := settings.get(role))}},
+                      sort_keys=True)
 
 
 def _labels(model_name: str, component: dict[str, str]) -> dict[str, str]:
@@ -167,7 +190,7 @@ def eval_job_spec(*, model_name: str, configmap_name: str, image: str, claim_nam
                   zones: tuple[str, ...]) -> dict[str, Any]:
     """One attempt, as the deploy gate: a retried eval would hide a flaky revision and repeat its requests. Kept after
     it ends: its log's last line and its termination message are the deploy's eval record."""
-    labels = _labels(model_name, SELECTOR)
+    labels = _labels(model_name, EVAL_SELECTOR)
     security = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "privileged": False,
                 "readOnlyRootFilesystem": True, "runAsNonRoot": True}
     offline = [{"name": "HF_DATASETS_OFFLINE", "value": "1"}, {"name": "HF_HUB_OFFLINE", "value": "1"},
@@ -227,4 +250,21 @@ def eval_job_spec(*, model_name: str, configmap_name: str, image: str, claim_nam
                 ],
             },
         },
+    }
+
+
+def eval_network_policy(*, namespace: str, model_selector: dict[str, str], port: int) -> dict[str, Any]:
+    """Nothing in; out only to DNS and the vLLM pods' API port: the eval reaches each revision through its Service,
+    so nothing it runs (the harness and its wheels, with the API key mounted) can reach an address outside the
+    cluster. The vLLM pods' own fence admits these pods (llm_serving/edge/objects.py `network_policies`)."""
+    dns = {"to": [{"namespaceSelector": {"matchLabels": {NAMESPACE_LABEL: "kube-system"}},
+                   "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+           "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "eval", "namespace": namespace},
+        "spec": {"podSelector": {"matchLabels": dict(EVAL_SELECTOR)}, "policyTypes": ["Ingress", "Egress"],
+                 "ingress": [], "egress": [dns, {"to": [{"podSelector": {"matchLabels": dict(model_selector)}}],
+                                                 "ports": [{"protocol": "TCP", "port": port}]}]},
     }

@@ -607,16 +607,16 @@ def check_models(target: Target, model: str, key: str, timeout: float, also: tup
 
 def check_route(target: Target, name: str, answers: tuple[str, ...], key: str, timeout: float) -> Check:
     """One streamed completion asking for `name` (a LoRA adapter, an alias, or a name of `Target.asks`) through this
-    address: it must stream to [DONE], and every event's `model` must be one of `answers`. vLLM 0.33.0 answers a request for an adapter with
-    the adapter's name (vllm/entrypoints/openai/chat_completion/serving.py `_create_chat_completion`: model_name =
-    self.models.model_name(lora_request); openai/models/serving.py `model_name` returns lora_request.lora_name), and
-    the endpoint picker rewrites an alias in the request body to one of its adapters before vLLM sees it
-    (llm-d-router v0.10.0 pkg/epp/requestcontrol/director.go `modelRewriteIfNeeded`), then writes the alias back
-    into every response chunk (pkg/epp/handlers/server.go `rewriteModelName`, a byte replace of `"model":"<adapter>"`
-    per chunk), so an alias answers with its own name. Any other name is another backend than the one asked for: a
-    misrouted request, or an adapter vLLM did not apply (the base model answering). The tokens are exact (vLLM's
-    min_tokens and ignore_eos): a task fine-tune may end its answer to this prompt at once, which says nothing of
-    the route."""
+    address: it must stream to [DONE], and every event's `model` must be one of `answers`. vLLM 0.33.0 answers a
+    request for an adapter with the adapter's name (vllm/entrypoints/openai/chat_completion/serving.py
+    `_create_chat_completion`: model_name = self.models.model_name(lora_request); openai/models/serving.py
+    `model_name` returns lora_request.lora_name), and the endpoint picker rewrites an alias in the request body to
+    one of its adapters before vLLM sees it (llm-d-router v0.10.0 pkg/epp/requestcontrol/director.go
+    `modelRewriteIfNeeded`), then writes the alias back into every response chunk (pkg/epp/handlers/server.go
+    `rewriteModelName`, a byte replace of `"model":"<adapter>"` per chunk), so an alias answers with its own name.
+    Any other name is another backend than the one asked for: a misrouted request, or an adapter vLLM did not apply
+    (the base model answering). The tokens are exact (vLLM's min_tokens and ignore_eos): a task fine-tune may end
+    its answer to this prompt at once, which says nothing of the route."""
     check = f"route {name}"
     body = chat_body(name, "Say hello.", 8, stream=True, exact=True)
     got = stream_chat(f"{target.base_url}/chat/completions", key, body, timeout, headers=target.headers)

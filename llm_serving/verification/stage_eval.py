@@ -88,6 +88,9 @@ def stage_harness(requirements: Path, harness: Path, run: Any = subprocess.run) 
         if done.returncode != 0:
             return f"pip could not download the harness's locked wheels (exit {done.returncode}); see its lines above"
         _mark(scratch)
+        # mkdtemp makes the directory 0700 (Python docs, tempfile.mkdtemp), and the rename keeps it: the eval Job's
+        # pod reads it as another user wherever the volume does not map every client to one (FSx, a StorageClass).
+        scratch.chmod(0o755)
         if harness.exists():
             shutil.rmtree(harness)  # a harness without its marker: an earlier Job stopped mid-way
         scratch.rename(harness)

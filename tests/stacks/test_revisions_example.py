@@ -74,8 +74,10 @@ def test_the_route_moves_only_after_canarys_latency_and_accuracy_gates(example):
     assert {f"{JOB}::{SECOND}-verify-job", f"{JOB}::{SECOND}-eval-job"} <= set(weighted)
     eval_job = example.resource(JOB, f"{SECOND}-eval-job")
     depends = set(eval_job["options"]["dependsOn"])
-    # After its staging, both revisions' workloads, the key and the fence; never after the route it gates.
-    assert {f"{JOB}::{SECOND}-eval-stage", f"kubernetes:apps/v1:Deployment::{FIRST}-deployment",
+    # After its staging, the revision's latency gate (never both on the same pods at once), both revisions'
+    # workloads, the key and the fence; never after the route it gates.
+    assert {f"{JOB}::{SECOND}-eval-stage", f"{JOB}::{SECOND}-verify-job",
+            f"kubernetes:apps/v1:Deployment::{FIRST}-deployment",
             f"kubernetes:apps/v1:Deployment::{SECOND}-deployment", "kubernetes:core/v1:Secret::vllm-api-key",
             "kubernetes:networking.k8s.io/v1:NetworkPolicy::serving-netpol-verification"} <= depends
     assert f"{ROUTE}::edge-httproute-{FIRST}" not in depends
@@ -101,11 +103,18 @@ def test_the_eval_job_holds_the_key_inside_the_fence_and_its_staging_holds_none(
         return {name for name, spec in fences.items() if spec["podSelector"].get("matchLabels", {}).items()
                 <= labels.items() and spec["podSelector"]}
 
-    # The eval pod: the verification fence (DNS, the edge, the vLLM pods); its staging: the weights Jobs' (DNS and
-    # HTTPS, for the Hub and PyPI).
-    assert "verification" in fenced_by(job["metadata"]["labels"])
+    # The eval pod: its own fence, DNS and the vLLM pods' port and nothing else (the deploy gate's reaches any address
+    # on 443); the vLLM pods admit it. Its staging: the weights Jobs' (DNS and HTTPS, for the Hub and PyPI).
+    assert fenced_by(job["metadata"]["labels"]) == {"eval"}
+    egress = fences["eval"]["egress"]
+    assert [rule["ports"] for rule in egress] == [[{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+                                                  [{"protocol": "TCP", "port": 8000}]]
+    assert "ipBlock" not in json.dumps(egress)
+    admitted = [s["podSelector"]["matchLabels"] for s in fences["vllm-serving"]["ingress"][0]["from"]
+                if "podSelector" in s and "namespaceSelector" not in s]
+    assert any(labels.items() <= job["metadata"]["labels"].items() for labels in admitted)
     assert fenced_by(stage["metadata"]["labels"]) & {name for name in fences if "stag" in name}
-    assert "verification" not in fenced_by(stage["metadata"]["labels"])
+    assert not fenced_by(stage["metadata"]["labels"]) & {"verification", "eval"}
     volumes = {v["name"]: v for v in job["spec"]["volumes"]}
     assert volumes["api-key"]["secret"]["secretName"] == "vllm-api-key"
     assert volumes["weights"]["persistentVolumeClaim"]["readOnly"] is True
@@ -151,7 +160,8 @@ def test_the_rendered_settings_are_what_the_eval_program_reads(example, tmp_path
     files exist (the program checks they were staged), here under tmp_path instead of the volume's /models."""
     from llm_serving.verification import eval_gate
 
-    (config,) = [c for c in _kind(example, "ConfigMap") if c["metadata"]["name"].startswith(f"{SECOND}-eval-")]
+    (config,) = [c for c in _kind(example, "ConfigMap") if c["metadata"]["name"].startswith(f"{SECOND}-eval-")
+                 and "-stage-" not in c["metadata"]["name"]]
     written = config["data"]["settings.json"].replace('"/models/', f'"{tmp_path}/')
     for task in json.loads(written)["tasks"]:
         for path in task["files"].values():

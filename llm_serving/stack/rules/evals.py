@@ -64,12 +64,18 @@ def eval_rules(config: ServingStackArgs) -> Iterator[Problem]:
         if mode is VerificationMode.OFF:
             yield Problem("verification.mode", f"runs no Job, so {at}.eval would never run", mode.value,
                           "gate or report, or no eval")
-        if second is None and prod and changes:
+        # What either revision runs that lasts once it runs alone (fp8 KV, quantization): after the retirement the
+        # model runs one revision, compared with nothing, so its floors must be there already (promote's last step
+        # validates the stack it writes).
+        alone = quality_changes(owner, None) + (quality_changes(second, None) if second else [])
+        if prod and (alone if second is not None else changes):
             for task in owner.eval.tasks:
                 if task.min_score is None:
-                    yield Problem(f"{at}.eval.tasks[{task.name}].minScore", "with one revision the eval compares "
-                                  "against nothing, so a task without a floor could never fail", None,
-                                  "the lowest acceptable score, 0-1")
+                    why = ("with one revision the eval compares against nothing" if second is None else
+                           f"once one revision runs {', '.join(dict.fromkeys(alone))} alone, the eval compares "
+                           "against nothing")
+                    yield Problem(f"{at}.eval.tasks[{task.name}].minScore", f"{why}, so a task without a floor "
+                                  "could never fail", None, "the lowest acceptable score, 0-1")
         names = [t.name for t in owner.eval.tasks]
         if len(set(names)) != len(names):
             yield Problem(f"{at}.eval.tasks", "names a task twice (each task's score is reported by its name)",

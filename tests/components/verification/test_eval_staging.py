@@ -127,6 +127,8 @@ def test_the_harness_is_downloaded_by_its_hashes_and_installs_with_no_index(tmp_
     harness = tmp_path / "volume" / "harness-x"
     assert stage_eval.stage_harness(_lock(tmp_path), harness) is None
     assert sorted(p.name for p in harness.iterdir()) == [stage_eval.MARKER, WHEEL_NAME]
+    # Readable by the eval pod's user, whatever user staged it (mkdtemp's 0700 opened up before the rename).
+    assert harness.stat().st_mode & 0o777 == 0o755
     # The eval Job's init container: from the staged directory only, the hashes checked again, into its own dir.
     target = tmp_path / "opt-harness"
     command = evaluation.install_command(sys.executable, str(harness), str(target), str(_lock(tmp_path)))
