@@ -39,14 +39,15 @@ def _diff(before: str, after: str, title: str) -> str:
 
 
 def steps(facts: Facts) -> str:
-    """A passing step at 10 %, a failing one, and the three steps after 100 %: the first revision converged onto the
-    second while it takes nothing, the requests moved back to it, the revisions retired."""
+    """A passing step at 10 %, a failing one, and the steps after 100 %: the first revision converged onto the second
+    while it takes nothing, the first step of the requests' way back to it, and (from 100/0) the retirement."""
     model = "llama-70b"
     passed = promote.set_weights(EXAMPLE, model, (100 - promote.LADDER[1], promote.LADDER[1]))
     failed = promote.set_weights(EXAMPLE, model, (100, 0))
     at_100 = promote.set_weights(EXAMPLE, model, (0, 100))
     entries = yaml.safe_load(at_100)["config"]["llm-serving:models"][0]["revisions"]
     converged = promote.converge_first(at_100, model, promote.revision_fields(entries[1]))
+    back = promote.set_weights(converged, model, (promote.LADDER[0], 100 - promote.LADDER[0]))
     moved_back = promote.set_weights(converged, model, (100, 0))
     first = yaml.safe_load(moved_back)["config"]["llm-serving:models"][0]["revisions"][0]
     retired = promote.retire_first(moved_back, model, promote.revision_fields(first))
@@ -54,8 +55,10 @@ def steps(facts: Facts) -> str:
         _diff(EXAMPLE, passed, f"The gates passed at {promote.LADDER[0]} %"),
         _diff(EXAMPLE, failed, f"A gate failed at {promote.LADDER[0]} %"),
         _diff(at_100, converged, "The gates passed at 100 %: stable converges onto canary, at weight 0"),
-        _diff(converged, moved_back, "stable's own gate passed on its rolled pods: the requests move back to it"),
-        _diff(moved_back, retired, "The next step retires: what canary ran is the model's own, on stable's pods"),
+        _diff(converged, back, "stable's own gate passed on its rolled pods: the requests move back to it, up the "
+              "same ladder"),
+        _diff(moved_back, retired, "stable at 100 %, its gate passed: the next step retires, what canary ran is the "
+              "model's own"),
     ])
 
 

@@ -5,7 +5,9 @@ Pure: ServingStack reads these when it creates the model's weights, workload, sc
 """
 
 import dataclasses
+import hashlib
 import math
+from typing import Any
 
 import pulumi
 
@@ -15,7 +17,7 @@ from llm_serving.observability import ModelSlo
 from llm_serving.platform import NAMESPACE_LABEL
 from llm_serving.scaling import ScalingTarget
 from llm_serving.serving import EngineSettings, ModelArgs, RoutingMode
-from llm_serving.stack import planning, revisions, timing
+from llm_serving.stack import evaluation, planning, revisions, timing, verification
 from llm_serving.stack.args import ServingStackArgs
 from llm_serving.stack.parts import alb_idle_timeout
 from llm_serving.storage import StorageBackend
@@ -152,3 +154,27 @@ def slo(args: ServingStackArgs, model: ModelArgs) -> ModelSlo:
         kv_offload_gib=planning.kv_offload_gib(args, model, plan),
         lora_adapters=tuple(a.name for a in model.lora.adapters) if model.lora is not None else (),
     )
+
+
+def deployed(args: ServingStackArgs, model: ModelArgs) -> tuple[Any, ...]:
+    """What a revision runs (image, weights, flags, replicas, template, adapters): a change is checked anew."""
+    return (image(model), model.revision, tokenizer_revision(model), engine_settings(args, model), model.replicas,
+            model.chat_template, *verified_lora(args, model))
+
+
+def _fingerprint(value: Any) -> str:
+    return hashlib.sha256(repr(value).encode()).hexdigest()[:12]
+
+
+def gate_fingerprint(args: ServingStackArgs, model: ModelArgs) -> str:
+    """What a revision's deploy gate vouches for: what it runs and, for a revision of a pair, its name and weight.
+    The gate's Job is named after it (a change re-runs the gate) and its report carries it, so `stacks promote`
+    refuses a report of another deploy: an older step's, or one from before the `up` of the file it edits."""
+    return _fingerprint((*deployed(args, model), verification.revision_under_test(args, model)))
+
+
+def eval_fingerprint(args: ServingStackArgs, plan: evaluation.EvalPlan) -> str:
+    """What an accuracy gate vouches for: what both revisions run (not their weights: a weight moves requests, not
+    answers) and what it scores them on."""
+    return _fingerprint((evaluation.deployed(args, plan, lambda m: deployed(args, m)),
+                         evaluation.files(plan), plan.owner.eval))

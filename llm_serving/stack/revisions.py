@@ -138,13 +138,16 @@ def revision_rules(config: ServingStackArgs) -> Iterator[Problem]:
         if total != 100:
             yield Problem(key, "weights are percent of the route's requests and must sum to 100",
                           [r.weight for r in model.revisions], f"weights summing to 100 (now {total})")
-        if same_runs(model) and all(r.weight > 0 for r in model.revisions):
-            # Two revisions that run the same thing are the retirement's middle steps (stacks/cli/promote.py): the
-            # first revision converged onto the second while it takes nothing, then takes everything back.
-            yield Problem(f"{key}[1]", "runs exactly what the other revision runs, and both take requests: a second "
-                          "revision differs in revision, tokenizerRevision, image, quantization, kvCacheDtype or "
-                          "extraArgs (two that run the same are the retirement's steps, one of them at weight 0)",
-                          model.revisions[1].name, "a field that differs from the other revision, or a weight of 0")
+        first_weight, second_weight = (r.weight for r in model.revisions)
+        if same_runs(model) and first_weight > second_weight > 0:
+            # Two revisions that run the same thing are the retirement's steps (stacks/cli/promote.py): the first
+            # converged onto the second while it takes nothing, then the requests moved back to it step by step, the
+            # first never taking more than the second until it takes everything.
+            yield Problem(f"{key}[1]", "runs exactly what the other revision runs while the first takes more: a "
+                          "second revision differs in revision, tokenizerRevision, image, quantization, kvCacheDtype "
+                          "or extraArgs (two that run the same are the retirement's steps, the first at most the "
+                          "second's share until it takes all)", model.revisions[1].name,
+                          "a field that differs from the other revision")
         second = object_name(model, 1)
         revision_name = model.revisions[1].name
         if second in names or second in seconds:

@@ -803,7 +803,8 @@ class ServingStack(pulumi.ComponentResource):
 
     def _verification_job(self, args: ServingStackArgs, model: ModelArgs, mode: VerificationMode,
                           after: tuple[pulumi.Resource, ...]) -> VerificationJob:
-        checks = verification.settings(args, model)
+        fingerprint = model_parts.gate_fingerprint(args, model)
+        checks = dataclasses.replace(verification.settings(args, model), deployed=fingerprint)
         return VerificationJob(
             f"{model.name}-verify",
             VerificationJobArgs(
@@ -815,21 +816,12 @@ class ServingStack(pulumi.ComponentResource):
                 api_key_secret=API_KEY_SECRET,
                 deadline_seconds=verification.deadline_seconds(checks),
                 # Image, revision, engine flags and replicas: a deploy that changes them is verified again; and a
-                # second revision's weight, so each step of its rollout is gated before its route moves.
-                deployed=repr((*self._deployed(args, model),
-                               *([verification.revision_under_test(args, model)]
-                                 if revisions.revision_model_of(model) is not None else []))),
+                # revision's weight, so each step of a rollout is gated before its route moves.
+                deployed=fingerprint,
                 after=(*after, self._api_key_secret, *self._fences),
             ),
             pulumi.ResourceOptions(parent=self),
         )
-
-    @staticmethod
-    def _deployed(args: ServingStackArgs, model: ModelArgs) -> tuple[Any, ...]:
-        """What a revision runs (image, weights, flags, replicas, template, adapters): a change is checked anew."""
-        return (model_parts.image(model), model.revision, model_parts.tokenizer_revision(model),
-                model_parts.engine_settings(args, model), model.replicas, model.chat_template,
-                *model_parts.verified_lora(args, model))
 
     def _verify(self, args: ServingStackArgs, routes: list[pulumi.Resource]) -> None:
         """Each model's deploy gate (none with `verification.mode: off`); a second revision's is `_gate_revisions`'s.
@@ -849,7 +841,8 @@ class ServingStack(pulumi.ComponentResource):
         """The accuracy gate of `plan`'s model: after both revisions' workloads, its task set and harness staged
         through the model's own claim (a second revision mounts the same volume)."""
         weights, zones = self._eval_site[plan.owner.name]
-        checked = evaluation.settings(args, plan)
+        fingerprint = model_parts.eval_fingerprint(args, plan)
+        checked = {**evaluation.settings(args, plan), "deployed": fingerprint}
         staged = evaluation.files(plan)
         efs = args.weights_storage.backend is StorageBackend.EFS
         return EvalJob(
@@ -867,7 +860,7 @@ class ServingStack(pulumi.ComponentResource):
                 api_key_secret=API_KEY_SECRET,
                 deadline_seconds=evaluation.deadline_seconds(args, plan, checked),
                 stage_deadline_seconds=evaluation.STAGE_DEADLINE_SECONDS,
-                deployed=evaluation.deployed(args, plan, lambda m: self._deployed(args, m)),
+                deployed=fingerprint,
                 pod_security=pod_security_context(),
                 container_security=container_security_context(),
                 node_selector=dict(self._site.staging.node_selector or {}) if efs else {},

@@ -76,7 +76,7 @@ REACH_TIMEOUT_SECONDS = 30.0
 DROP_DECIMALS = 6
 
 SETTINGS_KEYS = ("model", "revision", "candidate", "stable", "tasks", "limit", "maxDropPoints",
-                 "requestTimeoutSeconds", "seed")
+                 "requestTimeoutSeconds", "seed", "deployed")
 ENDPOINT_KEYS = ("name", "url", "concurrency")
 TASK_KEYS = ("name", "metric", "filter", "numFewshot", "format", "files", "minScore")
 _TASK_LINE = r"^task:\s*['\"]?{}['\"]?\s*$"
@@ -141,6 +141,9 @@ class Settings:
     max_drop_points: float
     request_timeout_seconds: float
     seed: int
+    # What the stack deployed when it wrote these settings (llm_serving/stack/model_parts.py `gate_fingerprint` of
+    # both revisions), echoed in the report so that `python -m stacks promote` can refuse a report of another deploy.
+    deployed: str | None = None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -267,9 +270,13 @@ def parse_settings(document: Any) -> Settings:
     seed = document.get("seed")
     if "seed" in document and not _is_int(seed):
         problems.add("seed", seed, "expected an integer")
+    deployed = document.get("deployed")
+    if deployed is not None and (not isinstance(deployed, str) or not deployed):
+        problems.add("deployed", deployed, "expected the deploy's fingerprint, or null")
     if problems.lines or candidate is None:
         raise UsageError(problems.lines or ["settings: candidate: missing"])
-    return Settings(model, revision, candidate, stable, tuple(tasks), limit, float(drop), float(timeout), seed)
+    return Settings(model, revision, candidate, stable, tuple(tasks), limit, float(drop), float(timeout), seed,
+                    deployed)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -325,7 +332,8 @@ def judge(settings: Settings, candidate: Outcome | None, stable: Outcome | None,
                       "passed": complete and not lines})
     if candidate is None or (settings.stable is not None and stable is None):
         failures.append(f"{named}interrupted before every run completed")
-    return {"model": settings.model, "revision": settings.revision, "passed": not failures, "harness": harness,
+    return {"model": settings.model, "revision": settings.revision, "deployed": settings.deployed,
+            "passed": not failures, "harness": harness,
             "mode": mode, "limit": settings.limit, "maxDropPoints": settings.max_drop_points, "tasks": tasks,
             "failures": failures, "notes": notes}
 

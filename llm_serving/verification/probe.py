@@ -162,6 +162,9 @@ class Settings:
     aliases: tuple[Alias, ...] = ()
     # The revision under test when the model runs two side by side (`models[].revisions[].name`); None: the model.
     revision: str | None = None
+    # What the stack deployed when it wrote these settings (llm_serving/stack/model_parts.py `gate_fingerprint`),
+    # echoed in the report so that `python -m stacks promote` can refuse a report of another deploy; None: unknown.
+    deployed: str | None = None
 
     @staticmethod
     def from_json(document: dict[str, Any]) -> Settings:
@@ -184,6 +187,7 @@ class Settings:
                 wake_seconds=float(document["wake_seconds"]) if document.get("wake_seconds") is not None else None,
                 note=str(document["note"]) if document.get("note") is not None else None,
                 revision=str(document["revision"]) if document.get("revision") is not None else None,
+                deployed=str(document["deployed"]) if document.get("deployed") is not None else None,
             )
         except (KeyError, TypeError, ValueError) as error:
             raise UsageError(f"settings: {error!r}; expected model, targets[] and optionally load") from None
@@ -1116,7 +1120,7 @@ def run(settings: Settings, key: str, progress: Progress | None = None) -> dict[
     steps = _Steps(progress, planned)
     timeout = settings.request_timeout_seconds
     # `model`, `revision` and `passed` are what `python -m stacks promote` reads of a gate (docs/verification.md).
-    report: dict[str, Any] = {"model": settings.model, "revision": settings.revision,
+    report: dict[str, Any] = {"model": settings.model, "revision": settings.revision, "deployed": settings.deployed,
                               "targets": {t.name: t.base_url for t in settings.targets}}
     if settings.note:
         report["note"] = settings.note

@@ -194,9 +194,10 @@ commands:
                    resolve each model's vLLM image tag, and each image the stack's charts run, to its
                    digest through the registry's API and (--write) set models[].image.digest and
                    chartImageDigests in the stack file; prod and staging need them
-  promote <stack> <model> --report FILE [--steps 10,25,50,100]
-                   the next step of a model's second revision from its gate's JSON report: the next
-                   weight, the revision made the model's own after 100, or weight 0 on a failed gate
+  promote <stack> <model> --report FILE [--eval-report FILE] [--steps 10,25,50,100]
+                   the next step of a model's second revision from its gates' JSON reports: the next
+                   weight; after 100 the first revision converged onto it, the requests back up the
+                   ladder, the revisions retired; or weight 0 on a failed gate or eval
   check-github <owner>/<repo>
                    the repository's environments and main's protection against the set-up checklist
                    (docs/operations.md); the token from $GITHUB_TOKEN

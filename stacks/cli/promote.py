@@ -49,7 +49,7 @@ import yaml
 
 from llm_serving.platform.args import fields_of
 from llm_serving.serving import ModelArgs
-from llm_serving.stack import revisions
+from llm_serving.stack import evaluation, model_parts, revisions
 from stacks import environment, images
 from stacks.config import ServingStackArgs
 from stacks.config import files as stack_files
@@ -76,6 +76,7 @@ class Report:
     passed: bool
     reason: str  # the first failing check's line, when it failed and said which
     kind: str = "verification"  # or "eval": the accuracy gate's report (llm_serving/verification/eval_gate.py)
+    deployed: str | None = None  # the fingerprint of what the gate checked (llm_serving/stack/model_parts.py)
 
 
 def read_report(path: Path, kind: str = "verification", option: str = "--report") -> Report:
@@ -109,7 +110,8 @@ def read_report(path: Path, kind: str = "verification", option: str = "--report"
                          f"{json.dumps({'model': model, 'revision': revision, 'passed': passed})}", option)
     failures = document.get("failures")
     reason = str(failures[0]) if isinstance(failures, list) and failures else ""
-    return Report(model, revision, passed, reason, kind)
+    deployed = document.get("deployed")
+    return Report(model, revision, passed, reason, kind, deployed if isinstance(deployed, str) else None)
 
 
 def _bad(path: Path, message: str, option: str = "--report") -> ConfigError:
@@ -240,11 +242,29 @@ def _own_entry(text: str, model: str) -> dict[str, Any]:
     return entry
 
 
-def _checked_report(report: Report, model: ModelArgs, revision: str, option: str, path: Path) -> None:
+def _checked_report(report: Report, model: ModelArgs, revision: str, option: str, path: Path,
+                    expected: str) -> None:
+    """The report is of `model`'s `revision`, and of what the stack file deploys now (`expected`, its fingerprint):
+    a report of an older step, or from before the `up` of this file, is refused."""
     if (report.model, report.revision) != (model.name, revision):
         raise ConfigError([Problem(option, f"checked model {report.model!r} revision {report.revision!r}, "
                                    f"not {model.name}'s revision {revision!r}", str(path),
                                    f"a report of the {report.kind} of {model.name} revision {revision}")])
+    if report.deployed != expected:
+        raise ConfigError([Problem(option, f"is the {report.kind} of another deploy (deployed "
+                                   f"{report.deployed or 'not said'}) than this stack file's ({expected}): an older "
+                                   "step's, or from before this file's `pulumi up`", str(path),
+                                   "the report of the up of this very file")])
+
+
+def _fingerprints(config: ServingStackArgs, model: ModelArgs) -> tuple[str, str, str | None]:
+    """What the first revision's gate, the second's and the eval vouch for, as the stack file deploys them."""
+    expanded = revisions.expanded(config)
+    first = next(m for m in expanded.models if m.name == model.name)
+    second = next(m for m in expanded.models if revisions.revision_model_of(m) == model.name)
+    plan = next((p for p in evaluation.plans(expanded) if p.owner.name == model.name), None)
+    return (model_parts.gate_fingerprint(expanded, first), model_parts.gate_fingerprint(expanded, second),
+            model_parts.eval_fingerprint(expanded, plan) if plan is not None else None)
 
 
 def _write_weights(path: Path, text: str, model: str, weights: tuple[int, int], summary: str, out: TextIO) -> int:
@@ -273,27 +293,37 @@ def main(argv: list[str], stack_path: Any, stdout: TextIO | None = None, stderr:
     text = path.read_text(encoding="utf-8")
     raw = _own_entry(text, model.name)["revisions"]
     report = read_report(args.report)
+    first_gate, second_gate, eval_gate = _fingerprints(config, model)
     if revisions.same_runs(model):
         # The retirement's middle steps: the first revision runs what the second ran; its own gate is the evidence.
-        _checked_report(report, model, first.name, "--report", args.report)
+        _checked_report(report, model, first.name, "--report", args.report, first_gate)
         if not report.passed:
-            out.write(f"{model.name}: {first.name} runs what {second.name} runs, but its gate failed"
-                      f"{': ' + report.reason if report.reason else ''}; {second.name} keeps its "
-                      f"{second.weight} %, nothing written (fix the first revision's pods, then `pulumi up` again)\n")
-            return 1
+            why = f"its gate failed{': ' + report.reason if report.reason else ''}"
+            if first.weight == 0:
+                out.write(f"{model.name}: {first.name} runs what {second.name} runs, but {why}; it takes no request "
+                          f"and {second.name} keeps them all: nothing to do (fix the first revision's pods, then "
+                          "`pulumi up` again)\n")
+                return 1
+            return _write_weights(path, text, model.name, (0, 100), f"{model.name}: {first.name} {first.weight} -> "
+                                  f"0 % ({second.name} 100 %): {why}; rolled back", out)
         if first.weight < 100:
-            return _write_weights(path, text, model.name, (100, 0), f"{model.name}: {first.name} {first.weight} -> "
-                                  f"100 % ({second.name} 0 %): it runs what {second.name} ran and its gate passed; "
-                                  f"after the up, promote again to retire {second.name}", out)
+            # Back up the same ladder, so KEDA scales the first revision's replicas with its share (it sat at its
+            # floor while it took nothing) instead of meeting every request at once.
+            step = next(s for s in (*args.steps, 100) if s > first.weight)
+            then = f"promote again to retire {second.name}" if step == 100 else "promote again"
+            return _write_weights(path, text, model.name, (step, 100 - step), f"{model.name}: {first.name} "
+                                  f"{first.weight} -> {step} % ({second.name} {100 - step} %): it runs what "
+                                  f"{second.name} runs and its gate passed; after the up and its next passing gate, "
+                                  f"{then}", out)
         return _retire(path, text, config, model, raw[0], out)
-    _checked_report(report, model, second.name, "--report", args.report)
+    _checked_report(report, model, second.name, "--report", args.report, second_gate)
     evaluated = None
     if args.eval_report is not None:
-        if model.eval is None:
-            raise ConfigError([Problem("--eval-report", f"{model.name} has no eval (models[].eval)",
-                                       str(args.eval_report), "no --eval-report")])
+        if eval_gate is None:
+            raise ConfigError([Problem("--eval-report", f"{model.name} has no eval of its second revision "
+                                       "(models[].eval)", str(args.eval_report), "no --eval-report")])
         evaluated = read_report(args.eval_report, "eval", "--eval-report")
-        _checked_report(evaluated, model, second.name, "--eval-report", args.eval_report)
+        _checked_report(evaluated, model, second.name, "--eval-report", args.eval_report, eval_gate)
     failed = [r for r in (report, evaluated) if r is not None and not r.passed]
     name = f"{model.name}: {second.name}"
     if failed:
@@ -303,7 +333,7 @@ def main(argv: list[str], stack_path: Any, stdout: TextIO | None = None, stderr:
             return 1
         return _write_weights(path, text, model.name, (100, 0), f"{name} {second.weight} -> 0 % ({first.name} "
                               f"100 %): {why}; rolled back", out)
-    if model.eval is not None and evaluated is None:
+    if eval_gate is not None and evaluated is None:
         raise ConfigError([Problem("--eval-report", f"{model.name} has an eval: a step needs its passing report as "
                                    "well as the gate's", None, "the eval Job's last log line, saved to a file")])
     if second.weight < 100:

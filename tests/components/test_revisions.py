@@ -233,12 +233,14 @@ def test_adding_a_revision_creates_objects_and_updates_the_route_replacing_nothi
 
 
 def test_a_weight_change_updates_the_route_after_the_second_revisions_gate_runs_again(renders):
-    # Each step of a rollout is gated before its route moves: the weight is in the second revision's gate key, so its
-    # Job (and ConfigMap) are new, and the route's update waits for it; nothing that serves changes.
+    # Each step of a rollout is gated before its route moves: the weight is in each revision's gate key (its report's
+    # fingerprint, which promote checks), so both Jobs (and ConfigMaps) are new, and the route's update waits for the
+    # second's; nothing that serves changes.
     diff = diff_resources(renders["pair"].resources, renders["even"].resources, "test", "main")
     (change,) = diff.of("update")
     assert change.type.endswith("HTTPRoute") and {f.path.rsplit(".", 1)[-1] for f in change.fields} == {"weight"}
-    assert _replaced(diff) == {("Job", "llama-8b-canary-verify-job"), ("ConfigMap", "llama-8b-canary-verify-probe")}
+    assert _replaced(diff) == {("Job", "llama-8b-canary-verify-job"), ("ConfigMap", "llama-8b-canary-verify-probe"),
+                               ("Job", "llama-8b-verify-job"), ("ConfigMap", "llama-8b-verify-probe")}
     assert not diff.of("create") and not diff.of("delete")
 
 

@@ -60,7 +60,7 @@ def _settings(data: Path, candidate: str, stable: str | None, **changes: Any) ->
             "candidate": {"name": f"{MODEL}-canary", "url": candidate, "concurrency": 2},
             "stable": {"name": MODEL, "url": stable, "concurrency": 1} if stable else None,
             "tasks": [_task(data)], "limit": LIMIT, "maxDropPoints": 2.0, "requestTimeoutSeconds": 30, "seed": 1234,
-            **changes}
+            "deployed": "d3ad0fc0ffee", **changes}
 
 
 @contextlib.contextmanager
@@ -220,7 +220,7 @@ def test_bad_settings_exit_2_with_a_line_naming_each_key_and_value(tmp_path, dat
     problems = [line.removeprefix("eval: settings: ") for line in run.stderr.splitlines()]
     assert problems == [
         'colour: "blue": unknown key; allowed: model, revision, candidate, stable, tasks, limit, maxDropPoints, '
-        "requestTimeoutSeconds, seed",
+        "requestTimeoutSeconds, seed, deployed",
         "seed: missing (it may be null only where the format says so)",
         "candidate.concurrency: 0: expected an integer from 1 to 4096",
         "tasks[0].numFewshot: -1: expected an integer from 0 to 100, or null (the task's default)",
@@ -255,7 +255,7 @@ def test_a_drop_equal_to_the_allowance_passes_whatever_the_float_noise():
     settings = eval_gate.parse_settings({
         "model": MODEL, "revision": None, "candidate": {"name": "c", "url": "http://c:8000/v1", "concurrency": 1},
         "stable": {"name": "s", "url": "http://s:8000/v1", "concurrency": 1}, "tasks": [],
-        "limit": 1, "maxDropPoints": 1.0, "requestTimeoutSeconds": 1, "seed": 0}
+        "limit": 1, "maxDropPoints": 1.0, "requestTimeoutSeconds": 1, "seed": 0, "deployed": None}
         | {"tasks": [{"name": "t", "metric": "m", "filter": "f", "numFewshot": 0, "format": "json",
                       "files": {"test": eval_gate.__file__}, "minScore": 0.705}]})
     assert (0.73 - 0.72) * 100 > 1.0  # what an unrounded comparison would fail

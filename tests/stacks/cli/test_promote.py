@@ -4,7 +4,10 @@ requests moved back to it, then the revisions retired; weight 0 on a failed gate
 layout kept, a report of another model or revision refused, and every result a valid stack.
 
 The stack is a copy of prod serving llama-70b as two revisions at 90/10 (stack_variants.prod_with_two_revisions);
-nothing is rendered: validating with load_stack_file is what the command promises."""
+nothing is rendered: validating with load_stack_file is what the command promises.
+
+Length: every kind of step, layout and refusal on the one variant, with the reports each step's `up` would write
+(`fresh`); split, each part would carry the same fixtures and report builders."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ import pytest
 
 from llm_serving.platform.args import fields_of
 from llm_serving.serving import ModelArgs
-from llm_serving.stack import revisions
+from llm_serving.stack import evaluation, model_parts, revisions
 from stacks.cli import promote
 from stacks.config.problems import ConfigError
 from stacks.environment import load_stack_file
@@ -54,14 +57,41 @@ def stack(stack_dir: Path) -> Path:
     return path
 
 
+def deployed(path: Path, report: dict) -> str | None:
+    """What the Job of `report`'s revision (or, an `{"eval": ...}` report, the eval) vouched for had it run after the
+    `up` of the stack file as it is now: the fingerprint the stack gives that Job (llm_serving/stack/model_parts.py)."""
+    _, config = load_stack_file(path)
+    expanded = revisions.expanded(config)
+    if "eval" in report:
+        plan = next((p for p in evaluation.plans(expanded) if p.owner.name == MODEL), None)
+        return model_parts.eval_fingerprint(expanded, plan) if plan is not None else None
+    owner = next(m for m in config.models if m.name == MODEL)
+    index = [r.name for r in owner.revisions].index(report["revision"]) if owner.revisions else 0
+    model = next(m for m in expanded.models if m.name == revisions.object_name(owner, index))
+    return model_parts.gate_fingerprint(expanded, model)
+
+
+def fresh(path: Path, report: dict | str | None) -> dict | str | None:
+    """`report` as that up's Job writes it: with the fingerprint of what the stack file deploys now, unless it says."""
+    if not isinstance(report, dict):
+        return report
+    inner = report.get("eval", report)
+    if not isinstance(inner, dict) or "deployed" in inner or "revision" not in inner:
+        return report
+    filled = {**inner, "deployed": deployed(path, report)}
+    return {"eval": filled} if "eval" in report else filled
+
+
 def promote_with(path: Path, report: dict | str, *options: str, evaluated: dict | None = EVAL_PASSED):
-    """The command with `report` as --report and, unless None, `evaluated` as --eval-report."""
+    """The command with `report` as --report and, unless None, `evaluated` as --eval-report, each the report of the
+    up of the stack file as it is now (`fresh`) unless it says what it vouches for."""
     report_file = path.parent / "report.json"
+    report = fresh(path, report)  # type: ignore[assignment]
     report_file.write_text(report if isinstance(report, str) else json.dumps(report))
     extra: list[str] = []
     if evaluated is not None:
         eval_file = path.parent / "eval.json"
-        eval_file.write_text(json.dumps(evaluated))
+        eval_file.write_text(json.dumps(fresh(path, evaluated)))
         extra = ["--eval-report", str(eval_file)]
     return run_stacks("promote", str(path), MODEL, "--report", str(report_file), *extra, *options)
 
@@ -146,11 +176,20 @@ def test_the_ladder_then_converge_move_back_and_retire(stack: Path) -> None:
     failed = promote_with(stack, FIRST_FAILED, evaluated=None)
     assert (failed.returncode, weights(stack)) == (1, [0, 100])
     assert "stable runs what canary runs, but its gate failed: FAIL  stable  models: no answer" in failed.stdout
-    # Move back: from pods that run the same to pods that run the same, in one step; no eval (same answers).
-    ran = promote_with(stack, FIRST_PASSED, evaluated=None)
-    assert ran.returncode == 0, ran.stderr
-    assert weights(stack) == [100, 0]
-    assert "stable 0 -> 100 % (canary 0 %)" in ran.stdout
+    # Move back up the same ladder, so its replicas scale with its share; no eval (same answers).
+    moved = []
+    for _ in promote.LADDER:
+        ran = promote_with(stack, FIRST_PASSED, evaluated=None)
+        assert ran.returncode == 0, ran.stderr
+        moved.append(weights(stack))
+        if weights(stack) == [25, 75]:
+            # A first-revision gate that fails on the way rolls it back to 0, the second keeping every request.
+            assert promote_with(stack, FIRST_FAILED, evaluated=None).returncode == 0
+            assert weights(stack) == [0, 100]
+            for _ in promote.LADDER[:2]:
+                promote_with(stack, FIRST_PASSED, evaluated=None)
+    assert moved == [[step, 100 - step] for step in promote.LADDER]
+    assert "stable 50 -> 100 % (canary 0 %)" in ran.stdout and "promote again to retire canary" in ran.stdout
     # Retire: the first revision's keys are the model's own; its pods run what they ran, the second's objects go.
     _, moved_back = load_stack_file(stack)
     serving = next(m for m in revisions.expanded(moved_back).models if m.name == MODEL)
@@ -245,7 +284,7 @@ def test_comments_and_layout_are_kept(stack: Path, layout: str, converged: str, 
     ran = promote_with(stack, PASSED)
     assert ran.returncode == 0, ran.stderr
     assert converged in stack.read_text()
-    for _ in range(2):
+    for _ in range(len(promote.LADDER) + 1):  # back up the ladder, then retire
         ran = promote_with(stack, FIRST_PASSED, evaluated=None)
         assert ran.returncode == 0, ran.stderr
     assert stack.read_text().endswith(retired)
@@ -266,7 +305,8 @@ def test_the_promoted_image_is_the_revision_image_whole(stack_dir: Path) -> None
                                      {"name": "canary", "weight": 100, "image": {"tag": "v0.34.0"}}]}]})
     _, before = load_stack_file(stack)
     assert before.models[0].image.digest == digest
-    for report in (PASSED, FIRST_PASSED, FIRST_PASSED):  # converge, move back, retire (no eval: an image bump)
+    # Converge, back up the ladder, retire (no eval: an image bump).
+    for report in (PASSED, *[FIRST_PASSED] * (len(promote.LADDER) + 1)):
         ran = promote_with(stack, report, evaluated=None)
         assert ran.returncode == 0, ran.stderr
     _, after = load_stack_file(stack)
@@ -292,7 +332,8 @@ def test_a_mismatched_or_malformed_report_is_refused(stack: Path, report: dict |
 
 def test_the_job_log_is_read_from_its_last_line(stack: Path) -> None:
     """The Job's log ends in `{"verification": {...}}` (llm_serving/verification/probe.py main); a saved log works."""
-    log = "PASS  canary  models\n\nverdict: PASS\n" + json.dumps({"verification": {**PASSED, "verdict": "pass"}})
+    report = {**fresh(stack, PASSED), "verdict": "pass"}  # type: ignore[dict-item]
+    log = "PASS  canary  models\n\nverdict: PASS\n" + json.dumps({"verification": report})
     assert promote_with(stack, log + "\n").returncode == 0
     assert weights(stack) == [75, 25]
 
@@ -309,6 +350,7 @@ def test_an_edit_that_does_not_validate_writes_nothing(stack: Path, monkeypatch:
     """The result is validated as load_stack_file validates it before it is written."""
     real = promote.environment.validate
     calls = []
+    reports = fresh(stack, PASSED), fresh(stack, EVAL_PASSED)  # before validate refuses every later load
 
     def refuse_the_edit(resolved):
         calls.append(resolved)
@@ -318,7 +360,7 @@ def test_an_edit_that_does_not_validate_writes_nothing(stack: Path, monkeypatch:
 
     monkeypatch.setattr(promote.environment, "validate", refuse_the_edit)
     before = stack.read_text()
-    ran = promote_with(stack, PASSED)
+    ran = promote_with(stack, reports[0], evaluated=reports[1])  # type: ignore[arg-type]
     assert ran.returncode == 2 and "after the edit (nothing was written): refused" in ran.stderr
     assert stack.read_text() == before
 
@@ -346,9 +388,25 @@ def test_a_promoted_model_that_would_run_something_else_writes_nothing(stack_dir
         "name": MODEL, "revisions": [{"name": "stable", "weight": 0},
                                      {"name": "canary", "weight": 100, "image": {"tag": "v0.34.0"}}]}]})
     monkeypatch.setattr(promote, "_resolved_entry", lambda path, model: {})
-    for report in (PASSED, FIRST_PASSED):  # converge, move back
+    for report in (PASSED, *[FIRST_PASSED] * len(promote.LADDER)):  # converge, back up the ladder
         assert promote_with(stack, report, evaluated=None).returncode == 0
     before = stack.read_text()
     ran = promote_with(stack, FIRST_PASSED, evaluated=None)
     assert ran.returncode == 2 and "would not run what the revision ran" in ran.stderr and '"image"' in ran.stderr
+    assert stack.read_text() == before
+
+
+def test_a_report_of_another_deploy_is_refused(stack: Path) -> None:
+    """A gate's report vouches for what its Job checked (its `deployed` fingerprint): the report of the step before,
+    or one from before the `up` of the file being edited, names another deploy and moves nothing."""
+    stale = fresh(stack, PASSED)
+    assert promote_with(stack, stale).returncode == 0  # 10 -> 25, written; its up has not run yet
+    before = stack.read_text()
+    again = promote_with(stack, stale)
+    assert again.returncode == 2 and "--report: is the verification of another deploy" in again.stderr
+    stale_eval = {"eval": {**EVAL_PASSED["eval"], "deployed": "0" * 12}}
+    other = promote_with(stack, PASSED, evaluated=stale_eval)
+    assert other.returncode == 2 and "--eval-report: is the eval of another deploy" in other.stderr
+    unsaid = promote_with(stack, {**PASSED, "deployed": None})
+    assert unsaid.returncode == 2 and "(deployed not said)" in unsaid.stderr
     assert stack.read_text() == before
