@@ -600,6 +600,8 @@ class ServingStack(pulumi.ComponentResource):
         # Per model its weights (the claim the eval's task set is staged through) and the volume's zones.
         self._eval_site: dict[str, tuple[ModelWeights, tuple[str, ...]]] = {}
         self._hf_token_secret = hf_token_secret
+        self._hf_token_annotations: dict[str, pulumi.Input[str]] | None = (
+            {HF_TOKEN_REVISION_ANNOTATION: hf_token_revision} if hf_token_revision is not None else None)
         for model in args.models:
             plan = planning.model_plan(args, model)
             architecture = planning.model_architecture(model)
@@ -866,6 +868,7 @@ class ServingStack(pulumi.ComponentResource):
                 node_selector=dict(self._site.staging.node_selector or {}) if efs else {},
                 zones=zones,
                 hf_token_secret=self._hf_token_secret,
+                stage_pod_annotations=self._hf_token_annotations,
                 after=(*after, *([self._workloads[plan.stable.name]] if plan.stable is not None else []),
                        self._api_key_secret, *self._fences),
                 stage_after=(weights.job, *self._fences),

@@ -42,6 +42,7 @@ class EvalJobArgs:
     node_selector: dict[str, str] = field(default_factory=dict)
     zones: tuple[str, ...] = ()
     hf_token_secret: str | None = None
+    stage_pod_annotations: dict[str, pulumi.Input[str]] | None = None  # the Hub token's revision, as the weights Job's
     after: tuple[pulumi.Resource, ...] = ()  # both workloads, the fences
     stage_after: tuple[pulumi.Resource, ...] = ()  # the weights Job (which creates the claim's contents' root)
 
@@ -92,7 +93,7 @@ class EvalJob(pulumi.ComponentResource):
                 claim_name=args.claim_name, files=args.files, task_dir=args.task_dir,
                 deadline_seconds=args.stage_deadline_seconds, node_selector=args.node_selector, zones=args.zones,
                 pod_security=args.pod_security, container_security=args.container_security,
-                hf_token_secret=args.hf_token_secret)),
+                hf_token_secret=args.hf_token_secret, pod_annotations=args.stage_pod_annotations)),
             opts=pulumi.ResourceOptions(
                 parent=self, depends_on=[stage_config, *args.stage_after],
                 custom_timeouts=pulumi.CustomTimeouts(create=stage_timeout, update=stage_timeout)),

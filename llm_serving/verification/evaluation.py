@@ -126,7 +126,7 @@ def stage_command() -> list[str]:
 def stage_job_spec(*, model_name: str, configmap_name: str, image: str, claim_name: Any,
                    files: tuple[EvalFile, ...], task_dir: str, deadline_seconds: int, node_selector: dict[str, str],
                    zones: tuple[str, ...], pod_security: dict[str, Any], container_security: dict[str, Any],
-                   hf_token_secret: str | None) -> dict[str, Any]:
+                   hf_token_secret: str | None, pod_annotations: dict[str, Any] | None = None) -> dict[str, Any]:
     """Retried like the weights Job (a Hub or PyPI hiccup); each attempt resumes past the files already in place."""
     env = [{"name": "EVAL_FILES", "value": json.dumps([f.job_entry() for f in files], separators=(",", ":"))},
            {"name": "EVAL_DIR", "value": task_dir}, {"name": "HARNESS_DIR", "value": harness_dir()},
@@ -154,7 +154,8 @@ def stage_job_spec(*, model_name: str, configmap_name: str, image: str, claim_na
         "backoffLimit": 4,
         "activeDeadlineSeconds": deadline_seconds,
         "template": {
-            "metadata": {"labels": labels},
+            # The Hub token's keyed digest, as on the weights Job: a rotated token replaces the Job, whose pod reads it.
+            "metadata": {"labels": labels, **({"annotations": dict(pod_annotations)} if pod_annotations else {})},
             "spec": {
                 "restartPolicy": "OnFailure",
                 "automountServiceAccountToken": False,
@@ -205,8 +206,9 @@ def eval_job_spec(*, model_name: str, configmap_name: str, image: str, claim_nam
                 "restartPolicy": "Never",
                 "automountServiceAccountToken": False,
                 "enableServiceLinks": False,
+                # No fsGroup: the pod writes only its emptyDirs, and a group change would walk the weights volume.
                 "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS_UID, "runAsGroup": RUN_AS_UID,
-                                    "fsGroup": RUN_AS_UID, "seccompProfile": {"type": "RuntimeDefault"}},
+                                    "seccompProfile": {"type": "RuntimeDefault"}},
                 **_placement(node_selector, zones),
                 "initContainers": [{
                     "name": "harness",

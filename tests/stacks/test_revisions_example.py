@@ -120,6 +120,9 @@ def test_the_eval_job_holds_the_key_inside_the_fence_and_its_staging_holds_none(
     assert volumes["weights"]["persistentVolumeClaim"]["readOnly"] is True
     assert "api-key" not in json.dumps(stage["spec"])
     assert all("api-key" not in json.dumps(c.get("env", [])) for c in job["spec"]["containers"])
+    # A rotated Hub token replaces the staging Job as it does the weights Job (the token's keyed digest).
+    weights_pod = _named(example, "Job", f"{FIRST}-stage-")["spec"]["template"]["metadata"]
+    assert stage["metadata"]["annotations"] == weights_pod["annotations"] != {}
     # On the nodes the EFS policy lets mount the volume (the staging nodes), as the weights Jobs are.
     weights_job = _named(example, "Job", f"{FIRST}-stage-")["spec"]["template"]["spec"]
     for pod in (stage["spec"], job["spec"]):

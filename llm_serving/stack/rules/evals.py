@@ -19,6 +19,9 @@ from llm_serving.stack.args import ServingStackArgs
 from llm_serving.storage import StorageBackend
 from llm_serving.verification import VerificationMode
 
+# The longest name the eval derives from the revision it tests: its staging Job's, `<name>-eval-stage-<10 hex>`
+# (llm_serving/verification/eval_job.py).
+EVAL_STAGE_SUFFIX = "-eval-stage-" + "0" * 10
 # KV cache dtypes that keep the model's own precision (bfloat16 is the checkpoints' dtype; auto follows it).
 FULL_PRECISION_KV = (KvCacheDtype.AUTO, KvCacheDtype.BFLOAT16)
 
@@ -76,6 +79,12 @@ def eval_rules(config: ServingStackArgs) -> Iterator[Problem]:
                            "against nothing")
                     yield Problem(f"{at}.eval.tasks[{task.name}].minScore", f"{why}, so a task without a floor "
                                   "could never fail", None, "the lowest acceptable score, 0-1")
+        tested = second.name if second is not None else owner.name
+        if len(tested) + len(EVAL_STAGE_SUFFIX) > 63:
+            # Kubernetes object names of this kind are DNS labels (RFC 1123, 63 characters at most).
+            yield Problem(f"{at}.eval", f"its staging Job's name, {tested}{EVAL_STAGE_SUFFIX}, would exceed the 63 "
+                          "characters of a Kubernetes name", tested, "a model (or revision) name of at most "
+                          f"{63 - len(EVAL_STAGE_SUFFIX)} characters")
         names = [t.name for t in owner.eval.tasks]
         if len(set(names)) != len(names):
             yield Problem(f"{at}.eval.tasks", "names a task twice (each task's score is reported by its name)",

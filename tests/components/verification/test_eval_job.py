@@ -77,6 +77,8 @@ def test_each_job_mounts_its_own_files_and_the_eval_pod_is_fenced_as_eval():
     assert configs == {"stage": {"stage_eval.py", "stage-requirements.txt", "requirements.txt"},
                        "eval": {"eval_gate.py", "settings.json", "requirements.txt"}}
     assert jobs["eval"]["metadata"]["labels"]["app.kubernetes.io/component"] == "eval"
+    # No fsGroup on the pod that mounts the weights volume: a group change would walk every file of it.
+    assert "fsGroup" not in jobs["eval"]["spec"]["securityContext"]
     policy = evaluation.eval_network_policy(namespace="llm-serving", model_selector={"app": "vllm"}, port=8000)
     assert policy["spec"]["podSelector"]["matchLabels"].items() <= jobs["eval"]["metadata"]["labels"].items()
 

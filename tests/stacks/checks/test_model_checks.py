@@ -206,3 +206,12 @@ def test_rejects_utilisation_outside_the_allowed_range():
             assert error.errors()[0]["loc"] == ("models", 0, "gpuMemoryUtilization")
         else:
             raise AssertionError(f"{value} accepted")
+
+
+def test_an_eval_whose_staging_job_name_would_not_be_a_kubernetes_name_is_refused():
+    long_name = "m" * (63 - len("-eval-stage-") - 10 + 1)
+    found = [line for line in lines(name=long_name, kvCacheDtype="fp8", eval={"tasks": [{**GSM8K, "minScore": 0.8}]})
+             if ".eval:" in line]
+    assert len(found) == 1 and "would exceed the 63 characters of a Kubernetes name" in found[0]
+    assert not [line for line in lines(name=long_name[:-1], kvCacheDtype="fp8",
+                                       eval={"tasks": [{**GSM8K, "minScore": 0.8}]}) if ".eval:" in line]
