@@ -56,7 +56,7 @@ def _effective(model: ModelArgs, revision: RevisionArgs) -> dict[str, Any]:
 DERIVED_SUFFIXES = ("epp", "weights", "compile", "compile-cache", "stage", "verify", "eval", "vllm", "read", "aliases",
                     "chat-template", "adapter-sources", "pdb", "service", "deployment")
 # The longest name derived from a model's (`<name>-compile-cache`) must still be a DNS label (63 characters).
-LONGEST_DERIVED = len("-compile-cache")
+LONGEST_DERIVED = len("-eval-stage-") + 10  # `<name>-eval-stage-<10 hex>`, the eval's staging Job
 
 
 def object_name(model: ModelArgs, index: int) -> str:
@@ -138,16 +138,9 @@ def revision_rules(config: ServingStackArgs) -> Iterator[Problem]:
         if total != 100:
             yield Problem(key, "weights are percent of the route's requests and must sum to 100",
                           [r.weight for r in model.revisions], f"weights summing to 100 (now {total})")
-        first_weight, second_weight = (r.weight for r in model.revisions)
-        if same_runs(model) and first_weight > second_weight > 0:
-            # Two revisions that run the same thing are the retirement's steps (stacks/cli/promote.py): the first
-            # converged onto the second while it takes nothing, then the requests moved back to it step by step, the
-            # first never taking more than the second until it takes everything.
-            yield Problem(f"{key}[1]", "runs exactly what the other revision runs while the first takes more: a "
-                          "second revision differs in revision, tokenizerRevision, image, quantization, kvCacheDtype "
-                          "or extraArgs (two that run the same are the retirement's steps, the first at most the "
-                          "second's share until it takes all)", model.revisions[1].name,
-                          "a field that differs from the other revision")
+        # Two revisions that run the same thing (the values each runs, its own or the model's) are the retirement's
+        # steps (stacks/cli/promote.py): the first converged onto the second, then the requests moved back to it.
+        # They answer the same, so any split of the requests between them is safe.
         second = object_name(model, 1)
         revision_name = model.revisions[1].name
         if second in names or second in seconds:
@@ -160,7 +153,7 @@ def revision_rules(config: ServingStackArgs) -> Iterator[Problem]:
                           f"a name that does not start with {', '.join(DERIVED_SUFFIXES)}")
         seconds.add(second)
         if len(second) + LONGEST_DERIVED > 63:
-            yield Problem(f"{key}[1].name", f"its objects' names ({second}-compile-cache the longest) must be DNS "
+            yield Problem(f"{key}[1].name", f"its objects' names ({second}-eval-stage-<hash> the longest) must be DNS "
                           "labels of 63 characters at most", revision_name, "a shorter name")
         if config.edge.mode is not EdgeMode.GATEWAY:
             # Ingress has no weighted backends (networking.k8s.io/v1 IngressBackend names one Service).

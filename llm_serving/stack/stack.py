@@ -599,6 +599,7 @@ class ServingStack(pulumi.ComponentResource):
         staged: dict[str, ModelWeights] = {}
         # Per model its weights (the claim the eval's task set is staged through) and the volume's zones.
         self._eval_site: dict[str, tuple[ModelWeights, tuple[str, ...]]] = {}
+        self._evals: dict[str, tuple[pulumi.Resource, ...]] = {}  # per model, its second revision's eval Job
         self._hf_token_secret = hf_token_secret
         self._hf_token_annotations: dict[str, pulumi.Input[str]] | None = (
             {HF_TOKEN_REVISION_ANNOTATION: hf_token_revision} if hf_token_revision is not None else None)
@@ -832,7 +833,9 @@ class ServingStack(pulumi.ComponentResource):
         mode = verification.verification_mode(args)
         if mode is VerificationMode.OFF:
             return
-        gates = {model.name: self._verification_job(args, model, mode, (self._workloads[model.name], *routes)).job
+        # A model's own gate after its second revision's eval, which may load the same (first revision's) pods.
+        gates = {model.name: self._verification_job(args, model, mode, (
+                     self._workloads[model.name], *routes, *self._evals.get(model.name, ()))).job
                  for model in args.models if revisions.revision_model_of(model) is None}
         for plan in evaluation.plans(args):
             if plan.stable is None:  # a model with one revision: against its tasks' floors, after its latency gate
@@ -847,7 +850,7 @@ class ServingStack(pulumi.ComponentResource):
         checked = {**evaluation.settings(args, plan), "deployed": fingerprint}
         staged = evaluation.files(plan)
         efs = args.weights_storage.backend is StorageBackend.EFS
-        return EvalJob(
+        job = EvalJob(
             f"{plan.candidate.name}-eval",
             EvalJobArgs(
                 namespace=args.serving.namespace,
@@ -875,3 +878,5 @@ class ServingStack(pulumi.ComponentResource):
             ),
             pulumi.ResourceOptions(parent=self),
         )
+        self._evals[plan.owner.name] = (job.job,)
+        return job

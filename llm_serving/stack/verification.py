@@ -114,7 +114,10 @@ def targets(config: ServingStackArgs, model: ModelArgs) -> tuple[Target, ...]:
     first = revisions.revision_model_of(model)
     routed = next(m for m in config.models if m.name == first) if first is not None else model
     revision = revision_under_test(config, model)
-    headers = {REVISION_HEADER: revision[0]} if first is not None and revision is not None else {}
+    # A second revision always by its header; the first at weight 0 too (the split sends it nothing), otherwise
+    # through the split, the one check of the split itself.
+    headers = ({REVISION_HEADER: revision[0]} if revision is not None and (first is not None or revision[1] == 0)
+               else {})
     # A second revision's own served name, which only its pods answer: proof that the header reached it.
     asks = ((model.name, (routed.name,)),) if first is not None else ()
     return Target("edge", edge_url(config, routed), connect_to=edge_connect_to(config),
@@ -221,11 +224,13 @@ def request_timeout_seconds(config: ServingStackArgs, output_tokens: int) -> int
 
 def serves_users(config: ServingStackArgs, model: ModelArgs) -> bool:
     """Whether the pods the model's Job loads may serve users while it runs: yes for a model's own (an in-place
-    update), and for a second revision with a weight. A second revision at weight 0 is reached by its header
-    alone, so it serves no one. The program cannot tell a revision this `up` adds (no pod serves yet: its route
-    goes up after its gate) from one already running at the same weight, so any weight counts as serving."""
+    update), and for either revision of a pair with a weight. A revision at weight 0 is reached by its header
+    alone, so it serves no one: a second revision before its share, or the first after promote's convergence, whose
+    rolled pods then take the full planned load before the requests move back (its Job runs after the route).
+    The program cannot tell a revision this `up` adds (no pod serves yet: its route goes up after its gate) from one
+    already running at the same weight, so any weight counts as serving."""
     revision = revision_under_test(config, model)
-    return revisions.revision_model_of(model) is None or revision is None or revision[1] > 0
+    return revision is None or revision[1] > 0
 
 
 def settings(config: ServingStackArgs, model: ModelArgs) -> Settings:

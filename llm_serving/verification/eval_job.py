@@ -60,7 +60,9 @@ class EvalJob(pulumi.ComponentResource):
                                 evaluation.identity(args.settings), args.mode.value, args.image, args.deployed)
         config_name = f"{args.model_name}-eval-{key}"
         labels = {"app.kubernetes.io/name": args.model_name, "app.kubernetes.io/component": "eval"}
-        # Not immutable: a weight step changes only a target's concurrency, updated in place (evaluation.identity).
+        # Not immutable: a weight step changes only a target's concurrency, which is not in the name
+        # (evaluation.identity); pulumi-kubernetes replaces the ConfigMap under the same name (its data is force-new,
+        # stacks/offline/replacements.py) and the Job, whose pod template does not change, is not run again.
         config = k8s.core.v1.ConfigMap(
             f"{name}-config",
             metadata={"name": config_name, "namespace": args.namespace, "labels": labels},

@@ -92,7 +92,8 @@ def stage_config_data(stage_requirements: str) -> dict[str, str]:
 def identity(settings: dict[str, Any]) -> str:
     """What names the eval Job: its settings without the targets' concurrency, which a weight step changes (a
     revision at weight 0 is asked at the eval's own concurrency, one that serves users at the spare batch's) while
-    the answers it scores do not; the ConfigMap is updated in place with it and the Job is not run again."""
+    the answers it scores do not; the ConfigMap is replaced under the same name with it and the Job is not run
+    again."""
     return json.dumps({**settings, **{role: {k: v for k, v in target.items() if k != "concurrency"}
                                       for role in ("candidate", "stable") if (target := settings.get(role))}},
                       sort_keys=True)

@@ -3,11 +3,13 @@ revision's rollout (`models[].revisions`, llm_serving/stack/revisions.py), writt
 reports, so that each step is a pull request whose offline diff (`make diff`) shows what the next `pulumi up` changes
 (issue #41).
 
-A report is a gate's JSON: `python -m stacks verify --json` output, or the verification Job's last log line
-(`kubectl logs job/<name> | tail -1`, `{"verification": {...}}`); a file holding the whole log is read from its last
-line. `--eval-report` is the eval Job's (`{"eval": {...}}`, llm_serving/verification/eval_gate.py), required for a
-model with `eval`. Each names the model (`model`), the revision it checked (`revision`) and its verdict (`passed`);
-one that names another model or revision than the step's is refused.
+A report is a gate's JSON: the verification Job's last log line (`kubectl logs job/<name> | tail -1`,
+`{"verification": {...}}`); a file holding the whole log is read from its last line. It carries the fingerprint of
+what the Job checked (`deployed`), which must be the one the stack file gives now (`python -m stacks verify --json`
+output carries none: it checks whatever its URL serves, and is refused). `--eval-report` is the eval Job's
+(`{"eval": {...}}`, llm_serving/verification/eval_gate.py), required for a model with `eval`. Each names the model
+(`model`), the revision it checked (`revision`) and its verdict (`passed`); one that names another model or revision
+than the step's is refused.
 
 The steps (docs/operations.md, "Rolling out a revision"):
 1. Both gates passed: the second revision's weight goes to the next step of the ladder (`LADDER`, or `--steps`), the
@@ -16,7 +18,7 @@ The steps (docs/operations.md, "Rolling out a revision"):
 2. At 100, the next passing step converges: the first revision's keys become the second's, so its pods roll onto
    what the second runs while they take no request.
 3. The first revision's own gate passed on its rolled pods (`--report` names the first revision now): the requests
-   move back to it in one step (100/0), from pods that run the same thing to pods that run the same thing.
+   move back to it up the same ladder, from pods that run the same thing to pods that run the same thing.
 4. The next step retires: the first revision's keys become the model's own and `revisions` goes. The model's pods do
    not change (the promoted model is checked to run what the first revision ran), and the second revision's objects,
    which take no request, are deleted. No step ever sends requests to pods that are rolling.
@@ -223,7 +225,7 @@ def parser() -> CommandLineParser:
     parser.add_argument("stack", help="a stack name or a path to its Pulumi.<stack>.yaml")
     parser.add_argument("model", help="the model whose second revision the report checked")
     parser.add_argument("--report", required=True, type=Path,
-                        help="the gate's JSON report: `verify --json` output, or the Job's last log line")
+                        help="the gate's JSON report: the verification Job's last log line")
     parser.add_argument("--eval-report", type=Path,
                         help="the eval Job's JSON report (its last log line), for a model with models[].eval")
     parser.add_argument("--steps", type=ladder, default=LADDER, metavar="N,N,...,100",

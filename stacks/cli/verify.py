@@ -27,7 +27,7 @@ from typing import TextIO
 
 from llm_serving import verification
 from llm_serving.edge import REVISION_HEADER
-from llm_serving.stack import model_parts, revisions
+from llm_serving.stack import revisions
 from llm_serving.stack import verification as stack_verification
 from llm_serving.verification import Settings, Target
 from stacks import environment
@@ -80,8 +80,6 @@ def settings_for(args: argparse.Namespace, config: object) -> tuple[Settings, st
                                f"its models: {', '.join(sorted(models))}")
     model = models[name]
     headers: dict[str, str] = {}
-    # What the report vouches for, as the stack file deploys it (model_parts.gate_fingerprint), so that `promote`
-    # can tell its report from one of another deploy: of the revision as the stack runs it.
     expanded = revisions.expanded(config)  # type: ignore[arg-type]
     if args.revision is not None:
         named = [r.name for r in model.revisions]
@@ -93,7 +91,6 @@ def settings_for(args: argparse.Namespace, config: object) -> tuple[Settings, st
         wanted = revisions.object_name(model, named.index(args.revision))
         model = next(m for m in config.models if m.name == wanted)
         headers = {REVISION_HEADER: args.revision}
-    deployed = model_parts.gate_fingerprint(expanded, next(m for m in expanded.models if m.name == model.name))
     planned = stack_verification.planned_load(
         config, model, concurrency=args.concurrency, prompt_tokens=args.prompt_tokens,  # type: ignore[arg-type]
         output_tokens=args.output_tokens, duration_seconds=args.duration, max_requests=args.requests)
@@ -108,7 +105,9 @@ def settings_for(args: argparse.Namespace, config: object) -> tuple[Settings, st
         aliases=aliases,
         load=None if args.no_load else planned.plan,
         request_timeout_seconds=stack_verification.request_timeout_seconds(config, planned.plan.output_tokens),  # type: ignore[arg-type]
-        deployed=deployed,
+        # No fingerprint: this checks whatever the URL serves, which the stack file cannot vouch for, so `promote`
+        # (which takes only a report of the up of the file it edits) refuses it.
+        deployed=None,
     )
     return settings, planned.note
 

@@ -6,6 +6,7 @@ weight changes or it is removed (the offline diff over two component renders, as
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 import pytest
@@ -39,7 +40,6 @@ def test_a_pair_that_can_run_breaks_no_rule():
 @pytest.mark.parametrize(("change", "key", "words"), [
     (lambda r: r[1].update(weight=20), "models[llama-8b].revisions", "must sum to 100"),
     (lambda r: r[1].update(name="stable"), "models[llama-8b].revisions[1].name", "names the other revision too"),
-    (lambda r: r[1].pop("revision"), "models[llama-8b].revisions[1]", "runs exactly what the other revision runs"),
     (lambda r: r.pop(), "models[llama-8b].revisions", "two, or none"),
 ])
 def test_each_mistake_in_a_pair_is_one_problem_naming_its_key(change, key, words):
@@ -56,12 +56,13 @@ def test_a_second_revisions_objects_may_not_take_another_models_name():
     assert [line for line in problems(found) if "which another model or revision has" in line]
 
 
-def test_a_pair_whose_effective_values_are_the_same_is_refused_whatever_is_written():
-    """The first revision naming the model's own revision, the second leaving it unset: both run the same thing."""
-    (line,) = problems(values([{"name": "stable", "weight": 90,
-                                "revision": EXISTING_EVERYTHING["models"][0].get("revision", CANARY_REVISION)},
-                               {"name": "canary", "weight": 10}]))
-    assert "runs exactly what the other revision runs" in line
+def test_two_revisions_that_run_the_same_thing_are_the_retirements_steps_at_any_split():
+    """The first revision naming the model's own revision, the second leaving it unset: both run the same thing, as
+    after promote's convergence; they answer the same, so every split of the requests validates."""
+    same = EXISTING_EVERYTHING["models"][0].get("revision", CANARY_REVISION)
+    for first, second in ((90, 10), (50, 50), (0, 100), (100, 0)):
+        assert problems(values([{"name": "stable", "weight": first, "revision": same},
+                                {"name": "canary", "weight": second}])) == []
 
 
 @pytest.mark.parametrize("name", ["epp", "weights", "compile", "verify"])
@@ -300,3 +301,30 @@ def test_the_weighted_route_waits_for_the_second_revisions_gate_which_waits_for_
     # URN unchanged); a pooled model's is the routing component's (tests/stacks/test_revisions_render.py).
     assert not any(m["kind"] == "InferencePool" for m in result.manifests)
     assert result.resource(route, "edge-httproute-llama-8b")["parent"] == "llmserving:edge:Edge::edge"
+
+
+def test_the_first_revision_at_weight_zero_is_gated_at_its_full_load_through_its_header():
+    """After promote's convergence the first revision's rolled pods take nothing: its gate reaches them by their
+    header (the split would send it to the second) and loads them at the planned concurrency, held to the objectives,
+    as the evidence that moves the requests back."""
+    from llm_serving.edge import REVISION_HEADER
+    from llm_serving.stack import revisions, verification
+    from stacks.config.files import PROJECT_DIR
+    from stacks.environment import load_stack_file
+
+    config = load_stack_file(PROJECT_DIR / "examples" / "Pulumi.revisions.yaml")[1]
+    (model,) = config.models
+    converged = [dataclasses.replace(model.revisions[0], weight=0, kv_cache_dtype=model.revisions[1].kv_cache_dtype),
+                 dataclasses.replace(model.revisions[1], weight=100)]
+    expanded = revisions.expanded(dataclasses.replace(config, models=[dataclasses.replace(model,
+                                                                                          revisions=converged)]))
+    first = next(m for m in expanded.models if m.name == model.name)
+    assert not verification.serves_users(expanded, first)
+    checked = verification.settings(expanded, first)
+    assert checked.targets[0].headers == {REVISION_HEADER: "stable"}
+    assert checked.load is not None and checked.load.objectives
+    # At a weight again, through the split and capped, as any in-place gate.
+    moved = [dataclasses.replace(converged[0], weight=10), dataclasses.replace(converged[1], weight=90)]
+    expanded = revisions.expanded(dataclasses.replace(config, models=[dataclasses.replace(model, revisions=moved)]))
+    first = next(m for m in expanded.models if m.name == model.name)
+    assert verification.settings(expanded, first).targets[0].headers == {}

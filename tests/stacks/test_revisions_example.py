@@ -81,6 +81,8 @@ def test_the_route_moves_only_after_canarys_latency_and_accuracy_gates(example):
             f"kubernetes:apps/v1:Deployment::{SECOND}-deployment", "kubernetes:core/v1:Secret::vllm-api-key",
             "kubernetes:networking.k8s.io/v1:NetworkPolicy::serving-netpol-verification"} <= depends
     assert f"{ROUTE}::edge-httproute-{FIRST}" not in depends
+    # The model's own gate (the first revision's pods, which the eval also asks) after the eval, never beside it.
+    assert f"{JOB}::{SECOND}-eval-job" in example.resource(JOB, f"{FIRST}-verify-job")["options"]["dependsOn"]
     stage = example.resource(JOB, f"{SECOND}-eval-stage")
     assert f"{JOB}::{FIRST}-weights-stage" in stage["options"]["dependsOn"]
     # Pulumi waits for each past its deadline, and the longest chain fits the deploy job's clock (with the ten

@@ -42,12 +42,12 @@ def _names(result) -> dict[str, str]:
     return found
 
 
-def test_a_weight_step_updates_the_concurrency_in_place_and_runs_no_eval():
+def test_a_weight_step_changes_the_concurrency_and_runs_no_eval():
     before = _render()
     at_zero = {**SETTINGS, "candidate": {**SETTINGS["candidate"], "concurrency": 1}}
     after = _render(at_zero)
     assert _names(after) == _names(before)
-    # The settings the next run reads carry the new concurrency: the ConfigMap is updated in place, not immutable.
+    # The settings a later run reads carry the new concurrency: the ConfigMap (not immutable) is replaced.
     (config,) = [r for r in find(after, CONFIGMAP) if "-stage" not in r["name"]]
     assert json.loads(config["inputs"]["data"]["settings.json"])["candidate"]["concurrency"] == 1
     assert not config["inputs"].get("immutable")
