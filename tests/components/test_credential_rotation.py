@@ -8,9 +8,9 @@ import re
 import pytest
 
 from llm_serving.platform import credential_revision, derived_upstream_key
-from llm_serving.stack.stack import API_KEY_REVISION_ANNOTATION, HF_TOKEN_REVISION_ANNOTATION
-from stacks.config import files as stack_files
+from llm_serving.stack.stack import API_KEY_REVISION_ANNOTATION, HF_TOKEN_REVISION_ANNOTATION, ServingStack
 from stacks.offline import render
+from tests.support.components import EXISTING_EVERYTHING, run, stack_args
 
 _SIG_KEY = "4dabf18193072939515e22adb298388d"
 _SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
@@ -38,10 +38,10 @@ def test_an_empty_credential_has_no_revision(empty):
         credential_revision(empty)
 
 
-def _raw_template_annotations(monkeypatch, placeholder: str) -> dict[str, dict]:
-    """Render dev with every secret set to `placeholder`; the pod-template annotations as the provider
-    would receive them (secrets still wrapped), per workload type."""
-    monkeypatch.setattr(stack_files, "secret_placeholder", lambda ciphertext: placeholder)
+def _raw_template_annotations(monkeypatch, credential: str) -> dict[str, dict]:
+    """ServingStack with its API key and HF token both `credential` (the component tier, on a cluster that runs
+    everything: the model's workloads and little else); the pod-template annotations as the provider would receive
+    them (secrets still wrapped), per workload type."""
     monitors: list[render.RecordingMonitor] = []
 
     class Capturing(render.RecordingMonitor):
@@ -50,7 +50,8 @@ def _raw_template_annotations(monkeypatch, placeholder: str) -> dict[str, dict]:
             monitors.append(self)
 
     monkeypatch.setattr(render, "RecordingMonitor", Capturing)
-    result = render.render_stack(stack_files.stack_file_path("dev"))
+    args = stack_args(EXISTING_EVERYTHING, apiKey=credential, hfToken=credential)
+    result = run(lambda: ServingStack("llm-serving", args))
     (monitor,) = monitors
     found = {}
     for recorded in monitor.recorded:
@@ -66,7 +67,7 @@ def _raw_template_annotations(monkeypatch, placeholder: str) -> dict[str, dict]:
 
 
 def test_a_new_api_key_or_hf_token_changes_the_pod_templates_and_stays_secret(monkeypatch):
-    old_key, new_key = "old-key-0123456789abcdef", "new-key-0123456789abcdef"
+    old_key, new_key = "old-key-0123456789abcdef01234567", "new-key-0123456789abcdef01234567"
     before = _raw_template_annotations(monkeypatch, old_key)
     after = _raw_template_annotations(monkeypatch, new_key)
     for kind, annotation in (("kubernetes:apps/v1:Deployment", API_KEY_REVISION_ANNOTATION),

@@ -160,10 +160,12 @@ def test_the_wake_is_the_planners_cold_start_with_a_node_when_the_group_can_be_e
 
 
 def test_the_gates_wake_check_times_the_first_token_against_the_plan():
-    with OpenAIServer(Behaviour(ttft_seconds=0.3)) as url:
+    # A server whose first token takes 0.15 s: well inside a 5 s wake, three times a 0.05 s one.
+    waking = Behaviour(ttft_seconds=0.15)
+    with OpenAIServer(waking) as url:
         fast = probe.check_wake(Target("edge", url), MODEL, KEY, wake_seconds=5, timeout=5)
-        slow = probe.check_wake(Target("edge", url), MODEL, KEY, wake_seconds=0.1, timeout=5)
-    assert fast.verdict == PASS and fast.measured["first_token_seconds"] >= 0.3
+        slow = probe.check_wake(Target("edge", url), MODEL, KEY, wake_seconds=waking.ttft_seconds / 3, timeout=5)
+    assert fast.verdict == PASS and fast.measured["first_token_seconds"] >= waking.ttft_seconds
     assert slow.verdict == FAIL and slow.message.startswith("first token after ")
     settings = Settings.from_json(Settings(MODEL, (Target("edge", "http://x/v1"),), wake_seconds=901).to_json())
     assert settings.wake_seconds == 901
