@@ -16,12 +16,14 @@ from llm_serving.platform.pod_identity import ADMISSION_CHECKS_METRIC
 from llm_serving.routing import PICKER_METRICS, pool_problems
 from llm_serving.routing.alerts import PICKER_KUBE_STATE_METRICS
 from llm_serving.stack import planning
+from llm_serving.stack.stack import ServingStack
 from stacks.config import EdgeAuth, EdgeMode
 from stacks.config.files import PROJECT_DIR
 from stacks.environment import load_stack_file
 from stacks.offline import render
 from tests.conftest import STACK_NAMES, render_file
-from tests.support import promql, reference, stack_variants
+from tests.support import components, promql, reference, stack_variants
+from tests.support.components import EXISTING_EVERYTHING
 
 MODEL = "llama-70b"
 HOST = "llm.example.com"
@@ -41,8 +43,8 @@ def prod_in_mode(variants_dir) -> dict[str, Any]:
     return renders
 
 
-def _container(result) -> dict:
-    return result.manifest("Deployment", MODEL)["spec"]["template"]["spec"]["containers"][0]
+def _container(result, model: str = MODEL) -> dict:
+    return result.manifest("Deployment", model)["spec"]["template"]["spec"]["containers"][0]
 
 
 def _service_and_pods(result, service_name: str, port: int | str) -> tuple[dict, dict]:
@@ -185,18 +187,23 @@ API_KEY_ENV = {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": "v
 
 
 @pytest.mark.parametrize("auth", ["vllm-api-key", "gateway-api-key", "jwt"])
-def test_vllm_checks_its_own_key_in_every_auth_mode(stack_dir, auth):
-    if auth == "vllm-api-key":  # prod's own (the default)
-        path = PROJECT_DIR / "Pulumi.prod.yaml"
-        assert load_stack_file(path)[1].edge.auth is EdgeAuth.VLLM_API_KEY
-    else:
-        edge: dict[str, Any] = {"auth": auth}
-        if auth == "jwt":
-            edge["jwt"] = {"issuer": "https://auth.example.com", "jwksUri": "https://auth.example.com/jwks.json",
-                           "audiences": ["llm-serving"]}
-        path = stack_variants.write(stack_dir, f"prod-{auth}", {"edge": edge})
-    result = render_file(path)
-    assert API_KEY_ENV in _container(result)["env"]
+def test_vllm_checks_its_own_key_in_every_auth_mode(auth):
+    # ServingStack on the component tier, on a cluster that runs everything but the edge, which it creates with
+    # prod's edge settings: how the edge's auth meets the engine's key. prod's own mode is the default.
+    prod = load_stack_file(PROJECT_DIR / "Pulumi.prod.yaml")[1]
+    assert prod.edge.auth is EdgeAuth.VLLM_API_KEY
+    edge: dict[str, Any] = {"host": prod.edge.host, "scheme": "internet-facing",
+                            "tls": {"certManagerIssuer": "letsencrypt-prod"}}
+    if auth != "vllm-api-key":
+        edge["auth"] = auth
+    if auth == "jwt":
+        edge["jwt"] = {"issuer": "https://auth.example.com", "jwksUri": "https://auth.example.com/jwks.json",
+                       "audiences": ["llm-serving"]}
+    args = components.stack_args(EXISTING_EVERYTHING, edge=edge)
+    assert args.edge.auth is EdgeAuth(auth)
+    result = components.run(lambda: ServingStack("llm-serving", args))
+    model = args.models[0].name
+    assert API_KEY_ENV in _container(result, model)["env"]
     assert result.manifest("Secret", "vllm-api-key")["stringData"] == {"api-key": "[secret]"}
     policy = result.manifest("SecurityPolicy", "llm-serving-auth")["spec"]
     injected = [m for m in result.manifests if m["kind"] == "HTTPRouteFilter" and "credentialInjection" in m["spec"]]
@@ -214,7 +221,7 @@ def test_vllm_checks_its_own_key_in_every_auth_mode(stack_dir, auth):
         assert [(f["metadata"]["namespace"], f["spec"]["credentialInjection"]["credential"]["valueRef"]["name"])
                 for f in injected] == [("llm-serving", "vllm-api-key-header")]
         assert result.manifest("Secret", "vllm-api-key-header")["stringData"] == {"credential": "[secret]"}
-        rule = result.manifest("HTTPRoute", MODEL)["spec"]["rules"][0]
+        rule = result.manifest("HTTPRoute", model)["spec"]["rules"][0]
         assert rule["filters"][-1] == {"type": "ExtensionRef", "extensionRef": {
             "group": "gateway.envoyproxy.io", "kind": "HTTPRouteFilter", "name": "vllm-api-key"}}
 

@@ -301,27 +301,15 @@ def test_dev_serves_a_small_model_on_one_gpu(rendered):
     assert c["args"][c["args"].index("--tensor-parallel-size") + 1] == "1"
 
 
-def test_chat_template_and_separate_tokenizer_revision_are_mounted_and_passed(stack_dir):
-    import yaml
-
-    from tests.conftest import render_file
+def test_chat_template_and_separate_tokenizer_revision_are_mounted_and_passed():
+    # ServingStack on the component tier, on a cluster that runs everything: the model's own objects, little else.
+    from llm_serving.stack.stack import ServingStack
+    from tests.support.components import EXISTING_EVERYTHING, run, stack_args
 
     template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
-    (stack_dir / "Pulumi.dev-tpl.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "config": {
-                    "aws:region": "us-east-1",
-                    "llm-serving:extends": "dev",
-                    "llm-serving:models": [
-                        {"name": "llama-8b", "chatTemplate": template, "tokenizerRevision": "a" * 40}
-                    ],
-                    **{f"llm-serving:{k}": {"secure": "v1:x"} for k in ("apiKey", "hfToken", "grafanaAdminPassword")},
-                }
-            }
-        )
-    )
-    result = render_file(stack_dir / "Pulumi.dev-tpl.yaml")
+    (model,) = EXISTING_EVERYTHING["models"]
+    args = stack_args(EXISTING_EVERYTHING, models=[{**model, "chatTemplate": template, "tokenizerRevision": "a" * 40}])
+    result = run(lambda: ServingStack("llm-serving", args))
     configmap = result.manifest("ConfigMap", "llama-8b-chat-template")
     assert configmap["data"] == {"chat-template.jinja": template}
     spec = result.manifest("Deployment", "llama-8b")["spec"]["template"]["spec"]
