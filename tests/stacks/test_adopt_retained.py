@@ -1,21 +1,22 @@
 """`adoptRetainedObjects`: the first `up` after a `pulumi destroy` adopts the claims and volumes the destroy left
 (retainOnDelete) through Pulumi's `import` option, by their Kubernetes ids, instead of failing on each with
-AlreadyExists (pulumi-kubernetes >= 4.29 creates client-side). Rendered once, from dev with the key set."""
+AlreadyExists (pulumi-kubernetes >= 4.29 creates client-side). ServingStack built once, on the component tier, from
+dev's values with the key set, as a library user (or the program, from a stack file) builds it."""
 
 from __future__ import annotations
 
 import pytest
 
+from llm_serving import ServingStack
 from llm_serving.stack.adoption import ADOPTABLE_TYPES
 from stacks.offline.render import RenderResult
-from tests.conftest import render_file
-from tests.support import stack_variants
+from tests.support.components import committed_args, run
 
 
 @pytest.fixture(scope="module")
-def adopting(variants_dir) -> RenderResult:
-    return render_file(stack_variants.write(variants_dir, "dev-adopt", {
-        "adoptRetainedObjects": True, "grafanaAdminPassword": {"secure": "v1:x"}}, extends="dev"))
+def adopting() -> RenderResult:
+    # The key is the component's (ServingStack reads it), without this repository's program.
+    return run(lambda: ServingStack("llm", committed_args("dev", adoptRetainedObjects=True)))
 
 
 def _kubernetes_id(resource: dict) -> str:
@@ -35,13 +36,8 @@ def test_each_retained_claim_and_volume_is_adopted_by_its_kubernetes_id(adopting
     assert [r["name"] for r in adopting.resources if r["options"].get("import") and r not in retained] == []
 
 
-def test_the_component_adopts_on_its_own_as_a_library_user_builds_it():
-    # ServingStack under the mocks, without this repository's program: the key is the component's.
-    from llm_serving import ServingStack
-    from tests.support.components import committed_args, run
-
-    result = run(lambda: ServingStack("llm", committed_args("dev", adoptRetainedObjects=True)))
-    (claim,) = [r for r in result.resources if r["name"] == "llama-8b-weights-claim"]
+def test_the_component_adopts_on_its_own_as_a_library_user_builds_it(adopting):
+    (claim,) = [r for r in adopting.resources if r["name"] == "llama-8b-weights-claim"]
     assert claim["options"]["import"] == "llm-serving/llama-8b-weights"
 
 
