@@ -3,12 +3,7 @@ staging protect it, so such a change stops the preview unless the model allows i
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
-
-from stacks.config.files import stack_file_path
-from stacks.environment import load_stack_file
 
 
 @pytest.mark.parametrize(("stack", "protected"), [("prod", True), ("staging", True), ("dev", False)])
@@ -20,10 +15,16 @@ def test_prod_and_staging_protect_the_vllm_workload(rendered, stack, protected):
 
 
 def test_a_model_that_allows_its_replacement_is_not_protected():
+    # ServingStack on the component tier, in a prod environment on a cluster that runs everything (the model's
+    # workloads and little else): protected by default, not once the model allows its replacement.
     from llm_serving.stack import ServingStack
-    from tests.support.components import run
+    from tests.support.components import EXISTING_EVERYTHING, run, stack_args
 
-    config = load_stack_file(stack_file_path("prod"))[1]
-    model = replace(config.models[0], allow_workload_replacement=True)
-    result = run(lambda: ServingStack("llm-serving", replace(config, models=(model,))))
-    assert result.wiring["kubernetes:apps/v1:Deployment::llama-70b-deployment"]["protect"] is False
+    (model,) = EXISTING_EVERYTHING["models"]
+    protect = {}
+    for allowed in (False, True):
+        args = stack_args(EXISTING_EVERYTHING, environment="prod",
+                          models=[{**model, "allowWorkloadReplacement": allowed}])
+        result = run(lambda args=args: ServingStack("llm-serving", args))
+        protect[allowed] = result.wiring[f"kubernetes:apps/v1:Deployment::{model['name']}-deployment"]["protect"]
+    assert protect == {False: True, True: False}
