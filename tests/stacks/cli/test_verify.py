@@ -212,13 +212,19 @@ def test_the_mode_defaults_by_environment(stack, override, mode):
 
 
 def test_mode_off_creates_no_job_and_no_fence_for_one(rendered):
+    # ServingStack on the component tier, on a cluster that runs everything (the model's objects, little else):
+    # with the gate's default mode, then with it off.
     from llm_serving.stack import ServingStack
-    from tests.support.components import run
+    from tests.support.components import EXISTING_EVERYTHING, run, stack_args
 
-    _, config = load_stack_file(PROJECT_DIR / "Pulumi.dev.yaml")
-    off = run(lambda: ServingStack("llm-serving", replace(config, verification=replace(
-        config.verification, mode=VerificationMode.OFF))))
     assert [r["name"] for r in rendered["dev"].resources if r["type"] == "llmserving:verification:VerificationJob"]
+    on_args = stack_args(EXISTING_EVERYTHING)
+    off_args = stack_args(EXISTING_EVERYTHING, verification={"mode": "off"})
+    assert off_args.verification.mode is VerificationMode.OFF
+    assert on_args.verification.mode is not VerificationMode.OFF
+    on, off = (run(lambda args=args: ServingStack("llm-serving", args)) for args in (on_args, off_args))
+    assert [r["name"] for r in on.resources if r["type"] == "llmserving:verification:VerificationJob"]
+    assert [m["kind"] for m in on.manifests if m["metadata"]["name"] == "verification"] == ["NetworkPolicy"]
     assert [r for r in off.resources if r["type"] == "llmserving:verification:VerificationJob"] == []
     assert [m for m in off.manifests if m["metadata"]["name"] == "verification"] == []
 
