@@ -31,6 +31,13 @@ YAML_EXAMPLE = ROOT / "examples" / "existing-cluster-yaml" / "Pulumi.yaml"
 SECRETS = {"apiKey": "an-api-key-of-32-characters-----", "hfToken": "hf_" + "t" * 34}
 
 
+@pytest.fixture(scope="module")
+def schema() -> dict[str, Any]:
+    """The package's schema (package.schema()), analyzed once for the module's readers: each analysis of the
+    components takes about half a second. A reader builds what it needs from it and changes nothing."""
+    return package.schema()
+
+
 def test_the_committed_schema_is_the_analyzers_own():
     assert package_schema.SCHEMA_FILE.read_text(encoding="utf-8") == package_schema.text(), "run `make schema`"
 
@@ -45,8 +52,7 @@ def _properties(schema: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return found
 
 
-def test_every_public_component_has_a_schema_with_no_untyped_property():
-    schema = package.schema()
+def test_every_public_component_has_a_schema_with_no_untyped_property(schema):
     assert sorted(schema["resources"]) == sorted(f"llm-serving:index:{c.__name__}" for c in package.COMPONENTS)
     untyped = [name for name, prop in _properties(schema)
                if "type" not in prop and "$ref" not in prop]
@@ -57,8 +63,7 @@ def test_every_public_component_has_a_schema_with_no_untyped_property():
     assert {ref.removeprefix("#/types/") for ref in refs} <= set(schema["types"])
 
 
-def test_an_input_is_required_in_every_language_exactly_when_python_requires_it():
-    schema = package.schema()
+def test_an_input_is_required_in_every_language_exactly_when_python_requires_it(schema):
     for token, type_ in schema["types"].items():
         cls = next((c for c in _args_types(ServingStack) if c.__name__ == token.rsplit(":", 1)[1]), None)
         if cls is None or "enum" in type_:
@@ -120,8 +125,8 @@ def _yaml_properties() -> dict[str, Any]:
     return program["resources"]["llm"]["properties"]
 
 
-def test_the_yaml_example_sets_only_what_the_schema_has():
-    validator = jsonschema.Draft7Validator(json_schema(package.schema(), "llm-serving:index:ServingStack"))
+def test_the_yaml_example_sets_only_what_the_schema_has(schema):
+    validator = jsonschema.Draft7Validator(json_schema(schema, "llm-serving:index:ServingStack"))
     assert [error.message for error in validator.iter_errors(_yaml_properties())] == []
     wrong = copy.deepcopy(_yaml_properties())
     wrong["models"][0]["maxModelLenght"] = 8192
