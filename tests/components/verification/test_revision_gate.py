@@ -58,7 +58,7 @@ def _gate(settings: Settings, canary: Behaviour, job: Path | None = None, scale:
                      dataclasses.replace(service_target, base_url=canary_url)),
             # The planned concurrency and lengths, shortened so the test takes seconds; the objectives as planned.
             load=dataclasses.replace(settings.load, concurrency=min(4, settings.load.concurrency), output_tokens=8,
-                                     prompt_tokens=32, duration_seconds=1.0, ramp_seconds=0.2,
+                                     prompt_tokens=32, duration_seconds=0.4, ramp_seconds=0.1,
                                      objectives={k: v / scale for k, v in settings.load.objectives.items()}))
         if job is None:
             report = probe.run(local, KEY)
@@ -120,4 +120,5 @@ def test_a_slow_revision_fails_its_latency_objective_naming_it_and_the_stable_on
     assert "revision canary of llama-70b" in probe.render_text(report)
     assert stable == 0 and canary > report["load"]["requests"] > 0
     message = (tmp_path / "termination-log").read_text()
-    assert message.startswith(f"revision canary of {MODEL}: FAIL service itl-p95: ")
+    # The slow server's ITL fails; under a loaded machine a streaming check may fail first, so not `startswith`.
+    assert any(line.startswith(f"revision canary of {MODEL}: FAIL service itl-p95: ") for line in message.splitlines())
