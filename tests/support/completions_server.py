@@ -9,14 +9,11 @@ prompt (a few-shot prompt holds the examples' questions first), or that answer p
 
 from __future__ import annotations
 
-import contextlib
 import json
 import signal
 import threading
-from http.server import ThreadingHTTPServer
 
-from tests.support.local_http import serving
-from tests.support.openai_server import KEY, _JsonHandler, _Server
+from tests.support.openai_server import KEY, LocalV1Server, _JsonHandler
 
 
 class _Handler(_JsonHandler):
@@ -62,7 +59,7 @@ class _Handler(_JsonHandler):
                          "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": 8}})
 
 
-class CompletionServer:
+class CompletionServer(LocalV1Server):
     """`with CompletionServer(answers, wrong=...) as url:` serves on 127.0.0.1 at a free port; url ends in /v1.
     `requests` collects every completion request's body. With `stop`, the first completion request sends SIGTERM to
     the process's main thread (the program under test runs there and takes it as Ctrl-C)."""
@@ -72,13 +69,4 @@ class CompletionServer:
         self.requests: list[dict] = []
         attributes = {"served_name": served_name, "answers": dict(answers), "wrong": wrong, "requests": self.requests,
                       "stop": stop}
-        self._server: ThreadingHTTPServer = _Server(("127.0.0.1", 0), type("Handler", (_Handler,), attributes))
-        self._serving = contextlib.ExitStack()
-
-    def __enter__(self) -> str:
-        self._serving.enter_context(serving(self._server))
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/v1"
-
-    def __exit__(self, *exc: object) -> None:
-        self._serving.close()
+        super().__init__(type("Handler", (_Handler,), attributes))

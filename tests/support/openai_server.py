@@ -177,20 +177,13 @@ class _Server(ThreadingHTTPServer):
         pass
 
 
-class OpenAIServer:
-    """`with OpenAIServer(Behaviour(...)) as url:` serves on 127.0.0.1 at a free port; url ends in /v1. With `tls`
-    (certificate and key files) it serves HTTPS; `hosts` collects the Host header of every request."""
+class LocalV1Server:
+    """A `_Server` on 127.0.0.1 at a free port with `handler`: `with server as url:` serves until the block ends, and
+    url is its OpenAI base URL (ending in /v1)."""
 
-    def __init__(self, behaviour: Behaviour, tls: tuple[Path, Path] | None = None) -> None:
-        self.hosts: list[str] = []
-        handler = type("Handler", (_Handler,), {"behaviour": behaviour, "hosts": self.hosts})
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
         self._server = _Server(("127.0.0.1", 0), handler)
         self._scheme = "http"
-        if tls is not None:
-            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            context.load_cert_chain(str(tls[0]), str(tls[1]))
-            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
-            self._scheme = "https"
         self._serving = contextlib.ExitStack()
 
     def __enter__(self) -> str:
@@ -200,6 +193,20 @@ class OpenAIServer:
 
     def __exit__(self, *exc: object) -> None:
         self._serving.close()
+
+
+class OpenAIServer(LocalV1Server):
+    """`with OpenAIServer(Behaviour(...)) as url:` serves on 127.0.0.1 at a free port; url ends in /v1. With `tls`
+    (certificate and key files) it serves HTTPS; `hosts` collects the Host header of every request."""
+
+    def __init__(self, behaviour: Behaviour, tls: tuple[Path, Path] | None = None) -> None:
+        self.hosts: list[str] = []
+        super().__init__(type("Handler", (_Handler,), {"behaviour": behaviour, "hosts": self.hosts}))
+        if tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(str(tls[0]), str(tls[1]))
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+            self._scheme = "https"
 
 
 class _RouterHandler(_JsonHandler):
