@@ -36,13 +36,16 @@ help:
 	@echo "make node-group-guard STACK=prod  refuse while a pending node-group deletion still hosts replicas (Pulumi CLI, AWS credentials)"
 
 # First run only (about two minutes): pip prints each package as it collects and installs it (no
-# filter in between: a pipe would hide pip's exit status from make).
+# filter in between: a pipe would hide pip's exit status from make). --no-deps: the lock is pip-compile's whole
+# closure, installed as it is with no resolution; resolving again makes the pip bundled with Python 3.11 (23.2)
+# refuse a dependency named with an extra that --strip-extras left out of the lock (lm_eval's
+# dataproperty -> typepy[datetime]: "all requirements must have their versions pinned").
 $(STAMP): requirements-dev.lock
 	@$(PYTHON) -c 'import sys; sys.exit("Python 3.11+ is required, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
 	@echo "==> [1/2] creating $(VENV) with $$($(PYTHON) --version) ($(PYTHON))"
 	@$(PYTHON) -m venv $(VENV)
 	@echo "==> [2/2] installing requirements-dev.lock (pinned, with hashes) into $(VENV) (first run only)"
-	@$(BIN)/python -m pip install --disable-pip-version-check --progress-bar off --require-hashes -r requirements-dev.lock
+	@$(BIN)/python -m pip install --disable-pip-version-check --progress-bar off --no-deps --require-hashes -r requirements-dev.lock
 	@touch $(STAMP)
 	@echo "==> $(VENV) ready"
 
