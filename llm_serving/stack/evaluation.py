@@ -14,15 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from llm_serving.serving import EvalTaskArgs, ModelArgs
-from llm_serving.stack import revisions, verification
+from llm_serving.stack import revisions, timing, verification
 from llm_serving.stack.args import ServingStackArgs
-from llm_serving.verification import EVAL_INSTALL_SECONDS, EvalFile, file_target, task_set_dir
-
-# lm-evaluation-harness's default generation budget for a generate_until task without `max_gen_toks`
-# (lm_eval/api/model.py TemplateLM / api_models.py `_max_gen_toks = 256` at v0.4.13): the longest answer asked for.
-MAX_GEN_TOKENS = 256
-# The staging Job: a few task files of MBs and a few hundred MB of wheels.
-STAGE_DEADLINE_SECONDS = 1800
+from llm_serving.verification import EvalFile, file_target, task_set_dir
 
 
 @dataclass(frozen=True)
@@ -89,24 +83,17 @@ def settings(config: ServingStackArgs, plan: EvalPlan) -> dict[str, Any]:
                   for t in plan.tasks],
         "limit": owner.eval.limit,
         "maxDropPoints": owner.eval.max_drop_points,
-        "requestTimeoutSeconds": verification.request_timeout_seconds(config, MAX_GEN_TOKENS),
+        "requestTimeoutSeconds": verification.request_timeout_seconds(config, timing.EVAL_MAX_GEN_TOKENS),
         "seed": 1234,
     }
 
 
-def request_seconds(model: ModelArgs) -> float:
-    """One eval request at the model's objectives: its first token at the TTFT objective, then the longest answer the
-    harness asks for at the ITL objective."""
-    return model.slo.ttft_p95_seconds + MAX_GEN_TOKENS * model.slo.itl_p95_seconds
-
-
 def deadline_seconds(config: ServingStackArgs, plan: EvalPlan, checked: dict[str, Any]) -> int:
-    """The eval Job's activeDeadlineSeconds: the harness's install, then per target and task its samples in waves of
-    its concurrency, each wave one request at the objectives (`request_seconds`): a revision slower than its
-    objectives fails the deploy gate already, and an eval that outlasts this fails instead of holding the up."""
+    """The eval Job's activeDeadlineSeconds (timing.eval_deadline_seconds) for its requests: per target and task its
+    samples in waves of its concurrency."""
     targets = [t for t in (checked["candidate"], checked["stable"]) if t is not None]
     waves = sum(math.ceil(checked["limit"] / t["concurrency"]) for t in targets) * len(checked["tasks"])
-    return EVAL_INSTALL_SECONDS + math.ceil(waves * request_seconds(plan.owner))
+    return timing.eval_deadline_seconds(plan.owner, waves)
 
 
 def deployed(config: ServingStackArgs, plan: EvalPlan, what: Any) -> str:

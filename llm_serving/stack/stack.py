@@ -864,7 +864,7 @@ class ServingStack(pulumi.ComponentResource):
                 claim_name=weights.claim_name,
                 api_key_secret=API_KEY_SECRET,
                 deadline_seconds=evaluation.deadline_seconds(args, plan, checked),
-                stage_deadline_seconds=evaluation.STAGE_DEADLINE_SECONDS,
+                stage_deadline_seconds=timing.EVAL_STAGE_DEADLINE_SECONDS,
                 deployed=fingerprint,
                 pod_security=pod_security_context(),
                 container_security=container_security_context(),

@@ -32,6 +32,7 @@ from llm_serving.stack.planning import (
     timing,
     wake,
 )
+from llm_serving.verification import EVAL_INSTALL_SECONDS
 
 
 def stream_seconds(model: ModelArgs) -> int:
@@ -254,3 +255,24 @@ def producer_timeouts(config: ServingStackArgs, model: ModelArgs) -> serving.Pro
     dynamics = timing(config)
     return serving.producer_timeouts(dynamics.node_ready_seconds + dynamics.image_pull_seconds,
                                      model_plan(config, model).startup_budget_seconds)
+
+
+# The accuracy gate's clock (llm_serving/stack/evaluation.py). lm-evaluation-harness's default answer budget for a
+# generate_until task without `max_gen_toks` (lm_eval/models/api_models.py TemplateAPI `_max_gen_toks = 256` at
+# v0.4.13): the longest answer an eval request asks for.
+EVAL_MAX_GEN_TOKENS = 256
+# The eval's staging Job: a few task files of MBs and a few hundred MB of wheels, from the Hub and PyPI.
+EVAL_STAGE_DEADLINE_SECONDS = 1800
+
+
+def eval_request_seconds(model: ModelArgs) -> float:
+    """One eval request at the model's objectives: its first token at the TTFT objective, then the longest answer the
+    harness asks for at the ITL objective."""
+    return model.slo.ttft_p95_seconds + EVAL_MAX_GEN_TOKENS * model.slo.itl_p95_seconds
+
+
+def eval_deadline_seconds(model: ModelArgs, waves: int) -> int:
+    """The eval Job's activeDeadlineSeconds: the harness's install, then `waves` rounds of requests, each one request
+    at the objectives: a revision slower than its objectives fails the deploy gate already, and an eval that
+    outlasts this fails instead of holding the up."""
+    return EVAL_INSTALL_SECONDS + math.ceil(waves * eval_request_seconds(model))

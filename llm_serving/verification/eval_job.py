@@ -9,17 +9,15 @@ In gate mode a score that drops more than allowed fails the eval Job, so `pulumi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from llm_serving.platform import ManifestFields
-
 from . import evaluation
 from .args import VerificationMode
 from .evaluation import EvalFile
-from .job import await_seconds
+from .job import awaited_job
 
 
 @dataclass(frozen=True)
@@ -79,46 +77,22 @@ class EvalJob(pulumi.ComponentResource):
             immutable=True,
             opts=pulumi.ResourceOptions(parent=self),
         )
-        stage_timeout = f"{await_seconds(args.stage_deadline_seconds)}s"
-        self.stage = k8s.batch.v1.Job(
-            f"{name}-stage",
-            metadata={
-                "name": f"{args.model_name}-eval-stage-{stage_key}",
-                "namespace": args.namespace,
-                "labels": {"app.kubernetes.io/name": args.model_name, **evaluation.STAGE_COMPONENT},
-                # A failed download (Hub or PyPI down) is run again on the next `pulumi up`.
-                "annotations": {"pulumi.com/replaceUnready": "true"},
-            },
-            spec=cast(ManifestFields, evaluation.stage_job_spec(
+        self.stage = awaited_job(
+            f"{name}-stage", name=f"{args.model_name}-eval-stage-{stage_key}", namespace=args.namespace,
+            labels={"app.kubernetes.io/name": args.model_name, **evaluation.STAGE_COMPONENT},
+            spec=evaluation.stage_job_spec(
                 model_name=args.model_name, configmap_name=f"{args.model_name}-eval-stage-{stage_key}",
-                image=args.image,
-                claim_name=args.claim_name, files=args.files, task_dir=args.task_dir,
+                image=args.image, claim_name=args.claim_name, files=args.files, task_dir=args.task_dir,
                 deadline_seconds=args.stage_deadline_seconds, node_selector=args.node_selector, zones=args.zones,
                 pod_security=args.pod_security, container_security=args.container_security,
-                hf_token_secret=args.hf_token_secret, pod_annotations=args.stage_pod_annotations)),
-            opts=pulumi.ResourceOptions(
-                parent=self, depends_on=[stage_config, *args.stage_after],
-                custom_timeouts=pulumi.CustomTimeouts(create=stage_timeout, update=stage_timeout)),
-        )
-        timeout = f"{await_seconds(args.deadline_seconds)}s"
-        self.job = k8s.batch.v1.Job(
-            f"{name}-job",
-            metadata={
-                "name": config_name,
-                "namespace": args.namespace,
-                "labels": {"app.kubernetes.io/name": args.model_name, **evaluation.EVAL_SELECTOR},
-                # A failed eval is replaced (run again) on the next `pulumi up` instead of blocking it.
-                "annotations": {"pulumi.com/replaceUnready": "true"},
-            },
-            spec=cast(ManifestFields, evaluation.eval_job_spec(
+                hf_token_secret=args.hf_token_secret, pod_annotations=args.stage_pod_annotations),
+            deadline_seconds=args.stage_deadline_seconds, parent=self, depends_on=[stage_config, *args.stage_after])
+        self.job = awaited_job(
+            f"{name}-job", name=config_name, namespace=args.namespace,
+            labels={"app.kubernetes.io/name": args.model_name, **evaluation.EVAL_SELECTOR},
+            spec=evaluation.eval_job_spec(
                 model_name=args.model_name, configmap_name=config_name, image=args.image,
                 claim_name=args.claim_name, mode=args.mode.value, api_key_secret=args.api_key_secret,
-                deadline_seconds=args.deadline_seconds, node_selector=args.node_selector, zones=args.zones)),
-            opts=pulumi.ResourceOptions(
-                parent=self,
-                depends_on=[config, self.stage, *args.after],
-                # pulumi-kubernetes waits for Complete and fails on Failed, printing the termination message.
-                custom_timeouts=pulumi.CustomTimeouts(create=timeout, update=timeout),
-            ),
-        )
+                deadline_seconds=args.deadline_seconds, node_selector=args.node_selector, zones=args.zones),
+            deadline_seconds=args.deadline_seconds, parent=self, depends_on=[config, self.stage, *args.after])
         self.register_outputs({"job_name": self.job.metadata["name"], "stage_job_name": self.stage.metadata["name"]})

@@ -18,7 +18,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .objects import EVAL_REQUIREMENTS, EVAL_SOURCE, KEY_DIR, NAMESPACE_LABEL, RUN_AS_UID, TERMINATION_LOG
+from .objects import (
+    CONTAINER_SECURITY,
+    EVAL_REQUIREMENTS,
+    EVAL_SOURCE,
+    KEY_DIR,
+    TERMINATION_LOG,
+    dns_egress,
+    key_volume,
+    one_shot_job,
+    pod_security,
+)
 
 STAGE_EVAL_SOURCE = Path(__file__).with_name("stage_eval.py").read_text()
 
@@ -190,84 +200,65 @@ def install_command(python: str = "python3", wheels: str | None = None, target: 
 def eval_job_spec(*, model_name: str, configmap_name: str, image: str, claim_name: Any, mode: str,
                   api_key_secret: str, deadline_seconds: int, node_selector: dict[str, str],
                   zones: tuple[str, ...]) -> dict[str, Any]:
-    """One attempt, as the deploy gate: a retried eval would hide a flaky revision and repeat its requests. Kept after
-    it ends: its log's last line and its termination message are the deploy's eval record."""
-    labels = _labels(model_name, EVAL_SELECTOR)
-    security = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "privileged": False,
-                "readOnlyRootFilesystem": True, "runAsNonRoot": True}
+    """A gate's Job, as the deploy gate's (objects.one_shot_job: a retried eval would hide a flaky revision and repeat
+    its requests; its log's last line and its termination message are the deploy's eval record). No fsGroup: the pod
+    writes only its emptyDirs, and a group change would walk the weights volume."""
     offline = [{"name": "HF_DATASETS_OFFLINE", "value": "1"}, {"name": "HF_HUB_OFFLINE", "value": "1"},
                {"name": "HF_HOME", "value": f"{SCRATCH_MOUNT}/huggingface"}, {"name": "HOME", "value": SCRATCH_MOUNT},
                {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}, {"name": "PYTHONUNBUFFERED", "value": "1"}]
-    return {
-        "backoffLimit": 0,
-        "activeDeadlineSeconds": deadline_seconds,
-        "template": {
-            "metadata": {"labels": labels},
-            "spec": {
-                "restartPolicy": "Never",
-                "automountServiceAccountToken": False,
-                "enableServiceLinks": False,
-                # No fsGroup: the pod writes only its emptyDirs, and a group change would walk the weights volume.
-                "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS_UID, "runAsGroup": RUN_AS_UID,
-                                    "seccompProfile": {"type": "RuntimeDefault"}},
-                **_placement(node_selector, zones),
-                "initContainers": [{
-                    "name": "harness",
-                    "image": image,
-                    "imagePullPolicy": "Always",
-                    "command": install_command(),
-                    "env": offline,
-                    "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}},
-                    "securityContext": security,
-                    "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
-                                     {"name": "weights", "mountPath": "/models", "readOnly": True},
-                                     {"name": "harness", "mountPath": HARNESS_MOUNT},
-                                     {"name": "scratch", "mountPath": SCRATCH_MOUNT}],
-                }],
-                "containers": [{
-                    "name": "eval",
-                    "image": image,
-                    "imagePullPolicy": "Always",
-                    "command": ["python3", f"{CONFIG_DIR}/eval_gate.py", "--settings", f"{CONFIG_DIR}/settings.json",
-                                "--api-key-file", f"{KEY_DIR}/api-key", "--mode", mode,
-                                "--termination-log", TERMINATION_LOG],
-                    "env": [{"name": "PYTHONPATH", "value": HARNESS_MOUNT}, *offline],
-                    "terminationMessagePath": TERMINATION_LOG,
-                    "terminationMessagePolicy": "FallbackToLogsOnError",
-                    "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}},
-                    "securityContext": security,
-                    "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
-                                     {"name": "api-key", "mountPath": KEY_DIR, "readOnly": True},
-                                     {"name": "weights", "mountPath": "/models", "readOnly": True},
-                                     {"name": "harness", "mountPath": HARNESS_MOUNT, "readOnly": True},
-                                     {"name": "scratch", "mountPath": SCRATCH_MOUNT}],
-                }],
-                "volumes": [
-                    {"name": "config", "configMap": {"name": configmap_name}},
-                    {"name": "api-key", "secret": {"secretName": api_key_secret,
-                                                   "items": [{"key": "api-key", "path": "api-key"}],
-                                                   "defaultMode": 0o440}},
-                    {"name": "weights", "persistentVolumeClaim": {"claimName": claim_name, "readOnly": True}},
-                    {"name": "harness", "emptyDir": {"sizeLimit": f"{HARNESS_GIB}Gi"}},
-                    {"name": "scratch", "emptyDir": {"sizeLimit": f"{SCRATCH_GIB}Gi"}},
-                ],
-            },
-        },
-    }
+    return one_shot_job(labels=_labels(model_name, EVAL_SELECTOR), deadline_seconds=deadline_seconds,
+                        security=pod_security(fs_group=False), pod={
+        **_placement(node_selector, zones),
+        "initContainers": [{
+            "name": "harness",
+            "image": image,
+            "imagePullPolicy": "Always",
+            "command": install_command(),
+            "env": offline,
+            "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}},
+            "securityContext": CONTAINER_SECURITY,
+            "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+                             {"name": "weights", "mountPath": "/models", "readOnly": True},
+                             {"name": "harness", "mountPath": HARNESS_MOUNT},
+                             {"name": "scratch", "mountPath": SCRATCH_MOUNT}],
+        }],
+        "containers": [{
+            "name": "eval",
+            "image": image,
+            "imagePullPolicy": "Always",
+            "command": ["python3", f"{CONFIG_DIR}/eval_gate.py", "--settings", f"{CONFIG_DIR}/settings.json",
+                        "--api-key-file", f"{KEY_DIR}/api-key", "--mode", mode, "--termination-log", TERMINATION_LOG],
+            "env": [{"name": "PYTHONPATH", "value": HARNESS_MOUNT}, *offline],
+            "terminationMessagePath": TERMINATION_LOG,
+            "terminationMessagePolicy": "FallbackToLogsOnError",
+            "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}},
+            "securityContext": CONTAINER_SECURITY,
+            "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+                             {"name": "api-key", "mountPath": KEY_DIR, "readOnly": True},
+                             {"name": "weights", "mountPath": "/models", "readOnly": True},
+                             {"name": "harness", "mountPath": HARNESS_MOUNT, "readOnly": True},
+                             {"name": "scratch", "mountPath": SCRATCH_MOUNT}],
+        }],
+        "volumes": [
+            {"name": "config", "configMap": {"name": configmap_name}},
+            key_volume(api_key_secret),
+            {"name": "weights", "persistentVolumeClaim": {"claimName": claim_name, "readOnly": True}},
+            {"name": "harness", "emptyDir": {"sizeLimit": f"{HARNESS_GIB}Gi"}},
+            {"name": "scratch", "emptyDir": {"sizeLimit": f"{SCRATCH_GIB}Gi"}},
+        ],
+    })
 
 
 def eval_network_policy(*, namespace: str, model_selector: dict[str, str], port: int) -> dict[str, Any]:
     """Nothing in; out only to DNS and the vLLM pods' API port: the eval reaches each revision through its Service,
     so nothing it runs (the harness and its wheels, with the API key mounted) can reach an address outside the
     cluster. The vLLM pods' own fence admits these pods (llm_serving/edge/objects.py `network_policies`)."""
-    dns = {"to": [{"namespaceSelector": {"matchLabels": {NAMESPACE_LABEL: "kube-system"}},
-                   "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
-           "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": {"name": "eval", "namespace": namespace},
         "spec": {"podSelector": {"matchLabels": dict(EVAL_SELECTOR)}, "policyTypes": ["Ingress", "Egress"],
-                 "ingress": [], "egress": [dns, {"to": [{"podSelector": {"matchLabels": dict(model_selector)}}],
-                                                 "ports": [{"protocol": "TCP", "port": port}]}]},
+                 "ingress": [], "egress": [dns_egress(),
+                                           {"to": [{"podSelector": {"matchLabels": dict(model_selector)}}],
+                                            "ports": [{"protocol": "TCP", "port": port}]}]},
     }

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -41,6 +41,24 @@ def await_seconds(deadline_seconds: int) -> int:
     return deadline_seconds + AWAIT_SLACK_SECONDS
 
 
+def awaited_job(resource_name: str, *, name: str, namespace: pulumi.Input[str], labels: dict[str, str],
+                spec: dict[str, Any], deadline_seconds: int, parent: pulumi.Resource,
+                depends_on: list[pulumi.Resource]) -> k8s.batch.v1.Job:
+    """A gate's Job that Pulumi awaits: pulumi-kubernetes waits for the Complete condition and fails on Failed
+    (BackoffLimitExceeded, DeadlineExceeded, printing the termination message), its default 10 minutes stretched to
+    the Job's deadline (`await_seconds`). A failed Job is replaced (run again) on the next `pulumi up` instead of
+    blocking it (`pulumi.com/replaceUnready`)."""
+    timeout = f"{await_seconds(deadline_seconds)}s"
+    return k8s.batch.v1.Job(
+        resource_name,
+        metadata={"name": name, "namespace": namespace, "labels": labels,
+                  "annotations": {"pulumi.com/replaceUnready": "true"}},
+        spec=cast(ManifestFields, spec),
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=depends_on,
+                                    custom_timeouts=pulumi.CustomTimeouts(create=timeout, update=timeout)),
+    )
+
+
 class VerificationJob(pulumi.ComponentResource):
     """The probe's ConfigMap and the Job that runs it once per deploy of the model."""
 
@@ -58,25 +76,11 @@ class VerificationJob(pulumi.ComponentResource):
             immutable=True,
             opts=pulumi.ResourceOptions(parent=self),
         )
-        timeout = f"{await_seconds(args.deadline_seconds)}s"
-        self.job = k8s.batch.v1.Job(
-            f"{name}-job",
-            metadata={
-                "name": f"{args.model_name}-verify-{digest}",
-                "namespace": args.namespace,
-                "labels": {"app.kubernetes.io/name": args.model_name, **objects.SELECTOR},
-                # A failed gate is replaced (run again) on the next `pulumi up` instead of blocking it.
-                "annotations": {"pulumi.com/replaceUnready": "true"},
-            },
-            spec=cast(ManifestFields, objects.job_spec(
-                model_name=args.model_name, configmap_name=manifest["metadata"]["name"], image=args.image,
-                mode=args.mode.value, api_key_secret=args.api_key_secret, deadline_seconds=args.deadline_seconds)),
-            opts=pulumi.ResourceOptions(
-                parent=self,
-                depends_on=[config, *args.after],
-                # pulumi-kubernetes waits for the Complete condition and fails on Failed
-                # (BackoffLimitExceeded, DeadlineExceeded); its default is 10 minutes.
-                custom_timeouts=pulumi.CustomTimeouts(create=timeout, update=timeout),
-            ),
-        )
+        self.job = awaited_job(
+            f"{name}-job", name=f"{args.model_name}-verify-{digest}", namespace=args.namespace,
+            labels={"app.kubernetes.io/name": args.model_name, **objects.SELECTOR},
+            spec=objects.job_spec(model_name=args.model_name, configmap_name=manifest["metadata"]["name"],
+                                  image=args.image, mode=args.mode.value, api_key_secret=args.api_key_secret,
+                                  deadline_seconds=args.deadline_seconds),
+            deadline_seconds=args.deadline_seconds, parent=self, depends_on=[config, *args.after])
         self.register_outputs({"job_name": self.job.metadata["name"]})

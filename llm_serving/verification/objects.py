@@ -45,54 +45,73 @@ def configmap(name: str, namespace: str, model_name: str, settings: probe.Settin
     }
 
 
-def job_spec(*, model_name: str, configmap_name: str, image: str, mode: str, api_key_secret: str,
-             deadline_seconds: int) -> dict[str, Any]:
-    """One attempt (backoffLimit 0): a gate that retried would hide a flaky endpoint, and a second run
-    would only repeat a load test. The Job is kept after it ends (no TTL): its log and termination
-    message are the record of the deploy until the next one replaces it."""
-    labels = {"app.kubernetes.io/name": model_name, **SELECTOR}
+# Every gate container: the `restricted` profile with a read-only root filesystem.
+CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "privileged": False,
+                      "readOnlyRootFilesystem": True, "runAsNonRoot": True}
+
+
+def pod_security(*, fs_group: bool = True) -> dict[str, Any]:
+    """A gate pod's user: `nobody`, RuntimeDefault seccomp; `fs_group` for a pod whose volumes are all its own."""
+    return {"runAsNonRoot": True, "runAsUser": RUN_AS_UID, "runAsGroup": RUN_AS_UID,
+            **({"fsGroup": RUN_AS_UID} if fs_group else {}), "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def key_volume(api_key_secret: str) -> dict[str, Any]:
+    """The key as a file: never in the pod spec, the environment or an argument."""
+    return {"name": "api-key", "secret": {"secretName": api_key_secret,
+                                          "items": [{"key": "api-key", "path": "api-key"}], "defaultMode": 0o440}}
+
+
+def one_shot_job(*, labels: dict[str, str], deadline_seconds: int, security: dict[str, Any],
+                 pod: dict[str, Any]) -> dict[str, Any]:
+    """A gate's Job: one attempt (backoffLimit 0): a gate that retried would hide a flaky endpoint, and a second run
+    would only repeat its requests. It is kept after it ends (no TTL): its log and termination message are the record
+    of the deploy until the next one replaces it. `pod` is the rest of the pod spec (placement, containers, volumes)."""
     return {
         "backoffLimit": 0,
         "activeDeadlineSeconds": deadline_seconds,
         "template": {
             "metadata": {"labels": labels},
-            "spec": {
-                "restartPolicy": "Never",
-                "automountServiceAccountToken": False,
-                "enableServiceLinks": False,
-                "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS_UID, "runAsGroup": RUN_AS_UID,
-                                    "fsGroup": RUN_AS_UID, "seccompProfile": {"type": "RuntimeDefault"}},
-                "nodeSelector": {"kubernetes.io/os": "linux"},
-                "containers": [{
-                    "name": "verify",
-                    "image": image,
-                    # Pinned by digest, so Always costs one manifest check and runs the same bytes.
-                    "imagePullPolicy": "Always",
-                    "command": ["python3", f"{CONFIG_DIR}/probe.py", "--settings", f"{CONFIG_DIR}/settings.json",
-                                "--api-key-file", f"{KEY_DIR}/api-key", "--mode", mode,
-                                "--termination-log", TERMINATION_LOG],
-                    "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
-                            {"name": "PYTHONUNBUFFERED", "value": "1"}],
-                    # The failing lines, where pulumi-kubernetes' Job await prints them when the Job fails.
-                    "terminationMessagePath": TERMINATION_LOG,
-                    "terminationMessagePolicy": "FallbackToLogsOnError",
-                    # One thread per concurrent stream: CPU for parsing a few thousand events a second.
-                    "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}},
-                    "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
-                                        "privileged": False, "readOnlyRootFilesystem": True, "runAsNonRoot": True},
-                    "volumeMounts": [{"name": "probe", "mountPath": CONFIG_DIR, "readOnly": True},
-                                     {"name": "api-key", "mountPath": KEY_DIR, "readOnly": True}],
-                }],
-                "volumes": [
-                    {"name": "probe", "configMap": {"name": configmap_name}},
-                    # The key as a file: never in the pod spec, the environment or an argument.
-                    {"name": "api-key", "secret": {"secretName": api_key_secret,
-                                                   "items": [{"key": "api-key", "path": "api-key"}],
-                                                   "defaultMode": 0o440}},
-                ],
-            },
+            "spec": {"restartPolicy": "Never", "automountServiceAccountToken": False, "enableServiceLinks": False,
+                     "securityContext": security, **pod},
         },
     }
+
+
+def job_spec(*, model_name: str, configmap_name: str, image: str, mode: str, api_key_secret: str,
+             deadline_seconds: int) -> dict[str, Any]:
+    """The deploy gate's Job (`one_shot_job`): the probe from its ConfigMap, the key as a file."""
+    return one_shot_job(labels={"app.kubernetes.io/name": model_name, **SELECTOR}, deadline_seconds=deadline_seconds,
+                        security=pod_security(), pod={
+        "nodeSelector": {"kubernetes.io/os": "linux"},
+        "containers": [{
+            "name": "verify",
+            "image": image,
+            # Pinned by digest, so Always costs one manifest check and runs the same bytes.
+            "imagePullPolicy": "Always",
+            "command": ["python3", f"{CONFIG_DIR}/probe.py", "--settings", f"{CONFIG_DIR}/settings.json",
+                        "--api-key-file", f"{KEY_DIR}/api-key", "--mode", mode,
+                        "--termination-log", TERMINATION_LOG],
+            "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
+                    {"name": "PYTHONUNBUFFERED", "value": "1"}],
+            # The failing lines, where pulumi-kubernetes' Job await prints them when the Job fails.
+            "terminationMessagePath": TERMINATION_LOG,
+            "terminationMessagePolicy": "FallbackToLogsOnError",
+            # One thread per concurrent stream: CPU for parsing a few thousand events a second.
+            "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}},
+            "securityContext": CONTAINER_SECURITY,
+            "volumeMounts": [{"name": "probe", "mountPath": CONFIG_DIR, "readOnly": True},
+                             {"name": "api-key", "mountPath": KEY_DIR, "readOnly": True}],
+        }],
+        "volumes": [{"name": "probe", "configMap": {"name": configmap_name}}, key_volume(api_key_secret)],
+    })
+
+
+def dns_egress() -> dict[str, Any]:
+    """The cluster's DNS (CoreDNS in kube-system, label k8s-app: kube-dns), over UDP and TCP."""
+    return {"to": [{"namespaceSelector": {"matchLabels": {NAMESPACE_LABEL: "kube-system"}},
+                    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+            "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}
 
 
 def network_policy(*, namespace: str, edge_namespace: str, model_selector: dict[str, str], port: int,
@@ -103,9 +122,7 @@ def network_policy(*, namespace: str, edge_namespace: str, model_selector: dict[
     (an NLB's or ALB's IPs, public for internet-facing): no selector can name them, so HTTPS goes to
     any address; the edge's own pods also match, for a Gateway address that resolves inside.
     """
-    dns = {"to": [{"namespaceSelector": {"matchLabels": {NAMESPACE_LABEL: "kube-system"}},
-                   "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
-           "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}
+    dns = dns_egress()
     edge = {"to": [{"namespaceSelector": {"matchLabels": {NAMESPACE_LABEL: edge_namespace}}},
                    {"ipBlock": {"cidr": "0.0.0.0/0"}}, {"ipBlock": {"cidr": "::/0"}}],
             "ports": [{"protocol": "TCP", "port": EDGE_PORT}]}

@@ -94,6 +94,18 @@ def file_url(base: str, repo_id: str, revision: str, filename: str) -> str:
     return f"{base.rstrip('/')}/{repo_id}/resolve/{urllib.parse.quote(revision, safe='')}/{filename}"
 
 
+def _refused(ctx: Context, check: str, subject: str, error: urllib.error.HTTPError, what: str, then: str,
+             fix: str) -> Finding:
+    """A file the Hub would not give: could not check while the token is the stack's encrypted one, failed when
+    refused (401, 403) or missing (404), could not check on any other answer."""
+    if error.code in (401, 403) and not ctx.hub_token and ctx.intent.hf_token_in_stack:
+        return unknown(check, f"{subject}: the Hub refuses an anonymous read ({error.code}), and the stack's hfToken "
+                       "is encrypted", TOKEN_FIX.format(stack=ctx.intent.stack))
+    if error.code in (401, 403, 404):
+        return failed(check, f"{subject}: {what} ({error.code}); {then}", fix)
+    return unknown(check, f"{subject}: the Hub answered {error.code}", "retry later")
+
+
 def _adapter(ctx: Context, source: AdapterSource) -> Finding:
     check = "lora.adapters"
     if source.repo_id is None or source.revision is None:
@@ -105,13 +117,8 @@ def _adapter(ctx: Context, source: AdapterSource) -> Finding:
     try:
         config = _get_json(ctx, file_url(ctx.hub_url, source.repo_id, source.revision, "adapter_config.json"))
     except urllib.error.HTTPError as error:
-        if error.code in (401, 403) and not ctx.hub_token and ctx.intent.hf_token_in_stack:
-            return unknown(check, f"{subject}: the Hub refuses an anonymous read ({error.code}), and the stack's "
-                           "hfToken is encrypted", TOKEN_FIX.format(stack=ctx.intent.stack))
-        if error.code in (401, 403, 404):
-            return failed(check, f"{subject}: adapter_config.json cannot be read at that commit ({error.code}); the "
-                          "staging Job would fail", f"fix {source.key}.modelId or .revision, or hfToken's access")
-        return unknown(check, f"{subject}: the Hub answered {error.code}", "retry later")
+        return _refused(ctx, check, subject, error, "adapter_config.json cannot be read at that commit",
+                        "the staging Job would fail", f"fix {source.key}.modelId or .revision, or hfToken's access")
     except (json.JSONDecodeError, UnicodeDecodeError):
         return failed(check, f"{subject}: adapter_config.json is not JSON", f"fix {source.key}")
     if not isinstance(config, dict):
@@ -158,13 +165,9 @@ def _eval_file(ctx: Context, source: EvalSource) -> Finding:
     try:
         info = _get_json(ctx, dataset_url(ctx.hub_url, source.dataset, source.revision))
     except urllib.error.HTTPError as error:
-        if error.code in (401, 403) and not ctx.hub_token and ctx.intent.hf_token_in_stack:
-            return unknown(check, f"{subject}: the Hub refuses an anonymous read ({error.code}), and the stack's "
-                           "hfToken is encrypted", TOKEN_FIX.format(stack=ctx.intent.stack))
-        if error.code in (401, 403, 404):
-            return failed(check, f"{subject}: no such dataset or commit readable on the Hub ({error.code}); the eval's "
-                          f"staging Job would fail{_main_pins(ctx, source)}", f"fix {source.key}.dataset or .revision")
-        return unknown(check, f"{subject}: the Hub answered {error.code}", "retry later")
+        return _refused(ctx, check, subject, error, "no such dataset or commit readable on the Hub",
+                        f"the eval's staging Job would fail{_main_pins(ctx, source)}",
+                        f"fix {source.key}.dataset or .revision")
     except (json.JSONDecodeError, UnicodeDecodeError):
         return unknown(check, f"{subject}: the Hub's answer is not JSON", "retry later")
     digests = _digests(info)

@@ -157,6 +157,16 @@ def test_the_eval_compares_the_revisions_through_their_own_services_at_their_saf
     assert {path for task in settings["tasks"] for path in task["files"].values()} == staged
     assert all(path.startswith(stage_env["EVAL_DIR"] + "/") for path in staged)
     assert settings["limit"] == 100 and settings["maxDropPoints"] == 2
+    # Its deadline (the stack's one clock, llm_serving/stack/timing.py) covers the harness's install and every wave of
+    # samples at its concurrency, each at the model's objectives; its request timeout the longest answer asked for.
+    from llm_serving.stack import timing
+    from llm_serving.verification import EVAL_INSTALL_SECONDS
+
+    waves = sum(-(-settings["limit"] // t["concurrency"]) for t in (settings["candidate"], settings["stable"]))
+    deadline = job["spec"]["activeDeadlineSeconds"]
+    assert deadline >= EVAL_INSTALL_SECONDS + waves * len(settings["tasks"]) * timing.eval_request_seconds(plan.owner)
+    assert settings["requestTimeoutSeconds"] == verification.request_timeout_seconds(config,
+                                                                                      timing.EVAL_MAX_GEN_TOKENS)
 
 
 def test_the_rendered_settings_are_what_the_eval_program_reads(example, tmp_path):
